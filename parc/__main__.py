@@ -1,0 +1,3 @@
+from parc.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""The library entry points the commands are built on."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .compiler.diagnostics import ERROR, Diagnostic, sort_key
+from .compiler.plan import Plan
+
+
+@dataclass
+class CheckResult:
+    file: str
+    plan: Plan | None
+    diagnostics: list[Diagnostic]
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == ERROR]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, text: str | None = None,
+               select=None) -> CheckResult:
+    """Parse, resolve and validate one spec. Raises OSError if the spec itself cannot be read."""
+    from .compiler.resolve import load
+
+    res = load(path, root=root, text=text)
+    diags = list(res.diagnostics)
+    if res.plan is not None and not any(d.severity == ERROR for d in diags):
+        from .compiler.rules import run_rules
+
+        diags.extend(run_rules(res.plan, targets, select=select))
+    if select is not None:
+        diags = [d for d in diags if select(d.code)]
+    diags.sort(key=sort_key)
+    shown = res.plan.file if res.plan else (res.sources and next(iter(res.sources))) or str(path)
+    return CheckResult(shown, res.plan, diags, res.sources)
+
+
+def load_plan(path: str | os.PathLike, targets: Iterable[str] = (), root=None) -> Plan:
+    """The resolved plan of a spec that checks without errors; ValueError listing the errors otherwise."""
+    r = check_file(path, targets, root)
+    if not r.ok or r.plan is None:
+        from .compiler.diagnostics import render_text
+
+        raise ValueError("the spec has errors:\n" + render_text(r.errors, r.sources))
+    return r.plan

@@ -1,0 +1,53 @@
+"""parc check: parse and validate specs."""
+from __future__ import annotations
+
+import sys
+
+from .common import add_common, read_error
+
+DESCRIPTION = "Parse and validate specs: every P0-P6 problem, before a GPU is allocated."
+EPILOG = """exit status: 0 clean or warnings only, 1 errors, 2 usage or I/O failure
+
+example:
+  parc check examples/llama3-70b-train.par --target megatron"""
+
+
+def add_arguments(p):
+    p.add_argument("specs", nargs="+", metavar="SPEC", help=".par files to check")
+    p.add_argument("--target", action="append", default=[], metavar="T",
+                   help="also apply this target's rules (repeatable)")
+    p.add_argument("--warnings-as-errors", action="store_true", help="exit 1 on warnings too")
+    add_common(p)
+
+
+def run(args) -> int:
+    from ..api import check_file
+    from ..compiler.diagnostics import render_json, render_summary, render_text, summarize, use_color
+
+    diags, sources, io_fail = [], {}, False
+    files = 0
+    for path in args.specs:
+        try:
+            r = check_file(path, args.target, root=args.root)
+        except OSError as e:
+            print(read_error(path, e), file=sys.stderr)
+            io_fail = True
+            continue
+        files += 1
+        diags.extend(r.diagnostics)
+        sources.update(r.sources)
+    summary = summarize(diags, files)
+    if args.format == "json":
+        print(render_json(diags, files))
+    else:
+        shown = diags if not args.quiet else [d for d in diags if d.severity in ("error", "warning")]
+        text = render_text(shown, sources, color=use_color(sys.stdout))
+        if text:
+            sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+        if not args.quiet or summary["errors"] or summary["warnings"]:
+            print(render_summary(summary))
+    if io_fail:
+        return 2
+    if summary["errors"] or (args.warnings_as_errors and summary["warnings"]):
+        return 1
+    return 0

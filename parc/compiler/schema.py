@@ -1,0 +1,137 @@
+"""What each block may hold: the keys, the kind of value each takes, and its range.
+
+This table drives unknown-key errors (with did-you-mean), unit checks and range checks.
+Kinds: ``int`` (a count; ``8k`` and ``70B`` allowed), ``frac`` (a plain decimal), ``bytes``,
+``bandwidth``, ``flops``, ``bool``, ``str``, ``enum`` (one of ``choices``), ``preset``,
+``link`` (``nvlink(450GB/s)``), ``int_or_auto``, ``split`` (``even``, ``balanced`` or a list
+of integers), ``strlist`` (a list of strings), ``any``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class F:
+    kind: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+
+DTYPES = ("bf16", "fp16", "fp32", "fp8")
+PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v")
+MESH_AXES = ("pp", "dp", "cp", "tp")          # rank order, outermost first
+MOE_AXES = ("ep", "etp")                      # carved out of dp·cp·tp
+LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce")
+
+BLOCKS: dict[str, dict[str, F]] = {
+    "model": {
+        "from": F("preset", doc="a built-in model preset"),
+        "layers": F("int", 1), "hidden": F("int", 1), "ffn_hidden": F("int", 1),
+        "heads": F("int", 1), "kv_heads": F("int", 1), "head_dim": F("int", 1),
+        "vocab": F("int", 1), "params": F("int", 1),
+        "dtype": F("enum", choices=DTYPES), "seq_len": F("int", 1),
+        "tied_embeddings": F("bool"),
+        "mlp": F("enum", choices=("swiglu", "gelu")),
+        "norm": F("enum", choices=("rmsnorm", "layernorm")),
+        "position": F("enum", choices=("rope", "learned")),
+        "bias": F("bool"),
+        "experts": F("int", 0), "top_k": F("int", 1), "moe_ffn_hidden": F("int", 1),
+        "shared_experts": F("int", 0), "moe_every": F("int", 1),
+    },
+    "cluster": {
+        "nodes": F("int", 1), "gpus_per_node": F("int", 1),
+        "gpu": F("preset", doc="a GPU preset or a `gpu { ... }` block"),
+        "intra_node": F("link"), "inter_node": F("link"),
+    },
+    "gpu": {
+        "from": F("preset"), "memory": F("bytes", 1), "flops": F("flops", 1),
+        "hbm_bandwidth": F("bandwidth", 1), "nvlink_bandwidth": F("bandwidth", 0),
+        "pcie_bandwidth": F("bandwidth", 0),
+    },
+    "mesh": {
+        "pp": F("int_or_auto", 1), "dp": F("int_or_auto", 1), "cp": F("int_or_auto", 1),
+        "tp": F("int_or_auto", 1), "ep": F("int", 1), "etp": F("int", 1),
+    },
+    "placement": {
+        "layers": F("split"),
+    },
+    "schedule": {
+        "pipeline": F("enum", choices=PIPELINES), "virtual_stages": F("int", 1),
+        "micro_batch": F("int", 1), "global_batch": F("int", 1), "microbatches": F("int", 1),
+    },
+    "train": {
+        "optimizer": F("enum", choices=("adam", "adamw", "sgd")),
+        "zero": F("int", 0, 3), "sequence_parallel": F("bool"),
+        "recompute": F("enum", choices=("none", "selective", "full")),
+        "precision": F("enum", choices=DTYPES),
+        "main_grads": F("enum", choices=("fp32", "bf16")),
+        "optimizer_state": F("enum", choices=("fp32", "bf16")),
+    },
+    "serve": {
+        "max_model_len": F("int", 1), "gpu_memory_utilization": F("frac", 0.0, 1.0),
+        "max_num_seqs": F("int", 1),
+        "kv_cache_dtype": F("enum", choices=("auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")),
+    },
+}
+
+# Blocks that take a label, and whether it is required.
+LABELS = {"model": "optional", "cluster": "optional", "target": "required", "gpu": "none",
+          "mesh": "none", "placement": "none", "schedule": "none", "train": "none", "serve": "none"}
+TOP_BLOCKS = ("model", "cluster", "mesh", "placement", "schedule", "train", "serve", "target")
+
+# Placement styles for module patterns: "layers.*.attention.wq" = colwise(tp)
+PLACEMENT_STYLES = {"colwise": "tp", "rowwise": "tp", "sequence": "tp", "experts": "ep",
+                    "replicate": None}
+
+# Key names people bring from other tools, and what they are called here.
+ALIASES = {
+    "tensor_parallel": "tp", "tensor_parallel_size": "tp", "tensor_model_parallel_size": "tp",
+    "pipeline_parallel": "pp", "pipeline_parallel_size": "pp", "pipeline_model_parallel_size": "pp",
+    "data_parallel": "dp", "data_parallel_size": "dp", "context_parallel": "cp",
+    "context_parallel_size": "cp", "expert_parallel": "ep", "expert_model_parallel_size": "ep",
+    "expert_tensor_parallel_size": "etp", "num_layers": "layers", "hidden_size": "hidden",
+    "num_attention_heads": "heads", "num_key_value_heads": "kv_heads", "num_query_groups": "kv_heads",
+    "ffn_hidden_size": "ffn_hidden", "intermediate_size": "ffn_hidden", "vocab_size": "vocab",
+    "seq_length": "seq_len", "max_seq_len": "seq_len", "num_experts": "experts",
+    "moe_router_topk": "top_k", "micro_batch_size": "micro_batch", "global_batch_size": "global_batch",
+    "num_microbatches": "microbatches", "virtual_pipeline_model_parallel_size": "virtual_stages",
+    "zero_stage": "zero", "recompute_granularity": "recompute", "activation_checkpointing": "recompute",
+    "num_nodes": "nodes", "nnodes": "nodes", "nproc_per_node": "gpus_per_node",
+    "max_seq_len_to_capture": "max_model_len",
+}
+
+UNITS = {
+    # unit -> (kind, factor as (numerator, denominator))
+    "count": {"k": 10**3, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12,
+              "Ki": 2**10, "Mi": 2**20, "Gi": 2**30},
+    "bytes": {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
+              "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40},
+    "bandwidth": {"B/s": 1, "KB/s": 10**3, "MB/s": 10**6, "GB/s": 10**9, "TB/s": 10**12,
+                  "GiB/s": 2**30, "MiB/s": 2**20, "TiB/s": 2**40,
+                  "Kb/s": (10**3, 8), "Mb/s": (10**6, 8), "Gb/s": (10**9, 8), "Tb/s": (10**12, 8),
+                  "Gbps": (10**9, 8), "Mbps": (10**6, 8), "GBps": 10**9},
+    "flops": {"FLOPS": 1, "KFLOPS": 10**3, "MFLOPS": 10**6, "GFLOPS": 10**9, "TFLOPS": 10**12,
+              "PFLOPS": 10**15, "FLOP/s": 1, "GFLOP/s": 10**9, "TFLOP/s": 10**12, "PFLOP/s": 10**15},
+}
+
+KIND_WORDS = {
+    "int": "a whole number (like 8, 8k or 70B)", "frac": "a decimal number (like 0.9)",
+    "bytes": "a size with a byte unit (like 80GB or 141GiB)",
+    "bandwidth": "a bandwidth with a unit (like 450GB/s or 400Gb/s)",
+    "flops": "a compute rate with a unit (like 989TFLOPS)", "bool": "`true` or `false`",
+    "str": "a string in double quotes", "enum": "one of the names listed",
+    "preset": "a preset name", "link": "a link like nvlink(450GB/s)",
+    "int_or_auto": "a whole number or `auto`", "split": "`even`, `balanced` or a list of layer counts",
+    "strlist": "a list of strings", "any": "a value",
+}
+
+
+def unit_kind(unit: str) -> str | None:
+    """Which kind of quantity a unit measures, for messages (``450GB`` is bytes)."""
+    for kind in ("bandwidth", "flops", "bytes", "count"):
+        if unit in UNITS[kind]:
+            return kind
+    return None
