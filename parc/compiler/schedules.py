@@ -1,0 +1,407 @@
+"""The pipeline schedule model: which compute action each pipeline rank runs, in what order.
+
+Pure Python (no torch). For every schedule the language names, :func:`actions` gives the
+per-rank action order that ``torch.distributed.pipelining`` executes (torch 2.13):
+
+=================== =========================================== =========== ==================
+``pipeline``        torch class                                 placement   stages per rank
+=================== =========================================== =========== ==================
+``gpipe``           ``ScheduleGPipe``                           one stage   1
+``1f1b``            ``Schedule1F1B``                            one stage   1
+``interleaved_1f1b````ScheduleInterleaved1F1B``                 loop        ``virtual_stages``
+``zero_bubble``     ``ScheduleZBVZeroBubble`` (virtual_stages=2) V           2
+``zero_bubble``     ``ScheduleInterleavedZeroBubble`` (others)  loop        ``virtual_stages``
+``dualpipe_v``      ``ScheduleDualPipeV``                       V           2
+=================== =========================================== =========== ==================
+
+Loop placement gives rank ``r`` the virtual stages ``r, r+pp, r+2pp, …``; V placement gives
+it ``r`` and ``2pp-1-r``, so the first and the last stage share rank 0.
+
+:func:`timeline` places each action on a clock under unit costs (F = 1, a full B = 2, or
+B = 1 and W = 1 when the backward is split into its input and weight parts), starting every
+action as soon as its rank is free and its inputs exist, so idle time shows as gaps;
+:func:`bubble_fraction` is the idle share of ``pp × makespan``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v")
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One compute action of a pipeline rank.
+
+    ``kind`` is ``"F"`` (forward), ``"B"`` (backward: the full backward, or only the
+    input-gradient part when ``split`` is true and a later ``"W"`` computes the weight
+    gradients) or ``"W"`` (weight-gradient step). ``stage`` is the virtual stage index
+    (0 … pp·stages_per_rank − 1), ``microbatch`` the microbatch index.
+    """
+
+    kind: str
+    microbatch: int
+    stage: int
+    split: bool = False
+
+    def __str__(self) -> str:          # torch's notation: stage, kind, microbatch ("1F0")
+        return f"{self.stage}{'I' if self.split else self.kind}{self.microbatch}"
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """An action placed on the clock of its rank."""
+
+    action: Action
+    rank: int
+    start: float
+    end: float
+
+
+def torch_schedule_name(pipeline: str, virtual_stages: int = 1) -> str:
+    """The name ``torch.distributed.pipelining.schedules.get_schedule_class`` knows."""
+    _check_name(pipeline)
+    if pipeline == "zero_bubble":
+        return "ZBVZeroBubble" if virtual_stages == 2 else "InterleavedZeroBubble"
+    return {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B",
+            "dualpipe_v": "DualPipeV"}[pipeline]
+
+
+def placement_style(pipeline: str, virtual_stages: int = 1) -> str:
+    """``"v"`` for the V-shaped schedules, else ``"loop"``."""
+    return "v" if torch_schedule_name(pipeline, virtual_stages) in ("ZBVZeroBubble", "DualPipeV") else "loop"
+
+
+def is_multi_stage(pipeline: str) -> bool:
+    """Whether the torch schedule takes a list of stages per rank (a ``PipelineScheduleMulti``)."""
+    _check_name(pipeline)
+    return pipeline not in ("gpipe", "1f1b")
+
+
+def stages_per_rank(pipeline: str, virtual_stages: int = 1) -> int:
+    """How many model chunks (virtual stages) each pipeline rank holds."""
+    _check_name(pipeline)
+    if pipeline in ("gpipe", "1f1b"):
+        return 1
+    if pipeline == "dualpipe_v":
+        return 2
+    return max(1, virtual_stages)
+
+
+def rank_stages(pipeline: str, pp: int, virtual_stages: int = 1) -> list[list[int]]:
+    """The virtual stage indices each pipeline rank holds, ascending."""
+    v = stages_per_rank(pipeline, virtual_stages)
+    if placement_style(pipeline, virtual_stages) == "v":
+        return [sorted((r, 2 * pp - 1 - r)) for r in range(pp)]
+    return [[r + k * pp for k in range(v)] for r in range(pp)]
+
+
+def stage_rank(pipeline: str, pp: int, virtual_stages: int = 1) -> dict[int, int]:
+    """Virtual stage index -> pipeline rank."""
+    return {s: r for r, ss in enumerate(rank_stages(pipeline, pp, virtual_stages)) for s in ss}
+
+
+def check(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) -> Optional[str]:
+    """Why torch would refuse this schedule, or ``None`` when it runs."""
+    _check_name(pipeline)
+    if pp < 1 or microbatches < 1:
+        return "pp and the microbatch count must be at least 1"
+    name = torch_schedule_name(pipeline, virtual_stages)
+    v = stages_per_rank(pipeline, virtual_stages)
+    if name == "1F1B" and microbatches < pp:
+        return f"1f1b needs at least pp = {pp} microbatches, got {microbatches}"
+    if name in ("Interleaved1F1B", "InterleavedZeroBubble"):
+        rounds = max(1, microbatches // pp)
+        if microbatches % rounds:
+            return (f"{pipeline} runs microbatches in {rounds} rounds of pp = {pp}: "
+                    f"{microbatches} is not a multiple of {rounds}")
+    if name == "DualPipeV" and microbatches < pp * v:
+        return f"dualpipe_v needs at least 2·pp = {pp * v} microbatches, got {microbatches}"
+    return None
+
+
+def actions(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) -> list[list[Action]]:
+    """Each pipeline rank's compute actions in execution order (torch 2.13's order)."""
+    why = check(pipeline, pp, microbatches, virtual_stages)
+    if why:
+        raise ValueError(why)
+    name = torch_schedule_name(pipeline, virtual_stages)
+    v = stages_per_rank(pipeline, virtual_stages)
+    n = microbatches
+    if name == "GPipe":
+        raw = [[("F", m, r) for m in range(n)] + [("B", m, r) for m in range(n)] for r in range(pp)]
+    elif name == "1F1B":
+        raw = [_one_f_one_b(r, pp, n) for r in range(pp)]
+    elif name == "Interleaved1F1B":
+        raw = [_interleaved(r, pp, n, v, zero_bubble=False) for r in range(pp)]
+    elif name == "InterleavedZeroBubble":
+        raw = [_interleaved(r, pp, n, v, zero_bubble=True) for r in range(pp)]
+    elif name == "ZBVZeroBubble":
+        raw = [_zbv(r, pp, n) for r in range(pp)]
+    else:
+        raw = [_dualpipe_v(r, pp, n) for r in range(pp)]
+    return [[Action("B", m, s, split=True) if k == "I" else Action(k, m, s) for k, m, s in ops]
+            for ops in raw]
+
+
+def timeline(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1,
+             costs: Optional[dict[str, float]] = None) -> list[list[Slot]]:
+    """Every action with a start and end time, per rank, under unit costs.
+
+    ``costs`` maps ``"F"``, ``"B"`` (a full backward), ``"I"`` (the input part of a split
+    backward) and ``"W"`` to durations; the defaults are 1, 2, 1, 1. Communication is free.
+    An action starts when its rank is free and its input exists: F(s, m) after F(s−1, m);
+    B(s, m) after B(s+1, m) (the last stage: after its own F); W(s, m) after B(s, m).
+    """
+    cost = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, **(costs or {})}
+    order = actions(pipeline, pp, microbatches, virtual_stages)
+    last = pp * stages_per_rank(pipeline, virtual_stages) - 1
+    done: dict[tuple[str, int, int], float] = {}
+    free = [0.0] * pp
+    pos = [0] * pp
+    out: list[list[Slot]] = [[] for _ in range(pp)]
+
+    def ready(a: Action) -> Optional[float]:
+        if a.kind == "F":
+            deps = [("F", a.microbatch, a.stage - 1)] if a.stage > 0 else []
+        elif a.kind == "B":
+            deps = [("F", a.microbatch, a.stage)]
+            if a.stage < last:
+                deps.append(("B", a.microbatch, a.stage + 1))
+        else:
+            deps = [("B", a.microbatch, a.stage)]
+        if any(d not in done for d in deps):
+            return None
+        return max((done[d] for d in deps), default=0.0)
+
+    remaining = sum(len(o) for o in order)
+    while remaining:
+        progressed = False
+        for r in range(pp):
+            while pos[r] < len(order[r]):
+                a = order[r][pos[r]]
+                t = ready(a)
+                if t is None:
+                    break
+                start = max(free[r], t)
+                end = start + cost["I" if a.split else a.kind]
+                out[r].append(Slot(a, r, start, end))
+                done[(a.kind, a.microbatch, a.stage)] = end
+                free[r] = end
+                pos[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            stuck = {r: str(order[r][pos[r]]) for r in range(pp) if pos[r] < len(order[r])}
+            raise RuntimeError(f"schedule {pipeline} deadlocks at {stuck}")
+    return out
+
+
+def makespan(slots: list[list[Slot]]) -> float:
+    return max((s.end for rank in slots for s in rank), default=0.0)
+
+
+def bubble_fraction(slots: list[list[Slot]]) -> float:
+    """Idle time over total time (ranks × makespan) of a :func:`timeline`."""
+    total = makespan(slots) * len(slots)
+    if total <= 0:
+        return 0.0
+    busy = sum(s.end - s.start for rank in slots for s in rank)
+    return (total - busy) / total
+
+
+def schedule_bubble(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) -> float:
+    """Shortcut: the bubble fraction of a schedule under unit costs."""
+    return bubble_fraction(timeline(pipeline, pp, microbatches, virtual_stages))
+
+
+def format_order(order: list[list[Action]]) -> str:
+    """A compact table, one line per rank (``rank 0: 0F0 0F1 0B0 …``)."""
+    return "\n".join(f"rank {r}: " + " ".join(str(a) for a in acts) for r, acts in enumerate(order))
+
+
+# -- the orders, as torch.distributed.pipelining.schedules computes them -------------------
+
+Raw = list[tuple[str, int, int]]          # (kind F/B/I/W, microbatch, stage)
+
+
+def _check_name(pipeline: str) -> None:
+    if pipeline not in PIPELINES:
+        raise ValueError(f"unknown pipeline schedule {pipeline!r}; expected one of {', '.join(PIPELINES)}")
+
+
+def _one_f_one_b(rank: int, pp: int, n: int) -> Raw:
+    # Schedule1F1B._step_microbatches: warm-up of min(n, pp - rank) forwards, then B/F pairs,
+    # then the remaining backwards (its pipeline_order attribute is not what it executes).
+    ops: Raw = []
+    warm = min(n, pp - rank)
+    f = b = 0
+    for _ in range(warm):
+        ops.append(("F", f, rank))
+        f += 1
+    while True:
+        ops.append(("B", b, rank))
+        b += 1
+        if f == n:
+            break
+        ops.append(("F", f, rank))
+        f += 1
+    while b < n:
+        ops.append(("B", b, rank))
+        b += 1
+    return ops
+
+
+def _interleaved(rank: int, pp: int, n: int, v: int, zero_bubble: bool) -> Raw:
+    # ScheduleInterleaved1F1B / ScheduleInterleavedZeroBubble._calculate_single_rank_operations
+    rounds = max(1, n // pp)
+    per_round = n // rounds
+    factor = 1 if zero_bubble else 2
+    warmup = min((v - 1) * per_round + factor * (pp - 1 - rank), n * v)
+    total_mb_ops = v * n
+    fwd_bwd = total_mb_ops - warmup
+    cooldown = total_mb_ops - fwd_bwd
+
+    def fwd_stage(step: int) -> int:
+        return ((step // per_round) % v) * pp + rank
+
+    def bwd_stage(step: int) -> int:
+        return (v - 1 - ((step - warmup) // per_round) % v) * pp + rank
+
+    fmb: dict[int, int] = {}
+    bmb: dict[int, int] = {}
+    wmb: dict[int, int] = {}
+    ops: Raw = []
+    bwd_ids: list[int] = []
+    w_count = 0
+    first_w_after = rank                       # num_1f1b_microbatches in torch
+    bkind = "I" if zero_bubble else "B"
+
+    def nxt(d: dict[int, int], s: int) -> int:
+        d[s] = d.get(s, 0) + 1
+        return d[s] - 1
+
+    def weight() -> None:
+        nonlocal w_count
+        s = bwd_stage(bwd_ids[w_count])
+        ops.append(("W", nxt(wmb, s), s))
+        w_count += 1
+
+    for op in range(warmup + fwd_bwd + cooldown):
+        if op < warmup:
+            s = fwd_stage(op)
+            ops.append(("F", nxt(fmb, s), s))
+        elif op < warmup + fwd_bwd:
+            s = fwd_stage(op)
+            ops.append(("F", nxt(fmb, s), s))
+            s = bwd_stage(op)
+            ops.append((bkind, nxt(bmb, s), s))
+            bwd_ids.append(op)
+            if zero_bubble and op - warmup >= first_w_after:
+                weight()
+        else:
+            s = bwd_stage(op)
+            ops.append((bkind, nxt(bmb, s), s))
+            bwd_ids.append(op)
+            if zero_bubble and op - warmup >= first_w_after:
+                weight()
+    while zero_bubble and w_count < len(bwd_ids):
+        weight()
+    return ops
+
+
+def _zbv(rank: int, pp: int, n: int) -> Raw:
+    # ScheduleZBVZeroBubble._calculate_single_rank_operations
+    n_micro = max(2 * pp - 1, n)
+    s0, s1 = rank, 2 * pp - 1 - rank
+    ops: Raw = []
+    f0 = f1 = b0 = b1 = 0
+    for _ in range(2 * (pp - rank) - 1):
+        ops.append(("F", f0, s0)); f0 += 1
+    for _ in range(rank):
+        ops.append(("F", f1, s1)); f1 += 1
+        ops.append(("F", f0, s0)); f0 += 1
+    for _ in range(pp - rank):
+        ops.append(("F", f1, s1)); f1 += 1
+        ops.append(("I", b1, s1)); ops.append(("W", b1, s1)); b1 += 1
+    while f1 < f0 or f0 < n_micro:
+        if f0 < n_micro:
+            ops.append(("F", f0, s0)); f0 += 1
+        ops.append(("I", b0, s0)); ops.append(("W", b0, s0)); b0 += 1
+        ops.append(("F", f1, s1)); f1 += 1
+        ops.append(("I", b1, s1)); ops.append(("W", b1, s1)); b1 += 1
+    w0, w1 = b0, b1
+    for _ in range(rank):
+        ops.append(("I", b0, s0)); b0 += 1
+        ops.append(("I", b1, s1)); b1 += 1
+    for _ in range(pp - rank):
+        ops.append(("I", b0, s0)); b0 += 1
+        ops.append(("W", w0, s0)); w0 += 1
+    while w1 < b1:
+        ops.append(("W", w1, s1)); w1 += 1
+    while w0 < b0:
+        ops.append(("W", w0, s0)); w0 += 1
+    # torch pads to 2pp-1 microbatches and blanks the surplus
+    return [o for o in ops if o[1] < n]
+
+
+def _dualpipe_v(rank: int, pp: int, n: int) -> Raw:
+    # ScheduleDualPipeV._calculate_single_rank_operations; an overlapped F/B pair runs its
+    # forward, then its (full) backward.
+    s0, s1 = rank, 2 * pp - 1 - rank
+    count: dict[tuple[int, str], int] = {}
+    wq: list[tuple[int, int]] = []
+    ops: Raw = []
+
+    def add(s: int, kind: str) -> None:
+        key = (s, "I" if kind == "B" else kind)
+        m = count.get(key, 0)
+        ops.append((kind, m, s))
+        if kind == "B":
+            count[(s, "I")] = m + 1
+            count[(s, "W")] = count.get((s, "W"), 0) + 1
+        else:
+            if kind == "I":
+                wq.append((s, m))
+            count[key] = m + 1
+
+    def add_w() -> None:
+        if wq:
+            s, m = wq.pop(0)
+            ops.append(("W", m, s))
+            count[(s, "W")] = count.get((s, "W"), 0) + 1
+
+    def overlap(fs: int, bs: int) -> None:
+        add(fs, "F")
+        add(bs, "B")
+
+    for _ in range((pp - rank - 1) * 2):
+        add(s0, "F")
+    for _ in range(rank + 1):
+        add(s0, "F"); add(s1, "F")
+    for _ in range(pp - rank - 1):
+        add(s1, "I"); add_w(); add(s1, "F")
+    for i in range(n - pp * 2 + rank + 1):
+        if i == 0 and rank == pp - 1:
+            add(s0, "F"); add(s1, "B")
+        else:
+            overlap(s0, s1)
+        overlap(s1, s0)
+    for _ in range(pp - rank - 1):
+        add(s1, "B"); overlap(s1, s0)
+    zb = False
+    steps6 = rank + 1
+    for i in range(steps6):
+        if i == steps6 // 2 and rank % 2 == 1:
+            zb = True
+        add(s1, "I" if zb else "B")
+        if i == steps6 // 2 and rank % 2 == 0:
+            zb = True
+        add(s0, "I" if zb else "B")
+    for _ in range(pp - rank - 1):
+        add_w(); add(s0, "I" if zb else "B")
+    for _ in range(rank + 1):
+        add_w()
+    return ops
+
