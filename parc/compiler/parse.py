@@ -189,7 +189,14 @@ _TERMINAL_WORDS = {
 }
 
 
+_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "PERCENT", "DOT"}
+
+
 def _words(names) -> str:
+    names = set(names)
+    ops = names & _OPERATORS
+    if len(ops) > 2:  # "an operator" reads better than six symbols
+        names = (names - ops) | {"an operator"}
     ws = sorted({_TERMINAL_WORDS.get(n, n) for n in names}, key=lambda w: (w.startswith("`"), w))
     if not ws:
         return "nothing"
@@ -206,7 +213,8 @@ def _found(tok) -> str:
     v = tok.value
     if len(v) > 30:
         v = v[:27] + "..."
-    return f"{_TERMINAL_WORDS.get(tok.type, 'token')} `{v}`" if tok.type in ("NAME", "NUMBER", "QUANTITY", "STRING") else f"`{v}`"
+    kind = {"NAME": "name", "NUMBER": "number", "QUANTITY": "value", "STRING": "string"}.get(tok.type)
+    return f"{kind} `{v}`" if kind else f"`{v}`"
 
 
 def _scan_braces(text: str):
@@ -258,6 +266,12 @@ def _syntax_diag(file: str, text: str, exc) -> Diagnostic:
     if isinstance(exc, lark.UnexpectedToken):
         tok = exc.token
         expected = {e for e in exc.expected if not e.startswith("__")}
+        try:  # the tokens the parser really accepts here (LALR's lookahead set is wider)
+            acc = {e for e in exc.interactive_parser.accepts() if not e.startswith("__")}
+            if acc:
+                expected = acc
+        except Exception:
+            pass
         if tok.type == "$END":
             off = len(text)
             line, col = _pos(text, off)
@@ -278,10 +292,7 @@ def _syntax_diag(file: str, text: str, exc) -> Diagnostic:
                     Span(file, line, col, line, col + 1, off, off + 1),
                     help="add `}` at the end of the block",
                     related=[Related(span, "the file ends here")])
-        if tok.type == "$END":
-            msg = f"unexpected end of file; expected {_words(expected)}"
-        else:
-            msg = f"unexpected {_found(tok)}; expected {_words(expected)}"
+        msg = f"expected {_words(expected)}, found {_found(tok)}"
         hint = None
         if tok.type == "NAME" and "_NL" in expected:
             hint = "put each statement on its own line, or separate them with `;`"
