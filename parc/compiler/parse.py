@@ -20,6 +20,8 @@ from .diagnostics import ERROR, Diagnostic, ParcError, Span
 
 GRAMMAR_PATH = Path(__file__).resolve().parent.parent / "grammar" / "par.lark"
 
+MAX_DEPTH = 64  # nesting of parentheses and lists in one value
+
 _LARK_OPTIONS = dict(parser="lalr", lexer="contextual", propagate_positions=True,
                      maybe_placeholders=True)
 
@@ -136,11 +138,20 @@ class _Builder:
             return S.Use(_unescape(p.value), self.span_meta(t.meta), self.span_tok(p))
         raise AssertionError(f"unknown statement {d}")  # grammar and builder out of step
 
-    def value(self, t):
-        from lark import Token
+    depth = 0
 
-        if isinstance(t, Token):  # a bare terminal only occurs through the rules below
-            raise AssertionError(t)
+    def value(self, t):
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                sp = self.span_meta(t.meta)
+                raise ParcError(Diagnostic("P001", ERROR, f"value nested more than {MAX_DEPTH} levels deep",
+                                           sp, help="write the value without so many parentheses or lists"))
+            return self._value(t)
+        finally:
+            self.depth -= 1
+
+    def _value(self, t):
         d = t.data
         sp = self.span_meta(t.meta)
         if d == "number":

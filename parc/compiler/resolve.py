@@ -23,6 +23,7 @@ from .plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, Placement, 
                    Serve, Target, Train)
 
 DATA = Path(__file__).resolve().parent / "data"
+MAX_WORLD = 2**21  # GPUs; the rank map and the planner are sized for this
 
 
 @lru_cache(maxsize=None)
@@ -896,6 +897,10 @@ def build_cluster(r: Resolver, top: Span) -> Cluster:
             Link("pcie", gpu.pcie_bandwidth or 32e9)
         r.spans["cluster.intra_node"] = r.spans.get("cluster.gpu", head)
     label = r.blocks["cluster"].label or "cluster"
+    if nodes * gpn > MAX_WORLD:
+        r.err("P017", f"a cluster of {nodes * gpn:,} GPUs is larger than parc plans for ({MAX_WORLD:,})",
+              r.spans.get("cluster.nodes", head))
+        raise _Incomplete()
     return Cluster(label, nodes, gpn, gpu, intra_l, inter_l)
 
 

@@ -29,20 +29,20 @@ LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce")
 BLOCKS: dict[str, dict[str, F]] = {
     "model": {
         "from": F("preset", doc="a built-in model preset"),
-        "layers": F("int", 1), "hidden": F("int", 1), "ffn_hidden": F("int", 1),
-        "heads": F("int", 1), "kv_heads": F("int", 1), "head_dim": F("int", 1),
-        "vocab": F("int", 1), "params": F("int", 1),
-        "dtype": F("enum", choices=DTYPES), "seq_len": F("int", 1),
+        "layers": F("int", 1, 10**5), "hidden": F("int", 1, 10**7), "ffn_hidden": F("int", 1, 10**8),
+        "heads": F("int", 1, 10**6), "kv_heads": F("int", 1, 10**6), "head_dim": F("int", 1, 10**6),
+        "vocab": F("int", 1, 10**9), "params": F("int", 1, 10**16),
+        "dtype": F("enum", choices=DTYPES), "seq_len": F("int", 1, 10**9),
         "tied_embeddings": F("bool"),
         "mlp": F("enum", choices=("swiglu", "gelu")),
         "norm": F("enum", choices=("rmsnorm", "layernorm")),
         "position": F("enum", choices=("rope", "learned")),
         "bias": F("bool"),
-        "experts": F("int", 0), "top_k": F("int", 1), "moe_ffn_hidden": F("int", 1),
-        "shared_experts": F("int", 0), "moe_every": F("int", 1),
+        "experts": F("int", 0, 10**6), "top_k": F("int", 1, 10**6), "moe_ffn_hidden": F("int", 1, 10**8),
+        "shared_experts": F("int", 0, 10**6), "moe_every": F("int", 1, 10**5),
     },
     "cluster": {
-        "nodes": F("int", 1), "gpus_per_node": F("int", 1),
+        "nodes": F("int", 1, 2**17), "gpus_per_node": F("int", 1, 2**10),
         "gpu": F("preset", doc="a GPU preset or a `gpu { ... }` block"),
         "intra_node": F("link"), "inter_node": F("link"),
     },
@@ -52,15 +52,15 @@ BLOCKS: dict[str, dict[str, F]] = {
         "pcie_bandwidth": F("bandwidth", 0),
     },
     "mesh": {
-        "pp": F("int_or_auto", 1), "dp": F("int_or_auto", 1), "cp": F("int_or_auto", 1),
-        "tp": F("int_or_auto", 1), "ep": F("int", 1), "etp": F("int", 1),
+        "pp": F("int_or_auto", 1, 2**21), "dp": F("int_or_auto", 1, 2**21), "cp": F("int_or_auto", 1, 2**21),
+        "tp": F("int_or_auto", 1, 2**21), "ep": F("int", 1, 2**21), "etp": F("int", 1, 2**21),
     },
     "placement": {
         "layers": F("split"),
     },
     "schedule": {
-        "pipeline": F("enum", choices=PIPELINES), "virtual_stages": F("int", 1),
-        "micro_batch": F("int", 1), "global_batch": F("int", 1), "microbatches": F("int", 1),
+        "pipeline": F("enum", choices=PIPELINES), "virtual_stages": F("int", 1, 10**4),
+        "micro_batch": F("int", 1, 2**24), "global_batch": F("int", 1, 2**30), "microbatches": F("int", 1, 2**24),
     },
     "train": {
         "optimizer": F("enum", choices=("adam", "adamw", "sgd")),
@@ -71,8 +71,8 @@ BLOCKS: dict[str, dict[str, F]] = {
         "optimizer_state": F("enum", choices=("fp32", "bf16")),
     },
     "serve": {
-        "max_model_len": F("int", 1), "gpu_memory_utilization": F("frac", 0.0, 1.0),
-        "max_num_seqs": F("int", 1),
+        "max_model_len": F("int", 1, 10**9), "gpu_memory_utilization": F("frac", 0.0, 1.0),
+        "max_num_seqs": F("int", 1, 10**7),
         "kv_cache_dtype": F("enum", choices=("auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")),
     },
 }
