@@ -248,7 +248,7 @@ class Resolver:
                     continue
                 seen[st.key] = st
                 if st.key not in fields or st.quoted:
-                    self.unknown_key(kind, st, fields)
+                    self.unknown_key(f"target {b.label}" if kind == "target" else kind, st, fields)
                     continue
                 merged.assigns[st.key] = st
                 if st.key not in merged.order:
@@ -288,19 +288,13 @@ class Resolver:
             elif isinstance(st, S.Use):
                 self.err("P019", "`use` is only allowed at the top of a file", st.span)
 
-    def unknown_key(self, kind: str, st: S.Assign, fields) -> None:
+    def unknown_key(self, where: str, st: S.Assign, fields) -> None:
         sug = did_you_mean(st.key, fields)
         if sug:
             help = f"did you mean `{sug}`?"
         else:
-            help = f"`{kind}` takes: " + ", ".join(fields)
-        where = f"target {self.current_label(kind, st)}" if kind == "target" else kind
+            help = f"`{where}` takes: " + ", ".join(fields)
         self.err("P007", f"unknown key `{st.key}` in `{where}`", st.key_span, help=help)
-
-    def current_label(self, kind, st):
-        for name, b in self.targets.items():
-            return name
-        return "?"
 
     # -- evaluation
     def assign(self, kind: str, key: str) -> S.Assign | None:
@@ -543,9 +537,7 @@ class Resolver:
             sug = did_you_mean(fld, SC.BLOCKS[blk])
             raise ParcError(Diagnostic("P011", ERROR, f"cannot resolve `{node.name}`: `{blk}` has no field `{fld}`",
                                        node.span, help=f"did you mean `{blk}.{sug}`?" if sug else None))
-        if (blk, fld) == ("cluster", "gpus_per_node") or (blk, fld) == ("cluster", "nodes") or True:
-            pass
-        # fields that presets or derivation fill are read from the resolved value
+        # fields that presets fill are read from the resolved value
         got = self.derived(blk, fld)
         if got is None:
             raise ParcError(Diagnostic("P011", ERROR, f"`{blk}.{fld}` has no value to refer to", node.span,
