@@ -24,7 +24,7 @@ GENERIC = "generic"
 # ZeRO conventions. A spec opts into a target's rules by naming it (`target vllm`) or --target.
 TARGET_FAMILIES = ("megatron", "vllm", "torchrun", "torch", "deepspeed", "slurm", "kubernetes")
 
-_MODULES = ("mesh", "batch", "topology", "memory", "advice", "targets")
+_MODULES = ("mesh", "batch", "topology", "memory", "advice", "style", "targets")
 
 
 @dataclass(slots=True)
