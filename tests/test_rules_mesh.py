@@ -1,0 +1,253 @@
+"""P1xx mesh divisibility: each rule fires on one spec and not on the same spec made valid.
+
+``spec(...)`` builds a spec from block bodies; the other rule tests import it from here.
+"""
+from __future__ import annotations
+
+import pytest
+
+CLUSTER = """cluster "c" {{
+  nodes         = {nodes}
+  gpus_per_node = {gpn}
+  gpu           = h100_sxm
+  intra_node    = {intra}
+  inter_node    = infiniband(400Gb/s)
+}}"""
+
+
+def spec(model="from = llama3_8b", nodes=1, gpn=8, mesh="dp = 8", placement=None, schedule=None,
+         train="zero = 1", serve=None, target=None, intra="nvlink(450GB/s)") -> str:
+    """A spec with one statement per line in each block; ``train`` is dropped when ``serve`` is given."""
+    def block(head, body):
+        lines = [s.strip() for s in body.replace(";", "\n").split("\n") if s.strip()]
+        return head + " {\n" + "".join(f"  {s}\n" for s in lines) + "}"
+
+    parts = [block('model "m"', model), CLUSTER.format(nodes=nodes, gpn=gpn, intra=intra), block("mesh", mesh)]
+    if placement:
+        parts.append(block("placement", placement))
+    if schedule:
+        parts.append(block("schedule", schedule))
+    if serve is not None:
+        parts.append(block("serve", serve))
+    elif train is not None:
+        parts.append(block("train", train))
+    for name, body in (target or {}).items():
+        parts.append(block(f"target {name}", body))
+    return "\n".join(parts) + "\n"
+
+
+def line_of(text: str, needle: str) -> int:
+    for i, ln in enumerate(text.splitlines(), 1):
+        if needle in ln:
+            return i
+    raise AssertionError(f"{needle!r} not in spec")
+
+
+def only(result, code):
+    """The diagnostics of ``code`` (asserting there is exactly one)."""
+    got = [d for d in result.diagnostics if d.code == code]
+    assert len(got) == 1, [(d.code, d.message) for d in result.diagnostics]
+    return got[0]
+
+
+def assert_fires(check_spec, text, code, at, severity="error", target=None, targets=()):
+    r = check_spec(text, targets)
+    d = only(r, code)
+    assert d.span.line == line_of(text, at), (d.span.line, d.message)
+    assert d.severity == severity
+    assert d.target == target
+    return d
+
+
+def assert_quiet(check_spec, text, code, targets=()):
+    r = check_spec(text, targets)
+    assert not [d for d in r.diagnostics if d.code == code], [(d.code, d.message) for d in r.diagnostics]
+    return r
+
+
+SERVE = "max_model_len = 4096"
+L70 = "from = llama3_70b"
+
+
+# ------------------------------------------------------------------------------ P101
+
+def test_p101_mesh_larger_than_cluster(check_spec):
+    bad = spec(L70, nodes=2, mesh="pp = 4; tp = 8", serve=SERVE)
+    d = assert_fires(check_spec, bad, "P101", "pp = 4")
+    assert "needs 32 GPUs" in d.message and "has 16" in d.message
+    assert "nodes = 4" in d.help and "pp = 2" in d.help
+    assert_quiet(check_spec, spec(L70, nodes=4, mesh="pp = 4; tp = 8", serve=SERVE), "P101")
+
+
+def test_p101_auto_axis_not_whole(check_spec):
+    bad = spec(nodes=1, gpn=12, mesh="dp = auto; tp = 8", serve=SERVE)
+    d = assert_fires(check_spec, bad, "P101", "dp = auto")
+    assert "no whole value" in d.message and "tp" in d.help
+    assert_quiet(check_spec, spec(nodes=1, gpn=12, mesh="dp = auto; tp = 4", serve=SERVE), "P101")
+
+
+def test_p101_stops_later_families(check_spec):
+    r = check_spec(spec(nodes=2, mesh="pp = 4; tp = 8", schedule="micro_batch = 1; global_batch = 3"))
+    assert {d.code[:2] for d in r.errors} == {"P1"}
+
+
+# ------------------------------------------------------------------------------ P102, P103, P106
+
+def test_p102_heads_with_alternatives(check_spec):
+    bad = spec(L70, nodes=2, gpn=6, mesh="dp = 2; tp = 6", serve=SERVE)
+    d = assert_fires(check_spec, bad, "P102", "tp = 6")
+    assert "64 attention heads" in d.message and "kv_heads = 8" in d.message and "ffn_hidden" in d.message
+    assert "tp = 4 (dp = 3)" in d.help and "tp = 2 and pp = 3" in d.help
+    # one mistake, one error: the KV-head and MLP rules stay quiet while heads fail
+    r = check_spec(bad)
+    assert [x.code for x in r.errors] == ["P102"]
+    assert_quiet(check_spec, spec(L70, nodes=2, gpn=6, mesh="dp = 3; tp = 4", serve=SERVE), "P102")
+
+
+def test_p103_kv_heads_neither_split_nor_replicated(check_spec):
+    model = "layers = 32; hidden = 4096; heads = 48; kv_heads = 8; ffn_hidden = 12288; vocab = 32000"
+    bad = spec(model.replace("hidden = 4096", "hidden = 6144"), nodes=1, gpn=12, mesh="tp = 12", serve=SERVE)
+    d = assert_fires(check_spec, bad, "P103", "tp = 12")
+    assert "8 KV heads" in d.message and "replicate" in d.help
+    ok = spec(model.replace("hidden = 4096", "hidden = 6144"), nodes=1, gpn=16, mesh="tp = 16", serve=SERVE)
+    assert_quiet(check_spec, ok, "P103")
+
+
+def test_p106_ffn_hidden(check_spec):
+    model = "layers = 32; hidden = 4096; heads = 32; ffn_hidden = 11004; vocab = 32000"
+    bad = spec(model, mesh="tp = 8", serve=SERVE)
+    d = assert_fires(check_spec, bad, "P106", "tp = 8")
+    assert "ffn_hidden = 11004" in d.message and "tp = 4" in d.help
+    assert_quiet(check_spec, spec(model.replace("11004", "11008"), mesh="tp = 8", serve=SERVE), "P106")
+
+
+# ------------------------------------------------------------------------------ P104, P105
+
+def test_p104_layers_even_split(check_spec):
+    bad = spec(nodes=3, mesh="pp = 3; tp = 8", schedule="micro_batch = 1; global_batch = 48")
+    d = assert_fires(check_spec, bad, "P104", "pp = 3")
+    assert "32 layers" in d.message and "layers = [" in d.help and "pp = 1 (dp = 3)" in d.help
+    assert_quiet(check_spec, bad.replace("schedule {", "placement {\n  layers = balanced\n}\nschedule {"), "P104")
+
+
+@pytest.mark.parametrize("split,needle", [("[8, 8, 8]", "lists 3 stages"), ("[8, 8, 8, 9]", "adds up to 33"),
+                                          ("[16, 0, 8, 8]", "no layers")])
+def test_p105_explicit_split(check_spec, split, needle):
+    bad = spec(nodes=4, mesh="pp = 4; tp = 8", placement=f"layers = {split}",
+               schedule="micro_batch = 1; global_batch = 64")
+    d = assert_fires(check_spec, bad, "P105", "layers =")
+    assert needle in d.message
+    ok = bad.replace(split, "[7, 9, 9, 7]")
+    assert_quiet(check_spec, ok, "P105")
+
+
+# ------------------------------------------------------------------------------ P107, P108, P110
+
+GPT = "layers = 24; hidden = 2048; heads = 16; ffn_hidden = 8192; vocab = 50257; mlp = gelu"
+
+
+def test_p107_megatron_pads_vocab(check_spec):
+    bad = spec(GPT, mesh="dp = 4; tp = 2", schedule="micro_batch = 1; global_batch = 64",
+               target={"megatron": 'entrypoint = "pretrain_gpt.py"'})
+    d = assert_fires(check_spec, bad, "P107", "vocab = 50257", severity="warning", target="megatron")
+    assert "50432" in d.message  # ceil(50257 / 256) · 256
+    assert_quiet(check_spec, bad.replace("50257", "50304"), "P107")
+    # generic check without the target says nothing about padding
+    assert_quiet(check_spec, bad.replace('target megatron {\n  entrypoint = "pretrain_gpt.py"\n}\n', ""), "P107")
+
+
+def test_p108_torch_does_not_pad(check_spec):
+    bad = spec(GPT, mesh="dp = 4; tp = 2", schedule="micro_batch = 1; global_batch = 64",
+               target={"torchrun": 'entrypoint = "train.py"'})
+    d = assert_fires(check_spec, bad, "P108", "tp = 2", target="torch")
+    assert "50258" in d.help
+    assert_quiet(check_spec, bad.replace("50257", "50304"), "P108")
+
+
+def test_p110_torch_refuses_kv_replication(check_spec):
+    bad = spec(nodes=1, gpn=16, mesh="tp = 16", serve=SERVE, target={"torchrun": 'entrypoint = "serve.py"'})
+    d = assert_fires(check_spec, bad, "P110", "tp = 16", target="torch")
+    assert "replicate" in d.message
+    # vLLM replicates: no error for the same mesh
+    assert_quiet(check_spec, bad.replace('target torchrun {\n  entrypoint = "serve.py"\n}',
+                                         'target vllm {\n  model = "m"\n}'), "P110")
+    assert_quiet(check_spec, bad.replace("tp = 16", "tp = 8; dp = 2"), "P110")
+
+
+def test_p110_with_check_target_flag(check_spec):
+    text = spec(nodes=1, gpn=16, mesh="tp = 16", serve=SERVE)
+    assert_quiet(check_spec, text, "P110")
+    d = assert_fires(check_spec, text, "P110", "tp = 16", target="torch", targets=("torch",))
+    assert "torch" in d.message
+
+
+# ------------------------------------------------------------------------------ P109, P112, P113
+
+MOE = "from = mixtral_8x7b; seq_len = 4096"
+
+
+def test_p109_experts_not_divisible(check_spec):
+    bad = spec(MOE, nodes=4, mesh="dp = 16; tp = 2; ep = 16", schedule="micro_batch = 1; global_batch = 256",
+               train="zero = 1; sequence_parallel = true")
+    d = assert_fires(check_spec, bad, "P109", "ep = 16")
+    assert "8 experts" in d.message and "ep = 2, 4 or 8" in d.help
+    assert_quiet(check_spec, bad.replace("ep = 16", "ep = 8"), "P109")
+
+
+def test_p109_ep_without_experts(check_spec):
+    bad = spec(mesh="dp = 8; ep = 2")
+    assert_fires(check_spec, bad, "P109", "ep = 2")
+    assert_quiet(check_spec, spec(mesh="dp = 8"), "P109")
+
+
+def test_p112_expert_grid(check_spec):
+    bad = spec(MOE, nodes=1, mesh="dp = 4; tp = 2; ep = 8; etp = 2", schedule="micro_batch = 1; global_batch = 64",
+               train="zero = 1; sequence_parallel = true")
+    d = assert_fires(check_spec, bad, "P112", "ep = 8")
+    assert "ep · etp = 8 · 2 = 16" in d.message and "dp · cp · tp = 4 · 1 · 2 = 8" in d.message
+    assert "ep = 2 or 4 with etp = 2" in d.help
+    assert_quiet(check_spec, bad.replace("ep = 8", "ep = 4"), "P112")
+
+
+def test_p113_moe_ffn_etp(check_spec):
+    model = MOE + "; moe_ffn_hidden = 14002"
+    bad = spec(model, nodes=1, mesh="dp = 8; ep = 2; etp = 4", schedule="micro_batch = 1; global_batch = 64")
+    d = assert_fires(check_spec, bad, "P113", "etp = 4")
+    assert "14002" in d.message and "etp = 1 or 2" in d.help
+    assert_quiet(check_spec, bad.replace("moe_ffn_hidden = 14002", "moe_ffn_hidden = 14336"), "P113")
+
+
+# ------------------------------------------------------------------------------ P111
+
+def test_p111_hidden_heads(check_spec):
+    model = "layers = 8; hidden = 1000; heads = 16; ffn_hidden = 4096; vocab = 32000"
+    bad = spec(model, serve=SERVE)
+    d = assert_fires(check_spec, bad, "P111", "hidden = 1000")
+    assert "head_dim" in d.help
+    assert_quiet(check_spec, spec(model + "; head_dim = 64", serve=SERVE), "P111")
+
+
+# ------------------------------------------------------------------------------ P114, P115
+
+def test_p114_seq_len_cp(check_spec):
+    bad = spec("from = llama3_8b; seq_len = 8190", mesh="dp = 4; cp = 2", schedule="micro_batch = 1; global_batch = 64")
+    d = assert_fires(check_spec, bad, "P114", "seq_len = 8190")
+    assert "2 · cp = 4" in d.message and "8188" in d.help and "8192" in d.help
+    assert_quiet(check_spec, bad.replace("8190", "8192"), "P114")
+
+
+def test_p115_seq_len_tp_with_sp(check_spec):
+    bad = spec("from = llama3_8b; seq_len = 4100", mesh="dp = 1; tp = 8",
+               schedule="micro_batch = 1; global_batch = 8", train="zero = 1; sequence_parallel = true")
+    d = assert_fires(check_spec, bad, "P115", "seq_len = 4100")
+    assert "4096" in d.help and "First dimension" in d.message
+    assert_quiet(check_spec, bad.replace("4100", "4096"), "P115")
+    assert_quiet(check_spec, bad.replace("sequence_parallel = true", "sequence_parallel = false"), "P115")
+
+
+def test_p115_counts_cp(check_spec):
+    bad = spec("from = llama3_8b; seq_len = 8196", mesh="cp = 2; tp = 4",
+               schedule="micro_batch = 1; global_batch = 8", train="zero = 1; sequence_parallel = true")
+    d = assert_fires(check_spec, bad, "P115", "seq_len = 8196")
+    assert "seq_len / cp = 8196 / 2 = 4098" in d.message
+    assert_quiet(check_spec, bad.replace("8196", "8192"), "P115")
