@@ -265,27 +265,28 @@ def lint_files(files: Sequence[str], *, select=None, ignore=None, targets: Seque
             seen.add(k)
             raw.append(d)
 
-    for f, text in texts.items():
-        fragment = _is_fragment(f, text, imported)
-        if fragment:
-            from .compiler.parse import parse_text
+    from .compiler.parse import parse_text, shared_parses
 
-            try:
-                parse_text(text, f)
-            except ParcError as e:
-                keep(e.diagnostic)
-        else:
-            with linting(sources):
-                r = check_file(f, targets, root=root, text=text)
-            sources.update(r.sources)
-            clean = r.plan is not None and not r.errors
-            for name in r.sources:
-                judged[name] = judged.get(name, True) and clean
-            for d in r.diagnostics:
-                d.target = None if d.code.startswith("P55") else d.target
+    with shared_parses():
+        for f, text in texts.items():
+            fragment = _is_fragment(f, text, imported)
+            if fragment:
+                try:
+                    parse_text(text, f)
+                except ParcError as e:
+                    keep(e.diagnostic)
+            else:
+                with linting(sources):
+                    r = check_file(f, targets, root=root, text=text)
+                sources.update(r.sources)
+                clean = r.plan is not None and not r.errors
+                for name in r.sources:
+                    judged[name] = judged.get(name, True) and clean
+                for d in r.diagnostics:
+                    d.target = None if d.code.startswith("P55") else d.target
+                    keep(d)
+            for d in text_checks(f, text):
                 keep(d)
-        for d in text_checks(f, text):
-            keep(d)
 
     by_file: dict[str, list[Diagnostic]] = {}
     for d in raw:

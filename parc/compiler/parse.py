@@ -11,6 +11,8 @@ import hashlib
 import os
 import re
 import tempfile
+from contextlib import contextmanager
+from contextvars import ContextVar
 from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
@@ -314,8 +316,33 @@ def _syntax_diag(file: str, text: str, exc) -> Diagnostic:
     return Diagnostic("P001", ERROR, f"cannot parse this file: {exc}", Span(file, line, col, line, col + 1))
 
 
+_SHARED: ContextVar[dict | None] = ContextVar("parc_shared_parses", default=None)
+
+
+@contextmanager
+def shared_parses():
+    """Within this block the same text of the same file is parsed once: ``parc lint`` parses
+    each file for the checks and again for the layout check, and shared files once per importer.
+    The syntax tree is read-only to every consumer, so sharing it is safe."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
 def parse_text(text: str, file: str = "<input>") -> S.Document:
     """Parse ``text``; raise :class:`ParcError` with a ``P001``/``P002`` diagnostic on a syntax error."""
+    memo = _SHARED.get()
+    if memo is None:
+        return _parse_text(text, file)
+    doc = memo.get((file, text))
+    if doc is None:
+        doc = memo[(file, text)] = _parse_text(text, file)
+    return doc
+
+
+def _parse_text(text: str, file: str) -> S.Document:
     import lark
 
     parser = get_parser()

@@ -165,7 +165,7 @@ def text_checks(file: str, text: str) -> list[Diagnostic]:
     if fmt is None:
         return out
     try:
-        new = fmt(text)
+        new = fmt(text, file)
     except Exception:  # a file that does not parse is reported by the checks, not here
         return out
     if isinstance(new, tuple):
