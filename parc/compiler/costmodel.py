@@ -418,7 +418,7 @@ def _train_state(plan) -> StateBytes:
 def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp: bool = False,
                                recompute: str = "none", cp: int = 1, ffn: int | None = None,
                                mlp: str = "gelu", kv_heads: int | None = None, head_dim: int | None = None,
-                               moe: tuple[int, int, int, int] | None = None) -> float:
+                               moe: tuple[int, int, int, int] | None = None, flash: bool = False) -> float:
     """Activation bytes one transformer layer stores for one microbatch on one GPU, in 16-bit
     precision (Korthikanti et al. 2022, arXiv:2205.05198, §4 and Table 2):
 
@@ -437,7 +437,8 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp
     generalisation). Beyond the paper: GQA shrinks K and V to kv_heads·head_dim, SwiGLU stores
     6·ffn/h (gate, up and their product), context parallelism divides s by cp, and a MoE layer
     (``moe = (top_k, moe_ffn, etp, shared)``) stores each token's routed copy (2h per top-k) and
-    its experts' inner activations.
+    its experts' inner activations. ``flash = True`` drops the stored s×s scores (5as²b) as flash
+    attention does, which never materialises them; selective recompute then saves nothing more.
     """
     s = s / cp
     d = head_dim or h // a
@@ -455,20 +456,23 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp
     else:
         mlp_part = inner * s * b * ffn
     parallel = attn + mlp_part
-    scores = 0.0 if recompute == "selective" else 5 * a * s * s * b
+    scores = 0.0 if (recompute == "selective" or flash) else 5 * a * s * s * b
     if sp:
         return (replicated + parallel + scores) / t
     return replicated + (parallel + scores) / t
 
 
 def layer_activation_bytes(plan, moe: bool = False) -> float:
-    """:func:`activation_bytes_per_layer` for the plan's model, micro_batch and train settings."""
+    """:func:`activation_bytes_per_layer` for the plan's model, micro_batch and train settings,
+    with flash attention: every runtime parc targets (Megatron-LM with Transformer Engine,
+    torch's scaled_dot_product_attention) uses it, and Megatron-LM's own estimator
+    (``theoretical_memory_usage.py``) leaves the s² term out likewise."""
     m, mesh, tr = plan.model, plan.mesh, plan.train
     return activation_bytes_per_layer(
         m.seq_len, plan.schedule.micro_batch, m.hidden, m.heads, t=mesh.tp,
         sp=bool(tr and tr.sequence_parallel and mesh.tp > 1), recompute=tr.recompute if tr else "none",
         cp=mesh.cp, ffn=m.ffn_hidden, mlp=m.mlp, kv_heads=m.kv_heads, head_dim=head_dim(m),
-        moe=(m.top_k or 1, m.moe_ffn_hidden, mesh.etp, m.shared_experts) if moe else None)
+        moe=(m.top_k or 1, m.moe_ffn_hidden, mesh.etp, m.shared_experts) if moe else None, flash=True)
 
 
 def inflight_microbatches(pipeline: str, p: int, m: int, v: int = 1, stage: int = 0) -> float:
@@ -779,13 +783,15 @@ def _links(plan) -> tuple[dict, dict, bool]:
 _LAST: list = []   # (plan, efficiency, estimate) of the latest call: rules and explain share it
 
 
-def estimate(plan, efficiency: float = DEFAULT_EFFICIENCY) -> Estimate:
-    """Everything ``parc explain`` shows for a plan that checks; pure in the plan (the last result
-    is reused when called again with the same plan object)."""
-    if _LAST and _LAST[0][0] is plan and _LAST[0][1] == efficiency:
+def estimate(plan, efficiency: float = DEFAULT_EFFICIENCY, cache: bool = True) -> Estimate:
+    """Everything ``parc explain`` shows for a plan that checks; pure in the plan. With ``cache``
+    the latest result is reused when called again with the same plan object (the P4 rules and
+    ``parc explain`` share one estimate); the plan must not be changed in between."""
+    if cache and _LAST and _LAST[0][0] is plan and _LAST[0][1] == efficiency:
         return _LAST[0][2]
     est = _estimate(plan, efficiency)
-    _LAST[:] = [(plan, efficiency, est)]
+    if cache:
+        _LAST[:] = [(plan, efficiency, est)]
     return est
 
 

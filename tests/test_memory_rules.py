@@ -1,0 +1,167 @@
+"""P4 memory rules: one spec that triggers each, and its valid twin."""
+from __future__ import annotations
+
+import pytest
+
+from parc.compiler import costmodel as cm
+
+
+def p4(r):
+    return [d for d in r.diagnostics if d.code.startswith("P4")]
+
+
+def only(r, code):
+    got = p4(r)
+    assert [d.code for d in got] == [code], [(d.code, d.message) for d in got]
+    return got[0]
+
+
+def line_of(text: str, needle: str) -> int:
+    import textwrap
+
+    lines = textwrap.dedent(text).lstrip("\n").splitlines()
+    return next(i for i, ln in enumerate(lines, 1) if needle in ln)
+
+
+TRAIN_8B = '''
+model "m" { from = llama3_8b }
+cluster "c" {
+  nodes = 1
+  gpus_per_node = 8
+  gpu = h100_sxm
+  intra_node = nvlink(450GB/s)
+}
+mesh { dp = 8 }
+schedule {
+  micro_batch = 1
+  global_batch = 64
+}
+train {
+  zero = ZERO
+}
+'''
+
+
+def test_p401_training_memory(check_spec):
+    text = TRAIN_8B.replace("ZERO", "0")
+    d = only(check_spec(text), "P401")
+    assert d.severity == "error"
+    assert d.span.line == line_of(text, "zero =")
+    assert "weights" in d.message and "optimizer" in d.message and "activations" in d.message
+    assert "`zero = 2`" in d.help                  # zero 1 is not enough; 2 is the first that fits
+    assert "`zero = 1`" not in d.help
+    assert "`tp = 4` with dp = 2" in d.help       # the smallest tp that fits
+    assert "`tp = 2`" not in d.help
+
+
+def test_p401_twin_fits(check_spec):
+    r = check_spec(TRAIN_8B.replace("ZERO", "3"))
+    assert p4(r) == [] and r.ok
+
+
+def test_p401_scale_out_when_nothing_fits(check_spec):
+    text = TRAIN_8B.replace("llama3_8b", "llama3_70b").replace("ZERO", "0")
+    d = only(check_spec(text), "P401")
+    assert d.span.line == line_of(text, "nodes =")
+    assert "fits on 4 nodes of 8 (32 GPUs" in d.help
+
+
+def headroom_spec(memory_gb: float) -> str:
+    return f'''
+model "m" {{ from = llama3_8b }}
+cluster "c" {{
+  nodes = 1
+  gpus_per_node = 8
+  gpu {{
+    memory = {memory_gb}GB
+    flops = 989TFLOPS
+  }}
+  intra_node = nvlink(450GB/s)
+}}
+mesh {{ dp = 8 }}
+schedule {{
+  micro_batch = 1
+  global_batch = 64
+}}
+train {{ zero = 3 }}
+'''
+
+
+def test_p405_headroom(check_spec):
+    need = cm.estimate(check_spec(headroom_spec(1000)).plan).memory.total
+    tight = round(need / 0.95 / 1e9, 1)          # 5% free
+    text = headroom_spec(tight)
+    d = only(check_spec(text), "P405")
+    assert d.severity == "warning"
+    assert d.span.line == line_of(text, "train {")
+    assert "5% free" in d.message
+    assert "recompute = full" in d.help
+    roomy = round(need / 0.8 / 1e9, 1)            # 20% free: the valid twin
+    assert p4(check_spec(headroom_spec(roomy))) == []
+    over = round(need / 1.05 / 1e9, 1)            # over capacity: P401, not also P405
+    only(check_spec(headroom_spec(over)), "P401")
+
+
+SERVE_70B = '''
+model "m" { from = llama3_70b }
+cluster "c" {
+  nodes = 1
+  gpus_per_node = GPUS
+  gpu = a100_sxm_80gb
+  intra_node = nvlink(300GB/s)
+}
+mesh { tp = TP }
+serve {
+  max_model_len = LEN
+  gpu_memory_utilization = 0.90
+  max_num_seqs = SEQS
+}
+'''
+
+
+def serve(gpus=4, tp=4, length=8192, seqs=32):
+    return (SERVE_70B.replace("GPUS", str(gpus)).replace("TP", str(tp)).replace("LEN", str(length))
+            .replace("SEQS", str(seqs)))
+
+
+def test_p402_serving_weights(check_spec):
+    text = serve(gpus=1, tp=1, length=4096, seqs=8)
+    d = only(check_spec(text), "P402")
+    assert d.severity == "error"
+    assert d.span.line == line_of(text, "mesh {")
+    assert "141 GB" in d.message and "77.3 GB" in d.message
+    assert "`tp = 2`" in d.help and "needs 2 GPUs and the cluster has 1" in d.help
+    assert p4(check_spec(serve(gpus=2, tp=2, length=4096, seqs=8))) == []
+
+
+def test_p403_kv_too_small(check_spec):
+    text = serve(gpus=2, tp=2, length=65536, seqs=1)
+    r = check_spec(text)
+    d = only(r, "P403")
+    assert d.severity == "error"
+    assert d.span.line == line_of(text, "max_model_len")
+    e = cm.estimate(r.plan)
+    assert e.kv_bytes_per_token == 163_840 and e.kv_capacity_tokens < 65536
+    assert f"`max_model_len = {e.kv_capacity_tokens}`" in d.help
+    assert "`tp = 4`" in d.help
+    assert p4(check_spec(serve(gpus=2, tp=2, length=32768, seqs=1))) == []
+
+
+def test_p404_max_num_seqs(check_spec):
+    text = serve(seqs=64)
+    r = check_spec(text)
+    d = only(r, "P404")
+    assert d.severity == "warning"
+    assert d.span.line == line_of(text, "max_num_seqs")
+    fit = cm.estimate(r.plan).max_concurrent_seqs
+    assert fit == 62 and f"`max_num_seqs = {fit}`" in d.help
+    assert p4(check_spec(serve(seqs=62))) == []
+
+
+@pytest.mark.parametrize("code", ["P401", "P402", "P403", "P404", "P405"])
+def test_rules_have_docs(code):
+    from parc.compiler.rules import registry, rule_docs
+
+    assert code in registry()
+    assert rule_docs()[code]["doc"]
+    assert registry()[code].severity == rule_docs()[code].get("severity", "error")
