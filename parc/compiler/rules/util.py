@@ -147,6 +147,14 @@ def given(plan, path: str) -> bool:
     return True
 
 
+def at_given(plan, *paths: str):
+    """The span of the first of ``paths`` that the spec wrote itself, else of the last one."""
+    for p in paths:
+        if given(plan, p):
+            return plan.span(p)
+    return plan.span(paths[-1])
+
+
 def global_batches_for(plan, ok) -> list[int]:
     """Global batches near the current one whose microbatch count satisfies ``ok(m)``."""
     s, m = plan.schedule, plan.mesh

@@ -1,0 +1,125 @@
+"""P2xx batch and schedule rules: a spec that triggers each, and the same spec made valid."""
+from __future__ import annotations
+
+from test_rules_mesh import assert_fires, assert_quiet, spec
+
+L70 = "from = llama3_70b; seq_len = 4096"
+MEG = {"megatron": 'entrypoint = "pretrain_gpt.py"'}
+TORCH = {"torchrun": 'entrypoint = "train.py"'}
+
+
+def pipe(pipeline, gb, v=None, mb=1, target=None, mesh="pp = 4; dp = 2; tp = 8", nodes=8, model=L70):
+    sched = f"pipeline = {pipeline}; micro_batch = {mb}; global_batch = {gb}"
+    if v:
+        sched += f"; virtual_stages = {v}"
+    return spec(model, nodes=nodes, mesh=mesh, schedule=sched,
+                train="zero = 1; sequence_parallel = true; recompute = full", target=target)
+
+
+def test_p201_global_batch(check_spec):
+    bad = spec(mesh="dp = 8", schedule="micro_batch = 2; global_batch = 100", train="zero = 3")
+    d = assert_fires(check_spec, bad, "P201", "global_batch = 100")
+    assert "micro_batch · dp = 2 · 8 = 16" in d.message
+    assert "96 or 112" in d.help
+    assert_quiet(check_spec, bad.replace("global_batch = 100", "global_batch = 96"), "P201")
+
+
+def test_p201_names_derived_dp_and_micro_batch_alternative(check_spec):
+    bad = spec(nodes=2, mesh="dp = auto; tp = 4", schedule="micro_batch = 4; global_batch = 24")
+    d = assert_fires(check_spec, bad, "P201", "global_batch = 24")
+    assert "dp = world / (pp·cp·tp) = 16 / (1·1·4) = 4" in d.message
+    assert "micro_batch = 2" in d.help or "micro_batch = 3" in d.help
+    assert_quiet(check_spec, bad.replace("micro_batch = 4", "micro_batch = 2"), "P201")
+
+
+def test_p202_microbatches_below_pp(check_spec):
+    bad = pipe("1f1b", 4)
+    d = assert_fires(check_spec, bad, "P202", "global_batch = 4")
+    assert "at least 4 microbatches" in d.message and "12 / (1 · 2)" not in d.message
+    assert "global_batch = 4 / (1 · 2) = 2" in d.message.replace("global_batch / (micro_batch · dp) = ", "global_batch = ")
+    assert_quiet(check_spec, pipe("1f1b", 64), "P202")
+
+
+def test_p203_megatron_interleaved_remainder(check_spec):
+    bad = pipe("interleaved_1f1b", 12, v=2, target=MEG)
+    d = assert_fires(check_spec, bad, "P203", "global_batch = 12", target="megatron")
+    assert "6 % 4 = 2" in d.message and "global_batch = 8, 16 or 24" in d.help
+    assert_quiet(check_spec, pipe("interleaved_1f1b", 16, v=2, target=MEG), "P203")
+    # the torch runtime accepts 6 microbatches over pp = 4 (one round), and so does a plan without a target
+    assert_quiet(check_spec, pipe("interleaved_1f1b", 12, v=2, target=TORCH), "P203")
+
+
+def test_p203_megatron_needs_pp_microbatches(check_spec):
+    bad = pipe("interleaved_1f1b", 6, v=2, target=MEG)
+    d = assert_fires(check_spec, bad, "P203", "global_batch = 6", target="megatron")
+    assert "at least pp = 4" in d.message
+
+
+def test_p204_virtual_stages_without_pp(check_spec):
+    bad = spec(mesh="dp = 8", schedule="pipeline = interleaved_1f1b; virtual_stages = 2; micro_batch = 1; "
+                                      "global_batch = 64", train="zero = 3")
+    assert_fires(check_spec, bad, "P204", "virtual_stages = 2")
+    r = check_spec(bad)
+    assert {d.code[:2] for d in r.errors} == {"P2"}
+    assert_quiet(check_spec, spec(mesh="dp = 8", schedule="micro_batch = 1; global_batch = 64", train="zero = 3"),
+                 "P204")
+
+
+def test_p205_torch_rounds(check_spec):
+    # 10 microbatches over pp = 4: 2 rounds, 10 % 2 == 0 passes; 9 over pp = 4: 2 rounds, 9 % 2 fails
+    bad = pipe("interleaved_1f1b", 18, v=2, target=TORCH)
+    d = assert_fires(check_spec, bad, "P205", "global_batch = 18", target="torch")
+    assert "2 rounds" in d.message
+    assert_quiet(check_spec, pipe("interleaved_1f1b", 20, v=2, target=TORCH), "P205")
+
+
+def test_p206_single_stage_schedule_with_virtual_stages(check_spec):
+    bad = pipe("1f1b", 64, v=2)
+    assert_fires(check_spec, bad, "P206", "pipeline = 1f1b")
+    assert_quiet(check_spec, pipe("interleaved_1f1b", 64, v=2), "P206")
+
+
+def test_p206_interleaved_without_virtual_stages(check_spec):
+    bad = pipe("interleaved_1f1b", 64)
+    d = assert_fires(check_spec, bad, "P206", "pipeline = interleaved_1f1b")
+    assert "virtual_stages = 2" in d.help
+
+
+def test_p207_dualpipe_v(check_spec):
+    bad = pipe("dualpipe_v", 12, v=2)
+    d = assert_fires(check_spec, bad, "P207", "global_batch = 12")
+    assert "2·pp = 8" in d.message
+    assert_quiet(check_spec, pipe("dualpipe_v", 16, v=2), "P207")
+    d = assert_fires(check_spec, pipe("dualpipe_v", 16), "P207", "pipeline = dualpipe_v")
+    assert "virtual_stages = 2" in d.help
+
+
+def test_p208_zero_bubble(check_spec):
+    d = assert_fires(check_spec, pipe("zero_bubble", 64), "P208", "pipeline = zero_bubble")
+    assert "virtual_stages" in d.message
+    assert_quiet(check_spec, pipe("zero_bubble", 64, v=2), "P208")
+    # with 4 virtual stages it is InterleavedZeroBubble and needs whole rounds: 18 microbatches, 4 rounds
+    model = "from = llama3_70b; seq_len = 4096"
+    bad = pipe("zero_bubble", 36, v=4, mesh="pp = 4; dp = 2; tp = 8", model=model)
+    assert_fires(check_spec, bad, "P208", "global_batch = 36")
+    assert_quiet(check_spec, pipe("zero_bubble", 32, v=4, model=model), "P208")
+
+
+def test_p209_bubble_warning(check_spec):
+    bad = pipe("1f1b", 10)   # 5 microbatches over 4 stages: 3/8 idle
+    d = assert_fires(check_spec, bad, "P209", "global_batch = 10", severity="warning")
+    assert "38%" in d.message and "3/8" in d.message
+    assert "27 microbatches" in d.help and "global_batch = 54" in d.help
+    assert_quiet(check_spec, pipe("1f1b", 64), "P209")
+
+
+def test_p210_microbatches_mismatch(check_spec):
+    bad = spec(mesh="dp = 8", schedule="micro_batch = 1; global_batch = 64; microbatches = 4", train="zero = 3")
+    d = assert_fires(check_spec, bad, "P210", "microbatches = 4")
+    assert "64 / (1 · 8) = 8" in d.message and "global_batch = 32" in d.help
+    assert_quiet(check_spec, bad.replace("microbatches = 4", "microbatches = 8"), "P210")
+
+
+def test_serving_has_no_schedule_rules(check_spec):
+    r = check_spec(spec(L70, nodes=1, mesh="pp = 2; tp = 4", serve="max_model_len = 4096"))
+    assert not [d for d in r.diagnostics if d.code.startswith("P2")]
