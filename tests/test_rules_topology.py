@@ -1,0 +1,87 @@
+"""P3xx topology rules, read from the rank map: a spec that triggers each, and the same made valid."""
+from __future__ import annotations
+
+from test_rules_mesh import assert_fires, assert_quiet, spec
+
+L70 = "from = llama3_70b"
+SERVE = "max_model_len = 4096"
+
+
+def test_p301_tp_wider_than_a_node(check_spec):
+    bad = spec(L70, nodes=2, gpn=4, mesh="tp = 8", placement="tp on intra_node", serve=SERVE)
+    d = assert_fires(check_spec, bad, "P301", "tp on intra_node")
+    assert "spans 2 nodes of 4 GPUs" in d.message and "infiniband" in d.message
+    assert "tp = 4 inside each node with pp = 2" in d.help
+    assert_quiet(check_spec, bad.replace("tp = 8", "pp = 2\n  tp = 4"), "P301")
+
+
+def test_p301_tp_not_innermost(check_spec):
+    # tp listed first is outermost: its groups stride over dp and cross the node
+    bad = spec(L70, nodes=2, mesh="tp = 4; pp = 2; dp = 2", serve=SERVE)
+    d = assert_fires(check_spec, bad, "P301", "tp = 4")
+    assert "ranks 0, 4, 8, 12" in d.message
+    assert "order pp, dp, tp" in d.help
+    assert_quiet(check_spec, spec(L70, nodes=2, mesh="pp = 2; dp = 2; tp = 4", serve=SERVE), "P301")
+
+
+def test_p301_tp_placed_across_nodes_on_purpose(check_spec):
+    text = spec(L70, nodes=2, gpn=4, mesh="tp = 8", placement="tp on inter_node", serve=SERVE)
+    assert_quiet(check_spec, text, "P301")
+
+
+def test_p301_cp_pinned_to_a_node(check_spec):
+    text = spec("from = llama3_8b; seq_len = 131072", nodes=8, mesh="dp = auto; cp = 8; tp = 2",
+                placement="cp on intra_node", schedule="micro_batch = 1; global_batch = 32",
+                train="zero = 3; sequence_parallel = true; recompute = full")
+    d = assert_fires(check_spec, text, "P301", "cp on intra_node")
+    assert "CP groups" in d.message
+    assert_quiet(check_spec, text.replace("cp on intra_node", "cp on inter_node"), "P301")
+    # unpinned, a CP ring across nodes is a normal long-context layout
+    assert_quiet(check_spec, text.replace("placement {\n  cp on intra_node\n}\n", ""), "P301")
+
+
+def test_p302_idle_gpus(check_spec):
+    bad = spec(nodes=2, mesh="dp = 4; tp = 2", schedule="micro_batch = 1; global_batch = 64")
+    d = assert_fires(check_spec, bad, "P302", "dp = 4")
+    assert "8 would sit idle" in d.message and "dp = 8" in d.help
+    r = check_spec(bad)
+    assert {x.code[:2] for x in r.errors} == {"P3"}
+    assert_quiet(check_spec, bad.replace("dp = 4", "dp = 8"), "P302")
+
+
+def test_p303_tp_over_pcie(check_spec):
+    bad = spec(nodes=1, gpn=4, mesh="dp = 2; tp = 2", intra="pcie(32GB/s)",
+               schedule="micro_batch = 1; global_batch = 64", train="zero = 3")
+    d = assert_fires(check_spec, bad, "P303", "tp = 2", severity="warning")
+    assert "PCIe (32 GB/s" in d.message
+    assert_quiet(check_spec, bad.replace("pcie(32GB/s)", "nvlink(450GB/s)"), "P303")
+    served = spec(nodes=1, gpn=4, mesh="dp = 2; tp = 2", intra="pcie(32GB/s)", serve=SERVE)
+    assert_fires(check_spec, served, "P303", "tp = 2", severity="note")
+
+
+def test_p304_pp_pinned_inside_a_node_that_cannot_hold_it(check_spec):
+    bad = spec(L70, nodes=2, mesh="pp = 2; tp = 8", placement="tp on intra_node; pp on intra_node", serve=SERVE)
+    d = assert_fires(check_spec, bad, "P304", "pp on intra_node")
+    assert "span 2 nodes" in d.message
+    assert_quiet(check_spec, bad.replace("pp on intra_node", "pp on inter_node"), "P304")
+
+
+def test_p304_inter_node_that_stays_inside(check_spec):
+    bad = spec(L70, nodes=2, mesh="pp = 2; dp = 2; tp = 4", placement="dp on inter_node", serve=SERVE)
+    d = assert_fires(check_spec, bad, "P304", "dp on inter_node")
+    assert "stays inside one node" in d.message
+    assert "order dp, pp, tp" in d.help
+    assert_quiet(check_spec, bad.replace("pp = 2; dp = 2; tp = 4".replace("; ", "\n  "),
+                                         "dp = 2\n  pp = 2\n  tp = 4"), "P304")
+
+
+def test_p304_single_node(check_spec):
+    bad = spec(mesh="pp = 2; tp = 4", placement="pp on inter_node", serve=SERVE)
+    d = assert_fires(check_spec, bad, "P304", "pp on inter_node")
+    assert "single node" in d.message
+
+
+def test_p301_and_p304_one_error_for_one_order_mistake(check_spec):
+    text = spec(L70, nodes=2, mesh="tp = 4; pp = 2; dp = 2", placement="pp on inter_node", serve=SERVE)
+    r = check_spec(text)
+    assert [d.code for d in r.errors] == ["P301"]
