@@ -1,0 +1,174 @@
+"""What every backend shares: the emitted file, shell variables in commands, the plan's JSON,
+names derived from the plan, the environment the links call for, and the settings checks."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+from ..compiler.rules import rule
+
+MESH_AXES = ("pp", "dp", "cp", "tp")
+
+
+@dataclass(frozen=True, slots=True)
+class File:
+    """One emitted file: its path relative to the output folder, its text, and whether it runs."""
+
+    path: str
+    text: str
+    executable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    """A shell variable used as one word of a command (rendered as ``"${name}"``)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cat:
+    """One shell word made of parts, each quoted on its own: ``Cat((Var("addr"), ":6379"))``."""
+
+    parts: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Env:
+    """An exported variable; ``default`` keeps a value the user's environment already sets."""
+
+    name: str
+    value: str
+    comment: str = ""
+    default: bool = True
+
+
+@dataclass(slots=True)
+class Launch:
+    """A command line grouped for reading: each entry of ``lines`` is printed on its own line."""
+
+    program: list            # the launcher words, e.g. [Var("TORCHRUN")] or ["vllm", "serve", model]
+    lines: list[list] = field(default_factory=list)
+
+    def add(self, *words) -> "Launch":
+        self.lines.append(list(words))
+        return self
+
+    def argv(self) -> list:
+        out = list(self.program)
+        for ln in self.lines:
+            out.extend(ln)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+def settings(plan, name: str) -> dict:
+    t = plan.targets.get(name)
+    return dict(t.settings) if t is not None else {}
+
+
+def spec_name(plan) -> str:
+    return os.path.basename(plan.file)
+
+
+def plan_json(plan) -> str:
+    """The resolved plan as ``plan.json``: ``Plan.to_dict()``, keys sorted, two-space indent."""
+    return json.dumps(plan.to_dict(), indent=2, sort_keys=True, ensure_ascii=True) + "\n"
+
+
+def plan_id(plan) -> str:
+    """A short, stable id of the plan's content (the rendezvous id shared by all nodes)."""
+    return hashlib.sha256(plan_json(plan).encode()).hexdigest()[:12]
+
+
+def mesh_text(plan) -> str:
+    m = plan.mesh
+    s = " x ".join(f"{ax}={m.size(ax)}" for ax in m.order)
+    if plan.model.is_moe:
+        s += f" (ep={m.ep}, etp={m.etp})"
+    return s
+
+
+def order_over(plan, sizes=None) -> list[str]:
+    """The mesh order restricted to the axes of size > 1 (size-1 axes place no ranks)."""
+    m = plan.mesh
+    return [ax for ax in m.order if (sizes or {}).get(ax, m.size(ax)) > 1]
+
+
+def dns_label(text: str, limit: int = 40) -> str:
+    """A DNS-1123 label made from ``text`` (lowercase letters, digits and '-')."""
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:limit].strip("-")
+    return s or "parc"
+
+
+def nccl_env(plan) -> list[Env]:
+    """NCCL settings the links call for; a value already in the environment wins.
+
+    Nodes linked by Ethernet have no InfiniBand for NCCL to probe (NCCL_IB_DISABLE=1); from
+    100 Gb/s on, NCCL's guide suggests 4 socket threads with 4 sockets each to fill the link
+    (NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD; their product must stay at most 64)."""
+    cl = plan.cluster
+    out: list[Env] = []
+    if cl.nodes > 1 and cl.inter_node is not None and cl.inter_node.kind == "ethernet":
+        out.append(Env("NCCL_IB_DISABLE", "1", "nodes are linked by Ethernet: NCCL uses TCP sockets"))
+        if cl.inter_node.bandwidth >= 100e9 / 8:
+            out.append(Env("NCCL_SOCKET_NTHREADS", "4", "100 Gb/s or more over sockets: 4 threads x 4 sockets"))
+            out.append(Env("NCCL_NSOCKS_PERTHREAD", "4"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings every launch needs. Slurm and Kubernetes run the torchrun launch, so they take the
+# entry point and arguments of the spec's `target torchrun` block when they have none of their own.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "torchrun": ("entrypoint",),
+    "slurm": ("entrypoint",),
+    "kubernetes": ("entrypoint", "image"),
+    "vllm": ("model",),
+}
+INHERIT = {"slurm": "torchrun", "kubernetes": "torchrun"}
+
+
+def effective_settings(plan, name: str) -> dict:
+    own = settings(plan, name)
+    parent = INHERIT.get(name)
+    if parent is not None and "entrypoint" not in own:
+        p = settings(plan, parent)
+        for k in ("entrypoint", "args"):
+            if k in p and k not in own:
+                own[k] = p[k]
+    return own
+
+
+_EXAMPLE = {"entrypoint": '"train.py"', "image": '"nvcr.io/nvidia/pytorch:25.01-py3"',
+            "model": '"meta-llama/Meta-Llama-3-8B-Instruct"'}
+
+
+@rule("P650", "target-setting-missing", targets=tuple(REQUIRED))
+def target_setting_missing(plan, c):
+    if c.target == "vllm" and plan.mode != "serve":
+        return  # P601 says it
+    have = effective_settings(plan, c.target)
+    for key in REQUIRED[c.target]:
+        if key in have:
+            continue
+        where = "target." + c.target
+        extra = (" (or in `target torchrun`)" if c.target in INHERIT and key == "entrypoint" else "")
+        c.report(c.at(where), f"target {c.target} needs `{key}`",
+                 help=f"add `{key} = {_EXAMPLE[key]}` to `target {c.target} {{ ... }}`{extra}")
+
+
+# Rank orders the targets can lay out; each backend registers its own checker here:
+# fn(plan) -> None when the mesh order is expressible, else (message, help).
+ORDER_CHECKS: dict = {}
+
+
+@rule("P653", "target-rank-order", targets=("megatron", "vllm"))
+def target_rank_order(plan, c):
+    fn = ORDER_CHECKS.get(c.target)
+    found = fn(plan) if fn else None
+    if found:
+        c.report(c.at("mesh"), found[0], help=found[1])
