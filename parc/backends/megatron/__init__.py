@@ -1,0 +1,233 @@
+"""Megatron-LM: ``pretrain_gpt.py`` (or the spec's entry point) under the torchrun launch, with
+the argument list that gives Megatron-LM the plan's model, mesh, schedule and training setup.
+
+Flag names follow Megatron-LM core 0.20.0 (peer-rules.md section 2.1). What Megatron derives
+from these arguments equals the plan: ``dp = world / (tp·pp·cp)`` and
+``microbatches = global_batch / (micro_batch · dp)``.
+
+Rank order: Megatron lays ranks out as ``tp-cp-ep-dp-pp`` (tp innermost, pp outermost), or
+``tp-cp-ep-pp-dp`` with ``--use-tp-pp-dp-mapping``; parc's mesh orders ``pp, dp, cp, tp`` and
+``dp, pp, cp, tp`` are those two. Any other order of the axes larger than 1 is an error (P653).
+"""
+from __future__ import annotations
+
+from ...compiler.rules import rule
+from ..base import ORDER_CHECKS, Env, File, effective_settings, order_over
+from .. import torchrun
+
+TARGET = "megatron"
+DEFAULT_ENTRYPOINT = "pretrain_gpt.py"
+ORDERS = {("pp", "dp", "cp", "tp"): None, ("dp", "pp", "cp", "tp"): "--use-tp-pp-dp-mapping"}
+SCHEDULES = ("1f1b", "interleaved_1f1b")
+
+
+def mapping(plan) -> tuple[bool, str | None]:
+    """(expressible, flag): whether Megatron can lay ranks out in the plan's order, and how."""
+    big = order_over(plan)
+    for canon, flag in ORDERS.items():
+        if big == [ax for ax in canon if plan.mesh.size(ax) > 1]:
+            return True, flag
+    return False, None
+
+
+def vocab_divisor(vocab: int, tp: int) -> int:
+    """--make-vocab-size-divisible-by: the largest power of two up to Megatron's default 128 for
+    which vocab is already a multiple of (divisor · tp), so Megatron pads nothing and the model
+    has exactly the plan's shape; 128 (Megatron pads) when vocab is not a multiple of tp."""
+    d = 128
+    while d >= 1:
+        if vocab % (d * tp) == 0:
+            return d
+        d //= 2
+    return 128
+
+
+def layer_flags(plan) -> list[list]:
+    """Virtual stages and the layer split: nothing for an even split, first/last-stage layer
+    counts when only the first and last pipeline ranks differ, else an explicit layout."""
+    pp, v = plan.mesh.pp, plan.schedule.virtual_stages
+    layers = plan.placement.layers
+    if pp == 1:
+        return []
+    vflag = [["--num-virtual-stages-per-pipeline-rank", v]] if v > 1 else []
+    if not layers or len(set(layers)) == 1:
+        return vflag
+    # loop placement: virtual stage s lives on pipeline rank s % pp
+    chunks = [[layers[c * pp + r] for c in range(v)] for r in range(pp)]
+    totals = [sum(ch) for ch in chunks]
+    middle = totals[1:-1]
+    if (all(len(set(ch)) == 1 for ch in chunks) and len(set(middle)) <= 1 and min(totals) > 0):
+        return [["--decoder-first-pipeline-num-layers", totals[0]],
+                ["--decoder-last-pipeline-num-layers", totals[-1]]] + vflag
+    stages = []
+    for s, n in enumerate(layers):
+        stages.append(("E" if s == 0 else "") + "t" * n + ("L" if s == len(layers) - 1 else ""))
+    return [["--pipeline-model-parallel-layout", "|".join(stages)]]
+
+
+def moe_layer_freq(m) -> str:
+    """parc's layer i is MoE when (i+1) % moe_every == 0; Megatron's list gives 1 for MoE layers."""
+    bits = ["1" if (i + 1) % m.moe_every == 0 else "0" for i in range(m.layers)]
+    if m.layers % m.moe_every == 0:
+        return "([0]*%d+[1])*%d" % (m.moe_every - 1, m.layers // m.moe_every)
+    return "[" + ",".join(bits) + "]"
+
+
+def arg_lines(plan) -> list[list]:
+    m, me, sc, tr = plan.model, plan.mesh, plan.schedule, plan.train
+    out: list[list] = []
+    a = out.append
+    # parallelism
+    a(["--tensor-model-parallel-size", me.tp])
+    a(["--pipeline-model-parallel-size", me.pp])
+    a(["--context-parallel-size", me.cp])
+    _, flag = mapping(plan)
+    if flag:
+        a([flag])
+    if tr.sequence_parallel and me.tp > 1:
+        a(["--sequence-parallel"])
+    out.extend(layer_flags(plan))
+    if m.is_moe:
+        a(["--expert-model-parallel-size", me.ep])
+        a(["--expert-tensor-parallel-size", me.etp])
+    # model shape
+    a(["--num-layers", m.layers])
+    a(["--hidden-size", m.hidden])
+    a(["--ffn-hidden-size", m.ffn_hidden])
+    a(["--num-attention-heads", m.heads])
+    if m.kv_heads != m.heads:
+        a(["--group-query-attention"])
+        a(["--num-query-groups", m.kv_heads])
+    if m.head_dim and m.head_dim * m.heads != m.hidden:
+        a(["--kv-channels", m.head_dim])
+    a(["--seq-length", m.seq_len])
+    a(["--max-position-embeddings", m.seq_len])
+    a(["--vocab-size", m.vocab])
+    a(["--make-vocab-size-divisible-by", vocab_divisor(m.vocab, me.tp)])
+    if m.mlp == "swiglu":
+        a(["--swiglu"])
+    a(["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"])
+    a(["--position-embedding-type", "rope" if m.position == "rope" else "learned_absolute"])
+    if not m.bias:
+        a(["--disable-bias-linear"])
+    if not m.tied_embeddings:
+        a(["--untie-embeddings-and-output-weights"])
+    if m.is_moe:
+        a(["--num-experts", m.experts])
+        a(["--moe-router-topk", m.top_k])
+        a(["--moe-ffn-hidden-size", m.moe_ffn_hidden])
+        if m.shared_experts:
+            a(["--moe-shared-expert-intermediate-size", m.shared_experts * m.moe_ffn_hidden])
+        if m.moe_every > 1:
+            a(["--moe-layer-freq", moe_layer_freq(m)])
+        if me.ep > 1:
+            a(["--moe-token-dispatcher-type", "alltoall"])
+    # batch
+    a(["--micro-batch-size", sc.micro_batch])
+    a(["--global-batch-size", sc.global_batch])
+    # optimizer and precision
+    a(["--optimizer", "sgd" if tr.optimizer == "sgd" else "adam"])
+    if tr.zero >= 1:
+        a(["--use-distributed-optimizer"])
+    if tr.zero >= 3:
+        a(["--use-megatron-fsdp"])
+        a(["--data-parallel-sharding-strategy", "optim_grads_params"])
+    if tr.precision in ("bf16", "fp8"):
+        a(["--bf16"])
+    elif tr.precision == "fp16":
+        a(["--fp16"])
+    if tr.precision == "fp8":
+        a(["--fp8-format", "hybrid"])
+    if tr.main_grads == "bf16" or tr.optimizer_state == "bf16":
+        a(["--use-precision-aware-optimizer"])
+        if tr.main_grads == "bf16":
+            a(["--main-grads-dtype", "bf16"])
+        if tr.optimizer_state == "bf16":
+            a(["--exp-avg-dtype", "bf16"])
+            a(["--exp-avg-sq-dtype", "bf16"])
+    if tr.recompute == "selective":
+        a(["--recompute-activations"])
+    elif tr.recompute == "full":
+        a(["--recompute-granularity", "full"])
+        a(["--recompute-method", "uniform"])
+        a(["--recompute-num-layers", 1])
+    a(["--transformer-impl", "transformer_engine"])
+    return out
+
+
+def group_args(args) -> list[list]:
+    """Extra arguments grouped for reading: an option and the values after it on one line."""
+    out: list[list] = []
+    for x in args or []:
+        if out and not str(x).startswith("-") and out[-1] and str(out[-1][0]).startswith("-"):
+            out[-1].append(x)
+        else:
+            out.append([x])
+    return out
+
+
+def build(plan) -> list[File]:
+    s = effective_settings(plan, TARGET)
+    env = []
+    if plan.mesh.tp > 1 or plan.mesh.cp > 1:
+        env.append(Env("CUDA_DEVICE_MAX_CONNECTIONS", "1",
+                       "Megatron-LM's tensor and context parallelism need one CUDA work queue "
+                       "(in order kernel launch for comm/compute overlap)", default=False))
+    lines = arg_lines(plan) + group_args(s.get("extra_args"))
+    return torchrun.node_files(plan, entrypoint=s.get("entrypoint", DEFAULT_ENTRYPOINT), arg_lines=lines,
+                               env=env)
+
+
+# --- checks Megatron-LM makes that parc makes before launch -----------------------------------
+@rule("P651", "megatron-trains-only", targets=(TARGET,))
+def trains_only(plan, c):
+    if plan.mode != "train":
+        c.report(c.at("target.megatron"), "Megatron-LM's pretrain scripts train; this spec serves (it has a "
+                 "`serve` block)", help="use `target vllm` to serve, or replace `serve` with `train`")
+
+
+@rule("P652", "megatron-schedule", targets=(TARGET,))
+def schedule(plan, c):
+    if plan.mode == "train" and plan.mesh.pp > 1 and plan.schedule.pipeline not in SCHEDULES:
+        c.report(c.at("schedule.pipeline"),
+                 f"Megatron-LM has no `{plan.schedule.pipeline}` pipeline schedule",
+                 help="use `pipeline = 1f1b`, or `interleaved_1f1b` with `virtual_stages`")
+
+
+def rank_order(plan):
+    if plan.mode != "train":
+        return None
+    ok, _ = mapping(plan)
+    if not ok:
+        return (f"Megatron-LM cannot lay ranks out in the order {', '.join(order_over(plan))}: it keeps cp and "
+                "tp innermost (tp last) and pp and dp outside them",
+                "order the mesh `pp, dp, cp, tp` (Megatron's default) or `dp, pp, cp, tp` (--use-tp-pp-dp-mapping)")
+    return None
+
+
+ORDER_CHECKS[TARGET] = rank_order
+
+
+@rule("P654", "megatron-expert-dp", targets=(TARGET,))
+def expert_dp(plan, c):
+    if plan.mode != "train":
+        return
+    me = plan.mesh
+    _, flag = mapping(plan)
+    if flag and me.pp > 1 and plan.model.is_moe:
+        edp = me.dp * me.cp * me.tp // (me.ep * me.etp)
+        if edp != me.dp:
+            c.report(c.at("mesh.ep", "mesh"),
+                     f"with dp outside pp (--use-tp-pp-dp-mapping) Megatron-LM needs the experts' data-parallel "
+                     f"size (dp·cp·tp / (ep·etp) = {edp}) to equal dp = {me.dp}",
+                     help="order the mesh `pp, dp, cp, tp`, or choose ep·etp = cp·tp")
+
+
+@rule("P655", "megatron-moe-bias", targets=(TARGET,))
+def moe_bias(plan, c):
+    if plan.mode != "train":
+        return
+    m, me = plan.model, plan.mesh
+    if m.is_moe and m.bias and me.etp > 1:
+        c.report(c.at("mesh.etp", "model.bias"), f"Megatron-LM supports biases in MoE layers only with "
+                 f"etp = 1 (here etp = {me.etp})", help="set `etp = 1`, or `bias = false` in the model")
