@@ -1,0 +1,210 @@
+"""vLLM: ``vllm serve`` for one node, and the complete per-node commands for several.
+
+Several nodes are started in one of three ways:
+
+* ``executor = ray``: node 0 starts the Ray head and then ``vllm serve`` with
+  ``--distributed-executor-backend ray``; every other node joins the head with ``ray start``;
+* a replica (tp·pp·cp GPUs) larger than a node: the multiprocessing backend, every node runs
+  ``vllm serve`` with ``--nnodes``/``--node-rank``/``--master-addr``/``--master-port`` and all but
+  node 0 are ``--headless``;
+* replicas that fit in a node, data parallelism across nodes: ``--data-parallel-size-local``
+  replicas per node, ``--data-parallel-start-rank`` and ``--data-parallel-address`` on every
+  node, all but node 0 ``--headless``.
+
+vLLM lays ranks out as (dp, pp, pcp, tp), tp innermost (peer-rules.md section 3); parc's cp is
+vLLM's prefill context parallelism (``--prefill-context-parallel-size``, dp = 1 only); expert
+parallelism is ``--enable-expert-parallel`` with ep = dp·cp·tp.
+"""
+from __future__ import annotations
+
+from ...compiler.rules import rule
+from ..base import ORDER_CHECKS, Cat, Env, File, Var, effective_settings, mesh_text, nccl_env, order_over, plan_json, spec_name
+
+TARGET = "vllm"
+ORDER = ("dp", "pp", "cp", "tp")
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16"}
+KV_DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3",
+             "fp8_e5m2": "fp8_e5m2"}
+MASTER_PORT = 29501
+DP_RPC_PORT = 13345
+RAY_PORT = 6379
+
+
+def replica(plan) -> int:
+    me = plan.mesh
+    return me.tp * me.pp * me.cp
+
+
+def launch_mode(plan) -> str:
+    """single | ray | nnodes | dp (see the module doc)."""
+    if plan.cluster.nodes == 1:
+        return "single"
+    if effective_settings(plan, TARGET).get("executor") == "ray":
+        return "ray"
+    return "nnodes" if replica(plan) > plan.cluster.gpus_per_node else "dp"
+
+
+def uneven_partition(plan) -> list[int] | None:
+    layers = plan.placement.layers
+    if plan.mesh.pp > 1 and layers and len(layers) == plan.mesh.pp and len(set(layers)) > 1:
+        return list(layers)
+    return None
+
+
+def serve_lines(plan, node: int | None) -> list[list]:
+    """Every option of ``vllm serve`` for node ``node`` (None: the only node)."""
+    s = effective_settings(plan, TARGET)
+    me, sv, m, cl = plan.mesh, plan.serve, plan.model, plan.cluster
+    mode = launch_mode(plan)
+    head = node in (None, 0)
+    out: list[list] = []
+    a = out.append
+    if head:
+        a(["--port", s.get("port", 8000)])
+    a(["--tensor-parallel-size", me.tp])
+    a(["--pipeline-parallel-size", me.pp])
+    if me.cp > 1:
+        a(["--prefill-context-parallel-size", me.cp])
+    if me.dp > 1:
+        a(["--data-parallel-size", me.dp])
+    if me.ep > 1:
+        a(["--enable-expert-parallel"])
+    a(["--max-model-len", sv.max_model_len])
+    a(["--gpu-memory-utilization", repr(float(sv.gpu_memory_utilization))])
+    a(["--max-num-seqs", sv.max_num_seqs])
+    a(["--kv-cache-dtype", KV_DTYPES[sv.kv_cache_dtype]])
+    a(["--dtype", DTYPES[m.dtype]])
+    if m.dtype == "fp8":
+        a(["--quantization", "fp8"])
+    if mode == "ray":
+        a(["--distributed-executor-backend", "ray"])
+        if me.dp > 1:
+            a(["--data-parallel-backend", "ray"])
+    elif mode == "single" and s.get("executor"):
+        a(["--distributed-executor-backend", s["executor"]])
+    elif mode == "nnodes":
+        a(["--distributed-executor-backend", "mp"])
+        a(["--nnodes", cl.nodes])
+        a(["--node-rank", node])
+        a(["--master-addr", Var("master_addr")])
+        a(["--master-port", MASTER_PORT])
+    elif mode == "dp":
+        local = cl.gpus_per_node // replica(plan)
+        a(["--data-parallel-size-local", local])
+        if not head:
+            a(["--data-parallel-start-rank", node * local])
+        a(["--data-parallel-address", Var("master_addr")])
+        a(["--data-parallel-rpc-port", DP_RPC_PORT])
+    if not head:
+        a(["--headless"])
+    for x in s.get("extra_args") or []:
+        a([x])
+    return out
+
+
+def _env(plan) -> list[Env]:
+    env = []
+    part = uneven_partition(plan)
+    if part:
+        env.append(Env("VLLM_PP_LAYER_PARTITION", ",".join(map(str, part)),
+                       "the plan's uneven layer split, one count per pipeline stage", default=False))
+    return env + nccl_env(plan)
+
+
+def _script(plan, node: int | None) -> str:
+    from ..render import render
+
+    s = effective_settings(plan, TARGET)
+    cl = plan.cluster
+    mode = launch_mode(plan)
+    what = ("vllm serve" if node is None else
+            f"vLLM node {node} of {cl.nodes} ({'Ray head and vllm serve' if mode == 'ray' and node == 0 else 'Ray worker' if mode == 'ray' else 'vllm serve' if node == 0 else 'headless vllm serve'})")
+    header = [f"{what}, compiled by parc from {spec_name(plan)}.",
+              f"Mesh: {mesh_text(plan)}; {cl.nodes} node{'s' if cl.nodes > 1 else ''} x {cl.gpus_per_node} GPUs."]
+    ray_worker = mode == "ray" and node not in (None, 0)
+    need_master = node is not None and (mode != "ray" or ray_worker)
+    if need_master:
+        header.append("Set MASTER_ADDR to the address of node 0 before running it.")
+    return render("vllm/serve.sh.j2", header=header, need_here=False, env=_env(plan),
+                  need_master=need_master,
+                  ray_head=mode == "ray" and node == 0, ray_worker=ray_worker, ray_port=RAY_PORT,
+                  ray_address=Cat((Var("master_addr"), f":{RAY_PORT}")), model=s["model"],
+                  serve_lines=[] if ray_worker else serve_lines(plan, node))
+
+
+def build(plan) -> list[File]:
+    from .. import torchrun
+
+    if launch_mode(plan) == "single":
+        return [File("serve.sh", _script(plan, None), True), File("plan.json", plan_json(plan))]
+    files = [File("launch.sh", torchrun.dispatcher(plan, "Start this node's part of the vLLM deployment"), True)]
+    files += [File(f"node{k}.sh", _script(plan, k), True) for k in range(plan.cluster.nodes)]
+    files.append(File("plan.json", plan_json(plan)))
+    return files
+
+
+# --- what vLLM cannot express ------------------------------------------------------------------
+def rank_order(plan):
+    if plan.mode != "serve":
+        return None
+    big = order_over(plan)
+    if big != [ax for ax in ORDER if plan.mesh.size(ax) > 1]:
+        return (f"vLLM lays ranks out in the order dp, pp, cp, tp; this mesh orders {', '.join(big)}",
+                "order the mesh `dp, pp, cp, tp`")
+    return None
+
+
+ORDER_CHECKS[TARGET] = rank_order
+
+
+@rule("P656", "vllm-context-parallel-with-dp", targets=(TARGET,))
+def pcp_with_dp(plan, c):
+    if plan.mode != "serve":
+        return  # P601 says it
+    me = plan.mesh
+    if me.cp > 1 and me.dp > 1:
+        c.report(c.at("mesh.cp"), f"vLLM's prefill context parallelism (cp = {me.cp}) runs only without data "
+                 f"parallelism (here dp = {me.dp})", help="set `dp = 1`, or `cp = 1`")
+
+
+@rule("P657", "vllm-expert-parallel-size", targets=(TARGET,))
+def expert_parallel(plan, c):
+    if plan.mode != "serve":
+        return  # P601 says it
+    me = plan.mesh
+    if me.ep > 1 and me.ep != me.dp * me.cp * me.tp:
+        c.report(c.at("mesh.ep"), f"vLLM's expert parallelism spans every dp·cp·tp rank of a stage "
+                 f"({me.dp * me.cp * me.tp}); ep = {me.ep} cannot be expressed",
+                 help=f"set `ep = {me.dp * me.cp * me.tp}`, or `ep = 1` to shard experts with tp")
+    elif me.ep > 1 and me.etp > 1:
+        c.report(c.at("mesh.etp"), f"with expert parallelism vLLM keeps each expert whole (etp = 1); "
+                 f"etp = {me.etp} cannot be expressed", help="set `etp = 1`")
+
+
+@rule("P658", "vllm-virtual-stages", targets=(TARGET,))
+def virtual_stages(plan, c):
+    if plan.mode != "serve":
+        return  # P601 says it
+    if plan.schedule.virtual_stages > 1:
+        c.report(c.at("schedule.virtual_stages"), "vLLM runs one pipeline stage per rank; it has no virtual "
+                 "stages", help="remove `virtual_stages`")
+
+
+@rule("P659", "vllm-multi-node-layout", targets=(TARGET,))
+def multi_node(plan, c):
+    if plan.mode != "serve":
+        return  # P601 says it
+    cl, me = plan.cluster, plan.mesh
+    if cl.nodes == 1 or effective_settings(plan, TARGET).get("executor") == "ray":
+        return
+    r = replica(plan)
+    if r > cl.gpus_per_node and r % cl.gpus_per_node:
+        c.report(c.at("mesh"), f"a vLLM replica (tp·pp·cp = {r} GPUs) must fill whole nodes of "
+                 f"{cl.gpus_per_node} GPUs", help="choose tp·pp·cp that divides or is a multiple of gpus_per_node")
+    elif r < cl.gpus_per_node and cl.gpus_per_node % r:
+        c.report(c.at("mesh"), f"{cl.gpus_per_node} GPUs per node do not hold a whole number of vLLM "
+                 f"replicas of tp·pp·cp = {r} GPUs", help="choose tp·pp·cp that divides gpus_per_node")
+    elif (me.dp * me.pp * me.tp) % cl.nodes:
+        c.report(c.at("mesh"), f"vLLM's multi-node launcher needs dp·pp·tp = {me.dp * me.pp * me.tp} "
+                 f"(cp not counted) to be a multiple of the {cl.nodes} nodes",
+                 help="use `executor = ray`, or a mesh whose dp·pp·tp is a multiple of the node count")
