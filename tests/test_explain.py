@@ -1,0 +1,152 @@
+"""parc explain: JSON keys and values, the text tables, refusals."""
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+from conftest import CONFORMANCE
+from parc.api import load_plan
+from parc.cli import main
+from parc.compiler import costmodel as cm
+
+TRAIN = CONFORMANCE / "valid" / "llama3-70b-train.par"
+SERVE = CONFORMANCE / "valid" / "llama3-70b-serve.par"
+MOE = CONFORMANCE / "valid" / "mixtral-ep-train.par"
+
+# LANGUAGE.md section 3: the keys scripts rely on
+KEYS = {
+    "world_size": None, "mesh": {"order", "pp", "dp", "cp", "tp", "ep"},
+    "params": {"total", "most_loaded_gpu"}, "microbatches": None, "bubble_fraction": None,
+    "inflight_microbatches": None,
+    "memory_per_gpu": {"weights", "grads", "optimizer", "activations", "kv_cache", "total", "capacity"},
+    "activation_bytes_per_layer": None, "kv_cache": {"bytes_per_token_per_gpu", "capacity_tokens"},
+    "comm_per_step": {"tp", "cp", "dp", "pp", "ep"}, "tokens_per_step": None, "model_flops_per_step": None,
+    "step_time": None, "mfu": None,
+}
+
+
+def explain_json(capsys, path, *extra):
+    rc = main(["explain", str(path), "--format", "json", *extra])
+    out = capsys.readouterr().out
+    assert rc == 0
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("path", [TRAIN, SERVE, MOE])
+def test_json_has_contract_keys(capsys, path):
+    j = explain_json(capsys, path)
+    for key, sub in KEYS.items():
+        assert key in j, key
+        if sub:
+            assert sub <= set(j[key]), (key, sub - set(j[key]))
+
+
+def test_json_training_values(capsys):
+    j = explain_json(capsys, TRAIN)
+    assert j["world_size"] == 64
+    assert j["mesh"] == {"order": ["pp", "dp", "cp", "tp"], "pp": 4, "dp": 2, "cp": 1, "tp": 8, "ep": 1, "etp": 1}
+    assert j["microbatches"] == 1024 // 2
+    # interleaved, v = 2: (p-1)/(v·m+p-1); first stage holds p(1 + (p-1)/(p·v)) microbatches
+    assert j["bubble_fraction"] == pytest.approx(3 / (2 * 512 + 3))
+    assert j["inflight_microbatches"] == pytest.approx(4 * (1 + 3 / 8))
+    mem = j["memory_per_gpu"]
+    assert mem["capacity"] == 85520809984
+    assert mem["total"] <= mem["capacity"] and mem["kv_cache"] == 0
+    parts = ("weights", "grads", "optimizer", "activations", "kv_cache")
+    assert abs(mem["total"] - sum(mem[k] for k in parts)) <= len(parts)
+    # bf16 weights, fp32 main grads: grads are exactly twice the weights; Adam's 12 B over dp = 2
+    assert mem["grads"] == pytest.approx(2 * mem["weights"], abs=2)
+    assert mem["optimizer"] == pytest.approx(3 * mem["weights"], abs=2)
+    stage = j["stages"][j["most_loaded_stage"]]
+    assert mem["weights"] == 2 * stage["params"]
+    assert j["params"]["most_loaded_gpu"] == max(s["params"] for s in j["stages"])
+    assert j["kv_cache"] == {"bytes_per_token_per_gpu": 0, "capacity_tokens": 0, "max_concurrent_seqs": 0}
+    assert j["tokens_per_step"] == 1024 * 8192
+    assert j["comm_per_step"]["tp"] > j["comm_per_step"]["dp"] > 0
+    assert j["comm_per_step"]["cp"] == 0 and j["comm_per_step"]["ep"] == 0
+    assert j["comm_link"]["tp"] == "intra_node" and j["comm_link"]["dp"] == "inter_node"
+    assert 0 < j["mfu"] < 1 and j["step_time"] > 0
+    assert j["rank_map"]["axes"]["tp"]["nodes_spanned"] == 1
+    assert j["diagnostics"] == []
+
+
+def test_json_serving_values(capsys):
+    j = explain_json(capsys, SERVE)
+    assert j["mode"] == "serve" and j["world_size"] == 4
+    assert j["kv_cache"]["bytes_per_token_per_gpu"] == 81_920
+    assert j["kv_cache"]["capacity_tokens"] > 8192
+    assert j["microbatches"] == 0 and j["bubble_fraction"] == 0 and j["step_time"] == 0 and j["mfu"] == 0
+    mem = j["memory_per_gpu"]
+    assert mem["grads"] == mem["optimizer"] == mem["activations"] == 0
+    assert mem["total"] <= 0.9 * mem["capacity"]
+    assert "P404" in [d["code"] for d in j["diagnostics"]]   # warnings ride along
+
+
+def test_json_moe(capsys):
+    j = explain_json(capsys, MOE)
+    assert j["mesh"]["ep"] == 8 and j["comm_per_step"]["ep"] > 0
+    assert j["params"]["by_part"]["experts"] > 0
+    assert set(j["rank_map"]["axes"]) >= {"ep", "etp"}
+
+
+def test_text_report(capsys):
+    assert main(["explain", str(TRAIN)]) == 0
+    out = capsys.readouterr().out
+    for heading in ("Mesh and rank map", "Memory per GPU", "Communication per GPU per step",
+                    "Schedule and time"):
+        assert heading in out
+    assert "TP stays inside a node" in out
+    lines = out.splitlines()
+    # the communication table's columns line up
+    i = next(n for n, ln in enumerate(lines) if ln.strip().startswith("axis  collective"))
+    rows = [ln for ln in lines[i + 2:i + 5] if ln.strip()]
+    link_col = lines[i].index("link")
+    assert all(r[link_col:].startswith(("intra_node", "inter_node")) for r in rows)
+    assert f"MFU          {100 * cm.estimate(load_plan(TRAIN)).mfu:.3g}%" in out
+
+
+def test_refuses_spec_with_errors(capsys):
+    bad = CONFORMANCE / "invalid" / "train-memory-too-big.par"
+    assert main(["explain", str(bad), "--format", "json"]) == 1
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert "P401" in cap.err and "cannot explain" in cap.err
+
+
+def test_target_rules_apply(capsys):
+    assert main(["explain", str(TRAIN), "--target", "vllm"]) == 1
+    assert "P601" in capsys.readouterr().err
+
+
+def test_missing_file(capsys, tmp_path):
+    assert main(["explain", str(tmp_path / "nope.par")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_html_without_module(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "parc.pictures.html", None)
+    out = tmp_path / "p.html"
+    assert main(["explain", str(TRAIN), "--html", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "parc.pictures.html" in err
+    assert not out.exists()
+
+
+def test_html_with_module(capsys, tmp_path, monkeypatch):
+    seen = {}
+
+    def explain_page(plan, est):
+        seen["args"] = (plan, est)
+        return f"<html>{est.world_size}</html>"
+
+    fake = types.ModuleType("parc.pictures.html")
+    fake.explain_page = explain_page
+    monkeypatch.setitem(sys.modules, "parc.pictures.html", fake)
+    out = tmp_path / "p.html"
+    assert main(["explain", str(TRAIN), "--html", str(out), "--format", "json"]) == 0
+    assert out.read_text() == "<html>64</html>"
+    assert isinstance(seen["args"][1], cm.Estimate)
+    assert json.loads(capsys.readouterr().out)["world_size"] == 64
