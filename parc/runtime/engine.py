@@ -1,0 +1,375 @@
+"""One rank of a run: build the meshes, the stages and the placements, train, verify, report."""
+from __future__ import annotations
+
+import os
+import resource
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from ..compiler import schedules
+from ..compiler.plan import Plan
+from . import mesh as M
+from . import parallel as P
+from . import reference as R
+from .model import Config, Transformer, loss_fn, set_parallel
+from .pipeline import build_schedule, layout
+
+
+class RuntimeError_(RuntimeError):
+    """A failure with a message for the user (no traceback)."""
+
+
+@dataclass
+class Options:
+    steps: int = 3
+    seed: int = 0
+    optimizer: Optional[str] = None          # default: the plan's train.optimizer
+    lr: Optional[float] = None
+    verify: bool = False
+    checkpoint: Optional[str] = None
+    timeout: float = 60.0                    # process-group timeout, seconds
+    rehearsal: bool = True
+    device: str = "cpu"                      # cpu | cuda
+    fault: Optional[str] = None              # "RANK[:STEP]": raise there (resilience drills)
+    hooks: dict = field(default_factory=dict)  # after_build / after_load / after_step (Python API)
+
+    def optimizer_name(self, plan: Plan) -> str:
+        name = self.optimizer or (plan.train.optimizer if plan.train else "adam")
+        return name
+
+    def learning_rate(self, plan: Plan) -> float:
+        return self.lr if self.lr is not None else R.DEFAULT_LR.get(self.optimizer_name(plan), 1e-3)
+
+
+def check_plan(plan: Plan) -> None:
+    """What the runtime needs beyond `parc check` (the rules catch these first; a plan built in
+    Python can still get here)."""
+    m, mesh, s = plan.model, plan.mesh, plan.schedule
+    tp, cp = mesh.tp, mesh.cp
+    sp = bool(plan.train and plan.train.sequence_parallel) and tp > 1
+    problems = []
+    if m.heads % tp or m.kv_heads % tp:
+        problems.append(f"heads = {m.heads} and kv_heads = {m.kv_heads} must both be divisible by tp = {tp}")
+    if m.ffn_hidden % tp:
+        problems.append(f"ffn_hidden = {m.ffn_hidden} must be divisible by tp = {tp}")
+    if m.seq_len % (2 * cp) and cp > 1:
+        problems.append(f"seq_len = {m.seq_len} must be divisible by 2·cp = {2 * cp}")
+    if sp and (m.seq_len // cp) % tp:
+        problems.append(f"seq_len / cp = {m.seq_len // cp} must be divisible by tp = {tp} for sequence parallel")
+    if m.is_moe:
+        if m.experts % mesh.ep:
+            problems.append(f"experts = {m.experts} must be divisible by ep = {mesh.ep}")
+        if mesh.etp > 1:
+            problems.append("expert tensor parallelism (etp > 1) is not supported by the runtime yet")
+        if m.shared_experts and (m.shared_experts * m.moe_ffn_hidden) % tp:
+            problems.append("shared experts' width must be divisible by tp")
+    if plan.mode == "train":
+        if not s.microbatches or s.global_batch % (s.microbatches * mesh.dp):
+            problems.append(f"global_batch = {s.global_batch} must split into dp = {mesh.dp} × "
+                            f"microbatches = {s.microbatches}")
+        elif mesh.pp > 1:
+            why = schedules.check(s.pipeline, mesh.pp, s.microbatches, s.virtual_stages)
+            if why:
+                problems.append(why)
+    if problems:
+        raise RuntimeError_("the runtime cannot run this plan: " + "; ".join(problems))
+
+
+def param_bytes(modules) -> int:
+    seen, total = set(), 0
+    for mod in modules:
+        for p in mod.parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            t = p._local_tensor if isinstance(p, DTensor) else p
+            total += t.numel() * t.element_size()
+    return total
+
+
+def peak_memory(device: str) -> int:
+    if device == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.max_memory_allocated())
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _full(t):
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+class Rank:
+    """Everything one rank holds for one plan."""
+
+    def __init__(self, plan: Plan, opts: Options):
+        check_plan(plan)
+        self.plan, self.opts = plan, opts
+        dev = opts.device
+        self.device = torch.device(dev, int(os.environ.get("LOCAL_RANK", 0))) if dev == "cuda" else torch.device("cpu")
+        self.meshes = M.build_meshes(plan, dev)
+        self.coords = dict(self.meshes.coords)
+        self.cfg = Config.from_model(plan.model)
+        self.pp_rank = self.coords["pp"]
+        self.lay = layout(plan, self.pp_rank)
+        self.sp = bool(plan.train and plan.train.sequence_parallel) and plan.mesh.tp > 1
+        self.zero = plan.train.zero if plan.train else 0
+        self.actions: list = []
+        self.modules: dict[int, torch.nn.Module] = {}
+        for idx in self.lay.stage_ids:
+            mod = Transformer(self.cfg, self.lay.layers[idx], first=idx == 0, last=idx == self.lay.n_stages - 1)
+            mod.init_weights(opts.seed)
+            self.modules[idx] = mod.to(self.device)
+        par = P.parallel_context(self.meshes, self.sp)
+        patterns = [p for p in plan.placement.modules if p.style in P.STYLES] or None
+        for mod in self.modules.values():
+            set_parallel(mod, par)
+            P.apply_tp(mod, self.meshes, self.sp, patterns)
+            P.apply_ep(mod, self.meshes)
+        mods = list(self.modules.values())
+        pipelined = plan.mesh.pp > 1
+        fsdp = P.apply_fsdp(mods, self.meshes, pipelined) if self.zero == 3 else (False, False)
+        self.sync = P.GradSync(mods, self.meshes, self.zero, *fsdp)
+        self.tied = self.cfg.tied_embeddings and plan.mesh.pp > 1
+        self.tie_group = (P.tie_groups(self.meshes, self.lay.owner, 0, self.lay.n_stages - 1)
+                          if self.tied else None)
+        params = [p for m in mods for p in m.parameters()]
+        owned = self.sync.owned(_unique(params))
+        self.opt = R.make_optimizer(opts.optimizer_name(plan), owned, opts.learning_rate(plan))
+        self.schedule = None
+        if pipelined:
+            self.schedule = build_schedule(plan, self.modules, self.lay, self.meshes.group("pp"),
+                                           self.device, loss_fn, self.actions)
+        hook = opts.hooks.get("after_build")
+        if hook:
+            hook(self)
+
+    # -- names ------------------------------------------------------------------------------
+    def named_parameters(self):
+        seen = set()
+        for idx in self.lay.stage_ids:
+            for n, p in self.modules[idx].named_parameters():
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                yield n, p
+
+    def state_dict_modules(self):
+        return [self.modules[i] for i in self.lay.stage_ids]
+
+    # -- one step ---------------------------------------------------------------------------
+    def step(self, step: int) -> tuple[float, float, Optional[dict]]:
+        plan = self.plan
+        x, y = R.global_batch(plan, step, self.opts.seed)
+        x = R.local_batch(plan, x, self.coords["dp"], self.coords["cp"]).to(self.device)
+        y = R.local_batch(plan, y, self.coords["dp"], self.coords["cp"]).to(self.device)
+        t0 = time.perf_counter()
+        if self.opt is not None:
+            self.opt.zero_grad(set_to_none=True)
+        for m in self.modules.values():
+            m.zero_grad(set_to_none=True)
+        if self.schedule is not None:
+            losses: list = []
+            kw = {}
+            if self.lay.last:
+                kw = {"target": y, "losses": losses}
+            args = (x,) if self.lay.first else ()
+            self.schedule.step(*args, **kw)
+            local = (torch.stack([l.detach().float() for l in losses]).mean().item()
+                     if self.lay.last else 0.0)
+        else:
+            mod = self.modules[0]
+            n = plan.schedule.microbatches or 1
+            local = 0.0
+            for i, (xc, yc) in enumerate(zip(x.chunk(n), y.chunk(n))):
+                self.actions.append(schedules.Action("F", i, 0))
+                loss = loss_fn(mod(xc), yc) / n
+                self.actions.append(schedules.Action("B", i, 0))
+                loss.backward()
+                local += loss.item()
+        self._fault(step)
+        self.sync.reduce()
+        self._sync_tied()
+        grads_diff = None
+        if self.reference is not None:
+            grads_diff = self._compare_grads(step)
+        if self.opt is not None:
+            self.opt.step()
+        self.sync.broadcast()
+        loss = self._global_loss(local)
+        seconds = time.perf_counter() - t0
+        return loss, seconds, grads_diff
+
+    def _fault(self, step: int) -> None:
+        f = self.opts.fault
+        if not f:
+            return
+        r, _, s = f.partition(":")
+        if int(r) == self.meshes.rank and int(s or 1) == step:
+            raise RuntimeError_(f"injected fault on rank {self.meshes.rank} at step {step}")
+
+    def _global_loss(self, local: float) -> float:
+        holds_loss = self.lay.last and self.coords["tp"] == 0
+        v = torch.tensor([local / self.meshes.dp_cp_size if holds_loss else 0.0], dtype=torch.float64)
+        dist.all_reduce(v)
+        return float(v.item())
+
+    def _sync_tied(self) -> None:
+        """Tied embeddings under pp > 1: the first stage's embedding and the last stage's head are
+        copies of one weight; their gradients add up (on one rank under V placement)."""
+        if not self.tied:
+            return
+        emb = self.modules[0].tok_embeddings.weight if self.lay.first else None
+        head = self.modules[self.lay.n_stages - 1].output.weight if self.lay.last else None
+        if emb is not None and head is not None:
+            total = _local_grad(emb) + _local_grad(head)
+            _local_grad(emb).copy_(total)
+            _local_grad(head).copy_(total)
+            return
+        p = emb if emb is not None else head
+        if p is not None and self.tie_group is not None:
+            dist.all_reduce(_local_grad(p), group=self.tie_group)
+
+    # -- verification -----------------------------------------------------------------------
+    reference: Optional[R.Reference] = None
+
+    def _compare_grads(self, step: int) -> dict:
+        ref = self.reference.grads[step - 1]
+        worst, ok = 0.0, True
+        for name, p in self.named_parameters():
+            g = p.grad
+            full = _full(g) if g is not None else None
+            if full is None:
+                continue
+            r = ref[R.reference_name(name, self.cfg.tied_embeddings)].to(full.device)
+            d = (full.detach() - r).abs()
+            worst = max(worst, float(d.max()) if d.numel() else 0.0)
+            ok = ok and bool(torch.allclose(full.detach(), r, atol=R.GRAD_ATOL, rtol=R.GRAD_RTOL))
+        return {"max": worst, "ok": ok}
+
+    def compare_params(self) -> dict:
+        ref = self.reference.params
+        worst = 0.0
+        for name, p in self.named_parameters():
+            full = _full(p.detach())
+            r = ref[R.reference_name(name, self.cfg.tied_embeddings)].to(full.device)
+            d = (full - r).abs()
+            worst = max(worst, float(d.max()) if d.numel() else 0.0)
+        return {"max": worst, "ok": worst <= R.PARAM_ATOL}
+
+
+def _local_grad(p):
+    g = p.grad
+    return g._local_tensor if isinstance(g, DTensor) else g
+
+
+def _unique(params):
+    seen, out = set(), []
+    for p in params:
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out
+
+
+def run_rank(plan: Plan, opts: Options, reference: Optional[R.Reference] = None,
+             progress: Optional[Callable[[int], None]] = None) -> Optional[dict]:
+    """Run the plan on this rank (torch.distributed already initialised). Returns the report on
+    global rank 0, None elsewhere."""
+    from . import checkpoint as CK
+    from ..compiler import costmodel
+
+    t_build = time.perf_counter()
+    rk = Rank(plan, opts)
+    rk.reference = reference if opts.verify else None
+    resumed = None
+    if opts.checkpoint and CK.exists(opts.checkpoint):
+        resumed = CK.load(rk, opts.checkpoint)
+        hook = opts.hooks.get("after_load")
+        if hook:
+            hook(rk)
+    build_s = time.perf_counter() - t_build
+    steps, grad_worst, grad_ok = [], 0.0, True
+    for step in range(1, opts.steps + 1):
+        loss, secs, gd = rk.step(step)
+        steps.append({"step": step, "loss": loss, "seconds": secs})
+        if gd is not None:
+            grad_worst, grad_ok = max(grad_worst, gd["max"]), grad_ok and gd["ok"]
+        hook = opts.hooks.get("after_step")
+        if hook:
+            hook(rk, step)
+        if progress:
+            progress(step)
+    params = rk.compare_params() if rk.reference is not None and opts.steps else None
+    saved = None
+    if opts.checkpoint:
+        saved = CK.save(rk, opts.checkpoint, (resumed or {}).get("step", 0) + opts.steps)
+    mine = {
+        "rank": rk.meshes.rank,
+        "coords": {a: int(rk.coords[a]) for a in plan.mesh.order if a in rk.coords} or dict(rk.coords),
+        "stages": rk.lay.stage_ids,
+        "param_bytes": param_bytes(rk.modules.values()),
+        "predicted_param_bytes": _predicted(costmodel, plan, rk.meshes.rank),
+        "peak_memory_bytes": peak_memory(opts.device),
+        "actions": [str(a) for a in rk.actions[:len(rk.actions) // max(1, opts.steps)]],
+        "grad": {"max": grad_worst, "ok": grad_ok},
+        "param": params,
+        "build_seconds": build_s,
+    }
+    gathered = [None] * dist.get_world_size() if rk.meshes.rank == 0 else None
+    dist.gather_object(mine, gathered, dst=0)
+    if rk.meshes.rank != 0:
+        return None
+    return _report(plan, opts, steps, gathered, reference, resumed, saved)
+
+
+def _predicted(costmodel, plan: Plan, rank: int):
+    fn = getattr(costmodel, "param_bytes_on_rank", None)
+    return int(fn(plan, rank)) if fn else None
+
+
+def _report(plan: Plan, opts: Options, steps, ranks, reference, resumed, saved) -> dict:
+    m = plan.mesh
+    rep = {
+        "world_size": plan.world_size,
+        "mesh": {"order": list(m.order), "pp": m.pp, "dp": m.dp, "cp": m.cp, "tp": m.tp, "ep": m.ep,
+                 "etp": m.etp},
+        "rehearsal": opts.rehearsal,
+        "model": {"layers": plan.model.layers, "hidden": plan.model.hidden, "heads": plan.model.heads,
+                  "kv_heads": plan.model.kv_heads, "ffn_hidden": plan.model.ffn_hidden,
+                  "vocab": plan.model.vocab, "seq_len": plan.model.seq_len, "experts": plan.model.experts,
+                  "params": plan.model.params},
+        "schedule": {"pipeline": plan.schedule.pipeline if m.pp > 1 else None,
+                     "microbatches": plan.schedule.microbatches,
+                     "virtual_stages": plan.schedule.virtual_stages,
+                     "global_batch": plan.schedule.global_batch},
+        "optimizer": opts.optimizer_name(plan),
+        "steps": steps,
+        "ranks": [{k: r[k] for k in ("rank", "coords", "param_bytes", "predicted_param_bytes",
+                                     "peak_memory_bytes", "stages")} for r in sorted(ranks, key=lambda r: r["rank"])],
+        "actions": {},
+    }
+    pp_ranks = {}
+    for r in ranks:
+        pp_ranks.setdefault(r["coords"].get("pp", 0), r["actions"])
+    rep["actions"] = {str(k): v for k, v in sorted(pp_ranks.items())}
+    ver = {"ran": False, "passed": None, "max_loss_diff": None, "max_grad_diff": None, "max_param_diff": None}
+    if opts.verify and reference is not None:
+        loss_diff = max((abs(s["loss"] - rl) for s, rl in zip(steps, reference.losses)), default=0.0)
+        grad_diff = max(r["grad"]["max"] for r in ranks)
+        grad_ok = all(r["grad"]["ok"] for r in ranks)
+        pdiffs = [r["param"]["max"] for r in ranks if r["param"]]
+        param_diff = max(pdiffs, default=0.0)
+        ver = {"ran": True,
+               "passed": bool(loss_diff <= R.LOSS_ATOL and grad_ok and param_diff <= R.PARAM_ATOL),
+               "max_loss_diff": loss_diff, "max_grad_diff": grad_diff, "max_param_diff": param_diff,
+               "reference_losses": reference.losses}
+    rep["verify"] = ver
+    if resumed is not None:
+        rep["resumed"] = resumed
+    if saved is not None:
+        rep["checkpoint"] = saved
+    return rep

@@ -1,0 +1,196 @@
+"""Launching ranks: forked local processes for rehearsals, torchrun's environment for real runs.
+
+Forked ranks rendezvous through a FileStore in a private folder (no ports). Each rank writes its
+error (message and traceback) to that folder before it exits; the parent watches every child,
+and as soon as one fails it stops the others (SIGTERM, then SIGKILL) and reports that rank's
+message. A run that outlives its deadline is stopped the same way. The parent never leaves a
+child behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ..compiler.plan import Plan
+
+
+class RunFailed(Exception):
+    """A run that failed on some rank: ``rank`` and the rank's own ``message``."""
+
+    def __init__(self, message: str, rank: Optional[int] = None, detail: str = ""):
+        super().__init__(message)
+        self.rank, self.message, self.detail = rank, message, detail
+
+
+def prepare_env() -> None:
+    """Before torch is imported: one intra-op thread per rank (fork safety and 2-core
+    machines), loopback for gloo."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo" if sys.platform.startswith("linux") else "lo0")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+
+def quiet() -> None:
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    for name in ("torch.distributed", "torch.distributed.tensor._redistribute",
+                 "torch.distributed.pipelining", "torch.distributed.checkpoint"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+@dataclass
+class Job:
+    plan: Plan
+    opts: object                      # engine.Options
+    reference: object = None          # reference.Reference, computed once in the parent
+
+
+def _child(rank: int, world: int, jobs: list[Job], folder: str, backend: str, counter) -> None:
+    code = 0
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        quiet()
+        from . import engine
+        from . import mesh as M
+
+        M.init_process_group(backend, rank, world, jobs[0].opts.timeout, store_path=os.path.join(folder, "store"))
+
+        def progress(step):
+            if counter is not None and rank == 0:
+                with counter.get_lock():
+                    counter.value += 1
+
+        for i, job in enumerate(jobs):
+            rep = engine.run_rank(job.plan, job.opts, job.reference, progress)
+            if rep is not None:
+                _write_json(os.path.join(folder, f"report-{i}.json"), rep)
+        M.shutdown()     # only after success: a failing rank must not wait in a barrier
+    except BaseException as e:  # noqa: BLE001 - every failure goes to the parent
+        _write_json(os.path.join(folder, f"error-{rank}.json"),
+                    {"rank": rank, "time": time.time(), "type": type(e).__name__, "message": str(e),
+                     "traceback": traceback.format_exc()})
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _write_json(path: str, data) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def run_forked(jobs: list[Job], backend: str = "gloo", deadline: Optional[float] = None,
+               on_progress: Optional[Callable[[int], None]] = None) -> list[dict]:
+    """Run one or more plans (same world size) in one set of forked ranks; a report per plan."""
+    import multiprocessing as mp
+
+    world = jobs[0].plan.world_size
+    if any(j.plan.world_size != world for j in jobs):
+        raise ValueError("every plan of one launch needs the same world size")
+    ctx = mp.get_context("fork")
+    counter = ctx.Value("i", 0)
+    with tempfile.TemporaryDirectory(prefix="parc-run-") as folder:
+        procs = [ctx.Process(target=_child, args=(r, world, jobs, folder, backend, counter), daemon=False)
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        failed = None
+        seen = 0
+        try:
+            while True:
+                alive = [p for p in procs if p.exitcode is None]
+                bad = [p for p in procs if p.exitcode not in (None, 0)]
+                if on_progress is not None and counter.value != seen:
+                    seen = counter.value
+                    on_progress(seen)
+                if bad:
+                    failed = "error"
+                    break
+                if not alive:
+                    break
+                if deadline is not None and time.time() > deadline:
+                    failed = "timeout"
+                    break
+                mp.connection.wait([p.sentinel for p in alive], timeout=0.1)
+        finally:
+            _stop(procs)
+        if failed is not None:
+            raise _failure(folder, procs, failed)
+        reports = []
+        for i in range(len(jobs)):
+            path = os.path.join(folder, f"report-{i}.json")
+            if not os.path.exists(path):
+                raise RunFailed("rank 0 ended without writing its report")
+            with open(path) as f:
+                reports.append(json.load(f))
+        return reports
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.exitcode is None:
+            p.terminate()
+    end = time.time() + 3
+    for p in procs:
+        p.join(max(0.0, end - time.time()))
+    for p in procs:
+        if p.exitcode is None:
+            p.kill()
+            p.join()
+
+
+def _failure(folder: str, procs, why: str) -> RunFailed:
+    errors = []
+    for name in os.listdir(folder):
+        if name.startswith("error-") and name.endswith(".json"):
+            with open(os.path.join(folder, name)) as f:
+                errors.append(json.load(f))
+    if errors:
+        first = min(errors, key=lambda e: e["time"])
+        return RunFailed(f"rank {first['rank']} failed: {first['message'] or first['type']}",
+                         first["rank"], first["traceback"])
+    if why == "timeout":
+        return RunFailed("the run did not finish before its deadline; every rank was stopped")
+    for r, p in enumerate(procs):
+        if p.exitcode not in (None, 0):
+            sig = -p.exitcode if p.exitcode < 0 else None
+            what = f"signal {signal.Signals(sig).name}" if sig else f"exit status {p.exitcode}"
+            return RunFailed(f"rank {r} ended with {what}", r)
+    return RunFailed("the run failed")
+
+
+def run_in_process(job: Job, backend: str) -> dict:
+    """This process is one rank: under torchrun (RANK/WORLD_SIZE/LOCAL_RANK in the environment)
+    or a world of one. Returns the report on rank 0 (None elsewhere)."""
+    import torch
+
+    quiet()
+    from . import engine
+    from . import mesh as M
+
+    rank = int(os.environ.get("RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if world != job.plan.world_size:
+        raise RunFailed(f"the plan's mesh needs {job.plan.world_size} processes but WORLD_SIZE is {world}")
+    if job.opts.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    M.init_process_group(backend, rank, world, job.opts.timeout)
+    rep = engine.run_rank(job.plan, job.opts, job.reference)
+    M.shutdown()         # on failure the process exits instead, and torchrun stops the others
+    return rep

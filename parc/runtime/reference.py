@@ -1,0 +1,86 @@
+"""The single-process reference: the same model, the same data, the same optimizer, one process.
+
+A parallel run is right when its per-step losses, its gradients and its parameters after the
+last step equal these to floating-point tolerance.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..compiler.plan import Plan
+from .model import Config, Transformer, loss_fn
+
+LOSS_ATOL = 1e-5
+GRAD_ATOL, GRAD_RTOL = 1e-5, 1e-4
+PARAM_ATOL = 1e-6
+
+DEFAULT_LR = {"sgd": 0.05, "adam": 1e-3, "adamw": 1e-3}
+
+
+def global_batch(plan: Plan, step: int, seed: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Synthetic next-token data for a step: (global_batch, seq_len) inputs and targets."""
+    g = torch.Generator().manual_seed(seed * 7919 + step)
+    m, s = plan.model, plan.schedule
+    toks = torch.randint(0, m.vocab, (s.global_batch, m.seq_len + 1), generator=g)
+    return toks[:, :-1].to(device), toks[:, 1:].to(device)
+
+
+def local_batch(plan: Plan, x: torch.Tensor, dp_rank: int, cp_rank: int) -> torch.Tensor:
+    """This rank's rows (by dp coordinate) and sequence chunks (head-tail by cp coordinate)."""
+    dp, cp = plan.mesh.dp, plan.mesh.cp
+    x = x.chunk(dp, dim=0)[dp_rank]
+    if cp > 1:
+        parts = x.chunk(2 * cp, dim=1)
+        x = torch.cat([parts[cp_rank], parts[2 * cp - 1 - cp_rank]], dim=1)
+    return x.contiguous()
+
+
+def make_optimizer(name: str, params, lr: float):
+    params = list(params)
+    if not params:
+        return None
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, foreach=False)
+    return torch.optim.Adam(params, lr=lr, foreach=False)
+
+
+@dataclass
+class Reference:
+    losses: list[float] = field(default_factory=list)
+    grads: list[dict[str, torch.Tensor]] = field(default_factory=list)    # per step
+    params: dict[str, torch.Tensor] = field(default_factory=dict)         # after the last step
+    initial: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def compute(plan: Plan, steps: int, seed: int, optimizer: str, lr: float) -> Reference:
+    cfg = Config.from_model(plan.model)
+    model = Transformer(cfg)
+    model.init_weights(seed)
+    ref = Reference(initial={n: p.detach().clone() for n, p in model.named_parameters()})
+    opt = make_optimizer(optimizer, model.parameters(), lr)
+    m = plan.schedule.microbatches or 1
+    for step in range(1, steps + 1):
+        x, y = global_batch(plan, step, seed)
+        opt.zero_grad(set_to_none=True)
+        # same grouping as the parallel run: per-microbatch means, averaged over dp·microbatches
+        chunks = plan.mesh.dp * m
+        total = 0.0
+        for xc, yc in zip(x.chunk(chunks), y.chunk(chunks)):
+            loss = loss_fn(model(xc), yc) / chunks
+            loss.backward()
+            total += loss.item()
+        ref.losses.append(total)
+        ref.grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
+        opt.step()
+    ref.params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    return ref
+
+
+def reference_name(name: str, tied: bool) -> str:
+    """The reference parameter a parallel run's parameter compares with (a tied head that is its
+    stage's own copy compares with the embedding)."""
+    return "tok_embeddings.weight" if tied and name == "output.weight" else name
