@@ -121,54 +121,12 @@ def nccl_env(plan) -> list[Env]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Settings every launch needs. Slurm and Kubernetes run the torchrun launch, so they take the
-# entry point and arguments of the spec's `target torchrun` block when they have none of their own.
-REQUIRED: dict[str, tuple[str, ...]] = {
-    "torchrun": ("entrypoint",),
-    "slurm": ("entrypoint",),
-    "kubernetes": ("entrypoint", "image"),
-    "vllm": ("model",),
-}
-INHERIT = {"slurm": "torchrun", "kubernetes": "torchrun"}
+_IMAGE = '"nvcr.io/nvidia/pytorch:25.01-py3"'
 
 
-def effective_settings(plan, name: str) -> dict:
-    own = settings(plan, name)
-    parent = INHERIT.get(name)
-    if parent is not None and "entrypoint" not in own:
-        p = settings(plan, parent)
-        for k in ("entrypoint", "args"):
-            if k in p and k not in own:
-                own[k] = p[k]
-    return own
-
-
-_EXAMPLE = {"entrypoint": '"train.py"', "image": '"nvcr.io/nvidia/pytorch:25.01-py3"',
-            "model": '"meta-llama/Meta-Llama-3-8B-Instruct"'}
-
-
-@rule("P650", "target-setting-missing", targets=tuple(REQUIRED))
-def target_setting_missing(plan, c):
-    if c.target == "vllm" and plan.mode != "serve":
-        return  # P601 says it
-    have = effective_settings(plan, c.target)
-    for key in REQUIRED[c.target]:
-        if key in have:
-            continue
-        where = "target." + c.target
-        extra = (" (or in `target torchrun`)" if c.target in INHERIT and key == "entrypoint" else "")
-        c.report(c.at(where), f"target {c.target} needs `{key}`",
-                 help=f"add `{key} = {_EXAMPLE[key]}` to `target {c.target} {{ ... }}`{extra}")
-
-
-# Rank orders the targets can lay out; each backend registers its own checker here:
-# fn(plan) -> None when the mesh order is expressible, else (message, help).
-ORDER_CHECKS: dict = {}
-
-
-@rule("P653", "target-rank-order", targets=("megatron", "vllm"))
-def target_rank_order(plan, c):
-    fn = ORDER_CHECKS.get(c.target)
-    found = fn(plan) if fn else None
-    if found:
-        c.report(c.at("mesh"), found[0], help=found[1])
+@rule("P650", "kubernetes-image-missing", targets=("kubernetes",))
+def kubernetes_image(plan, c):
+    """The entry point is P602's; the container image is what only Kubernetes needs."""
+    if "image" not in settings(plan, "kubernetes"):
+        c.report(c.at("target.kubernetes"), "target kubernetes needs `image` (the container image every pod runs)",
+                 help=f"add `image = {_IMAGE}` to `target kubernetes {{ ... }}`")

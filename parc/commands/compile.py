@@ -61,9 +61,31 @@ def render_stdout(files) -> str:
     return "\n".join(parts)
 
 
-def run(args) -> int:
+def compile_spec(spec, target: str | None = None, root=None):
+    """Check ``spec`` with ``target``'s rules and build its files.
+
+    Returns ``(result, target, files)``: ``files`` is None when the spec has errors, and
+    ``target`` is None when it was not given and the spec does not name exactly one.
+    Raises OSError when the spec cannot be read, KeyError for an unknown target."""
     from .. import backends
     from ..api import check_file
+
+    if target is not None and target not in backends.names():
+        raise KeyError(target)
+    backends.load_checks()
+    r = check_file(spec, [target] if target else [], root=root)
+    if r.errors or r.plan is None:
+        return r, target, None
+    if target is None:
+        named = list(r.plan.targets)
+        if len(named) != 1:
+            return r, None, None
+        target = named[0]
+    return r, target, backends.get(target).build(r.plan)
+
+
+def run(args) -> int:
+    from .. import backends
     from ..compiler.diagnostics import render_text, use_color
     from .common import read_error
 
@@ -75,31 +97,24 @@ def run(args) -> int:
         print(f"parc: unknown target `{args.target}`" + (f"; did you mean `{near[0]}`?" if near else "")
               + f" (targets: {', '.join(known)})", file=sys.stderr)
         return 2
-    backends.load_checks()
     try:
-        r = check_file(args.spec, [args.target] if args.target else [], root=args.root)
+        r, target, files = compile_spec(args.spec, args.target, root=args.root)
     except OSError as e:
         print(read_error(args.spec, e), file=sys.stderr)
         return 2
-    target = args.target
-    if not r.errors and target is None:
-        named = list(r.plan.targets) if r.plan else []
-        if len(named) != 1:
-            which = f"it names {', '.join(named)}" if named else "it names none"
-            print(f"parc: say which target to compile for with --target ({which}; targets: "
-                  f"{', '.join(known)})", file=sys.stderr)
-            return 2
-        target = named[0]
-    shown = r.diagnostics
-    if shown:
-        sys.stderr.write(render_text(shown, r.sources, color=use_color(sys.stderr)))
-        if not render_text(shown, r.sources).endswith("\n"):
-            sys.stderr.write("\n")
-    if r.errors or r.plan is None:
+    if r.diagnostics:
+        text = render_text(r.diagnostics, r.sources, color=use_color(sys.stderr))
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+    if files is None and (r.errors or r.plan is None):
         n = len(r.errors)
         print(f"parc: not compiled: {n} error{'s' if n != 1 else ''} in {r.file}", file=sys.stderr)
         return 1
-    files = backends.get(target).build(r.plan)
+    if target is None:
+        named = list(r.plan.targets)
+        which = f"it names {', '.join(named)}" if named else "it names none"
+        print(f"parc: say which target to compile for with --target ({which}; targets: {', '.join(known)})",
+              file=sys.stderr)
+        return 2
     if args.output:
         try:
             write_files(args.output, files)

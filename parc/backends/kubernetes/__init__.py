@@ -2,13 +2,13 @@
 for its node's GPUs (``nvidia.com/gpu``) and running torchrun with ``c10d`` rendezvous through a
 headless Service in front of the master pod (which hosts the store: ``is_host=true``). The plan
 travels in a ConfigMap mounted at ``/etc/parc/plan.json``, where ``PARC_PLAN`` points. The
-entry point and arguments are this block's, or the ``target torchrun`` block's."""
+entry point and its arguments are this block's ``entrypoint`` and ``args``."""
 from __future__ import annotations
 
 import re
 
 from ...compiler.rules import rule
-from ..base import Env, File, dns_label, effective_settings, mesh_text, nccl_env, plan_id, plan_json, spec_name
+from ..base import Env, File, dns_label, settings, mesh_text, nccl_env, plan_id, plan_json, spec_name
 
 TARGET = "kubernetes"
 RDZV_PORT = 29400
@@ -18,12 +18,12 @@ NAMESPACE_MAX = 63
 
 
 def job_name(plan) -> str:
-    return effective_settings(plan, TARGET).get("name") or dns_label(plan.model.name)
+    return settings(plan, TARGET).get("name") or dns_label(plan.model.name)
 
 
 def command(plan, *, is_host: bool | None, name: str) -> list[str]:
-    s = effective_settings(plan, TARGET)
-    t = effective_settings(plan, "torchrun")
+    s = settings(plan, TARGET)
+    t = s
     cl = plan.cluster
     words = ["torchrun", "--nnodes", str(cl.nodes), "--nproc-per-node", str(cl.gpus_per_node)]
     if cl.nodes == 1:
@@ -44,7 +44,7 @@ def literal(text: str) -> str:
 def build(plan) -> list[File]:
     from ..render import render
 
-    s = effective_settings(plan, TARGET)
+    s = settings(plan, TARGET)
     cl = plan.cluster
     name = job_name(plan)
     roles = [{"kind": "Master", "replicas": 1, "command": command(plan, is_host=True, name=name)}]
@@ -63,7 +63,7 @@ def build(plan) -> list[File]:
 
 @rule("P661", "kubernetes-name", targets=(TARGET,))
 def names(plan, c):
-    s = effective_settings(plan, TARGET)
+    s = settings(plan, TARGET)
     for key, limit in (("name", NAME_MAX), ("namespace", NAMESPACE_MAX)):
         v = s.get(key)
         if v is not None and (len(v) > limit or not NAME.match(v)):

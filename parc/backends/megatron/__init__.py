@@ -7,12 +7,12 @@ from these arguments equals the plan: ``dp = world / (tp·pp·cp)`` and
 
 Rank order: Megatron lays ranks out as ``tp-cp-ep-dp-pp`` (tp innermost, pp outermost), or
 ``tp-cp-ep-pp-dp`` with ``--use-tp-pp-dp-mapping``; parc's mesh orders ``pp, dp, cp, tp`` and
-``dp, pp, cp, tp`` are those two. Any other order of the axes larger than 1 is an error (P653).
+``dp, pp, cp, tp`` are those two (any other order is refused by rule P608; P603, P607, P612
+and P613 refuse the other plans Megatron-LM cannot run).
 """
 from __future__ import annotations
 
-from ...compiler.rules import rule
-from ..base import ORDER_CHECKS, Env, File, effective_settings, order_over
+from ..base import Env, File, settings, order_over
 from .. import torchrun
 
 TARGET = "megatron"
@@ -167,7 +167,7 @@ def group_args(args) -> list[list]:
 
 
 def build(plan) -> list[File]:
-    s = effective_settings(plan, TARGET)
+    s = settings(plan, TARGET)
     env = []
     if plan.mesh.tp > 1 or plan.mesh.cp > 1:
         env.append(Env("CUDA_DEVICE_MAX_CONNECTIONS", "1",
@@ -176,58 +176,3 @@ def build(plan) -> list[File]:
     lines = arg_lines(plan) + group_args(s.get("extra_args"))
     return torchrun.node_files(plan, entrypoint=s.get("entrypoint", DEFAULT_ENTRYPOINT), arg_lines=lines,
                                env=env)
-
-
-# --- checks Megatron-LM makes that parc makes before launch -----------------------------------
-@rule("P651", "megatron-trains-only", targets=(TARGET,))
-def trains_only(plan, c):
-    if plan.mode != "train":
-        c.report(c.at("target.megatron"), "Megatron-LM's pretrain scripts train; this spec serves (it has a "
-                 "`serve` block)", help="use `target vllm` to serve, or replace `serve` with `train`")
-
-
-@rule("P652", "megatron-schedule", targets=(TARGET,))
-def schedule(plan, c):
-    if plan.mode == "train" and plan.mesh.pp > 1 and plan.schedule.pipeline not in SCHEDULES:
-        c.report(c.at("schedule.pipeline"),
-                 f"Megatron-LM has no `{plan.schedule.pipeline}` pipeline schedule",
-                 help="use `pipeline = 1f1b`, or `interleaved_1f1b` with `virtual_stages`")
-
-
-def rank_order(plan):
-    if plan.mode != "train":
-        return None
-    ok, _ = mapping(plan)
-    if not ok:
-        return (f"Megatron-LM cannot lay ranks out in the order {', '.join(order_over(plan))}: it keeps cp and "
-                "tp innermost (tp last) and pp and dp outside them",
-                "order the mesh `pp, dp, cp, tp` (Megatron's default) or `dp, pp, cp, tp` (--use-tp-pp-dp-mapping)")
-    return None
-
-
-ORDER_CHECKS[TARGET] = rank_order
-
-
-@rule("P654", "megatron-expert-dp", targets=(TARGET,))
-def expert_dp(plan, c):
-    if plan.mode != "train":
-        return
-    me = plan.mesh
-    _, flag = mapping(plan)
-    if flag and me.pp > 1 and plan.model.is_moe:
-        edp = me.dp * me.cp * me.tp // (me.ep * me.etp)
-        if edp != me.dp:
-            c.report(c.at("mesh.ep", "mesh"),
-                     f"with dp outside pp (--use-tp-pp-dp-mapping) Megatron-LM needs the experts' data-parallel "
-                     f"size (dp·cp·tp / (ep·etp) = {edp}) to equal dp = {me.dp}",
-                     help="order the mesh `pp, dp, cp, tp`, or choose ep·etp = cp·tp")
-
-
-@rule("P655", "megatron-moe-bias", targets=(TARGET,))
-def moe_bias(plan, c):
-    if plan.mode != "train":
-        return
-    m, me = plan.model, plan.mesh
-    if m.is_moe and m.bias and me.etp > 1:
-        c.report(c.at("mesh.etp", "model.bias"), f"Megatron-LM supports biases in MoE layers only with "
-                 f"etp = 1 (here etp = {me.etp})", help="set `etp = 1`, or `bias = false` in the model")

@@ -1,13 +1,12 @@
 """Slurm: ``job.sbatch`` allocates the nodes and runs ``launch.sh`` on each with ``srun``; the
 node rank is ``SLURM_NODEID`` and the first node of the allocation hosts the rendezvous. The
-torchrun launch is the one the torchrun target emits (its ``entrypoint`` and ``args`` when this
-block has none of its own), as one script that takes the node rank from Slurm."""
+torchrun launch is the torchrun target's, as one script that takes the node rank from Slurm."""
 from __future__ import annotations
 
 import re
 
 from ...compiler.rules import rule
-from ..base import File, dns_label, effective_settings, mesh_text, plan_json, spec_name
+from ..base import File, dns_label, settings, mesh_text, plan_json, spec_name
 from .. import torchrun
 
 TARGET = "slurm"
@@ -16,14 +15,14 @@ SAFE = re.compile(r"^[A-Za-z0-9._:@+/,=-]+$")
 
 
 def job_name(plan) -> str:
-    return effective_settings(plan, TARGET).get("job_name") or dns_label(plan.model.name)
+    return settings(plan, TARGET).get("job_name") or dns_label(plan.model.name)
 
 
 def build(plan) -> list[File]:
     from ..render import render
 
-    s = effective_settings(plan, TARGET)
-    t = effective_settings(plan, "torchrun")
+    s = settings(plan, TARGET)
+    t = s
     cl = plan.cluster
     sbatch = render("slurm/job.sbatch.j2", job_name=job_name(plan), nodes=cl.nodes, gpus=cl.gpus_per_node,
                     sbatch_extra=[(k, s[k]) for k in SBATCH_KEYS if k in s],
@@ -39,7 +38,7 @@ def build(plan) -> list[File]:
 
 @rule("P660", "slurm-directive-value", targets=(TARGET,))
 def directive_values(plan, c):
-    s = effective_settings(plan, TARGET)
+    s = settings(plan, TARGET)
     for key in SBATCH_KEYS + ("job_name",):
         v = s.get(key)
         if v is not None and not SAFE.match(v):

@@ -17,7 +17,7 @@ start separate worlds.
 """
 from __future__ import annotations
 
-from ..base import Env, File, Var, effective_settings, mesh_text, nccl_env, plan_id, plan_json, spec_name
+from ..base import Env, File, Var, settings, mesh_text, nccl_env, plan_id, plan_json, spec_name
 
 TARGET = "torchrun"
 
@@ -106,6 +106,6 @@ def user_arg_lines(args) -> list[list]:
 
 
 def build(plan) -> list[File]:
-    s = effective_settings(plan, TARGET)
+    s = settings(plan, TARGET)
     return node_files(plan, entrypoint=s["entrypoint"], arg_lines=user_arg_lines(s.get("args")),
                       endpoint=s.get("rdzv_endpoint"), max_restarts=s.get("max_restarts", 0))

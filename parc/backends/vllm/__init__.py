@@ -13,12 +13,14 @@ Several nodes are started in one of three ways:
 
 vLLM lays ranks out as (dp, pp, pcp, tp), tp innermost (peer-rules.md section 3); parc's cp is
 vLLM's prefill context parallelism (``--prefill-context-parallel-size``, dp = 1 only); expert
-parallelism is ``--enable-expert-parallel`` with ep = dp·cp·tp.
+parallelism is ``--enable-expert-parallel`` with ep = dp·cp·tp. Rules P601 and P604-P606 and
+P614 refuse the plans vLLM cannot run; P651 and P652 here add the multi-node layout and the
+rank order.
 """
 from __future__ import annotations
 
 from ...compiler.rules import rule
-from ..base import ORDER_CHECKS, Cat, Env, File, Var, effective_settings, mesh_text, nccl_env, order_over, plan_json, spec_name
+from ..base import Cat, Env, File, Var, settings, mesh_text, nccl_env, order_over, plan_json, spec_name
 
 TARGET = "vllm"
 ORDER = ("dp", "pp", "cp", "tp")
@@ -39,7 +41,7 @@ def launch_mode(plan) -> str:
     """single | ray | nnodes | dp (see the module doc)."""
     if plan.cluster.nodes == 1:
         return "single"
-    if effective_settings(plan, TARGET).get("executor") == "ray":
+    if settings(plan, TARGET).get("executor") == "ray":
         return "ray"
     return "nnodes" if replica(plan) > plan.cluster.gpus_per_node else "dp"
 
@@ -53,7 +55,7 @@ def uneven_partition(plan) -> list[int] | None:
 
 def serve_lines(plan, node: int | None) -> list[list]:
     """Every option of ``vllm serve`` for node ``node`` (None: the only node)."""
-    s = effective_settings(plan, TARGET)
+    s = settings(plan, TARGET)
     me, sv, m, cl = plan.mesh, plan.serve, plan.model, plan.cluster
     mode = launch_mode(plan)
     head = node in (None, 0)
@@ -114,7 +116,7 @@ def _env(plan) -> list[Env]:
 def _script(plan, node: int | None) -> str:
     from ..render import render
 
-    s = effective_settings(plan, TARGET)
+    s = settings(plan, TARGET)
     cl = plan.cluster
     mode = launch_mode(plan)
     what = ("vllm serve" if node is None else
@@ -154,48 +156,19 @@ def rank_order(plan):
     return None
 
 
-ORDER_CHECKS[TARGET] = rank_order
+@rule("P652", "vllm-rank-order", targets=(TARGET,))
+def rank_order_rule(plan, c):
+    found = rank_order(plan)
+    if found:
+        c.report(c.at("mesh"), found[0], help=found[1])
 
 
-@rule("P656", "vllm-context-parallel-with-dp", targets=(TARGET,))
-def pcp_with_dp(plan, c):
-    if plan.mode != "serve":
-        return  # P601 says it
-    me = plan.mesh
-    if me.cp > 1 and me.dp > 1:
-        c.report(c.at("mesh.cp"), f"vLLM's prefill context parallelism (cp = {me.cp}) runs only without data "
-                 f"parallelism (here dp = {me.dp})", help="set `dp = 1`, or `cp = 1`")
-
-
-@rule("P657", "vllm-expert-parallel-size", targets=(TARGET,))
-def expert_parallel(plan, c):
-    if plan.mode != "serve":
-        return  # P601 says it
-    me = plan.mesh
-    if me.ep > 1 and me.ep != me.dp * me.cp * me.tp:
-        c.report(c.at("mesh.ep"), f"vLLM's expert parallelism spans every dp·cp·tp rank of a stage "
-                 f"({me.dp * me.cp * me.tp}); ep = {me.ep} cannot be expressed",
-                 help=f"set `ep = {me.dp * me.cp * me.tp}`, or `ep = 1` to shard experts with tp")
-    elif me.ep > 1 and me.etp > 1:
-        c.report(c.at("mesh.etp"), f"with expert parallelism vLLM keeps each expert whole (etp = 1); "
-                 f"etp = {me.etp} cannot be expressed", help="set `etp = 1`")
-
-
-@rule("P658", "vllm-virtual-stages", targets=(TARGET,))
-def virtual_stages(plan, c):
-    if plan.mode != "serve":
-        return  # P601 says it
-    if plan.schedule.virtual_stages > 1:
-        c.report(c.at("schedule.virtual_stages"), "vLLM runs one pipeline stage per rank; it has no virtual "
-                 "stages", help="remove `virtual_stages`")
-
-
-@rule("P659", "vllm-multi-node-layout", targets=(TARGET,))
+@rule("P651", "vllm-replica-fills-nodes", targets=(TARGET,))
 def multi_node(plan, c):
     if plan.mode != "serve":
         return  # P601 says it
-    cl, me = plan.cluster, plan.mesh
-    if cl.nodes == 1 or effective_settings(plan, TARGET).get("executor") == "ray":
+    cl = plan.cluster
+    if cl.nodes == 1 or settings(plan, TARGET).get("executor") == "ray":
         return
     r = replica(plan)
     if r > cl.gpus_per_node and r % cl.gpus_per_node:
@@ -204,7 +177,3 @@ def multi_node(plan, c):
     elif r < cl.gpus_per_node and cl.gpus_per_node % r:
         c.report(c.at("mesh"), f"{cl.gpus_per_node} GPUs per node do not hold a whole number of vLLM "
                  f"replicas of tp·pp·cp = {r} GPUs", help="choose tp·pp·cp that divides gpus_per_node")
-    elif (me.dp * me.pp * me.tp) % cl.nodes:
-        c.report(c.at("mesh"), f"vLLM's multi-node launcher needs dp·pp·tp = {me.dp * me.pp * me.tp} "
-                 f"(cp not counted) to be a multiple of the {cl.nodes} nodes",
-                 help="use `executor = ray`, or a mesh whose dp·pp·tp is a multiple of the node count")
