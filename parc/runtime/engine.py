@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import resource
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
@@ -13,37 +12,12 @@ from torch.distributed.tensor import DTensor
 
 from ..compiler import schedules
 from ..compiler.plan import Plan
+from .options import Options, RunError  # noqa: F401 - re-exported
 from . import mesh as M
 from . import parallel as P
 from . import reference as R
 from .model import Config, Transformer, loss_fn, set_parallel
 from .pipeline import build_schedule, layout
-
-
-class RuntimeError_(RuntimeError):
-    """A failure with a message for the user (no traceback)."""
-
-
-@dataclass
-class Options:
-    steps: int = 3
-    seed: int = 0
-    optimizer: Optional[str] = None          # default: the plan's train.optimizer
-    lr: Optional[float] = None
-    verify: bool = False
-    checkpoint: Optional[str] = None
-    timeout: float = 60.0                    # process-group timeout, seconds
-    rehearsal: bool = True
-    device: str = "cpu"                      # cpu | cuda
-    fault: Optional[str] = None              # "RANK[:STEP]": raise there (resilience drills)
-    hooks: dict = field(default_factory=dict)  # after_build / after_load / after_step (Python API)
-
-    def optimizer_name(self, plan: Plan) -> str:
-        name = self.optimizer or (plan.train.optimizer if plan.train else "adam")
-        return name
-
-    def learning_rate(self, plan: Plan) -> float:
-        return self.lr if self.lr is not None else R.DEFAULT_LR.get(self.optimizer_name(plan), 1e-3)
 
 
 def check_plan(plan: Plan) -> None:
@@ -68,16 +42,15 @@ def check_plan(plan: Plan) -> None:
             problems.append("expert tensor parallelism (etp > 1) is not supported by the runtime yet")
         if m.shared_experts and (m.shared_experts * m.moe_ffn_hidden) % tp:
             problems.append("shared experts' width must be divisible by tp")
-    if plan.mode == "train":
-        if not s.microbatches or s.global_batch % (s.microbatches * mesh.dp):
-            problems.append(f"global_batch = {s.global_batch} must split into dp = {mesh.dp} × "
-                            f"microbatches = {s.microbatches}")
-        elif mesh.pp > 1:
-            why = schedules.check(s.pipeline, mesh.pp, s.microbatches, s.virtual_stages)
-            if why:
-                problems.append(why)
+    if not s.microbatches or s.global_batch % (s.microbatches * mesh.dp):
+        problems.append(f"global_batch = {s.global_batch} must split into dp = {mesh.dp} × "
+                        f"microbatches = {s.microbatches}")
+    elif mesh.pp > 1 and plan.mode == "train":
+        why = schedules.check(s.pipeline, mesh.pp, s.microbatches, s.virtual_stages)
+        if why:
+            problems.append(why)
     if problems:
-        raise RuntimeError_("the runtime cannot run this plan: " + "; ".join(problems))
+        raise RunError("the runtime cannot run this plan: " + "; ".join(problems))
 
 
 def param_bytes(modules) -> int:
@@ -138,7 +111,8 @@ class Rank:
                           if self.tied else None)
         params = [p for m in mods for p in m.parameters()]
         owned = self.sync.owned(_unique(params))
-        self.opt = R.make_optimizer(opts.optimizer_name(plan), owned, opts.learning_rate(plan))
+        self.opt = (R.make_optimizer(opts.optimizer_name(plan), owned, opts.learning_rate(plan))
+                    if plan.mode == "train" else None)
         self.schedule = None
         if pipelined:
             self.schedule = build_schedule(plan, self.modules, self.lay, self.meshes.group("pp"),
@@ -167,6 +141,8 @@ class Rank:
         x = R.local_batch(plan, x, self.coords["dp"], self.coords["cp"]).to(self.device)
         y = R.local_batch(plan, y, self.coords["dp"], self.coords["cp"]).to(self.device)
         t0 = time.perf_counter()
+        if self.plan.mode == "serve":
+            return self._forward_only(x, y, t0)
         if self.opt is not None:
             self.opt.zero_grad(set_to_none=True)
         for m in self.modules.values():
@@ -203,13 +179,30 @@ class Rank:
         seconds = time.perf_counter() - t0
         return loss, seconds, grads_diff
 
+    def _forward_only(self, x, y, t0):
+        """Serving plans: forward passes (no gradients, no optimizer)."""
+        with torch.no_grad():
+            if self.schedule is not None:
+                losses: list = []
+                kw = {"target": y, "losses": losses} if self.lay.last else {}
+                self.schedule.eval(*((x,) if self.lay.first else ()), **kw)
+                local = (torch.stack([l.float() for l in losses]).mean().item() if self.lay.last else 0.0)
+            else:
+                n = self.plan.schedule.microbatches or 1
+                local = 0.0
+                for i, (xc, yc) in enumerate(zip(x.chunk(n), y.chunk(n))):
+                    self.actions.append(schedules.Action("F", i, 0))
+                    local += loss_fn(self.modules[0](xc), yc).item() / n
+        loss = self._global_loss(local)
+        return loss, time.perf_counter() - t0, None
+
     def _fault(self, step: int) -> None:
         f = self.opts.fault
         if not f:
             return
         r, _, s = f.partition(":")
         if int(r) == self.meshes.rank and int(s or 1) == step:
-            raise RuntimeError_(f"injected fault on rank {self.meshes.rank} at step {step}")
+            raise RunError(f"injected fault on rank {self.meshes.rank} at step {step}")
 
     def _global_loss(self, local: float) -> float:
         holds_loss = self.lay.last and self.coords["tp"] == 0

@@ -173,24 +173,3 @@ def _failure(folder: str, procs, why: str) -> RunFailed:
             what = f"signal {signal.Signals(sig).name}" if sig else f"exit status {p.exitcode}"
             return RunFailed(f"rank {r} ended with {what}", r)
     return RunFailed("the run failed")
-
-
-def run_in_process(job: Job, backend: str) -> dict:
-    """This process is one rank: under torchrun (RANK/WORLD_SIZE/LOCAL_RANK in the environment)
-    or a world of one. Returns the report on rank 0 (None elsewhere)."""
-    import torch
-
-    quiet()
-    from . import engine
-    from . import mesh as M
-
-    rank = int(os.environ.get("RANK", 0))
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    if world != job.plan.world_size:
-        raise RunFailed(f"the plan's mesh needs {job.plan.world_size} processes but WORLD_SIZE is {world}")
-    if job.opts.device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    M.init_process_group(backend, rank, world, job.opts.timeout)
-    rep = engine.run_rank(job.plan, job.opts, job.reference)
-    M.shutdown()         # on failure the process exits instead, and torchrun stops the others
-    return rep

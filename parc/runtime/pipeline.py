@@ -32,6 +32,13 @@ class Layout:
 def layout(plan: Plan, pp_rank: int) -> Layout:
     pp, s = plan.mesh.pp, plan.schedule
     L = plan.model.layers
+    if plan.mode == "serve" and pp > 1:     # forward-only: one stage per rank
+        split = plan.placement.layers if plan.placement.layers and len(plan.placement.layers) == pp else None
+        if split is None:
+            split = [L // pp + (1 if i < L % pp else 0) for i in range(pp)]
+        starts = [sum(split[:i]) for i in range(pp)]
+        return Layout(pp, [pp_rank], {i: list(range(starts[i], starts[i] + split[i])) for i in range(pp)},
+                      {i: i for i in range(pp)})
     if pp == 1:
         return Layout(1, [0], {0: list(range(L))}, {0: 0})
     per = schedules.stages_per_rank(s.pipeline, s.virtual_stages)
@@ -79,6 +86,7 @@ def build_schedule(plan: Plan, modules: dict[int, torch.nn.Module], lay: Layout,
         st = PipelineStage(modules[idx], idx, lay.n_stages, device, group=group)
         record(st, log)
         stages.append(st)
-    cls = get_schedule_class(schedules.torch_schedule_name(s.pipeline, s.virtual_stages))
-    arg = stages if schedules.is_multi_stage(s.pipeline) else stages[0]
+    name = schedules.torch_schedule_name(s.pipeline, s.virtual_stages) if plan.mode == "train" else "GPipe"
+    cls = get_schedule_class(name)
+    arg = stages if schedules.is_multi_stage(s.pipeline) and plan.mode == "train" else stages[0]
     return cls(arg, n_microbatches=s.microbatches, loss_fn=loss_fn, scale_grads=True)

@@ -16,7 +16,7 @@ LOSS_ATOL = 1e-5
 GRAD_ATOL, GRAD_RTOL = 1e-5, 1e-4
 PARAM_ATOL = 1e-6
 
-DEFAULT_LR = {"sgd": 0.05, "adam": 1e-3, "adamw": 1e-3}
+from .options import DEFAULT_LR  # noqa: F401
 
 
 def global_batch(plan: Plan, step: int, seed: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,21 +61,26 @@ def compute(plan: Plan, steps: int, seed: int, optimizer: str, lr: float) -> Ref
     model = Transformer(cfg)
     model.init_weights(seed)
     ref = Reference(initial={n: p.detach().clone() for n, p in model.named_parameters()})
-    opt = make_optimizer(optimizer, model.parameters(), lr)
+    train = plan.mode == "train"
+    opt = make_optimizer(optimizer, model.parameters(), lr) if train else None
     m = plan.schedule.microbatches or 1
     for step in range(1, steps + 1):
         x, y = global_batch(plan, step, seed)
-        opt.zero_grad(set_to_none=True)
+        if opt is not None:
+            opt.zero_grad(set_to_none=True)
         # same grouping as the parallel run: per-microbatch means, averaged over dp·microbatches
         chunks = plan.mesh.dp * m
         total = 0.0
-        for xc, yc in zip(x.chunk(chunks), y.chunk(chunks)):
-            loss = loss_fn(model(xc), yc) / chunks
-            loss.backward()
-            total += loss.item()
+        with torch.set_grad_enabled(train):
+            for xc, yc in zip(x.chunk(chunks), y.chunk(chunks)):
+                loss = loss_fn(model(xc), yc) / chunks
+                if train:
+                    loss.backward()
+                total += loss.item()
         ref.losses.append(total)
-        ref.grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
-        opt.step()
+        if train:
+            ref.grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
+            opt.step()
     ref.params = {n: p.detach().clone() for n, p in model.named_parameters()}
     return ref
 

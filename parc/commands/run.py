@@ -1,0 +1,130 @@
+"""parc run: execute the plan in PyTorch, or rehearse it on this machine's CPU."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+DESCRIPTION = ("Execute the plan in PyTorch. --rehearse shrinks the model (keeping every divisibility "
+               "of the plan) and runs the exact mesh as local CPU processes; without it the plan runs "
+               "at its real size where it is launched (one process per GPU under the emitted torchrun "
+               "script).")
+EPILOG = """exit status: 0 ran (and verified, with --verify), 1 spec errors, a failed rank or a failed
+verification, 2 usage or I/O failure
+
+examples:
+  parc run examples/llama3-70b-train.par --rehearse --verify --optimizer sgd
+  parc run spec.par --rehearse --steps 2 --report run.json
+  torchrun --nproc-per-node 8 -m parc run spec.par"""
+
+
+def add_arguments(p):
+    p.add_argument("spec", metavar="SPEC", help="the .par file to run")
+    p.add_argument("--rehearse", action="store_true",
+                   help="shrink the model and run the exact mesh as local CPU processes (gloo)")
+    p.add_argument("--steps", type=int, default=3, metavar="N", help="training steps (default: 3)")
+    p.add_argument("--seed", type=int, default=0, help="seed for weights and data (default: 0)")
+    p.add_argument("--optimizer", choices=("sgd", "adam", "adamw"),
+                   help="override the train block's optimizer (sgd for exact equality checks)")
+    p.add_argument("--lr", type=float, metavar="LR", help="learning rate (default: 0.05 for sgd, 1e-3 for adam)")
+    p.add_argument("--verify", action="store_true",
+                   help="also run the single-process reference and compare losses, gradients and parameters")
+    p.add_argument("--report", metavar="FILE", help="write the JSON report here")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="resume from DIR if it holds a checkpoint (any plan), and save there at the end")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                   help="seconds a collective may wait before the run fails (default: 120)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where a real run executes (default: cuda when available); rehearsals use the CPU")
+    p.add_argument("--root", metavar="DIR", help="the folder imports must stay in")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="summary format on stdout")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+
+
+def run(args) -> int:
+    import time
+
+    t_start = time.perf_counter()
+    from ..api import check_file
+    from ..compiler.diagnostics import render_text
+    from .common import read_error
+
+    if args.steps < 0:
+        print("parc: error: --steps must be 0 or more", file=sys.stderr)
+        return 2
+    try:
+        res = check_file(args.spec, root=args.root)
+    except OSError as e:
+        print(read_error(args.spec, e), file=sys.stderr)
+        return 2
+    if not res.ok or res.plan is None:
+        sys.stderr.write(render_text(res.errors, res.sources))
+        print(f"parc: {args.spec} has errors; `parc check {args.spec}` lists them", file=sys.stderr)
+        return 1
+
+    from ..runtime.launch import RunFailed, prepare_env
+    from ..runtime.options import Options, RunError
+    from ..runtime.run import run_plan
+
+    prepare_env()
+    opts = Options(steps=args.steps, seed=args.seed, optimizer=args.optimizer, lr=args.lr,
+                          verify=args.verify, checkpoint=args.checkpoint, timeout=args.timeout,
+                          device="cpu" if args.device == "cpu" else "cuda" if args.device == "cuda" else "auto",
+                          fault=os.environ.get("PARC_INJECT_FAULT") or None)
+    try:
+        report = run_plan(res.plan, opts, rehearse=args.rehearse, progress=not args.quiet, t_start=t_start)
+    except (RunFailed, RunError) as e:
+        print(f"parc: run failed: {e}", file=sys.stderr)
+        if os.environ.get("PARC_DEBUG") and getattr(e, "detail", ""):
+            sys.stderr.write(e.detail)
+        return 1
+    if report is None:          # a rank other than 0 under torchrun
+        return 0
+    if args.report:
+        try:
+            with open(args.report, "w", encoding="utf-8") as f:
+                json.dump(report, f, indent=2)
+                f.write("\n")
+        except OSError as e:
+            print(f"parc: cannot write {args.report}: {e.strerror or e}", file=sys.stderr)
+            return 2
+    if not args.quiet:
+        if args.format == "json":
+            json.dump(report, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            sys.stdout.write(summary(report, args.spec))
+    v = report["verify"]
+    return 1 if v["ran"] and not v["passed"] else 0
+
+
+def summary(rep: dict, spec: str) -> str:
+    m = rep["mesh"]
+    axes = " · ".join(f"{a}={m[a]}" for a in m["order"] if m.get(a, 1) > 1) or "1 process"
+    lines = [f"{spec}: {'rehearsal' if rep['rehearsal'] else 'run'} of {rep['world_size']} rank"
+             f"{'s' if rep['world_size'] != 1 else ''} ({axes}{', ep=' + str(m['ep']) if m.get('ep', 1) > 1 else ''})"]
+    md = rep["model"]
+    lines.append(f"  model: {md['layers']} layers, hidden {md['hidden']}, {md['heads']} heads "
+                 f"({md['kv_heads']} kv), vocab {md['vocab']}, seq {md['seq_len']}"
+                 + (f", {md['experts']} experts" if md["experts"] else "") + f" ({md['params']:,} params)")
+    for s in rep["steps"]:
+        lines.append(f"  step {s['step']}: loss {s['loss']:.6f}  {s['seconds'] * 1000:.0f} ms")
+    match = all(r["param_bytes"] == r["predicted_param_bytes"] for r in rep["ranks"])
+    lines.append(f"  parameter bytes per rank: {'equal to' if match else 'DIFFERENT from'} parc explain's "
+                 f"prediction ({', '.join(str(r['param_bytes']) for r in rep['ranks'][:8])}"
+                 f"{', …' if len(rep['ranks']) > 8 else ''})")
+    v = rep["verify"]
+    if v["ran"]:
+        verdict = "passed" if v["passed"] else "FAILED"
+        lines.append(f"  verify: {verdict} against one process (max diff: loss {v['max_loss_diff']:.1e}, "
+                     f"grads {v['max_grad_diff']:.1e}, params {v['max_param_diff']:.1e})")
+    t = rep.get("timing")
+    if t:
+        lines.append(f"  time: {t['total']:.1f} s (check {t['check']:.1f}, imports {t['imports']:.1f}, "
+                     f"reference {t['reference']:.1f}, "
+                     f"launch and build {t['launch_and_build']:.1f}, steps {t['steps']:.1f})")
+    if rep.get("checkpoint"):
+        lines.append(f"  checkpoint: saved to {rep['checkpoint']['path']} at step {rep['checkpoint']['step']}")
+    if rep.get("resumed"):
+        lines.append(f"  resumed from {rep['resumed']['path']} (step {rep['resumed']['step']})")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,35 @@
+"""Run options (no torch: the command line builds them before anything heavy is imported)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..compiler.plan import Plan
+
+class RunError(RuntimeError):
+    """A plan the runtime cannot run, or a failure inside a rank, said in the user's terms."""
+
+
+DEFAULT_LR = {"sgd": 0.05, "adam": 1e-3, "adamw": 1e-3}
+
+
+@dataclass
+class Options:
+    steps: int = 3
+    seed: int = 0
+    optimizer: Optional[str] = None          # default: the plan's train.optimizer
+    lr: Optional[float] = None
+    verify: bool = False
+    checkpoint: Optional[str] = None
+    timeout: float = 60.0                    # process-group timeout, seconds
+    rehearsal: bool = True
+    device: str = "cpu"                      # cpu | cuda
+    fault: Optional[str] = None              # "RANK[:STEP]": raise there (resilience drills)
+    hooks: dict = field(default_factory=dict)  # after_build / after_load / after_step (Python API)
+
+    def optimizer_name(self, plan: Plan) -> str:
+        name = self.optimizer or (plan.train.optimizer if plan.train else "adam")
+        return name
+
+    def learning_rate(self, plan: Plan) -> float:
+        return self.lr if self.lr is not None else DEFAULT_LR.get(self.optimizer_name(plan), 1e-3)

@@ -1,0 +1,122 @@
+"""A whole run: pick the launcher, compute the reference once, run the ranks, time the parts.
+
+* Under torchrun (``RANK``/``WORLD_SIZE`` in the environment) this process is one rank;
+* a rehearsal (or any plan) with world > 1 outside torchrun runs as forked local processes on
+  the CPU with gloo, the reference computed once in this process before the fork;
+* a world of one runs in this process, on CUDA when it is there.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Optional
+
+from ..compiler.plan import Plan
+from . import shrink
+from .launch import Job, RunFailed, prepare_env
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+class Progress:
+    """``step k/N`` on stderr, only when stderr is a terminal."""
+
+    def __init__(self, total: int, label: str, stream=None):
+        self.stream = stream or sys.stderr
+        self.total, self.label = total, label
+        self.on = bool(total) and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.t0 = time.time()
+
+    def __call__(self, done: int) -> None:
+        if not self.on:
+            return
+        width = 24
+        fill = int(width * min(done, self.total) / self.total)
+        self.stream.write(f"\r{self.label} [{'#' * fill}{'.' * (width - fill)}] step {done}/{self.total} "
+                          f"{time.time() - self.t0:5.1f}s")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.on:
+            self.stream.write("\r" + " " * 72 + "\r")
+            self.stream.flush()
+
+
+def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
+             deadline_s: Optional[float] = None, t_start: Optional[float] = None) -> Optional[dict]:
+    """Run ``plan`` (shrunk first when ``rehearse``) and return the report (None on ranks other
+    than 0 under torchrun). Raises :class:`RunFailed` with the failing rank's message.
+    ``t_start``: when the command started (the report's timing counts from there)."""
+    t0 = time.perf_counter()
+    t_start = t_start if t_start is not None else t0
+    prepare_env()
+    import torch
+
+    if not under_torchrun():
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    from . import engine  # noqa: F401 - the heavy imports, timed here
+    from . import launch
+    from . import reference as R
+
+    launch.quiet()
+    t_imports = time.perf_counter() - t0
+    t_check = t0 - t_start
+    if rehearse:
+        plan = shrink.rehearse(plan)
+    opts.rehearsal = rehearse
+    cuda = torch.cuda.is_available() and opts.device != "cpu" and not rehearse
+    opts.device = "cuda" if cuda else "cpu"
+    backend = "nccl" if cuda else "gloo"
+    world = plan.world_size
+    if not under_torchrun() and world > 1 and not rehearse:
+        raise RunFailed(f"this plan needs {world} processes: launch it with the emitted torchrun script "
+                        "(`parc compile SPEC --target torchrun`), or rehearse it here with --rehearse")
+    engine.check_plan(plan)
+    ref, t_ref = None, 0.0
+    if opts.verify:
+        t1 = time.perf_counter()
+        ref = R.compute(plan, opts.steps, opts.seed, opts.optimizer_name(plan), opts.learning_rate(plan))
+        t_ref = time.perf_counter() - t1
+    job = Job(plan, opts, ref)
+    bar = Progress(opts.steps, "parc run") if progress else None
+    t2 = time.perf_counter()
+    try:
+        if under_torchrun() or world == 1:
+            rep = _in_process(job, backend, bar)
+        else:
+            deadline = time.time() + deadline_s if deadline_s else None
+            rep = launch.run_forked([job], backend, deadline=deadline, on_progress=bar)[0]
+    finally:
+        if bar:
+            bar.close()
+    if rep is None:
+        return None
+    t_run = time.perf_counter() - t2
+    steps = sum(s["seconds"] for s in rep["steps"])
+    rep["timing"] = {"check": t_check, "imports": t_imports, "reference": t_ref, "run": t_run, "steps": steps,
+                     "launch_and_build": max(0.0, t_run - steps), "total": time.perf_counter() - t_start}
+    return rep
+
+
+def _in_process(job: Job, backend: str, bar) -> Optional[dict]:
+    from . import engine
+    from . import mesh as M
+
+    rank = int(os.environ.get("RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if world != job.plan.world_size:
+        raise RunFailed(f"the plan's mesh needs {job.plan.world_size} processes but WORLD_SIZE is {world}")
+    if job.opts.device == "cuda":
+        import torch
+
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    M.init_process_group(backend, rank, world, job.opts.timeout)
+    try:
+        rep = engine.run_rank(job.plan, job.opts, job.reference, bar if rank == 0 else None)
+    except BaseException as e:
+        raise RunFailed(f"rank {rank} failed: {e}", rank) from e
+    M.shutdown()      # only after success: a failing rank exits, and torchrun stops the others
+    return rep
