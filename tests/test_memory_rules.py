@@ -165,3 +165,14 @@ def test_rules_have_docs(code):
     assert code in registry()
     assert rule_docs()[code]["doc"]
     assert registry()[code].severity == rule_docs()[code].get("severity", "error")
+
+
+def test_layout_only_spec_is_not_judged(check_spec, write_spec, capsys):
+    from parc.cli import main
+
+    text = TRAIN_8B.replace("train {\n  zero = ZERO\n}\n", "")
+    r = check_spec(text)
+    assert "train" not in r.plan.spans and p4(r) == []
+    assert cm.estimate(r.plan).memory.total > r.plan.cluster.gpu.memory   # defaults would not fit
+    assert main(["explain", str(write_spec(text, "layout.par"))]) == 0
+    assert "no `train` block" in capsys.readouterr().out

@@ -216,7 +216,13 @@ def render(plan, est, file: str) -> str:
         out.append(_indent(table(["axis", "collective", "bytes", "link", "bandwidth", "time"], rows, "llrlrr")))
     else:
         out.append("  none: every axis has size 1")
-    for n in est.notes:
+    notes = list(est.notes)
+    if plan.mode == "train" and "train" not in plan.spans:
+        t = plan.train
+        notes.append(f"the spec has no `train` block; memory and time assume the defaults (optimizer = "
+                     f"{t.optimizer}, zero = {t.zero}, recompute = {t.recompute}) and `parc check` does "
+                     f"not judge them")
+    for n in notes:
         out.append(f"  note: {n}")
     out.append("")
 

@@ -143,9 +143,16 @@ def _fix_help(fixes) -> str:
     return "fits with " + join([f"{how} ({gb(total)})" for _, how, total in fixes])
 
 
+def _training_declared(plan) -> bool:
+    """Training memory is judged only for a spec that declares its `train` block: without one the
+    workload (optimizer, ZeRO stage, recompute) is unknown and the spec describes a layout."""
+    return (plan.mode == "train" and plan.train is not None and "train" in plan.spans
+            and bool(plan.schedule.microbatches))
+
+
 @rule("P401", "training-memory-fits")
 def training_memory(plan, c):
-    if plan.mode != "train" or plan.train is None or not plan.schedule.microbatches:
+    if not _training_declared(plan):
         return
     e = _est(plan)
     mem, cap = e.memory, e.memory.capacity
@@ -174,7 +181,7 @@ def training_memory(plan, c):
 
 @rule("P405", "memory-headroom", severity=WARNING)
 def memory_headroom(plan, c):
-    if plan.mode != "train" or plan.train is None or not plan.schedule.microbatches:
+    if not _training_declared(plan):
         return
     e = _est(plan)
     mem, cap = e.memory, e.memory.capacity
