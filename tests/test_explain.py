@@ -150,3 +150,11 @@ def test_html_with_module(capsys, tmp_path, monkeypatch):
     assert out.read_text() == "<html>64</html>"
     assert isinstance(seen["args"][1], cm.Estimate)
     assert json.loads(capsys.readouterr().out)["world_size"] == 64
+
+
+def test_json_serving_comm_is_per_token(capsys):
+    j = explain_json(capsys, SERVE)
+    assert set(j["comm_per_step"].values()) == {0}
+    # two all-reduces of one token's hidden state per layer, 80 layers, tp = 4
+    assert j["comm_per_token"]["tp"] == 80 * 2 * cm.allreduce_bytes(8192 * 2, 4)
+    assert j["comm_time_per_token"]["tp"] == pytest.approx(j["comm_per_token"]["tp"] / 300e9)

@@ -114,6 +114,7 @@ ASSUMED_INTER_NODE_BW = 100e9 / 8
 # kernels alone keeps parc's step times close to those runs. Pass ``efficiency`` to change it.
 DEFAULT_EFFICIENCY = 0.6
 
+AXES = ("tp", "cp", "dp", "pp", "ep")
 PARTS = ("embedding", "attention", "mlp", "experts", "router", "norms", "output")
 
 
@@ -722,8 +723,12 @@ class Estimate:
         return max(st.params for st in self.stages)
 
     def to_json(self) -> dict:
+        """The ``parc explain --format json`` object (LANGUAGE.md section 3, plus more). Serving
+        plans give 0 for per-step quantities and add ``comm_per_token`` (bytes per GPU per decoded
+        token) and ``comm_time_per_token``."""
         mem = self.memory
-        return {
+        train = self.mode == "train"
+        out = {
             "mode": self.mode,
             "world_size": self.world_size,
             "mesh": self.mesh,
@@ -738,9 +743,9 @@ class Estimate:
             "kv_cache": {"bytes_per_token_per_gpu": self.kv_bytes_per_token,
                          "capacity_tokens": self.kv_capacity_tokens,
                          "max_concurrent_seqs": self.max_concurrent_seqs},
-            "comm_per_step": {ax: int(self.comm_bytes.get(ax, 0)) for ax in ("tp", "cp", "dp", "pp", "ep")},
-            "comm_time": {ax: self.comm_time.get(ax, 0.0) for ax in ("tp", "cp", "dp", "pp", "ep")},
-            "comm_link": {ax: self.comm_link.get(ax) for ax in ("tp", "cp", "dp", "pp", "ep")},
+            "comm_per_step": {ax: int(self.comm_bytes.get(ax, 0)) if train else 0 for ax in AXES},
+            ("comm_time" if train else "comm_time_per_token"): {ax: self.comm_time.get(ax, 0.0) for ax in AXES},
+            "comm_link": {ax: self.comm_link.get(ax) for ax in AXES},
             "links": {k: {"kind": self.link_kind.get(k), "bandwidth": self.link_bandwidth.get(k)}
                       for k in ("intra_node", "inter_node") if k in self.link_bandwidth},
             "assumed_inter_node": self.assumed_inter_node,
@@ -760,6 +765,9 @@ class Estimate:
             "rank_map": self.rank_map,
             "notes": list(self.notes),
         }
+        if not train:
+            out["comm_per_token"] = {ax: int(self.comm_bytes.get(ax, 0)) for ax in AXES}
+        return out
 
 
 def _links(plan) -> tuple[dict, dict, bool]:
@@ -856,9 +864,8 @@ def _estimate(plan, efficiency: float) -> Estimate:
             inflight = inflight_microbatches(sch.pipeline, p, mb, v, lay.stage)
             dense_layers = lay.layers - lay.moe_layers
             act = (dense_layers * act_dense + lay.moe_layers * act_moe) * inflight
-            div = t if (tr.sequence_parallel or t > 1) else 1
-            if lay.embedding:   # embedding output (dropout input), Korthikanti §4.3
-                act += s_local * sch.micro_batch * m.hidden * inflight / div
+            if lay.embedding:   # embedding output (dropout input), sbhp/t: Korthikanti §4.3
+                act += s_local * sch.micro_batch * m.hidden * inflight / t
             if lay.head:        # final norm, output-layer input and fp32 logits of one microbatch
                 act += 4 * s_local * sch.micro_batch * m.hidden * (1 + m.vocab / m.hidden) / t
             mem.activations = act

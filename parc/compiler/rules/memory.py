@@ -158,9 +158,10 @@ def training_memory(plan, c):
     mem, cap = e.memory, e.memory.capacity
     if mem.total <= cap:
         return
-    gpu = plan.cluster.gpu.name or "GPU"
+    name = plan.cluster.gpu.name
+    gpu = f"an {name}" if name and name != "custom" else "each GPU"
     fixes = training_fixes(plan, cap)
-    msg = (f"training needs {gb(mem.total)} {_where(plan, e)} but the {gpu} has {gb(cap)}: {_breakdown(mem)}")
+    msg = f"training needs {gb(mem.total)} {_where(plan, e)} but {gpu} has {gb(cap)}: {_breakdown(mem)}"
     if fixes:
         path = fixes[0][0]
         help_ = _fix_help(fixes)
