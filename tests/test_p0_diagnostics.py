@@ -151,3 +151,22 @@ def test_no_traceback_on_odd_bytes(tmp_path):
     assert "Traceback" not in out.stderr + out.stdout
     assert out.returncode == 1
     assert "P001" in out.stdout
+
+
+def test_independent_syntax_errors_reported_together(tmp_path):
+    text = ('model "m" {\n  from = llama3_8b seq_len = 4\n}\n'
+            'cluster "c" {\n  gpus_per_node = 8 8\n  gpu = h100_sxm\n}\n'
+            'mesh { dp = = 8 }\n'
+            'train { zero = 1 }\n')
+    f = tmp_path / "s.par"
+    f.write_text(text)
+    r = check_file(f, root=tmp_path)
+    assert [(d.code, d.span.line, d.span.column) for d in r.diagnostics] == [
+        ("P001", 2, 20), ("P001", 5, 21), ("P001", 8, 13)]
+
+
+def test_unclosed_block_is_one_error(tmp_path):
+    f = tmp_path / "s.par"
+    f.write_text('model "m" {\n  from = llama3_8b\nmesh { dp = 8 }\ntrain { zero = = 1 }\n')
+    r = check_file(f, root=tmp_path)
+    assert [d.code for d in r.diagnostics] == ["P001"] or [d.code for d in r.diagnostics] == ["P002"]

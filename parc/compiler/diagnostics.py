@@ -83,9 +83,10 @@ class Diagnostic:
 class ParcError(Exception):
     """Raised inside the compiler to abort one value; carries the diagnostic to report."""
 
-    def __init__(self, diagnostic: Diagnostic):
+    def __init__(self, diagnostic: Diagnostic, more: list[Diagnostic] | None = None):
         super().__init__(diagnostic.message)
         self.diagnostic = diagnostic
+        self.more = list(more or [])  # further independent errors (other blocks' syntax errors)
 
 
 def sort_key(d: Diagnostic):

@@ -349,7 +349,8 @@ def _parse_text(text: str, file: str) -> S.Document:
     try:
         tree = parser.parse(text)
     except lark.exceptions.UnexpectedInput as e:
-        raise ParcError(_syntax_diag(file, text, e)) from None
+        first = _syntax_diag(file, text, e)
+        raise ParcError(first, _independent_errors(parser, file, text, first)) from None
     except RecursionError:
         raise ParcError(Diagnostic("P001", ERROR, "expression nested too deeply",
                                    Span.point(file))) from None
@@ -358,6 +359,80 @@ def _parse_text(text: str, file: str) -> S.Document:
     except RecursionError:
         raise ParcError(Diagnostic("P001", ERROR, "expression nested too deeply",
                                    Span.point(file))) from None
+
+
+def _top_level_chunks(text: str) -> list[tuple[int, int]] | None:
+    """Offsets of each top-level statement (a whole block with its braces), or None when the
+    braces do not balance (then only the first error can be trusted)."""
+    chunks = []
+    depth = 0
+    start = None
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "#":
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        if c == '"':
+            if start is None:
+                start = i
+            i += 1
+            while i < n and text[i] not in '"\n':
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+            continue
+        if c in "\n;" and depth == 0:
+            if start is not None:
+                chunks.append((start, i))
+                start = None
+        elif not c.isspace() and start is None:
+            start = i
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth < 0:  # a stray `}` ends the statement it closes nothing of
+                depth = 0
+                if start is not None:
+                    chunks.append((start, i + 1))
+                    start = None
+        i += 1
+    if depth != 0:
+        return None
+    if start is not None:
+        chunks.append((start, n))
+    return chunks
+
+
+def _mask(text: str, a: int, b: int) -> str:
+    """``text`` with everything outside [a, b) blanked, keeping every line and column."""
+    def blank(s):
+        return "".join(ch if ch == "\n" else " " for ch in s)
+
+    return blank(text[:a]) + text[a:b] + blank(text[b:])
+
+
+def _independent_errors(parser, file: str, text: str, first: Diagnostic) -> list[Diagnostic]:
+    """The first syntax error of every other top-level statement: each block is parsed on its
+    own, so an error in one never causes a follow-on error in another."""
+    import lark
+
+    if first.code != "P001":
+        return []
+    chunks = _top_level_chunks(text)
+    if not chunks or len(chunks) > 200:
+        return []
+    out = []
+    for a, b in chunks:
+        if a <= first.span.start < b:
+            continue
+        masked = _mask(text, a, b)
+        try:
+            parser.parse(masked)
+        except lark.exceptions.UnexpectedInput as e:
+            out.append(_syntax_diag(file, masked, e))
+    return out
 
 
 def comments(text: str) -> list[tuple[int, int, str]]:

@@ -132,6 +132,7 @@ class Resolver:
             doc = parse_text(text, shown)
         except ParcError as e:
             self.diags.append(e.diagnostic)
+            self.diags.extend(e.more)
             self.import_failed = True  # what the file would have defined is unknown
             return
         stack = stack + (path.resolve(),)
