@@ -160,7 +160,8 @@ def training_memory(plan, c):
         return
     name = plan.cluster.gpu.name
     gpu = f"an {name}" if name and name != "custom" else "each GPU"
-    fixes = training_fixes(plan, cap)
+    # prefer changes that also leave the headroom P405 asks for
+    fixes = training_fixes(plan, (1 - HEADROOM) * cap) or training_fixes(plan, cap)
     msg = f"training needs {gb(mem.total)} {_where(plan, e)} but {gpu} has {gb(cap)}: {_breakdown(mem)}"
     if fixes:
         path = fixes[0][0]
