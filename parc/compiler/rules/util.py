@@ -138,8 +138,8 @@ def given(plan, path: str) -> bool:
     if s is None:
         return False
     blk = plan.spans.get(path.split(".", 1)[0])
-    if blk is not None and (s.line, s.column) == (blk.line, blk.column):
-        return False
+    if blk is None or (s.line, s.column) == (blk.line, blk.column):
+        return False  # no such block in the spec, or the field points at the block's header
     if path.startswith("model.") and path != "model.from":
         f = plan.spans.get("model.from")
         if f is not None and (s.line, s.column) == (f.line, f.column):
