@@ -19,7 +19,7 @@ examples:
 
 
 def add_arguments(p):
-    p.add_argument("spec", metavar="SPEC", help="the .par file to run")
+    p.add_argument("spec", metavar="SPEC", help="the .par file to run (or a plan.json that `parc compile` wrote)")
     p.add_argument("--rehearse", action="store_true",
                    help="shrink the model and run the exact mesh as local CPU processes (gloo)")
     p.add_argument("--steps", type=int, default=3, metavar="N", help="training steps (default: 3)")
@@ -52,15 +52,21 @@ def run(args) -> int:
     if args.steps < 0:
         print("parc: error: --steps must be 0 or more", file=sys.stderr)
         return 2
-    try:
-        res = check_file(args.spec, root=args.root)
-    except OSError as e:
-        print(read_error(args.spec, e), file=sys.stderr)
-        return 2
-    if not res.ok or res.plan is None:
-        sys.stderr.write(render_text(res.errors, res.sources))
-        print(f"parc: {args.spec} has errors; `parc check {args.spec}` lists them", file=sys.stderr)
-        return 1
+    if args.spec.endswith(".json"):
+        plan = _compiled_plan(args.spec)
+        if plan is None:
+            return 2
+    else:
+        try:
+            res = check_file(args.spec, root=args.root)
+        except OSError as e:
+            print(read_error(args.spec, e), file=sys.stderr)
+            return 2
+        if not res.ok or res.plan is None:
+            sys.stderr.write(render_text(res.errors, res.sources))
+            print(f"parc: {args.spec} has errors; `parc check {args.spec}` lists them", file=sys.stderr)
+            return 1
+        plan = res.plan
 
     from ..runtime.launch import RunFailed, prepare_env
     from ..runtime.options import Options, RunError
@@ -72,7 +78,7 @@ def run(args) -> int:
                           device="cpu" if args.device == "cpu" else "cuda" if args.device == "cuda" else "auto",
                           fault=os.environ.get("PARC_INJECT_FAULT") or None)
     try:
-        report = run_plan(res.plan, opts, rehearse=args.rehearse, progress=not args.quiet, t_start=t_start)
+        report = run_plan(plan, opts, rehearse=args.rehearse, progress=not args.quiet, t_start=t_start)
     except (RunFailed, RunError) as e:
         print(f"parc: run failed: {e}", file=sys.stderr)
         if os.environ.get("PARC_DEBUG") and getattr(e, "detail", ""):
@@ -96,6 +102,22 @@ def run(args) -> int:
             sys.stdout.write(summary(report, args.spec))
     v = report["verify"]
     return 1 if v["ran"] and not v["passed"] else 0
+
+
+def _compiled_plan(path: str):
+    """A plan.json that `parc compile` wrote (validated), or None after saying why."""
+    from ..compiler.plan import plan_from_dict
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return plan_from_dict(data.get("plan", data) if isinstance(data, dict) else data)
+    except OSError as e:
+        print(f"parc: cannot read {path}: {e.strerror or e}", file=sys.stderr)
+    except ValueError as e:   # JSON or validation errors
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"parc: {path} is not a plan that `parc compile` wrote: {first}", file=sys.stderr)
+    return None
 
 
 def summary(rep: dict, spec: str) -> str:
