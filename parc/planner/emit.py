@@ -1,0 +1,325 @@
+"""What ``parc plan`` prints: the ranked table, why the runner-up lost, and the best plan as a spec."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+from ..compiler.plan import GPU, Model
+from ..compiler.schema import BLOCKS
+from .inputs import Problem
+from .plans import Candidate, stage_split
+from .search import SearchResult
+
+# --- numbers as spec text ------------------------------------------------------------------------
+
+_BYTES = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3))
+_BW = (("TB/s", 10**12), ("GB/s", 10**9), ("MB/s", 10**6), ("KB/s", 10**3))
+_FLOPS = (("PFLOPS", 10**15), ("TFLOPS", 10**12), ("GFLOPS", 10**9))
+
+
+def _exact(x) -> Decimal:
+    return Decimal(int(x)) if float(x).is_integer() else Decimal(repr(float(x)))
+
+
+def quantity(x, units, base: str) -> str:
+    """``x`` base units as the largest unit that shows it exactly (85520809984 -> ``85520809984B``)."""
+    d = _exact(x)
+    for unit, f in units:
+        q = d / f
+        if q == q.to_integral_value() and q >= 1:
+            return f"{int(q)}{unit}"
+    for unit, f in units:
+        q = d / f
+        if q >= 1 and len(format(q.normalize(), "f")) <= 12:
+            return f"{format(q.normalize(), 'f')}{unit}"
+    return f"{format(d.normalize(), 'f')}{base}"
+
+
+def _ident_or_str(s: str) -> str:
+    return s if s.replace("_", "").isalnum() and not s[0].isdigit() else '"' + s.replace('"', '\\"') + '"'
+
+
+def _label(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _val(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+# --- blocks --------------------------------------------------------------------------------------
+
+def model_block(m: Model) -> list[str]:
+    """A ``model`` block that resolves to ``m``: ``from = preset`` plus what differs from it."""
+    from ..compiler import costmodel
+    from .inputs import load_model
+
+    lines = [f"model {_label(m.name)} {{"]
+    base = None
+    if m.preset:
+        try:
+            base = load_model(m.preset)
+        except Exception:   # a preset that no longer loads: write every field
+            base = None
+    if base is not None:
+        lines.append(f"  from = {m.preset}")
+    keys = [k for k in BLOCKS["model"] if k != "from"]
+    for k in keys:
+        v = getattr(m, k)
+        if base is not None:
+            if k == "params":
+                if v == costmodel.param_count(m):
+                    continue
+            elif getattr(base, k) == v:
+                continue
+        else:
+            if k == "params" and v == costmodel.param_count(m):
+                continue
+            if k == "head_dim" and (v is None or v == m.hidden // m.heads):
+                continue
+            if v is None or (k in _MODEL_DEFAULTS and _MODEL_DEFAULTS[k] == v):
+                continue
+        if k in ("moe_ffn_hidden", "top_k", "shared_experts", "moe_every") and not m.experts:
+            continue
+        lines.append(f"  {k} = {_val(v)}")
+    lines.append("}")
+    return lines
+
+
+_MODEL_DEFAULTS = {"dtype": "bf16", "tied_embeddings": False, "mlp": "swiglu", "norm": "rmsnorm",
+                   "position": "rope", "bias": False, "experts": 0, "shared_experts": 0, "moe_every": 1}
+
+
+def _gpu_preset(g: GPU) -> bool:
+    from ..compiler.resolve import presets
+
+    p = presets("gpus").get(g.name)
+    if not p:
+        return False
+    return (int(p["memory"]) == g.memory and float(p["flops"]) == g.flops
+            and float(p.get("hbm_bandwidth", 0)) == g.hbm_bandwidth
+            and float(p.get("nvlink_bandwidth", 0)) == g.nvlink_bandwidth
+            and float(p.get("pcie_bandwidth", 0)) == g.pcie_bandwidth)
+
+
+def cluster_block(pr: Problem) -> list[str]:
+    cl = pr.cluster
+    lines = [f"cluster {_label(cl.name)} {{", f"  nodes = {cl.nodes}", f"  gpus_per_node = {cl.gpus_per_node}"]
+    g = cl.gpu
+    if _gpu_preset(g):
+        lines.append(f"  gpu = {g.name}")
+    else:
+        lines += ["  gpu {", f"    memory = {quantity(g.memory, _BYTES, 'B')}",
+                  f"    flops = {quantity(g.flops, _FLOPS, 'FLOPS')}"]
+        for k in ("hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth"):
+            if getattr(g, k):
+                lines.append(f"    {k} = {quantity(getattr(g, k), _BW, 'B/s')}")
+        lines.append("  }")
+    for k in ("intra_node", "inter_node"):
+        ln = getattr(cl, k)
+        if ln is not None:
+            lines.append(f"  {k} = {ln.kind}({quantity(ln.bandwidth, _BW, 'B/s')})")
+    lines.append("}")
+    return lines
+
+
+def plan_text(res: SearchResult, i: int = 0) -> str:
+    """Reported plan ``i`` as a complete, formatted spec that ``parc check`` accepts."""
+    from ..compiler.fmt import format_text
+
+    pr, c = res.problem, res.plans[i]
+    out = [f"# parc plan: rank {c.rank} of {res.valid:,} plans that fit ({res.candidates_evaluated:,} evaluated)",
+           "# " + summary_line(pr, c), ""]
+    out += model_block(pr.model) + [""] + cluster_block(pr) + [""]
+    out.append("mesh {")
+    for ax in pr.order:
+        out.append(f"  {ax} = {getattr(c, ax)}")
+    if c.ep > 1:
+        out.append(f"  ep = {c.ep}")
+    if c.etp > 1:
+        out.append(f"  etp = {c.etp}")
+    out += ["}", ""]
+    place = []
+    links = dict(pr.placement.links)
+    if not links and c.tp > 1:
+        links["tp"] = "intra_node"
+    for ax, where in links.items():
+        place.append(f"  {ax} on {where}")
+    if c.layers == "balanced":
+        place.append("  layers = balanced")
+    elif c.layers == "explicit":
+        lay = stage_split(pr, "explicit", c.pp * c.virtual_stages) or []
+        place.append(f"  layers = [{', '.join(str(x) for x in lay)}]")
+    for mp in pr.placement.modules:
+        place.append(f"  {_label(mp.pattern)} = " + ("replicate" if mp.style == "replicate" else f"{mp.style}({mp.axis})"))
+    if place:
+        out += ["placement {"] + place + ["}", ""]
+    if pr.mode == "train":
+        out.append("schedule {")
+        if c.pp > 1:
+            out.append(f"  pipeline = {c.pipeline}")
+        if c.virtual_stages > 1:
+            out.append(f"  virtual_stages = {c.virtual_stages}")
+        out += [f"  micro_batch = {c.micro_batch}", f"  global_batch = {c.global_batch}", "}", ""]
+        t = pr.train
+        out.append("train {")
+        if t.optimizer != "adam":
+            out.append(f"  optimizer = {t.optimizer}")
+        out.append(f"  zero = {c.zero}")
+        if c.tp > 1 or c.sequence_parallel:
+            out.append(f"  sequence_parallel = {_val(c.sequence_parallel)}")
+        out.append(f"  recompute = {c.recompute}")
+        for k, default in (("precision", "bf16"), ("main_grads", "fp32"), ("optimizer_state", "fp32")):
+            if getattr(t, k) != default:
+                out.append(f"  {k} = {getattr(t, k)}")
+        out += ["}", ""]
+    else:
+        s = pr.serve
+        out += ["serve {", f"  max_model_len = {s.max_model_len}",
+                f"  gpu_memory_utilization = {_val(s.gpu_memory_utilization)}", f"  max_num_seqs = {c.max_num_seqs}"]
+        if s.kv_cache_dtype != "auto":
+            out.append(f"  kv_cache_dtype = {s.kv_cache_dtype}")
+        out += ["}", ""]
+    for name in pr.targets:
+        text = pr.block_text.get(f"target.{name}")
+        if text:
+            out += [text, ""]
+        else:
+            out += [f"target {name} {{"] + [f"  {k} = {_setting(v)}" for k, v in pr.targets[name].settings.items()] \
+                + ["}", ""]
+    return format_text("\n".join(out).rstrip() + "\n", "best.par")
+
+
+def _setting(v) -> str:
+    if isinstance(v, str):
+        return _label(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_setting(x) for x in v) + "]"
+    return _val(v)
+
+
+# --- text output ---------------------------------------------------------------------------------
+
+def gb(x: float) -> str:
+    return f"{x / 1e9:.1f}"
+
+
+def secs(x: float) -> str:
+    if x == 0:
+        return "0"
+    if x >= 100:
+        return f"{x:.0f}s"
+    if x >= 1:
+        return f"{x:.2f}s"
+    if x >= 1e-3:
+        return f"{x * 1e3:.1f}ms"
+    return f"{x * 1e6:.0f}us"
+
+
+def rate(x: float) -> str:
+    for div, suf in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= div:
+            return f"{x / div:.2f}{suf}"
+    return f"{x:.0f}"
+
+
+def summary_line(pr: Problem, c: Candidate) -> str:
+    mesh = " ".join(f"{ax}={getattr(c, ax)}" for ax in pr.order) + (f" ep={c.ep}" if c.ep > 1 else "") \
+        + (f" etp={c.etp}" if c.etp > 1 else "")
+    mem = f"{gb(c.memory_total)}/{gb(c.memory_capacity)} GB per GPU"
+    if pr.mode == "train":
+        return (f"{mesh}; step {secs(c.step_time)}, {rate(c.tokens_per_second)} tokens/s, MFU {c.mfu:.1%}, "
+                f"bubble {c.bubble:.1%}, {mem}")
+    return (f"{mesh}; {rate(c.tokens_per_second)} tokens/s at {c.max_num_seqs} sequences per replica, "
+            f"{secs(c.latency)} per token, {mem}")
+
+
+def lost_text(res: SearchResult, i: int) -> str:
+    lost = res.lost_on(i)
+    if lost is None:
+        return ""
+    what, by = lost
+    if res.mode == "serve":
+        return f"{what} ×{by:.2f}"
+    if what == "tie":
+        return "tie"
+    return f"{what} +{secs(by)}"
+
+
+def render_table(res: SearchResult) -> str:
+    from ..commands.table import table
+
+    pr = res.problem
+    rows = []
+    axes = [ax for ax in ("tp", "cp", "dp", "pp", "ep") if any(c.comm_time.get(ax, 0) for c in res.plans)]
+    if pr.mode == "train":
+        head = ["#", "tp", "pp", "dp", "cp"] + (["ep"] if pr.model.is_moe else []) + \
+            ["schedule", "mb", "zero", "recompute", "sp", "mem GB", "free", "bubble"] + \
+            [f"{ax} comm" for ax in axes] + ["step", "tokens/s", "MFU", "loses on"]
+        for i, c in enumerate(res.plans):
+            sched = "-" if c.pp == 1 else c.pipeline + (f"×{c.virtual_stages}" if c.virtual_stages > 1 else "")
+            row = [c.rank, c.tp, c.pp, c.dp, c.cp] + ([c.ep] if pr.model.is_moe else []) + \
+                [sched, c.micro_batch, c.zero, c.recompute, "on" if c.sequence_parallel else "off",
+                 gb(c.memory_total), f"{c.headroom:.0%}", f"{c.bubble:.1%}"] + \
+                [secs(c.comm_time.get(ax, 0.0)) for ax in axes] + \
+                [secs(c.step_time), rate(c.tokens_per_second), f"{c.mfu:.1%}", lost_text(res, i) or "-"]
+            rows.append(row)
+        align = "r" * 5 + ("r" if pr.model.is_moe else "") + "lrrlrrrr" + "r" * len(axes) + "rrrl"
+    else:
+        head = ["#", "tp", "pp", "dp"] + (["ep"] if pr.model.is_moe else []) + \
+            ["seqs", "mem GB", "free", "step", "latency/token", "tokens/s", "loses on"]
+        for i, c in enumerate(res.plans):
+            rows.append([c.rank, c.tp, c.pp, c.dp] + ([c.ep] if pr.model.is_moe else []) +
+                        [c.max_num_seqs, gb(c.memory_total), f"{c.headroom:.0%}", secs(c.step_time),
+                         secs(c.latency), rate(c.tokens_per_second), lost_text(res, i) or "-"])
+        align = "rrrr" + ("r" if pr.model.is_moe else "") + "rrrrrrl"
+    return table(head, rows, align)
+
+
+def render_text(res: SearchResult) -> str:
+    pr = res.problem
+    m, cl = pr.model, pr.cluster
+    if pr.mode == "train":
+        what = (f"training {m.name} (seq_len {m.seq_len}, global_batch {pr.global_batch}"
+                if pr.global_batch is not None else f"training {m.name} (seq_len {m.seq_len}, {pr.microbatches} "
+                                                     f"microbatches") + ")"
+    else:
+        what = f"serving {m.name} (max_model_len {pr.serve.max_model_len})"
+    lines = [f"{what} on {cl.name}: {cl.nodes} × {cl.gpus_per_node} {cl.gpu.name}",
+             f"{res.candidates_evaluated:,} candidates evaluated ({res.costed:,} costed in full), "
+             f"{res.valid:,} fit, in {res.seconds:.2f} s"]
+    if not res.plans:
+        lines.append("no plan fits: " + ("every candidate needs more memory than the GPUs have"
+                                         if res.valid == 0 else "the rules refuse every candidate that fits"))
+        return "\n".join(lines)
+    lines += ["", render_table(res), ""]
+    best = res.plans[0]
+    lines.append("best: " + summary_line(pr, best))
+    if len(res.plans) > 1:
+        lines.append(runner_up(res))
+    if res.rejected:
+        codes = sorted({code for _, cs in res.rejected for code in cs})
+        lines.append(f"{len(res.rejected)} higher-ranked candidate(s) skipped: the rules refuse them "
+                     f"({', '.join(codes)})")
+    return "\n".join(lines)
+
+
+def runner_up(res: SearchResult) -> str:
+    a, b = res.plans[0], res.plans[1]
+    what, by = res.lost_on(1)
+    if res.mode == "serve":
+        gap = 1 - b.tokens_per_second / a.tokens_per_second if a.tokens_per_second else 0.0
+        if what == "sequences in flight":
+            why = (f"it keeps fewer sequences in flight ({b.dp} × {b.max_num_seqs} over {b.pp} stage(s), "
+                   f"against {a.dp} × {a.max_num_seqs} over {a.pp})")
+        else:
+            why = f"its decode step is slower ({secs(b.step_time)} against {secs(a.step_time)})"
+        return f"#2 serves {gap:.1%} fewer tokens/s than #1: {why}"
+    if what == "tie":
+        return "#2 ties with #1 on step time; #1 ranks first for using less memory or the simpler settings"
+    gap = b.step_time / a.step_time - 1 if a.step_time else 0.0
+    return f"#2 is {gap:.2%} slower than #1 ({secs(b.step_time)} against {secs(a.step_time)}): its {what} takes " \
+           f"{secs(by)} more per step"

@@ -1,0 +1,250 @@
+"""What a search starts from: the model, the cluster, the workload and the fields a user fixed.
+
+A :class:`Problem` is read from ``--model`` and ``--cluster`` (a preset name, or a ``.par`` file
+holding that block) or from a partial spec: every field the spec gives is kept, and every field
+it leaves out or sets to ``auto`` is searched. Loading goes through the resolver, so a bad file
+gives the same diagnostics as ``parc check``.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..compiler import syntax as S
+from ..compiler.diagnostics import ERROR, Diagnostic, Span
+from ..compiler.plan import Cluster, Model, Placement, Schedule, Serve, Target, Train
+
+# Fields the planner searches, by mode; a partial spec fixes any of them by giving a value.
+TRAIN_FIELDS = ("mesh.pp", "mesh.dp", "mesh.cp", "mesh.tp", "mesh.ep", "mesh.etp",
+                "schedule.pipeline", "schedule.virtual_stages", "schedule.micro_batch",
+                "train.zero", "train.recompute", "train.sequence_parallel")
+SERVE_FIELDS = ("mesh.pp", "mesh.dp", "mesh.tp", "mesh.ep", "serve.max_num_seqs")
+# Fields a spec may set to `auto` here although `parc check` accepts `auto` only for mesh axes.
+_AUTO_OK = {f.split(".")[1]: f.split(".")[0] for f in TRAIN_FIELDS + SERVE_FIELDS} | {"etp": "mesh"}
+
+DEFAULT_BATCH_TOKENS = 4 * 2**20   # a training step of about 4M tokens when no batch is given
+
+
+class InputError(Exception):
+    """The model, cluster or spec could not be read; ``diagnostics`` says why (with ``sources``)."""
+
+    def __init__(self, message: str, diagnostics: list[Diagnostic] | None = None,
+                 sources: dict[str, str] | None = None):
+        super().__init__(message)
+        self.diagnostics = diagnostics or []
+        self.sources = sources or {}
+
+
+@dataclass
+class Problem:
+    """A search's fixed inputs. ``fixed`` maps searched fields (``"mesh.tp"``) to the value a
+    spec gave; everything else in ``TRAIN_FIELDS``/``SERVE_FIELDS`` is searched."""
+
+    model: Model
+    cluster: Cluster
+    mode: str = "train"
+    global_batch: Optional[int] = None
+    microbatches: Optional[int] = None          # fixed microbatch count (a spec's `microbatches`)
+    fixed: dict[str, Any] = field(default_factory=dict)
+    order: list[str] = field(default_factory=lambda: ["pp", "dp", "cp", "tp"])
+    placement: Placement = field(default_factory=Placement)
+    train: Train = field(default_factory=Train)
+    serve: Serve = field(default_factory=Serve)
+    targets: dict[str, Target] = field(default_factory=dict)
+    file: str = "plan.par"
+    # source text of blocks written back unchanged into the best plan (targets, say)
+    block_text: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.mode not in ("train", "serve"):
+            raise ValueError(f"mode must be 'train' or 'serve', not {self.mode!r}")
+        if self.mode == "train" and self.global_batch is None and self.microbatches is None:
+            self.global_batch = default_global_batch(self.model.seq_len)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return TRAIN_FIELDS if self.mode == "train" else SERVE_FIELDS
+
+    def searched(self) -> list[str]:
+        return [f for f in self.fields if f not in self.fixed]
+
+
+def default_global_batch(seq_len: int) -> int:
+    """The power of two nearest to 4M tokens per step (at least one sequence)."""
+    n = max(1, DEFAULT_BATCH_TOKENS // max(1, seq_len))
+    return 1 << (n.bit_length() - 1)
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+def _resolver(anchor: Path, root):
+    from ..compiler.resolve import Resolver, find_root
+
+    return Resolver(find_root(anchor, root))
+
+
+def _fail(r, what: str):
+    errs = [d for d in r.diags if d.severity == ERROR]
+    raise InputError(f"{what} has errors", errs, r.sources)
+
+
+def _resolve(r, shown: str):
+    """Resolve what ``r`` has loaded into a plan; InputError with the P0 diagnostics otherwise."""
+    from ..compiler.resolve import resolve_document
+
+    plan = None
+    if not any(d.severity == ERROR for d in r.diags):
+        plan = resolve_document(r, shown)
+    if plan is None or any(d.severity == ERROR for d in r.diags):
+        _fail(r, shown)
+    return plan
+
+
+def _is_file(arg: str) -> bool:
+    return arg.endswith(".par") or os.sep in arg or (os.altsep or "/") in arg or Path(arg).is_file()
+
+
+def _load_into(r, arg: str, kind: str) -> str:
+    """Load a preset name or a .par file for block ``kind`` into resolver ``r``; the shown name."""
+    from ..compiler.resolve import presets
+
+    if not _is_file(arg):
+        table = presets("models" if kind == "model" else "gpus")
+        if kind == "model" and arg in table:
+            shown = f"<--model {arg}>"
+            r.load_file(Path(shown), shown, text=f'model "{arg}" {{\n  from = {arg}\n}}\n')
+            return shown
+        from ..compiler.resolve import did_you_mean
+
+        sug = did_you_mean(arg, table) if kind == "model" else None
+        hint = (f"did you mean `{sug}`? " if sug else "") + (
+            "`parc presets` lists the model presets" if kind == "model" else
+            "--cluster takes a .par file holding a `cluster` block")
+        raise InputError(f"--{kind} {arg}: no such {'preset or ' if kind == 'model' else ''}file ({hint})")
+    p = Path(arg)
+    try:
+        r.load_file(p, r.display(p.resolve()))
+    except OSError as e:
+        raise InputError(f"cannot read {arg}: {e.strerror or e}") from None
+    shown = r.files[-1] if r.files else arg
+    if kind not in r.blocks and not any(d.severity == ERROR for d in r.diags):
+        raise InputError(f"{arg} holds no `{kind}` block")
+    return shown
+
+
+def load_model(arg: str, root=None) -> Model:
+    """The model of a preset name or a .par file holding a ``model`` block."""
+    r = _resolver(Path(arg) if _is_file(arg) else Path.cwd() / "x.par", root)
+    shown = _load_into(r, arg, "model")
+    _add_stub(r, cluster=True)
+    return _resolve(r, shown).model
+
+
+def load_cluster(arg: str, root=None) -> Cluster:
+    """The cluster of a .par file holding a ``cluster`` block."""
+    r = _resolver(Path(arg), root)
+    shown = _load_into(r, arg, "cluster")
+    _add_stub(r, model=True)
+    return _resolve(r, shown).cluster
+
+
+def _add_stub(r, model: bool = False, cluster: bool = False) -> None:
+    """Blocks the resolver needs to build a plan, when a file holds only the other one."""
+    text = ""
+    if model and "model" not in r.blocks:
+        text += 'model "stub" {\n  layers = 1\n  hidden = 8\n  heads = 1\n  vocab = 8\n}\n'
+    if cluster and "cluster" not in r.blocks:
+        text += 'cluster "stub" {\n  gpus_per_node = 1\n  gpu = h100_sxm\n}\n'
+    if text:
+        r.load_file(Path("<stub>"), "<stub>", text=text)
+
+
+def with_seq_len(model: Model, seq_len: int) -> Model:
+    """A copy of ``model`` at another sequence length (parameters re-derived when they were)."""
+    from ..compiler import costmodel
+
+    m = copy.copy(model)
+    derived = model.params == costmodel.param_count(model)
+    m.seq_len = int(seq_len)
+    if derived:
+        m.params = costmodel.param_count(m)
+    return m
+
+
+def load_spec(path: str, root=None, text: str | None = None) -> Problem:
+    """A :class:`Problem` from a (partial) spec: given fields are fixed, absent or `auto` ones searched."""
+    p = Path(path)
+    r = _resolver(p, root)
+    shown = str(path) if text is not None else r.display(p.resolve())
+    try:
+        r.load_file(p, shown, text=text)
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror or e}") from None
+    if any(d.severity == ERROR for d in r.diags):
+        _fail(r, shown)
+    searched_auto = _strip_autos(r)
+    given = {kind: set(b.assigns) for kind, b in r.blocks.items()}
+    plan = _resolve(r, shown)
+    mode = plan.mode
+    fixed: dict[str, Any] = {}
+    for f in TRAIN_FIELDS + SERVE_FIELDS:
+        kind, key = f.split(".")
+        if f in searched_auto or key not in given.get(kind, ()):
+            continue
+        obj = {"mesh": plan.mesh, "schedule": plan.schedule, "train": plan.train, "serve": plan.serve}[kind]
+        if obj is not None:
+            fixed[f] = getattr(obj, key)
+    mesh_given = [ax for ax in r.blocks["mesh"].order if ax in ("pp", "dp", "cp", "tp")] if "mesh" in r.blocks \
+        else []
+    sched_given = given.get("schedule", set())
+    gb = plan.schedule.global_batch if "global_batch" in sched_given else None
+    mbs = plan.schedule.microbatches if ("microbatches" in sched_given and gb is None) else None
+    placement = copy.deepcopy(plan.placement)
+    if "layers" not in given.get("placement", set()):
+        placement.layers_mode, placement.layers = "even", None
+    else:
+        fixed["placement.layers"] = placement.layers_mode
+    block_text = {}
+    for name, b in r.targets.items():
+        src = r.sources.get(b.span.file)
+        if src is not None:
+            block_text[f"target.{name}"] = src[b.span.start:b.span.end]
+    return Problem(model=plan.model, cluster=plan.cluster, mode=mode, global_batch=gb, microbatches=mbs,
+                   fixed=fixed, order=plan.mesh.order if mesh_given else ["pp", "dp", "cp", "tp"],
+                   placement=placement, train=plan.train or Train(), serve=plan.serve or Serve(),
+                   targets=plan.targets, file=shown, block_text=block_text)
+
+
+def _strip_autos(r) -> set[str]:
+    """Drop `field = auto` of searchable fields (the search fills them); their paths."""
+    out = set()
+    for kind, b in r.blocks.items():
+        for key, a in list(b.assigns.items()):
+            if isinstance(a.value, S.Auto) and _AUTO_OK.get(key) == kind:
+                del b.assigns[key]
+                out.add(f"{kind}.{key}")
+    return out
+
+
+def problem(model, cluster, mode: str = "train", *, seq_len: int | None = None,
+            global_batch: int | None = None, root=None, **kw) -> Problem:
+    """A :class:`Problem` from a model (Model, preset name or file) and a cluster (Cluster or file)."""
+    m = load_model(model, root) if isinstance(model, (str, os.PathLike)) else model
+    c = load_cluster(str(cluster), root) if isinstance(cluster, (str, os.PathLike)) else cluster
+    if seq_len is not None and seq_len != m.seq_len:
+        m = with_seq_len(m, seq_len)
+    serve = kw.pop("serve", None) or Serve()
+    if mode == "serve" and seq_len is not None:
+        serve = copy.copy(serve)
+        serve.max_model_len = int(seq_len)
+    elif mode == "serve" and "serve" not in kw:
+        serve = copy.copy(serve)
+        serve.max_model_len = m.seq_len
+    return Problem(model=m, cluster=c, mode=mode, global_batch=global_batch, serve=serve, **kw)
+
+
+__all__ = ["Problem", "InputError", "problem", "load_spec", "load_model", "load_cluster", "with_seq_len",
+           "default_global_batch", "TRAIN_FIELDS", "SERVE_FIELDS", "Span"]

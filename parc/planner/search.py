@@ -1,0 +1,292 @@
+"""The search: enumerate, cost in bulk, rank, and check the plans it reports with the full rules."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional
+
+import numpy as np
+
+from ..compiler import costmodel as cm
+from ..compiler.diagnostics import ERROR
+from .inputs import Problem, problem as make_problem
+from .plans import Candidate, build_plan
+from .space import PIPELINES, RECOMPUTE, SPLITS, mesh_shapes
+
+# Rank keys compare costs to a relative 1e-9: closer values are a tie, broken by the next key.
+_RESOLUTION = 1e9
+MAX_REJECTED_WALK = 2000   # ranked candidates the rules may refuse in a row before the walk stops
+
+Progress = Callable[[float, str], None]
+
+
+@dataclass
+class SearchResult:
+    """What :func:`search` found. ``plans`` are the reported plans, best first, each checked by
+    the full rule set and costed by ``estimate``; ``columns`` holds every candidate that fits
+    (numpy arrays in rank order) for sweeps and plots, ``records()`` the same as dicts."""
+
+    problem: Problem
+    mode: str
+    candidates_evaluated: int = 0     # plans decided on: refused by the memory bound or costed in full
+    costed: int = 0                   # costed by the full model
+    valid: int = 0                    # fit in memory and pass the rules the search models
+    seconds: float = 0.0
+    plans: list[Candidate] = field(default_factory=list)
+    rejected: list[tuple[Candidate, list[str]]] = field(default_factory=list)
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+    truncated: bool = False           # the walk stopped before finding `top` plans the rules accept
+
+    @property
+    def best(self) -> Optional[Candidate]:
+        return self.plans[0] if self.plans else None
+
+    def plan(self, i: int = 0):
+        """The full :class:`~parc.compiler.plan.Plan` of reported plan ``i``."""
+        return build_plan(self.problem, self.plans[i])
+
+    def records(self) -> list[dict]:
+        """Every candidate that fits, in rank order, as plain dicts (settings and costs)."""
+        cols = self.columns
+        n = len(next(iter(cols.values()))) if cols else 0
+        names = {"pipeline": PIPELINES, "recompute": RECOMPUTE, "split": SPLITS}
+        out = []
+        keys = [k for k in cols if k not in ("mesh", "lo")]
+        lists = {k: cols[k].tolist() for k in keys}
+        for i in range(n):
+            rec = {"rank": i + 1}
+            for k in keys:
+                v = lists[k][i]
+                rec[k] = names[k][v] if k in names else v
+            out.append(rec)
+        return out
+
+    def lost_on(self, i: int) -> Optional[tuple[str, float]]:
+        """Why reported plan ``i`` ranks below plan 0: the cost that grew most, and by how much
+        (seconds per step in training; for serving a ratio of throughput)."""
+        if i <= 0 or i >= len(self.plans):
+            return None
+        a, b = self.plans[0], self.plans[i]
+        if self.mode == "serve":
+            conc_a, conc_b = a.dp * a.max_num_seqs / a.pp, b.dp * b.max_num_seqs / b.pp
+            if conc_b < conc_a and conc_a / conc_b >= b.step_time / a.step_time:
+                return ("sequences in flight", conc_b / conc_a)
+            return ("decode step", b.step_time / a.step_time if a.step_time else 1.0)
+        da, db = breakdown(a), breakdown(b)
+        deltas = {k: db[k] - da[k] for k in da}
+        k = max(deltas, key=lambda x: (deltas[x], x))
+        if deltas[k] <= 0:
+            return ("tie", 0.0)
+        return (k, deltas[k])
+
+    def to_json(self) -> dict:
+        pr = self.problem
+        plans = []
+        for c in self.plans:
+            d = {"rank": c.rank, "mesh": c.mesh, "etp": c.etp, "virtual_stages": c.virtual_stages,
+                 "micro_batch": c.micro_batch, "microbatches": c.microbatches, "global_batch": c.global_batch,
+                 "schedule": c.pipeline, "layers": c.layers, "zero": c.zero, "recompute": c.recompute,
+                 "sequence_parallel": c.sequence_parallel, "step_time": c.step_time,
+                 "tokens_per_second": c.tokens_per_second, "mfu": c.mfu, "bubble_fraction": c.bubble,
+                 "compute_time": c.compute_time, "comm_time": dict(c.comm_time),
+                 "memory_per_gpu": {"total": int(c.memory_total), "capacity": int(c.memory_capacity)},
+                 "headroom": c.headroom, "warnings": list(c.warnings)}
+            if self.mode == "serve":
+                d.update(schedule=None, virtual_stages=None, micro_batch=None, microbatches=None,
+                         global_batch=None, zero=None, recompute=None, sequence_parallel=None, mfu=None,
+                         max_num_seqs=c.max_num_seqs, throughput=c.tokens_per_second, latency=c.latency)
+            lost = self.lost_on(c.rank - 1)
+            d["lost_on"] = {"cost": lost[0], "by": lost[1]} if lost else None
+            plans.append(d)
+        return {"mode": self.mode, "model": pr.model.name, "cluster": pr.cluster.name,
+                "world_size": pr.cluster.world, "global_batch": pr.global_batch if self.mode == "train" else None,
+                "seq_len": pr.model.seq_len if self.mode == "train" else pr.serve.max_model_len,
+                "candidates_evaluated": self.candidates_evaluated, "costed": self.costed, "valid": self.valid,
+                "rejected_by_rules": len(self.rejected), "seconds": self.seconds, "plans": plans}
+
+
+def breakdown(c: Candidate) -> dict[str, float]:
+    """A training step split into the costs it adds up to (seconds): compute, the pipeline
+    bubble, the exposed communication of each axis (the data-parallel reduction only where it
+    outlasts the last microbatch's backward, as the cost model overlaps it)."""
+    ct = c.comm_time
+    inner = c.compute_time + sum(ct.get(ax, 0.0) for ax in ("tp", "cp", "ep", "pp"))
+    stretched = inner / (1 - c.bubble) if c.bubble < 1 else inner
+    out = {"compute": c.compute_time, "bubble": stretched - inner}
+    for ax in ("tp", "cp", "ep", "pp"):
+        out[f"{ax} communication"] = ct.get(ax, 0.0)
+    out["dp communication"] = max(0.0, c.step_time - stretched)
+    return out
+
+
+def _q(x: np.ndarray) -> np.ndarray:
+    """Costs as integers at a relative resolution of 1e-9 (ties below it are ties)."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(x > 0, np.round(np.log(np.maximum(x, 1e-300)) * _RESOLUTION), -2**62).astype(np.int64)
+
+
+def train_order(cols: dict) -> np.ndarray:
+    """Rank order of training candidates: time per sequence (step time for the requested global
+    batch), then memory per GPU, then the settings (fewer stages, then smaller degrees first)."""
+    keys = [cols[k] for k in ("sp", "recompute", "zero", "mb", "pipeline", "split", "etp", "ep", "dp", "cp", "tp",
+                              "v", "pp")]
+    keys += [_q(cols["memory"]), _q(cols["step_time"] / cols["gb"])]
+    return np.lexsort(keys)
+
+
+def serve_order(cols: dict) -> np.ndarray:
+    """Rank order of serving candidates: throughput (highest first), latency, memory, settings."""
+    keys = [cols[k] for k in ("etp", "ep", "dp", "tp", "pp")]
+    keys += [_q(cols["memory"]), _q(cols["latency"]), -_q(cols["throughput"])]
+    return np.lexsort(keys)
+
+
+def candidate_from(cols: dict, i: int, rank: int, mode: str) -> Candidate:
+    g = {k: (a[i].item() if hasattr(a[i], "item") else a[i]) for k, a in cols.items()}
+    if mode == "serve":
+        return Candidate(rank=rank, pp=g["pp"], dp=g["dp"], cp=g["cp"], tp=g["tp"], ep=g["ep"], etp=g["etp"],
+                         layers=SPLITS[g["split"]], max_num_seqs=g["max_num_seqs"])
+    return Candidate(rank=rank, pp=g["pp"], dp=g["dp"], cp=g["cp"], tp=g["tp"], ep=g["ep"], etp=g["etp"],
+                     pipeline=PIPELINES[g["pipeline"]], virtual_stages=g["v"], micro_batch=g["mb"],
+                     microbatches=g["m"], global_batch=g["gb"], layers=SPLITS[g["split"]], zero=g["zero"],
+                     recompute=RECOMPUTE[g["recompute"]], sequence_parallel=bool(g["sp"]))
+
+
+def fill_costs(pr: Problem, c: Candidate, plan=None, est=None, efficiency: float = cm.DEFAULT_EFFICIENCY
+               ) -> Candidate:
+    """Set ``c``'s costs from the cost model's ``estimate`` of its plan."""
+    plan = plan or build_plan(pr, c)
+    est = est or cm.estimate(plan, efficiency)
+    c.memory_total = est.memory.total
+    c.memory_capacity = est.memory.capacity
+    c.comm_time = {ax: est.comm_time.get(ax, 0.0) for ax in ("tp", "cp", "dp", "pp", "ep")}
+    if pr.mode == "train":
+        c.step_time, c.tokens_per_second, c.mfu = est.step_time, est.tokens_per_second, est.mfu
+        c.bubble, c.compute_time = est.bubble_fraction, est.compute_time
+    else:
+        from .serving import serve_perf
+
+        perf = serve_perf(plan, est, efficiency)
+        c.step_time, c.latency, c.tokens_per_second = perf.step_time, perf.latency, perf.throughput
+    return c
+
+
+def check_candidate(pr: Problem, c: Candidate, targets: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+    """(error codes, warning codes) the full rule set gives ``c``'s plan."""
+    from ..compiler.rules import run_rules
+
+    plan = build_plan(pr, c)
+    diags = run_rules(plan, targets)
+    errs = sorted({d.code for d in diags if d.severity == ERROR})
+    warns = sorted({d.code for d in diags if d.severity != ERROR})
+    return errs, warns
+
+
+# --- the searches ------------------------------------------------------------------------------------
+
+def _train_columns(pr: Problem, progress, efficiency):
+    from .vector import train_costs
+
+    tc = train_costs(pr, efficiency, progress=(lambda f: progress(f, "costing")) if progress else None)
+    return tc.cols, tc.enumerated, tc.costed
+
+
+def _serve_columns(pr: Problem, progress, efficiency):
+    """Serving candidates are few (mesh shapes only): each is costed by ``estimate`` itself."""
+    from .serving import serve_perf
+
+    meshes = mesh_shapes(pr)
+    rows = []
+    fixed_seqs = pr.fixed.get("serve.max_num_seqs")
+    for i, (pp, dp, cp, tp, ep, etp) in enumerate(meshes):
+        from .space import _split_mode
+
+        split = _split_mode(pr, pp)
+        if split is None:
+            continue
+        c = Candidate(rank=0, pp=pp, dp=dp, cp=cp, tp=tp, ep=ep, etp=etp, layers=SPLITS[split], max_num_seqs=1)
+        plan = build_plan(pr, c)
+        est = cm.estimate(plan, efficiency, cache=False)
+        seqs = est.max_concurrent_seqs
+        if seqs < 1 or est.memory.weights > pr.serve.gpu_memory_utilization * est.memory.capacity:
+            continue
+        if fixed_seqs is not None:
+            seqs = min(seqs, fixed_seqs)
+            est.max_concurrent_seqs = seqs
+        plan.serve.max_num_seqs = seqs
+        perf = serve_perf(plan, est, efficiency)
+        rows.append((pp, dp, cp, tp, ep, etp, split, seqs, perf.throughput, perf.latency, perf.step_time,
+                     est.memory.total))
+        if progress is not None and i % 16 == 0:
+            progress((i + 1) / len(meshes), "costing")
+    names = ("pp", "dp", "cp", "tp", "ep", "etp", "split", "max_num_seqs", "throughput", "latency", "step_time",
+             "memory")
+    arr = list(zip(*rows)) if rows else [[] for _ in names]
+    cols = {}
+    for k, a in zip(names, arr):
+        cols[k] = np.asarray(a, dtype=np.float64 if k in ("throughput", "latency", "step_time", "memory")
+                             else np.int64)
+    return cols, len(meshes), len(meshes)
+
+
+def search_problem(pr: Problem, *, top: Optional[int] = 10, targets: Iterable[str] = (),
+                   progress: Optional[Progress] = None, efficiency: float = cm.DEFAULT_EFFICIENCY) -> SearchResult:
+    """Search the plans of ``pr``. ``top`` plans are checked by the full rules and reported
+    (``None``: every candidate that fits). See :func:`search`."""
+    t0 = time.perf_counter()
+    if pr.mode == "train":
+        cols, evaluated, costed = _train_columns(pr, progress, efficiency)
+    else:
+        cols, evaluated, costed = _serve_columns(pr, progress, efficiency)
+    n = len(cols["pp"]) if cols else 0
+    if n:
+        order = train_order(cols) if pr.mode == "train" else serve_order(cols)
+        cols = {k: a[order] for k, a in cols.items()}
+    res = SearchResult(pr, pr.mode, candidates_evaluated=evaluated, costed=costed, valid=n, columns=cols)
+    want = n if top is None else min(top, n)
+    tnames = list(targets)
+    misses = 0
+    for i in range(n):
+        if len(res.plans) >= want:
+            break
+        c = candidate_from(cols, i, len(res.plans) + 1, pr.mode)
+        errs, warns = check_candidate(pr, c, tnames)
+        if errs:
+            res.rejected.append((c, errs))
+            misses += 1
+            if misses >= MAX_REJECTED_WALK and top is not None:
+                res.truncated = True
+                break
+            continue
+        misses = 0
+        c.warnings = warns
+        fill_costs(pr, c, efficiency=efficiency)
+        res.plans.append(c)
+        if progress is not None and want:
+            progress(len(res.plans) / want, "checking")
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def search(model, cluster=None, mode: str = "train", *, seq_len: Optional[int] = None,
+           global_batch: Optional[int] = None, top: Optional[int] = 10, targets: Iterable[str] = (),
+           progress: Optional[Progress] = None, efficiency: float = cm.DEFAULT_EFFICIENCY, root=None,
+           **problem_fields) -> SearchResult:
+    """Search every valid plan for ``model`` on ``cluster`` and rank them by the cost model.
+
+    ``model`` is a :class:`~parc.compiler.plan.Model`, a preset name or a ``.par`` file holding a
+    ``model`` block (or a :class:`Problem`, then ``cluster`` is not given); ``cluster`` a
+    :class:`~parc.compiler.plan.Cluster` or a ``.par`` file. ``mode`` is ``"train"`` (ranked by step
+    time for ``global_batch`` sequences of ``seq_len`` tokens) or ``"serve"`` (ranked by
+    throughput at the memory limit, ``seq_len`` being ``max_model_len``). Fields of
+    :class:`Problem` (``fixed={"mesh.tp": 8}``, ``train=Train(...)``, ...) pass through.
+
+    Returns a :class:`SearchResult`: ``plans`` (the best ``top``, each passing the full rule set
+    for the named ``targets``), and ``columns``/``records()`` with every candidate that fits.
+    """
+    if isinstance(model, Problem):
+        pr = model
+    else:
+        pr = make_problem(model, cluster, mode, seq_len=seq_len, global_batch=global_batch, root=root,
+                          **problem_fields)
+    return search_problem(pr, top=top, targets=targets, progress=progress, efficiency=efficiency)

@@ -1,0 +1,92 @@
+"""Decode throughput and latency of a serving plan at its memory limit.
+
+The memory side (weights per GPU, KV bytes per token, KV capacity, concurrent sequences) is
+:func:`parc.compiler.costmodel.estimate`'s. On top of it, a decode step is the roofline of each
+pipeline stage (Williams et al. 2009; for transformer decoding Pope et al. 2022, "Efficiently
+Scaling Transformer Inference", §2): a stage streams its weights and the KV cache of the
+sequences it serves from HBM, or computes, whichever takes longer, then runs its tensor-parallel
+all-reduces and hands the activations to the next stage.
+
+* At the memory limit a replica (one dp rank: pp · tp GPUs) holds ``B`` sequences of
+  ``max_model_len`` tokens (``estimate(...).max_concurrent_seqs``), and every step reads their
+  whole KV cache.
+* With pipeline parallelism the ``B`` sequences are split into ``pp`` microbatches that keep
+  every stage busy (vLLM's virtual engines): a step of stage ``s`` serves ``b = B / pp`` sequences
+  and takes ``t_s(b)``; the pipeline advances every ``T = max_s t_s(b)``.
+* Throughput of the replica is ``B / (pp · T)`` tokens/s; one sequence gets its next token every
+  ``pp · T`` seconds (its inter-token latency). So pipeline stages add latency: each stage
+  reads only its share of the weights, but a token still passes all of them one after another,
+  while tensor parallelism splits every stage's reads over more GPUs. No rule of thumb is
+  needed: the formulas give it.
+* Compute uses the same sustained fraction of peak FLOP/s (``efficiency``) as training, and HBM
+  the same fraction of its bandwidth. A GPU without an ``hbm_bandwidth`` is treated as
+  compute-bound.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..compiler import costmodel as cm
+
+
+@dataclass(slots=True)
+class ServePerf:
+    batch: int            # sequences per replica at the memory limit
+    step_time: float      # seconds per pipeline step (T)
+    latency: float        # seconds between two tokens of one sequence (pp · T)
+    throughput: float     # output tokens per second of the whole plan (all dp replicas)
+    stage_times: list     # t_s per pipeline stage
+
+
+def stage_step_time(weight_bytes: float, kv_bytes: float, flops: float, comm_time: float,
+                    hbm_bandwidth: float, peak_flops: float, efficiency: float) -> float:
+    """One decode step of one pipeline stage: max(HBM time, compute time) + communication."""
+    mem = (weight_bytes + kv_bytes) / (hbm_bandwidth * efficiency) if hbm_bandwidth > 0 else 0.0
+    return max(mem, flops / (peak_flops * efficiency)) + comm_time
+
+
+def decode_flops_per_token(m, layers: int, moe_layers: int, tp: int, etp: int, context: int) -> float:
+    """FLOPs one GPU spends on one decoded token over ``layers`` layers: 2 per matmul parameter it
+    holds that the token passes (attention, dense MLP or top_k routed plus shared experts, split
+    over tp or etp), plus attention over ``context`` cached tokens (4 · context · heads/tp · head_dim
+    per layer: QKᵀ and AV)."""
+    d = cm.head_dim(m)
+    dense = layers - moe_layers
+    per = dense * cm.mlp_params(m, m.ffn_hidden) / tp
+    if moe_layers:
+        per += moe_layers * ((m.top_k or 1) * cm.mlp_params(m, m.moe_ffn_hidden) / etp
+                             + m.shared_experts * cm.mlp_params(m, m.moe_ffn_hidden) / tp)
+    per += layers * cm.attention_params(m) / tp
+    attn = 4 * context * (m.heads / tp) * d * layers
+    return 2 * per + attn
+
+
+def serve_perf(plan, est, efficiency: float = cm.DEFAULT_EFFICIENCY) -> ServePerf:
+    """Throughput and latency of a serving ``plan`` at its memory limit, from its ``estimate``."""
+    m, mesh, cl = plan.model, plan.mesh, plan.cluster
+    ctx = plan.serve.max_model_len
+    B = est.max_concurrent_seqs
+    if B <= 0:
+        return ServePerf(0, 0.0, 0.0, 0.0, [])
+    p, t = mesh.pp, mesh.tp
+    b = B / p
+    bw = est.link_bandwidth
+    wbytes = cm.dtype_bytes(m.dtype)
+    link = est.comm_link
+    times = []
+    for st in est.stages:
+        comm = 0.0
+        if t > 1:
+            tp_bytes = 2 * cm.allreduce_bytes(m.hidden * wbytes, t) * st.layers * b
+            comm += tp_bytes / bw.get(link.get("tp") or "intra_node", bw["intra_node"])
+        if mesh.ep > 1 and m.is_moe:
+            ep_bytes = cm.ep_bytes_per_layer(b, m.hidden, m.top_k or 1, mesh.ep, wbytes) / 2 * st.moe_layers
+            comm += ep_bytes / bw.get(link.get("ep") or "intra_node", bw["intra_node"])
+        if p > 1:
+            comm += b * m.hidden * wbytes / t / bw.get(link.get("pp") or "intra_node", bw["intra_node"])
+        flops = b * decode_flops_per_token(m, st.layers, st.moe_layers, t, mesh.etp, ctx)
+        kv = b * ctx * st.kv_bytes_per_token
+        times.append(stage_step_time(st.memory.weights, kv, flops, comm, cl.gpu.hbm_bandwidth,
+                                     cl.gpu.flops, efficiency))
+    T = max(times)
+    return ServePerf(B, T, p * T, mesh.dp * B / (p * T), times)

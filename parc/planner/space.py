@@ -1,0 +1,216 @@
+"""The search space: every combination of parallel degrees and settings worth costing.
+
+The space is built in three layers, each pruned before the next is multiplied out:
+
+1. mesh shapes (pp, dp, cp, tp, ep, etp): divisors of the world size only, and only shapes whose
+   degrees split the model's widths and keep their groups where the rules require;
+2. per mesh shape, schedule options (pipeline, virtual stages, micro batch, microbatches, layer
+   split) that the batch and schedule rules accept;
+3. per schedule option, the training options (zero stage, recompute, sequence parallel).
+
+Every filter here mirrors an error rule of :mod:`parc.compiler.rules` (named next to it), so a
+row dropped here is a plan ``parc check`` would refuse; nothing is dropped for being slow.
+Definitional choices that shape the space (not pruning) are:
+
+* ``sequence_parallel`` is only tried with tp > 1 (without TP it changes nothing);
+* pp = 1 runs no pipeline: its schedule is ``1f1b`` with one virtual stage;
+* gpipe and 1f1b hold one stage per rank; dualpipe_v two; interleaved_1f1b and zero_bubble
+  2 to ``MAX_VIRTUAL`` (and at most layers / pp);
+* the layer split is ``even`` when pp · virtual_stages divides the layers, else ``balanced``;
+* serving searches tp, pp, dp and ep with cp = 1.
+"""
+from __future__ import annotations
+
+from ..compiler.rankmap import RankMap
+from .inputs import Problem
+
+PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v")
+RECOMPUTE = ("none", "selective", "full")
+SPLITS = ("even", "balanced", "explicit")
+MAX_VIRTUAL = 8          # virtual stages tried per pipeline rank
+MAX_MICRO_BATCH = 64     # micro batches tried when the spec fixes the microbatch count instead
+
+
+def divisors(n: int) -> list[int]:
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i != n // i:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+def _fixed(pr: Problem, path: str, values):
+    """``values`` restricted to the one a spec fixed (if any)."""
+    if path in pr.fixed:
+        want = pr.fixed[path]
+        return [x for x in values if x == want]
+    return list(values)
+
+
+# --- mesh shapes ---------------------------------------------------------------------------------
+
+def tp_splits_model(m, t: int) -> bool:
+    """P102 heads % tp, P103 kv_heads split or replicated, P106 ffn / shared-expert widths % tp."""
+    if t <= 1:
+        return True
+    if m.heads % t:
+        return False
+    if m.kv_heads % t and t % m.kv_heads:
+        return False
+    if m.layers - m.moe_layers > 0 and m.ffn_hidden % t:
+        return False
+    if m.is_moe and m.shared_experts and (m.shared_experts * m.moe_ffn_hidden) % t:
+        return False
+    return True
+
+
+def mesh_shapes(pr: Problem) -> list[tuple[int, int, int, int, int, int]]:
+    """Every (pp, dp, cp, tp, ep, etp) whose product is the world and that the P1/P3 rules accept."""
+    m, cl = pr.model, pr.cluster
+    world = cl.world
+    train = pr.mode == "train"
+    out = []
+    for tp in _fixed(pr, "mesh.tp", divisors(world)):
+        if not tp_splits_model(m, tp):
+            continue
+        for cp in _fixed(pr, "mesh.cp", divisors(world // tp) if train else [1]):
+            if cp > 1 and m.seq_len % (2 * cp):                      # P114
+                continue
+            for pp in _fixed(pr, "mesh.pp", divisors(world // (tp * cp))):
+                if pp > m.layers:                                    # P104/P105: a layer per stage
+                    continue
+                dp = world // (tp * cp * pp)
+                if "mesh.dp" in pr.fixed and pr.fixed["mesh.dp"] != dp:
+                    continue
+                if not _groups_ok(pr, pp, dp, cp, tp):
+                    continue
+                for ep, etp in _expert_grids(pr, dp * cp * tp):
+                    out.append((pp, dp, cp, tp, ep, etp))
+    return out
+
+
+def _expert_grids(pr: Problem, region: int) -> list[tuple[int, int]]:
+    """(ep, etp) pairs: P109 experts % ep, P112 ep·etp | dp·cp·tp, P113 moe_ffn_hidden % etp."""
+    m = pr.model
+    if not m.is_moe:
+        return [(e, t) for e in _fixed(pr, "mesh.ep", [1]) for t in _fixed(pr, "mesh.etp", [1])]
+    out = []
+    for ep in _fixed(pr, "mesh.ep", divisors(region)):
+        if m.experts % ep:
+            continue
+        for etp in _fixed(pr, "mesh.etp", divisors(region // ep)):
+            if m.moe_ffn_hidden % etp:
+                continue
+            if etp > pr.cluster.gpus_per_node:
+                continue
+            out.append((ep, etp))
+    return out
+
+
+def _groups_ok(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> bool:
+    """P301: a TP group (or a CP group placed on intra_node) must stay inside a node."""
+    g = pr.cluster.gpus_per_node
+    if tp <= 1 and cp <= 1:
+        return True
+    rm = RankMap.from_sizes(g, order=pr.order, pp=pp, dp=dp, cp=cp, tp=tp)
+    if tp > 1 and rm.crosses_node("tp"):
+        return False
+    if cp > 1 and pr.placement.links.get("cp") == "intra_node" and rm.crosses_node("cp"):
+        return False
+    for ax, where in pr.placement.links.items():
+        if where == "intra_node" and ax in ("pp", "dp") and rm.size(ax) > 1 and rm.crosses_node(ax):
+            return False
+    return True
+
+
+# --- schedule options ----------------------------------------------------------------------------
+
+def _split_mode(pr: Problem, stages: int) -> int | None:
+    """Index into SPLITS for ``stages`` (virtual) stages, or None when no split works."""
+    L = pr.model.layers
+    if stages > L:
+        return None
+    given = pr.fixed.get("placement.layers")
+    if given == "explicit":
+        lay = pr.placement.layers or []
+        return 2 if len(lay) == stages else None
+    if given == "even":
+        return 0 if L % stages == 0 else None
+    if given == "balanced":
+        return 1
+    return 0 if L % stages == 0 else 1
+
+
+def layout_options(pr: Problem, pp: int) -> list[tuple[int, int, int]]:
+    """(pipeline, virtual stages, split) for a pipeline of ``pp`` ranks (P104-P105, P204-P208)."""
+    out = []
+    L = pr.model.layers
+    pipes = _fixed(pr, "schedule.pipeline", PIPELINES if pp > 1 else ("1f1b",))
+    if pp == 1 and "schedule.pipeline" in pr.fixed and not pipes:
+        pipes = [pr.fixed["schedule.pipeline"]]   # a schedule named for pp = 1 is kept as written
+    for name in pipes:
+        if pp == 1:
+            vs = [1]
+        elif name in ("gpipe", "1f1b"):
+            vs = [1]                                                  # P206
+        elif name == "dualpipe_v":
+            vs = [2]                                                  # P207
+        else:
+            vs = list(range(2, MAX_VIRTUAL + 1))                      # P206, P208
+        for v in _fixed(pr, "schedule.virtual_stages", vs):
+            if pp * v > L:
+                continue
+            split = _split_mode(pr, pp * v)
+            if split is not None:
+                out.append((PIPELINES.index(name), v, split))
+    return out
+
+
+def batch_options(pr: Problem, dp: int) -> list[tuple[int, int, int]]:
+    """(micro_batch, microbatches, global_batch) for ``dp`` data-parallel replicas (P201)."""
+    if pr.global_batch is not None:
+        gb = pr.global_batch
+        if gb % dp:                                                   # P201 for any micro_batch
+            return []
+        out = [(mb, gb // (mb * dp), gb) for mb in divisors(gb // dp)]
+    else:                                                             # microbatches fixed instead
+        n = pr.microbatches
+        out = [(mb, n, n * mb * dp) for mb in range(1, MAX_MICRO_BATCH + 1)]
+    if "schedule.micro_batch" in pr.fixed:
+        out = [x for x in out if x[0] == pr.fixed["schedule.micro_batch"]]
+    return out
+
+
+def schedule_ok(name: str, p: int, n: int, v: int) -> bool:
+    """P202 (gpipe/1f1b need m ≥ pp), P207 (dualpipe_v m ≥ 2pp), P208 (zero_bubble rounds)."""
+    if p <= 1:
+        return True
+    if name in ("gpipe", "1f1b"):
+        return n >= p
+    if name == "dualpipe_v":
+        return n >= 2 * p
+    if name == "zero_bubble" and v > 2:
+        rounds = max(1, n // p)
+        return n % rounds == 0
+    return True
+
+
+def zero_options(pr: Problem) -> list[int]:
+    return _fixed(pr, "train.zero", (0, 1, 2, 3))
+
+
+def train_options(pr: Problem, tp: int, cp: int) -> list[tuple[int, int]]:
+    """(recompute, sequence_parallel) for one mesh shape (P115 for sequence parallel)."""
+    m = pr.model
+    sps = [0, 1] if tp > 1 else [0]
+    if "train.sequence_parallel" in pr.fixed:
+        sps = [int(bool(pr.fixed["train.sequence_parallel"]))]
+    sps = [s for s in sps if not s or tp <= 1 or (m.seq_len % cp == 0 and (m.seq_len // cp) % tp == 0)]
+    rcs = [RECOMPUTE.index(r) for r in _fixed(pr, "train.recompute", RECOMPUTE)]
+    return [(r, s) for r in rcs for s in sps]
+
+

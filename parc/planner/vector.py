@@ -1,0 +1,450 @@
+"""The cost model over arrays of candidates.
+
+:func:`parc.compiler.costmodel.estimate` costs one plan; the planner costs hundreds of thousands,
+so this module evaluates the same formulas over numpy arrays. It reuses the cost model's own
+functions wherever they can be called once per distinct input and broadcast:
+
+* stage layouts and per-stage parameter counts (``stage_layouts``, ``_stage_parts``) are computed
+  once per distinct (pp, virtual stages, placement, split) and (tp, ep, etp, dp, cp) shape;
+* ``activation_bytes_per_layer`` and ``zero_state_bytes`` take arrays as they are;
+* the communication volumes (``tp_bytes_per_layer``, ``cp_bytes_per_layer``, ``ep_bytes_per_layer``,
+  ``pp_bytes_per_microbatch``, ``dp_bytes``) are linear in the tokens or parameters they move, so
+  each is called once per distinct degree with one unit and scaled.
+
+What is written out here are the element-wise forms of ``inflight_microbatches`` and
+``bubble_fraction`` (their branches become masks) and the few lines of ``_estimate`` that combine
+the pieces (most loaded stage, critical stage, step time). ``tests/test_planner.py`` checks every
+one against the scalar cost model, and whole candidates against ``estimate``.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..compiler import costmodel as cm
+from ..compiler.rankmap import RankMap
+from .inputs import Problem
+from .space import (PIPELINES, RECOMPUTE, SPLITS, batch_options, layout_options, mesh_shapes, train_options,
+                    zero_options)
+from .plans import stage_split
+
+_PIPE = {name: i for i, name in enumerate(PIPELINES)}
+CHUNK = 1 << 17          # rows costed at a time
+
+
+# --- element-wise forms of the cost model's scalar functions ----------------------------------------
+
+def inflight_vec(pipe, p, m, v, stage):
+    """:func:`costmodel.inflight_microbatches` over arrays (``pipe`` indexes PIPELINES)."""
+    pipe, p, m, v, stage = np.broadcast_arrays(*(np.asarray(x) for x in (pipe, p, m, v, stage)))
+    m = np.maximum(1, m).astype(np.float64)
+    p_f = p.astype(np.float64)
+    inter = (2 * (p - stage - 1) + (v - 1) * p + 1) / np.maximum(v, 1)
+    out = np.minimum(p_f - stage, m)                                    # 1f1b, zero_bubble v<2
+    out = np.where(pipe == _PIPE["gpipe"], m, out)
+    out = np.where((pipe == _PIPE["interleaved_1f1b"]) & (v > 1), np.minimum(inter, m), out)
+    out = np.where(pipe == _PIPE["dualpipe_v"], np.minimum(p_f + 0.5, m), out)
+    out = np.where((pipe == _PIPE["zero_bubble"]) & (v == 2), np.minimum(p_f, m), out)
+    out = np.where((pipe == _PIPE["zero_bubble"]) & (v > 2), np.minimum(inter, m), out)
+    return np.where(p <= 1, 1.0, out)
+
+
+def bubble_vec(pipe, p, m, v):
+    """:func:`costmodel.bubble_fraction` over arrays."""
+    pipe, p, m, v = np.broadcast_arrays(*(np.asarray(x) for x in (pipe, p, m, v)))
+    pm1 = (p - 1).astype(np.float64)
+    mm = np.where(m > 0, m, 1)
+    out = pm1 / (mm + pm1)
+    out = np.where(pipe == _PIPE["interleaved_1f1b"], pm1 / (v * mm + pm1), out)
+    out = np.where((pipe == _PIPE["zero_bubble"]) | (pipe == _PIPE["dualpipe_v"]), pm1 / (3 * mm + pm1), out)
+    return np.where((p <= 1) | (m <= 0), 0.0, out)
+
+
+def _per_unit(fn, keys: np.ndarray) -> np.ndarray:
+    """``fn(key)`` for each element of an integer key array, called once per distinct key."""
+    uniq, inv = np.unique(keys, return_inverse=True)
+    vals = np.array([fn(int(k)) for k in uniq], dtype=np.float64)
+    return vals[inv.reshape(keys.shape)]
+
+
+# --- stage layouts and the parameters each stage holds -----------------------------------------------
+
+class _Shapes:
+    """Memoised stage classes and parameter counts (scalar cost-model calls, once per shape)."""
+
+    def __init__(self, pr: Problem):
+        self.pr = pr
+        self.layouts: dict[tuple, list] = {}
+        self.params: dict[tuple, tuple[int, int, int, int]] = {}
+
+    def classes(self, pp: int, v: int, pipeline: str, split: int) -> list:
+        """The distinct stages of a layout, first stage of each kind, by stage index: pipeline rank
+        ``i`` and the next ranks that hold the same layers, embedding and head have the same
+        memory and FLOPs except for fewer microbatches in flight, so the first one bounds them."""
+        vstyle = cm.uses_v_placement(pipeline, v)
+        key = (pp, v, vstyle, split)
+        got = self.layouts.get(key)
+        if got is None:
+            pr = self.pr
+            lay = stage_split(pr, SPLITS[split], pp * v)
+            stub = SimpleNamespace(model=pr.model, mesh=SimpleNamespace(pp=pp),
+                                   placement=SimpleNamespace(layers=lay),
+                                   schedule=SimpleNamespace(virtual_stages=v, pipeline=pipeline))
+            seen, got = set(), []
+            for st in cm.stage_layouts(stub):
+                k = (st.layers, st.moe_layers, st.embedding, st.head)
+                if k not in seen:
+                    seen.add(k)
+                    got.append(st)
+            self.layouts[key] = got
+        return got
+
+    def stage_params(self, mesh: tuple, st) -> tuple[int, int, int, int]:
+        """(dense, expert) parameters of one GPU of stage ``st`` before ZeRO-3, and after it (the
+        first, largest torch.chunk shard)."""
+        pp, dp, cp, tp, ep, etp = mesh
+        key = (dp, cp, tp, ep, etp, st.layers, st.moe_layers, st.embedding, st.head)
+        got = self.params.get(key)
+        if got is None:
+            stub = SimpleNamespace(model=self.pr.model, mode="train", train=SimpleNamespace(zero=3),
+                                   mesh=SimpleNamespace(pp=pp, dp=dp, cp=cp, tp=tp, ep=ep, etp=etp))
+            full = cm._stage_parts(stub, st, sharded=False)
+            z3 = cm._stage_parts(stub, st, sharded=True)
+            got = (sum(full.values()) - full["experts"], full["experts"],
+                   sum(z3.values()) - z3["experts"], z3["experts"])
+            self.params[key] = got
+        return got
+
+
+# --- training ---------------------------------------------------------------------------------------
+
+class TrainCosts:
+    """Costs of every training candidate; ``cols`` holds the settings, the rest the estimate."""
+
+    def __init__(self):
+        self.cols: dict[str, np.ndarray] = {}
+        self.enumerated = 0        # candidates the search decided on (bounded out or fully costed)
+        self.bounded = 0           # of which the memory lower bound refused without the full model
+        self.costed = 0            # costed in full
+        self.meshes: list = []
+
+
+def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress=None) -> TrainCosts:
+    """Every training candidate of ``pr`` that fits in memory, with its estimate (see the module doc)."""
+    m, cl = pr.model, pr.cluster
+    out = TrainCosts()
+    meshes = mesh_shapes(pr)
+    out.meshes = meshes
+    if not meshes:
+        return out
+    shapes = _Shapes(pr)
+    per = cm.state_bytes_per_param(pr.train.precision, pr.train.main_grads, pr.train.optimizer_state,
+                                   pr.train.optimizer)
+    cap = float(cl.gpu.memory)
+
+    # 1. layout options (mesh, pipeline, virtual stages, split) and their stage classes
+    lo_mesh, lo_pipe, lo_v, lo_split, lo_cls = [], [], [], [], []
+    for mi, mesh in enumerate(meshes):
+        for pi, v, split in layout_options(pr, mesh[0]):
+            cls = shapes.classes(mesh[0], v, PIPELINES[pi], split)
+            lo_mesh.append(mi)
+            lo_pipe.append(pi)
+            lo_v.append(v)
+            lo_split.append(split)
+            lo_cls.append(cls)
+    if not lo_mesh:
+        return out
+    n_lo = len(lo_mesh)
+    K = max(len(c) for c in lo_cls)
+    c_stage = np.zeros((n_lo, K), dtype=np.int64)
+    c_layers = np.zeros((n_lo, K), dtype=np.int64)
+    c_moe = np.zeros((n_lo, K), dtype=np.int64)
+    c_emb = np.zeros((n_lo, K), dtype=bool)
+    c_head = np.zeros((n_lo, K), dtype=bool)
+    c_valid = np.zeros((n_lo, K), dtype=bool)
+    c_par = np.zeros((4, n_lo, K), dtype=np.float64)    # dense, expert, dense ZeRO-3, expert ZeRO-3
+    for i, cls in enumerate(lo_cls):
+        mesh = meshes[lo_mesh[i]]
+        for k, st in enumerate(cls):
+            c_stage[i, k], c_layers[i, k], c_moe[i, k] = st.stage, st.layers, st.moe_layers
+            c_emb[i, k], c_head[i, k], c_valid[i, k] = st.embedding, st.head, True
+            c_par[:, i, k] = shapes.stage_params(mesh, st)
+    lo_mesh_a = np.asarray(lo_mesh, dtype=np.int64)
+    mesh_a = np.asarray(meshes, dtype=np.int64)
+    lo_dp = mesh_a[lo_mesh_a, 1]
+    lo_edp = np.maximum(1, (mesh_a[lo_mesh_a, 1] * mesh_a[lo_mesh_a, 2] * mesh_a[lo_mesh_a, 3])
+                        // np.maximum(1, mesh_a[lo_mesh_a, 4] * mesh_a[lo_mesh_a, 5]))
+
+    # 2. layout options × batch options, and the schedule rules that need the microbatch count
+    bopts, boff, bcount = _batch_table(pr, meshes)
+    s_lo = np.repeat(np.arange(n_lo), bcount[lo_dp])
+    s_b = boff[lo_dp][s_lo] + _ramp(bcount[lo_dp])
+    lo_pipe_a, lo_v_a = np.asarray(lo_pipe, dtype=np.int64), np.asarray(lo_v, dtype=np.int64)
+    ok = _schedule_ok(lo_pipe_a[s_lo], mesh_a[lo_mesh_a[s_lo], 0], bopts[s_b, 1], lo_v_a[s_lo])
+    s_lo, s_b = s_lo[ok], s_b[ok]
+
+    # 3. model-state memory per (layout option, zero stage), a lower bound on the memory of every
+    #    candidate that shares them: pairs over capacity are refused before anything else is costed
+    zeros = zero_options(pr)
+    topts, toff, tcount = _train_table(pr, meshes)
+    per_s = tcount[lo_mesh_a[s_lo]]
+    state, fit = {}, {}
+    for z in zeros:
+        w, g, o = _state(c_par, z, lo_dp[:, None], lo_edp[:, None], per)
+        state[z] = (w, g, o)
+        fit[z] = np.where(c_valid, w + g + o, -np.inf).max(axis=1) <= cap
+    out.enumerated = int(per_s.sum()) * len(zeros)
+    parts = [(np.nonzero(fit[z][s_lo])[0], z) for z in zeros]
+    r_s = np.concatenate([p_ for p_, _ in parts])
+    zero = np.concatenate([np.full(len(p_), z, dtype=np.int64) for p_, z in parts])
+    out.bounded = out.enumerated - int(per_s[r_s].sum())
+
+    # 4. expand the pairs that fit by (recompute, sequence parallel)
+    t_mesh = lo_mesh_a[s_lo[r_s]]
+    r2 = np.repeat(np.arange(len(r_s)), tcount[t_mesh])
+    r_t = toff[t_mesh][r2] + _ramp(tcount[t_mesh])
+    lo, r_b, zero = s_lo[r_s][r2], s_b[r_s][r2], zero[r2]
+    mb, nmb, gb = bopts[r_b, 0], bopts[r_b, 1], bopts[r_b, 2]
+    rc, sp = topts[r_t, 0], topts[r_t, 1]
+    mi = lo_mesh_a[lo]
+    pp, dp, cp, tp, ep, etp = (mesh_a[mi, j] for j in range(6))
+    pipe, v = lo_pipe_a[lo], lo_v_a[lo]
+    split = np.asarray(lo_split, dtype=np.int64)[lo]
+    n = len(lo)
+    out.costed = n
+    if n == 0:
+        return out
+
+    # 5-8. the full model, in chunks (a progress callback sees each one)
+    ctx = SimpleNamespace(pr=pr, per=per, cap=cap, zeros=zeros, state=state, c_stage=c_stage, c_layers=c_layers,
+                          c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par,
+                          bw=_axis_bandwidths(pr, meshes), efficiency=efficiency)
+    rows = dict(lo=lo, zero=zero, mb=mb, m=nmb, gb=gb, recompute=rc, sp=sp, mesh=mi, pp=pp, dp=dp, cp=cp,
+                tp=tp, ep=ep, etp=etp, pipeline=pipe, v=v, split=split)
+    chunks = []
+    for start in range(0, n, CHUNK):
+        sel = slice(start, min(n, start + CHUNK))
+        chunks.append(_cost_rows(ctx, {k: a[sel] for k, a in rows.items()}))
+        if progress is not None:
+            progress(min(n, start + CHUNK) / n)
+    out.cols = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    return out
+
+
+def _cost_rows(ctx, r: dict) -> dict:
+    """The estimate of every row of ``r`` that fits in memory (the others are dropped)."""
+    pr, per, cap = ctx.pr, ctx.per, ctx.cap
+    m, cl = pr.model, pr.cluster
+    lo, zero, mb, nmb, gb, rc, sp = r["lo"], r["zero"], r["mb"], r["m"], r["gb"], r["recompute"], r["sp"]
+    pp, dp, cp, tp, ep, etp, pipe, v = r["pp"], r["dp"], r["cp"], r["tp"], r["ep"], r["etp"], r["pipeline"], r["v"]
+    n = len(lo)
+    K = ctx.c_valid.shape[1]
+    # memory of every stage class, the most loaded one
+    w = np.empty((n, K))
+    g = np.empty((n, K))
+    o = np.empty((n, K))
+    for z in ctx.zeros:
+        sel = zero == z
+        if sel.any():
+            w[sel], g[sel], o[sel] = (x[lo[sel]] for x in ctx.state[z])
+    act_d, act_m = _layer_activations(pr, mb, tp, cp, etp, rc, sp)
+    s_local = m.seq_len / cp
+    inflight = inflight_vec(pipe[:, None], pp[:, None], nmb[:, None], v[:, None], ctx.c_stage[lo])
+    layers, moe = ctx.c_layers[lo], ctx.c_moe[lo]
+    dense = layers - moe
+    act = (dense * act_d[:, None] + moe * act_m[:, None]) * inflight
+    emb, head = ctx.c_emb[lo], ctx.c_head[lo]
+    act = act + np.where(emb, (s_local * mb * m.hidden)[:, None] * inflight / tp[:, None], 0.0)
+    act = act + np.where(head, (4 * s_local * mb * m.hidden * (1 + m.vocab / m.hidden) / tp)[:, None], 0.0)
+    total = w + g + o + act
+    valid = ctx.c_valid[lo]
+    most = np.argmax(np.where(valid, total, -np.inf), axis=1)
+    mem_total = total[np.arange(n), most]
+    keep = np.nonzero(mem_total <= cap)[0]
+    if len(keep) < n:   # only what fits is costed further
+        r = {k: a[keep] for k, a in r.items()}
+        lo, zero, mb, nmb, gb, rc, sp = r["lo"], r["zero"], r["mb"], r["m"], r["gb"], r["recompute"], r["sp"]
+        pp, dp, cp, tp, ep, etp, pipe, v = (r[k] for k in ("pp", "dp", "cp", "tp", "ep", "etp", "pipeline", "v"))
+        layers, moe, dense, head, valid, most, mem_total = (a[keep] for a in (layers, moe, dense, head, valid, most,
+                                                                               mem_total))
+        n = len(keep)
+    rows = np.arange(n)
+    s_local = m.seq_len / cp
+
+    # FLOPs per microbatch of every stage class, the slowest one
+    d = cm.head_dim(m)
+    dense_lp = cm.attention_params(m) + cm.mlp_params(m, m.ffn_hidden)
+    moe_lp = cm.attention_params(m) + ((m.top_k or 1) + m.shared_experts) * cm.mlp_params(m, m.moe_ffn_hidden) \
+        + m.hidden * m.experts
+    attn_tok = 12 * m.seq_len * m.heads * d
+    rec_mult = np.where(rc == 2, 8 / 6, 1.0)
+    rec_attn = np.where(rc == 2, 4 / 3, np.where(rc == 1, 2.0, 1.0))
+    tok = (mb * m.seq_len) / (tp * cp)
+    flops = tok[:, None] * (6 * rec_mult[:, None] * (dense * dense_lp + moe * moe_lp)
+                            + layers * attn_tok * rec_attn[:, None])
+    flops = flops + np.where(head, (6 * m.vocab * m.hidden * tok)[:, None], 0.0)
+    flops = np.where(valid, flops, -np.inf)
+    crit = np.argmax(flops, axis=1)
+    flops_max = flops[rows, crit]
+    L_s, moe_s = layers[rows, crit], moe[rows, crit]
+
+    # communication per axis
+    wbytes = cm.dtype_bytes(pr.train.precision)
+    steps = np.maximum(1, nmb)
+    tok_local = mb * s_local
+    full = rc == 2
+    comm = {}
+    comm["tp"] = tok_local * _per_unit(
+        lambda k: cm.tp_bytes_per_layer(1.0, m.hidden, k >> 2, wbytes, RECOMPUTE[k & 3]), tp * 4 + rc) * L_s * steps
+    kv_w = np.maximum(1, m.kv_heads // tp) * d
+    comm["cp"] = tok_local * _per_unit(
+        lambda k: cm.cp_bytes_per_layer(1.0, k >> 20, k & 0xFFFFF, wbytes), kv_w * (1 << 20) + cp) * L_s * steps \
+        * np.where(full, 1.5, 1.0)
+    ep_tok = tok_local / np.where((sp == 1) & (tp > 1), tp, 1)
+    comm["ep"] = ep_tok * _per_unit(
+        lambda k: cm.ep_bytes_per_layer(1.0, m.hidden, m.top_k or 1, k, wbytes), ep) * moe_s * steps
+    comm["pp"] = np.where(pp > 1, tok_local * _per_unit(
+        lambda k: cm.pp_bytes_per_microbatch(1.0, m.hidden, k >> 16, k & 0xFFFF, wbytes), (tp << 16) + v) * steps, 0.0)
+    ned = np.maximum(1, (dp * cp * tp) // np.maximum(1, ep * etp))
+    p_dense = ctx.c_par[0][lo, most]
+    p_exp = ctx.c_par[1][lo, most]
+    comm["dp"] = (p_dense * _per_unit(lambda k: cm.dp_bytes(1.0, k & 3, k >> 2, per.grads, per.weights),
+                                      (dp * cp) * 4 + zero)
+                  + p_exp * _per_unit(lambda k: cm.dp_bytes(1.0, k & 3, k >> 2, per.grads, per.weights),
+                                      ned * 4 + zero))
+    bw = {ax: t[r["mesh"]] for ax, t in ctx.bw.items()}
+    ctime = {}
+    sizes = {"tp": tp, "cp": cp, "pp": pp, "ep": ep, "dp": dp * cp}
+    for ax in ("tp", "cp", "dp", "pp", "ep"):
+        on = sizes[ax] > 1
+        if ax == "ep" and not m.is_moe:
+            on = np.zeros(n, dtype=bool)
+        ctime[ax] = np.where(on, comm[ax] / bw[ax], 0.0)
+
+    # step time, MFU
+    peak = cl.gpu.flops * ctx.efficiency
+    bub = bubble_vec(pipe, pp, nmb, v)
+    compute = flops_max * nmb / peak
+    exposed = ctime["tp"] + ctime["cp"] + ctime["ep"] + ctime["pp"]
+    busy = compute + exposed
+    step = np.where(bub < 1, busy / np.where(bub < 1, 1 - bub, 1.0), busy)
+    step = step + np.maximum(0.0, ctime["dp"] - compute / nmb)
+    tokens = gb * m.seq_len
+    mflops = _per_unit(lambda k: cm.model_flops(m, k), tokens)
+    world = cl.world
+    mfu = mflops / (step * world * cl.gpu.flops)
+    tps = tokens / step
+
+    cols = {k: a for k, a in r.items() if k != "lo"}
+    cols.update(step_time=step, tokens_per_second=tps, mfu=mfu, bubble=bub, memory=mem_total, compute=compute)
+    for ax in ("tp", "cp", "dp", "pp", "ep"):
+        cols[f"t_{ax}"] = ctime[ax]
+    return cols
+
+
+
+
+def _ramp(counts: np.ndarray) -> np.ndarray:
+    """0, 1, …, c-1 for each count c, concatenated."""
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    return np.arange(total) - np.repeat(starts, counts)
+
+
+def _batch_table(pr: Problem, meshes):
+    """All (micro_batch, microbatches, global_batch) options, grouped by dp: the table, and per dp
+    value (arrays indexed by dp) the offset and count of its options."""
+    dps = sorted({mesh[1] for mesh in meshes})
+    rows = []
+    off = np.zeros(max(dps) + 1, dtype=np.int64)
+    cnt = np.zeros(max(dps) + 1, dtype=np.int64)
+    for d in dps:
+        opts = batch_options(pr, d)
+        off[d], cnt[d] = len(rows), len(opts)
+        rows.extend(opts)
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 3), off, cnt
+
+
+def _train_table(pr: Problem, meshes):
+    """All (recompute, sequence_parallel) options, per mesh index: table, offsets, counts."""
+    rows = []
+    off = np.zeros(len(meshes), dtype=np.int64)
+    cnt = np.zeros(len(meshes), dtype=np.int64)
+    seen: dict = {}
+    for i, mesh in enumerate(meshes):
+        key = (mesh[3], mesh[2])
+        if key not in seen:
+            opts = train_options(pr, mesh[3], mesh[2])
+            seen[key] = (len(rows), len(opts))
+            rows.extend(opts)
+        off[i], cnt[i] = seen[key]
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 2), off, cnt
+
+
+def _state(c_par, zero: int, dp, edp, per):
+    """(weights, grads, optimizer) bytes per stage class under ``zero``, as ``_estimate`` counts
+    them: ``zero_state_bytes`` on the unsharded counts, or the exact first ZeRO-3 shard."""
+    dense, exp, dense3, exp3 = c_par
+    if zero >= 3:
+        wd, we = dense3 * per.weights, exp3 * per.weights
+        gd, od = wd / per.weights * per.grads, wd / per.weights * per.optimizer
+        ge, oe = we / per.weights * per.grads, we / per.weights * per.optimizer
+    else:
+        wd, gd, od = cm.zero_state_bytes(dense, zero, dp, per)
+        we, ge, oe = cm.zero_state_bytes(exp, zero, edp, per)
+    return wd + we, gd + ge, od + oe
+
+
+def _layer_activations(pr: Problem, mb, tp, cp, etp, rc, sp):
+    """``layer_activation_bytes`` (dense and MoE layers) for every row, calling the cost model's
+    ``activation_bytes_per_layer`` once per (recompute, sequence parallel, etp) with arrays."""
+    m = pr.model
+    n = len(mb)
+    act_d = np.zeros(n)
+    act_m = np.zeros(n)
+    spe = (sp == 1) & (tp > 1)
+    groups = rc * 2 + spe
+    if m.is_moe:
+        groups = groups * 4096 + etp
+    for gkey in np.unique(groups):
+        sel = groups == gkey
+        r = RECOMPUTE[int(rc[sel][0])]
+        s_on = bool(spe[sel][0])
+        kw = dict(t=tp[sel], sp=s_on, recompute=r, cp=cp[sel], ffn=m.ffn_hidden, mlp=m.mlp,
+                  kv_heads=m.kv_heads, head_dim=cm.head_dim(m), flash=True)
+        act_d[sel] = cm.activation_bytes_per_layer(m.seq_len, mb[sel], m.hidden, m.heads, **kw)
+        if m.is_moe:
+            e = int(etp[sel][0])
+            act_m[sel] = cm.activation_bytes_per_layer(
+                m.seq_len, mb[sel], m.hidden, m.heads, moe=(m.top_k or 1, m.moe_ffn_hidden, e, m.shared_experts),
+                **kw)
+        else:
+            act_m[sel] = act_d[sel]
+    return act_d, act_m
+
+
+def _axis_bandwidths(pr: Problem, meshes):
+    """Bytes/s of the link each axis's collectives run on, per mesh shape (from its rank map)."""
+    stub = SimpleNamespace(cluster=pr.cluster, world_size=pr.cluster.world)
+    bw, _, _ = cm._links(stub)
+    intra = bw["intra_node"]
+    table = np.zeros((len(meshes), 5))
+    for i, (pp, dp, cp, tp, ep, etp) in enumerate(meshes):
+        rm = RankMap.from_sizes(pr.cluster.gpus_per_node, order=pr.order, ep=ep, etp=etp,
+                                pp=pp, dp=dp, cp=cp, tp=tp)
+        for j, (ax, grp, size) in enumerate((("tp", "tp", tp), ("cp", "cp", cp),
+                                             ("dp", ("dp", "cp") if cp > 1 else "dp", dp * cp),
+                                             ("pp", "pp", pp), ("ep", "ep", ep))):
+            table[i, j] = bw.get(rm.link(grp), intra) if size > 1 else intra
+    return {ax: table[:, j] for j, ax in enumerate(("tp", "cp", "dp", "pp", "ep"))}
+
+
+def _schedule_ok(pipe, p, n, v):
+    """P202 (gpipe/1f1b need m ≥ pp), P207 (dualpipe_v m ≥ 2pp), P208 (InterleavedZeroBubble rounds)."""
+    single = (pipe == _PIPE["gpipe"]) | (pipe == _PIPE["1f1b"])
+    ok = ~single | (n >= p)
+    ok &= (pipe != _PIPE["dualpipe_v"]) | (n >= 2 * p)
+    rounds = np.maximum(1, n // np.maximum(p, 1))
+    ok &= ~((pipe == _PIPE["zero_bubble"]) & (v > 2)) | (n % rounds == 0)
+    return ok | (p <= 1)
