@@ -52,6 +52,10 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
     ``t_start``: when the command started (the report's timing counts from there)."""
     t0 = time.perf_counter()
     t_start = t_start if t_start is not None else t0
+    world = plan.world_size
+    if not under_torchrun() and world > 1 and not rehearse:
+        raise RunFailed(f"this plan needs {world} processes: launch it with the emitted torchrun script "
+                        "(`parc compile SPEC --target torchrun`), or rehearse it here with --rehearse")
     prepare_env()
     import torch
 
@@ -70,10 +74,6 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
     cuda = torch.cuda.is_available() and opts.device != "cpu" and not rehearse
     opts.device = "cuda" if cuda else "cpu"
     backend = "nccl" if cuda else "gloo"
-    world = plan.world_size
-    if not under_torchrun() and world > 1 and not rehearse:
-        raise RunFailed(f"this plan needs {world} processes: launch it with the emitted torchrun script "
-                        "(`parc compile SPEC --target torchrun`), or rehearse it here with --rehearse")
     engine.check_plan(plan)
     ref, t_ref = None, 0.0
     if opts.verify:

@@ -53,7 +53,9 @@ def rehearse(plan: Plan, seq_len: int | None = None) -> Plan:
     m, mesh, s = p.model, p.mesh, p.schedule
     tp, cp, ep, etp = mesh.tp, mesh.cp, mesh.ep, mesh.etp
 
-    kv = tp if m.kv_heads % tp == 0 else m.kv_heads
+    # kv_heads: gcd(kv, 8) lifted to a multiple of tp, so plans that differ only in their tp
+    # degree (up to 8) rehearse the same shapes and can load each other's checkpoints
+    kv = _lcm(gcd(m.kv_heads, 8), tp) if m.kv_heads % tp == 0 else m.kv_heads
     group = 2 if m.heads > m.kv_heads else 1
     heads = kv * group
     head_dim = 8
@@ -67,7 +69,7 @@ def rehearse(plan: Plan, seq_len: int | None = None) -> Plan:
     new_split = shrink_split(split) if mesh.pp > 1 else [min(plan.model.layers, 2)]
     if m.is_moe:
         m.moe_every = 1 if m.moe_every == 1 else 2
-        m.experts = ep * (2 if m.experts >= 2 * ep else 1)
+        m.experts = _lcm(gcd(m.experts, 8), ep)
         m.top_k = max(1, min(m.top_k, m.experts))
         m.moe_ffn_hidden = _round_up(16, _lcm(etp, tp))
         m.shared_experts = min(m.shared_experts, 1)
