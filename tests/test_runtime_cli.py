@@ -1,0 +1,92 @@
+"""`parc run` from the command line: a torchrun launch of the compiled script, reports, errors."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_runtime_matrix import spec_text
+
+import parc.runtime.torchrun_entry as entry
+
+pytest.importorskip("torch")
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+
+def parc(*args, env=None, timeout=180):
+    return subprocess.run([sys.executable, "-m", "parc", *args], capture_output=True, text=True,
+                          env=env or ENV, timeout=timeout)
+
+
+def test_torchrun_launch_of_the_compiled_script(tmp_path):
+    torchrun = shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun is not on PATH")
+    report = tmp_path / "report.json"
+    spec = tmp_path / "tr.par"
+    spec.write_text(spec_text(2, "tp = 2", sp=True) + f"""
+target torchrun {{
+  entrypoint = {json.dumps(entry.__file__)}
+  args       = ["--rehearse", "--steps", "2", "--verify", "--report", {json.dumps(str(report))}]
+}}
+""")
+    out = tmp_path / "launch"
+    r = parc("compile", str(spec), "--target", "torchrun", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    run = subprocess.run(["bash", str(out / "launch.sh"), "0"], capture_output=True, text=True,
+                         env={**ENV, "TORCHRUN": torchrun}, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rep = json.loads(report.read_text())
+    assert rep["world_size"] == 2 and rep["mesh"]["tp"] == 2 and rep["rehearsal"] is True
+    assert rep["verify"]["ran"] and rep["verify"]["passed"]
+    assert [r["param_bytes"] for r in rep["ranks"]] == [r["predicted_param_bytes"] for r in rep["ranks"]]
+    assert "rehearsal of 2 ranks" in run.stdout          # rank 0 alone prints the summary
+    assert run.stdout.count("rehearsal of") == 1
+
+
+def test_rehearsal_report_and_failing_rank(tmp_path):
+    spec = tmp_path / "s.par"
+    spec.write_text(spec_text(4, "pp = 2\n  dp = 2", zero=3, schedule="pipeline = 1f1b"))
+    report = tmp_path / "r.json"
+    r = parc("run", str(spec), "--rehearse", "--steps", "2", "--optimizer", "sgd", "--verify",
+             "--report", str(report))
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(report.read_text())
+    assert rep["verify"]["passed"] and len(rep["steps"]) == 2
+    assert set(rep["actions"]) == {"0", "1"}
+    assert set(rep["timing"]) >= {"imports", "reference", "steps", "total"}
+    assert "verify: passed" in r.stdout
+    assert r.stderr == ""                                   # not a terminal: no progress bar
+
+    bad = parc("run", str(spec), "--rehearse", "--steps", "2", env={**ENV, "PARC_INJECT_FAULT": "3:2"})
+    assert bad.returncode == 1
+    assert "parc: run failed: rank 3 failed: injected fault on rank 3 at step 2" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_refusals_say_why_without_a_traceback(tmp_path):
+    spec = tmp_path / "s.par"
+    spec.write_text(spec_text(2, "dp = 2"))
+    r = parc("run", str(spec))
+    assert r.returncode == 1
+    assert "needs 2 processes" in r.stderr and "--rehearse" in r.stderr
+    assert "Traceback" not in r.stderr
+
+    broken = tmp_path / "b.par"
+    broken.write_text(spec_text(2, "tp = 3"))
+    r = parc("run", str(broken), "--rehearse")
+    assert r.returncode == 1 and "P1" in r.stderr and "Traceback" not in r.stderr
+
+    r = parc("run", str(tmp_path / "missing.par"))
+    assert r.returncode == 2 and "cannot read" in r.stderr
+
+    junk = tmp_path / "plan.json"
+    junk.write_text('{"model": 1}')
+    r = parc("run", str(junk))
+    assert r.returncode == 2 and "not a plan" in r.stderr and "Traceback" not in r.stderr
