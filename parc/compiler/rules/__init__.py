@@ -87,6 +87,7 @@ def rule_docs() -> dict[str, dict]:
 def registry() -> dict[str, Rule]:
     for m in _MODULES:
         importlib.import_module(f"{__name__}.{m}")
+    importlib.import_module("parc.backends").load_checks()  # the backends' own P65x-P69x checks
     return _REGISTRY
 
 
