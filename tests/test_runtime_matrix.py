@@ -106,6 +106,7 @@ MATRIX = {
                                  dict(model=MOE + "\n  moe_every = 2", zero=1, sp=True)),
     "tp2-tied": (2, "tp = 2", dict(tied=True)),
     "pp2-tied": (2, "pp = 2", dict(tied=True, schedule=PIPES["1f1b"])),
+    "pp2-dualpipe_v-tied-zero1": (4, "pp = 2\n  dp = 2", dict(tied=True, zero=1, schedule=PIPES["dualpipe_v"])),
 }
 
 # a reference computed from another seed: verification must fail (the comparison can fail)

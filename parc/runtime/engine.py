@@ -102,11 +102,20 @@ class Rank:
             set_parallel(mod, par)
             P.apply_tp(mod, self.meshes, self.sp, patterns)
             P.apply_ep(mod, self.meshes)
+        # tied embeddings with the first and last stage on one rank (V placement): one weight
+        self.shared_tie = (self.cfg.tied_embeddings and plan.mesh.pp > 1 and self.lay.first and self.lay.last)
+        if self.shared_tie:
+            if self.zero == 3:
+                raise RunError("tied embeddings under a V schedule (zero_bubble or dualpipe_v) put the "
+                               "embedding and the head in two stages of one rank; with zero = 3 the runtime "
+                               "cannot shard one weight for both yet: use zero = 1 or 2, or untie them")
+            last = self.modules[self.lay.n_stages - 1]
+            last.output.weight = self.modules[0].tok_embeddings.weight
         mods = list(self.modules.values())
         pipelined = plan.mesh.pp > 1
         fsdp = P.apply_fsdp(mods, self.meshes, pipelined) if self.zero == 3 else (False, False)
         self.sync = P.GradSync(mods, self.meshes, self.zero, *fsdp)
-        self.tied = self.cfg.tied_embeddings and plan.mesh.pp > 1
+        self.tied = self.cfg.tied_embeddings and plan.mesh.pp > 1 and not self.shared_tie
         self.tie_group = (P.tie_groups(self.meshes, self.lay.owner, 0, self.lay.n_stages - 1)
                           if self.tied else None)
         params = [p for m in mods for p in m.parameters()]
@@ -154,8 +163,8 @@ class Rank:
                 kw = {"target": y, "losses": losses}
             args = (x,) if self.lay.first else ()
             self.schedule.step(*args, **kw)
-            local = (torch.stack([l.detach().float() for l in losses]).mean().item()
-                     if self.lay.last else 0.0)
+            local = (torch.stack([l.detach().float() for l in losses]).sum().item()
+                     if self.lay.last else 0.0)     # the losses come divided by the microbatch count
         else:
             mod = self.modules[0]
             n = plan.schedule.microbatches or 1
@@ -186,7 +195,7 @@ class Rank:
                 losses: list = []
                 kw = {"target": y, "losses": losses} if self.lay.last else {}
                 self.schedule.eval(*((x,) if self.lay.first else ()), **kw)
-                local = (torch.stack([l.float() for l in losses]).mean().item() if self.lay.last else 0.0)
+                local = (torch.stack([l.float() for l in losses]).sum().item() if self.lay.last else 0.0)
             else:
                 n = self.plan.schedule.microbatches or 1
                 local = 0.0
@@ -217,7 +226,7 @@ class Rank:
             return
         emb = self.modules[0].tok_embeddings.weight if self.lay.first else None
         head = self.modules[self.lay.n_stages - 1].output.weight if self.lay.last else None
-        if emb is not None and head is not None:
+        if emb is not None and head is not None:   # both copies on this rank
             total = _local_grad(emb) + _local_grad(head)
             _local_grad(emb).copy_(total)
             _local_grad(head).copy_(total)

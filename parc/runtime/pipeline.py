@@ -89,4 +89,12 @@ def build_schedule(plan: Plan, modules: dict[int, torch.nn.Module], lay: Layout,
     name = schedules.torch_schedule_name(s.pipeline, s.virtual_stages) if plan.mode == "train" else "GPipe"
     cls = get_schedule_class(name)
     arg = stages if schedules.is_multi_stage(s.pipeline) and plan.mode == "train" else stages[0]
-    return cls(arg, n_microbatches=s.microbatches, loss_fn=loss_fn, scale_grads=True)
+    # Each microbatch's loss is divided by the microbatch count here rather than by torch's
+    # scale_grads, which scales every stage's gradients once per stage: a weight shared by two
+    # stages of one rank (tied embeddings under V placement) would be scaled twice.
+    m = s.microbatches
+
+    def scaled(out, target):
+        return loss_fn(out, target) / m
+
+    return cls(arg, n_microbatches=m, loss_fn=scaled, scale_grads=False)
