@@ -1,0 +1,89 @@
+"""Helpers the backend tests share: compiling specs in process, the golden form of emitted
+files, and running emitted scripts with fake launchers that record their exact argv."""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").glob("*.par"))
+TEST_SPECS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests" / "data" / "specs").glob("*.par"))
+TARGETS = ("json", "torchrun", "vllm", "megatron", "slurm", "kubernetes")
+GOLDEN = ROOT / "tests" / "golden" / "compile"
+LAUNCHERS = ("torchrun", "vllm", "ray", "srun")
+
+
+def compile_rel(spec: str, target: str | None):
+    """compile_spec on a path relative to the repository root, run from the root (plan.json
+    records the spec's path as given)."""
+    from parc.commands.compile import compile_spec
+
+    old = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        return compile_spec(spec, target)
+    finally:
+        os.chdir(old)
+
+
+def golden_text(files) -> str:
+    return "\n".join(f"==> {f.path}{' (executable)' if f.executable else ''} <==\n{f.text}" for f in files)
+
+
+def golden_path(spec: str, target: str) -> Path:
+    return GOLDEN / Path(spec).stem / f"{target}.txt"
+
+
+def write_out(files, folder: Path) -> Path:
+    from parc.commands.compile import write_files
+
+    write_files(str(folder), files)
+    return folder
+
+
+def fake_bin(folder: Path) -> Path:
+    """Launchers that record their argv (NUL-separated) in $ARGV_DIR/<name> and exit 0."""
+    b = folder / "fakebin"
+    b.mkdir(parents=True, exist_ok=True)
+    for name in LAUNCHERS:
+        p = b / name
+        p.write_text('#!/usr/bin/env bash\nprintf \'%s\\0\' "$@" > "$ARGV_DIR/' + name + '"\n'
+                     'env -0 > "$ARGV_DIR/' + name + '.env"\n')
+        p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return b
+
+
+def run_emitted(script: Path, tmp: Path, *args: str, env: dict | None = None, check: bool = True):
+    """Run an emitted script with every launcher replaced by a recorder. Returns a dict: each
+    launcher's name gives its argv, ``<name>.env`` its environment; ``returncode`` and ``stderr``
+    the script's."""
+    b = fake_bin(tmp)
+    out = tmp / "argv"
+    out.mkdir(exist_ok=True)
+    for f in out.iterdir():
+        f.unlink()
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM_", "NODE_RANK", "MASTER_"))}
+    e.update({"ARGV_DIR": str(out), "MASTER_ADDR": "10.0.0.1", "PATH": f"{b}:{e.get('PATH', '')}"})
+    e.update({name.upper(): str(b / name) for name in LAUNCHERS})
+    e.update(env or {})
+    r = subprocess.run(["bash", str(script), *args], env=e, cwd=tmp, capture_output=True, text=True, timeout=60)
+    if check:
+        assert r.returncode == 0, r.stderr
+    got: dict = {"returncode": r.returncode, "stderr": r.stderr}
+    for f in out.iterdir():
+        items = [a.decode() for a in f.read_bytes().split(b"\0")[:-1]]
+        got[f.name] = dict(x.split("=", 1) for x in items if "=" in x) if f.name.endswith(".env") else items
+    return got
+
+
+def accepted_cases():
+    """Every (spec, target) pair of the examples and test specs that compiles without errors."""
+    out = []
+    for spec in EXAMPLES + TEST_SPECS:
+        for t in TARGETS:
+            r, target, files = compile_rel(spec, t)
+            if files is not None:
+                out.append((spec, t, files))
+    return out

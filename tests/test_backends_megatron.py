@@ -1,0 +1,162 @@
+"""Megatron-LM: every emitted flag is one Megatron's parser defines, and what Megatron derives
+from the arguments (dp, microbatches, the layer split, the padded vocabulary) equals the plan."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from backends_support import ROOT, accepted_cases, run_emitted, write_out
+
+FLAGS = {ln.strip() for ln in (ROOT / "tests/data/flags/megatron-core-0.20.0.txt").read_text().splitlines()
+         if ln.strip() and not ln.startswith("#")}
+CASES = [(s, f) for s, t, f in accepted_cases() if t == "megatron"]
+
+
+def _megatron_parser():
+    p = argparse.ArgumentParser(add_help=False)
+    for name, typ, default in [("--tensor-model-parallel-size", int, 1), ("--pipeline-model-parallel-size", int, 1),
+                               ("--context-parallel-size", int, 1), ("--expert-model-parallel-size", int, 1),
+                               ("--expert-tensor-parallel-size", int, None), ("--micro-batch-size", int, None),
+                               ("--global-batch-size", int, None), ("--num-layers", int, None),
+                               ("--num-virtual-stages-per-pipeline-rank", int, None),
+                               ("--decoder-first-pipeline-num-layers", int, None),
+                               ("--decoder-last-pipeline-num-layers", int, None),
+                               ("--pipeline-model-parallel-layout", str, None), ("--vocab-size", int, None),
+                               ("--make-vocab-size-divisible-by", int, 128), ("--num-experts", int, None)]:
+        p.add_argument(name, type=typ, default=default)
+    return p
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """(spec, plan, torchrun argv, megatron argv, env) for node 0 of every accepted case."""
+    from torch.distributed.run import get_args_parser
+
+    out = []
+    for spec, files in CASES:
+        tmp = tmp_path_factory.mktemp(Path(spec).stem)
+        d = write_out(files, tmp / "out")
+        got = run_emitted(d / "node0.sh", tmp)
+        targs = get_args_parser().parse_args(got["torchrun"])
+        plan = json.loads((d / "plan.json").read_text())
+        out.append((spec, plan, targs, targs.training_script_args, got["torchrun.env"]))
+    return out
+
+
+def test_cases_cover_the_features():
+    specs = {s for s, _ in CASES}
+    assert {"examples/gpt3-175b-train.par", "examples/mixtral-8x7b-ep-train.par",
+            "examples/custom-uneven-pipeline.par", "tests/data/specs/megatron-layout.par"} <= specs
+
+
+def test_every_flag_is_megatrons(launched):
+    for spec, plan, targs, margs, env in launched:
+        unknown = [a for a in margs if a.startswith("--") and a not in FLAGS]
+        assert not unknown, f"{spec}: {unknown}"
+        assert targs.training_script == plan["targets"].get("megatron", {}).get("settings", {}).get(
+            "entrypoint", "pretrain_gpt.py")
+
+
+def test_derived_dp_and_microbatches_equal_the_plan(launched):
+    for spec, plan, targs, margs, env in launched:
+        a, _ = _megatron_parser().parse_known_args(margs)
+        world = int(targs.nnodes) * int(targs.nproc_per_node)
+        tp, pp, cp = a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.context_parallel_size
+        assert world % (tp * pp * cp) == 0, spec                      # MEG-01
+        dp = world // (tp * pp * cp)
+        assert dp == plan["mesh"]["dp"], spec
+        assert a.global_batch_size % (a.micro_batch_size * dp) == 0   # MEG-28
+        assert a.global_batch_size // (a.micro_batch_size * dp) == plan["schedule"]["microbatches"], spec
+        if a.num_experts:
+            etp = a.expert_tensor_parallel_size
+            assert etp is not None, "etp always explicit for MoE"
+            assert world % (etp * a.expert_model_parallel_size * pp) == 0   # MEG-02
+            assert a.num_experts % a.expert_model_parallel_size == 0        # MEG-05
+        assert ("CUDA_DEVICE_MAX_CONNECTIONS" in env) == (tp > 1 or cp > 1)  # MEG-36
+        if "CUDA_DEVICE_MAX_CONNECTIONS" in env:
+            assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+
+
+def _megatron_layers(a) -> list[int]:
+    """Layers per virtual stage (in stage order) as Megatron-LM builds them from its arguments."""
+    L, pp = a.num_layers, a.pipeline_model_parallel_size
+    if a.pipeline_model_parallel_layout:
+        return [s.count("t") for s in a.pipeline_model_parallel_layout.split("|")]
+    v = a.num_virtual_stages_per_pipeline_rank or 1
+    if a.decoder_first_pipeline_num_layers is not None:
+        first, last = a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers
+        mid = (L - first - last) // (pp - 2) if pp > 2 else 0
+        assert pp <= 2 or (L - first - last) % (pp - 2) == 0               # MEG-24
+        ranks = [first] + [mid] * (pp - 2) + [last]
+    else:
+        assert L % pp == 0                                                  # MEG-19
+        ranks = [L // pp] * pp
+    assert all(n % v == 0 for n in ranks)
+    return [ranks[s % pp] // v for s in range(pp * v)]
+
+
+def test_layer_split_equals_the_plan(launched):
+    for spec, plan, targs, margs, env in launched:
+        a, _ = _megatron_parser().parse_known_args(margs)
+        want = plan["placement"]["layers"]
+        if a.pipeline_model_parallel_size == 1:
+            continue
+        assert _megatron_layers(a) == want, spec
+        assert sum(want) == a.num_layers
+
+
+def test_uneven_splits_use_first_last_or_layout(launched):
+    by = {spec: margs for spec, _, _, margs, _ in launched}
+    assert "--decoder-first-pipeline-num-layers" in by["examples/custom-uneven-pipeline.par"]
+    lay = by["tests/data/specs/megatron-layout.par"]
+    assert lay[lay.index("--pipeline-model-parallel-layout") + 1] == "Ettttt|tttttt|ttttttt|ttttttL"
+    assert "--num-virtual-stages-per-pipeline-rank" not in lay            # MEG-20: one of them only
+    assert "--use-tp-pp-dp-mapping" in lay
+    gpt = by["examples/gpt3-175b-train.par"]
+    assert gpt[gpt.index("--num-virtual-stages-per-pipeline-rank") + 1] == "2"
+
+
+def test_vocab_is_not_padded(launched):
+    for spec, plan, targs, margs, env in launched:
+        a, _ = _megatron_parser().parse_known_args(margs)
+        step = a.make_vocab_size_divisible_by * a.tensor_model_parallel_size
+        padded = -(-a.vocab_size // step) * step                           # MEG-10
+        assert a.vocab_size == plan["model"]["vocab"]
+        assert padded == plan["model"]["vocab"], spec
+
+
+def test_model_flags_follow_the_model(launched):
+    by = {spec: (plan, margs) for spec, plan, _, margs, _ in launched}
+    plan, m = by["examples/mixtral-8x7b-ep-train.par"]
+    for flag, value in [("--num-experts", "8"), ("--moe-router-topk", "2"), ("--expert-model-parallel-size", "8"),
+                        ("--expert-tensor-parallel-size", "2"), ("--num-query-groups", "8")]:
+        assert m[m.index(flag) + 1] == value
+    assert {"--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights", "--sequence-parallel",
+            "--use-distributed-optimizer", "--bf16", "--group-query-attention"} <= set(m)
+    plan, g = by["examples/gpt3-175b-train.par"]
+    assert "--swiglu" not in g and "--disable-bias-linear" not in g
+    assert g[g.index("--position-embedding-type") + 1] == "learned_absolute"
+    assert g[g.index("--normalization") + 1] == "LayerNorm"
+    plan, f = by["examples/llama3-8b-fsdp.par"]
+    assert {"--use-megatron-fsdp", "--use-distributed-optimizer"} <= set(f)
+
+
+def test_explain_reports_the_same_dp_and_microbatches(launched):
+    from parc.compiler import costmodel
+
+    estimate = getattr(costmodel, "estimate", None)
+    if estimate is None:
+        pytest.skip("parc.compiler.costmodel.estimate does not exist yet")
+    from parc.compiler.plan import plan_from_dict
+
+    for spec, plan, targs, margs, env in launched:
+        a, _ = _megatron_parser().parse_known_args(margs)
+        world = int(targs.nnodes) * int(targs.nproc_per_node)
+        dp = world // (a.tensor_model_parallel_size * a.pipeline_model_parallel_size * a.context_parallel_size)
+        j = estimate(plan_from_dict(plan)).to_json()
+        j = json.loads(j) if isinstance(j, str) else j
+        assert j["mesh"]["dp"] == dp, spec
+        assert j["microbatches"] == a.global_batch_size // (a.micro_batch_size * dp), spec

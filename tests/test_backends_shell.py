@@ -1,0 +1,186 @@
+"""Every emitted script is valid bash and ShellCheck-clean, and hostile values stay inert."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from backends_support import accepted_cases, run_emitted, write_out
+
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory):
+    """Every accepted (spec, target) written out once; the shell scripts among them."""
+    base = tmp_path_factory.mktemp("emitted")
+    scripts = []
+    for spec, target, files in accepted_cases():
+        d = write_out(files, base / spec.replace("/", "_") / target)
+        scripts += [d / f.path for f in files if f.path.endswith((".sh", ".sbatch"))]
+    return scripts
+
+
+def test_bash_n(emitted):
+    assert len(emitted) > 20
+    for chunk in range(0, len(emitted), 200):
+        for p in emitted[chunk:chunk + 200]:
+            r = subprocess.run(["bash", "-n", str(p)], capture_output=True, text=True)
+            assert r.returncode == 0, f"{p}: {r.stderr}"
+
+
+def test_shellcheck(emitted):
+    sc = shutil.which("shellcheck")
+    if sc is None:
+        pytest.skip("shellcheck is not installed (Debian: apt-get install shellcheck)")
+    for chunk in range(0, len(emitted), 200):
+        r = subprocess.run([sc, "--severity=style", "--shell=bash", *map(str, emitted[chunk:chunk + 200])],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout[-5000:]
+
+
+HOSTILE = ["it's", 'say "hi"', "$(touch pwned)", "`touch pwned2`", "a b  c", "line1\nline2", "; rm -rf /tmp/x",
+           "$HOME", "\\n", "*", "--flag=$(id)"]
+
+
+def _par(s: str) -> str:
+    """A .par string literal (JSON's escapes are the language's)."""
+    return json.dumps(s)
+
+
+def _hostile_list() -> str:
+    return "[" + ", ".join(_par(s) for s in HOSTILE) + "]"
+
+
+TRAIN = """
+model {label} {{
+  layers     = 4
+  hidden     = 256
+  ffn_hidden = 512
+  heads      = 4
+  vocab      = 1024
+  seq_len    = 128
+}}
+cluster "c" {{
+  nodes         = 2
+  gpus_per_node = 2
+  gpu           = h100_sxm
+  intra_node    = nvlink(450GB/s)
+  inter_node    = infiniband(400Gb/s)
+}}
+mesh {{
+  dp = 2
+  tp = 2
+}}
+schedule {{
+  micro_batch  = 1
+  global_batch = 8
+}}
+train {{ zero = 1 }}
+target torchrun {{
+  entrypoint = {entry}
+  args       = {args}
+}}
+target megatron {{
+  entrypoint = {entry}
+  extra_args = {args}
+}}
+target slurm {{
+  entrypoint = {entry}
+  args       = {args}
+}}
+target kubernetes {{
+  entrypoint = {entry}
+  args       = {args}
+  image      = "registry.example/img:1"
+}}
+"""
+
+SERVE = """
+model {label} {{
+  layers     = 4
+  hidden     = 256
+  ffn_hidden = 512
+  heads      = 4
+  vocab      = 1024
+  seq_len    = 128
+}}
+cluster "c" {{
+  nodes         = {nodes}
+  gpus_per_node = 2
+  gpu           = h100_sxm
+  intra_node    = nvlink(450GB/s)
+  inter_node    = infiniband(400Gb/s)
+}}
+mesh {{ {mesh} }}
+serve {{ max_model_len = 128 }}
+target vllm {{
+  model      = {model}
+  extra_args = {args}
+  executor   = {executor}
+}}
+"""
+
+
+def _compile(write_spec, tmp_path, text, target):
+    from parc.commands.compile import compile_spec
+
+    r, _, files = compile_spec(write_spec(text), target, root=tmp_path)
+    assert files is not None, [f"{d.code} {d.message}" for d in r.errors]
+    return write_out(files, tmp_path / target)
+
+
+LABEL = _par("evil'; $(touch pwned) `x`\nrm -rf / #")
+ENTRY = _par("my train's $(touch pwned).py")
+
+
+@pytest.mark.parametrize("target", ["torchrun", "megatron", "slurm"])
+def test_hostile_training_values_are_inert(target, tmp_path, write_spec):
+    out = _compile(write_spec, tmp_path, TRAIN.format(label=LABEL, entry=ENTRY, args=_hostile_list()), target)
+    got = run_emitted(out / "launch.sh", tmp_path, "1", env={"SLURM_NODEID": "1"})
+    argv = got["torchrun"]
+    assert argv[-len(HOSTILE):] == HOSTILE
+    entry = json.loads(ENTRY)
+    assert argv.count(entry) == 1 and argv[argv.index(entry) - 1].startswith(("0", "1", "2", "3"))
+    assert not list(tmp_path.glob("pwned*"))
+    # with plain echo as the launcher the values print back literally
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
+    env.update(TORCHRUN="echo", MASTER_ADDR="10.0.0.1")
+    p = subprocess.run(["bash", str(out / "launch.sh"), "0"], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.endswith(" ".join(HOSTILE) + "\n") and f" {entry} " in p.stdout
+    assert not list(tmp_path.glob("pwned*"))
+    if target == "slurm":
+        fake = run_emitted(out / "job.sbatch", tmp_path, env={"PARC_LAUNCH_DIR": str(out), "SLURM_JOB_ID": "1",
+                                                               "SLURM_JOB_NODELIST": "n[1-2]"}, check=False)
+        # scontrol is not here; srun (faked) must not have run with a broken head address
+        assert "srun" not in fake or fake["srun"][-1].endswith("launch.sh")
+
+
+@pytest.mark.parametrize("nodes,mesh,executor", [(1, "tp = 2", "mp"), (2, "pp = 2; tp = 2", "mp"),
+                                                 (2, "pp = 2; tp = 2", "ray")])
+def test_hostile_serving_values_are_inert(nodes, mesh, executor, tmp_path, write_spec):
+    model = "org/model 'x' $(touch pwned) `y`\nz"
+    out = _compile(write_spec, tmp_path, SERVE.format(label=LABEL, nodes=nodes, mesh=mesh, model=_par(model),
+                                                      args=_hostile_list(), executor=executor), "vllm")
+    script = out / ("serve.sh" if nodes == 1 else "node0.sh")
+    argv = run_emitted(script, tmp_path)["vllm"]
+    assert argv[:2] == ["serve", model]
+    assert argv[-len(HOSTILE):] == HOSTILE
+    assert not list(tmp_path.glob("pwned*"))
+
+
+def test_hostile_kubernetes_values_stay_literal(tmp_path, write_spec):
+    yaml = pytest.importorskip("yaml", reason="PyYAML reads the manifest back")
+    out = _compile(write_spec, tmp_path, TRAIN.format(label=LABEL, entry=ENTRY, args=_hostile_list()), "kubernetes")
+    docs = list(yaml.safe_load_all((out / "job.yaml").read_text()))
+    job = [d for d in docs if d["kind"] == "PyTorchJob"][0]
+    for role in ("Master", "Worker"):
+        cmd = job["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["containers"][0]["command"]
+        # Kubernetes turns $$ into $; nothing else is expanded
+        assert [w.replace("$$", "$") for w in cmd[-len(HOSTILE) - 1:]] == [json.loads(ENTRY)] + HOSTILE
+        assert all("$(" not in w.replace("$$(", "") for w in cmd)
+    cm = [d for d in docs if d["kind"] == "ConfigMap"][0]
+    assert json.loads(cm["data"]["plan.json"])["model"]["name"] == json.loads(LABEL)

@@ -1,0 +1,165 @@
+"""The torchrun launch: torch's own parser reads the intended world from every node's script,
+launch.sh finds the node's rank, and a real 1-node CPU launch rebuilds the plan's mesh."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from backends_support import ROOT, compile_rel, run_emitted, write_out
+
+# (spec, rendezvous the launch must use)
+CASES = [("examples/llama3-70b-train.par", "static"), ("examples/llama3-8b-fsdp.par", "standalone"),
+         ("tests/data/specs/c10d-torchrun.par", "c10d"), ("tests/data/specs/slurm-kubernetes.par", "static")]
+
+
+@pytest.fixture(scope="module")
+def torch_parser():
+    from torch.distributed.run import config_from_args, get_args_parser
+
+    return get_args_parser, config_from_args
+
+
+def _parse(torch_parser, argv, monkeypatch):
+    get_args_parser, config_from_args = torch_parser
+    for k in list(os.environ):
+        if k.startswith("PET_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    args = get_args_parser().parse_args(argv)
+    config, cmd, cmd_args = config_from_args(args)
+    return args, config, cmd_args
+
+
+@pytest.mark.parametrize("spec,rdzv", CASES)
+def test_torch_parses_every_node(spec, rdzv, tmp_path, torch_parser, monkeypatch):
+    r, _, files = compile_rel(spec, "torchrun")
+    plan = r.plan
+    s = plan.targets["torchrun"].settings
+    out = write_out(files, tmp_path / "out")
+    cl = plan.cluster
+    seen_ids, seen_masters = set(), set()
+    for k in range(cl.nodes):
+        got = run_emitted(out / f"node{k}.sh", tmp_path)
+        args, config, cmd_args = _parse(torch_parser, got["torchrun"], monkeypatch)
+        assert args.nnodes == str(cl.nodes)
+        assert args.nproc_per_node == str(cl.gpus_per_node)
+        assert (config.min_nodes, config.max_nodes, config.nproc_per_node) == (cl.nodes, cl.nodes, cl.gpus_per_node)
+        assert config.max_restarts == s.get("max_restarts", 0)
+        assert args.training_script == s["entrypoint"]
+        assert args.training_script_args == list(s.get("args", []))
+        env = got["torchrun.env"]
+        assert env["PARC_PLAN"] == str(out / "plan.json")
+        assert int(env["OMP_NUM_THREADS"]) >= 1
+        if rdzv == "standalone":
+            assert cl.nodes == 1 and args.standalone
+        elif rdzv == "static":
+            assert not args.standalone and args.rdzv_backend == "static" and args.rdzv_endpoint == ""
+            assert args.node_rank == k and config.rdzv_configs["rank"] == k
+            seen_masters.add((args.master_addr, args.master_port))
+        else:
+            assert not args.standalone and args.rdzv_backend == "c10d"
+            assert args.rdzv_endpoint == s["rdzv_endpoint"] == config.rdzv_endpoint
+            assert "localhost" not in args.rdzv_endpoint and "127.0.0.1" not in args.rdzv_endpoint
+            seen_ids.add(config.run_id)
+    # one world: every node names the same rendezvous
+    if rdzv == "static":
+        assert seen_masters == {("10.0.0.1", 29500)}
+    if rdzv == "c10d":
+        assert len(seen_ids) == 1 and next(iter(seen_ids)) != "none"
+
+
+def test_launch_sh_takes_the_rank_from_argument_or_scheduler(tmp_path):
+    r, _, files = compile_rel("examples/llama3-70b-train.par", "torchrun")
+    out = write_out(files, tmp_path / "out")
+    launch = out / "launch.sh"
+
+    def rank_of(*args, env=None):
+        got = run_emitted(launch, tmp_path, *args, env=env)
+        argv = got["torchrun"]
+        return int(argv[argv.index("--node-rank") + 1])
+
+    assert rank_of("3") == 3
+    assert rank_of(env={"NODE_RANK": "5"}) == 5
+    assert rank_of(env={"SLURM_NODEID": "7", "NODE_RANK": "1"}) == 7
+    assert rank_of("2", env={"SLURM_NODEID": "7"}) == 2
+    for bad in (["8"], ["-1"], ["x"], ["07"], []):
+        got = run_emitted(launch, tmp_path, *bad, check=False)
+        assert got["returncode"] == 2 and "usage" in got["stderr"] and "torchrun" not in got
+
+
+def test_static_multi_node_needs_master_addr(tmp_path):
+    r, _, files = compile_rel("examples/llama3-70b-train.par", "torchrun")
+    out = write_out(files, tmp_path / "out")
+    got = run_emitted(out / "node1.sh", tmp_path, env={"MASTER_ADDR": ""}, check=False)
+    assert got["returncode"] != 0 and "MASTER_ADDR" in got["stderr"] and "torchrun" not in got
+
+
+SPEC = """
+model "tiny" {{
+  layers     = 4
+  hidden     = 64
+  ffn_hidden = 128
+  heads      = 4
+  kv_heads   = 4
+  vocab      = 256
+  seq_len    = 32
+}}
+
+cluster "cpu" {{
+  nodes         = 1
+  gpus_per_node = {world}
+  gpu           = h100_sxm
+  intra_node    = nvlink(450GB/s)
+}}
+
+mesh {{
+{mesh}
+}}
+
+schedule {{
+  micro_batch  = 1
+  global_batch = 8
+}}
+
+train {{ zero = 0 }}
+
+target torchrun {{
+  entrypoint = {entry}
+  args       = [{report}, "two words", "$(touch pwned)"]
+}}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world,mesh", [(2, "  pp = 2"), (4, "  dp = 2\n  tp = 2")])
+def test_real_cpu_launch(world, mesh, tmp_path, write_spec):
+    """Launch the emitted plan with the real torchrun: gloo on this CPU, 2 and 4 processes."""
+    report = tmp_path / "report.json"
+    probe = ROOT / "tests" / "data" / "torchrun_probe.py"
+    spec = write_spec(SPEC.format(world=world, mesh=mesh, entry=json.dumps(str(probe)),
+                                  report=json.dumps(str(report))))
+    from parc.commands.compile import compile_spec
+
+    r, _, files = compile_spec(spec, "torchrun", root=tmp_path)
+    assert files is not None, [d.message for d in r.errors]
+    out = write_out(files, tmp_path / "out")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM_", "MASTER_", "NODE_RANK"))}
+    # the torchrun installed beside this Python, in case PATH finds another one first
+    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
+               TORCHRUN=os.path.join(os.path.dirname(sys.executable), "torchrun"))
+    p = subprocess.run(["bash", str(out / "launch.sh"), "0"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=180)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    ranks = json.loads(report.read_text())
+    assert [x["rank"] for x in ranks] == list(range(world))
+    for x in ranks:
+        assert x["world"] == x["plan_world"] == world
+        assert x["local_world"] == world and x["local_rank"] == x["rank"] and x["node"] == 0
+        assert x["coords"] == x["expected_coords"]
+        assert x["groups"] == x["expected_groups"]
+        assert x["args"] == ["two words", "$(touch pwned)"]
+    assert not (tmp_path / "pwned").exists()

