@@ -27,7 +27,7 @@ _SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _CODE = re.compile(r"^P\d{0,3}$")
 _DIRECTIVE = re.compile(r"\bparc:\s*ignore\b(\[([^\]]*)\]?)?")
-_BLOCK = re.compile(r"^[ \t]*(model|cluster|use)\b", re.M)
+_BLOCK = re.compile(r'^[ \t]*(?:(model|cluster)\b[ \t]*(?:"[^"\n]*"[ \t]*)?\{|(use)[ \t]+")', re.M)
 _USE = re.compile(r'^[ \t]*use[ \t]+"([^"\n]+)"', re.M)
 
 
@@ -283,7 +283,6 @@ def lint_files(files: Sequence[str], *, select=None, ignore=None, targets: Seque
                 for name in r.sources:
                     judged[name] = judged.get(name, True) and clean
                 for d in r.diagnostics:
-                    d.target = None if d.code.startswith("P55") else d.target
                     keep(d)
             for d in text_checks(f, text):
                 keep(d)
@@ -377,7 +376,7 @@ def _imported(texts: dict[str, str]) -> set[str]:
 def _is_fragment(f: str, text: str, imported: set[str]) -> bool:
     """A file of blocks for others to ``use``: no ``use`` of its own and no model (a shared
     cluster file), or imported by another linted file and missing a model or a cluster."""
-    kinds = {m.group(1) for m in _BLOCK.finditer(text)}
+    kinds = {m.group(1) or m.group(2) for m in _BLOCK.finditer(text)}
     if "use" in kinds:
         return False
     if "model" not in kinds:
