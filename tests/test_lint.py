@@ -92,7 +92,8 @@ def test_exclude_skips_matching_paths(tmp_path):
 def test_a_shared_cluster_file_is_a_fragment_not_a_spec(tmp_path, capsys):
     # a `model = ...` key inside a target block does not make the file a spec
     write(tmp_path, "clusters/box.par", CLUSTER + '\ntarget vllm {\n  model = "meta-llama/Meta-Llama-3-8B"\n}\n')
-    write(tmp_path, "spec.par", 'use "clusters/box.par"\n\nmodel "m" { from = llama3_8b }\n\nmesh { dp = 8 }\n')
+    write(tmp_path, "spec.par", 'use "clusters/box.par"\n\nmodel "m" { from = llama3_8b }\n\nmesh { tp = 8 }\n\n'
+                                'serve { max_model_len = 8192 }\n')
     rc, rep = lint_json(capsys, tmp_path, "--root", tmp_path)
     assert rc == 0, rep
     assert rep["summary"]["files"] == 2
