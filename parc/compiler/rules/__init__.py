@@ -5,7 +5,10 @@ A rule is registered with :func:`rule` and returns (or yields) diagnostics built
 order (P1 mesh, P2 batch and schedule, P3 topology, P4 memory, P5 advice, P6 target) and a
 family whose inputs failed is not run, so one mistake gives one error, not a cascade:
 
-* a mesh that does not match the cluster (P101) stops everything but P1 and P6;
+* a mesh that does not match the cluster (P101, or P302 when it leaves GPUs idle) stops
+  everything but P1 and P6;
+* a shape that the mesh does not divide (any P1 error) stops P2, P3 and the P5 advice, whose
+  numbers (dp, microbatches, groups) would change with the fix;
 * the memory estimate (P4) runs only on a plan whose shapes divide (no P1 or P2 error).
 """
 from __future__ import annotations
@@ -109,6 +112,8 @@ def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
     if "torchrun" in implied or "slurm" in implied or "kubernetes" in implied:
         implied.add("torch")
     out: list[Diagnostic] = []
+    # a mesh smaller than the cluster (P302, idle GPUs) is a mesh mistake like P101
+    idle = 0 < plan.mesh.product < plan.cluster.world
     failed_codes: set[str] = set()
     failed_families: set[str] = set()
     for code in sorted(reg):
@@ -118,6 +123,10 @@ def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
         fam = r.family
         if "P101" in failed_codes and fam not in ("P1", "P6"):
             continue
+        if idle and fam in ("P2", "P3", "P4", "P5") and code != "P302":
+            continue
+        if "P1" in failed_families and (fam in ("P2", "P3") or (fam == "P5" and not code.startswith("P55"))):
+            continue  # P55x are lint's style checks on the text, valid or not
         if fam == "P4" and (failed_families & {"P1", "P2"}):
             continue
         runs = [None] if GENERIC in r.targets else [t for t in r.targets if t in implied]

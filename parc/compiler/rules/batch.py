@@ -13,8 +13,15 @@ from .util import (at_given, batch_span, bubble_fraction, divisors, dp_terms, gi
 BUBBLE_WARN = 0.25   # idle share of a step above which the bubble is worth a warning
 
 
+MEGATRON_PIPELINES = ("1f1b", "interleaved_1f1b")
+
+
 def _train_pipeline(plan) -> bool:
-    return plan.mode == "train" and plan.mesh.pp > 1
+    """A training plan with a pipeline whose schedule the named targets can run at all (a
+    schedule Megatron-LM lacks is P607's, whatever else is wrong with it)."""
+    if plan.mode != "train" or plan.mesh.pp <= 1:
+        return False
+    return not ("megatron" in plan.targets and plan.schedule.pipeline not in MEGATRON_PIPELINES)
 
 
 def _gb_help(plan, ok, what: str) -> str:

@@ -41,7 +41,7 @@ def _keep_gpus_hint(plan) -> str:
         if [o for o, _ in tp_options(plan, limit=m.tp) if o == t]:
             p = m.tp // t
             how = "" if md.layers % (m.pp * p * plan.schedule.virtual_stages) == 0 else \
-                " with `layers = balanced` in placement"
+                " (and `layers = balanced` in placement)"
             return (f"; or keep {m.tp * m.pp} GPUs per model copy with tp = {t} and pp = {m.pp * p}{how}")
     return ""
 
@@ -105,15 +105,15 @@ def heads_tp(plan, c):
         also.append(f"kv_heads = {md.kv_heads}")
     also += [f"{n} = {w}" for n, w in _tp_widths_fail(plan)]
     msg = (f"tp = {m.tp} does not divide the model's {md.heads} attention heads "
-           f"({md.heads} / {m.tp} = {ratio(md.heads, m.tp)} heads per GPU)")
+           f"({md.heads} / {m.tp} = {ratio(md.heads, m.tp)} per GPU, but every target gives each GPU of a TP "
+           f"group whole heads)")
     if also:
-        msg += f"; it does not split {join(also, 'and')} either"
+        msg += f"; nor does it split {join(also, 'or')}"
     opts = describe_tp_options(plan)
     help_ = (f"tensor-parallel degrees that split this model and fit {plan.cluster.world} GPUs: {opts}"
              if opts else f"tp must divide heads = {md.heads}: {join(divisors(md.heads)[:8])}")
     help_ += _keep_gpus_hint(plan)
-    c.report(c.at("mesh.tp"), msg + " (Megatron-LM, vLLM and torch all split heads across the TP group)",
-             help=help_, related=[(c.at("model.heads"), f"heads = {md.heads}")])
+    c.report(c.at("mesh.tp"), msg, help=help_, related=[(c.at("model.heads"), f"heads = {md.heads}")])
 
 
 # ------------------------------------------------------------------------------------ P103
