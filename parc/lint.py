@@ -14,7 +14,7 @@ from __future__ import annotations
 import glob
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -259,7 +259,13 @@ def lint_files(files: Sequence[str], *, select=None, ignore=None, targets: Seque
     seen: set[tuple] = set()
     judged: dict[str, bool] = {}  # file -> every rule ran over it without an error
 
+    canon = {os.path.realpath(f): f for f in texts}
+
     def keep(d: Diagnostic):
+        if d.span.file not in texts:  # the same file, named another way by an importer
+            same = canon.get(os.path.realpath(d.span.file))
+            if same is not None:
+                d.span = replace(d.span, file=same)
         k = (d.code, d.span, d.message)
         if k not in seen:
             seen.add(k)
@@ -281,6 +287,7 @@ def lint_files(files: Sequence[str], *, select=None, ignore=None, targets: Seque
                 sources.update(r.sources)
                 clean = r.plan is not None and not r.errors
                 for name in r.sources:
+                    name = canon.get(os.path.realpath(name), name)
                     judged[name] = judged.get(name, True) and clean
                 for d in r.diagnostics:
                     keep(d)
@@ -299,7 +306,7 @@ def lint_files(files: Sequence[str], *, select=None, ignore=None, targets: Seque
     for f in list(dict.fromkeys([*texts, *by_file])):
         diags = by_file.get(f, [])
         text = sources.get(f)
-        sups = suppressions(f, text) if text is not None and f in texts else []
+        sups = suppressions(f, text) if text is not None else []
         if not sups:
             out.extend(diags)
             continue
@@ -319,7 +326,7 @@ def lint_files(files: Sequence[str], *, select=None, ignore=None, targets: Seque
                 suppressed += 1
         complete = judged.get(f, False)
         extra: list[Diagnostic] = []
-        for s in sups:
+        for s in sups if f in texts else ():  # unused ones only in the files being linted
             extra.extend(_unused(s, selector, known, complete))
         for d in extra:
             if not selector(d.code):

@@ -296,3 +296,18 @@ def test_library_entry_point(tmp_path):
     res = lint_paths([str(tmp_path)], ignore=["P5"])
     assert len(res.files) == 2 and res.errors == 1 and res.io_errors == []
     assert [d.code for d in res.diagnostics] == ["P102"]
+
+
+def test_findings_in_a_shared_file_are_named_and_suppressed_in_that_file(tmp_path, capsys):
+    """The importer names the shared file relative to the working folder, the command line
+    absolutely: both are the same file, its comments apply, and its finding is reported once."""
+    cluster = CLUSTER.replace("  gpu           = h100_sxm\n",
+                              "  gpu {\n    from  = h100_sxm\n    flops = 989TFLOPS{c}\n  }\n")
+    box = write(tmp_path, "clusters/box.par", cluster.replace("{c}", ""))
+    for n in ("a", "b"):
+        write(tmp_path, f"{n}.par", 'use "clusters/box.par"\n\nmodel "m" { from = llama3_8b }\n\nmesh { dp = 8 }\n')
+    _, rep = lint_json(capsys, tmp_path.resolve(), "--root", tmp_path, "--select", "P552")
+    assert [(d["code"], d["file"], d["line"]) for d in rep["diagnostics"]] == [("P552", str(box.resolve()), 6)]
+    box.write_text(cluster.replace("{c}", "  # parc: ignore[P552]"))
+    _, rep = lint_json(capsys, tmp_path.resolve(), "--root", tmp_path, "--select", "P552")
+    assert rep["diagnostics"] == [] and rep["summary"]["suppressed"] == 1
