@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,12 +79,14 @@ def run_emitted(script: Path, tmp: Path, *args: str, env: dict | None = None, ch
     return got
 
 
+@lru_cache(maxsize=1)
 def accepted_cases():
-    """Every (spec, target) pair of the examples and test specs that compiles without errors."""
+    """Every (spec, target) pair of the examples and test specs that compiles without errors,
+    with its files (computed once per test session)."""
     out = []
     for spec in EXAMPLES + TEST_SPECS:
         for t in TARGETS:
             r, target, files = compile_rel(spec, t)
             if files is not None:
                 out.append((spec, t, files))
-    return out
+    return tuple(out)

@@ -163,3 +163,11 @@ def test_real_cpu_launch(world, mesh, tmp_path, write_spec):
         assert x["groups"] == x["expected_groups"]
         assert x["args"] == ["two words", "$(touch pwned)"]
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("endpoint,bad", [("localhost:29400", True), ("127.0.0.1:29400", True),
+                                          ("node001:29400", False)])
+def test_local_endpoint_on_several_nodes_is_refused(endpoint, bad, check_spec):
+    text = (ROOT / "tests/data/specs/c10d-torchrun.par").read_text().replace("rdzv.example.internal:29400", endpoint)
+    r = check_spec(text, targets=("torchrun",))
+    assert ("P653" in {d.code for d in r.errors}) == bad

@@ -17,7 +17,8 @@ start separate worlds.
 """
 from __future__ import annotations
 
-from ..base import Env, File, Var, settings, mesh_text, nccl_env, plan_id, plan_json, spec_name
+from ...compiler.rules import rule
+from ..base import Env, File, Var, mesh_text, nccl_env, plan_id, plan_json, settings, spec_name
 
 TARGET = "torchrun"
 
@@ -28,8 +29,7 @@ def rendezvous(plan, endpoint: str | None) -> str:
     return "c10d" if endpoint else "static"
 
 
-def launcher_lines(plan, *, rdzv: str, node_rank, endpoint: str | None, max_restarts: int,
-                   rdzv_conf: str | None = None) -> list[list]:
+def launcher_lines(plan, *, rdzv: str, node_rank, endpoint: str | None, max_restarts: int) -> list[list]:
     """torchrun's own options, one per line."""
     cl = plan.cluster
     lines: list[list] = [["--nnodes", cl.nodes], ["--nproc-per-node", cl.gpus_per_node]]
@@ -38,8 +38,6 @@ def launcher_lines(plan, *, rdzv: str, node_rank, endpoint: str | None, max_rest
     elif rdzv == "c10d":
         lines += [["--rdzv-backend", "c10d"], ["--rdzv-endpoint", endpoint],
                   ["--rdzv-id", "parc-" + plan_id(plan)]]
-        if rdzv_conf:
-            lines.append(["--rdzv-conf", rdzv_conf])
     else:
         lines += [["--node-rank", Var("node_rank") if node_rank is None else node_rank],
                   ["--rdzv-backend", "static"],
@@ -109,3 +107,20 @@ def build(plan) -> list[File]:
     s = settings(plan, TARGET)
     return node_files(plan, entrypoint=s["entrypoint"], arg_lines=user_arg_lines(s.get("args")),
                       endpoint=s.get("rdzv_endpoint"), max_restarts=s.get("max_restarts", 0))
+
+
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0")
+
+
+@rule("P653", "torchrun-local-rendezvous", targets=(TARGET,))
+def local_rendezvous(plan, c):
+    ep = settings(plan, TARGET).get("rdzv_endpoint")
+    if not ep or plan.cluster.nodes == 1:
+        return
+    host = ep.rsplit(":", 1)[0] if ep.count(":") == 1 or ep.startswith("[") else ep
+    if host.lower() in LOCAL_HOSTS or host.startswith("127."):
+        c.report(c.at("target.torchrun.rdzv_endpoint", "target.torchrun"),
+                 f"rdzv_endpoint `{ep}` names this machine, so each of the {plan.cluster.nodes} nodes would host "
+                 "its own rendezvous and start a separate world",
+                 help="give the address of one node that every node can reach (host:port), or remove "
+                      "`rdzv_endpoint` for a static rendezvous at $MASTER_ADDR")

@@ -119,8 +119,12 @@ def _script(plan, node: int | None) -> str:
     s = settings(plan, TARGET)
     cl = plan.cluster
     mode = launch_mode(plan)
-    what = ("vllm serve" if node is None else
-            f"vLLM node {node} of {cl.nodes} ({'Ray head and vllm serve' if mode == 'ray' and node == 0 else 'Ray worker' if mode == 'ray' else 'vllm serve' if node == 0 else 'headless vllm serve'})")
+    if node is None:
+        what = "vllm serve"
+    else:
+        role = (("Ray head and vllm serve" if node == 0 else "Ray worker") if mode == "ray"
+                else ("vllm serve" if node == 0 else "headless vllm serve"))
+        what = f"vLLM node {node} of {cl.nodes} ({role})"
     header = [f"{what}, compiled by parc from {spec_name(plan)}.",
               f"Mesh: {mesh_text(plan)}; {cl.nodes} node{'s' if cl.nodes > 1 else ''} x {cl.gpus_per_node} GPUs."]
     ray_worker = mode == "ray" and node not in (None, 0)
@@ -168,8 +172,8 @@ def multi_node(plan, c):
     if plan.mode != "serve":
         return  # P601 says it
     cl = plan.cluster
-    if cl.nodes == 1 or settings(plan, TARGET).get("executor") == "ray":
-        return
+    if cl.nodes == 1 or settings(plan, TARGET).get("executor") == "ray" or plan.world_size != cl.world:
+        return  # one node, Ray's own placement, or a mesh that does not fit (P101)
     r = replica(plan)
     if r > cl.gpus_per_node and r % cl.gpus_per_node:
         c.report(c.at("mesh"), f"a vLLM replica (tp·pp·cp = {r} GPUs) must fill whole nodes of "
