@@ -6,7 +6,7 @@ from decimal import Decimal
 from ..compiler.plan import GPU, Model
 from ..compiler.schema import BLOCKS
 from .inputs import Problem
-from .plans import Candidate, stage_split
+from .plans import Candidate, placement_links, stage_split, written
 from .search import SearchResult
 
 # --- numbers as spec text ------------------------------------------------------------------------
@@ -134,54 +134,35 @@ def plan_text(res: SearchResult, i: int = 0) -> str:
     out = [f"# parc plan: rank {c.rank} of {res.valid:,} plans that fit ({res.candidates_evaluated:,} evaluated)",
            "# " + summary_line(pr, c), ""]
     out += model_block(pr.model) + [""] + cluster_block(pr) + [""]
+    w = written(pr, c)
     out.append("mesh {")
-    for ax in pr.order:
-        out.append(f"  {ax} = {getattr(c, ax)}")
-    if c.ep > 1:
-        out.append(f"  ep = {c.ep}")
-    if c.etp > 1:
-        out.append(f"  etp = {c.etp}")
+    out += [f"  {ax} = {getattr(c, ax)}" for ax in w["mesh"]]
     out += ["}", ""]
-    place = []
-    links = dict(pr.placement.links)
-    if not links and c.tp > 1:
-        links["tp"] = "intra_node"
-    for ax, where in links.items():
-        place.append(f"  {ax} on {where}")
-    if c.layers == "balanced":
-        place.append("  layers = balanced")
-    elif c.layers == "explicit":
-        lay = stage_split(pr, "explicit", c.pp * c.virtual_stages) or []
-        place.append(f"  layers = [{', '.join(str(x) for x in lay)}]")
-    for mp in pr.placement.modules:
-        place.append(f"  {_label(mp.pattern)} = " + ("replicate" if mp.style == "replicate" else f"{mp.style}({mp.axis})"))
-    if place:
-        out += ["placement {"] + place + ["}", ""]
-    if pr.mode == "train":
-        out.append("schedule {")
-        if c.pp > 1:
-            out.append(f"  pipeline = {c.pipeline}")
-        if c.virtual_stages > 1:
-            out.append(f"  virtual_stages = {c.virtual_stages}")
-        out += [f"  micro_batch = {c.micro_batch}", f"  global_batch = {c.global_batch}", "}", ""]
-        t = pr.train
-        out.append("train {")
-        if t.optimizer != "adam":
-            out.append(f"  optimizer = {t.optimizer}")
-        out.append(f"  zero = {c.zero}")
-        if c.tp > 1 or c.sequence_parallel:
-            out.append(f"  sequence_parallel = {_val(c.sequence_parallel)}")
-        out.append(f"  recompute = {c.recompute}")
-        for k, default in (("precision", "bf16"), ("main_grads", "fp32"), ("optimizer_state", "fp32")):
-            if getattr(t, k) != default:
-                out.append(f"  {k} = {getattr(t, k)}")
+    if "placement" in w:
+        out.append("placement {")
+        for ax, where in placement_links(pr, c).items():
+            out.append(f"  {ax} on {where}")
+        if c.layers == "balanced":
+            out.append("  layers = balanced")
+        elif c.layers == "explicit":
+            lay = stage_split(pr, "explicit", c.pp * c.virtual_stages) or []
+            out.append(f"  layers = [{', '.join(str(x) for x in lay)}]")
+        for mp in pr.placement.modules:
+            out.append(f"  {_label(mp.pattern)} = " +
+                       ("replicate" if mp.style == "replicate" else f"{mp.style}({mp.axis})"))
         out += ["}", ""]
-    else:
-        s = pr.serve
-        out += ["serve {", f"  max_model_len = {s.max_model_len}",
-                f"  gpu_memory_utilization = {_val(s.gpu_memory_utilization)}", f"  max_num_seqs = {c.max_num_seqs}"]
-        if s.kv_cache_dtype != "auto":
-            out.append(f"  kv_cache_dtype = {s.kv_cache_dtype}")
+    values = {"schedule": {"pipeline": c.pipeline, "virtual_stages": c.virtual_stages, "micro_batch": c.micro_batch,
+                           "global_batch": c.global_batch},
+              "train": {"zero": c.zero, "sequence_parallel": c.sequence_parallel, "recompute": c.recompute},
+              "serve": {"max_num_seqs": c.max_num_seqs}}
+    for blk in ("schedule", "train", "serve"):
+        if blk not in w:
+            continue
+        src = pr.train if blk == "train" else pr.serve
+        out.append(blk + " {")
+        for k in w[blk]:
+            v = values[blk][k] if k in values[blk] else getattr(src, k)
+            out.append(f"  {k} = {_val(v)}")
         out += ["}", ""]
     for name in pr.targets:
         text = pr.block_text.get(f"target.{name}")
@@ -276,6 +257,11 @@ def render_table(res: SearchResult) -> str:
                         [c.max_num_seqs, gb(c.memory_total), f"{c.headroom:.0%}", secs(c.step_time),
                          secs(c.latency), rate(c.tokens_per_second), lost_text(res, i) or "-"])
         align = "rrrr" + ("r" if pr.model.is_moe else "") + "rrrrrrl"
+    if any(c.warnings for c in res.plans):   # the rule warnings each plan raises (`parc rules CODE`)
+        head.append("warnings")
+        for row, c in zip(rows, res.plans):
+            row.append(" ".join(c.warnings) or "-")
+        align += "l"
     return table(head, rows, align)
 
 

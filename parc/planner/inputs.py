@@ -21,7 +21,7 @@ from ..compiler.plan import Cluster, Model, Placement, Schedule, Serve, Target, 
 TRAIN_FIELDS = ("mesh.pp", "mesh.dp", "mesh.cp", "mesh.tp", "mesh.ep", "mesh.etp",
                 "schedule.pipeline", "schedule.virtual_stages", "schedule.micro_batch",
                 "train.zero", "train.recompute", "train.sequence_parallel")
-SERVE_FIELDS = ("mesh.pp", "mesh.dp", "mesh.tp", "mesh.ep", "serve.max_num_seqs")
+SERVE_FIELDS = ("mesh.pp", "mesh.dp", "mesh.cp", "mesh.tp", "mesh.ep", "mesh.etp", "serve.max_num_seqs")
 # Fields a spec may set to `auto` here although `parc check` accepts `auto` only for mesh axes.
 _AUTO_OK = {f.split(".")[1]: f.split(".")[0] for f in TRAIN_FIELDS + SERVE_FIELDS} | {"etp": "mesh"}
 
@@ -57,6 +57,10 @@ class Problem:
     file: str = "plan.par"
     # source text of blocks written back unchanged into the best plan (targets, say)
     block_text: dict[str, str] = field(default_factory=dict)
+    max_virtual: int = 8             # virtual stages per pipeline rank tried by interleaved schedules
+    extra_targets: tuple = ()        # targets whose rules apply beyond those the spec names (--target)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)   # per-problem caches
+    max_micro_batch: int = 64        # micro batches tried when the microbatch count is fixed instead
 
     def __post_init__(self):
         if self.mode not in ("train", "serve"):
@@ -70,6 +74,14 @@ class Problem:
 
     def searched(self) -> list[str]:
         return [f for f in self.fields if f not in self.fixed]
+
+    @property
+    def rule_targets(self) -> set[str]:
+        """The targets whose rules judge the plans, as ``run_rules`` implies them."""
+        names = set(self.targets) | set(self.extra_targets)
+        if names & {"torchrun", "slurm", "kubernetes"}:
+            names.add("torch")
+        return names
 
 
 def default_global_batch(seq_len: int) -> int:

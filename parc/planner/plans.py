@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, astuple, dataclass, field, replace
 from typing import Any, Optional
 
+from ..compiler.diagnostics import Span
 from ..compiler.plan import Mesh, Plan, Schedule
 from .inputs import Problem
 
@@ -73,13 +74,70 @@ def stage_split(pr: Problem, mode: str, stages: int) -> Optional[list[int]]:
         return list(pr.placement.layers or [])
     if mode == "even":
         return [L // stages] * stages if L % stages == 0 else None
-    return costmodel.balanced_split(pr.model, stages)
+    key = (astuple(pr.model), stages)
+    got = _BALANCED.get(key, False)
+    if got is False:
+        if len(_BALANCED) > 4096:
+            _BALANCED.clear()
+        got = _BALANCED[key] = costmodel.balanced_split(pr.model, stages)
+    return list(got) if got is not None else None
+
+
+_BALANCED: dict = {}   # (model fields, stages) -> balanced split: the water-filling is the slow part
+
+
+def written(pr: Problem, c: Candidate) -> dict[str, list[str]]:
+    """The keys, per block, that the spec of ``c`` writes (:func:`parc.planner.emit.plan_text`
+    writes exactly these); the rules treat a written key differently from a default."""
+    w: dict[str, list[str]] = {"model": ["from"] if pr.model.preset else [], "cluster": [],
+                               "mesh": list(pr.order) + [ax for ax in ("ep", "etp") if getattr(c, ax) > 1]}
+    place = [ax for ax in placement_links(pr, c)]
+    if c.layers != "even":
+        place.append("layers")
+    if place or pr.placement.modules:
+        w["placement"] = place
+    if pr.mode == "train":
+        w["schedule"] = (["pipeline"] if c.pp > 1 else []) + (["virtual_stages"] if c.virtual_stages > 1 else []) \
+            + ["micro_batch", "global_batch"]
+        t = pr.train
+        w["train"] = (["optimizer"] if t.optimizer != "adam" else []) + ["zero"] \
+            + (["sequence_parallel"] if c.tp > 1 or c.sequence_parallel else []) + ["recompute"] \
+            + [k for k, d in (("precision", "bf16"), ("main_grads", "fp32"), ("optimizer_state", "fp32"))
+               if getattr(t, k) != d]
+    else:
+        w["serve"] = ["max_model_len", "gpu_memory_utilization", "max_num_seqs"] \
+            + (["kv_cache_dtype"] if pr.serve.kv_cache_dtype != "auto" else [])
+    return w
+
+
+def placement_links(pr: Problem, c: Candidate) -> dict[str, str]:
+    """The axis-to-link rules of the written spec: the spec's own, else TP pinned inside a node."""
+    links = dict(pr.placement.links)
+    if not links and c.tp > 1:
+        links["tp"] = "intra_node"
+    return links
+
+
+def written_spans(pr: Problem, c: Candidate) -> dict[str, Span]:
+    """Spans as the resolver records them for the written spec: one line per block header and
+    per written key; keys left out point at their block's header."""
+    spans: dict[str, Span] = {}
+    line = 1
+    for blk, keys in written(pr, c).items():
+        head = Span(pr.file, line, 1, line, 1 + len(blk), 0, len(blk))
+        spans[blk] = head
+        for k in keys:
+            line += 1
+            spans[f"{blk}.{k}"] = Span(pr.file, line, 3, line, 3 + len(k), 0, len(k))
+        line += 2
+    return spans
 
 
 def build_plan(pr: Problem, c: Candidate) -> Plan:
-    """The resolved plan a candidate stands for, as the resolver would build it from its spec."""
+    """The resolved plan a candidate stands for, as the resolver builds it from its written spec."""
     mesh = Mesh(order=list(pr.order), pp=c.pp, dp=c.dp, cp=c.cp, tp=c.tp, ep=c.ep, etp=c.etp)
     placement = copy.deepcopy(pr.placement)
+    placement.links = placement_links(pr, c)
     placement.layers_mode = c.layers
     v = c.virtual_stages if pr.mode == "train" else 1
     placement.layers = stage_split(pr, c.layers, c.pp * v)
@@ -94,4 +152,5 @@ def build_plan(pr: Problem, c: Candidate) -> Plan:
         train = None
         serve = replace(pr.serve, max_num_seqs=max(1, c.max_num_seqs))
     return Plan(file=pr.file, model=pr.model, cluster=pr.cluster, mesh=mesh, placement=placement,
-                schedule=sched, mode=pr.mode, train=train, serve=serve, targets=dict(pr.targets))
+                schedule=sched, mode=pr.mode, train=train, serve=serve, targets=dict(pr.targets),
+                spans=written_spans(pr, c))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Optional
 
 import numpy as np
@@ -18,6 +18,15 @@ _RESOLUTION = 1e9
 MAX_REJECTED_WALK = 2000   # ranked candidates the rules may refuse in a row before the walk stops
 
 Progress = Callable[[float, str], None]
+
+# column -> record key, in the order records show them
+RECORD_NAMES = {"pp": "pp", "dp": "dp", "cp": "cp", "tp": "tp", "ep": "ep", "etp": "etp", "pipeline": "pipeline",
+                "v": "virtual_stages", "mb": "micro_batch", "m": "microbatches", "gb": "global_batch",
+                "split": "layers", "zero": "zero", "recompute": "recompute", "sp": "sequence_parallel",
+                "max_num_seqs": "max_num_seqs", "step_time": "step_time", "tokens_per_second": "tokens_per_second",
+                "throughput": "tokens_per_second", "latency": "latency", "mfu": "mfu", "bubble": "bubble",
+                "memory": "memory_total", "compute": "compute_time", "t_tp": "comm_tp", "t_cp": "comm_cp",
+                "t_dp": "comm_dp", "t_pp": "comm_pp", "t_ep": "comm_ep"}
 
 
 @dataclass
@@ -46,20 +55,23 @@ class SearchResult:
         return build_plan(self.problem, self.plans[i])
 
     def records(self) -> list[dict]:
-        """Every candidate that fits, in rank order, as plain dicts (settings and costs)."""
+        """Every candidate that fits, in rank order, as plain dicts with :class:`Candidate`'s names
+        (``comm_tp``… for the communication time per axis): for a notebook,
+        ``pandas.DataFrame(result.records())``."""
         cols = self.columns
-        n = len(next(iter(cols.values()))) if cols else 0
         names = {"pipeline": PIPELINES, "recompute": RECOMPUTE, "split": SPLITS}
-        out = []
-        keys = [k for k in cols if k not in ("mesh", "lo")]
-        lists = {k: cols[k].tolist() for k in keys}
-        for i in range(n):
-            rec = {"rank": i + 1}
-            for k in keys:
-                v = lists[k][i]
-                rec[k] = names[k][v] if k in names else v
-            out.append(rec)
-        return out
+        keys = [k for k in RECORD_NAMES if k in cols]
+        lists = []
+        for k in keys:
+            vals = cols[k].tolist()
+            if k in names:
+                vals = [names[k][x] for x in vals]
+            elif k == "sp":
+                vals = [bool(x) for x in vals]
+            lists.append(vals)
+        n = len(lists[0]) if lists else 0
+        keys = ["rank"] + [RECORD_NAMES[k] for k in keys]
+        return [dict(zip(keys, row)) for row in zip(range(1, n + 1), *lists)]
 
     def lost_on(self, i: int) -> Optional[tuple[str, float]]:
         """Why reported plan ``i`` ranks below plan 0: the cost that grew most, and by how much
@@ -210,9 +222,8 @@ def _serve_columns(pr: Problem, progress, efficiency):
         seqs = est.max_concurrent_seqs
         if seqs < 1 or est.memory.weights > pr.serve.gpu_memory_utilization * est.memory.capacity:
             continue
-        if fixed_seqs is not None:
-            seqs = min(seqs, fixed_seqs)
-            est.max_concurrent_seqs = seqs
+        if fixed_seqs is not None:   # a spec's max_num_seqs is kept; the memory may hold fewer
+            seqs = fixed_seqs
         plan.serve.max_num_seqs = seqs
         perf = serve_perf(plan, est, efficiency)
         rows.append((pp, dp, cp, tp, ep, etp, split, seqs, perf.throughput, perf.latency, perf.step_time,
@@ -234,6 +245,9 @@ def search_problem(pr: Problem, *, top: Optional[int] = 10, targets: Iterable[st
     """Search the plans of ``pr``. ``top`` plans are checked by the full rules and reported
     (``None``: every candidate that fits). See :func:`search`."""
     t0 = time.perf_counter()
+    tnames = list(dict.fromkeys(list(pr.extra_targets) + list(targets)))
+    if tnames != list(pr.extra_targets):
+        pr = replace(pr, extra_targets=tuple(tnames))
     if pr.mode == "train":
         cols, evaluated, costed = _train_columns(pr, progress, efficiency)
     else:
@@ -244,7 +258,6 @@ def search_problem(pr: Problem, *, top: Optional[int] = 10, targets: Iterable[st
         cols = {k: a[order] for k, a in cols.items()}
     res = SearchResult(pr, pr.mode, candidates_evaluated=evaluated, costed=costed, valid=n, columns=cols)
     want = n if top is None else min(top, n)
-    tnames = list(targets)
     misses = 0
     for i in range(n):
         if len(res.plans) >= want:

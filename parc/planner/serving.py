@@ -8,8 +8,8 @@ sequences it serves from HBM, or computes, whichever takes longer, then runs its
 all-reduces and hands the activations to the next stage.
 
 * At the memory limit a replica (one dp rank: pp · tp GPUs) holds ``B`` sequences of
-  ``max_model_len`` tokens (``estimate(...).max_concurrent_seqs``), and every step reads their
-  whole KV cache.
+  ``max_model_len`` tokens (``estimate(...).max_concurrent_seqs``, or ``max_num_seqs`` when that
+  is lower), and every step reads their whole KV cache.
 * With pipeline parallelism the ``B`` sequences are split into ``pp`` microbatches that keep
   every stage busy (vLLM's virtual engines): a step of stage ``s`` serves ``b = B / pp`` sequences
   and takes ``t_s(b)``; the pipeline advances every ``T = max_s t_s(b)``.
@@ -65,7 +65,7 @@ def serve_perf(plan, est, efficiency: float = cm.DEFAULT_EFFICIENCY) -> ServePer
     """Throughput and latency of a serving ``plan`` at its memory limit, from its ``estimate``."""
     m, mesh, cl = plan.model, plan.mesh, plan.cluster
     ctx = plan.serve.max_model_len
-    B = est.max_concurrent_seqs
+    B = min(est.max_concurrent_seqs, plan.serve.max_num_seqs)
     if B <= 0:
         return ServePerf(0, 0.0, 0.0, 0.0, [])
     p, t = mesh.pp, mesh.tp

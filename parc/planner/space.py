@@ -15,7 +15,7 @@ Definitional choices that shape the space (not pruning) are:
 * ``sequence_parallel`` is only tried with tp > 1 (without TP it changes nothing);
 * pp = 1 runs no pipeline: its schedule is ``1f1b`` with one virtual stage;
 * gpipe and 1f1b hold one stage per rank; dualpipe_v two; interleaved_1f1b and zero_bubble
-  2 to ``MAX_VIRTUAL`` (and at most layers / pp);
+  2 to ``Problem.max_virtual`` (and at most layers / pp);
 * the layer split is ``even`` when pp · virtual_stages divides the layers, else ``balanced``;
 * serving searches tp, pp, dp and ep with cp = 1.
 """
@@ -27,8 +27,6 @@ from .inputs import Problem
 PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v")
 RECOMPUTE = ("none", "selective", "full")
 SPLITS = ("even", "balanced", "explicit")
-MAX_VIRTUAL = 8          # virtual stages tried per pipeline rank
-MAX_MICRO_BATCH = 64     # micro batches tried when the spec fixes the microbatch count instead
 
 
 def divisors(n: int) -> list[int]:
@@ -53,8 +51,10 @@ def _fixed(pr: Problem, path: str, values):
 
 # --- mesh shapes ---------------------------------------------------------------------------------
 
-def tp_splits_model(m, t: int) -> bool:
-    """P102 heads % tp, P103 kv_heads split or replicated, P106 ffn / shared-expert widths % tp."""
+def tp_splits_model(pr: Problem, t: int) -> bool:
+    """P102 heads % tp, P103 kv_heads split or replicated, P106 ffn / shared-expert widths % tp;
+    for the torch runtime also P108 vocab % tp and P110 kv_heads % tp (no replication)."""
+    m = pr.model
     if t <= 1:
         return True
     if m.heads % t:
@@ -65,6 +65,8 @@ def tp_splits_model(m, t: int) -> bool:
         return False
     if m.is_moe and m.shared_experts and (m.shared_experts * m.moe_ffn_hidden) % t:
         return False
+    if "torch" in pr.rule_targets and (m.vocab % t or m.kv_heads % t):
+        return False
     return True
 
 
@@ -73,31 +75,38 @@ def mesh_shapes(pr: Problem) -> list[tuple[int, int, int, int, int, int]]:
     m, cl = pr.model, pr.cluster
     world = cl.world
     train = pr.mode == "train"
+    if m.head_dim is None and m.hidden % m.heads:                       # P111: no shape works
+        return []
     out = []
     for tp in _fixed(pr, "mesh.tp", divisors(world)):
-        if not tp_splits_model(m, tp):
+        if not tp_splits_model(pr, tp):
             continue
         for cp in _fixed(pr, "mesh.cp", divisors(world // tp) if train else [1]):
-            if cp > 1 and m.seq_len % (2 * cp):                      # P114
+            if train and cp > 1 and m.seq_len % (2 * cp):            # P114
                 continue
             for pp in _fixed(pr, "mesh.pp", divisors(world // (tp * cp))):
                 if pp > m.layers:                                    # P104/P105: a layer per stage
                     continue
+                if pp > 1 and m.tied_embeddings and "torch" in pr.rule_targets:   # P610
+                    continue
                 dp = world // (tp * cp * pp)
                 if "mesh.dp" in pr.fixed and pr.fixed["mesh.dp"] != dp:
                     continue
-                if not _groups_ok(pr, pp, dp, cp, tp):
-                    continue
-                for ep, etp in _expert_grids(pr, dp * cp * tp):
-                    out.append((pp, dp, cp, tp, ep, etp))
+                for ep, etp in _expert_grids(pr, pp, dp, cp, tp):
+                    if _groups_ok(pr, pp, dp, cp, tp, ep, etp):
+                        out.append((pp, dp, cp, tp, ep, etp))
     return out
 
 
-def _expert_grids(pr: Problem, region: int) -> list[tuple[int, int]]:
-    """(ep, etp) pairs: P109 experts % ep, P112 ep·etp | dp·cp·tp, P113 moe_ffn_hidden % etp."""
+def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple[int, int]]:
+    """(ep, etp) pairs: P109 experts % ep, P112 ep·etp | dp·cp·tp, P113 moe_ffn_hidden % etp, and
+    the targets' P606 (vLLM: ep spans the stage, etp = 1), P611 (torch: etp is 1 or tp), P612
+    (Megatron-LM: no etp with biases), P613 (Megatron-LM: expert dp = dp unless pp is outermost)."""
     m = pr.model
+    region = dp * cp * tp
     if not m.is_moe:
         return [(e, t) for e in _fixed(pr, "mesh.ep", [1]) for t in _fixed(pr, "mesh.etp", [1])]
+    tg = pr.rule_targets
     out = []
     for ep in _fixed(pr, "mesh.ep", divisors(region)):
         if m.experts % ep:
@@ -105,24 +114,45 @@ def _expert_grids(pr: Problem, region: int) -> list[tuple[int, int]]:
         for etp in _fixed(pr, "mesh.etp", divisors(region // ep)):
             if m.moe_ffn_hidden % etp:
                 continue
-            if etp > pr.cluster.gpus_per_node:
+            if "vllm" in tg and pr.mode == "serve" and (etp > 1 or (ep > 1 and ep != region)):
                 continue
+            if "torch" in tg and etp not in (1, tp):
+                continue
+            if "megatron" in tg and m.bias and etp > 1:
+                continue
+            if "megatron" in tg and pp > 1 and dp > 1 and (ep > 1 or etp > 1) and region // (ep * etp) != dp:
+                order = [ax for ax in pr.order if {"pp": pp, "dp": dp, "cp": cp, "tp": tp}[ax] > 1]
+                if order.index("dp") < order.index("pp"):
+                    continue
             out.append((ep, etp))
     return out
 
 
-def _groups_ok(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> bool:
-    """P301: a TP group (or a CP group placed on intra_node) must stay inside a node."""
+def rank_map(pr: Problem, mesh: tuple) -> RankMap:
+    """The rank map of a mesh shape (pp, dp, cp, tp, ep, etp) under the problem's axis order, cached."""
+    key = ("rankmap", mesh)
+    rm = pr.memo.get(key)
+    if rm is None:
+        pp, dp, cp, tp, ep, etp = mesh
+        rm = pr.memo[key] = RankMap.from_sizes(pr.cluster.gpus_per_node, order=pr.order, ep=ep, etp=etp,
+                                               pp=pp, dp=dp, cp=cp, tp=tp)
+    return rm
+
+
+def _groups_ok(pr: Problem, pp: int, dp: int, cp: int, tp: int, ep: int, etp: int) -> bool:
+    """P301: TP groups (and CP or EP groups pinned to intra_node) stay inside a node; P304: every
+    placement rule holds (intra_node: groups inside a node; inter_node: groups across nodes)."""
     g = pr.cluster.gpus_per_node
-    if tp <= 1 and cp <= 1:
-        return True
-    rm = RankMap.from_sizes(g, order=pr.order, pp=pp, dp=dp, cp=cp, tp=tp)
-    if tp > 1 and rm.crosses_node("tp"):
+    links = pr.placement.links
+    rm = rank_map(pr, (pp, dp, cp, tp, ep, etp))
+    if tp > 1 and links.get("tp") != "inter_node" and rm.crosses_node("tp"):
         return False
-    if cp > 1 and pr.placement.links.get("cp") == "intra_node" and rm.crosses_node("cp"):
-        return False
-    for ax, where in pr.placement.links.items():
-        if where == "intra_node" and ax in ("pp", "dp") and rm.size(ax) > 1 and rm.crosses_node(ax):
+    for ax, where in links.items():
+        size = rm.size(ax) if ax in ("pp", "dp", "cp", "tp", "ep", "etp") else 1
+        if size <= 1:
+            continue
+        crosses = rm.crosses_node(ax)
+        if where == "intra_node" and crosses or where == "inter_node" and not crosses:
             return False
     return True
 
@@ -152,6 +182,8 @@ def layout_options(pr: Problem, pp: int) -> list[tuple[int, int, int]]:
     pipes = _fixed(pr, "schedule.pipeline", PIPELINES if pp > 1 else ("1f1b",))
     if pp == 1 and "schedule.pipeline" in pr.fixed and not pipes:
         pipes = [pr.fixed["schedule.pipeline"]]   # a schedule named for pp = 1 is kept as written
+    if pp > 1 and "megatron" in pr.rule_targets:                       # P607
+        pipes = [x for x in pipes if x in ("1f1b", "interleaved_1f1b")]
     for name in pipes:
         if pp == 1:
             vs = [1]
@@ -160,7 +192,7 @@ def layout_options(pr: Problem, pp: int) -> list[tuple[int, int, int]]:
         elif name == "dualpipe_v":
             vs = [2]                                                  # P207
         else:
-            vs = list(range(2, MAX_VIRTUAL + 1))                      # P206, P208
+            vs = list(range(2, pr.max_virtual + 1))                      # P206, P208
         for v in _fixed(pr, "schedule.virtual_stages", vs):
             if pp * v > L:
                 continue
@@ -179,28 +211,38 @@ def batch_options(pr: Problem, dp: int) -> list[tuple[int, int, int]]:
         out = [(mb, gb // (mb * dp), gb) for mb in divisors(gb // dp)]
     else:                                                             # microbatches fixed instead
         n = pr.microbatches
-        out = [(mb, n, n * mb * dp) for mb in range(1, MAX_MICRO_BATCH + 1)]
+        out = [(mb, n, n * mb * dp) for mb in range(1, pr.max_micro_batch + 1)]
     if "schedule.micro_batch" in pr.fixed:
         out = [x for x in out if x[0] == pr.fixed["schedule.micro_batch"]]
     return out
 
 
-def schedule_ok(name: str, p: int, n: int, v: int) -> bool:
-    """P202 (gpipe/1f1b need m ≥ pp), P207 (dualpipe_v m ≥ 2pp), P208 (zero_bubble rounds)."""
+def schedule_ok(pr: Problem, name: str, p: int, n: int, v: int) -> bool:
+    """P202 (gpipe/1f1b need m ≥ pp), P207 (dualpipe_v m ≥ 2pp), P208 (zero_bubble rounds), and
+    for the targets P203 (Megatron-LM: interleaved m a multiple of pp) and P205 (torch: rounds)."""
     if p <= 1:
         return True
     if name in ("gpipe", "1f1b"):
         return n >= p
     if name == "dualpipe_v":
         return n >= 2 * p
+    rounds_ok = n % max(1, n // p) == 0
     if name == "zero_bubble" and v > 2:
-        rounds = max(1, n // p)
-        return n % rounds == 0
+        return rounds_ok
+    if name == "interleaved_1f1b" and v > 1:
+        if "megatron" in pr.rule_targets and (n < p or n % p):
+            return False
+        if "torch" in pr.rule_targets and not rounds_ok:
+            return False
     return True
 
 
-def zero_options(pr: Problem) -> list[int]:
-    return _fixed(pr, "train.zero", (0, 1, 2, 3))
+def zero_options(pr: Problem, pp: int = 1) -> list[int]:
+    """ZeRO stages to try (P615: DeepSpeed's pipeline engine takes ZeRO-0 and 1 only)."""
+    zs = _fixed(pr, "train.zero", (0, 1, 2, 3))
+    if pp > 1 and "deepspeed" in pr.rule_targets:
+        zs = [z for z in zs if z < 2]
+    return zs
 
 
 def train_options(pr: Problem, tp: int, cp: int) -> list[tuple[int, int]]:

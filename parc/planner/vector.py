@@ -23,10 +23,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..compiler import costmodel as cm
-from ..compiler.rankmap import RankMap
 from .inputs import Problem
-from .space import (PIPELINES, RECOMPUTE, SPLITS, batch_options, layout_options, mesh_shapes, train_options,
-                    zero_options)
+from .space import (PIPELINES, RECOMPUTE, SPLITS, batch_options, layout_options, mesh_shapes, rank_map,
+                    train_options, zero_options)
 from .plans import stage_split
 
 _PIPE = {name: i for i, name in enumerate(PIPELINES)}
@@ -181,7 +180,7 @@ def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress
     s_lo = np.repeat(np.arange(n_lo), bcount[lo_dp])
     s_b = boff[lo_dp][s_lo] + _ramp(bcount[lo_dp])
     lo_pipe_a, lo_v_a = np.asarray(lo_pipe, dtype=np.int64), np.asarray(lo_v, dtype=np.int64)
-    ok = _schedule_ok(lo_pipe_a[s_lo], mesh_a[lo_mesh_a[s_lo], 0], bopts[s_b, 1], lo_v_a[s_lo])
+    ok = schedule_ok_vec(pr, lo_pipe_a[s_lo], mesh_a[lo_mesh_a[s_lo], 0], bopts[s_b, 1], lo_v_a[s_lo])
     s_lo, s_b = s_lo[ok], s_b[ok]
 
     # 3. model-state memory per (layout option, zero stage), a lower bound on the memory of every
@@ -194,6 +193,8 @@ def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress
         w, g, o = _state(c_par, z, lo_dp[:, None], lo_edp[:, None], per)
         state[z] = (w, g, o)
         fit[z] = np.where(c_valid, w + g + o, -np.inf).max(axis=1) <= cap
+        if z not in zero_options(pr, 2):                                 # P615 with a pipeline
+            fit[z] &= mesh_a[lo_mesh_a, 0] <= 1
     out.enumerated = int(per_s.sum()) * len(zeros)
     parts = [(np.nonzero(fit[z][s_lo])[0], z) for z in zeros]
     r_s = np.concatenate([p_ for p_, _ in parts])
@@ -431,8 +432,7 @@ def _axis_bandwidths(pr: Problem, meshes):
     intra = bw["intra_node"]
     table = np.zeros((len(meshes), 5))
     for i, (pp, dp, cp, tp, ep, etp) in enumerate(meshes):
-        rm = RankMap.from_sizes(pr.cluster.gpus_per_node, order=pr.order, ep=ep, etp=etp,
-                                pp=pp, dp=dp, cp=cp, tp=tp)
+        rm = rank_map(pr, (pp, dp, cp, tp, ep, etp))
         for j, (ax, grp, size) in enumerate((("tp", "tp", tp), ("cp", "cp", cp),
                                              ("dp", ("dp", "cp") if cp > 1 else "dp", dp * cp),
                                              ("pp", "pp", pp), ("ep", "ep", ep))):
@@ -440,11 +440,16 @@ def _axis_bandwidths(pr: Problem, meshes):
     return {ax: table[:, j] for j, ax in enumerate(("tp", "cp", "dp", "pp", "ep"))}
 
 
-def _schedule_ok(pipe, p, n, v):
-    """P202 (gpipe/1f1b need m ≥ pp), P207 (dualpipe_v m ≥ 2pp), P208 (InterleavedZeroBubble rounds)."""
+def schedule_ok_vec(pr: Problem, pipe, p, n, v):
+    """:func:`parc.planner.space.schedule_ok` over arrays."""
     single = (pipe == _PIPE["gpipe"]) | (pipe == _PIPE["1f1b"])
     ok = ~single | (n >= p)
     ok &= (pipe != _PIPE["dualpipe_v"]) | (n >= 2 * p)
-    rounds = np.maximum(1, n // np.maximum(p, 1))
-    ok &= ~((pipe == _PIPE["zero_bubble"]) & (v > 2)) | (n % rounds == 0)
+    rounds_ok = n % np.maximum(1, n // np.maximum(p, 1)) == 0
+    ok &= ~((pipe == _PIPE["zero_bubble"]) & (v > 2)) | rounds_ok
+    inter = (pipe == _PIPE["interleaved_1f1b"]) & (v > 1)
+    if "megatron" in pr.rule_targets:
+        ok &= ~inter | ((n >= p) & (n % np.maximum(p, 1) == 0))
+    if "torch" in pr.rule_targets:
+        ok &= ~inter | rounds_ok
     return ok | (p <= 1)
