@@ -55,27 +55,23 @@ class Job:
     reference: object = None          # reference.Reference, computed once in the parent
 
 
-def _child(rank: int, world: int, jobs: list[Job], folder: str, backend: str, counter) -> None:
+def _child(rank: int, world: int, body, folder: str, backend: str, timeout: float, counter) -> None:
     code = 0
     try:
         import torch
 
         torch.set_num_threads(1)
         quiet()
-        from . import engine
         from . import mesh as M
 
-        M.init_process_group(backend, rank, world, jobs[0].opts.timeout, store_path=os.path.join(folder, "store"))
+        M.init_process_group(backend, rank, world, timeout, store_path=os.path.join(folder, "store"))
 
         def progress(step):
             if counter is not None and rank == 0:
                 with counter.get_lock():
                     counter.value += 1
 
-        for i, job in enumerate(jobs):
-            rep = engine.run_rank(job.plan, job.opts, job.reference, progress)
-            if rep is not None:
-                _write_json(os.path.join(folder, f"report-{i}.json"), rep)
+        body(rank, folder, progress)
         M.shutdown()     # only after success: a failing rank must not wait in a barrier
     except BaseException as e:  # noqa: BLE001 - every failure goes to the parent
         _write_json(os.path.join(folder, f"error-{rank}.json"),
@@ -95,43 +91,58 @@ def _write_json(path: str, data) -> None:
     os.replace(tmp, path)
 
 
+def _launch(world: int, body, folder: str, backend: str, timeout: float, deadline: Optional[float],
+            on_progress: Optional[Callable[[int], None]]) -> None:
+    """Fork ``world`` ranks running ``body(rank, folder, progress)``; stop them all at the first
+    failure or at the deadline and raise :class:`RunFailed`."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    counter = ctx.Value("i", 0)
+    procs = [ctx.Process(target=_child, args=(r, world, body, folder, backend, timeout, counter), daemon=False)
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    failed = None
+    seen = 0
+    try:
+        while True:
+            alive = [p for p in procs if p.exitcode is None]
+            if on_progress is not None and counter.value != seen:
+                seen = counter.value
+                on_progress(seen)
+            if any(p.exitcode not in (None, 0) for p in procs):
+                failed = "error"
+                break
+            if not alive:
+                break
+            if deadline is not None and time.time() > deadline:
+                failed = "timeout"
+                break
+            mp.connection.wait([p.sentinel for p in alive], timeout=0.1)
+    finally:
+        _stop(procs)
+    if failed is not None:
+        raise _failure(folder, procs, failed)
+
+
 def run_forked(jobs: list[Job], backend: str = "gloo", deadline: Optional[float] = None,
                on_progress: Optional[Callable[[int], None]] = None) -> list[dict]:
     """Run one or more plans (same world size) in one set of forked ranks; a report per plan."""
-    import multiprocessing as mp
-
     world = jobs[0].plan.world_size
     if any(j.plan.world_size != world for j in jobs):
         raise ValueError("every plan of one launch needs the same world size")
-    ctx = mp.get_context("fork")
-    counter = ctx.Value("i", 0)
+
+    def body(rank, folder, progress):
+        from . import engine
+
+        for i, job in enumerate(jobs):
+            rep = engine.run_rank(job.plan, job.opts, job.reference, progress)
+            if rep is not None:
+                _write_json(os.path.join(folder, f"report-{i}.json"), rep)
+
     with tempfile.TemporaryDirectory(prefix="parc-run-") as folder:
-        procs = [ctx.Process(target=_child, args=(r, world, jobs, folder, backend, counter), daemon=False)
-                 for r in range(world)]
-        for p in procs:
-            p.start()
-        failed = None
-        seen = 0
-        try:
-            while True:
-                alive = [p for p in procs if p.exitcode is None]
-                bad = [p for p in procs if p.exitcode not in (None, 0)]
-                if on_progress is not None and counter.value != seen:
-                    seen = counter.value
-                    on_progress(seen)
-                if bad:
-                    failed = "error"
-                    break
-                if not alive:
-                    break
-                if deadline is not None and time.time() > deadline:
-                    failed = "timeout"
-                    break
-                mp.connection.wait([p.sentinel for p in alive], timeout=0.1)
-        finally:
-            _stop(procs)
-        if failed is not None:
-            raise _failure(folder, procs, failed)
+        _launch(world, body, folder, backend, jobs[0].opts.timeout, deadline, on_progress)
         reports = []
         for i in range(len(jobs)):
             path = os.path.join(folder, f"report-{i}.json")
@@ -140,6 +151,26 @@ def run_forked(jobs: list[Job], backend: str = "gloo", deadline: Optional[float]
             with open(path) as f:
                 reports.append(json.load(f))
         return reports
+
+
+def run_function(fn: Callable[[int], object], world: int, backend: str = "gloo", timeout: float = 60.0,
+                 deadline: Optional[float] = None) -> list:
+    """Call ``fn(rank)`` on ``world`` forked ranks with torch.distributed initialised (the
+    Python API's counterpart of :func:`run_forked`); returns each rank's result (picklable)."""
+    import pickle
+
+    def body(rank, folder, progress):
+        out = fn(rank)
+        with open(os.path.join(folder, f"result-{rank}.pkl"), "wb") as f:
+            pickle.dump(out, f)
+
+    with tempfile.TemporaryDirectory(prefix="parc-run-") as folder:
+        _launch(world, body, folder, backend, timeout, deadline, None)
+        results = []
+        for r in range(world):
+            with open(os.path.join(folder, f"result-{r}.pkl"), "rb") as f:
+                results.append(pickle.load(f))
+        return results
 
 
 def _stop(procs) -> None:

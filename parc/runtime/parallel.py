@@ -255,8 +255,9 @@ class GradSync:
                         dist.all_reduce(g, group=group)
                 if scale != 1.0:
                     g.mul_(scale)
-                if self.zero == 2 and group is not None and dist.get_rank(group) != self.owner[id(p)]:
-                    p.grad = None
+                if self.zero in (1, 2) and group is not None and dist.get_rank(group) != self.owner[id(p)]:
+                    p.grad = None        # only the owner steps it (and an optimizer's zero_grad
+                    #                      never sees the parameters it does not own)
 
     def broadcast(self) -> None:
         if self.zero not in (1, 2):
