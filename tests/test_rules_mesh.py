@@ -251,3 +251,21 @@ def test_p115_counts_cp(check_spec):
     d = assert_fires(check_spec, bad, "P115", "seq_len = 8196")
     assert "seq_len / cp = 8196 / 2 = 4098" in d.message
     assert_quiet(check_spec, bad.replace("8196", "8192"), "P115")
+
+
+def test_p116_deepspeed_vocab_alignment(check_spec):
+    text = spec(GPT, mesh="dp = 8", schedule="micro_batch = 1; global_batch = 64")
+    assert_quiet(check_spec, text, "P116")
+    d = assert_fires(check_spec, text, "P116", "vocab = 50257", severity="warning", target="deepspeed",
+                     targets=("deepspeed",))
+    assert "50264" in d.help
+    assert_quiet(check_spec, text.replace("50257", "50304"), "P116", targets=("deepspeed",))
+
+
+def test_p104_vllm_splits_unevenly_by_itself(check_spec):
+    text = spec("from = llama3_405b", nodes=4, mesh="pp = 4; tp = 8", serve=SERVE,
+                target={"vllm": 'model = "meta-llama/Llama-3.1-405B-Instruct"'})
+    assert_quiet(check_spec, text, "P104")
+    # asked for `even`, or without the vllm target, the split must divide
+    assert_fires(check_spec, text.replace("serve {", "placement {\n  layers = even\n}\nserve {"), "P104", "layers = even")
+    assert_fires(check_spec, spec("from = llama3_405b", nodes=4, mesh="pp = 4; tp = 8", serve=SERVE), "P104", "pp = 4")

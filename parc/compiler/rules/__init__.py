@@ -123,7 +123,7 @@ def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
         fam = r.family
         if "P101" in failed_codes and fam not in ("P1", "P6"):
             continue
-        if idle and fam in ("P2", "P3", "P4", "P5") and code != "P302":
+        if idle and fam in ("P2", "P3", "P4", "P5") and code != "P302" and not code.startswith("P55"):
             continue
         if "P1" in failed_families and (fam in ("P2", "P3") or (fam == "P5" and not code.startswith("P55"))):
             continue  # P55x are lint's style checks on the text, valid or not

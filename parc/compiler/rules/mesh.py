@@ -7,7 +7,7 @@ them (one mistake, one error).
 from __future__ import annotations
 
 from . import WARNING, rule
-from .util import (axes_product, common_divisors, describe_tp_options, divisors, join, lcm,
+from .util import (axes_product, common_divisors, describe_tp_options, divisors, given, join, lcm,
                    nearest, plural, ratio, target_name, tp_options, tp_widths)
 
 
@@ -143,6 +143,9 @@ def layers_stages(plan, c):
     stages = m.pp * v
     if pl.layers_mode != "even" or stages <= 1 or md.layers % stages == 0:
         return
+    if plan.mode == "serve" and "vllm" in plan.targets and set(plan.targets) <= {"vllm", "json"} \
+            and not given(plan, "placement.layers"):
+        return  # vLLM splits layers unevenly by itself when the spec does not ask for `even`
     from ..costmodel import balanced_split
 
     what = f"pp = {m.pp}" + (f" × virtual_stages = {v} = {stages} stages" if v > 1 else " stages")
@@ -420,3 +423,17 @@ def seq_sp(plan, c):
              f"tensor should be divisible by tensor parallel size\")",
              help=f"use seq_len = {join(_seq_choices(md.seq_len, step))}, or turn `sequence_parallel` off",
              related=[(c.at("train.sequence_parallel"), "sequence_parallel = true"), (c.at("mesh.tp"), f"tp = {m.tp}")])
+
+
+# ------------------------------------------------------------------------------------ P116
+
+@rule("P116", "vocab-aligned-to-8", severity=WARNING, targets=("deepspeed",))
+def vocab_align(plan, c):
+    md = plan.model
+    if md.vocab % 8 == 0:
+        return
+    up = -(-md.vocab // 8) * 8
+    c.report(c.at("model.vocab"),
+             f"vocab = {md.vocab} is not a multiple of 8: the embedding and output matrix multiplies miss the tensor "
+             f"cores' 8-element alignment (DeepSpeed warns \"vocabulary size is not aligned to 8\")",
+             help=f"pad the vocabulary to {up} (`vocab = {up}`); the extra rows are never predicted")
