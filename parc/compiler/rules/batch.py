@@ -248,7 +248,7 @@ def bubble(plan, c):
     elif s.pipeline == "interleaved_1f1b":
         formula = f"(pp−1)/(v·m+pp−1) = {p - 1}/{v * n + p - 1}"
     else:
-        formula = "simulated"
+        formula = "as parc's schedule model simulates it"
     # the fewest microbatches for a bubble of at most 10%: (p−1)/(v·k+p−1) ≤ 0.1 ⇔ v·k ≥ 9(p−1)
     vv = 1 if s.pipeline in ("gpipe", "1f1b") else max(v, 1)
     need = -(-9 * (p - 1) // vv)
@@ -265,7 +265,7 @@ def bubble(plan, c):
         helps.append("or an interleaved schedule (`pipeline = interleaved_1f1b`, `virtual_stages = 2`)")
     c.report(batch_span(plan),
              f"the pipeline idles {f:.0%} of every step: {plural(n, 'microbatch', 'microbatches')} over pp = {p} "
-             f"stages with {s.pipeline} ({formula}; {microbatch_terms(plan)})",
+             f"stages with {s.pipeline}, {formula}, where {microbatch_terms(plan)}",
              help="; ".join(helps) or None,
              related=[(c.at("mesh.pp"), f"pp = {p}")])
 
