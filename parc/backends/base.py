@@ -6,11 +6,9 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..compiler.rules import rule
-
-MESH_AXES = ("pp", "dp", "cp", "tp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,24 +44,6 @@ class Env:
     default: bool = True
 
 
-@dataclass(slots=True)
-class Launch:
-    """A command line grouped for reading: each entry of ``lines`` is printed on its own line."""
-
-    program: list            # the launcher words, e.g. [Var("TORCHRUN")] or ["vllm", "serve", model]
-    lines: list[list] = field(default_factory=list)
-
-    def add(self, *words) -> "Launch":
-        self.lines.append(list(words))
-        return self
-
-    def argv(self) -> list:
-        out = list(self.program)
-        for ln in self.lines:
-            out.extend(ln)
-        return out
-
-
 # ---------------------------------------------------------------------------------------------
 def settings(plan, name: str) -> dict:
     t = plan.targets.get(name)
@@ -92,10 +72,10 @@ def mesh_text(plan) -> str:
     return s
 
 
-def order_over(plan, sizes=None) -> list[str]:
+def order_over(plan) -> list[str]:
     """The mesh order restricted to the axes of size > 1 (size-1 axes place no ranks)."""
     m = plan.mesh
-    return [ax for ax in m.order if (sizes or {}).get(ax, m.size(ax)) > 1]
+    return [ax for ax in m.order if m.size(ax) > 1]
 
 
 def dns_label(text: str, limit: int = 40) -> str:
