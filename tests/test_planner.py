@@ -75,6 +75,8 @@ def brute_train(pr: Problem, targets=()) -> list[Candidate]:
         for ep, etp, pipe, v in itertools.product(experts, experts, PIPELINES, range(1, pr.max_virtual + 1)):
             if pp == 1 and (pipe != "1f1b" or v != 1):      # pp = 1 runs no pipeline
                 continue
+            if tp % etp:                                      # expert TP inside the TP group
+                continue
             split = "even" if L % (pp * v) == 0 else "balanced"
             for mb, zero, rc, sp in itertools.product(range(1, pr.global_batch + 1), range(4), RECOMPUTE,
                                                       (False, True)):
@@ -366,6 +368,16 @@ def test_partial_spec_keeps_what_it_gives(write_spec, capsys):
     for p in out["plans"]:
         assert p["mesh"]["tp"] == 4 and p["zero"] == 1 and p["global_batch"] == 128
     assert len({(p["mesh"]["pp"], p["micro_batch"], p["recompute"]) for p in out["plans"]}) > 1
+
+
+def test_spec_takes_missing_blocks_from_the_command_line(write_spec, capsys):
+    cl = write_spec(CLUSTER, "pod.par")
+    spec = write_spec('model "m" {\n  from = llama3_70b\n}\nmesh {\n  pp = 1\n}\n', "m.par")
+    code = main(["plan", str(spec), "--cluster", str(cl), "--serve", "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["mode"] == "serve" and out["world_size"] == 16
+    assert {p["mesh"]["pp"] for p in out["plans"]} == {1}
+    assert all(p["max_num_seqs"] >= 1 and p["latency"] > 0 for p in out["plans"])
 
 
 def test_cli_errors(write_spec, capsys):

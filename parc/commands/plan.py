@@ -19,8 +19,10 @@ examples:
 
 def add_arguments(p):
     p.add_argument("spec", nargs="?", metavar="SPEC", help="a partial spec to search around")
-    p.add_argument("--model", metavar="PRESET|FILE", help="a model preset, or a .par file holding a `model` block")
-    p.add_argument("--cluster", metavar="FILE", help="a .par file holding a `cluster` block")
+    p.add_argument("--model", metavar="PRESET|FILE",
+                   help="a model preset, or a .par file holding a `model` block (with SPEC: if it has none)")
+    p.add_argument("--cluster", metavar="FILE",
+                   help="a .par file holding a `cluster` block (with SPEC: if it has none)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--train", action="store_true", help="search training plans (the default)")
     mode.add_argument("--serve", action="store_true", help="search serving plans")
@@ -81,9 +83,8 @@ def run(args) -> int:
             return _usage(f"--{flag.replace('_', '-')} must be at least 1")
     try:
         if args.spec:
-            if args.model or args.cluster:
-                return _usage("give either a SPEC or --model and --cluster, not both")
-            pr = load_spec(args.spec, root=args.root)
+            pr = load_spec(args.spec, root=args.root, model=args.model, cluster=args.cluster,
+                           mode="serve" if args.serve else "train")
             if args.serve and pr.mode != "serve" or args.train and pr.mode != "train":
                 return _usage(f"{args.spec} is a {'serving' if pr.mode == 'serve' else 'training'} spec; "
                               f"drop --{'serve' if args.serve else 'train'}")

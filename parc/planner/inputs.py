@@ -186,15 +186,25 @@ def with_seq_len(model: Model, seq_len: int) -> Model:
     return m
 
 
-def load_spec(path: str, root=None, text: str | None = None) -> Problem:
-    """A :class:`Problem` from a (partial) spec: given fields are fixed, absent or `auto` ones searched."""
+def load_spec(path: str, root=None, text: str | None = None, *, model: str | None = None,
+              cluster: str | None = None, mode: str | None = None) -> Problem:
+    """A :class:`Problem` from a (partial) spec: given fields are fixed, absent or `auto` ones searched.
+
+    ``model`` and ``cluster`` (a preset name or a .par file) supply those blocks when the spec
+    has none; what the spec itself writes wins. ``mode`` applies to a spec with neither a
+    ``train`` nor a ``serve`` block."""
     p = Path(path)
     r = _resolver(p, root)
+    for arg, kind in ((model, "model"), (cluster, "cluster")):
+        if arg is not None:
+            _load_into(r, arg, kind)
     shown = str(path) if text is not None else r.display(p.resolve())
     try:
         r.load_file(p, shown, text=text)
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror or e}") from None
+    if mode == "serve" and "train" not in r.blocks and "serve" not in r.blocks:
+        r.load_file(Path("<--serve>"), "<--serve>", text="serve {\n}\n")
     if any(d.severity == ERROR for d in r.diags):
         _fail(r, shown)
     searched_auto = _strip_autos(r)

@@ -43,8 +43,17 @@ class SearchResult:
     seconds: float = 0.0
     plans: list[Candidate] = field(default_factory=list)
     rejected: list[tuple[Candidate, list[str]]] = field(default_factory=list)
-    columns: dict[str, np.ndarray] = field(default_factory=dict)
     truncated: bool = False           # the walk stopped before finding `top` plans the rules accept
+    raw: dict[str, np.ndarray] = field(default_factory=dict, repr=False)   # columns, unordered
+    order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    _sorted: Optional[dict] = field(default=None, repr=False)
+
+    @property
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every candidate that fits, one numpy array per setting and cost, in rank order."""
+        if self._sorted is None:
+            self._sorted = {k: a[self.order] for k, a in self.raw.items()}
+        return self._sorted
 
     @property
     def best(self) -> Optional[Candidate]:
@@ -140,10 +149,27 @@ def _q(x: np.ndarray) -> np.ndarray:
 def train_order(cols: dict) -> np.ndarray:
     """Rank order of training candidates: time per sequence (step time for the requested global
     batch), then memory per GPU, then the settings (fewer stages, then smaller degrees first)."""
-    keys = [cols[k] for k in ("sp", "recompute", "zero", "mb", "pipeline", "split", "etp", "ep", "dp", "cp", "tp",
-                              "v", "pp")]
-    keys += [_q(cols["memory"]), _q(cols["step_time"] / cols["gb"])]
-    return np.lexsort(keys)
+    settings = [cols[k] for k in ("pp", "v", "tp", "cp", "dp", "ep", "etp", "split", "pipeline", "mb", "zero",
+                                  "recompute", "sp")]
+    return np.lexsort(_packed(settings)[::-1] + [_q(cols["memory"]), _q(cols["step_time"] / cols["gb"])])
+
+
+def _packed(keys: list[np.ndarray]) -> list[np.ndarray]:
+    """Non-negative integer sort keys (most significant first) packed into as few int64 keys as
+    their ranges allow, keeping their lexicographic order."""
+    out, cur, used = [], None, 0
+    for k in keys:
+        bits = max(1, int(k.max()).bit_length()) if len(k) else 1
+        if cur is None or used + bits > 62:
+            if cur is not None:
+                out.append(cur)
+            cur, used = k.astype(np.int64), bits
+        else:
+            cur = (cur << bits) | k
+            used += bits
+    if cur is not None:
+        out.append(cur)
+    return out
 
 
 def serve_order(cols: dict) -> np.ndarray:
@@ -253,16 +279,18 @@ def search_problem(pr: Problem, *, top: Optional[int] = 10, targets: Iterable[st
     else:
         cols, evaluated, costed = _serve_columns(pr, progress, efficiency)
     n = len(cols["pp"]) if cols else 0
+    order = np.zeros(0, dtype=np.int64)
     if n:
+        if progress is not None:
+            progress(1.0, "ranking")
         order = train_order(cols) if pr.mode == "train" else serve_order(cols)
-        cols = {k: a[order] for k, a in cols.items()}
-    res = SearchResult(pr, pr.mode, candidates_evaluated=evaluated, costed=costed, valid=n, columns=cols)
+    res = SearchResult(pr, pr.mode, candidates_evaluated=evaluated, costed=costed, valid=n, raw=cols, order=order)
     want = n if top is None else min(top, n)
     misses = 0
     for i in range(n):
         if len(res.plans) >= want:
             break
-        c = candidate_from(cols, i, len(res.plans) + 1, pr.mode)
+        c = candidate_from(cols, int(order[i]), len(res.plans) + 1, pr.mode)
         errs, warns = check_candidate(pr, c, tnames)
         if errs:
             res.rejected.append((c, errs))

@@ -17,6 +17,8 @@ Definitional choices that shape the space (not pruning) are:
 * gpipe and 1f1b hold one stage per rank; dualpipe_v two; interleaved_1f1b and zero_bubble
   2 to ``Problem.max_virtual`` (and at most layers / pp);
 * the layer split is ``even`` when pp · virtual_stages divides the layers, else ``balanced``;
+* expert tensor parallelism splits experts within the TP group: etp divides tp (Megatron-LM's
+  default is etp = tp, torchtitan's etp = 1 or tp);
 * serving searches tp, pp, dp and ep with cp = 1.
 """
 from __future__ import annotations
@@ -111,7 +113,7 @@ def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple
     for ep in _fixed(pr, "mesh.ep", divisors(region)):
         if m.experts % ep:
             continue
-        for etp in _fixed(pr, "mesh.etp", divisors(region // ep)):
+        for etp in _fixed(pr, "mesh.etp", [t for t in divisors(tp) if (region // ep) % t == 0]):
             if m.moe_ffn_hidden % etp:
                 continue
             if "vllm" in tg and pr.mode == "serve" and (etp > 1 or (ep > 1 and ep != region)):
