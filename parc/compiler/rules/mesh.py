@@ -319,12 +319,12 @@ def kv_replicated(plan, c):
     t, kv = m.tp, md.kv_heads
     if t <= 1 or _heads_fail(plan) or _kv_fail(plan) or kv % t == 0:
         return
-    ok = [d for d in divisors(kv) if d > 1]
+    opts = describe_tp_options(plan, strict_kv=True)
     c.report(c.at("mesh.tp"),
              f"tp = {t} is larger than the model's {kv} KV heads: vLLM and Megatron-LM would replicate each KV "
              f"head {t // kv} times, but {target_name(c.target)} only splits them (tp must divide kv_heads)",
-             help=(f"use tp = {join(ok)} for this target" if ok else "use tp = 1 for this target")
-                  + "; or use the megatron target, which replicates",
+             help=(f"degrees this target can run: {opts}" if opts else f"use a tp that divides kv_heads = {kv}")
+                  + f"; or compile for {'vLLM' if plan.mode == 'serve' else 'Megatron-LM'}, which replicates",
              related=[(c.at("model.kv_heads"), f"kv_heads = {kv}")])
 
 

@@ -88,10 +88,6 @@ def gb(n: float) -> str:
 
 # ---------------------------------------------------------------- the plan in the user's terms
 
-def world(plan) -> int:
-    return plan.cluster.world
-
-
 def axes_product(plan, axes) -> int:
     out = 1
     for ax in axes:
@@ -168,7 +164,7 @@ def global_batches_for(plan, ok) -> list[int]:
 
 # ---------------------------------------------------------------- tensor-parallel alternatives
 
-def tp_widths(plan, strict_kv: bool = False) -> list[tuple[str, int]]:
+def tp_widths(plan) -> list[tuple[str, int]]:
     """The model widths a tensor-parallel degree must divide, in the user's names."""
     md = plan.model
     out = [("heads", md.heads)]
