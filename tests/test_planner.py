@@ -343,6 +343,47 @@ def test_cli_writes_the_best_plan(write_spec, tmp_path, capsys):
     assert main(["check", str(out)]) == 0
 
 
+def test_written_plan_restates_model_and_cluster_exactly(write_spec, tmp_path, capsys):
+    """A model from a file (no preset) and a GPU described field by field come back equal."""
+    from parc.api import load_plan
+    from parc.planner.inputs import load_cluster, load_model
+
+    mf = write_spec("""
+        model "custom" {
+          layers     = 12
+          hidden     = 2048
+          ffn_hidden = 5504
+          heads      = 16
+          vocab      = 50257
+          seq_len    = 2048
+          norm       = layernorm
+          position   = learned
+          bias       = true
+          tied_embeddings = true
+        }
+        """, "model.par")
+    cf = write_spec("""
+        cluster "odd" {
+          nodes         = 3
+          gpus_per_node = 2
+          gpu {
+            memory        = 85520809984B
+            flops         = 362.5TFLOPS
+            hbm_bandwidth = 1.555TB/s
+          }
+          intra_node = pcie(31.5GB/s)
+          inter_node = ethernet(100Gb/s)
+        }
+        """, "cluster.par")
+    out = tmp_path / "best.par"
+    assert main(["plan", "--model", str(mf), "--cluster", str(cf), "--global-batch", "12", "--top", "2",
+                 "-o", str(out)]) == 0
+    capsys.readouterr()
+    p = load_plan(out, root=tmp_path)
+    assert p.model == load_model(str(mf))
+    assert p.cluster == load_cluster(str(cf))
+
+
 def test_partial_spec_keeps_what_it_gives(write_spec, capsys):
     spec = write_spec(CLUSTER + textwrap.dedent("""
         model "m" {

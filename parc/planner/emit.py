@@ -11,8 +11,10 @@ from .search import SearchResult
 
 # --- numbers as spec text ------------------------------------------------------------------------
 
-_BYTES = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3))
-_BW = (("TB/s", 10**12), ("GB/s", 10**9), ("MB/s", 10**6), ("KB/s", 10**3))
+_BYTES = (("TB", 10**12), ("TiB", 2**40), ("GB", 10**9), ("GiB", 2**30), ("MB", 10**6), ("MiB", 2**20),
+          ("KB", 10**3))
+_BW = (("TB/s", 10**12), ("GB/s", 10**9), ("Gb/s", 125 * 10**6), ("MB/s", 10**6), ("Mb/s", 125 * 10**3),
+       ("KB/s", 10**3))
 _FLOPS = (("PFLOPS", 10**15), ("TFLOPS", 10**12), ("GFLOPS", 10**9))
 
 
@@ -21,16 +23,20 @@ def _exact(x) -> Decimal:
 
 
 def quantity(x, units, base: str) -> str:
-    """``x`` base units as the largest unit that shows it exactly (85520809984 -> ``85520809984B``)."""
+    """``x`` base units in spec syntax, exactly: a whole number below 10,000 of some unit
+    (``450GB/s``, ``100Gb/s``), else at most three decimals (``362.5TFLOPS``), else whole base
+    units (``85520809984B``)."""
     d = _exact(x)
     for unit, f in units:
         q = d / f
-        if q == q.to_integral_value() and q >= 1:
+        if q == q.to_integral_value() and 1 <= q < 10000:
             return f"{int(q)}{unit}"
     for unit, f in units:
         q = d / f
-        if q >= 1 and len(format(q.normalize(), "f")) <= 12:
+        if 1 <= q < 10000 and q == q.quantize(Decimal("0.001")):
             return f"{format(q.normalize(), 'f')}{unit}"
+    if d == d.to_integral_value():
+        return f"{int(d)}{base}"
     return f"{format(d.normalize(), 'f')}{base}"
 
 

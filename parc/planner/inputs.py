@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..compiler import syntax as S
-from ..compiler.diagnostics import ERROR, Diagnostic, Span
-from ..compiler.plan import Cluster, Model, Placement, Schedule, Serve, Target, Train
+from ..compiler.diagnostics import ERROR, Diagnostic
+from ..compiler.plan import Cluster, Model, Placement, Serve, Target, Train
 
 # Fields the planner searches, by mode; a partial spec fixes any of them by giving a value.
 TRAIN_FIELDS = ("mesh.pp", "mesh.dp", "mesh.cp", "mesh.tp", "mesh.ep", "mesh.etp",
@@ -57,23 +57,16 @@ class Problem:
     file: str = "plan.par"
     # source text of blocks written back unchanged into the best plan (targets, say)
     block_text: dict[str, str] = field(default_factory=dict)
-    max_virtual: int = 8             # virtual stages per pipeline rank tried by interleaved schedules
     extra_targets: tuple = ()        # targets whose rules apply beyond those the spec names (--target)
-    memo: dict = field(default_factory=dict, repr=False, compare=False)   # per-problem caches
+    max_virtual: int = 8             # virtual stages per pipeline rank tried by interleaved schedules
     max_micro_batch: int = 64        # micro batches tried when the microbatch count is fixed instead
+    memo: dict = field(default_factory=dict, repr=False, compare=False)   # per-problem caches
 
     def __post_init__(self):
         if self.mode not in ("train", "serve"):
             raise ValueError(f"mode must be 'train' or 'serve', not {self.mode!r}")
         if self.mode == "train" and self.global_batch is None and self.microbatches is None:
             self.global_batch = default_global_batch(self.model.seq_len)
-
-    @property
-    def fields(self) -> tuple[str, ...]:
-        return TRAIN_FIELDS if self.mode == "train" else SERVE_FIELDS
-
-    def searched(self) -> list[str]:
-        return [f for f in self.fields if f not in self.fixed]
 
     @property
     def rule_targets(self) -> set[str]:
@@ -253,20 +246,20 @@ def _strip_autos(r) -> set[str]:
 
 def problem(model, cluster, mode: str = "train", *, seq_len: int | None = None,
             global_batch: int | None = None, root=None, **kw) -> Problem:
-    """A :class:`Problem` from a model (Model, preset name or file) and a cluster (Cluster or file)."""
-    m = load_model(model, root) if isinstance(model, (str, os.PathLike)) else model
+    """A :class:`Problem` from a model (Model, preset name or file) and a cluster (Cluster or file).
+    ``seq_len`` is the training sequence length, or for serving ``max_model_len`` (by default the
+    model's ``seq_len``)."""
+    m = load_model(str(model), root) if isinstance(model, (str, os.PathLike)) else model
     c = load_cluster(str(cluster), root) if isinstance(cluster, (str, os.PathLike)) else cluster
-    if seq_len is not None and seq_len != m.seq_len:
+    if mode == "serve":
+        serve = copy.copy(kw.pop("serve", None) or Serve(max_model_len=m.seq_len))
+        if seq_len is not None:
+            serve.max_model_len = int(seq_len)
+        kw["serve"] = serve
+    elif seq_len is not None and seq_len != m.seq_len:
         m = with_seq_len(m, seq_len)
-    serve = kw.pop("serve", None) or Serve()
-    if mode == "serve" and seq_len is not None:
-        serve = copy.copy(serve)
-        serve.max_model_len = int(seq_len)
-    elif mode == "serve" and "serve" not in kw:
-        serve = copy.copy(serve)
-        serve.max_model_len = m.seq_len
-    return Problem(model=m, cluster=c, mode=mode, global_batch=global_batch, serve=serve, **kw)
+    return Problem(model=m, cluster=c, mode=mode, global_batch=global_batch, **kw)
 
 
 __all__ = ["Problem", "InputError", "problem", "load_spec", "load_model", "load_cluster", "with_seq_len",
-           "default_global_batch", "TRAIN_FIELDS", "SERVE_FIELDS", "Span"]
+           "default_global_batch", "TRAIN_FIELDS", "SERVE_FIELDS"]

@@ -123,7 +123,8 @@ class SearchResult:
                 "world_size": pr.cluster.world, "global_batch": pr.global_batch if self.mode == "train" else None,
                 "seq_len": pr.model.seq_len if self.mode == "train" else pr.serve.max_model_len,
                 "candidates_evaluated": self.candidates_evaluated, "costed": self.costed, "valid": self.valid,
-                "rejected_by_rules": len(self.rejected), "seconds": self.seconds, "plans": plans}
+                "rejected_by_rules": len(self.rejected), "truncated": self.truncated, "seconds": self.seconds,
+                "plans": plans}
 
 
 def breakdown(c: Candidate) -> dict[str, float]:

@@ -189,13 +189,15 @@ def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress
     topts, toff, tcount = _train_table(pr, meshes)
     per_s = tcount[lo_mesh_a[s_lo]]
     state, fit = {}, {}
+    out.enumerated = 0
     for z in zeros:
         w, g, o = _state(c_par, z, lo_dp[:, None], lo_edp[:, None], per)
         state[z] = (w, g, o)
-        fit[z] = np.where(c_valid, w + g + o, -np.inf).max(axis=1) <= cap
+        allowed = np.ones(n_lo, dtype=bool)
         if z not in zero_options(pr, 2):                                 # P615 with a pipeline
-            fit[z] &= mesh_a[lo_mesh_a, 0] <= 1
-    out.enumerated = int(per_s.sum()) * len(zeros)
+            allowed = mesh_a[lo_mesh_a, 0] <= 1
+        out.enumerated += int(per_s[allowed[s_lo]].sum())
+        fit[z] = allowed & (np.where(c_valid, w + g + o, -np.inf).max(axis=1) <= cap)
     parts = [(np.nonzero(fit[z][s_lo])[0], z) for z in zeros]
     r_s = np.concatenate([p_ for p_, _ in parts])
     zero = np.concatenate([np.full(len(p_), z, dtype=np.int64) for p_, z in parts])
@@ -217,7 +219,7 @@ def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress
     if n == 0:
         return out
 
-    # 5-8. the full model, in chunks (a progress callback sees each one)
+    # 5. the full model, in chunks (a progress callback sees each one)
     ctx = SimpleNamespace(pr=pr, per=per, cap=cap, zeros=zeros, state=state, c_stage=c_stage, c_layers=c_layers,
                           c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par,
                           bw=_axis_bandwidths(pr, meshes), efficiency=efficiency)
