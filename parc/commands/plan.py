@@ -150,18 +150,13 @@ def _check_text(text: str, targets, name: str) -> str:
 
 
 def _write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never half."""
-    import tempfile
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never half;
+    a new file gets the permissions the umask gives."""
+    from .fmt import write_atomic
 
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".parc-plan-", suffix=".par", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    new = not os.path.exists(path)
+    write_atomic(path, text)
+    if new:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(path, 0o666 & ~mask)

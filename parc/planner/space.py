@@ -24,23 +24,12 @@ Definitional choices that shape the space (not pruning) are:
 from __future__ import annotations
 
 from ..compiler.rankmap import RankMap
+from ..compiler.rules.util import divisors
 from .inputs import Problem
 
 PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v")
 RECOMPUTE = ("none", "selective", "full")
 SPLITS = ("even", "balanced", "explicit")
-
-
-def divisors(n: int) -> list[int]:
-    small, large = [], []
-    i = 1
-    while i * i <= n:
-        if n % i == 0:
-            small.append(i)
-            if i != n // i:
-                large.append(n // i)
-        i += 1
-    return small + large[::-1]
 
 
 def _fixed(pr: Problem, path: str, values):
