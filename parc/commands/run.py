@@ -72,7 +72,7 @@ def run(args) -> int:
     from ..runtime.options import Options, RunError
     from ..runtime.run import run_plan
 
-    prepare_env()
+    prepare_env(fork=args.rehearse)
     opts = Options(steps=args.steps, seed=args.seed, optimizer=args.optimizer, lr=args.lr,
                           verify=args.verify, checkpoint=args.checkpoint, timeout=args.timeout,
                           device="cpu" if args.device == "cpu" else "cuda" if args.device == "cuda" else "auto",
@@ -120,6 +120,19 @@ def _compiled_plan(path: str):
     return None
 
 
+def _bytes_line(rep: dict) -> str:
+    ranks = rep["ranks"]
+    shown = ", ".join(str(r["param_bytes"]) for r in ranks[:8]) + (", …" if len(ranks) > 8 else "")
+    if all(r["param_bytes"] == r["predicted_param_bytes"] for r in ranks):
+        return f"  parameter bytes per rank: equal to parc explain's prediction ({shown})"
+    held, counted = rep.get("param_bytes_per_param", 4), rep.get("predicted_bytes_per_param", 4)
+    if counted and all(r["param_bytes"] * counted == r["predicted_param_bytes"] * held for r in ranks):
+        return (f"  parameter bytes per rank: {shown}; the same parameters parc explain counts, held in "
+                f"{held}-byte master weights here where explain counts {counted}-byte weights")
+    pred = ", ".join(str(r["predicted_param_bytes"]) for r in ranks[:8]) + (", …" if len(ranks) > 8 else "")
+    return f"  parameter bytes per rank: {shown} — DIFFERENT from parc explain's prediction ({pred})"
+
+
 def summary(rep: dict, spec: str) -> str:
     m = rep["mesh"]
     axes = " · ".join(f"{a}={m[a]}" for a in m["order"] if m.get(a, 1) > 1) or "1 process"
@@ -131,10 +144,7 @@ def summary(rep: dict, spec: str) -> str:
                  + (f", {md['experts']} experts" if md["experts"] else "") + f" ({md['params']:,} params)")
     for s in rep["steps"]:
         lines.append(f"  step {s['step']}: loss {s['loss']:.6f}  {s['seconds'] * 1000:.0f} ms")
-    match = all(r["param_bytes"] == r["predicted_param_bytes"] for r in rep["ranks"])
-    lines.append(f"  parameter bytes per rank: {'equal to' if match else 'DIFFERENT from'} parc explain's "
-                 f"prediction ({', '.join(str(r['param_bytes']) for r in rep['ranks'][:8])}"
-                 f"{', …' if len(rep['ranks']) > 8 else ''})")
+    lines.append(_bytes_line(rep))
     v = rep["verify"]
     if v["ran"]:
         verdict = "passed" if v["passed"] else "FAILED"

@@ -113,7 +113,9 @@ class Rank:
             last.output.weight = self.modules[0].tok_embeddings.weight
         mods = list(self.modules.values())
         pipelined = plan.mesh.pp > 1
-        fsdp = P.apply_fsdp(mods, self.meshes, pipelined) if self.zero == 3 else (False, False)
+        prec = plan.train.precision if plan.train else plan.model.dtype
+        half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec) if self.device.type == "cuda" else None
+        fsdp = P.apply_fsdp(mods, self.meshes, pipelined, half) if self.zero == 3 else (False, False)
         self.sync = P.GradSync(mods, self.meshes, self.zero, *fsdp)
         self.tied = self.cfg.tied_embeddings and plan.mesh.pp > 1 and not self.shared_tie
         self.tie_group = (P.tie_groups(self.meshes, self.lay.owner, 0, self.lay.n_stages - 1)
@@ -149,6 +151,7 @@ class Rank:
         x, y = R.global_batch(plan, step, self.opts.seed)
         x = R.local_batch(plan, x, self.coords["dp"], self.coords["cp"]).to(self.device)
         y = R.local_batch(plan, y, self.coords["dp"], self.coords["cp"]).to(self.device)
+        self._sync_device()
         t0 = time.perf_counter()
         if self.plan.mode == "serve":
             return self._forward_only(x, y, t0)
@@ -156,41 +159,59 @@ class Rank:
             self.opt.zero_grad(set_to_none=True)
         for m in self.modules.values():
             m.zero_grad(set_to_none=True)
-        if self.schedule is not None:
-            losses: list = []
-            kw = {}
-            if self.lay.last:
-                kw = {"target": y, "losses": losses}
-            args = (x,) if self.lay.first else ()
-            self.schedule.step(*args, **kw)
-            local = (torch.stack([l.detach().float() for l in losses]).sum().item()
-                     if self.lay.last else 0.0)     # the losses come divided by the microbatch count
-        else:
-            mod = self.modules[0]
-            n = plan.schedule.microbatches or 1
-            local = 0.0
-            for i, (xc, yc) in enumerate(zip(x.chunk(n), y.chunk(n))):
-                self.actions.append(schedules.Action("F", i, 0))
-                loss = loss_fn(mod(xc), yc) / n
-                self.actions.append(schedules.Action("B", i, 0))
-                loss.backward()
-                local += loss.item()
+        with self.autocast():
+            if self.schedule is not None:
+                losses: list = []
+                kw = {}
+                if self.lay.last:
+                    kw = {"target": y, "losses": losses}
+                args = (x,) if self.lay.first else ()
+                self.schedule.step(*args, **kw)
+                # the losses come divided by the microbatch count
+                local = torch.stack([l.detach().float() for l in losses]).sum() if self.lay.last else None
+            else:
+                mod = self.modules[0]
+                n = plan.schedule.microbatches or 1
+                local = None
+                for i, (xc, yc) in enumerate(zip(x.chunk(n), y.chunk(n))):
+                    self.actions.append(schedules.Action("F", i, 0))
+                    loss = loss_fn(mod(xc), yc) / n
+                    self.actions.append(schedules.Action("B", i, 0))
+                    loss.backward()
+                    local = loss.detach() if local is None else local + loss.detach()
         self._fault(step)
         self.sync.reduce()
         self._sync_tied()
-        grads_diff = None
+        grads_diff, t_cmp = None, 0.0
         if self.reference is not None:
+            t1 = time.perf_counter()
             grads_diff = self._compare_grads(step)
+            t_cmp = time.perf_counter() - t1
         if self.opt is not None:
             self.opt.step()
         self.sync.broadcast()
-        loss = self._global_loss(local)
-        seconds = time.perf_counter() - t0
+        loss = self._global_loss(float(local.item()) if local is not None else 0.0)
+        self._sync_device()
+        seconds = time.perf_counter() - t0 - t_cmp      # the comparison is not part of the step
         return loss, seconds, grads_diff
+
+    def autocast(self):
+        """Mixed precision on CUDA for a bf16/fp16 plan (fp32 master weights, matmuls in the
+        plan's precision); rehearsals and CPU runs stay fp32 for exact comparisons."""
+        import contextlib
+
+        prec = self.plan.train.precision if self.plan.train else self.plan.model.dtype
+        if self.device.type != "cuda" or prec not in ("bf16", "fp16"):
+            return contextlib.nullcontext()
+        return torch.autocast("cuda", dtype=torch.bfloat16 if prec == "bf16" else torch.float16)
+
+    def _sync_device(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _forward_only(self, x, y, t0):
         """Serving plans: forward passes (no gradients, no optimizer)."""
-        with torch.no_grad():
+        with torch.no_grad(), self.autocast():
             if self.schedule is not None:
                 losses: list = []
                 kw = {"target": y, "losses": losses} if self.lay.last else {}
@@ -335,8 +356,13 @@ def _predicted(costmodel, plan: Plan, rank: int):
 
 def _report(plan: Plan, opts: Options, steps, ranks, reference, resumed, saved) -> dict:
     m = plan.mesh
+    from ..compiler import costmodel
+
+    prec = plan.train.precision if plan.mode == "train" and plan.train else plan.model.dtype
     rep = {
         "world_size": plan.world_size,
+        "param_bytes_per_param": 4,
+        "predicted_bytes_per_param": int(costmodel.dtype_bytes(prec)),
         "mesh": {"order": list(m.order), "pp": m.pp, "dp": m.dp, "cp": m.cp, "tp": m.tp, "ep": m.ep,
                  "etp": m.etp},
         "rehearsal": opts.rehearsal,

@@ -29,10 +29,11 @@ class RunFailed(Exception):
         self.rank, self.message, self.detail = rank, message, detail
 
 
-def prepare_env() -> None:
-    """Before torch is imported: one intra-op thread per rank (fork safety and 2-core
-    machines), loopback for gloo."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+def prepare_env(fork: bool = True) -> None:
+    """Before torch is imported: for forked ranks one intra-op thread each (forking after the
+    thread pool started hangs the children, and ranks share the cores), loopback for gloo."""
+    if fork:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo" if sys.platform.startswith("linux") else "lo0")
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 

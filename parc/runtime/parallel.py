@@ -148,14 +148,18 @@ def expert_params(stage: nn.Module) -> list[nn.Parameter]:
 
 # -- data parallel ------------------------------------------------------------------------
 
-def apply_fsdp(stages: list[nn.Module], meshes: Meshes, pipelined: bool) -> tuple[bool, bool]:
+def apply_fsdp(stages: list[nn.Module], meshes: Meshes, pipelined: bool,
+               param_dtype: Optional[torch.dtype] = None) -> tuple[bool, bool]:
     """ZeRO-3: FSDP2 over dp for dense weights (replicated over cp, whose gradients
     :class:`GradSync` averages: HSDP), over the expert-data-parallel mesh for experts; blocks
     first, then each stage root. Under pipelining parameters stay unsharded between a
     microbatch's forward and backward (``reshard_after_forward=False``).
     Returns whether dense and expert weights are sharded."""
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    # a bf16/fp16 plan on GPUs gathers weights in that precision and reduces gradients in fp32
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else None
+    kw = {"mp_policy": mp} if mp is not None else {}
     dense = meshes.size("dp") > 1
     experts = meshes.expert is not None
     reshard = not pipelined
@@ -163,7 +167,7 @@ def apply_fsdp(stages: list[nn.Module], meshes: Meshes, pipelined: bool) -> tupl
         if experts:
             for mod in stage.modules():
                 if isinstance(mod, MoE):
-                    f = fully_shard(mod.experts, mesh=meshes.expert["edp"], reshard_after_forward=reshard)
+                    f = fully_shard(mod.experts, mesh=meshes.expert["edp"], reshard_after_forward=reshard, **kw)
                     # experts see one ep group's tokens; the mean is over all dp·cp shards
                     f.set_gradient_divide_factor(float(meshes.dp_cp_size))
         if not dense:
@@ -171,8 +175,8 @@ def apply_fsdp(stages: list[nn.Module], meshes: Meshes, pipelined: bool) -> tupl
         layers = getattr(stage, "layers", None)
         if layers is not None:
             for layer in layers.values():
-                fully_shard(layer, mesh=meshes["dp"], reshard_after_forward=reshard)
-        fully_shard(stage, mesh=meshes["dp"], reshard_after_forward=reshard)
+                fully_shard(layer, mesh=meshes["dp"], reshard_after_forward=reshard, **kw)
+        fully_shard(stage, mesh=meshes["dp"], reshard_after_forward=reshard, **kw)
     return dense, experts
 
 

@@ -56,11 +56,12 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
     if not under_torchrun() and world > 1 and not rehearse:
         raise RunFailed(f"this plan needs {world} processes: launch it with the emitted torchrun script "
                         "(`parc compile SPEC --target torchrun`), or rehearse it here with --rehearse")
-    prepare_env()
+    forked = rehearse and world > 1 and not under_torchrun()
+    prepare_env(fork=forked)
     import torch
 
-    if not under_torchrun():
-        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if forked:
+        torch.set_num_threads(1)
     from . import engine  # noqa: F401 - the heavy imports, timed here
     from . import launch
     from . import reference as R
