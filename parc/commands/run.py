@@ -34,6 +34,8 @@ def add_arguments(p):
                    help="resume from DIR if it holds a checkpoint (any plan), and save there at the end")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S",
                    help="seconds a collective may wait before the run fails (default: 120)")
+    p.add_argument("--max-ranks", type=int, default=64, metavar="N",
+                   help="the most ranks a rehearsal forks on this machine (default: 64)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="where a real run executes (default: cuda when available); rehearsals use the CPU")
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in")
@@ -78,7 +80,8 @@ def run(args) -> int:
                           device="cpu" if args.device == "cpu" else "cuda" if args.device == "cuda" else "auto",
                           fault=os.environ.get("PARC_INJECT_FAULT") or None)
     try:
-        report = run_plan(plan, opts, rehearse=args.rehearse, progress=not args.quiet, t_start=t_start)
+        report = run_plan(plan, opts, rehearse=args.rehearse, progress=not args.quiet, t_start=t_start,
+                          max_ranks=args.max_ranks)
     except (RunFailed, RunError) as e:
         print(f"parc: run failed: {e}", file=sys.stderr)
         if os.environ.get("PARC_DEBUG") and getattr(e, "detail", ""):

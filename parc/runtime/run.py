@@ -45,8 +45,12 @@ class Progress:
             self.stream.flush()
 
 
+MAX_RANKS = 64
+
+
 def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
-             deadline_s: Optional[float] = None, t_start: Optional[float] = None) -> Optional[dict]:
+             deadline_s: Optional[float] = None, t_start: Optional[float] = None,
+             max_ranks: int = MAX_RANKS) -> Optional[dict]:
     """Run ``plan`` (shrunk first when ``rehearse``) and return the report (None on ranks other
     than 0 under torchrun). Raises :class:`RunFailed` with the failing rank's message.
     ``t_start``: when the command started (the report's timing counts from there)."""
@@ -57,6 +61,10 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
         raise RunFailed(f"this plan needs {world} processes: launch it with the emitted torchrun script "
                         "(`parc compile SPEC --target torchrun`), or rehearse it here with --rehearse")
     forked = rehearse and world > 1 and not under_torchrun()
+    if forked and world > max_ranks:
+        raise RunFailed(f"a rehearsal runs every rank as a process on this machine, and this mesh has {world} "
+                        f"ranks (more than {max_ranks}); rehearse a smaller mesh with the same axes, launch the "
+                        "rehearsal across machines with the torchrun script, or raise --max-ranks")
     prepare_env(fork=forked)
     import torch
 
