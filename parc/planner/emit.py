@@ -40,10 +40,6 @@ def quantity(x, units, base: str) -> str:
     return f"{format(d.normalize(), 'f')}{base}"
 
 
-def _ident_or_str(s: str) -> str:
-    return s if s.replace("_", "").isalnum() and not s[0].isdigit() else '"' + s.replace('"', '\\"') + '"'
-
-
 def _label(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 

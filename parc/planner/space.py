@@ -133,7 +133,6 @@ def rank_map(pr: Problem, mesh: tuple) -> RankMap:
 def _groups_ok(pr: Problem, pp: int, dp: int, cp: int, tp: int, ep: int, etp: int) -> bool:
     """P301: TP groups (and CP or EP groups pinned to intra_node) stay inside a node; P304: every
     placement rule holds (intra_node: groups inside a node; inter_node: groups across nodes)."""
-    g = pr.cluster.gpus_per_node
     links = pr.placement.links
     rm = rank_map(pr, (pp, dp, cp, tp, ep, etp))
     if tp > 1 and links.get("tp") != "inter_node" and rm.crosses_node("tp"):

@@ -131,7 +131,7 @@ class TrainCosts:
 
 def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress=None) -> TrainCosts:
     """Every training candidate of ``pr`` that fits in memory, with its estimate (see the module doc)."""
-    m, cl = pr.model, pr.cluster
+    cl = pr.cluster
     out = TrainCosts()
     meshes = mesh_shapes(pr)
     out.meshes = meshes
