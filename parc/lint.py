@@ -244,6 +244,7 @@ def lint_files(files: Sequence[str], *, select=None, ignore=None, targets: Seque
     from .compiler.rules.style import linting, text_checks
 
     selector = select if isinstance(select, Selector) else Selector(select, ignore)
+    layout_check = selector("P551")  # formatting every file again is the costly style check
     texts: dict[str, str] = {}
     io_errors: list[str] = []
     for f in files:
@@ -291,8 +292,9 @@ def lint_files(files: Sequence[str], *, select=None, ignore=None, targets: Seque
                     judged[name] = judged.get(name, True) and clean
                 for d in r.diagnostics:
                     keep(d)
-            for d in text_checks(f, text):
-                keep(d)
+            if layout_check:
+                for d in text_checks(f, text):
+                    keep(d)
 
     by_file: dict[str, list[Diagnostic]] = {}
     for d in raw:
