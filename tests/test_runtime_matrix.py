@@ -31,6 +31,7 @@ STEPS = 2
 DEADLINE_S = 240
 
 MOE = "experts = 8\n  top_k = 2\n  moe_ffn_hidden = 1024"
+GPT = "mlp = gelu\n  norm = layernorm\n  position = learned\n  bias = true"
 
 
 def spec_text(world: int, mesh: str, *, zero: int = 0, sp: bool = False, schedule: str = "",
@@ -104,6 +105,10 @@ MATRIX = {
     "dp2-tp2-ep2-moe": (4, "dp = 2\n  tp = 2\n  ep = 2", dict(model=MOE + "\n  shared_experts = 1", zero=3)),
     "dp2-tp2-sp-ep2-moe-zero1": (4, "dp = 2\n  tp = 2\n  ep = 2",
                                  dict(model=MOE + "\n  moe_every = 2", zero=1, sp=True)),
+    "dp4-ep2-etp2-moe-fsdp": (4, "dp = 4\n  ep = 2\n  etp = 2", dict(model=MOE + "\n  bias = true", zero=3)),
+    "dp4-ep2-uneven-experts-fsdp": (4, "dp = 4\n  ep = 2",
+                                    dict(model="experts = 2\n  top_k = 1\n  moe_ffn_hidden = 1024", zero=3)),
+    "gpt-style-cp2-tp2-sp": (4, "cp = 2\n  tp = 2", dict(sp=True, model=GPT)),
     "tp2-tied": (2, "tp = 2", dict(tied=True)),
     "pp2-tied": (2, "pp = 2", dict(tied=True, schedule=PIPES["1f1b"])),
     "pp2-dualpipe_v-tied-zero1": (4, "pp = 2\n  dp = 2", dict(tied=True, zero=1, schedule=PIPES["dualpipe_v"])),

@@ -144,25 +144,96 @@ def all_to_all(x, out_splits: list[int], in_splits: list[int], group):
     return _AllToAll.apply(x, out_splits, in_splits, group)
 
 
-def expert_all_to_all(rows, counts, experts, group, ep: int):
+def _group_by_expert(counts, device):
+    """counts [sources, experts]: rows arrive source-major (all of source 0's rows, grouped by
+    expert, then source 1's...). The permutation that groups them expert-major, and its inverse."""
+    n_src, local = counts.shape
+    flat = counts.flatten()
+    starts = (torch.cumsum(flat, 0) - flat).view(n_src, local).tolist()
+    c = counts.tolist()
+    idx = [torch.arange(starts[s][e], starts[s][e] + c[s][e]) for e in range(local) for s in range(n_src)]
+    perm = torch.cat(idx).to(device) if idx else torch.zeros(0, dtype=torch.long, device=device)
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(perm.numel(), device=device)
+    return perm, inv
+
+
+def _gather_var(x, sizes, group, world):
+    width = max(sizes)
+    pad = x.new_zeros((width,) + tuple(x.shape[1:]))
+    pad[:x.shape[0]] = x
+    parts = [torch.empty_like(pad) for _ in range(world)]
+    dist.all_gather(parts, pad, group=group)
+    return torch.cat([p[:n] for p, n in zip(parts, sizes)])
+
+
+class _GatherVar(torch.autograd.Function):
+    """Concatenate members' row blocks of different lengths (``sizes``). Backward: every member
+    used all rows, so each block's gradient is the sum over members; keep this member's block."""
+
+    @staticmethod
+    def forward(ctx, x, sizes, group, world):
+        ctx.sizes, ctx.group, ctx.world = sizes, group, world
+        return _gather_var(x, sizes, group, world)
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.contiguous().clone()
+        dist.all_reduce(g, group=ctx.group)
+        r = _rank(ctx.group)
+        start = sum(ctx.sizes[:r])
+        return g[start:start + ctx.sizes[r]].contiguous(), None, None, None
+
+
+class _ReduceScatterVar(torch.autograd.Function):
+    """Sum members' partial outputs for all rows and keep this member's block (``sizes``).
+    Backward: each member's partial gets the gradient of every block, gathered."""
+
+    @staticmethod
+    def forward(ctx, y, sizes, group, world):
+        ctx.sizes, ctx.group, ctx.world = sizes, group, world
+        total = y.contiguous().clone()
+        dist.all_reduce(total, group=group)
+        r = _rank(group)
+        start = sum(sizes[:r])
+        return total[start:start + sizes[r]]
+
+    @staticmethod
+    def backward(ctx, g):
+        return _gather_var(g.contiguous(), ctx.sizes, ctx.group, ctx.world), None, None, None
+
+
+def expert_all_to_all(rows, counts, experts, group, ep: int, etp_group=None, etp: int = 1):
     """Send rows (sorted by global expert index, ``counts[e]`` rows for expert e) to the ranks
     that own their experts, run the local experts, and bring the results back in the same order.
 
-    The counts go first (an equal-split all-to-all), then the rows (uneven splits)."""
+    The counts go first (an equal-split all-to-all), then the rows (uneven splits). With expert
+    tensor parallelism each expert's hidden width is split over the ``etp`` group: the members
+    gather each other's rows, compute partial outputs with their slice, and sum them back."""
     E = counts.numel()
     local = E // ep
-    recv_counts = torch.empty_like(counts)
-    dist.all_to_all_single(recv_counts, counts.contiguous(), group=group)
-    send = counts.view(ep, local).sum(1).tolist()
-    rc = recv_counts.view(ep, local)                 # [source rank, local expert]
-    recv = rc.sum(1).tolist()
-    got = all_to_all(rows, recv, send, group)
-    # regroup the received rows (source-major) by local expert
-    starts = torch.cumsum(rc.flatten(), 0) - rc.flatten()
-    rc_l, st_l = rc.tolist(), starts.view(ep, local).tolist()
-    idx = [torch.arange(st_l[s][e], st_l[s][e] + rc_l[s][e]) for e in range(local) for s in range(ep)]
-    perm = torch.cat(idx).to(rows.device) if idx else torch.zeros(0, dtype=torch.long, device=rows.device)
-    y = experts(got[perm], rc.sum(0).tolist())
-    inv = torch.empty_like(perm)
-    inv[perm] = torch.arange(perm.numel(), device=perm.device)
-    return all_to_all(y[inv], send, recv, group)
+    if ep > 1:
+        recv_counts = torch.empty_like(counts)
+        dist.all_to_all_single(recv_counts, counts.contiguous(), group=group)
+        send = counts.view(ep, local).sum(1).tolist()
+        rc = recv_counts.view(ep, local)             # [source rank, local expert]
+        recv = rc.sum(1).tolist()
+        got = all_to_all(rows, recv, send, group)
+        perm, inv = _group_by_expert(rc, rows.device)
+        got, per_expert = got[perm], rc.sum(0)
+    else:
+        got, per_expert = rows, counts
+    if etp > 1:
+        all_counts = [torch.empty_like(per_expert) for _ in range(etp)]
+        dist.all_gather(all_counts, per_expert.contiguous(), group=etp_group)
+        ec = torch.stack(all_counts)                  # [etp member, local expert]
+        sizes = ec.sum(1).tolist()
+        mine = _GatherVar.apply(got, sizes, etp_group, etp)
+        eperm, einv = _group_by_expert(ec, rows.device)
+        y = experts(mine[eperm], ec.sum(0).tolist(), out_bias=_rank(etp_group) == 0, etp_group=etp_group)
+        y = _ReduceScatterVar.apply(y[einv], sizes, etp_group, etp)
+    else:
+        y = experts(got, per_expert.tolist())
+    if ep > 1:
+        y = all_to_all(y[inv], send, recv, group)
+    return y

@@ -38,8 +38,8 @@ def check_plan(plan: Plan) -> None:
     if m.is_moe:
         if m.experts % mesh.ep:
             problems.append(f"experts = {m.experts} must be divisible by ep = {mesh.ep}")
-        if mesh.etp > 1:
-            problems.append("expert tensor parallelism (etp > 1) is not supported by the runtime yet")
+        if m.moe_ffn_hidden % mesh.etp:
+            problems.append(f"moe_ffn_hidden = {m.moe_ffn_hidden} must be divisible by etp = {mesh.etp}")
         if m.shared_experts and (m.shared_experts * m.moe_ffn_hidden) % tp:
             problems.append("shared experts' width must be divisible by tp")
     if not s.microbatches or s.global_batch % (s.microbatches * mesh.dp):
@@ -261,7 +261,7 @@ class Rank:
 
     def _compare_grads(self, step: int) -> dict:
         ref = self.reference.grads[step - 1]
-        worst, ok = 0.0, True
+        worst, ok, worst_name = 0.0, True, None
         for name, p in self.named_parameters():
             g = p.grad
             full = _full(g) if g is not None else None
@@ -269,9 +269,11 @@ class Rank:
                 continue
             r = ref[R.reference_name(name, self.cfg.tied_embeddings)].to(full.device)
             d = (full.detach() - r).abs()
-            worst = max(worst, float(d.max()) if d.numel() else 0.0)
+            dm = float(d.max()) if d.numel() else 0.0
+            if dm >= worst:
+                worst, worst_name = dm, name
             ok = ok and bool(torch.allclose(full.detach(), r, atol=R.GRAD_ATOL, rtol=R.GRAD_RTOL))
-        return {"max": worst, "ok": ok}
+        return {"max": worst, "ok": ok, "worst": worst_name}
 
     def compare_params(self) -> dict:
         ref = self.reference.params
@@ -315,11 +317,13 @@ def run_rank(plan: Plan, opts: Options, reference: Optional[R.Reference] = None,
         if hook:
             hook(rk)
     build_s = time.perf_counter() - t_build
-    steps, grad_worst, grad_ok = [], 0.0, True
+    steps, grad_worst, grad_ok, grad_where = [], 0.0, True, None
     for step in range(1, opts.steps + 1):
         loss, secs, gd = rk.step(step)
         steps.append({"step": step, "loss": loss, "seconds": secs})
         if gd is not None:
+            if gd["max"] >= grad_worst:
+                grad_where = gd["worst"]
             grad_worst, grad_ok = max(grad_worst, gd["max"]), grad_ok and gd["ok"]
         hook = opts.hooks.get("after_step")
         if hook:
@@ -338,7 +342,7 @@ def run_rank(plan: Plan, opts: Options, reference: Optional[R.Reference] = None,
         "predicted_param_bytes": _predicted(costmodel, plan, rk.meshes.rank),
         "peak_memory_bytes": peak_memory(opts.device),
         "actions": [str(a) for a in rk.actions[:len(rk.actions) // max(1, opts.steps)]],
-        "grad": {"max": grad_worst, "ok": grad_ok},
+        "grad": {"max": grad_worst, "ok": grad_ok, "worst": grad_where},
         "param": params,
         "build_seconds": build_s,
     }
@@ -394,7 +398,8 @@ def _report(plan: Plan, opts: Options, steps, ranks, reference, resumed, saved) 
         ver = {"ran": True,
                "passed": bool(loss_diff <= R.LOSS_ATOL and grad_ok and param_diff <= R.PARAM_ATOL),
                "max_loss_diff": loss_diff, "max_grad_diff": grad_diff, "max_param_diff": param_diff,
-               "reference_losses": reference.losses}
+               "reference_losses": reference.losses,
+               "worst_grad_param": max(ranks, key=lambda r: r["grad"]["max"])["grad"]["worst"]}
     rep["verify"] = ver
     if resumed is not None:
         rep["resumed"] = resumed

@@ -78,6 +78,8 @@ class Parallel:
     ep_group: object = None
     ep: int = 1
     ep_rank: int = 0
+    etp_group: object = None
+    etp: int = 1
     extra: dict = field(default_factory=dict)
 
 
@@ -194,9 +196,15 @@ class Experts(nn.Module):
         p = getattr(self, name)
         return p.to_local() if hasattr(p, "to_local") else p
 
-    def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
-        """x: rows grouped by local expert, ``counts[e]`` rows for local expert e."""
+    def forward(self, x: torch.Tensor, counts: list[int], out_bias: bool = True, etp_group=None) -> torch.Tensor:
+        """x: rows grouped by local expert, ``counts[e]`` rows for local expert e. Under expert
+        tensor parallelism (``etp_group``) the output is partial, summed over the group later, and
+        only the member with ``out_bias`` adds the output bias; every member's copy of that bias
+        gets the summed gradient."""
         w1, w2 = self.local("w1"), self.local("w2")
+        b2 = self.local("b2") if self.bias else None
+        if b2 is not None and etp_group is not None:
+            b2 = C.sum_grad(b2, etp_group) * (1.0 if out_bias else 0.0)
         w3 = self.local("w3") if self.swiglu else None
         outs, start = [], 0
         for e, n in enumerate(counts):
@@ -213,8 +221,8 @@ class Experts(nn.Module):
             else:
                 a = F.gelu(a)
             y = a @ w2[e].t()
-            if self.bias:
-                y = y + self.local("b2")[e]
+            if b2 is not None:
+                y = y + b2[e]
             outs.append(y)
         if not outs:
             return x[:0]
@@ -267,10 +275,10 @@ class MoE(nn.Module):
         rows = tokens[src[order]]
         counts = torch.bincount(expert, minlength=self.n_experts)
         par = self.par
-        if par is None or par.ep == 1:
+        if par is None or (par.ep == 1 and par.etp == 1):
             y = self.experts(rows, counts.tolist())
         else:
-            y = C.expert_all_to_all(rows, counts, self.experts, par.ep_group, par.ep)
+            y = C.expert_all_to_all(rows, counts, self.experts, par.ep_group, par.ep, par.etp_group, par.etp)
         y = y * weight[order, None]
         out = torch.zeros_like(tokens)
         return out.index_add(0, src[order], y)

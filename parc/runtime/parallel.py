@@ -44,6 +44,9 @@ def parallel_context(meshes: Meshes, sequence_parallel: bool) -> Parallel:
         par.ep = meshes.size("ep")
         par.ep_rank = meshes.expert_coords["ep"]
         par.ep_group = meshes.group("ep")
+    if meshes.expert is not None and meshes.size("etp") > 1:
+        par.etp = meshes.size("etp")
+        par.etp_group = meshes.group("etp")
     return par
 
 
@@ -129,16 +132,24 @@ def apply_tp(stage: nn.Module, meshes: Meshes, sp: bool, patterns: Optional[list
 
 # -- expert parallel -----------------------------------------------------------------------
 
+# the dimension of each grouped expert weight that expert tensor parallelism splits (the
+# expert's hidden width); None: replicated over etp (the output bias, added once)
+ETP_DIM = {"w1": 1, "w3": 1, "w2": 2, "b1": 1, "b3": 1, "b2": None}
+
+
 def apply_ep(stage: nn.Module, meshes: Meshes) -> None:
-    """Shard routed-expert weights on dim 0 over the ep mesh (each rank keeps E/ep experts)."""
+    """Shard routed-expert weights on dim 0 over the ep mesh (each rank keeps E/ep experts) and,
+    with etp > 1, each expert's hidden width over the etp mesh."""
     if meshes.expert is None:
         return
-    ep_mesh = meshes.expert["ep"]
+    grid = meshes.expert["ep", "etp"]
     for mod in stage.modules():
         if isinstance(mod, MoE):
             ex = mod.experts
             for name, p in list(ex.named_parameters(recurse=False)):
-                d = distribute_tensor(p.detach(), ep_mesh, [Shard(0)], src_data_rank=None)
+                dim = ETP_DIM[name]
+                place = [Shard(0), Shard(dim) if dim is not None else Replicate()]
+                d = distribute_tensor(p.detach(), grid, place, src_data_rank=None)
                 setattr(ex, name, nn.Parameter(d, requires_grad=p.requires_grad))
 
 
@@ -167,9 +178,11 @@ def apply_fsdp(stages: list[nn.Module], meshes: Meshes, pipelined: bool,
         if experts:
             for mod in stage.modules():
                 if isinstance(mod, MoE):
-                    f = fully_shard(mod.experts, mesh=meshes.expert["edp"], reshard_after_forward=reshard, **kw)
-                    # experts see one ep group's tokens; the mean is over all dp·cp shards
-                    f.set_gradient_divide_factor(float(meshes.dp_cp_size))
+                    # dim 1 (an expert's own rows) as the cost model counts: each expert
+                    # split over edp, rather than whole experts over edp (dim 0)
+                    # (FSDP averages their gradients over edp; GradSync rescales to dp·cp)
+                    fully_shard(mod.experts, mesh=meshes.expert["edp"], reshard_after_forward=reshard,
+                                shard_placement_fn=lambda p: Shard(1), **kw)
         if not dense:
             continue
         layers = getattr(stage, "layers", None)
@@ -215,9 +228,15 @@ class GradSync:
             self.buckets.append((dense, meshes.group("dp_cp"), meshes.dp_cp_size, "avg"))
         elif self.zero in (1, 2):
             self.buckets.append((dense, None, 1, "avg"))
-        if exp and not fsdp_experts:
+        self.rescale: tuple[list, float] = ([], 1.0)
+        if exp:
             edp = meshes.expert["edp"].size()
-            self.buckets.append((exp, meshes.group("edp") if edp > 1 else None, edp, "sum"))
+            if fsdp_experts:
+                # each expert saw one ep group's tokens, and FSDP averaged over edp: the mean is
+                # over all dp·cp shards of the batch
+                self.rescale = (exp, edp / meshes.dp_cp_size)
+            else:
+                self.buckets.append((exp, meshes.group("edp") if edp > 1 else None, edp, "sum"))
         self.owner: dict[int, int] = {}       # id(param) -> owner's index in its group
         self.group_of: dict[int, tuple] = {}
         if self.zero in (1, 2):
@@ -245,6 +264,11 @@ class GradSync:
         for p in self.params:
             if p.grad is not None:
                 _replicate_partial(p)
+        params, factor = self.rescale
+        if factor != 1.0:
+            for p in params:
+                if p.grad is not None:
+                    _local(p.grad).mul_(factor)
         for params, group, n, how in self.buckets:
             scale = self.scale if how == "sum" else 1.0 / n
             for p in params:
