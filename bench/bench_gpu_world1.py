@@ -61,7 +61,7 @@ def eager(plan, steps: int, warmup: int, seed: int) -> tuple[list[float], int]:
     model = Transformer(cfg)
     model.init_weights(seed)
     model = model.cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     n = plan.schedule.microbatches
     times = []
     torch.cuda.reset_peak_memory_stats()

@@ -236,7 +236,8 @@ class Rank:
 
     def _global_loss(self, local: float) -> float:
         holds_loss = self.lay.last and self.coords["tp"] == 0
-        v = torch.tensor([local / self.meshes.dp_cp_size if holds_loss else 0.0], dtype=torch.float64)
+        v = torch.tensor([local / self.meshes.dp_cp_size if holds_loss else 0.0], dtype=torch.float64,
+                         device=self.device)     # NCCL reduces device tensors only
         dist.all_reduce(v)
         return float(v.item())
 

@@ -41,11 +41,15 @@ def make_optimizer(name: str, params, lr: float):
     params = list(params)
     if not params:
         return None
+    # the fused multi-tensor path on GPUs with plain tensors; elsewhere one tensor at a time
+    # (DTensor parameters of different meshes cannot share a foreach kernel)
+    fast = all(p.is_cuda and type(p.data) is torch.Tensor for p in params)
+    foreach = None if fast else False
     if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
+        return torch.optim.SGD(params, lr=lr, foreach=foreach)
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, foreach=False)
-    return torch.optim.Adam(params, lr=lr, foreach=False)
+        return torch.optim.AdamW(params, lr=lr, foreach=foreach)
+    return torch.optim.Adam(params, lr=lr, foreach=foreach)
 
 
 @dataclass
