@@ -318,30 +318,48 @@ def _zbv(rank: int, pp: int, n: int) -> Raw:
     ops: Raw = []
     f0 = f1 = b0 = b1 = 0
     for _ in range(2 * (pp - rank) - 1):
-        ops.append(("F", f0, s0)); f0 += 1
+        ops.append(("F", f0, s0))
+        f0 += 1
     for _ in range(rank):
-        ops.append(("F", f1, s1)); f1 += 1
-        ops.append(("F", f0, s0)); f0 += 1
+        ops.append(("F", f1, s1))
+        f1 += 1
+        ops.append(("F", f0, s0))
+        f0 += 1
     for _ in range(pp - rank):
-        ops.append(("F", f1, s1)); f1 += 1
-        ops.append(("I", b1, s1)); ops.append(("W", b1, s1)); b1 += 1
+        ops.append(("F", f1, s1))
+        f1 += 1
+        ops.append(("I", b1, s1))
+        ops.append(("W", b1, s1))
+        b1 += 1
     while f1 < f0 or f0 < n_micro:
         if f0 < n_micro:
-            ops.append(("F", f0, s0)); f0 += 1
-        ops.append(("I", b0, s0)); ops.append(("W", b0, s0)); b0 += 1
-        ops.append(("F", f1, s1)); f1 += 1
-        ops.append(("I", b1, s1)); ops.append(("W", b1, s1)); b1 += 1
+            ops.append(("F", f0, s0))
+            f0 += 1
+        ops.append(("I", b0, s0))
+        ops.append(("W", b0, s0))
+        b0 += 1
+        ops.append(("F", f1, s1))
+        f1 += 1
+        ops.append(("I", b1, s1))
+        ops.append(("W", b1, s1))
+        b1 += 1
     w0, w1 = b0, b1
     for _ in range(rank):
-        ops.append(("I", b0, s0)); b0 += 1
-        ops.append(("I", b1, s1)); b1 += 1
+        ops.append(("I", b0, s0))
+        b0 += 1
+        ops.append(("I", b1, s1))
+        b1 += 1
     for _ in range(pp - rank):
-        ops.append(("I", b0, s0)); b0 += 1
-        ops.append(("W", w0, s0)); w0 += 1
+        ops.append(("I", b0, s0))
+        b0 += 1
+        ops.append(("W", w0, s0))
+        w0 += 1
     while w1 < b1:
-        ops.append(("W", w1, s1)); w1 += 1
+        ops.append(("W", w1, s1))
+        w1 += 1
     while w0 < b0:
-        ops.append(("W", w0, s0)); w0 += 1
+        ops.append(("W", w0, s0))
+        w0 += 1
     # torch pads to 2pp-1 microbatches and blanks the surplus
     return [o for o in ops if o[1] < n]
 
@@ -379,17 +397,22 @@ def _dualpipe_v(rank: int, pp: int, n: int) -> Raw:
     for _ in range((pp - rank - 1) * 2):
         add(s0, "F")
     for _ in range(rank + 1):
-        add(s0, "F"); add(s1, "F")
+        add(s0, "F")
+        add(s1, "F")
     for _ in range(pp - rank - 1):
-        add(s1, "I"); add_w(); add(s1, "F")
+        add(s1, "I")
+        add_w()
+        add(s1, "F")
     for i in range(n - pp * 2 + rank + 1):
         if i == 0 and rank == pp - 1:
-            add(s0, "F"); add(s1, "B")
+            add(s0, "F")
+            add(s1, "B")
         else:
             overlap(s0, s1)
         overlap(s1, s0)
     for _ in range(pp - rank - 1):
-        add(s1, "B"); overlap(s1, s0)
+        add(s1, "B")
+        overlap(s1, s0)
     zb = False
     steps6 = rank + 1
     for i in range(steps6):
@@ -400,7 +423,8 @@ def _dualpipe_v(rank: int, pp: int, n: int) -> Raw:
             zb = True
         add(s0, "I" if zb else "B")
     for _ in range(pp - rank - 1):
-        add_w(); add(s0, "I" if zb else "B")
+        add_w()
+        add(s0, "I" if zb else "B")
     for _ in range(rank + 1):
         add_w()
     return ops

@@ -168,7 +168,7 @@ class Rank:
                 args = (x,) if self.lay.first else ()
                 self.schedule.step(*args, **kw)
                 # the losses come divided by the microbatch count
-                local = torch.stack([l.detach().float() for l in losses]).sum() if self.lay.last else None
+                local = torch.stack([x.detach().float() for x in losses]).sum() if self.lay.last else None
             else:
                 mod = self.modules[0]
                 n = plan.schedule.microbatches or 1
@@ -216,7 +216,7 @@ class Rank:
                 losses: list = []
                 kw = {"target": y, "losses": losses} if self.lay.last else {}
                 self.schedule.eval(*((x,) if self.lay.first else ()), **kw)
-                local = (torch.stack([l.float() for l in losses]).sum().item() if self.lay.last else 0.0)
+                local = (torch.stack([x.float() for x in losses]).sum().item() if self.lay.last else 0.0)
             else:
                 n = self.plan.schedule.microbatches or 1
                 local = 0.0

@@ -25,7 +25,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
                                                SequenceParallel, parallelize_module)
 
 from .mesh import Meshes
-from .model import MoE, Parallel, Transformer, set_parallel
+from .model import MoE, Parallel, Transformer
 
 
 class PlacementError(ValueError):

@@ -11,12 +11,12 @@ import torch
 
 from ..compiler.plan import Plan
 from .model import Config, Transformer, loss_fn
+from .options import DEFAULT_LR  # noqa: F401 - re-exported
 
 LOSS_ATOL = 1e-5
 GRAD_ATOL, GRAD_RTOL = 1e-5, 1e-4
 PARAM_ATOL = 1e-6
 
-from .options import DEFAULT_LR  # noqa: F401
 
 
 def global_batch(plan: Plan, step: int, seed: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
