@@ -89,3 +89,23 @@ def test_refusals_say_why_without_a_traceback(tmp_path):
     junk.write_text('{"model": 1}')
     r = parc("run", str(junk))
     assert r.returncode == 2 and "not a plan" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_progress_bar_only_on_a_terminal():
+    import io
+
+    from parc.runtime.run import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty, pipe = Terminal(), io.StringIO()
+    for stream in (tty, pipe):
+        bar = Progress(4, "parc run", stream=stream)
+        for k in range(1, 5):
+            bar(k)
+        bar.close()
+    assert "step 1/4" in tty.getvalue() and "step 4/4" in tty.getvalue()
+    assert "[" + "#" * 24 + "]" in tty.getvalue()
+    assert pipe.getvalue() == ""

@@ -35,7 +35,16 @@ GPT = "mlp = gelu\n  norm = layernorm\n  position = learned\n  bias = true"
 
 
 def spec_text(world: int, mesh: str, *, zero: int = 0, sp: bool = False, schedule: str = "",
-              model: str = "", global_batch: int = 64, tied: bool = False, layers: int = 8) -> str:
+              model: str = "", global_batch: int = 64, tied: bool = False, layers: int = 8,
+              serve: bool = False) -> str:
+    work = (f"""serve {{
+  max_model_len = 2048
+  max_num_seqs  = 8
+}}""" if serve else f"""train {{
+  optimizer         = sgd
+  zero              = {zero}
+  sequence_parallel = {'true' if sp else 'false'}
+}}""")
     return f"""
 model "tiny" {{
   layers     = {layers}
@@ -62,11 +71,7 @@ schedule {{
   global_batch = {global_batch}
   {schedule}
 }}
-train {{
-  optimizer         = sgd
-  zero              = {zero}
-  sequence_parallel = {'true' if sp else 'false'}
-}}
+{work}
 """
 
 
@@ -109,6 +114,7 @@ MATRIX = {
     "dp4-ep2-uneven-experts-fsdp": (4, "dp = 4\n  ep = 2",
                                     dict(model="experts = 2\n  top_k = 1\n  moe_ffn_hidden = 1024", zero=3)),
     "gpt-style-cp2-tp2-sp": (4, "cp = 2\n  tp = 2", dict(sp=True, model=GPT)),
+    "serve-pp2-tp2": (4, "pp = 2\n  tp = 2", dict(serve=True, global_batch=8)),
     "tp2-tied": (2, "tp = 2", dict(tied=True)),
     "pp2-tied": (2, "pp = 2", dict(tied=True, schedule=PIPES["1f1b"])),
     "pp2-dualpipe_v-tied-zero1": (4, "pp = 2\n  dp = 2", dict(tied=True, zero=1, schedule=PIPES["dualpipe_v"])),
@@ -158,13 +164,22 @@ def test_param_bytes_equal_cost_model(reports, name):
     assert all(r["param_bytes"] > 0 for r in rep["ranks"])
 
 
-@pytest.mark.parametrize("name", [n for n in MATRIX if MATRIX[n][1].startswith("pp")])
+@pytest.mark.parametrize("name", [n for n in MATRIX if MATRIX[n][1].startswith("pp")
+                                  and not MATRIX[n][2].get("serve")])
 def test_executed_schedule_equals_schedule_model(reports, name):
     plan, rep = reports[name]
     s = plan.schedule
     want = schedules.actions(s.pipeline, plan.mesh.pp, s.microbatches, s.virtual_stages)
     got = rep["actions"]
     assert got == {str(r): [str(a) for a in acts] for r, acts in enumerate(want)}
+
+
+def test_serving_runs_forward_passes_only(reports):
+    plan, rep = reports["serve-pp2-tp2"]
+    assert plan.mode == "serve"
+    m = plan.schedule.microbatches
+    assert rep["actions"] == {str(r): [f"{r}F{i}" for i in range(m)] for r in range(2)}
+    assert rep["verify"]["max_param_diff"] == 0.0          # nothing trains
 
 
 def test_verification_fails_against_a_different_reference(reports):

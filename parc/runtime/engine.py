@@ -213,10 +213,8 @@ class Rank:
         """Serving plans: forward passes (no gradients, no optimizer)."""
         with torch.no_grad(), self.autocast():
             if self.schedule is not None:
-                losses: list = []
-                kw = {"target": y, "losses": losses} if self.lay.last else {}
-                self.schedule.eval(*((x,) if self.lay.first else ()), **kw)
-                local = (torch.stack([x.float() for x in losses]).sum().item() if self.lay.last else 0.0)
+                out = self.schedule.step(*((x,) if self.lay.first else ()))
+                local = loss_fn(out, y).item() if self.lay.last else 0.0
             else:
                 n = self.plan.schedule.microbatches or 1
                 local = 0.0

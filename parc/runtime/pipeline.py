@@ -86,9 +86,12 @@ def build_schedule(plan: Plan, modules: dict[int, torch.nn.Module], lay: Layout,
         st = PipelineStage(modules[idx], idx, lay.n_stages, device, group=group)
         record(st, log)
         stages.append(st)
-    name = schedules.torch_schedule_name(s.pipeline, s.virtual_stages) if plan.mode == "train" else "GPipe"
-    cls = get_schedule_class(name)
-    arg = stages if schedules.is_multi_stage(s.pipeline) and plan.mode == "train" else stages[0]
+    if plan.mode == "serve":        # forward passes only: microbatches flow through the stages
+        from torch.distributed.pipelining.schedules import _ScheduleForwardOnly
+
+        return _ScheduleForwardOnly(stages[0], n_microbatches=s.microbatches)
+    cls = get_schedule_class(schedules.torch_schedule_name(s.pipeline, s.virtual_stages))
+    arg = stages if schedules.is_multi_stage(s.pipeline) else stages[0]
     # Each microbatch's loss is divided by the microbatch count here rather than by torch's
     # scale_grads, which scales every stage's gradients once per stage: a weight shared by two
     # stages of one rank (tied embeddings under V placement) would be scaled twice.
