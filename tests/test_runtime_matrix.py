@@ -114,6 +114,9 @@ MATRIX = {
     "dp4-ep2-uneven-experts-fsdp": (4, "dp = 4\n  ep = 2",
                                     dict(model="experts = 2\n  top_k = 1\n  moe_ffn_hidden = 1024", zero=3)),
     "gpt-style-cp2-tp2-sp": (4, "cp = 2\n  tp = 2", dict(sp=True, model=GPT)),
+    # axis orders other than pp, dp, cp, tp (ranks follow the spec's order)
+    "order-tp-dp-fsdp-sp": (4, "tp = 2\n  dp = 2", dict(zero=3, sp=True)),
+    "order-dp-pp": (4, "dp = 2\n  pp = 2", dict(zero=3, schedule=PIPES["1f1b"])),
     "serve-pp2-tp2": (4, "pp = 2\n  tp = 2", dict(serve=True, global_batch=8)),
     "tp2-tied": (2, "tp = 2", dict(tied=True)),
     "pp2-tied": (2, "pp = 2", dict(tied=True, schedule=PIPES["1f1b"])),
@@ -164,8 +167,7 @@ def test_param_bytes_equal_cost_model(reports, name):
     assert all(r["param_bytes"] > 0 for r in rep["ranks"])
 
 
-@pytest.mark.parametrize("name", [n for n in MATRIX if MATRIX[n][1].startswith("pp")
-                                  and not MATRIX[n][2].get("serve")])
+@pytest.mark.parametrize("name", [n for n in MATRIX if "pp" in MATRIX[n][1] and not MATRIX[n][2].get("serve")])
 def test_executed_schedule_equals_schedule_model(reports, name):
     plan, rep = reports[name]
     s = plan.schedule
