@@ -123,3 +123,18 @@ def test_checkpoint_saved_under_tp2_loads_bitwise_under_other_plans(tmp_path):
         for f in s.iterdir():
             loaded |= set(f.read_text().split())
         assert loaded == set(saved), "every parameter was loaded on some rank"
+
+
+def test_resumed_run_verifies_against_the_checkpoint(tmp_path):
+    from parc.runtime.run import run_plan
+
+    ck = str(tmp_path / "ck")
+    a = load(tmp_path, "a", spec_text(2, "tp = 2"))
+    b = load(tmp_path, "b", spec_text(2, "pp = 2", schedule="pipeline = gpipe"))
+    first = run_plan(a, Options(steps=2, optimizer="sgd", checkpoint=ck), rehearse=True, progress=False,
+                     deadline_s=120)
+    assert first["checkpoint"]["step"] == 2
+    rep = run_plan(b, Options(steps=1, optimizer="sgd", checkpoint=ck, verify=True), rehearse=True,
+                   progress=False, deadline_s=120)
+    assert rep["resumed"]["step"] == 2 and [s["step"] for s in rep["steps"]] == [3]
+    assert rep["verify"]["passed"], rep["verify"]

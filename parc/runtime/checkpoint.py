@@ -49,11 +49,15 @@ def load(rank, path: str) -> dict:
         names = {n for n, _ in mod.named_parameters()} | {n for n, _ in mod.named_buffers()}
         set_model_state_dict(mod, {k: v for k, v in state.items() if k in names},
                              options=StateDictOptions(strict=False))
-    step = 0
+    return {"path": str(path), "step": saved_step(path), "tensors": _count(state)}
+
+
+def saved_step(path: str) -> int:
+    """The step count saved beside a checkpoint (0 if unknown)."""
     meta = Path(path) / META
     if meta.is_file():
-        step = int(json.loads(meta.read_text()).get("step", 0))
-    return {"path": str(path), "step": step, "tensors": _count(state)}
+        return int(json.loads(meta.read_text()).get("step", 0))
+    return 0
 
 
 def _count(state: dict) -> int:

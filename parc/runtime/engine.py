@@ -146,7 +146,8 @@ class Rank:
         return [self.modules[i] for i in self.lay.stage_ids]
 
     # -- one step ---------------------------------------------------------------------------
-    def step(self, step: int) -> tuple[float, float, Optional[dict]]:
+    def step(self, step: int, index: int = 0) -> tuple[float, float, Optional[dict]]:
+        """Train step ``step`` (its data); ``index``: its position in this run (0-based)."""
         plan = self.plan
         x, y = R.global_batch(plan, step, self.opts.seed)
         x = R.local_batch(plan, x, self.coords["dp"], self.coords["cp"]).to(self.device)
@@ -185,7 +186,7 @@ class Rank:
         grads_diff, t_cmp = None, 0.0
         if self.reference is not None:
             t1 = time.perf_counter()
-            grads_diff = self._compare_grads(step)
+            grads_diff = self._compare_grads(index)
             t_cmp = time.perf_counter() - t1
         if self.opt is not None:
             self.opt.step()
@@ -258,8 +259,8 @@ class Rank:
     # -- verification -----------------------------------------------------------------------
     reference: Optional[R.Reference] = None
 
-    def _compare_grads(self, step: int) -> dict:
-        ref = self.reference.grads[step - 1]
+    def _compare_grads(self, index: int) -> dict:
+        ref = self.reference.grads[index]
         worst, ok, worst_name = 0.0, True, None
         for name, p in self.named_parameters():
             g = p.grad
@@ -316,9 +317,11 @@ def run_rank(plan: Plan, opts: Options, reference: Optional[R.Reference] = None,
         if hook:
             hook(rk)
     build_s = time.perf_counter() - t_build
+    base = resumed["step"] if resumed else 0      # a resumed run continues the data stream
     steps, grad_worst, grad_ok, grad_where = [], 0.0, True, None
-    for step in range(1, opts.steps + 1):
-        loss, secs, gd = rk.step(step)
+    for i in range(opts.steps):
+        step = base + i + 1
+        loss, secs, gd = rk.step(step, i)
         steps.append({"step": step, "loss": loss, "seconds": secs})
         if gd is not None:
             if gd["max"] >= grad_worst:
@@ -328,14 +331,14 @@ def run_rank(plan: Plan, opts: Options, reference: Optional[R.Reference] = None,
         if hook:
             hook(rk, step)
         if progress:
-            progress(step)
+            progress(i + 1)
     params = rk.compare_params() if rk.reference is not None and opts.steps else None
     saved = None
     if opts.checkpoint:
-        saved = CK.save(rk, opts.checkpoint, (resumed or {}).get("step", 0) + opts.steps)
+        saved = CK.save(rk, opts.checkpoint, base + opts.steps)
     mine = {
         "rank": rk.meshes.rank,
-        "coords": {a: int(rk.coords[a]) for a in plan.mesh.order if a in rk.coords} or dict(rk.coords),
+        "coords": {a: int(rk.coords[a]) for a in rk.meshes.order},
         "stages": rk.lay.stage_ids,
         "param_bytes": param_bytes(rk.modules.values()),
         "predicted_param_bytes": _predicted(costmodel, plan, rk.meshes.rank),

@@ -60,15 +60,28 @@ class Reference:
     initial: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-def compute(plan: Plan, steps: int, seed: int, optimizer: str, lr: float) -> Reference:
+def compute(plan: Plan, steps: int, seed: int, optimizer: str, lr: float,
+            checkpoint: str | None = None, start_step: int = 0) -> Reference:
+    """``checkpoint``: start from the weights saved there (under any plan), with the data of
+    steps ``start_step + 1`` onwards, as a resumed parallel run does."""
     cfg = Config.from_model(plan.model)
     model = Transformer(cfg)
     model.init_weights(seed)
+    if checkpoint:
+        import warnings
+
+        import torch.distributed.checkpoint as dcp
+
+        state = model.state_dict()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.load({"model": state}, checkpoint_id=checkpoint, no_dist=True)
+        model.load_state_dict(state)
     ref = Reference(initial={n: p.detach().clone() for n, p in model.named_parameters()})
     train = plan.mode == "train"
     opt = make_optimizer(optimizer, model.parameters(), lr) if train else None
     m = plan.schedule.microbatches or 1
-    for step in range(1, steps + 1):
+    for step in range(start_step + 1, start_step + steps + 1):
         x, y = global_batch(plan, step, seed)
         if opt is not None:
             opt.zero_grad(set_to_none=True)

@@ -87,7 +87,11 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
     ref, t_ref = None, 0.0
     if opts.verify:
         t1 = time.perf_counter()
-        ref = R.compute(plan, opts.steps, opts.seed, opts.optimizer_name(plan), opts.learning_rate(plan))
+        from . import checkpoint as CK
+
+        resume = opts.checkpoint if opts.checkpoint and CK.exists(opts.checkpoint) else None
+        ref = R.compute(plan, opts.steps, opts.seed, opts.optimizer_name(plan), opts.learning_rate(plan),
+                        checkpoint=resume, start_step=CK.saved_step(resume) if resume else 0)
         t_ref = time.perf_counter() - t1
     job = Job(plan, opts, ref)
     bar = Progress(opts.steps, "parc run") if progress else None
