@@ -37,10 +37,10 @@ GPT = "mlp = gelu\n  norm = layernorm\n  position = learned\n  bias = true"
 def spec_text(world: int, mesh: str, *, zero: int = 0, sp: bool = False, schedule: str = "",
               model: str = "", global_batch: int = 64, tied: bool = False, layers: int = 8,
               serve: bool = False) -> str:
-    work = (f"""serve {{
+    work = ("""serve {
   max_model_len = 2048
   max_num_seqs  = 8
-}}""" if serve else f"""train {{
+}""" if serve else f"""train {{
   optimizer         = sgd
   zero              = {zero}
   sequence_parallel = {'true' if sp else 'false'}
