@@ -505,12 +505,18 @@ def inflight_microbatches(pipeline: str, p: int, m: int, v: int = 1, stage: int 
     return float(min(p - stage, m))
 
 
+BACKWARD_SHARE = 2 / 3  # of a microbatch's compute: the backward is twice the forward
+
+
 def bubble_fraction(pipeline: str, p: int, m: int, v: int = 1) -> float:
     """Idle time over total step time of a pipeline schedule (GPipe's definition; Megatron-LM
     reports bubble over ideal time, (p-1)/m, for the same schedule):
 
     * gpipe, 1f1b: (p-1)/(m+p-1) (Huang et al. 2019; Narayanan et al. 2021 §2.2).
-    * interleaved_1f1b: the bubble shrinks by v: (p-1)/(v·m+p-1) (Narayanan et al. 2021).
+    * interleaved_1f1b: the bubble shrinks by v: (p-1)/(v·m+p-1) (Narayanan et al. 2021), which
+      holds once m >= p; with fewer microbatches than stages interleaving cannot fill the
+      pipeline (the schedule model's timeline gives 1/2 for p = 2, m = 1, v = 8), so the
+      non-interleaved (p-1)/(m+p-1) is counted.
     * zero_bubble: ZB-H1's bubble (p-1)(F+B-2W) against m(F+B+W) of work; with F = B = W (B the
       input-gradient half of the backward) that is (p-1)/(3m+p-1) (Qi et al. 2023; DeepSeek-V3
       Table 2 writes the same with B the full backward).
@@ -520,7 +526,7 @@ def bubble_fraction(pipeline: str, p: int, m: int, v: int = 1) -> float:
     """
     if p <= 1 or m <= 0:
         return 0.0
-    if pipeline == "interleaved_1f1b":
+    if pipeline == "interleaved_1f1b" and m >= p:
         return (p - 1) / (v * m + p - 1)
     if pipeline in ("zero_bubble", "dualpipe_v"):
         return (p - 1) / (3 * m + p - 1)
@@ -942,8 +948,8 @@ def _estimate(plan, efficiency: float) -> Estimate:
         busy = compute + exposed
         step = busy / (1 - bub) if bub < 1 else busy
         # the gradient reduction overlaps the last microbatch's backward (Megatron-LM's
-        # overlap_grad_reduce); the part longer than one microbatch's compute is exposed
-        step += max(0.0, ctime["dp"] - compute / mb)
+        # overlap_grad_reduce), two thirds of its compute; the rest of it is exposed
+        step += max(0.0, ctime["dp"] - BACKWARD_SHARE * compute / mb)
         mfu = mflops / (step * world * cl.gpu.flops) if step else 0.0
         tps = tokens / step if step else 0.0
     act_layer = act_moe if (m.is_moe and m.moe_every == 1) else act_dense

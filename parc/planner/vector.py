@@ -55,7 +55,7 @@ def bubble_vec(pipe, p, m, v):
     pm1 = (p - 1).astype(np.float64)
     mm = np.where(m > 0, m, 1)
     out = pm1 / (mm + pm1)
-    out = np.where(pipe == _PIPE["interleaved_1f1b"], pm1 / (v * mm + pm1), out)
+    out = np.where((pipe == _PIPE["interleaved_1f1b"]) & (mm >= p), pm1 / (v * mm + pm1), out)
     out = np.where((pipe == _PIPE["zero_bubble"]) | (pipe == _PIPE["dualpipe_v"]), pm1 / (3 * mm + pm1), out)
     return np.where((p <= 1) | (m <= 0), 0.0, out)
 
@@ -332,7 +332,7 @@ def _cost_rows(ctx, r: dict) -> dict:
     exposed = ctime["tp"] + ctime["cp"] + ctime["ep"] + ctime["pp"]
     busy = compute + exposed
     step = np.where(bub < 1, busy / np.where(bub < 1, 1 - bub, 1.0), busy)
-    step = step + np.maximum(0.0, ctime["dp"] - compute / nmb)
+    step = step + np.maximum(0.0, ctime["dp"] - cm.BACKWARD_SHARE * compute / nmb)
     tokens = gb * m.seq_len
     mflops = _per_unit(lambda k: cm.model_flops(m, k), tokens)
     world = cl.world
