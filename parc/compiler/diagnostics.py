@@ -124,7 +124,8 @@ def use_color(stream=None) -> bool:
         return False
 
 
-def _line_text(sources: dict[str, str], file: str, line: int) -> str | None:
+def source_text(sources: dict[str, str], file: str) -> str | None:
+    """A file's text from ``sources``, read (and kept there) on first use; None if unreadable."""
     text = sources.get(file)
     if text is None:
         try:
@@ -133,6 +134,13 @@ def _line_text(sources: dict[str, str], file: str, line: int) -> str | None:
         except OSError:
             return None
         sources[file] = text
+    return text
+
+
+def _line_text(sources: dict[str, str], file: str, line: int) -> str | None:
+    text = source_text(sources, file)
+    if text is None:
+        return None
     lines = text.splitlines()
     if 1 <= line <= len(lines):
         return lines[line - 1]

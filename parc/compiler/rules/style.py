@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from fractions import Fraction
 
-from ..diagnostics import WARNING, Diagnostic, Span
+from ..diagnostics import WARNING, Diagnostic, Span, source_text
 from . import rule
 
 # While set, the style rules run; the dict maps shown file names to their text.
@@ -31,15 +31,7 @@ def _source(file: str) -> str | None:
     sources = _LINTING.get()
     if sources is None:
         return None
-    text = sources.get(file)
-    if text is None:
-        try:
-            with open(file, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except OSError:
-            return None
-        sources[file] = text
-    return text
+    return source_text(sources, file)
 
 
 def _assigned(plan, path: str, key: str) -> Span | None:
