@@ -109,3 +109,16 @@ def test_progress_bar_only_on_a_terminal():
     assert "step 1/4" in tty.getvalue() and "step 4/4" in tty.getvalue()
     assert "[" + "#" * 24 + "]" in tty.getvalue()
     assert pipe.getvalue() == ""
+
+
+def test_verify_defaults_to_sgd_and_passes_on_an_uneven_adam_spec(tmp_path):
+    # the example trains with Adam (the default optimizer); --verify runs SGD unless told otherwise
+    report = tmp_path / "r.json"
+    spec = os.path.join(os.path.dirname(__file__), "..", "examples", "custom-uneven-pipeline.par")
+    out = parc("run", spec, "--rehearse", "--verify", "--steps", "2",
+               "--report", str(report))
+    assert out.returncode == 0, out.stdout + out.stderr
+    rep = json.loads(report.read_text())
+    assert rep["verify"]["passed"] is True
+    assert rep["verify"]["max_param_diff"] <= 1e-6
+    assert [r["param_bytes"] for r in rep["ranks"]] == [r["predicted_param_bytes"] for r in rep["ranks"]]

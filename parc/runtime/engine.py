@@ -277,13 +277,15 @@ class Rank:
 
     def compare_params(self) -> dict:
         ref = self.reference.params
-        worst = 0.0
+        worst, worst_name = 0.0, None
         for name, p in self.named_parameters():
             full = _full(p.detach())
             r = ref[R.reference_name(name, self.cfg.tied_embeddings)].to(full.device)
             d = (full - r).abs()
-            worst = max(worst, float(d.max()) if d.numel() else 0.0)
-        return {"max": worst, "ok": worst <= R.PARAM_ATOL}
+            dm = float(d.max()) if d.numel() else 0.0
+            if dm >= worst:
+                worst, worst_name = dm, name
+        return {"max": worst, "ok": worst <= R.PARAM_ATOL, "worst": worst_name}
 
 
 def _local_grad(p):
@@ -401,7 +403,9 @@ def _report(plan: Plan, opts: Options, steps, ranks, reference, resumed, saved) 
                "passed": bool(loss_diff <= R.LOSS_ATOL and grad_ok and param_diff <= R.PARAM_ATOL),
                "max_loss_diff": loss_diff, "max_grad_diff": grad_diff, "max_param_diff": param_diff,
                "reference_losses": reference.losses,
-               "worst_grad_param": max(ranks, key=lambda r: r["grad"]["max"])["grad"]["worst"]}
+               "worst_grad_param": max(ranks, key=lambda r: r["grad"]["max"])["grad"]["worst"],
+               "worst_param": max((r for r in ranks if r["param"]), key=lambda r: r["param"]["max"],
+                                  default={"param": {}})["param"].get("worst")}
     rep["verify"] = ver
     if resumed is not None:
         rep["resumed"] = resumed

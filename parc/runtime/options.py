@@ -28,8 +28,16 @@ class Options:
     hooks: dict = field(default_factory=dict)  # after_build / after_load / after_step (Python API)
 
     def optimizer_name(self, plan: Plan) -> str:
-        name = self.optimizer or (plan.train.optimizer if plan.train else "adam")
-        return name
+        """--optimizer, else SGD under --verify, else the train block's optimizer.
+
+        --verify compares parameters to 1e-6: Adam divides each update by the running size of its
+        gradient, so float rounding in a gradient near zero becomes a whole learning-rate step,
+        while SGD keeps the update proportional to the gradient's difference."""
+        if self.optimizer:
+            return self.optimizer
+        if self.verify:
+            return "sgd"
+        return plan.train.optimizer if plan.train else "adam"
 
     def learning_rate(self, plan: Plan) -> float:
         return self.lr if self.lr is not None else DEFAULT_LR.get(self.optimizer_name(plan), 1e-3)
