@@ -37,6 +37,21 @@ def test_p602_target_asked_on_the_command_line(check_spec):
     assert_quiet(check_spec, text, "P602")
 
 
+def test_p602_slurm_and_kubernetes_take_torchruns_entry_point(check_spec):
+    alone = spec(mesh="dp = 8", schedule=TRAIN64, target={"slurm": 'partition = "gpu"'})
+    d = assert_fires(check_spec, alone, "P602", "target slurm", target="slurm")
+    assert "target torchrun" in d.help
+    both = spec(mesh="dp = 8", schedule=TRAIN64,
+                target={"torchrun": 'entrypoint = "train.py"; args = ["--x"]', "slurm": 'partition = "gpu"'})
+    assert_quiet(check_spec, both, "P602")
+    r = check_spec(both)
+    assert r.plan.target_settings("slurm") == {"partition": "gpu", "entrypoint": "train.py", "args": ["--x"]}
+    # a block's own entry point wins over torchrun's
+    own = spec(mesh="dp = 8", schedule=TRAIN64,
+               target={"torchrun": 'entrypoint = "train.py"', "kubernetes": 'entrypoint = "k8s.py"'})
+    assert check_spec(own).plan.target_settings("kubernetes")["entrypoint"] == "k8s.py"
+
+
 def test_p603_megatron_cannot_serve(check_spec):
     bad = spec(L70, mesh="tp = 8", serve=SERVE, target=MEG)
     assert_fires(check_spec, bad, "P603", "target megatron", target="megatron")

@@ -46,8 +46,7 @@ class Env:
 
 # ---------------------------------------------------------------------------------------------
 def settings(plan, name: str) -> dict:
-    t = plan.targets.get(name)
-    return dict(t.settings) if t is not None else {}
+    return plan.target_settings(name)
 
 
 def spec_name(plan) -> str:

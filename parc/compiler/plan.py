@@ -147,6 +147,10 @@ class Target:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
+LAUNCHED_BY_TORCHRUN = ("slurm", "kubernetes")
+INHERITED_FROM_TORCHRUN = ("entrypoint", "args", "max_restarts")
+
+
 @dataclass(slots=True)
 class Plan:
     file: str
@@ -165,6 +169,17 @@ class Plan:
     @property
     def world_size(self) -> int:
         return self.mesh.product
+
+    def target_settings(self, name: str) -> dict[str, Any]:
+        """A target block's settings; the targets that launch through torchrun (slurm,
+        kubernetes) take the `target torchrun` block's entry point, arguments and restarts
+        where their own block leaves them out, so a spec names its script once."""
+        own = dict(self.targets[name].settings) if name in self.targets else {}
+        if name in LAUNCHED_BY_TORCHRUN and "torchrun" in self.targets:
+            for key in INHERITED_FROM_TORCHRUN:
+                if key not in own and key in self.targets["torchrun"].settings:
+                    own[key] = self.targets["torchrun"].settings[key]
+        return own
 
     def span(self, *paths: str) -> Span:
         """The span of the first of ``paths`` that has one (falling back to the file's top)."""

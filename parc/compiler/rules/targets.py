@@ -39,15 +39,16 @@ def vllm_serving_only(plan, c):
 @rule("P602", "target-field-missing", targets=tuple(REQUIRED))
 def target_field_missing(plan, c):
     t = c.target
-    settings = plan.targets[t].settings if t in plan.targets else {}
+    settings = plan.target_settings(t)
     missing = [(k, what) for k, what in REQUIRED[t] if k not in settings]
     if not missing:
         return
     fields = join([f"`{k}` ({what})" for k, what in missing], "and")
     example = "; ".join(f"{k} = {EXAMPLES[k]}" for k, _ in missing)
+    also = " (or a `target torchrun` block it can take them from)" if t in ("slurm", "kubernetes") else ""
     if t in plan.targets:
         c.report(_target_span(plan, c, t), f"target {t} needs {fields}",
-                 help=f"add it to the block: `target {t} {{ {example} }}`")
+                 help=f"add it to the block: `target {t} {{ {example} }}`{also}")
     else:
         c.report(_target_span(plan, c, t), f"--target {t} needs {fields}, and the spec has no `target {t}` block",
                  help=f"add `target {t} {{ {example} }}` to the spec")
