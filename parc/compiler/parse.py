@@ -230,6 +230,16 @@ def _found(tok) -> str:
     return f"{kind} `{v}`" if kind else f"`{v}`"
 
 
+def _string_end(text: str, i: int) -> int:
+    """The offset just past the string that opens at ``i``: after its closing quote, or at the
+    end of the line when it is not closed (strings never span lines)."""
+    n = len(text)
+    j = i + 1
+    while j < n and text[j] not in '"\n':
+        j += 2 if text[j] == "\\" else 1
+    return min(j + 1, n) if j < n and text[j] == '"' else min(j, n)
+
+
 def _scan_braces(text: str):
     """Offsets of `{` that are never closed, ignoring strings and comments."""
     stack = []
@@ -241,10 +251,7 @@ def _scan_braces(text: str):
             i = n if j < 0 else j
             continue
         if c == '"':
-            i += 1
-            while i < n and text[i] not in '"\n':
-                i += 2 if text[i] == "\\" else 1
-            i += 1
+            i = _string_end(text, i)
             continue
         if c == "{":
             stack.append(i)
@@ -377,10 +384,7 @@ def _top_level_chunks(text: str) -> list[tuple[int, int]] | None:
         if c == '"':
             if start is None:
                 start = i
-            i += 1
-            while i < n and text[i] not in '"\n':
-                i += 2 if text[i] == "\\" else 1
-            i += 1
+            i = _string_end(text, i)
             continue
         if c in "\n;" and depth == 0:
             if start is not None:
@@ -448,10 +452,7 @@ def comments(text: str) -> list[tuple[int, int, str]]:
             i += 1
             continue
         if c == '"':
-            j = i + 1
-            while j < n and text[j] not in '"\n':
-                j += 2 if text[j] == "\\" else 1
-            j = min(j + 1, n) if j < n and text[j] == '"' else j
+            j = _string_end(text, i)
             col += j - i
             i = j
             continue
