@@ -237,6 +237,13 @@ def test_names_with_a_trailing_newline_are_refused(target, key, value, code, tmp
     assert line.strip().startswith(key) and d.span.column == line.index(key) + 1
 
 
+def test_a_namespace_may_start_with_a_digit(tmp_path, write_spec):
+    """Namespaces are DNS-1123 labels (unlike the job's name, which names Services)."""
+    text = (ROOT / TRAIN_SPEC).read_text().replace('namespace  = "training"', 'namespace  = "1team"')
+    r, files = _compile(write_spec, tmp_path, text, "kubernetes")
+    assert files is not None, [f"{d.code} {d.message}" for d in r.errors]
+
+
 # --- values a script or manifest cannot carry -------------------------------------------------
 NUL_SPEC = """
 model "m" { from = llama3_8b }

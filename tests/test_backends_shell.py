@@ -203,12 +203,13 @@ def test_hostile_training_values_are_inert(target, tmp_path, write_spec):
         assert "srun" not in fake or fake["srun"][-1].endswith("launch.sh")
 
 
+@pytest.mark.parametrize("target", ["vllm", "slurm"])
 @pytest.mark.parametrize("nodes,mesh,executor", [(1, "tp = 2", "mp"), (2, "pp = 2; tp = 2", "mp"),
                                                  (2, "pp = 2; tp = 2", "ray")])
-def test_hostile_serving_values_are_inert(nodes, mesh, executor, tmp_path, write_spec):
+def test_hostile_serving_values_are_inert(nodes, mesh, executor, target, tmp_path, write_spec):
     model = "org/model 'x' $(touch pwned) `y`\nz"
     out = _compile(write_spec, tmp_path, SERVE.format(label=LABEL, nodes=nodes, mesh=mesh, model=_par(model),
-                                                      args=_hostile_list(), executor=executor), "vllm")
+                                                      args=_hostile_list(), executor=executor), target)
     script = out / ("serve.sh" if nodes == 1 else "node0.sh")
     argv = run_emitted(script, tmp_path)["vllm"]
     assert argv[:2] == ["serve", model]

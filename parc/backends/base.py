@@ -78,6 +78,7 @@ def order_over(plan) -> list[str]:
 
 
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def dns_label(text: str, limit: int = 40) -> str:
@@ -93,10 +94,12 @@ def dns_label(text: str, limit: int = 40) -> str:
     return s
 
 
-def is_dns_label(text: str, limit: int) -> bool:
-    """Whether ``text`` is a DNS-1035 label of at most ``limit`` characters (the whole text:
-    a trailing newline is not allowed, as ``re.match`` with ``$`` would)."""
-    return len(text) <= limit and DNS_1035.fullmatch(text) is not None
+def is_dns_label(text: str, limit: int, rfc: int = 1035) -> bool:
+    """Whether ``text`` is a DNS label of at most ``limit`` characters: RFC 1035 (starts with a
+    letter) or RFC 1123 (may start with a digit). The whole text must match: a trailing newline
+    is not allowed, as ``re.match`` with ``$`` would."""
+    pattern = DNS_1035 if rfc == 1035 else DNS_1123
+    return len(text) <= limit and pattern.fullmatch(text) is not None
 
 
 def nccl_env(plan) -> list[Env]:

@@ -112,12 +112,14 @@ def build(plan) -> list[File]:
 @rule("P661", "kubernetes-name", targets=(TARGET,))
 def names(plan, c):
     s = settings(plan, TARGET)
-    for key, limit in (("name", NAME_MAX), ("namespace", NAMESPACE_MAX)):
+    # the job's name becomes Service names (DNS-1035); a namespace is a DNS-1123 label
+    for key, limit, rfc, first in (("name", NAME_MAX, 1035, "a letter"), ("namespace", NAMESPACE_MAX, 1123,
+                                                                         "a letter or digit")):
         v = s.get(key)
-        if v is not None and not is_dns_label(v, limit):
+        if v is not None and not is_dns_label(v, limit, rfc):
             c.report(c.at(f"target.kubernetes.{key}", "target.kubernetes"),
-                     f"`{key}` must be a Kubernetes name: lowercase letters, digits and '-', starting with a "
-                     f"letter and ending with a letter or digit, at most {limit} characters (no newline)",
+                     f"`{key}` must be a Kubernetes name: lowercase letters, digits and '-', starting with "
+                     f"{first} and ending with a letter or digit, at most {limit} characters (no newline)",
                      help=f"for example `{key} = \"{dns_label(v, limit)}\"`")
 
 
