@@ -84,6 +84,12 @@ def test_kubernetes_serves_with_the_vllm_targets_commands(spec, tmp_path, write_
         assert got["vllm"] == want["vllm"] and got["vllm"][0] == "serve"
 
 
+def test_kubernetes_serving_without_an_image_suggests_a_vllm_image(check_spec):
+    r = check_spec((ROOT / "examples/llama3-70b-serve.par").read_text(), ["kubernetes"])
+    d = next(d for d in r.errors if d.code == "P650")
+    assert "vllm/vllm-openai" in d.help and "P602" not in {e.code for e in r.errors}
+
+
 def test_serving_under_a_scheduler_keeps_vllms_checks(check_spec):
     """A serving spec compiled for Slurm is judged by vLLM's rules (here P604: no virtual stages)."""
     text = (ROOT / SERVE_SPEC).read_text().replace("serve {", "schedule { virtual_stages = 2 }\nserve {")

@@ -120,14 +120,17 @@ def nccl_env(plan) -> list[Env]:
 
 # ---------------------------------------------------------------------------------------------
 _IMAGE = '"nvcr.io/nvidia/pytorch:25.01-py3"'
+_SERVE_IMAGE = '"vllm/vllm-openai:v0.11.0"'
 
 
 @rule("P650", "kubernetes-image-missing", targets=("kubernetes",))
 def kubernetes_image(plan, c):
     """The entry point is P602's; the container image is what only Kubernetes needs."""
     if "image" not in settings(plan, "kubernetes"):
+        image = _SERVE_IMAGE if plan.mode == "serve" else _IMAGE
+        what = "vLLM" if plan.mode == "serve" else "PyTorch"
         c.report(c.at("target.kubernetes"), "target kubernetes needs `image` (the container image every pod runs)",
-                 help=f"add `image = {_IMAGE}` to `target kubernetes {{ ... }}`")
+                 help=f"add `image = {image}` (or your own image with {what}) to `target kubernetes {{ ... }}`")
 
 
 # ---------------------------------------------------------------------------------------------
