@@ -90,3 +90,65 @@ def accepted_cases():
             if files is not None:
                 out.append((spec, t, files))
     return tuple(out)
+
+
+# Target blocks that let a spec compile for a target it does not name (the fields P602 and
+# P650 ask for); a block the spec already has is left as it is.
+_BLOCKS = {
+    "torchrun": {"train": 'target torchrun { entrypoint = "train.py" }'},
+    "megatron": {"train": 'target megatron { entrypoint = "pretrain_gpt.py" }'},
+    "slurm": {"train": 'target slurm { entrypoint = "train.py" }', "serve": "target slurm { }"},
+    "kubernetes": {"train": 'target kubernetes { entrypoint = "train.py"; image = "nvcr.io/nvidia/pytorch:25.01-py3" }',
+                   "serve": 'target kubernetes { image = "vllm/vllm-openai:v0.11.0" }'},
+    "vllm": {"serve": 'target vllm { model = "org/model" }'},
+}
+
+
+def _with_target(text: str, target: str) -> str:
+    import re
+
+    mode = "serve" if re.search(r"(?m)^serve\s*\{", text) else "train"
+    add = []
+    if not re.search(rf"(?m)^target\s+{target}\b", text) and mode in _BLOCKS.get(target, {}):
+        add.append(_BLOCKS[target][mode])
+    if mode == "serve" and target in ("slurm", "kubernetes") and not re.search(r"(?m)^target\s+vllm\b", text):
+        add.append(_BLOCKS["vllm"]["serve"])
+    return text + "".join("\n" + a + "\n" for a in add)
+
+
+@lru_cache(maxsize=1)
+def every_target_cases():
+    """Every example and test spec compiled for every target, with the target block it lacks
+    added (in a copy of the folders): (spec, target, files) for each that compiles."""
+    import shutil
+    import tempfile
+
+    from parc.commands.compile import compile_spec
+
+    base = Path(tempfile.mkdtemp(prefix="parc-every-target-"))
+    out = []
+    for t in TARGETS:
+        root = base / t
+        shutil.copytree(ROOT / "examples", root / "examples")
+        shutil.copytree(ROOT / "tests" / "data" / "specs", root / "tests" / "data" / "specs")
+        for spec in EXAMPLES + TEST_SPECS:
+            p = root / spec
+            p.write_text(_with_target(p.read_text(encoding="utf-8"), t), encoding="utf-8")
+            r, _, files = compile_spec(str(p), t, root=root)
+            if files is not None:
+                out.append((spec, t, files))
+    shutil.rmtree(base, ignore_errors=True)
+    return tuple(out)
+
+
+def embedded_scripts(files) -> list[tuple[str, str]]:
+    """The shell scripts a Kubernetes manifest carries in its ConfigMaps: (name, text)."""
+    import yaml
+
+    out = []
+    for f in files:
+        if f.path.endswith((".yaml", ".yml")):
+            for doc in yaml.safe_load_all(f.text):
+                if doc and doc.get("kind") == "ConfigMap":
+                    out += [(k, v) for k, v in (doc.get("data") or {}).items() if k.endswith(".sh")]
+    return out

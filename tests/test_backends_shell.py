@@ -1,4 +1,5 @@
-"""Every emitted script is valid bash and ShellCheck-clean, and hostile values stay inert."""
+"""Every emitted script is valid bash and ShellCheck-clean, every emitted file reads back with
+its own parser, and hostile values stay inert."""
 from __future__ import annotations
 
 import json
@@ -7,26 +8,47 @@ import subprocess
 
 import pytest
 
-from backends_support import accepted_cases, run_emitted, write_out
+from backends_support import EXAMPLES, TEST_SPECS, embedded_scripts, every_target_cases, run_emitted, write_out
 
 
 @pytest.fixture(scope="module")
 def emitted(tmp_path_factory):
-    """Every accepted (spec, target) written out once; the shell scripts among them."""
+    """Every example and test spec compiled for every target (with the target block it lacks
+    added), written out once: the shell scripts among the files, and those a Kubernetes manifest
+    carries in its ConfigMap."""
     base = tmp_path_factory.mktemp("emitted")
     scripts = []
-    for spec, target, files in accepted_cases():
+    for spec, target, files in every_target_cases():
         d = write_out(files, base / spec.replace("/", "_") / target)
         scripts += [d / f.path for f in files if f.path.endswith((".sh", ".sbatch"))]
+        for name, text in embedded_scripts(files):
+            p = d / "configmap" / name
+            p.parent.mkdir(exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+            scripts.append(p)
     return scripts
+
+
+def test_every_spec_reaches_every_launcher_it_can():
+    """Slurm and Kubernetes launch what torchrun (training) or vLLM (serving) launch: a spec that
+    compiles for one of those compiles for both schedulers, with scripts for shellcheck."""
+    got: dict = {}
+    for spec, target, files in every_target_cases():
+        got.setdefault(spec, set()).add(target)
+    for spec in EXAMPLES + TEST_SPECS:
+        t = got.get(spec, set())
+        assert "json" in t, spec
+        if t & {"torchrun", "vllm"}:
+            assert {"slurm", "kubernetes"} <= t, (spec, t)
+    assert sum("kubernetes" in t for t in got.values()) >= len(EXAMPLES)
 
 
 def test_bash_n(emitted):
     assert len(emitted) > 20
-    for chunk in range(0, len(emitted), 200):
-        for p in emitted[chunk:chunk + 200]:
-            r = subprocess.run(["bash", "-n", str(p)], capture_output=True, text=True)
-            assert r.returncode == 0, f"{p}: {r.stderr}"
+    assert any(p.parent.name == "configmap" for p in emitted)
+    for p in emitted:
+        r = subprocess.run(["bash", "-n", str(p)], capture_output=True, text=True)
+        assert r.returncode == 0, f"{p}: {r.stderr}"
 
 
 def test_shellcheck(emitted):
@@ -37,6 +59,28 @@ def test_shellcheck(emitted):
         r = subprocess.run([sc, "--severity=style", "--shell=bash", *map(str, emitted[chunk:chunk + 200])],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stdout[-5000:]
+
+
+def test_every_emitted_file_reads_back():
+    """plan.json with json, manifests with yaml.safe_load_all, scripts as UTF-8 text without NUL."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML reads the manifests back")
+    kinds = set()
+    for spec, target, files in every_target_cases():
+        for f in files:
+            f.text.encode("utf-8")  # a lone surrogate cannot be written
+            assert "\0" not in f.text, (spec, target, f.path)
+            if f.path.endswith(".json"):
+                assert isinstance(json.loads(f.text), dict)
+            elif f.path.endswith(".yaml"):
+                docs = list(yaml.safe_load_all(f.text))
+                assert all(isinstance(d, dict) and d["kind"] and d["metadata"]["name"] for d in docs)
+                cm = next(d for d in docs if d["kind"] == "ConfigMap")
+                assert json.loads(cm["data"]["plan.json"]) == json.loads(
+                    next(g.text for g in files if g.path == "plan.json"))
+            else:
+                assert f.path.endswith((".sh", ".sbatch")), f.path
+            kinds.add(f.path.rsplit(".", 1)[1])
+    assert kinds == {"json", "yaml", "sh", "sbatch"}
 
 
 HOSTILE = ["it's", 'say "hi"', "$(touch pwned)", "`touch pwned2`", "a b  c", "line1\nline2", "; rm -rf /tmp/x",
@@ -159,12 +203,13 @@ def test_hostile_training_values_are_inert(target, tmp_path, write_spec):
         assert "srun" not in fake or fake["srun"][-1].endswith("launch.sh")
 
 
+@pytest.mark.parametrize("target", ["vllm", "slurm"])
 @pytest.mark.parametrize("nodes,mesh,executor", [(1, "tp = 2", "mp"), (2, "pp = 2; tp = 2", "mp"),
                                                  (2, "pp = 2; tp = 2", "ray")])
-def test_hostile_serving_values_are_inert(nodes, mesh, executor, tmp_path, write_spec):
+def test_hostile_serving_values_are_inert(nodes, mesh, executor, target, tmp_path, write_spec):
     model = "org/model 'x' $(touch pwned) `y`\nz"
     out = _compile(write_spec, tmp_path, SERVE.format(label=LABEL, nodes=nodes, mesh=mesh, model=_par(model),
-                                                      args=_hostile_list(), executor=executor), "vllm")
+                                                      args=_hostile_list(), executor=executor), target)
     script = out / ("serve.sh" if nodes == 1 else "node0.sh")
     argv = run_emitted(script, tmp_path)["vllm"]
     assert argv[:2] == ["serve", model]

@@ -77,10 +77,29 @@ def order_over(plan) -> list[str]:
     return [ax for ax in m.order if m.size(ax) > 1]
 
 
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
 def dns_label(text: str, limit: int = 40) -> str:
-    """A DNS-1123 label made from ``text`` (lowercase letters, digits and '-')."""
-    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:limit].strip("-")
-    return s or "parc"
+    """A DNS-1035 label made from ``text``: lowercase letters, digits and '-', starting with a
+    letter and ending with a letter or digit, at most ``limit`` characters. Kubernetes names
+    Services (and so the pods behind them) with DNS-1035 labels, so a name that begins with a
+    digit, like one made from the model label "70b-custom", takes the prefix ``parc-``."""
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    if not s[:1].isalpha():
+        s = ("parc-" + s).strip("-")
+    s = s[:limit].rstrip("-")
+    assert DNS_1035.fullmatch(s), s
+    return s
+
+
+def is_dns_label(text: str, limit: int, rfc: int = 1035) -> bool:
+    """Whether ``text`` is a DNS label of at most ``limit`` characters: RFC 1035 (starts with a
+    letter) or RFC 1123 (may start with a digit). The whole text must match: a trailing newline
+    is not allowed, as ``re.match`` with ``$`` would."""
+    pattern = DNS_1035 if rfc == 1035 else DNS_1123
+    return len(text) <= limit and pattern.fullmatch(text) is not None
 
 
 def nccl_env(plan) -> list[Env]:
@@ -101,11 +120,52 @@ def nccl_env(plan) -> list[Env]:
 
 # ---------------------------------------------------------------------------------------------
 _IMAGE = '"nvcr.io/nvidia/pytorch:25.01-py3"'
+_SERVE_IMAGE = '"vllm/vllm-openai:v0.11.0"'
 
 
 @rule("P650", "kubernetes-image-missing", targets=("kubernetes",))
 def kubernetes_image(plan, c):
     """The entry point is P602's; the container image is what only Kubernetes needs."""
     if "image" not in settings(plan, "kubernetes"):
+        image = _SERVE_IMAGE if plan.mode == "serve" else _IMAGE
+        what = "vLLM" if plan.mode == "serve" else "PyTorch"
         c.report(c.at("target.kubernetes"), "target kubernetes needs `image` (the container image every pod runs)",
-                 help=f"add `image = {_IMAGE}` to `target kubernetes {{ ... }}`")
+                 help=f"add `image = {image}` (or your own image with {what}) to `target kubernetes {{ ... }}`")
+
+
+# ---------------------------------------------------------------------------------------------
+LAUNCH_TARGETS = ("torchrun", "vllm", "megatron", "slurm", "kubernetes")
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def setting_span(plan, c, target: str, key: str):
+    """The span of ``key`` as ``target`` sees it: its own block's, else the block it inherits
+    the key from (slurm and kubernetes take torchrun's entry point and arguments)."""
+    own = plan.targets.get(target)
+    if own is None or key not in own.settings:
+        for other in ("torchrun",):
+            if other in plan.targets and key in plan.targets[other].settings:
+                return c.at(f"target.{other}.{key}", f"target.{other}")
+    return c.at(f"target.{target}.{key}", f"target.{target}")
+
+
+@rule("P662", "target-value-nul", targets=LAUNCH_TARGETS)
+def nul_in_value(plan, c):
+    """A NUL character cannot be part of a command-line argument (argv is C strings), and bash
+    drops it from a script without a word: the launch would run another value than the spec's."""
+    for key, value in settings(plan, c.target).items():
+        for text in _strings(value):
+            if "\0" in text:
+                shown = text.replace("\0", "\\0")
+                c.report(setting_span(plan, c, c.target, key),
+                         f"`{key}` holds a NUL character (`{shown}`), which no command line, shell script "
+                         "or Kubernetes field can carry",
+                         help="remove the NUL character from the string")
+                break

@@ -53,12 +53,23 @@ def c(v) -> Quoted:
     return Quoted("".join(ch if ch.isprintable() else "\\u%04x" % ord(ch) for ch in s))
 
 
+def _yaml_escape(ch: str) -> str:
+    n = ord(ch)
+    if 0xD800 <= n <= 0xDFFF:
+        raise ValueError(f"a lone surrogate (U+{n:04X}) cannot be written as YAML")
+    return f"\\U{n:08X}" if n > 0xFFFF else f"\\u{n:04X}"
+
+
 def y(v) -> Quoted:
+    """A YAML double-quoted scalar: JSON's escapes, every character outside printable ASCII as
+    ``\\uXXXX`` or, beyond the BMP, ``\\UXXXXXXXX`` (JSON's surrogate pairs would be read back
+    by YAML as two lone surrogates)."""
     if isinstance(v, bool):
         return Quoted("true" if v else "false")
     if isinstance(v, int):
         return Quoted(str(v))
-    return Quoted(json.dumps(str(v), ensure_ascii=True))
+    s = json.dumps(str(v), ensure_ascii=False)
+    return Quoted("".join(ch if " " <= ch <= "~" else _yaml_escape(ch) for ch in s))
 
 
 def yblock(v, n: int) -> Quoted:

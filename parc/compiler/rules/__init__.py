@@ -109,8 +109,12 @@ def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
     tnames = active_targets(plan, targets)
     # runtime-style targets bring the torch rules along
     implied = set(tnames)
-    if "torchrun" in implied or "slurm" in implied or "kubernetes" in implied:
+    # Slurm and Kubernetes launch torchrun for training and the vllm target's commands for serving
+    by_scheduler = bool(implied & {"slurm", "kubernetes"})
+    if "torchrun" in implied or (by_scheduler and plan.mode != "serve"):
         implied.add("torch")
+    if by_scheduler and plan.mode == "serve":
+        implied.add("vllm")
     out: list[Diagnostic] = []
     # a mesh smaller than the cluster (P302, idle GPUs) is a mesh mistake like P101
     idle = 0 < plan.mesh.product < plan.cluster.world

@@ -39,6 +39,8 @@ def vllm_serving_only(plan, c):
 @rule("P602", "target-field-missing", targets=tuple(REQUIRED))
 def target_field_missing(plan, c):
     t = c.target
+    if t in ("slurm", "kubernetes") and plan.mode == "serve":
+        return  # they serve with the vllm target's command: its own P602 asks for `model`
     settings = plan.target_settings(t)
     missing = [(k, what) for k, what in REQUIRED[t] if k not in settings]
     if not missing:
