@@ -14,8 +14,9 @@ example:
 
 def add_arguments(p):
     p.add_argument("specs", nargs="+", metavar="SPEC", help=".par files to check")
-    p.add_argument("--target", action="append", default=[], metavar="T",
-                   help="also apply this target's rules (repeatable)")
+    from .targets import add_target
+
+    add_target(p)
     p.add_argument("--warnings-as-errors", action="store_true", help="exit 1 on warnings too")
     add_common(p)
 

@@ -16,9 +16,11 @@ examples:
 
 def add_arguments(p):
     p.add_argument("spec", metavar="SPEC", help="the .par file")
-    p.add_argument("--target", "-t", metavar="T",
-                   help="torchrun, vllm, megatron, slurm, kubernetes or json (may be left out when the spec "
-                   "names exactly one target)")
+    from .targets import add_target
+
+    add_target(p, repeatable=False, backends_only=True, short=True,
+               help="torchrun, vllm, megatron, slurm, kubernetes or json (may be left out when the spec "
+               "names exactly one target)")
     p.add_argument("-o", "--output", metavar="DIR", help="write the files into DIR (default: print them)")
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in "
                    "(default: the git checkout holding the spec, else its folder)")
@@ -90,13 +92,6 @@ def run(args) -> int:
     from .common import read_error
 
     known = backends.names()
-    if args.target is not None and args.target not in known:
-        import difflib
-
-        near = difflib.get_close_matches(args.target, known, n=1)
-        print(f"parc: unknown target `{args.target}`" + (f"; did you mean `{near[0]}`?" if near else "")
-              + f" (targets: {', '.join(known)})", file=sys.stderr)
-        return 2
     try:
         r, target, files = compile_spec(args.spec, args.target, root=args.root)
     except OSError as e:

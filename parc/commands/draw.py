@@ -24,7 +24,9 @@ def add_arguments(p):
                    help="mesh: draw at most N nodes, the first and the last (default: 16)")
     p.add_argument("--microbatches", type=int, metavar="M",
                    help="schedule: draw M microbatches (default: enough to show the pattern)")
-    p.add_argument("--target", action="append", default=[], metavar="T", help="also apply this target's rules")
+    from .targets import add_target
+
+    add_target(p)
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
 

@@ -16,8 +16,9 @@ examples:
 def add_arguments(p):
     p.add_argument("spec", metavar="SPEC", help="the .par file to explain")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
-    p.add_argument("--target", action="append", default=[], metavar="T",
-                   help="also apply this target's rules before explaining (repeatable)")
+    from .targets import add_target
+
+    add_target(p, help="also apply this target's rules before explaining (repeatable)")
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in "
                    "(default: the git checkout holding the spec, else its folder)")
     p.add_argument("--html", metavar="FILE", help="also write the explanation as an HTML page")

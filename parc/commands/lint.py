@@ -31,8 +31,9 @@ def add_arguments(p):
                    help="do not report these codes or families, comma-separated")
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                    help="skip paths matching this glob (repeatable)")
-    p.add_argument("--target", action="append", default=[], metavar="T",
-                   help="also apply this target's rules (repeatable)")
+    from .targets import add_target
+
+    add_target(p)
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in "
                    "(default: the git checkout holding each spec, else its folder)")
     p.add_argument("--warnings-as-errors", action="store_true", help="exit 1 on warnings too")
