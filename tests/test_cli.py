@@ -46,3 +46,99 @@ def test_compile_refuses_a_rule_family_that_has_no_backend(capsys):
     assert main(["compile", str(SERVE), "--target", "deepspeed"]) == 2
     err = capsys.readouterr().err
     assert "unknown target `deepspeed`" in err and "vllm" in err
+
+
+# --- `parc check` says "no problems" only when it printed none; counts are plural where they are ---
+
+ONE_GPU = """
+model "tiny" { from = llama3_8b }
+
+cluster "one" {
+  nodes         = 1
+  gpus_per_node = 1
+  gpu           = h100_sxm
+}
+
+mesh { tp = 1 }
+
+serve {
+  max_model_len          = 4096
+  gpu_memory_utilization = 0.90
+}
+"""
+
+
+NOTE_ONLY = """
+model "qwen2.5-7b" {
+  from    = qwen2_5_7b
+  seq_len = 32768
+}
+
+cluster "l40s-box" {
+  nodes         = 1
+  gpus_per_node = 4
+  gpu           = l40s
+  intra_node    = pcie(32GB/s)
+}
+
+mesh {
+  dp = 2
+  tp = 2
+}
+
+serve {
+  max_model_len          = 16384
+  gpu_memory_utilization = 0.90
+  max_num_seqs           = 32
+}
+"""
+
+
+def test_check_counts_the_notes_it_printed(capsys, write_spec):
+    # one GPU holds this model: a note advises dp replicas instead of tp, and nothing else
+    assert main(["check", str(write_spec(NOTE_ONLY))]) == 0
+    out = capsys.readouterr().out
+    assert " note: " in out
+    assert "no problems" not in out
+    assert out.rstrip().splitlines()[-1] == "ok: 1 file checked, 1 note"
+
+
+def test_check_clean_spec_says_no_problems(capsys, write_spec):
+    assert main(["check", str(write_spec(ONE_GPU))]) == 0
+    assert capsys.readouterr().out == "ok: 1 file checked, no problems\n"
+
+
+def test_quiet_check_hides_notes_and_their_count(capsys, write_spec):
+    assert main(["check", "-q", str(write_spec(NOTE_ONLY))]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_count_helper():
+    from parc.words import count, plural
+
+    assert count(1, "GPU") == "1 GPU" and count(2, "GPU") == "2 GPUs" and count(0, "node") == "0 nodes"
+    assert count(1, "microbatch") == "1 microbatch" and count(3, "microbatch") == "3 microbatches"
+    assert count(2, "axis") == "2 axes" and plural(1, "error") == "error"
+    assert count(1024, "GPU", sep=True) == "1,024 GPUs"
+
+
+def test_one_gpu_is_singular_everywhere(capsys, write_spec, tmp_path):
+    spec = write_spec(ONE_GPU)
+    assert main(["explain", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "(1 GPU," in out and "1 GPUs" not in out
+    html = tmp_path / "p.html"
+    assert main(["explain", str(spec), "--html", str(html)]) == 0
+    capsys.readouterr()
+    page = html.read_text()
+    assert "1 GPU," in page and "1 GPUs" not in page
+    assert main(["draw", str(spec), "--what", "mesh"]) == 0
+    svg = capsys.readouterr().out
+    assert "1 GPU on 1 node" in svg and "1 GPUs" not in svg
+
+
+def test_lint_counts_the_notes_it_printed(capsys, write_spec):
+    assert main(["lint", str(write_spec(NOTE_ONLY))]) == 0
+    out = capsys.readouterr().out
+    assert " note: " in out and "no problems" not in out
+    assert out.rstrip().splitlines()[-1] == "ok: 1 file linted, 1 note"

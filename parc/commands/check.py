@@ -46,7 +46,8 @@ def run(args) -> int:
         if text:
             sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
         if not args.quiet or summary["errors"] or summary["warnings"]:
-            print(render_summary(summary))
+            notes = sum(d.severity not in ("error", "warning") for d in shown)
+            print(render_summary(summary, notes=notes))
     if io_fail:
         return 2
     if summary["errors"] or (args.warnings_as_errors and summary["warnings"]):

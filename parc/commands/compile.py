@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sys
 
+from ..words import count
+
 DESCRIPTION = ("Emit the launch plan for a target: torchrun scripts, vllm serve commands, Megatron-LM "
                "arguments, a Slurm job, a Kubernetes PyTorchJob, or the resolved plan as JSON. A spec with "
                "errors is refused with its diagnostics. The same spec always gives the same bytes.")
@@ -102,7 +104,7 @@ def run(args) -> int:
         sys.stderr.write(text if text.endswith("\n") else text + "\n")
     if files is None and (r.errors or r.plan is None):
         n = len(r.errors)
-        print(f"parc: not compiled: {n} error{'s' if n != 1 else ''} in {r.file}", file=sys.stderr)
+        print(f"parc: not compiled: {count(n, 'error')} in {r.file}", file=sys.stderr)
         return 1
     if target is None:
         named = list(r.plan.targets)
@@ -116,7 +118,7 @@ def run(args) -> int:
         except OSError as e:
             print(f"parc: cannot write to {args.output}: {e.strerror or e}", file=sys.stderr)
             return 2
-        print(f"wrote {len(files)} file{'s' if len(files) != 1 else ''} for {target} to {args.output}: "
+        print(f"wrote {count(len(files), 'file')} for {target} to {args.output}: "
               + ", ".join(f.path for f in files[:6]) + (", ..." if len(files) > 6 else ""))
         return 0
     sys.stdout.write(render_stdout(files))

@@ -5,6 +5,8 @@ import os
 import sys
 from dataclasses import dataclass
 
+from ..words import count
+
 DESCRIPTION = """Compare two versions of a spec: the settings that changed and what they do to the plan —
 degrees, world size, per-GPU memory, communication, bubble and step time — old → new with
 the difference. `--git REV` reads the old version from git (and the files it imports, from
@@ -257,7 +259,7 @@ def render_markdown(old_name: str, new_name: str, rows, changes, show_all=False,
                        f"| {fmt_change(r)}{mark} |")
         out.append("")
     if changes:
-        out += [f"<details><summary>{len(changes)} setting{'s' if len(changes) != 1 else ''} changed</summary>",
+        out += [f"<details><summary>{count(len(changes), 'setting')} changed</summary>",
                 "", "| setting | old | new |", "|---|---|---|"]
         out += [f"| `{c['path']}` | {_md(_setting_value(c['old']))} | {_md(_setting_value(c['new']))} |"
                 for c in changes]

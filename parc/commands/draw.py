@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ..words import count
+
 DESCRIPTION = """Draw a plan: `mesh` (nodes, their GPUs coloured by tensor-parallel group and labelled
 with (pp, dp, cp, tp), and what crosses between nodes), `schedule` (each pipeline rank's F, B
 and W blocks over time, idle time hatched) or `memory` (stacked bars per pipeline stage
@@ -63,8 +65,7 @@ def run(args) -> int:
     if r.plan is None or r.errors:
         text = render_text(r.errors, r.sources, color=use_color(sys.stderr))
         sys.stderr.write(text + ("" if text.endswith("\n") else "\n"))
-        sys.stderr.write(f"parc: cannot draw {args.spec}: it has {len(r.errors)} "
-                         f"error{'s' if len(r.errors) != 1 else ''}\n")
+        sys.stderr.write(f"parc: cannot draw {args.spec}: it has {count(len(r.errors), 'error')}\n")
         return 1
     from ..pictures import svg
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from html import escape
 
+from ..words import count
+
 from . import svg
 
 _CSS = """
@@ -105,7 +107,7 @@ def explain_page(plan, estimate) -> str:
     what = "Training" if train else "Serving"
     parts.append(f'<p class="lead">{what} <b>{_e(m.name)}</b> ({_count(est.get("params", {}).get("total"))} '
                  f"parameters) on {cl.nodes} × {cl.gpus_per_node} {_e(cl.gpu.name)} "
-                 f"({est.get('world_size', plan.world_size)} GPUs, {_gb(cl.gpu.memory)} each); mesh "
+                 f"({count(est.get('world_size', plan.world_size), 'GPU')}, {_gb(cl.gpu.memory)} each); mesh "
                  + _e(" × ".join(f"{a}={mesh.size(a)}" for a in mesh.order))
                  + (f", ep={mesh.ep}" if mesh.ep > 1 else "") + (f", etp={mesh.etp}" if mesh.etp > 1 else "")
                  + "</p>")

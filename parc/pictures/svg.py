@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from html import escape
 
+from ..words import count, plural
+
 # ColorBrewer-like qualitative palette (12), readable on white and distinct side by side
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
            "#b07aa1", "#ff9da7", "#9c755f", "#86bc86", "#d37295", "#a0cbe8")
@@ -98,7 +100,7 @@ def mesh(plan, max_nodes: int = 16) -> str:
     body: list[str] = []
     mo = rm.order
     experts = "".join(f", {a}={rm.size(a)}" for a in ("ep", "etp") if rm.size(a) > 1)
-    title = (f"Rank map: {world} GPUs on {n_nodes} node{'s' if n_nodes != 1 else ''} × {g}; "
+    title = (f"Rank map: {count(world, 'GPU')} on {count(n_nodes, 'node')} × {g}; "
              f"mesh {' × '.join(f'{a}={rm.sizes[a]}' for a in mo)}{experts} (last axis innermost)")
     body.append(_text(left, 22, title, "title"))
     sub = ("GPUs coloured by tensor-parallel group; label: rank and (pp, dp, cp, tp)" if tp > 1 else
@@ -112,7 +114,7 @@ def mesh(plan, max_nodes: int = 16) -> str:
             skipped = node - shown[i - 1] - 1
             body.append(f'<g class="skipped" data-nodes="{skipped}">'
                         + _text(left + node_w / 2, y + 16,
-                                f"⋮  {skipped} more node{'s' if skipped != 1 else ''} "
+                                f"⋮  {skipped} more {plural(skipped, 'node')} "
                                 f"(ranks {(shown[i - 1] + 1) * g}–{node * g - 1}) follow the same pattern",
                                 "muted", "middle") + "</g>")
             y += 30
@@ -281,7 +283,8 @@ def schedule(plan, microbatches: int | None = None) -> str:
     width = left + span * unit + 30
     height = top + pp * (row_h + gap) + 46
     body: list[str] = []
-    shown_m = f"{m} microbatches" if m == total_m else f"{m} of {total_m} microbatches (the steady state repeats)"
+    shown_m = (count(m, "microbatch") if m == total_m
+               else f"{m} of {count(total_m, 'microbatch')} (the steady state repeats)")
     title = (f"Pipeline schedule {sch.pipeline} (torch {S.torch_schedule_name(sch.pipeline, v)}): pp = {pp}"
              + (f", {nstages // pp} stages per rank" if nstages > pp else "") + f", {shown_m}")
     body.append(_text(16, 22, title, "title"))
@@ -378,7 +381,7 @@ def memory(plan, estimate=None) -> str:
     height = top + plot_h + 48
     body: list[str] = []
     gpu = plan.cluster.gpu.name
-    title = (f"Memory per GPU by pipeline stage ({n} stage{'s' if n != 1 else ''}) against the "
+    title = (f"Memory per GPU by pipeline stage ({count(n, 'stage')}) against the "
              f"{gpu}'s {cap / 1e9:.1f} GB")
     body.append(_text(16, 22, title, "title"))
     most = est.get("most_loaded_stage", 0)
