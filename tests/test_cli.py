@@ -142,3 +142,42 @@ def test_lint_counts_the_notes_it_printed(capsys, write_spec):
     out = capsys.readouterr().out
     assert " note: " in out and "no problems" not in out
     assert out.rstrip().splitlines()[-1] == "ok: 1 file linted, 1 note"
+
+
+# --- --format json prints JSON on stdout, also when the spec has errors --------------------------
+
+BAD_TP = ONE_GPU.replace("mesh { tp = 1 }", "mesh { tp = 3 }")
+
+
+def test_explain_json_with_errors_is_json(capsys, write_spec):
+    assert main(["explain", str(write_spec(BAD_TP)), "--format", "json"]) == 1
+    cap = capsys.readouterr()
+    j = json.loads(cap.out)
+    assert j["file"].endswith("spec.par")
+    assert j["diagnostics"] and all(d["severity"] for d in j["diagnostics"])
+    assert any(d["severity"] == "error" for d in j["diagnostics"])
+    assert j["summary"]["errors"] == sum(d["severity"] == "error" for d in j["diagnostics"])
+    assert "world_size" not in j  # no estimate of a plan that does not hold
+
+
+def test_compile_json_with_errors_is_json(capsys, write_spec):
+    assert main(["compile", str(write_spec(BAD_TP)), "--target", "vllm", "--format", "json"]) == 1
+    j = json.loads(capsys.readouterr().out)
+    assert j["ok"] is False and j["files"] == [] and j["target"] == "vllm"
+    assert any(d["severity"] == "error" for d in j["diagnostics"])
+
+
+def test_compile_json_lists_the_files(capsys, tmp_path):
+    assert main(["compile", str(SERVE), "--format", "json"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    assert j["ok"] is True and j["target"] == "vllm" and j["files"]
+    assert main(["compile", str(SERVE)]) == 0
+    text = capsys.readouterr().out
+    assert "".join(f["text"] for f in j["files"]) in text or len(j["files"]) > 1
+    assert {"path", "executable", "text"} <= set(j["files"][0])
+    out = tmp_path / "o"
+    assert main(["compile", str(SERVE), "--format", "json", "-o", str(out)]) == 0
+    j2 = json.loads(capsys.readouterr().out)
+    assert j2["output"] == str(out)
+    assert [f["path"] for f in j2["files"]] == [f["path"] for f in j["files"]]
+    assert all((out / f["path"]).read_text() == f["text"] for f in j["files"])

@@ -111,10 +111,15 @@ def test_text_report(capsys):
 
 def test_refuses_spec_with_errors(capsys):
     bad = DATA / "train-memory-too-big.par"
-    assert main(["explain", str(bad), "--format", "json"]) == 1
+    assert main(["explain", str(bad)]) == 1
     cap = capsys.readouterr()
     assert cap.out == ""
     assert "P401" in cap.err and "cannot explain" in cap.err
+    # JSON is JSON on stdout whatever the spec holds: the errors as its diagnostics
+    assert main(["explain", str(bad), "--format", "json"]) == 1
+    cap = capsys.readouterr()
+    assert cap.err == ""
+    assert [d["code"] for d in json.loads(cap.out)["diagnostics"] if d["severity"] == "error"] == ["P401"]
 
 
 def test_target_rules_apply(capsys):

@@ -10,6 +10,11 @@ DESCRIPTION = ("Emit the launch plan for a target: torchrun scripts, vllm serve 
                "errors is refused with its diagnostics. The same spec always gives the same bytes.")
 EPILOG = """exit status: 0 written, 1 the spec has errors, 2 usage or I/O failure
 
+--format json prints one JSON object on stdout, also when the spec has errors:
+  {"file", "target", "ok", "files": [{"path", "executable", "text"}], "diagnostics": [...]}
+(with -o DIR, "output": DIR and the files are written there; "error" says why when ok is false
+for a reason other than the diagnostics)
+
 examples:
   parc compile examples/llama3-70b-serve.par
   parc compile examples/llama3-70b-train.par --target megatron -o launch/
@@ -24,6 +29,8 @@ def add_arguments(p):
                help="torchrun, vllm, megatron, slurm, kubernetes or json (may be left out when the spec "
                "names exactly one target)")
     p.add_argument("-o", "--output", metavar="DIR", help="write the files into DIR (default: print them)")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text (default: the files, diagnostics on stderr) or json (one object on stdout)")
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in "
                    "(default: the git checkout holding the spec, else its folder)")
 
@@ -99,6 +106,8 @@ def run(args) -> int:
     except OSError as e:
         print(read_error(args.spec, e), file=sys.stderr)
         return 2
+    if getattr(args, "format", "text") == "json":
+        return _run_json(args, r, target, files, known)
     if r.diagnostics:
         text = render_text(r.diagnostics, r.sources, color=use_color(sys.stderr))
         sys.stderr.write(text if text.endswith("\n") else text + "\n")
@@ -123,3 +132,33 @@ def run(args) -> int:
         return 0
     sys.stdout.write(render_stdout(files))
     return 0
+
+
+def _run_json(args, r, target, files, known) -> int:
+    """`--format json`: one object on stdout whatever happens after the spec was read."""
+    import json
+
+    out = {"file": r.file, "target": target, "ok": False, "files": [],
+           "diagnostics": [d.to_json() for d in r.diagnostics]}
+    code = 0
+    if files is None and (r.errors or r.plan is None):
+        code = 1
+    elif target is None:
+        named = list(r.plan.targets)
+        out["error"] = (f"say which target to compile for with --target (it names "
+                        f"{', '.join(named) if named else 'none'}; targets: {', '.join(known)})")
+        code = 2
+    else:
+        listed = [{"path": f.path, "executable": bool(f.executable), "text": f.text} for f in files]
+        if args.output:
+            out["output"] = args.output
+            try:
+                write_files(args.output, files)
+            except OSError as e:
+                out["error"] = f"cannot write to {args.output}: {e.strerror or e}"
+                code = 2
+        if not code:
+            out["ok"] = True
+            out["files"] = listed
+    print(json.dumps(out, indent=2, ensure_ascii=False))
+    return code

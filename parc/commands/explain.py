@@ -7,7 +7,8 @@ from ..words import count, plural
 
 DESCRIPTION = ("Show the numbers behind a plan: where ranks land, what each GPU holds, what each axis "
                "sends and on which link, the pipeline bubble, step time and MFU.")
-EPILOG = """exit status: 0 shown, 1 the spec has errors (printed instead), 2 usage or I/O failure
+EPILOG = """exit status: 0 shown, 1 the spec has errors (printed instead; with --format json, as the
+`diagnostics` of a JSON object without the estimate), 2 usage or I/O failure
 
 examples:
   parc explain examples/llama3-70b-train.par
@@ -37,6 +38,14 @@ def run(args) -> int:
         print(read_error(args.spec, e), file=sys.stderr)
         return 2
     errors = [d for d in r.diagnostics if d.severity == ERROR]
+    if (errors or r.plan is None) and args.format == "json":
+        import json
+
+        from ..compiler.diagnostics import summarize
+
+        print(json.dumps({"file": r.file, "diagnostics": [d.to_json() for d in r.diagnostics],
+                          "summary": summarize(r.diagnostics, 1)}, indent=2))
+        return 1
     if errors or r.plan is None:
         text = render_text(r.diagnostics, r.sources, color=use_color(sys.stderr))
         sys.stderr.write(text + ("" if text.endswith("\n") else "\n"))
