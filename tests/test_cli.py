@@ -181,3 +181,27 @@ def test_compile_json_lists_the_files(capsys, tmp_path):
     assert j2["output"] == str(out)
     assert [f["path"] for f in j2["files"]] == [f["path"] for f in j["files"]]
     assert all((out / f["path"]).read_text() == f["text"] for f in j["files"])
+
+
+# --- parc diff --exit-code: 0 no change, 1 changes (as git diff --exit-code), 2 trouble ---------
+
+def test_diff_exit_code(capsys, write_spec):
+    a = write_spec(ONE_GPU, "a.par")
+    same = write_spec("# only a comment differs\n" + ONE_GPU, "same.par")
+    changed = write_spec(ONE_GPU.replace("max_model_len          = 4096", "max_model_len          = 2048"),
+                         "changed.par")
+    assert main(["diff", str(a), str(same), "--exit-code"]) == 0
+    assert main(["diff", str(a), str(changed), "--exit-code"]) == 1
+    assert "max_model_len" in capsys.readouterr().out  # the diff is still printed
+    assert main(["diff", str(a), str(changed)]) == 0   # without the flag a change is no failure
+    assert main(["diff", str(a), str(changed), "--exit-code", "--format", "json"]) == 1
+    capsys.readouterr()
+
+
+def test_diff_exit_code_trouble_is_2(capsys, write_spec):
+    a = write_spec(ONE_GPU, "a.par")
+    bad = write_spec(BAD_TP, "bad.par")
+    assert main(["diff", str(a), str(bad)]) == 1
+    assert main(["diff", str(a), str(bad), "--exit-code"]) == 2
+    assert main(["diff", str(a), str(a.parent / "missing.par"), "--exit-code"]) == 2
+    capsys.readouterr()

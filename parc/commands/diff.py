@@ -14,6 +14,9 @@ the same revision)."""
 EPILOG = """exit status: 0 compared, 1 a version has errors (printed; a plan with memory, topology or
 target errors is still compared), 2 usage, I/O or git failure
 
+with --exit-code, as `git diff --exit-code` and diff(1), for CI gates: 0 the plan did not change,
+1 it changed (a setting or a metric), 2 trouble (usage, I/O, git, or a version with errors)
+
 examples:
   parc diff old.par new.par
   parc diff --git origin/main specs/llama3-70b-train.par --format markdown >> comment.md"""
@@ -28,6 +31,8 @@ def add_arguments(p):
     p.add_argument("--all", action="store_true", help="show unchanged rows too")
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the metrics that changed, no header")
+    p.add_argument("--exit-code", action="store_true",
+                   help="exit 1 when the plan changed and 0 when it did not (2 on trouble), for CI gates")
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -443,7 +448,7 @@ def run(args) -> int:
         new = load(new_path, root=args.root)
     except DiffError as e:
         print(str(e).rstrip("\n"), file=sys.stderr)
-        return e.code
+        return 2 if args.exit_code else e.code
     rows = compare(old.estimate, new.estimate)
     changes = setting_changes(old.plan, new.plan)
     errors = _error_lines((old, new))
@@ -462,4 +467,8 @@ def run(args) -> int:
                                      show_all=args.all, quiet=args.quiet))
         for line in errors:
             print(line, file=sys.stderr)
+    if args.exit_code:
+        if errors:
+            return 2
+        return 1 if changes or any(r["verdict"] != "same" for r in rows) else 0
     return 1 if errors else 0
