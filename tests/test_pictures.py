@@ -271,3 +271,60 @@ def test_explain_html_option_writes_the_page(tmp_path, capsys):
     page = out.read_text()
     assert re.findall(r'<svg [^>]*class="parc-(\w+)"', page) == ["mesh", "memory"]
     capsys.readouterr()
+
+
+# ------------------------------------------------------------------------------ serving plans
+
+SERVE_PP = """\
+model "m" { from = llama3_8b }
+
+cluster "box" {
+  nodes         = 1
+  gpus_per_node = 4
+  gpu           = h100_sxm
+  intra_node    = nvlink(450GB/s)
+}
+
+mesh {
+  pp = 2
+  tp = 2
+}
+
+serve {
+  max_model_len          = 4096
+  gpu_memory_utilization = 0.90
+}
+"""
+
+
+def test_schedule_of_a_serving_plan_is_forward_only(write_spec, capsys):
+    spec = write_spec(SERVE_PP)
+    assert main(["draw", str(spec), "--what", "schedule"]) == 0
+    root = parse(capsys.readouterr().out)
+    blocks = by_class(root, "rect", "block")
+    assert blocks and {b.get("data-kind") for b in blocks} == {"F"}
+    m = int(root.get("data-microbatches"))
+    assert len(blocks) == 2 * m == int(root.get("data-blocks"))
+    # each batch goes through stage 0 then stage 1, one unit each, the next right behind it
+    for b in blocks:
+        r, j = int(b.get("data-rank")), int(b.get("data-microbatch"))
+        assert (float(b.get("data-start")), float(b.get("data-end"))) == (r + j, r + j + 1)
+    assert "backward" not in "".join(root.itertext()).replace("no backward", "")
+    assert main(["draw", str(spec), "--what", "schedule", "--microbatches", "3"]) == 0
+    assert int(parse(capsys.readouterr().out).get("data-microbatches")) == 3
+
+
+def test_explain_html_of_a_serving_plan_shows_its_communication(tmp_path, capsys):
+    import json
+
+    spec = ROOT / "tests" / "data" / "explain" / "llama3-70b-serve.par"
+    out = tmp_path / "serve.html"
+    assert main(["explain", str(spec), "--html", str(out), "--format", "json"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    tp_bytes = j["comm_per_token"]["tp"]
+    assert tp_bytes > 0
+    section = out.read_text().split('id="communication"')[1].split("</section>")[0]
+    assert "per decoded token" in section
+    row = re.search(r"<tr><td>tp</td><td class=\"num\">([^<]+)</td>", section)
+    assert row and row.group(1) == f"{tp_bytes / 1e6:.1f} MB"
+    assert re.search(r"µs|ms", section)  # the time is there too, not 0 s

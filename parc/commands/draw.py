@@ -76,7 +76,8 @@ def run(args) -> int:
             from ..compiler import schedules
 
             why = schedules.check(r.plan.schedule.pipeline, r.plan.mesh.pp, args.microbatches,
-                                  r.plan.schedule.virtual_stages) if r.plan.mesh.pp > 1 else None
+                                  r.plan.schedule.virtual_stages) \
+                if r.plan.mesh.pp > 1 and r.plan.mode == "train" else None
             if why or args.microbatches < 1:
                 print(f"parc draw: --microbatches {args.microbatches}: {why or 'must be at least 1'}",
                       file=sys.stderr)

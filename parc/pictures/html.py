@@ -169,8 +169,10 @@ def explain_page(plan, estimate) -> str:
     # communication and time
     parts.append('<section id="communication"><h2>Communication per GPU '
                  + ("per step" if train else "per decoded token") + "</h2>")
-    comm, links = est.get("comm_per_step") or {}, est.get("comm_link") or {}
-    ctime, lk = est.get("comm_time") or {}, est.get("links") or {}
+    # a serving plan's bytes and times are per decoded token (its per-step numbers are zero)
+    comm = est.get("comm_per_step" if train else "comm_per_token") or {}
+    ctime = est.get("comm_time" if train else "comm_time_per_token") or {}
+    links, lk = est.get("comm_link") or {}, est.get("links") or {}
     rows = []
     for ax in ("tp", "cp", "ep", "pp", "dp"):
         ln = links.get(ax)
