@@ -279,10 +279,9 @@ def schedule(plan, microbatches: int | None = None) -> str:
         nstages = pp
         span = S.makespan(slots)
         bubble = S.bubble_fraction(slots)
-        title = (f"Serving pipeline: pp = {pp}, forward passes only (no backward), "
-                 f"{count(m, 'batch')} in flight in turn")
-        sub = (f"unit cost: F = 1 per stage; the pipeline fills and drains around a full steady state; "
-               f"idle (hatched) = {bubble * 100:.1f}% of pp × span")
+        title = f"Serving pipeline: pp = {pp}, forward passes only (no backward), {count(m, 'batch')}"
+        sub = (f"unit cost: F = 1 per stage; each batch passes the stages in turn, the next right behind "
+               f"it; idle (hatched) = {bubble * 100:.1f}% of pp × span")
         legend = (("F", "forward"),)
     else:
         total_m = sch.microbatches or 0
