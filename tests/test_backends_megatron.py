@@ -33,6 +33,7 @@ def _megatron_parser():
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
     """(spec, plan, torchrun argv, megatron argv, env) for node 0 of every accepted case."""
+    pytest.importorskip("torch", reason="torch's own torchrun parser reads the emitted command line")
     from torch.distributed.run import get_args_parser
 
     out = []

@@ -271,3 +271,128 @@ def test_explain_html_option_writes_the_page(tmp_path, capsys):
     page = out.read_text()
     assert re.findall(r'<svg [^>]*class="parc-(\w+)"', page) == ["mesh", "memory"]
     capsys.readouterr()
+
+
+# ------------------------------------------------------------------------------ serving plans
+
+SERVE_PP = """\
+model "m" { from = llama3_8b }
+
+cluster "box" {
+  nodes         = 1
+  gpus_per_node = 4
+  gpu           = h100_sxm
+  intra_node    = nvlink(450GB/s)
+}
+
+mesh {
+  pp = 2
+  tp = 2
+}
+
+serve {
+  max_model_len          = 4096
+  gpu_memory_utilization = 0.90
+}
+"""
+
+
+def test_schedule_of_a_serving_plan_is_forward_only(write_spec, capsys):
+    spec = write_spec(SERVE_PP)
+    assert main(["draw", str(spec), "--what", "schedule"]) == 0
+    root = parse(capsys.readouterr().out)
+    blocks = by_class(root, "rect", "block")
+    assert blocks and {b.get("data-kind") for b in blocks} == {"F"}
+    m = int(root.get("data-microbatches"))
+    assert len(blocks) == 2 * m == int(root.get("data-blocks"))
+    # each batch goes through stage 0 then stage 1, one unit each, the next right behind it
+    for b in blocks:
+        r, j = int(b.get("data-rank")), int(b.get("data-microbatch"))
+        assert (float(b.get("data-start")), float(b.get("data-end"))) == (r + j, r + j + 1)
+    assert "backward" not in "".join(root.itertext()).replace("no backward", "")
+    assert main(["draw", str(spec), "--what", "schedule", "--microbatches", "3"]) == 0
+    assert int(parse(capsys.readouterr().out).get("data-microbatches")) == 3
+
+
+def test_explain_html_of_a_serving_plan_shows_its_communication(tmp_path, capsys):
+    import json
+
+    spec = ROOT / "tests" / "data" / "explain" / "llama3-70b-serve.par"
+    out = tmp_path / "serve.html"
+    assert main(["explain", str(spec), "--html", str(out), "--format", "json"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    tp_bytes = j["comm_per_token"]["tp"]
+    assert tp_bytes > 0
+    section = out.read_text().split('id="communication"')[1].split("</section>")[0]
+    assert "per decoded token" in section
+    row = re.search(r"<tr><td>tp</td><td class=\"num\">([^<]+)</td>", section)
+    assert row and row.group(1) == f"{tp_bytes / 1e6:.1f} MB"
+    assert re.search(r"µs|ms", section)  # the time is there too, not 0 s
+
+
+# ------------------------------------------------------------------------------ PNG
+
+def _png_pixels(data: bytes):
+    """(width, height, rows of RGB(A) tuples) of an 8-bit non-interlaced PNG, decoded here."""
+    import struct
+    import zlib
+
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, ihdr = 8, b"", None
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            ihdr = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    w, h, depth, ctype, _, _, interlace = ihdr
+    assert depth == 8 and interlace == 0 and ctype in (2, 6)
+    bpp = 3 if ctype == 2 else 4
+    raw, stride, prev, rows = zlib.decompress(idat), w * bpp, bytearray(w * bpp), []
+    for y in range(h):
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append([tuple(line[i:i + 3]) for i in range(0, stride, bpp)])
+        prev = line
+    return w, h, rows
+
+
+def test_draw_png_from_the_png_extra(tmp_path, capsys):
+    from parc.commands.draw import png_unavailable
+
+    why = png_unavailable()
+    if why:
+        pytest.skip(why)
+    spec = str(EXAMPLES / "llama3-70b-train.par")
+    out = tmp_path / "schedule.png"
+    assert main(["draw", spec, "--what", "schedule", "-o", str(out), "-q"]) == 0
+    svg_root = parse(svg.schedule(load_plan(EXAMPLES / "llama3-70b-train.par")))
+    w, h, rows = _png_pixels(out.read_bytes())
+    assert (w, h) == (2 * int(float(svg_root.get("width"))), 2 * int(float(svg_root.get("height"))))
+    colours = {px for row in rows[::4] for px in row[::4]}
+    # the forward blocks are drawn in their colour, not a blank page
+    fwd = tuple(int(KIND_F[i:i + 2], 16) for i in (1, 3, 5))
+    assert fwd in colours and len(colours) > 20
+    capsys.readouterr()
+
+
+KIND_F = svg.KIND_COLORS["F"]
+
+
+def test_draw_help_names_the_png_extra(capsys):
+    assert main(["draw", "--help"]) == 0
+    assert "parc[png]" in " ".join(capsys.readouterr().out.split())

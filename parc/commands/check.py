@@ -14,8 +14,9 @@ example:
 
 def add_arguments(p):
     p.add_argument("specs", nargs="+", metavar="SPEC", help=".par files to check")
-    p.add_argument("--target", action="append", default=[], metavar="T",
-                   help="also apply this target's rules (repeatable)")
+    from .targets import add_target
+
+    add_target(p)
     p.add_argument("--warnings-as-errors", action="store_true", help="exit 1 on warnings too")
     add_common(p)
 
@@ -45,7 +46,8 @@ def run(args) -> int:
         if text:
             sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
         if not args.quiet or summary["errors"] or summary["warnings"]:
-            print(render_summary(summary))
+            notes = sum(d.severity not in ("error", "warning") for d in shown)
+            print(render_summary(summary, notes=notes))
     if io_fail:
         return 2
     if summary["errors"] or (args.warnings_as_errors and summary["warnings"]):

@@ -3,10 +3,17 @@ from __future__ import annotations
 
 import sys
 
+from ..words import count
+
 DESCRIPTION = ("Emit the launch plan for a target: torchrun scripts, vllm serve commands, Megatron-LM "
                "arguments, a Slurm job, a Kubernetes PyTorchJob, or the resolved plan as JSON. A spec with "
                "errors is refused with its diagnostics. The same spec always gives the same bytes.")
 EPILOG = """exit status: 0 written, 1 the spec has errors, 2 usage or I/O failure
+
+--format json prints one JSON object on stdout, also when the spec has errors:
+  {"file", "target", "ok", "files": [{"path", "executable", "text"}], "diagnostics": [...]}
+(with -o DIR, "output": DIR and the files are written there; "error" says why when ok is false
+for a reason other than the diagnostics)
 
 examples:
   parc compile examples/llama3-70b-serve.par
@@ -16,10 +23,14 @@ examples:
 
 def add_arguments(p):
     p.add_argument("spec", metavar="SPEC", help="the .par file")
-    p.add_argument("--target", "-t", metavar="T",
-                   help="torchrun, vllm, megatron, slurm, kubernetes or json (may be left out when the spec "
-                   "names exactly one target)")
+    from .targets import add_target
+
+    add_target(p, repeatable=False, backends_only=True, short=True,
+               help="torchrun, vllm, megatron, slurm, kubernetes or json (may be left out when the spec "
+               "names exactly one target)")
     p.add_argument("-o", "--output", metavar="DIR", help="write the files into DIR (default: print them)")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text (default: the files, diagnostics on stderr) or json (one object on stdout)")
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in "
                    "(default: the git checkout holding the spec, else its folder)")
 
@@ -90,24 +101,19 @@ def run(args) -> int:
     from .common import read_error
 
     known = backends.names()
-    if args.target is not None and args.target not in known:
-        import difflib
-
-        near = difflib.get_close_matches(args.target, known, n=1)
-        print(f"parc: unknown target `{args.target}`" + (f"; did you mean `{near[0]}`?" if near else "")
-              + f" (targets: {', '.join(known)})", file=sys.stderr)
-        return 2
     try:
         r, target, files = compile_spec(args.spec, args.target, root=args.root)
     except OSError as e:
         print(read_error(args.spec, e), file=sys.stderr)
         return 2
+    if getattr(args, "format", "text") == "json":
+        return _run_json(args, r, target, files, known)
     if r.diagnostics:
         text = render_text(r.diagnostics, r.sources, color=use_color(sys.stderr))
         sys.stderr.write(text if text.endswith("\n") else text + "\n")
     if files is None and (r.errors or r.plan is None):
         n = len(r.errors)
-        print(f"parc: not compiled: {n} error{'s' if n != 1 else ''} in {r.file}", file=sys.stderr)
+        print(f"parc: not compiled: {count(n, 'error')} in {r.file}", file=sys.stderr)
         return 1
     if target is None:
         named = list(r.plan.targets)
@@ -121,8 +127,38 @@ def run(args) -> int:
         except OSError as e:
             print(f"parc: cannot write to {args.output}: {e.strerror or e}", file=sys.stderr)
             return 2
-        print(f"wrote {len(files)} file{'s' if len(files) != 1 else ''} for {target} to {args.output}: "
+        print(f"wrote {count(len(files), 'file')} for {target} to {args.output}: "
               + ", ".join(f.path for f in files[:6]) + (", ..." if len(files) > 6 else ""))
         return 0
     sys.stdout.write(render_stdout(files))
     return 0
+
+
+def _run_json(args, r, target, files, known) -> int:
+    """`--format json`: one object on stdout whatever happens after the spec was read."""
+    import json
+
+    out = {"file": r.file, "target": target, "ok": False, "files": [],
+           "diagnostics": [d.to_json() for d in r.diagnostics]}
+    code = 0
+    if files is None and (r.errors or r.plan is None):
+        code = 1
+    elif target is None:
+        named = list(r.plan.targets)
+        out["error"] = (f"say which target to compile for with --target (it names "
+                        f"{', '.join(named) if named else 'none'}; targets: {', '.join(known)})")
+        code = 2
+    else:
+        listed = [{"path": f.path, "executable": bool(f.executable), "text": f.text} for f in files]
+        if args.output:
+            out["output"] = args.output
+            try:
+                write_files(args.output, files)
+            except OSError as e:
+                out["error"] = f"cannot write to {args.output}: {e.strerror or e}"
+                code = 2
+        if not code:
+            out["ok"] = True
+            out["files"] = listed
+    print(json.dumps(out, indent=2, ensure_ascii=False))
+    return code

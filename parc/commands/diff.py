@@ -5,12 +5,17 @@ import os
 import sys
 from dataclasses import dataclass
 
+from ..words import count
+
 DESCRIPTION = """Compare two versions of a spec: the settings that changed and what they do to the plan —
 degrees, world size, per-GPU memory, communication, bubble and step time — old → new with
 the difference. `--git REV` reads the old version from git (and the files it imports, from
 the same revision)."""
 EPILOG = """exit status: 0 compared, 1 a version has errors (printed; a plan with memory, topology or
 target errors is still compared), 2 usage, I/O or git failure
+
+with --exit-code, as `git diff --exit-code` and diff(1), for CI gates: 0 the plan did not change,
+1 it changed (a setting or a metric), 2 trouble (usage, I/O, git, or a version with errors)
 
 examples:
   parc diff old.par new.par
@@ -26,6 +31,8 @@ def add_arguments(p):
     p.add_argument("--all", action="store_true", help="show unchanged rows too")
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the metrics that changed, no header")
+    p.add_argument("--exit-code", action="store_true",
+                   help="exit 1 when the plan changed and 0 when it did not (2 on trouble), for CI gates")
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -257,7 +264,7 @@ def render_markdown(old_name: str, new_name: str, rows, changes, show_all=False,
                        f"| {fmt_change(r)}{mark} |")
         out.append("")
     if changes:
-        out += [f"<details><summary>{len(changes)} setting{'s' if len(changes) != 1 else ''} changed</summary>",
+        out += [f"<details><summary>{count(len(changes), 'setting')} changed</summary>",
                 "", "| setting | old | new |", "|---|---|---|"]
         out += [f"| `{c['path']}` | {_md(_setting_value(c['old']))} | {_md(_setting_value(c['new']))} |"
                 for c in changes]
@@ -441,7 +448,7 @@ def run(args) -> int:
         new = load(new_path, root=args.root)
     except DiffError as e:
         print(str(e).rstrip("\n"), file=sys.stderr)
-        return e.code
+        return 2 if args.exit_code else e.code
     rows = compare(old.estimate, new.estimate)
     changes = setting_changes(old.plan, new.plan)
     errors = _error_lines((old, new))
@@ -460,4 +467,8 @@ def run(args) -> int:
                                      show_all=args.all, quiet=args.quiet))
         for line in errors:
             print(line, file=sys.stderr)
+    if args.exit_code:
+        if errors:
+            return 2
+        return 1 if changes or any(r["verdict"] != "same" for r in rows) else 0
     return 1 if errors else 0

@@ -4,10 +4,14 @@ from __future__ import annotations
 import os
 import sys
 
+from ..words import count
+
 DESCRIPTION = """Draw a plan: `mesh` (nodes, their GPUs coloured by tensor-parallel group and labelled
 with (pp, dp, cp, tp), and what crosses between nodes), `schedule` (each pipeline rank's F, B
 and W blocks over time, idle time hatched) or `memory` (stacked bars per pipeline stage
-against the GPU's capacity). SVG is written by parc itself; PNG needs cairosvg."""
+against the GPU's capacity). SVG is written by parc itself, with nothing else installed. PNG
+needs the `png` extra, `pip install "parc[png]"`: cairosvg, which draws with the system's cairo
+library (libcairo2 on Debian and Ubuntu, cairo on Homebrew)."""
 EPILOG = """examples:
   parc draw examples/llama3-70b-train.par --what mesh -o mesh.svg
   parc draw examples/llama3-70b-train.par --what schedule -o schedule.png"""
@@ -19,18 +23,37 @@ def add_arguments(p):
     p.add_argument("spec", metavar="SPEC", help="the .par spec to draw")
     p.add_argument("--what", choices=WHAT, default="mesh", help="what to draw (default: mesh)")
     p.add_argument("-o", "--output", metavar="FILE",
-                   help="write FILE.svg or FILE.png (default: the SVG on stdout)")
+                   help="write FILE.svg or FILE.png (default: the SVG on stdout); PNG needs "
+                        "the png extra, pip install \"parc[png]\"")
     p.add_argument("--max-nodes", type=int, default=16, metavar="N",
                    help="mesh: draw at most N nodes, the first and the last (default: 16)")
     p.add_argument("--microbatches", type=int, metavar="M",
                    help="schedule: draw M microbatches (default: enough to show the pattern)")
-    p.add_argument("--target", action="append", default=[], metavar="T", help="also apply this target's rules")
+    from .targets import add_target
+
+    add_target(p)
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
 
 
+PNG_EXTRA = 'pip install "parc[png]"'
+
+
+def png_unavailable() -> str | None:
+    """Why PNG cannot be written here (None when it can): cairosvg missing, or installed
+    without the cairo library it loads."""
+    try:
+        import cairosvg  # noqa: F401  # type: ignore[import-not-found]
+    except ImportError:
+        return f"PNG output needs the png extra ({PNG_EXTRA}: cairosvg), which is not installed"
+    except OSError as e:  # cairocffi found no libcairo
+        return (f"PNG output needs the cairo library, which cairosvg cannot load ({e}); install it "
+                "(libcairo2 on Debian and Ubuntu, cairo on Homebrew)")
+    return None
+
+
 def to_png(svg_text: str) -> bytes:
-    """PNG bytes through cairosvg; ImportError when it is not installed."""
+    """PNG bytes at twice the SVG's size, through cairosvg (the `png` extra)."""
     import cairosvg  # type: ignore[import-not-found]
 
     return cairosvg.svg2png(bytestring=svg_text.encode("utf-8"), scale=2.0)
@@ -47,11 +70,9 @@ def run(args) -> int:
         print(f"parc draw: cannot tell the format of {out}: name it .svg or .png", file=sys.stderr)
         return 2
     if ext == ".png":
-        try:
-            import cairosvg  # noqa: F401  # type: ignore[import-not-found]
-        except (ImportError, OSError):
-            print("parc draw: PNG output needs cairosvg (pip install cairosvg), which is not installed; "
-                  "write .svg instead", file=sys.stderr)
+        why = png_unavailable()
+        if why:
+            print(f"parc draw: {why}; or write .svg", file=sys.stderr)
             return 2
     try:
         r = check_file(args.spec, args.target, root=args.root)
@@ -61,8 +82,7 @@ def run(args) -> int:
     if r.plan is None or r.errors:
         text = render_text(r.errors, r.sources, color=use_color(sys.stderr))
         sys.stderr.write(text + ("" if text.endswith("\n") else "\n"))
-        sys.stderr.write(f"parc: cannot draw {args.spec}: it has {len(r.errors)} "
-                         f"error{'s' if len(r.errors) != 1 else ''}\n")
+        sys.stderr.write(f"parc: cannot draw {args.spec}: it has {count(len(r.errors), 'error')}\n")
         return 1
     from ..pictures import svg
 
@@ -73,7 +93,8 @@ def run(args) -> int:
             from ..compiler import schedules
 
             why = schedules.check(r.plan.schedule.pipeline, r.plan.mesh.pp, args.microbatches,
-                                  r.plan.schedule.virtual_stages) if r.plan.mesh.pp > 1 else None
+                                  r.plan.schedule.virtual_stages) \
+                if r.plan.mesh.pp > 1 and r.plan.mode == "train" else None
             if why or args.microbatches < 1:
                 print(f"parc draw: --microbatches {args.microbatches}: {why or 'must be at least 1'}",
                       file=sys.stderr)

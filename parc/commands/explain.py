@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import sys
 
+from ..words import count, plural
+
 DESCRIPTION = ("Show the numbers behind a plan: where ranks land, what each GPU holds, what each axis "
                "sends and on which link, the pipeline bubble, step time and MFU.")
-EPILOG = """exit status: 0 shown, 1 the spec has errors (printed instead), 2 usage or I/O failure
+EPILOG = """exit status: 0 shown, 1 the spec has errors (printed instead; with --format json, as the
+`diagnostics` of a JSON object without the estimate), 2 usage or I/O failure
 
 examples:
   parc explain examples/llama3-70b-train.par
@@ -16,8 +19,9 @@ examples:
 def add_arguments(p):
     p.add_argument("spec", metavar="SPEC", help="the .par file to explain")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
-    p.add_argument("--target", action="append", default=[], metavar="T",
-                   help="also apply this target's rules before explaining (repeatable)")
+    from .targets import add_target
+
+    add_target(p, help="also apply this target's rules before explaining (repeatable)")
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in "
                    "(default: the git checkout holding the spec, else its folder)")
     p.add_argument("--html", metavar="FILE", help="also write the explanation as an HTML page")
@@ -34,11 +38,18 @@ def run(args) -> int:
         print(read_error(args.spec, e), file=sys.stderr)
         return 2
     errors = [d for d in r.diagnostics if d.severity == ERROR]
+    if (errors or r.plan is None) and args.format == "json":
+        import json
+
+        from ..compiler.diagnostics import summarize
+
+        print(json.dumps({"file": r.file, "diagnostics": [d.to_json() for d in r.diagnostics],
+                          "summary": summarize(r.diagnostics, 1)}, indent=2))
+        return 1
     if errors or r.plan is None:
         text = render_text(r.diagnostics, r.sources, color=use_color(sys.stderr))
         sys.stderr.write(text + ("" if text.endswith("\n") else "\n"))
-        sys.stderr.write(f"parc: cannot explain {args.spec}: it has {len(errors)} "
-                         f"error{'s' if len(errors) != 1 else ''}\n")
+        sys.stderr.write(f"parc: cannot explain {args.spec}: it has {count(len(errors), 'error')}\n")
         return 1
     page = None
     if args.html:
@@ -134,7 +145,7 @@ def render(plan, est, file: str) -> str:
     out = []
     what = "training" if plan.mode == "train" else "serving"
     out.append(f"{file}: {what} {m.name} ({fmt_count(est.params_total)} parameters) on {cl.nodes} × "
-               f"{cl.gpus_per_node} {cl.gpu.name} ({est.world_size} GPUs, {fmt_bytes(cl.gpu.memory)} each)")
+               f"{cl.gpus_per_node} {cl.gpu.name} ({count(est.world_size, 'GPU')}, {fmt_bytes(cl.gpu.memory)} each)")
     out.append("")
 
     # mesh and rank map
@@ -153,9 +164,9 @@ def render(plan, est, file: str) -> str:
     across = [ax for ax, a in rm["axes"].items() if a["size"] > 1 and a["nodes_spanned"] > 1]
     line = []
     if inside:
-        line.append(f"{', '.join(x.upper() for x in inside)} stay{'s' if len(inside) == 1 else ''} inside a node")
+        line.append(f"{', '.join(x.upper() for x in inside)} {plural(len(inside), 'stays', 'stay')} inside a node")
     if across:
-        line.append(f"{', '.join(x.upper() for x in across)} cross{'es' if len(across) == 1 else ''} nodes")
+        line.append(f"{', '.join(x.upper() for x in across)} {plural(len(across), 'crosses', 'cross')} nodes")
     if line:
         out.append("  " + "; ".join(line) + ".")
     out.append("")
@@ -163,7 +174,7 @@ def render(plan, est, file: str) -> str:
     # parameters and memory
     st = est.stages[est.most_loaded_stage]
     where = f"pipeline stage {st.stage} of {mesh.pp}, " if mesh.pp > 1 else ""
-    out.append(f"Memory per GPU ({where}the most loaded: {st.layers} layers, "
+    out.append(f"Memory per GPU ({where}the most loaded: {count(st.layers, 'layer')}, "
                f"{fmt_count(st.params)} parameters)")
     mem = st.memory
     rows = [["weights", fmt_bytes(mem.weights), _weights_note(plan, est)]]
@@ -175,13 +186,13 @@ def render(plan, est, file: str) -> str:
         rows.append(["optimizer", fmt_bytes(mem.optimizer),
                      f"{plan.train.optimizer}, {sb.optimizer:g} B/param" + (" / dp (zero ≥ 1)" if z >= 1 else "")])
         rows.append(["activations", fmt_bytes(mem.activations),
-                     f"{fmt_bytes(est.activation_bytes_per_layer)}/layer × {st.layers} layers × "
-                     f"{st.inflight:g} microbatch{'' if st.inflight == 1 else 'es'} in flight "
+                     f"{fmt_bytes(est.activation_bytes_per_layer)}/layer × {count(st.layers, 'layer')} × "
+                     f"{st.inflight:g} {plural(st.inflight, 'microbatch')} in flight "
                      f"({plan.train.recompute} recompute"
                      + (", SP" if plan.train.sequence_parallel and mesh.tp > 1 else "") + ")"])
     else:
         rows.append(["kv cache", fmt_bytes(mem.kv_cache),
-                     f"{est.kv_capacity_tokens:,} tokens × {est.kv_bytes_per_token:,} B/token"])
+                     f"{count(est.kv_capacity_tokens, 'token', sep=True)} × {est.kv_bytes_per_token:,} B/token"])
     free = mem.capacity - mem.total
     rows.append(["total", fmt_bytes(mem.total),
                  f"of {fmt_bytes(mem.capacity)} ({_pct(mem.total / mem.capacity)}), "
@@ -196,8 +207,8 @@ def render(plan, est, file: str) -> str:
         srv = plan.serve
         out.append("")
         out.append(f"KV cache: {est.kv_bytes_per_token:,} bytes per token per GPU; "
-                   f"{est.kv_capacity_tokens:,} tokens fit at gpu_memory_utilization = "
-                   f"{srv.gpu_memory_utilization:g}, i.e. {est.max_concurrent_seqs} concurrent sequences "
+                   f"{count(est.kv_capacity_tokens, 'token', sep=True)} fit at gpu_memory_utilization = "
+                   f"{srv.gpu_memory_utilization:g}, i.e. {count(est.max_concurrent_seqs, 'concurrent sequence')} "
                    f"of max_model_len = {srv.max_model_len:,}")
     out.append("")
 
@@ -231,7 +242,7 @@ def render(plan, est, file: str) -> str:
         v = f", {sch.virtual_stages} virtual stages" if sch.virtual_stages > 1 else ""
         out.append("Schedule and time")
         rows = [
-            ["pipeline", f"{sch.pipeline}{v}, {est.microbatches} microbatches of {sch.micro_batch}"],
+            ["pipeline", f"{sch.pipeline}{v}, {count(est.microbatches, 'microbatch')} of {sch.micro_batch}"],
             ["bubble", f"{_pct(est.bubble_fraction)} of the step idle"
                        + (f" (pp = {mesh.pp})" if mesh.pp > 1 else " (no pipeline)")],
             ["tokens/step", f"{est.tokens_per_step:,}"],

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sys
 
+from ..words import count
+
 DESCRIPTION = """Check specs like `parc check`, plus style and advice (P5), over files, folders and globs.
 
 Folders are searched for .par files recursively. Silence one finding on its line with a
@@ -31,8 +33,9 @@ def add_arguments(p):
                    help="do not report these codes or families, comma-separated")
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                    help="skip paths matching this glob (repeatable)")
-    p.add_argument("--target", action="append", default=[], metavar="T",
-                   help="also apply this target's rules (repeatable)")
+    from .targets import add_target
+
+    add_target(p)
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in "
                    "(default: the git checkout holding each spec, else its folder)")
     p.add_argument("--warnings-as-errors", action="store_true", help="exit 1 on warnings too")
@@ -69,7 +72,7 @@ def run(args) -> int:
         if out:
             print(out)
         if not args.quiet or diags:
-            print(summary_line(res))
+            print(summary_line(res, diags))
     else:
         _text(res, diags, args.quiet)
     if not res.files and not res.io_errors and fmt == "text":
@@ -87,10 +90,12 @@ def _json(res, diags) -> str:
     }, indent=2)
 
 
-def summary_line(res) -> str:
+def summary_line(res, shown=None) -> str:
+    """The counts; ``shown``: the findings printed (their notes are counted too)."""
     from ..compiler.diagnostics import render_summary, summarize
 
-    line = render_summary(summarize(res.diagnostics, len(res.files)))
+    notes = sum(d.severity not in ("error", "warning") for d in (res.diagnostics if shown is None else shown))
+    line = render_summary(summarize(res.diagnostics, len(res.files)), notes=notes)
     if line.startswith("ok:"):
         line = line.replace("checked", "linted")
     if res.suppressed:
@@ -109,13 +114,12 @@ def _text(res, diags, quiet: bool):
     for f, ds in groups.items():
         e = sum(d.severity == ERROR for d in ds)
         w = sum(d.severity == WARNING for d in ds)
-        counts = ", ".join(x for x in (f"{e} error{'s' if e != 1 else ''}" if e else "",
-                                       f"{w} warning{'s' if w != 1 else ''}" if w else "") if x)
+        counts = ", ".join(x for x in (count(e, "error") if e else "", count(w, "warning") if w else "") if x)
         head = f"{f}" + (f"  ({counts})" if counts else "")
         out.write((f"\x1b[1;4m{head}\x1b[0m" if color else f"── {head}") + "\n")
         out.write(render_text(ds, res.sources, color=color).rstrip("\n") + "\n\n")
     if not quiet or diags:
-        line = summary_line(res)
+        line = summary_line(res, diags)
         if color:
             tint = "\x1b[1;31m" if res.errors else "\x1b[1;33m" if res.warnings else "\x1b[1;32m"
             line = f"{tint}{line}\x1b[0m"

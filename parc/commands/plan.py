@@ -31,8 +31,9 @@ def add_arguments(p):
                    help="sequences per training step (default: the spec's, else about 4M tokens)")
     p.add_argument("--top", type=int, default=10, metavar="K", help="how many plans to report (default 10)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the best plan there as a formatted spec")
-    p.add_argument("--target", action="append", default=[], metavar="T",
-                   help="also apply this target's rules to the plans (repeatable)")
+    from .targets import add_target
+
+    add_target(p, help="also apply this target's rules to the plans (repeatable)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in")
 

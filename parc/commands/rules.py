@@ -25,7 +25,9 @@ FAMILIES = {
 def add_arguments(p):
     p.add_argument("codes", nargs="*", metavar="CODE",
                    help="codes (P102) or families (P1) to show; a single code prints its page")
-    p.add_argument("--target", metavar="T", help="only codes that apply for this target (generic ones included)")
+    from .targets import add_target
+
+    add_target(p, repeatable=False, help="only codes that apply for this target (generic ones included)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
 
 

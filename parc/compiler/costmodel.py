@@ -729,7 +729,7 @@ class Estimate:
         return max(st.params for st in self.stages)
 
     def to_json(self) -> dict:
-        """The ``parc explain --format json`` object (LANGUAGE.md section 3, plus more). Serving
+        """The ``parc explain --format json`` object (docs/json.md lists its keys). Serving
         plans give 0 for per-step quantities and add ``comm_per_token`` (bytes per GPU per decoded
         token) and ``comm_time_per_token``."""
         mem = self.memory

@@ -200,16 +200,22 @@ def render_text(diags: Sequence[Diagnostic], sources: dict[str, str] | None = No
     return "\n".join(out)
 
 
-def render_summary(summary: dict) -> str:
+def render_summary(summary: dict, notes: int = 0) -> str:
+    """The last line of `parc check`: "no problems" only when nothing was reported, else the
+    counts (``notes``: the notes that were printed)."""
+    from ..words import count
+
     e, w, f = summary["errors"], summary["warnings"], summary["files"]
     if not e and not w:
-        return f"ok: {f} file{'s' if f != 1 else ''} checked, no problems"
+        return f"ok: {count(f, 'file')} checked, " + (count(notes, "note") if notes else "no problems")
     parts = []
     if e:
-        parts.append(f"{e} error{'s' if e != 1 else ''}")
+        parts.append(count(e, "error"))
     if w:
-        parts.append(f"{w} warning{'s' if w != 1 else ''}")
-    return f"{', '.join(parts)} in {f} file{'s' if f != 1 else ''}"
+        parts.append(count(w, "warning"))
+    if notes:
+        parts.append(count(notes, "note"))
+    return f"{', '.join(parts)} in {count(f, 'file')}"
 
 
 def render_json(diags: Sequence[Diagnostic], files: int) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from html import escape
 
+from ..words import count
+
 from . import svg
 
 _CSS = """
@@ -105,7 +107,7 @@ def explain_page(plan, estimate) -> str:
     what = "Training" if train else "Serving"
     parts.append(f'<p class="lead">{what} <b>{_e(m.name)}</b> ({_count(est.get("params", {}).get("total"))} '
                  f"parameters) on {cl.nodes} × {cl.gpus_per_node} {_e(cl.gpu.name)} "
-                 f"({est.get('world_size', plan.world_size)} GPUs, {_gb(cl.gpu.memory)} each); mesh "
+                 f"({count(est.get('world_size', plan.world_size), 'GPU')}, {_gb(cl.gpu.memory)} each); mesh "
                  + _e(" × ".join(f"{a}={mesh.size(a)}" for a in mesh.order))
                  + (f", ep={mesh.ep}" if mesh.ep > 1 else "") + (f", etp={mesh.etp}" if mesh.etp > 1 else "")
                  + "</p>")
@@ -167,8 +169,10 @@ def explain_page(plan, estimate) -> str:
     # communication and time
     parts.append('<section id="communication"><h2>Communication per GPU '
                  + ("per step" if train else "per decoded token") + "</h2>")
-    comm, links = est.get("comm_per_step") or {}, est.get("comm_link") or {}
-    ctime, lk = est.get("comm_time") or {}, est.get("links") or {}
+    # a serving plan's bytes and times are per decoded token (its per-step numbers are zero)
+    comm = est.get("comm_per_step" if train else "comm_per_token") or {}
+    ctime = est.get("comm_time" if train else "comm_time_per_token") or {}
+    links, lk = est.get("comm_link") or {}, est.get("links") or {}
     rows = []
     for ax in ("tp", "cp", "ep", "pp", "dp"):
         ln = links.get(ax)

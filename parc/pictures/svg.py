@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from html import escape
 
+from ..words import count, plural
+
 # ColorBrewer-like qualitative palette (12), readable on white and distinct side by side
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
            "#b07aa1", "#ff9da7", "#9c755f", "#86bc86", "#d37295", "#a0cbe8")
@@ -98,7 +100,7 @@ def mesh(plan, max_nodes: int = 16) -> str:
     body: list[str] = []
     mo = rm.order
     experts = "".join(f", {a}={rm.size(a)}" for a in ("ep", "etp") if rm.size(a) > 1)
-    title = (f"Rank map: {world} GPUs on {n_nodes} node{'s' if n_nodes != 1 else ''} × {g}; "
+    title = (f"Rank map: {count(world, 'GPU')} on {count(n_nodes, 'node')} × {g}; "
              f"mesh {' × '.join(f'{a}={rm.sizes[a]}' for a in mo)}{experts} (last axis innermost)")
     body.append(_text(left, 22, title, "title"))
     sub = ("GPUs coloured by tensor-parallel group; label: rank and (pp, dp, cp, tp)" if tp > 1 else
@@ -112,7 +114,7 @@ def mesh(plan, max_nodes: int = 16) -> str:
             skipped = node - shown[i - 1] - 1
             body.append(f'<g class="skipped" data-nodes="{skipped}">'
                         + _text(left + node_w / 2, y + 16,
-                                f"⋮  {skipped} more node{'s' if skipped != 1 else ''} "
+                                f"⋮  {skipped} more {plural(skipped, 'node')} "
                                 f"(ranks {(shown[i - 1] + 1) * g}–{node * g - 1}) follow the same pattern",
                                 "muted", "middle") + "</g>")
             y += 30
@@ -252,41 +254,62 @@ def schedule_microbatches(pipeline: str, pp: int, microbatches: int, virtual_sta
 def schedule(plan, microbatches: int | None = None) -> str:
     """The pipeline schedule per rank as a time line under unit costs (F = 1, B = 2, or B = 1
     and W = 1 when the backward is split): one row per pipeline rank, F/B/W blocks numbered by
-    microbatch and shaded by virtual stage, idle time hatched."""
+    microbatch and shaded by virtual stage, idle time hatched. A serving plan runs forward
+    passes only: its batches flow through the stages with no backward."""
     from ..compiler import schedules as S
 
     pp = plan.mesh.pp
     sch = plan.schedule
-    v = sch.virtual_stages
+    serve = plan.mode == "serve"
+    v = 1 if serve else sch.virtual_stages
     if pp <= 1:
+        what = ("runs the forward passes of the whole model" if serve
+                else "runs forward and backward of the whole model")
         body = [_text(16, 24, "Pipeline schedule", "title"),
-                _text(16, 46, "pp = 1: no pipeline parallelism, so every GPU runs forward and backward "
-                              "of the whole model with no pipeline bubble.", "muted small")]
+                _text(16, 46, f"pp = 1: no pipeline parallelism, so every GPU {what} with no pipeline "
+                              "bubble.", "muted small")]
         return _svg("schedule", 640, 64, body, "Pipeline schedule: none (pp = 1)",
                     attrs=' data-pp="1" data-blocks="0"')
-    total_m = sch.microbatches or 0
-    m = schedule_microbatches(sch.pipeline, pp, total_m, v) if microbatches is None else microbatches
-    why = S.check(sch.pipeline, pp, m, v)
-    if why:
-        body = [_text(16, 24, f"Pipeline schedule: {sch.pipeline}", "title"),
-                _text(16, 46, f"cannot be drawn: {why}", "muted small")]
-        return _svg("schedule", 640, 64, body, f"Pipeline schedule {sch.pipeline}: {why}",
-                    attrs=f' data-pp="{pp}" data-blocks="0"')
-    slots = S.timeline(sch.pipeline, pp, m, v)
-    span = S.makespan(slots)
-    bubble = S.bubble_fraction(slots)
-    nstages = pp * S.stages_per_rank(sch.pipeline, v)
+    if serve:
+        # each batch in flight passes stage 0, 1, ... in turn; a stage takes the next batch as
+        # soon as it hands one on, so the pipeline is full once pp batches are in flight
+        m = microbatches if microbatches is not None else 2 * pp
+        slots = [[S.Slot(S.Action("F", j, r), r, float(r + j), float(r + j + 1)) for j in range(m)]
+                 for r in range(pp)]
+        nstages = pp
+        span = S.makespan(slots)
+        bubble = S.bubble_fraction(slots)
+        title = f"Serving pipeline: pp = {pp}, forward passes only (no backward), {count(m, 'batch')}"
+        sub = (f"unit cost: F = 1 per stage; each batch passes the stages in turn, the next right behind "
+               f"it; idle (hatched) = {bubble * 100:.1f}% of pp × span")
+        legend = (("F", "forward"),)
+    else:
+        total_m = sch.microbatches or 0
+        m = schedule_microbatches(sch.pipeline, pp, total_m, v) if microbatches is None else microbatches
+        why = S.check(sch.pipeline, pp, m, v)
+        if why:
+            body = [_text(16, 24, f"Pipeline schedule: {sch.pipeline}", "title"),
+                    _text(16, 46, f"cannot be drawn: {why}", "muted small")]
+            return _svg("schedule", 640, 64, body, f"Pipeline schedule {sch.pipeline}: {why}",
+                        attrs=f' data-pp="{pp}" data-blocks="0"')
+        slots = S.timeline(sch.pipeline, pp, m, v)
+        span = S.makespan(slots)
+        bubble = S.bubble_fraction(slots)
+        nstages = pp * S.stages_per_rank(sch.pipeline, v)
+        shown_m = (count(m, "microbatch") if m == total_m
+                   else f"{m} of {count(total_m, 'microbatch')} (the steady state repeats)")
+        title = (f"Pipeline schedule {sch.pipeline} (torch {S.torch_schedule_name(sch.pipeline, v)}): pp = {pp}"
+                 + (f", {nstages // pp} stages per rank" if nstages > pp else "") + f", {shown_m}")
+        sub = (f"unit costs: F = 1, B = 2 (B = 1 and W = 1 when split); idle (hatched) = "
+               f"{bubble * 100:.1f}% of pp × step")
+        legend = (("F", "forward"), ("B", "backward"), ("W", "weight grads"))
     left, top, row_h, gap = 70, 64, 26, 6
     unit = max(6.0, min(28.0, 1100.0 / max(span, 1.0)))
     width = left + span * unit + 30
     height = top + pp * (row_h + gap) + 46
     body: list[str] = []
-    shown_m = f"{m} microbatches" if m == total_m else f"{m} of {total_m} microbatches (the steady state repeats)"
-    title = (f"Pipeline schedule {sch.pipeline} (torch {S.torch_schedule_name(sch.pipeline, v)}): pp = {pp}"
-             + (f", {nstages // pp} stages per rank" if nstages > pp else "") + f", {shown_m}")
     body.append(_text(16, 22, title, "title"))
-    body.append(_text(16, 40, f"unit costs: F = 1, B = 2 (B = 1 and W = 1 when split); idle (hatched) = "
-                              f"{bubble * 100:.1f}% of pp × step", "muted small"))
+    body.append(_text(16, 40, sub, "muted small"))
     body.append('<defs><pattern id="idle-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
                 'patternTransform="rotate(45)"><rect width="6" height="6" fill="#f3f3f3"/>'
                 '<line x1="0" y1="0" x2="0" y2="6" stroke="#c9c9c9" stroke-width="2"/></pattern></defs>')
@@ -302,11 +325,13 @@ def schedule(plan, microbatches: int | None = None) -> str:
             a = s.action
             kind = a.kind
             split = a.split
-            vs = a.stage // pp if S.placement_style(sch.pipeline, v) == "loop" else (0 if a.stage < pp else 1)
+            vs = (0 if serve else a.stage // pp if S.placement_style(sch.pipeline, v) == "loop"
+                  else (0 if a.stage < pp else 1))
             shade = _shade(KIND_COLORS[kind], vs, nstages // pp)
             x, w = left + s.start * unit, (s.end - s.start) * unit
             label = f"{a.microbatch}"
-            tip = (f"rank {r}: {'B (input grads)' if split else kind} of microbatch {a.microbatch}, "
+            tip = (f"rank {r}: {'B (input grads)' if split else kind} of {'batch' if serve else 'microbatch'} "
+                   f"{a.microbatch}, "
                    f"stage {a.stage}; t = {s.start:g}–{s.end:g}")
             body.append(
                 f'<rect class="block {kind}" data-rank="{r}" data-kind="{kind}" data-microbatch="{a.microbatch}" '
@@ -329,7 +354,7 @@ def schedule(plan, microbatches: int | None = None) -> str:
         body.append(f'<line x1="{x:.1f}" y1="{ay}" x2="{x:.1f}" y2="{ay + 4}" stroke="#888"/>'
                     + _text(x, ay + 14, k, "tiny muted", "middle"))
     lx, ly = left, ay + 30
-    for kind, name in (("F", "forward"), ("B", "backward"), ("W", "weight grads")):
+    for kind, name in legend:
         body.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="10" fill="{KIND_COLORS[kind]}"/>'
                     + _text(lx + 16, ly, f"{kind} {name}", "small"))
         lx += 110
@@ -339,7 +364,7 @@ def schedule(plan, microbatches: int | None = None) -> str:
         body.append(_text(lx + 60, ly, "darker: later virtual stage", "small muted"))
     return _svg("schedule", max(width, 620, _min_width(title)), height, body, title,
                 attrs=f' data-pp="{pp}" data-microbatches="{m}" data-blocks="{n_blocks}" '
-                      f'data-bubble="{bubble:.6f}"')
+                      f'data-bubble="{bubble:.6f}" data-mode="{"serve" if serve else "train"}"')
 
 
 def _idle(x, y, w, h, rank, t0, t1) -> str:
@@ -378,7 +403,7 @@ def memory(plan, estimate=None) -> str:
     height = top + plot_h + 48
     body: list[str] = []
     gpu = plan.cluster.gpu.name
-    title = (f"Memory per GPU by pipeline stage ({n} stage{'s' if n != 1 else ''}) against the "
+    title = (f"Memory per GPU by pipeline stage ({count(n, 'stage')}) against the "
              f"{gpu}'s {cap / 1e9:.1f} GB")
     body.append(_text(16, 22, title, "title"))
     most = est.get("most_loaded_stage", 0)

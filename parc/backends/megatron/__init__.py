@@ -1,7 +1,7 @@
 """Megatron-LM: ``pretrain_gpt.py`` (or the spec's entry point) under the torchrun launch, with
 the argument list that gives Megatron-LM the plan's model, mesh, schedule and training setup.
 
-Flag names follow Megatron-LM core 0.20.0 (peer-rules.md section 2.1). What Megatron derives
+Flag names follow Megatron-LM core 0.20.0 (``megatron/training/arguments.py``). What Megatron derives
 from these arguments equals the plan: ``dp = world / (tp·pp·cp)`` and
 ``microbatches = global_batch / (micro_batch · dp)``.
 

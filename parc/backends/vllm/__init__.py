@@ -11,7 +11,7 @@ Several nodes are started in one of three ways:
   replicas per node, ``--data-parallel-start-rank`` and ``--data-parallel-address`` on every
   node, all but node 0 ``--headless``.
 
-vLLM lays ranks out as (dp, pp, pcp, tp), tp innermost (peer-rules.md section 3); parc's cp is
+vLLM lays ranks out as (dp, pp, pcp, tp), tp innermost (vLLM's ``ParallelConfig``); parc's cp is
 vLLM's prefill context parallelism (``--prefill-context-parallel-size``, dp = 1 only); expert
 parallelism is ``--enable-expert-parallel`` with ep = dp·cp·tp. Rules P601 and P604-P606 and
 P614 refuse the plans vLLM cannot run; P651 and P652 here add the multi-node layout and the
