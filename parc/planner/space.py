@@ -207,13 +207,25 @@ def batch_options(pr: Problem, dp: int) -> list[tuple[int, int, int]]:
     return out
 
 
+def few_microbatches_refused(pr: Problem) -> bool:
+    """Whether P202 refuses 1F1B with fewer microbatches than stages: torch's Schedule1F1B does (the
+    torch runtime, and a plan without a target, which runs on it); Megatron-LM and DeepSpeed run it."""
+    from ..compiler.rules import TARGET_FAMILIES
+
+    named = pr.rule_targets & set(TARGET_FAMILIES)
+    return "torch" in named or not named
+
+
 def schedule_ok(pr: Problem, name: str, p: int, n: int, v: int) -> bool:
-    """P202 (gpipe/1f1b need m ≥ pp), P207 (dualpipe_v m ≥ 2pp), P208 (zero_bubble rounds), and
-    for the targets P203 (Megatron-LM: interleaved m a multiple of pp) and P205 (torch: rounds)."""
+    """P202 (1f1b needs m ≥ pp where torch's Schedule1F1B runs it), P207 (dualpipe_v m ≥ 2pp), P208
+    (zero_bubble rounds), and for the targets P203 (Megatron-LM: interleaved m a multiple of pp) and
+    P205 (torch: rounds)."""
     if p <= 1:
         return True
-    if name in ("gpipe", "1f1b"):
-        return n >= p
+    if name == "1f1b":
+        return n >= p or not few_microbatches_refused(pr)
+    if name == "gpipe":
+        return True
     if name == "dualpipe_v":
         return n >= 2 * p
     rounds_ok = n % max(1, n // p) == 0
