@@ -99,8 +99,10 @@ def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple
         return [(e, t) for e in _fixed(pr, "mesh.ep", [1]) for t in _fixed(pr, "mesh.etp", [1])]
     tg = pr.rule_targets
     out = []
+    # vLLM spreads experts unevenly (P109 is a warning there); Megatron-LM and torch refuse it
+    uneven_ok = pr.mode == "serve" and "vllm" in tg and not tg & {"megatron", "torch"}
     for ep in _fixed(pr, "mesh.ep", divisors(region)):
-        if m.experts % ep:
+        if m.experts % ep and not uneven_ok:
             continue
         for etp in _fixed(pr, "mesh.etp", [t for t in divisors(tp) if (region // ep) % t == 0]):
             if m.moe_ffn_hidden % etp:
