@@ -122,12 +122,14 @@ def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple
 
 
 def rank_map(pr: Problem, mesh: tuple) -> RankMap:
-    """The rank map of a mesh shape (pp, dp, cp, tp, ep, etp) under the problem's axis order, cached."""
+    """The rank map of a mesh shape (pp, dp, cp, tp, ep, etp) under the problem's axis order (vLLM's own,
+    dp, pp, cp, tp, when it serves: the topology rules judge that one), cached."""
     key = ("rankmap", mesh)
     rm = pr.memo.get(key)
     if rm is None:
         pp, dp, cp, tp, ep, etp = mesh
-        rm = pr.memo[key] = RankMap.from_sizes(pr.cluster.gpus_per_node, order=pr.order, ep=ep, etp=etp,
+        order = ("dp", "pp", "cp", "tp") if pr.mode == "serve" and "vllm" in pr.rule_targets else pr.order
+        rm = pr.memo[key] = RankMap.from_sizes(pr.cluster.gpus_per_node, order=order, ep=ep, etp=etp,
                                                pp=pp, dp=dp, cp=cp, tp=tp)
     return rm
 
