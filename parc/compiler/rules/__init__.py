@@ -87,6 +87,47 @@ def rule_docs() -> dict[str, dict]:
         return tomllib.load(f)
 
 
+# Targets as the audit in data/rules.toml names them, in the order messages list them.
+AUDIT_TARGETS = ("megatron", "vllm", "torchrun", "deepspeed", "slurm", "kubernetes")
+LATE = {"initialisation": "only when it sets up its process groups", "model build": "only when it builds the model",
+        "first step": "only in its first step"}
+
+
+def audit(code: str, target: str) -> dict | None:
+    """Where ``target`` itself refuses what rule ``code`` refuses (``fails``, ``source``, ``check``,
+    ``note``), following ``same_as``; the torch runtime's rules are audited as "torch"."""
+    found = _audit_entry(code, target)
+    return found[1] if found else None
+
+
+def _audit_entry(code: str, target: str) -> tuple[str, dict] | None:
+    entries = rule_docs().get(code, {}).get("targets", {})
+    key = target if target in entries else "torchrun" if target == "torch" else target
+    seen = set()
+    while key in entries and "same_as" in entries[key] and key not in seen:
+        seen.add(key)
+        key = entries[key]["same_as"]
+    return (key, entries[key]) if key in entries else None
+
+
+def when_targets_fail(code: str, targets: Iterable[str]) -> str:
+    """`` (Megatron-LM refuses it only when it builds the model: megatron/...)`` for the targets that
+    refuse the plan late (process groups, model build, first step), from the audit; else ""."""
+    from .util import target_name
+
+    parts, seen = [], set()
+    for t in targets:
+        found = _audit_entry(code, t)
+        if not found or found[0] in seen:
+            continue
+        key, e = found
+        seen.add(key)
+        if e.get("said") or e.get("fails") not in LATE:
+            continue
+        parts.append(f"{target_name(key)} refuses it {LATE[e['fails']]} ({e['source']})")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def registry() -> dict[str, Rule]:
     for m in _MODULES:
         importlib.import_module(f"{__name__}.{m}")
@@ -211,6 +252,14 @@ def fixed_order_targets(plan: Plan, targets: Iterable[str]) -> dict[str, tuple[s
     return {t: ("dp", "pp", "cp", "tp") for t in targets if t == "vllm"}
 
 
+def _audit_order(active) -> list[str]:
+    """The active targets in message order, the torch runtime once (as torchrun)."""
+    names = [t for t in AUDIT_TARGETS if t in active]
+    if "torch" in active and "torchrun" not in names:
+        names.append("torch")
+    return names
+
+
 def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], bool] | None = None
               ) -> list[Diagnostic]:
     """Every applicable rule over ``plan``; ``targets`` adds targets beyond those the spec names."""
@@ -240,9 +289,13 @@ def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
                         chk.out.append(d)
             if any(d.severity == ERROR for d in chk.out):
                 failed.update(judges)
+            for d in chk.out:
+                if d.severity == ERROR:
+                    named = [d.target] if d.target else [x for x in _audit_order(implied)]
+                    d.message += when_targets_fail(code, named)
             out.extend(chk.out)
     return out
 
 
-__all__ = ["rule", "Rule", "Check", "run_rules", "registry", "rule_docs", "ERROR", "WARNING", "NOTE",
+__all__ = ["audit", "when_targets_fail", "rule", "Rule", "Check", "run_rules", "registry", "rule_docs", "ERROR", "WARNING", "NOTE",
            "GENERIC"]
