@@ -56,3 +56,24 @@ def test_a_wrong_tp_is_one_error(check_spec):
     # written out it does not, and both are reported
     fixed_dp = text.replace("dp = auto", "dp = 2")
     assert codes(check_spec(fixed_dp)) == ["P102", "P201"]
+
+
+def test_a_typo_in_recompute_does_not_hide_the_other_mistakes(check_spec):
+    # a value that is not a `recompute` (P016) stops only what reads the train block (the memory
+    # estimate): the head size, the TP group across nodes and the batch are reported with it
+    text = spec("from = llama3_8b; hidden = 4100", nodes=2, mesh="dp = auto; tp = 16",
+                schedule="micro_batch = 2; global_batch = 3", train="zero = 1; recompute = fulll")
+    r = check_spec(text)
+    assert codes(r) == ["P016", "P111", "P201", "P301"], [(d.code, d.message) for d in r.diagnostics]
+    assert r.plan is None   # a plan with a field left at its default is never handed on
+    # an unknown key in train is the same
+    typo = text.replace("recompute = fulll", "recomput = full")
+    assert codes(check_spec(typo)) == ["P007", "P111", "P201", "P301"]
+    # the memory estimate reads the train block: it waits for the fix
+    ok = spec("from = llama3_70b", mesh="tp = 8", schedule="micro_batch = 1; global_batch = 8",
+              train="zero = 0; recompute = fulll")
+    r = check_spec(ok)
+    assert codes(r) == ["P016"] and not [d for d in r.diagnostics if d.code.startswith("P4")]
+    # a bad value in the mesh still stops the rules: everything reads the mesh
+    bad_mesh = text.replace("tp = 16", 'tp = "16"')
+    assert {d.code[:2] for d in check_spec(bad_mesh).errors} == {"P0"}

@@ -149,12 +149,13 @@ MESH = ("world", "pp", "dp", "cp", "tp", "ep", "etp")
 # evenly still crosses a node, or fills one, as its number says).
 COUNTS = ("world", "pp", "dp", "cp", "ep", "etp")
 # Everything a layout depends on: the memory estimate reads all of it.
-LAYOUT = MESH + ("stages", "microbatches", "schedule", "head_dim", "seq")
+LAYOUT = MESH + ("stages", "microbatches", "schedule", "head_dim", "seq", "train", "serve")
 
 # code: (reads, judges). A rule whose error makes a quantity wrong judges it; a rule that reads a
 # wrong quantity is skipped. Quantities: the mesh degrees, "world" (the mesh against the cluster),
 # "stages" (the layers of each pipeline stage), "microbatches", "schedule" (a pipeline schedule
-# that can run), "head_dim", "seq" (the sequence each rank holds), "topology" (where groups land).
+# that can run), "head_dim", "seq" (the sequence each rank holds), "topology" (where groups land),
+# and "train" / "serve" (a block with a bad value, which the resolver left at its defaults).
 DEPENDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "P101": ((), ("world",)),
     "P102": (("tp",), ("tp",)),
@@ -170,7 +171,7 @@ DEPENDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "P112": (COUNTS, ("ep",)),
     "P113": (("etp",), ("etp",)),
     "P114": (("cp",), ("seq",)),
-    "P115": (("tp", "cp", "seq"), ("seq",)),
+    "P115": (("tp", "cp", "seq", "train"), ("seq",)),
     "P116": ((), ()),
     "P201": (("world", "dp"), ("microbatches",)),
     "P202": (("world", "pp", "microbatches"), ("schedule",)),
@@ -191,12 +192,12 @@ DEPENDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "P403": (LAYOUT, ()),
     "P404": (LAYOUT, ()),
     "P405": (LAYOUT, ()),
-    "P501": (COUNTS, ()),
-    "P502": (("tp",), ()),
+    "P501": (COUNTS + ("serve",), ()),
+    "P502": (("tp", "train"), ()),
     "P503": (COUNTS, ()),
-    "P504": (("world", "dp", "pp"), ()),
+    "P504": (("world", "dp", "pp", "train"), ()),
     "P505": ((), ()),
-    "P506": (("cp",), ()),
+    "P506": (("cp", "serve"), ()),
     "P507": (COUNTS + ("topology",), ()),
     "P550": ((), ()),
     "P551": ((), ()),
@@ -211,13 +212,13 @@ DEPENDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "P606": (COUNTS, ()),
     "P607": ((), ()),
     "P608": ((), ()),
-    "P609": (("tp",), ()),
+    "P609": (("tp", "train"), ()),
     "P610": (("pp",), ()),
     "P611": (("tp", "etp"), ()),
     "P612": (("etp",), ()),
     "P613": (COUNTS, ()),
     "P614": (("world", "dp", "pp", "cp"), ()),
-    "P615": (("pp",), ()),
+    "P615": (("pp", "train"), ()),
     "P651": (("world", "pp", "cp"), ()),
     "P652": (COUNTS, ()),
     "P653": ((), ()),
@@ -260,9 +261,10 @@ def _audit_order(active) -> list[str]:
     return names
 
 
-def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], bool] | None = None
-              ) -> list[Diagnostic]:
-    """Every applicable rule over ``plan``; ``targets`` adds targets beyond those the spec names."""
+def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], bool] | None = None,
+              failed: Iterable[str] = ()) -> list[Diagnostic]:
+    """Every applicable rule over ``plan``; ``targets`` adds targets beyond those the spec names;
+    ``failed`` names quantities already reported wrong (a `train` block with a bad value)."""
     reg = registry()
     tnames = active_targets(plan, targets)
     # runtime-style targets bring the torch rules along
@@ -270,7 +272,7 @@ def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
     if "torchrun" in implied or "slurm" in implied or "kubernetes" in implied:
         implied.add("torch")
     out: list[Diagnostic] = []
-    failed: set[str] = set()
+    failed = set(failed)
     codes = [c for c in FIRST if c in reg] + [c for c in sorted(reg) if c not in FIRST]
     for code in codes:
         r = reg[code]
