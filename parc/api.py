@@ -30,17 +30,21 @@ def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, 
     """Parse, resolve and validate one spec. Raises OSError if the spec itself cannot be read."""
     from .compiler.resolve import load
 
-    res = load(path, root=root, text=text)
+    res = load(path, root=root, text=text, partial=True)
     diags = list(res.diagnostics)
-    if res.plan is not None and not any(d.severity == ERROR for d in diags):
+    # errors confined to `train` or `serve` leave a partial plan: the rules that do not read those
+    # blocks still run, so the spec's other mistakes are reported in the same run
+    late = [d for d in diags if d.severity == ERROR and not any(d is p for p in res.partial_errors)]
+    if res.plan is not None and not late:
         from .compiler.rules import run_rules
 
-        diags.extend(run_rules(res.plan, targets, select=select))
+        diags.extend(run_rules(res.plan, targets, select=select, failed=res.partial))
+    plan = res.plan if not res.partial else None   # a partial plan is never handed on
     if select is not None:
         diags = [d for d in diags if select(d.code)]
     diags.sort(key=sort_key)
     shown = res.plan.file if res.plan else (res.sources and next(iter(res.sources))) or str(path)
-    return CheckResult(shown, res.plan, diags, res.sources)
+    return CheckResult(shown, plan, diags, res.sources)
 
 
 def load_plan(path: str | os.PathLike, targets: Iterable[str] = (), root=None) -> Plan:

@@ -33,11 +33,31 @@ def test_p201_names_derived_dp_and_micro_batch_alternative(check_spec):
 
 
 def test_p202_microbatches_below_pp(check_spec):
+    # without a target the plan runs on parc's torch runtime, whose Schedule1F1B refuses it
     bad = pipe("1f1b", 4)
     d = assert_fires(check_spec, bad, "P202", "global_batch = 4")
-    assert "at least 4 microbatches" in d.message and "12 / (1 · 2)" not in d.message
+    assert "Schedule1F1B" in d.message and "number of stages (4)" in d.message
     assert "global_batch = 4 / (1 · 2) = 2" in d.message.replace("global_batch / (micro_batch · dp) = ", "global_batch = ")
     assert_quiet(check_spec, pipe("1f1b", 64), "P202")
+
+
+def test_p202_megatron_runs_few_microbatches_with_a_bubble(check_spec):
+    # Megatron-LM's 1F1B shortens the warm-up to min(pp - rank - 1, m): a warning with the bubble
+    bad = pipe("1f1b", 4, target=MEG)
+    d = assert_fires(check_spec, bad, "P202", "global_batch = 4", severity="warning")
+    assert "Megatron-LM runs it" in d.message and "60%" in d.message and "3/5" in d.message
+    assert not check_spec(bad).errors
+    # the torch runtime's Schedule1F1B refuses it: an error naming the schedule and Megatron's bubble
+    both = pipe("1f1b", 4, target={**MEG, **TORCH})
+    d = assert_fires(check_spec, both, "P202", "global_batch = 4")
+    assert "Schedule1F1B" in d.message and "Megatron-LM would run it" in d.message
+    assert_fires(check_spec, pipe("1f1b", 4, target=TORCH), "P202", "global_batch = 4")
+    # torch's GPipe fills and drains any count: a warning
+    d = assert_fires(check_spec, pipe("gpipe", 4, target=TORCH), "P202", "global_batch = 4", severity="warning")
+    assert "GPipe runs it" in d.message
+    # DeepSpeed's TrainSchedule runs it too
+    assert_fires(check_spec, pipe("1f1b", 4), "P202", "global_batch = 4", severity="warning",
+                 targets=("deepspeed",))
 
 
 def test_p203_megatron_interleaved_remainder(check_spec):

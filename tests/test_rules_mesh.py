@@ -269,3 +269,23 @@ def test_p104_vllm_splits_unevenly_by_itself(check_spec):
     # asked for `even`, or without the vllm target, the split must divide
     assert_fires(check_spec, text.replace("serve {", "placement {\n  layers = even\n}\nserve {"), "P104", "layers = even")
     assert_fires(check_spec, spec("from = llama3_405b", nodes=4, mesh="pp = 4; tp = 8", serve=SERVE), "P104", "pp = 4")
+
+
+def test_p109_vllm_spreads_experts_unevenly(check_spec):
+    # vLLM's determine_expert_map gives the first experts % ep ranks one expert more: a warning
+    # stating the imbalance; Megatron-LM and the torch runtime refuse the same split
+    serve = spec("from = deepseek_moe_16b", gpn=6, mesh="dp = 3; tp = 2; ep = 6", serve=SERVE,
+                 target={"vllm": 'model = "deepseek-ai/deepseek-moe-16b-chat"'})
+    d = assert_fires(check_spec, serve, "P109", "ep = 6", severity="warning", target="vllm")
+    assert "4 ranks hold 11 experts and 2 hold 10" in d.message
+    assert "11 of 64" in d.message and "1.03×" in d.message
+    assert not check_spec(serve).errors
+    # the torch runtime (torchrun) refuses it, whatever vLLM does
+    both = serve.replace("target vllm {", 'target torchrun {\n  entrypoint = "serve.py"\n}\ntarget vllm {')
+    d = assert_fires(check_spec, both, "P109", "ep = 6")
+    assert "refuses it" in d.message
+    train = spec("from = deepseek_moe_16b", gpn=6, mesh="dp = 3; tp = 2; ep = 6",
+                 schedule="micro_batch = 1; global_batch = 6",
+                 target={"megatron": 'entrypoint = "pretrain_gpt.py"'})
+    d = assert_fires(check_spec, train, "P109", "ep = 6")
+    assert "Megatron-LM refuses it" in d.message

@@ -153,3 +153,29 @@ def test_p615_deepspeed_zero_with_pipeline(check_spec):
     d = assert_fires(check_spec, text, "P615", "zero = 2", target="deepspeed", targets=("deepspeed",))
     assert "ZeRO-2 and ZeRO-3 are incompatible" in d.message
     assert_quiet(check_spec, text.replace("zero = 2", "zero = 1"), "P615", targets=("deepspeed",))
+
+
+def test_p601_p602_point_at_the_block_and_name_the_specs_model(check_spec):
+    from test_rules_mesh import line_of
+
+    # --target vllm without a block: P602 points at the model vLLM must load and suggests its own id
+    text = "# Mixtral on one node\n" + spec("from = mixtral_8x7b", mesh="tp = 8", serve=SERVE)
+    r = check_spec(text, ("vllm",))
+    d = [x for x in r.diagnostics if x.code == "P602"][0]
+    assert d.span.line == line_of(text, 'model "m"') != 1
+    assert '"mistralai/Mixtral-8x7B-v0.1"' in d.help and "Llama-3-8B" not in d.help
+    # a model of its own (no preset, or a preset with another shape) gets its own name, not a Llama id
+    own = spec("from = llama3_8b; layers = 16", mesh="tp = 8", serve=SERVE, target={"vllm": "port = 8000"})
+    d = assert_fires(check_spec, own, "P602", "target vllm", target="vllm")
+    assert '"/path/to/m"' in d.help and 'model "m"' in d.help and "meta-llama" not in d.help
+    # a preset as it is: the id its shape was read from
+    d = assert_fires(check_spec, spec(L70, mesh="tp = 8", serve=SERVE, target={"vllm": "port = 8000"}),
+                     "P602", "target vllm", target="vllm")
+    assert '"meta-llama/Meta-Llama-3-70B"' in d.help
+    # torchrun asked for with no block: the train block, whose script it would run
+    train = spec(mesh="dp = 8", schedule=TRAIN64)
+    d = [x for x in check_spec(train, ("torchrun",)).diagnostics if x.code == "P602"][0]
+    assert d.span.line == line_of(train, "train {")
+    # P601: a training spec checked with --target vllm points at its train block
+    d = [x for x in check_spec(train, ("vllm",)).diagnostics if x.code == "P601"][0]
+    assert d.span.line == line_of(train, "train {") != 1

@@ -1,7 +1,7 @@
 """P3xx topology rules, read from the rank map: a spec that triggers each, and the same made valid."""
 from __future__ import annotations
 
-from test_rules_mesh import assert_fires, assert_quiet, spec
+from test_rules_mesh import assert_fires, assert_quiet, line_of, spec
 
 L70 = "from = llama3_70b"
 SERVE = "max_model_len = 4096"
@@ -85,3 +85,39 @@ def test_p301_and_p304_one_error_for_one_order_mistake(check_spec):
     text = spec(L70, nodes=2, mesh="tp = 4; pp = 2; dp = 2", placement="pp on inter_node", serve=SERVE)
     r = check_spec(text)
     assert [d.code for d in r.errors] == ["P301"]
+
+
+# ------------------------------------------------------------------------------ vLLM's fixed rank order
+
+VLLM_SERVE = {"vllm": 'model = "meta-llama/Meta-Llama-3-8B-Instruct"'}
+
+
+def test_vllm_mesh_order_is_judged_under_vllms_order(check_spec):
+    # the mesh lists tp outside dp, which would put each TP group across both nodes; vLLM lays ranks
+    # out as (dp, pp, cp, tp) whatever the mesh says, and under that order each TP group is one node
+    text = spec("from = llama3_8b", nodes=2, mesh="tp = 8; dp = 2", serve="max_model_len = 4096",
+                target=VLLM_SERVE)
+    r = check_spec(text)
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    d = [x for x in r.diagnostics if x.code == "P652"]
+    assert len(d) == 1 and d[0].severity == "note" and "dp, pp, cp, tp" in d[0].message
+    # the same spec for torchrun runs in the mesh's order: the TP group crosses the nodes
+    torch = text.replace('target vllm {\n  model = "meta-llama/Meta-Llama-3-8B-Instruct"\n}',
+                         'target torchrun {\n  entrypoint = "serve.py"\n}')
+    assert "P301" in {x.code for x in check_spec(torch).errors}
+
+
+def test_vllm_placement_that_breaks_under_vllms_order(check_spec):
+    # `dp on intra_node` holds in the mesh's order (pp, dp, tp: dp groups of ranks 4 apart) but not in
+    # vLLM's, where dp is outermost (ranks 8 apart, on two nodes): an error that says so, with no
+    # advice to reorder the mesh (vLLM would not follow it)
+    text = spec("from = llama3_8b", nodes=2, mesh="pp = 2; dp = 2; tp = 4", placement="dp on intra_node",
+                serve="max_model_len = 4096", target=VLLM_SERVE)
+    r = check_spec(text)
+    errs = [d for d in r.errors]
+    assert [d.code for d in errs] == ["P304"], [(d.code, d.message) for d in r.diagnostics]
+    assert "vLLM's rank order (dp, pp, cp, tp" in errs[0].message and "dp on intra_node" in errs[0].message
+    assert "mesh axes in the order" not in (errs[0].help or "")
+    assert errs[0].span.line == line_of(text, "dp on intra_node")
+    # without vLLM the mesh's own order holds the placement
+    assert not check_spec(text.replace('target vllm {\n  model = "meta-llama/Meta-Llama-3-8B-Instruct"\n}\n', "")).errors

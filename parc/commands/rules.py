@@ -51,6 +51,7 @@ def catalog() -> list[dict]:
             "targets": list(r.targets) if r else [GENERIC],
             "doc": d.get("doc", ""),
             "source": d.get("source"),
+            "targets_audit": d.get("targets", {}),
             "defined_in": _where(r.fn) if r else None,
         })
     return out
@@ -81,9 +82,25 @@ def _page(e: dict) -> str:
              f"targets {', '.join(e['targets'])}", "", _wrap(e["doc"] or "(no documentation)")]
     if e.get("source"):
         lines += ["", _wrap(f"source: {e['source']}")]
+    if e.get("targets_audit"):
+        lines += ["", "where each target refuses it:"]
+        for t, a in e["targets_audit"].items():
+            if "same_as" in a:
+                lines.append(_wrap(f"{t}: as {a['same_as']} (it launches {a['same_as']})", indent="  "))
+                continue
+            text = f"{t}: {a.get('fails', '')} ({a.get('source', '')}): {a.get('check', '')}"
+            if a.get("note"):
+                text += f"; {a['note']}"
+            lines.append(_item(text))
     if e.get("defined_in"):
         lines.append(f"check: {e['defined_in']}")
     return "\n".join(lines)
+
+
+def _item(text: str) -> str:
+    import textwrap
+
+    return textwrap.fill(text, width=88, initial_indent="  ", subsequent_indent="    ")
 
 
 def _table(entries: list[dict]) -> str:

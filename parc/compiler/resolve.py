@@ -96,6 +96,10 @@ class Resolution:
     plan: Plan | None
     diagnostics: list[Diagnostic]
     sources: dict[str, str]
+    # With ``partial``: the blocks (train, serve) whose errors left defaults in the plan, and
+    # those errors; the other checks can still judge the plan (see ``load``).
+    partial: frozenset = frozenset()
+    partial_errors: tuple = ()
 
 
 class Resolver:
@@ -296,6 +300,8 @@ class Resolver:
         else:
             help = f"`{where}` takes: " + ", ".join(fields)
         self.err("P007", f"unknown key `{st.key}` in `{where}`", st.key_span, help=help)
+        if where in PARTIAL_BLOCKS:
+            self.__dict__.setdefault("partial", {}).setdefault(where, []).append(self.diags[-1])
 
     # -- evaluation
     def assign(self, kind: str, key: str) -> S.Assign | None:
@@ -1016,11 +1022,17 @@ def build_placement(r: Resolver, mesh: Mesh, top: Span) -> Placement:
     return p
 
 
-def _section(r: Resolver, kind: str, cls, top: Span):
+# Blocks whose fields nothing else in the plan is computed from: a bad value there leaves the
+# field's default in a partial plan, so the checks that do not read the block still run.
+PARTIAL_BLOCKS = ("train", "serve")
+
+
+def _section(r: Resolver, kind: str, cls, top: Span, partial: bool = False):
     if kind not in r.blocks:
         return None
     obj = cls()
     failed = False
+    before = len(r.diags)
     for key in SC.BLOCKS[kind]:
         v = _get(r, kind, key)
         if v is _FAILED:
@@ -1029,7 +1041,9 @@ def _section(r: Resolver, kind: str, cls, top: Span):
             setattr(obj, key, v)
         r.spans.setdefault(f"{kind}.{key}", _head(r, kind, top))
     if failed:
-        raise _Incomplete()
+        if not partial:
+            raise _Incomplete()
+        r.__dict__.setdefault("partial", {}).setdefault(kind, []).extend(r.diags[before:])
     return obj
 
 
@@ -1062,7 +1076,7 @@ def build_targets(r: Resolver) -> dict[str, Target]:
     return out
 
 
-def resolve_document(r: Resolver, main_file: str) -> Plan | None:
+def resolve_document(r: Resolver, main_file: str, partial: bool = False) -> Plan | None:
     top = Span.point(main_file)
     parts: dict[str, Any] = {}
     ok = True
@@ -1082,7 +1096,7 @@ def resolve_document(r: Resolver, main_file: str) -> Plan | None:
     sections = {}
     for kind, cls in (("schedule", Schedule), ("train", Train), ("serve", Serve)):
         try:
-            sections[kind] = _section(r, kind, cls, top)
+            sections[kind] = _section(r, kind, cls, top, partial and kind in PARTIAL_BLOCKS)
         except _Incomplete:
             ok = False
             sections[kind] = _FAILED
@@ -1149,16 +1163,21 @@ def _resolve_split(plan: Plan) -> None:
 
 
 def load(path: str | os.PathLike, root: str | os.PathLike | None = None, text: str | None = None,
-         shown: str | None = None) -> Resolution:
-    """Read, parse and resolve one spec. I/O errors on the spec itself raise OSError."""
+         shown: str | None = None, partial: bool = False) -> Resolution:
+    """Read, parse and resolve one spec. I/O errors on the spec itself raise OSError.
+
+    With ``partial``, a bad value or unknown key in `train` or `serve` leaves that block's
+    defaults in the plan, and the Resolution names the block and its errors, so that the checks
+    that do not read it can still report the spec's other mistakes in the same run."""
     p = Path(path)
     r = Resolver(find_root(p, root))
     shown = shown or (str(path) if text is not None else r.display(p.resolve()) if p.is_absolute() else str(path))
     r.load_file(p, shown, text=text)
     plan = None
     if not any(d.code in ("P001", "P002") and d.span.file == shown for d in r.diags):
-        plan = resolve_document(r, shown)
-    return Resolution(plan, r.diags, r.sources)
+        plan = resolve_document(r, shown, partial)
+    bad = r.__dict__.get("partial", {}) if partial else {}
+    return Resolution(plan, r.diags, r.sources, frozenset(bad), tuple(d for ds in bad.values() for d in ds))
 
 
 def resolve_text(text: str, file: str = "<input>", root: str | os.PathLike | None = None) -> Resolution:

@@ -99,8 +99,10 @@ def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple
         return [(e, t) for e in _fixed(pr, "mesh.ep", [1]) for t in _fixed(pr, "mesh.etp", [1])]
     tg = pr.rule_targets
     out = []
+    # vLLM spreads experts unevenly (P109 is a warning there); Megatron-LM and torch refuse it
+    uneven_ok = pr.mode == "serve" and "vllm" in tg and not tg & {"megatron", "torch"}
     for ep in _fixed(pr, "mesh.ep", divisors(region)):
-        if m.experts % ep:
+        if m.experts % ep and not uneven_ok:
             continue
         for etp in _fixed(pr, "mesh.etp", [t for t in divisors(tp) if (region // ep) % t == 0]):
             if m.moe_ffn_hidden % etp:
@@ -120,12 +122,14 @@ def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple
 
 
 def rank_map(pr: Problem, mesh: tuple) -> RankMap:
-    """The rank map of a mesh shape (pp, dp, cp, tp, ep, etp) under the problem's axis order, cached."""
+    """The rank map of a mesh shape (pp, dp, cp, tp, ep, etp) under the problem's axis order (vLLM's own,
+    dp, pp, cp, tp, when it serves: the topology rules judge that one), cached."""
     key = ("rankmap", mesh)
     rm = pr.memo.get(key)
     if rm is None:
         pp, dp, cp, tp, ep, etp = mesh
-        rm = pr.memo[key] = RankMap.from_sizes(pr.cluster.gpus_per_node, order=pr.order, ep=ep, etp=etp,
+        order = ("dp", "pp", "cp", "tp") if pr.mode == "serve" and "vllm" in pr.rule_targets else pr.order
+        rm = pr.memo[key] = RankMap.from_sizes(pr.cluster.gpus_per_node, order=order, ep=ep, etp=etp,
                                                pp=pp, dp=dp, cp=cp, tp=tp)
     return rm
 
@@ -207,13 +211,25 @@ def batch_options(pr: Problem, dp: int) -> list[tuple[int, int, int]]:
     return out
 
 
+def few_microbatches_refused(pr: Problem) -> bool:
+    """Whether P202 refuses 1F1B with fewer microbatches than stages: torch's Schedule1F1B does (the
+    torch runtime, and a plan without a target, which runs on it); Megatron-LM and DeepSpeed run it."""
+    from ..compiler.rules import TARGET_FAMILIES
+
+    named = pr.rule_targets & set(TARGET_FAMILIES)
+    return "torch" in named or not named
+
+
 def schedule_ok(pr: Problem, name: str, p: int, n: int, v: int) -> bool:
-    """P202 (gpipe/1f1b need m ≥ pp), P207 (dualpipe_v m ≥ 2pp), P208 (zero_bubble rounds), and
-    for the targets P203 (Megatron-LM: interleaved m a multiple of pp) and P205 (torch: rounds)."""
+    """P202 (1f1b needs m ≥ pp where torch's Schedule1F1B runs it), P207 (dualpipe_v m ≥ 2pp), P208
+    (zero_bubble rounds), and for the targets P203 (Megatron-LM: interleaved m a multiple of pp) and
+    P205 (torch: rounds)."""
     if p <= 1:
         return True
-    if name in ("gpipe", "1f1b"):
-        return n >= p
+    if name == "1f1b":
+        return n >= p or not few_microbatches_refused(pr)
+    if name == "gpipe":
+        return True
     if name == "dualpipe_v":
         return n >= 2 * p
     rounds_ok = n % max(1, n // p) == 0

@@ -24,8 +24,8 @@ import numpy as np
 
 from ..compiler import costmodel as cm
 from .inputs import Problem
-from .space import (PIPELINES, RECOMPUTE, SPLITS, batch_options, layout_options, mesh_shapes, rank_map,
-                    train_options, zero_options)
+from .space import (PIPELINES, RECOMPUTE, SPLITS, batch_options, few_microbatches_refused, layout_options,
+                    mesh_shapes, rank_map, train_options, zero_options)
 from .plans import stage_split
 
 _PIPE = {name: i for i, name in enumerate(PIPELINES)}
@@ -444,8 +444,7 @@ def _axis_bandwidths(pr: Problem, meshes):
 
 def schedule_ok_vec(pr: Problem, pipe, p, n, v):
     """:func:`parc.planner.space.schedule_ok` over arrays."""
-    single = (pipe == _PIPE["gpipe"]) | (pipe == _PIPE["1f1b"])
-    ok = ~single | (n >= p)
+    ok = (pipe != _PIPE["1f1b"]) | (n >= p) | (not few_microbatches_refused(pr))
     ok &= (pipe != _PIPE["dualpipe_v"]) | (n >= 2 * p)
     rounds_ok = n % np.maximum(1, n // np.maximum(p, 1)) == 0
     ok &= ~((pipe == _PIPE["zero_bubble"]) & (v > 2)) | rounds_ok

@@ -19,7 +19,7 @@ rank order.
 """
 from __future__ import annotations
 
-from ...compiler.rules import rule
+from ...compiler.rules import NOTE, rule
 from ..base import Cat, Env, File, Var, settings, mesh_text, nccl_env, order_over, plan_json, spec_name
 
 TARGET = "vllm"
@@ -151,16 +151,20 @@ def build(plan) -> list[File]:
 
 # --- what vLLM cannot express ------------------------------------------------------------------
 def rank_order(plan):
+    """(message, help) when the mesh lists its axes in another order than the one vLLM uses."""
     if plan.mode != "serve":
         return None
     big = order_over(plan)
     if big != [ax for ax in ORDER if plan.mesh.size(ax) > 1]:
-        return (f"vLLM lays ranks out in the order dp, pp, cp, tp; this mesh orders {', '.join(big)}",
-                "order the mesh `dp, pp, cp, tp`")
+        return (f"vLLM lays ranks out in the order dp, pp, cp, tp (outermost first, tp on consecutive ranks) "
+                f"whatever the mesh lists; this mesh lists {', '.join(big)}, so the topology and placement checks "
+                f"judge the plan under vLLM's order, the one that runs",
+                "list the mesh as `" + ", ".join(ax for ax in ORDER if plan.mesh.size(ax) > 1)
+                + "` to say what runs")
     return None
 
 
-@rule("P652", "vllm-rank-order", targets=(TARGET,))
+@rule("P652", "vllm-rank-order", severity=NOTE, targets=(TARGET,))
 def rank_order_rule(plan, c):
     found = rank_order(plan)
     if found:

@@ -1,15 +1,14 @@
 """The rule registry: each rule is one small function over the resolved plan.
 
 A rule is registered with :func:`rule` and returns (or yields) diagnostics built through its
-:class:`Check`; its documentation lives in ``data/rules.toml`` under its code. Families run in
-order (P1 mesh, P2 batch and schedule, P3 topology, P4 memory, P5 advice, P6 target) and a
-family whose inputs failed is not run, so one mistake gives one error, not a cascade:
+:class:`Check`; its documentation lives in ``data/rules.toml`` under its code.
 
-* a mesh that does not match the cluster (P101, or P302 when it leaves GPUs idle) stops
-  everything but P1 and P6;
-* a shape that the mesh does not divide (any P1 error) stops P2, P3 and the P5 advice, whose
-  numbers (dp, microbatches, groups) would change with the fix;
-* the memory estimate (P4) runs only on a plan whose shapes divide (no P1 or P2 error).
+Every independent mistake is reported in one run; only errors that follow from another are
+dropped. :data:`DEPENDS` says, for each rule, the quantities it reads and the quantity it judges:
+when a rule reports an error, the quantity it judges is wrong, and every later rule that reads
+it is skipped (a tp that does not divide the heads is one error, not one per rule that divides
+by tp). A degree that is ``auto`` is computed from the others, so it is wrong when they are. The
+rules that judge the mesh against the cluster (P101, P302) run first; the rest run in code order.
 """
 from __future__ import annotations
 
@@ -65,6 +64,7 @@ class Check:
     rule: Rule
     plan: Plan
     target: str | None = None
+    active: frozenset = frozenset()   # every target whose rules run (torch implied by torchrun, ...)
     out: list[Diagnostic] = field(default_factory=list)
 
     def report(self, span: Span, message: str, help: str | None = None, *, severity: str | None = None,
@@ -87,6 +87,47 @@ def rule_docs() -> dict[str, dict]:
         return tomllib.load(f)
 
 
+# Targets as the audit in data/rules.toml names them, in the order messages list them.
+AUDIT_TARGETS = ("megatron", "vllm", "torchrun", "deepspeed", "slurm", "kubernetes")
+LATE = {"initialisation": "only when it sets up its process groups", "model build": "only when it builds the model",
+        "first step": "only in its first step"}
+
+
+def audit(code: str, target: str) -> dict | None:
+    """Where ``target`` itself refuses what rule ``code`` refuses (``fails``, ``source``, ``check``,
+    ``note``), following ``same_as``; the torch runtime's rules are audited as "torch"."""
+    found = _audit_entry(code, target)
+    return found[1] if found else None
+
+
+def _audit_entry(code: str, target: str) -> tuple[str, dict] | None:
+    entries = rule_docs().get(code, {}).get("targets", {})
+    key = target if target in entries else "torchrun" if target == "torch" else target
+    seen = set()
+    while key in entries and "same_as" in entries[key] and key not in seen:
+        seen.add(key)
+        key = entries[key]["same_as"]
+    return (key, entries[key]) if key in entries else None
+
+
+def when_targets_fail(code: str, targets: Iterable[str]) -> str:
+    """`` (Megatron-LM refuses it only when it builds the model: megatron/...)`` for the targets that
+    refuse the plan late (process groups, model build, first step), from the audit; else ""."""
+    from .util import target_name
+
+    parts, seen = [], set()
+    for t in targets:
+        found = _audit_entry(code, t)
+        if not found or found[0] in seen:
+            continue
+        key, e = found
+        seen.add(key)
+        if e.get("said") or e.get("fails") not in LATE:
+            continue
+        parts.append(f"{target_name(key)} refuses it {LATE[e['fails']]} ({e['source']})")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def registry() -> dict[str, Rule]:
     for m in _MODULES:
         importlib.import_module(f"{__name__}.{m}")
@@ -102,9 +143,128 @@ def active_targets(plan: Plan, extra: Iterable[str] = ()) -> list[str]:
     return names
 
 
-def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], bool] | None = None
-              ) -> list[Diagnostic]:
-    """Every applicable rule over ``plan``; ``targets`` adds targets beyond those the spec names."""
+# The mesh's degrees; "world" is the mesh against the cluster (and dp when it is derived).
+MESH = ("world", "pp", "dp", "cp", "tp", "ep", "etp")
+# What the layout rules read: GPU counts, not the widths tp divides (a tp that splits no head
+# evenly still crosses a node, or fills one, as its number says).
+COUNTS = ("world", "pp", "dp", "cp", "ep", "etp")
+# Everything a layout depends on: the memory estimate reads all of it.
+LAYOUT = MESH + ("stages", "microbatches", "schedule", "head_dim", "seq", "train", "serve")
+
+# code: (reads, judges). A rule whose error makes a quantity wrong judges it; a rule that reads a
+# wrong quantity is skipped. Quantities: the mesh degrees, "world" (the mesh against the cluster),
+# "stages" (the layers of each pipeline stage), "microbatches", "schedule" (a pipeline schedule
+# that can run), "head_dim", "seq" (the sequence each rank holds), "topology" (where groups land),
+# and "train" / "serve" (a block with a bad value, which the resolver left at its defaults).
+DEPENDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "P101": ((), ("world",)),
+    "P102": (("tp",), ("tp",)),
+    "P103": (("tp",), ("tp",)),
+    "P104": (("pp",), ("stages",)),
+    "P105": (("pp",), ("stages",)),
+    "P106": (("tp",), ("tp",)),
+    "P107": (("tp",), ()),
+    "P108": (("tp",), ("tp",)),
+    "P109": (("ep",), ("ep",)),
+    "P110": (("tp",), ("tp",)),
+    "P111": ((), ("head_dim",)),
+    "P112": (COUNTS, ("ep",)),
+    "P113": (("etp",), ("etp",)),
+    "P114": (("cp",), ("seq",)),
+    "P115": (("tp", "cp", "seq", "train"), ("seq",)),
+    "P116": ((), ()),
+    "P201": (("world", "dp"), ("microbatches",)),
+    "P202": (("world", "pp", "microbatches"), ("schedule",)),
+    "P203": (("world", "pp", "microbatches"), ("schedule",)),
+    "P204": (("pp",), ("schedule",)),
+    "P205": (("world", "pp", "microbatches"), ("schedule",)),
+    "P206": (("pp",), ("schedule",)),
+    "P207": (("world", "pp", "microbatches"), ("schedule",)),
+    "P208": (("world", "pp", "microbatches"), ("schedule",)),
+    "P209": (("world", "pp", "microbatches", "schedule"), ()),
+    "P210": (("world", "dp", "microbatches"), ()),
+    "P301": (COUNTS, ("topology",)),
+    "P302": ((), ("world",)),
+    "P303": (COUNTS, ()),
+    "P304": (COUNTS, ("topology",)),
+    "P401": (LAYOUT, ()),
+    "P402": (LAYOUT, ()),
+    "P403": (LAYOUT, ()),
+    "P404": (LAYOUT, ()),
+    "P405": (LAYOUT, ()),
+    "P501": (COUNTS + ("serve",), ()),
+    "P502": (("tp", "train"), ()),
+    "P503": (COUNTS, ()),
+    "P504": (("world", "dp", "pp", "train"), ()),
+    "P505": ((), ()),
+    "P506": (("cp", "serve"), ()),
+    "P507": (COUNTS + ("topology",), ()),
+    "P550": ((), ()),
+    "P551": ((), ()),
+    "P552": ((), ()),
+    "P553": ((), ()),
+    "P554": ((), ()),
+    "P601": ((), ()),
+    "P602": ((), ()),
+    "P603": ((), ()),
+    "P604": ((), ()),
+    "P605": (("world", "dp", "cp"), ()),
+    "P606": (COUNTS, ()),
+    "P607": ((), ()),
+    "P608": ((), ()),
+    "P609": (("tp", "train"), ()),
+    "P610": (("pp",), ()),
+    "P611": (("tp", "etp"), ()),
+    "P612": (("etp",), ()),
+    "P613": (COUNTS, ()),
+    "P614": (("world", "dp", "pp", "cp"), ()),
+    "P615": (("pp", "train"), ()),
+    "P651": (("world", "pp", "cp"), ()),
+    "P652": (COUNTS, ()),
+    "P653": ((), ()),
+    "P660": ((), ()),
+    "P661": ((), ()),
+}
+# Rules that judge the mesh against the cluster run before the others.
+FIRST = ("P101", "P302")
+
+
+def depends(code: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(reads, judges) of ``code``; a rule missing from :data:`DEPENDS` reads the whole layout."""
+    return DEPENDS.get(code, (LAYOUT + ("topology",), ()))
+
+
+def _wrong(plan: Plan, failed: set[str]) -> set[str]:
+    """The wrong quantities, with an ``auto`` degree wrong when the world or another degree is."""
+    out = set(failed)
+    auto = plan.mesh.auto
+    if auto and (out & (set(MESH) - {auto})):
+        out.add(auto)
+    if "world" in out and auto:
+        out.add(auto)
+    return out
+
+
+def fixed_order_targets(plan: Plan, targets: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """The active targets that lay ranks out in an order of their own, with that order
+    (outermost first); the topology rules judge the plan under it."""
+    if plan.mode != "serve":
+        return {}
+    return {t: ("dp", "pp", "cp", "tp") for t in targets if t == "vllm"}
+
+
+def _audit_order(active) -> list[str]:
+    """The active targets in message order, the torch runtime once (as torchrun)."""
+    names = [t for t in AUDIT_TARGETS if t in active]
+    if "torch" in active and "torchrun" not in names:
+        names.append("torch")
+    return names
+
+
+def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], bool] | None = None,
+              failed: Iterable[str] = ()) -> list[Diagnostic]:
+    """Every applicable rule over ``plan``; ``targets`` adds targets beyond those the spec names;
+    ``failed`` names quantities already reported wrong (a `train` block with a bad value)."""
     reg = registry()
     tnames = active_targets(plan, targets)
     # runtime-style targets bring the torch rules along
@@ -116,38 +276,32 @@ def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
     if by_scheduler and plan.mode == "serve":
         implied.add("vllm")
     out: list[Diagnostic] = []
-    # a mesh smaller than the cluster (P302, idle GPUs) is a mesh mistake like P101
-    idle = 0 < plan.mesh.product < plan.cluster.world
-    failed_codes: set[str] = set()
-    failed_families: set[str] = set()
-    for code in sorted(reg):
+    failed = set(failed)
+    codes = [c for c in FIRST if c in reg] + [c for c in sorted(reg) if c not in FIRST]
+    for code in codes:
         r = reg[code]
         if select is not None and not select(code):
             continue
-        fam = r.family
-        if "P101" in failed_codes and fam not in ("P1", "P6"):
-            continue
-        if idle and fam in ("P2", "P3", "P4", "P5") and code != "P302" and not code.startswith("P55"):
-            continue
-        if "P1" in failed_families and (fam in ("P2", "P3") or (fam == "P5" and not code.startswith("P55"))):
-            continue  # P55x are lint's style checks on the text, valid or not
-        if fam == "P4" and (failed_families & {"P1", "P2"}):
-            continue
+        reads, judges = depends(code)
+        if _wrong(plan, failed) & set(reads):
+            continue  # it reads a quantity another error already reports
         runs = [None] if GENERIC in r.targets else [t for t in r.targets if t in implied]
         for t in runs:
-            chk = Check(r, plan, t)
+            chk = Check(r, plan, t, active=frozenset(implied))
             res = r.fn(plan, chk)
             if res is not None:
                 for d in res:
                     if d not in chk.out:
                         chk.out.append(d)
+            if any(d.severity == ERROR for d in chk.out):
+                failed.update(judges)
             for d in chk.out:
                 if d.severity == ERROR:
-                    failed_codes.add(code)
-                    failed_families.add(fam)
+                    named = [d.target] if d.target else [x for x in _audit_order(implied)]
+                    d.message += when_targets_fail(code, named)
             out.extend(chk.out)
     return out
 
 
-__all__ = ["rule", "Rule", "Check", "run_rules", "registry", "rule_docs", "ERROR", "WARNING", "NOTE",
+__all__ = ["audit", "when_targets_fail", "rule", "Rule", "Check", "run_rules", "registry", "rule_docs", "ERROR", "WARNING", "NOTE",
            "GENERIC"]

@@ -5,7 +5,7 @@ P550-P559 are style checks reported by `parc lint` (rules/style.py, parc/lint.py
 from __future__ import annotations
 
 from . import WARNING, rule
-from .util import divisors, given, join, rank_map, tp_ok
+from .util import divisors, fixed_order, given, join, rank_map, tp_ok
 
 QUIET = {"dp": "reduce gradients once per step", "pp": "pass one activation per microbatch between stages"}
 
@@ -59,7 +59,8 @@ def tp_above_nvlink(plan, c):
     m, cl = plan.mesh, plan.cluster
     if m.tp <= 1 or plan.placement.links.get("tp") != "inter_node":
         return
-    rm = rank_map(plan)
+    fixed = fixed_order(plan, c)
+    rm = rank_map(plan, fixed and fixed[1])
     if rm is None or not rm.crosses_node("tp"):
         return  # P304 reports a tp placed across nodes that stays inside one
     intra, inter = cl.intra_node, cl.inter_node
@@ -150,8 +151,8 @@ def cp_serving(plan, c):
 @rule("P507", "chatty-axis-crosses-node", severity=WARNING)
 def chatty_axis(plan, c):
     m = plan.mesh
-    if m.cp <= 1 or "cp" in plan.placement.links:
-        return
+    if m.cp <= 1 or "cp" in plan.placement.links or fixed_order(plan, c):
+        return  # (a target that fixes its rank order cannot take a swapped mesh)
     rm = rank_map(plan)
     if rm is None or not rm.crosses_node("cp") or rm.crosses_node("tp"):
         return

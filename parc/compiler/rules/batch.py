@@ -6,7 +6,7 @@ count the plan would really run.
 """
 from __future__ import annotations
 
-from . import WARNING, rule
+from . import TARGET_FAMILIES, WARNING, rule
 from .util import (at_given, batch_span, bubble_fraction, divisors, dp_terms, given, global_batches_for, join,
                    microbatch_terms, microbatches, nearest, nearest_multiples, plural, target_name)
 
@@ -68,6 +68,17 @@ def global_batch(plan, c):
 
 # ------------------------------------------------------------------------------------ P202
 
+# Targets whose 1F1B schedule refuses fewer microbatches than stages, and where they say so.
+# torch.distributed.pipelining's Schedule1F1B raises in its constructor; ScheduleGPipe runs any
+# count (fill and drain). Megatron-LM's 1F1B (forward_backward_pipelining_without_interleaving)
+# shortens each stage's warm-up to min(pp − rank − 1, microbatches), and DeepSpeed's TrainSchedule
+# runs 2·(microbatches + stages − 1) steps for any count: both run it with a larger bubble.
+REFUSES_FEW_MICROBATCHES = {
+    "torch": "torch.distributed.pipelining's Schedule1F1B (torchrun, slurm and kubernetes launch parc's torch "
+             "runtime, which builds it)",
+}
+
+
 @rule("P202", "microbatches-below-pp")
 def microbatches_below_pp(plan, c):
     s, m = plan.schedule, plan.mesh
@@ -76,12 +87,33 @@ def microbatches_below_pp(plan, c):
     n = microbatches(plan)
     if n is None or n >= m.pp:
         return
+    p = m.pp
+    f = bubble_fraction(s.pipeline, p, n)
+    bubble = (f"the pipeline idles {f:.0%} of every step ((pp−1)/(m+pp−1) = {p - 1}/{n + p - 1}, where "
+              f"{microbatch_terms(plan)})")
+    runs = [target_name(t) for t in ("megatron", "deepspeed") if t in c.active]
+    helps = _gb_help(plan, lambda k: k >= p, "")
+    related = [(c.at("mesh.pp"), f"pp = {p}")]
+    # a plan without a target runs on parc's torch runtime (`parc run`)
+    named = c.active & set(TARGET_FAMILIES)
+    refusing = [t for t in REFUSES_FEW_MICROBATCHES if t in c.active or not named]
+    if s.pipeline == "1f1b" and refusing:
+        who = REFUSES_FEW_MICROBATCHES[refusing[0]]
+        also = f"; {join(runs, 'and')} would run it, but " + bubble if runs else f"; {bubble}"
+        c.report(batch_span(plan),
+                 f"1f1b over pp = {p} stages with {plural(n, 'microbatch', 'microbatches')}: {who} refuses fewer "
+                 f"microbatches than stages when the schedule is built (\"Number of microbatches ({n}) must be "
+                 f"greater than or equal to the number of stages ({p})\"){also}",
+                 help=helps, related=related)
+        return
+    if s.pipeline == "1f1b":
+        how = (f"{join(runs, 'and')} runs it, each stage's warm-up shortened to min(pp − rank − 1, {n}) "
+               f"forward passes, but ") if runs else "the schedule runs, but "
+    else:
+        how = "GPipe runs it (all forwards, then all backwards), but "
     c.report(batch_span(plan),
-             f"{s.pipeline} over pp = {m.pp} stages needs at least {m.pp} microbatches per step to fill the "
-             f"pipeline, but {microbatch_terms(plan)}: the last stages would wait with nothing to do "
-             f"(torch.distributed.pipelining used to hang on this)",
-             help=_gb_help(plan, lambda k: k >= m.pp, ""),
-             related=[(c.at("mesh.pp"), f"pp = {m.pp}")])
+             f"{s.pipeline} over pp = {p} stages with only {plural(n, 'microbatch', 'microbatches')}: {how}{bubble}",
+             help=helps, related=related, severity=WARNING)
 
 
 # ------------------------------------------------------------------------------------ P203

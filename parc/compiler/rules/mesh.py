@@ -285,13 +285,29 @@ def experts_ep(plan, c):
     if m.ep > 1 and md.experts % m.ep:
         region = m.dp * m.cp * m.tp
         ok = [d for d in common_divisors(md.experts, region) if d > 1 and region % (d * m.etp) == 0]
+        helps = (f"expert-parallel degrees that divide {md.experts} experts and fit the dp·cp·tp = {region} "
+                 f"ranks of a stage: ep = {join(ok)}" if ok else f"ep must divide experts = {md.experts}")
+        related = [(c.at("model.experts"), f"experts = {md.experts}")]
+        # vLLM spreads the remainder over the first ranks (determine_expert_map); Megatron-LM's
+        # validate_args and the torch runtime (torchtitan's update_from_config) refuse it
+        strict = c.active & {"megatron", "torch"}
+        if plan.mode == "serve" and "vllm" in c.active and not strict:
+            k, extra = divmod(md.experts, m.ep)
+            d = c.report(c.at("mesh.ep"),
+                         f"vLLM spreads the model's {md.experts} experts over ep = {m.ep} ranks unevenly "
+                         f"(determine_expert_map): {plural(extra, 'rank holds', 'ranks hold')} {k + 1} experts and "
+                         f"{m.ep - extra} hold {k}, so the slowest rank holds {k + 1} of {md.experts} experts, "
+                         f"{(k + 1) * m.ep / md.experts:.2f}× an even share ({ratio(md.experts, m.ep)}), and every MoE "
+                         f"layer waits for it",
+                         help=helps, related=related, severity=WARNING)
+            d.target = "vllm"
+            return
+        who = (join(sorted(target_name(t) for t in strict), "and") + " refuse" + ("s" if len(strict) == 1 else "")
+               if strict else "Megatron-LM (validate_args) and the torch runtime refuse")
         c.report(c.at("mesh.ep"),
                  f"ep = {m.ep} does not divide the model's {md.experts} experts ({ratio(md.experts, m.ep)} experts "
-                 f"per GPU); every rank of an EP group must hold whole experts",
-                 help=(f"expert-parallel degrees that divide {md.experts} experts and fit the dp·cp·tp = {region} "
-                       f"ranks of a stage: ep = {join(ok)}" if ok else
-                       f"ep must divide experts = {md.experts}"),
-                 related=[(c.at("model.experts"), f"experts = {md.experts}")])
+                 f"per GPU); every rank of an EP group must hold whole experts, and {who} it before the first step",
+                 help=helps, related=related)
 
 
 # ------------------------------------------------------------------------------------ P111

@@ -15,11 +15,38 @@ REQUIRED = {
     "slurm": [("entrypoint", "the script each node's torchrun starts")],
     "kubernetes": [("entrypoint", "the script torchrun runs in every pod")],
 }
-EXAMPLES = {"model": '"meta-llama/Meta-Llama-3-8B-Instruct"', "entrypoint": '"train.py"'}
+EXAMPLES = {"entrypoint": '"train.py"'}
 
 
-def _target_span(plan, c, name):
-    return c.at(f"target.{name}")
+def _hub_id(plan) -> str | None:
+    """The Hugging Face id the model's preset was read from (its `source` names the config.json)."""
+    import re
+
+    from ..resolve import presets
+
+    md = plan.model
+    pre = presets("models").get(md.preset or "", {})
+    shape = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "experts")
+    if any(k in pre and getattr(md, k) != pre[k] for k in shape):
+        return None  # a changed shape is another model
+    found = re.search(r"([A-Za-z0-9][\w.-]*/[\w.-]+) config\.json", str(pre.get("source", "")))
+    return found.group(1) if found else None
+
+
+def _example(plan, key: str) -> str:
+    """A value for ``key`` that fits this spec: the spec's own model for vLLM's `model`."""
+    if key == "model":
+        hub = _hub_id(plan)
+        return f'"{hub}"' if hub else f'"/path/to/{plan.model.name}"'
+    return EXAMPLES[key]
+
+
+def _target_span(plan, c, name, fallback: str | None = None):
+    """The target's block; without one (a target asked for with --target), the block the fix
+    belongs to (``fallback``), never the top of the file."""
+    if f"target.{name}" in plan.spans or fallback is None:
+        return c.at(f"target.{name}")
+    return c.at(fallback)
 
 
 # ------------------------------------------------------------------------------------ P601
@@ -27,7 +54,7 @@ def _target_span(plan, c, name):
 @rule("P601", "vllm-serves-only", targets=("vllm",))
 def vllm_serving_only(plan, c):
     if plan.mode == "train":
-        c.report(_target_span(plan, c, "vllm"),
+        c.report(_target_span(plan, c, "vllm", "train"),
                  "vLLM is an inference engine: it cannot run this training plan (the spec has a `train` block)",
                  help="compile training for `target megatron` or `target torchrun`, or replace `train` with "
                       "`serve` to serve the model",
@@ -46,14 +73,19 @@ def target_field_missing(plan, c):
     if not missing:
         return
     fields = join([f"`{k}` ({what})" for k, what in missing], "and")
-    example = "; ".join(f"{k} = {EXAMPLES[k]}" for k, _ in missing)
+    example = "; ".join(f"{k} = {_example(plan, k)}" for k, _ in missing)
     also = " (or a `target torchrun` block it can take them from)" if t in ("slurm", "kubernetes") else ""
+    if not _hub_id(plan) and any(k == "model" for k, _ in missing):
+        also += f" with the Hugging Face id or local path of model \"{plan.model.name}\""
     if t in plan.targets:
         c.report(_target_span(plan, c, t), f"target {t} needs {fields}",
                  help=f"add it to the block: `target {t} {{ {example} }}`{also}")
     else:
-        c.report(_target_span(plan, c, t), f"--target {t} needs {fields}, and the spec has no `target {t}` block",
-                 help=f"add `target {t} {{ {example} }}` to the spec")
+        # no block to point at: the model vLLM must load, or the workload the script runs
+        where = "model" if missing[0][0] == "model" else plan.mode
+        c.report(_target_span(plan, c, t, where),
+                 f"--target {t} needs {fields}, and the spec has no `target {t}` block",
+                 help=f"add `target {t} {{ {example} }}` to the spec{also}")
 
 
 # ------------------------------------------------------------------------------------ P603

@@ -9,7 +9,7 @@ from __future__ import annotations
 from itertools import permutations
 
 from . import NOTE, WARNING, rule
-from .util import divisors, group_ranks, join, nearest, plural, rank_map
+from .util import divisors, fixed_order, group_ranks, join, nearest, order_words, plural, rank_map
 
 AXES = ("pp", "dp", "cp", "tp")
 
@@ -48,7 +48,9 @@ def _order_satisfying(plan, want: dict[str, str]) -> list[str] | None:
     return best[1] if best else None
 
 
-def _order_hint(plan, want: dict[str, str]) -> str:
+def _order_hint(plan, want: dict[str, str], fixed=None) -> str:
+    if fixed:
+        return ""  # the target lays ranks out in its own order: listing the mesh otherwise changes nothing
     order = _order_satisfying(plan, want)
     if not order or order == list(plan.mesh.order):
         return ""
@@ -67,7 +69,7 @@ def _wanted(plan) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------ P301
 
-def _tp_help(plan, rm) -> list[str]:
+def _tp_help(plan, rm, fixed=None) -> list[str]:
     m, g = plan.mesh, plan.cluster.gpus_per_node
     helps = []
     if m.tp > g or g % m.tp:
@@ -82,7 +84,7 @@ def _tp_help(plan, rm) -> list[str]:
         elif ok:
             helps.append(f"keep tp a divisor of gpus_per_node = {g}: tp = {join(ok)}")
     else:
-        hint = _order_hint(plan, _wanted(plan))
+        hint = _order_hint(plan, _wanted(plan), fixed)
         if hint:
             helps.append(hint + f" so that the {m.tp} GPUs of each TP group are consecutive ranks on one node")
     return helps
@@ -91,7 +93,9 @@ def _tp_help(plan, rm) -> list[str]:
 @rule("P301", "group-crosses-node")
 def group_crosses_node(plan, c):
     m, cl = plan.mesh, plan.cluster
-    rm = rank_map(plan)
+    fixed = fixed_order(plan, c)
+    rm = rank_map(plan, fixed and fixed[1])
+    under = order_words(fixed)
     if rm is None:
         return
     g = cl.gpus_per_node
@@ -101,10 +105,10 @@ def group_crosses_node(plan, c):
     if m.tp > 1 and links.get("tp") != "inter_node" and rm.crosses_node("tp"):
         pinned = links.get("tp") == "intra_node"
         c.report(c.at("placement.tp") if pinned else c.at("mesh.tp"),
-                 f"{_span_desc(rm, 'tp')}: tensor parallelism all-reduces activations twice per layer and "
+                 f"{under}{_span_desc(rm, 'tp')}: tensor parallelism all-reduces activations twice per layer and "
                  f"microbatch, and here that traffic would cross {inter}"
                  + (", though the placement pins tp to intra_node" if pinned else ""),
-                 help="; or ".join(_tp_help(plan, rm)) or f"keep each TP group inside one node of {g} GPUs",
+                 help="; or ".join(_tp_help(plan, rm, fixed)) or f"keep each TP group inside one node of {g} GPUs",
                  related=[(c.at("cluster.gpus_per_node", "cluster.nodes"), f"gpus_per_node = {g}")]
                  + ([(c.at("mesh.tp"), f"tp = {m.tp}")] if pinned else []))
     for ax, what in (("cp", "context parallelism passes key/value blocks around its ring every layer"),
@@ -115,9 +119,9 @@ def group_crosses_node(plan, c):
             continue  # the expert grid does not divide: P112
         if not rm.crosses_node(ax):
             continue
-        hint = _order_hint(plan, _wanted(plan)) if ax == "cp" else ""
+        hint = _order_hint(plan, _wanted(plan), fixed) if ax == "cp" else ""
         c.report(c.at(f"placement.{ax}"),
-                 f"{_span_desc(rm, ax)}, though the placement pins {ax} to intra_node: {what}",
+                 f"{under}{_span_desc(rm, ax)}, though the placement pins {ax} to intra_node: {what}",
                  help=hint or (f"keep {ax}" + (" · etp" if ax == "ep" else " · tp") +
                                f" within a node of {g} GPUs"),
                  related=[(c.at(f"mesh.{ax}"), f"{ax} = {getattr(m, ax)}")])
@@ -155,7 +159,8 @@ def tp_over_pcie(plan, c):
     link = cl.intra_node
     if m.tp <= 1 or link is None or link.kind != "pcie":
         return
-    rm = rank_map(plan)
+    fixed = fixed_order(plan, c)
+    rm = rank_map(plan, fixed and fixed[1])
     if rm is None or rm.crosses_node("tp"):
         return  # P301
     bw = link.bandwidth / 1e9
@@ -182,11 +187,13 @@ def placement_violated(plan, c):
     links = plan.placement.links
     if not links:
         return
-    rm = rank_map(plan)
+    fixed = fixed_order(plan, c)
+    rm = rank_map(plan, fixed and fixed[1])
     if rm is None:
         return
+    under = order_words(fixed)
     want = _wanted(plan)
-    if (m.tp > 1 and links.get("tp") != "inter_node" and rm.crosses_node("tp")
+    if (not fixed and m.tp > 1 and links.get("tp") != "inter_node" and rm.crosses_node("tp")
             and m.tp <= cl.gpus_per_node and _order_satisfying(plan, want)):
         return  # P301 reports the TP group with a mesh order that satisfies every placement
     for ax, link in links.items():
@@ -199,9 +206,9 @@ def placement_violated(plan, c):
             continue  # the expert grid does not divide: P112
         crosses = rm.crosses_node(ax)
         if link == "intra_node" and crosses:
-            hint = _order_hint(plan, want) if ax in AXES else ""
+            hint = _order_hint(plan, want, fixed) if ax in AXES else ""
             c.report(c.at(f"placement.{ax}"),
-                     f"`{ax} on intra_node` cannot hold: {_span_desc(rm, ax)}",
+                     f"{under}`{ax} on intra_node` cannot hold: {_span_desc(rm, ax)}",
                      help=(hint or (f"make {ax} and the axes inside it fit a node of {cl.gpus_per_node} GPUs"
                                     if ax in AXES else
                                     f"keep ep · etp within a node: at most {cl.gpus_per_node} ranks")),
@@ -211,9 +218,9 @@ def placement_violated(plan, c):
                 msg = f"`{ax} on inter_node` cannot hold: the cluster has a single node"
                 hint = "remove the placement rule, or describe the cluster's nodes"
             else:
-                msg = (f"`{ax} on inter_node` does not hold: every {ax.upper()} group (such as ranks "
+                msg = (f"{under}`{ax} on inter_node` does not hold: every {ax.upper()} group (such as ranks "
                        f"{group_ranks(rm, ax)}) stays inside one node")
-                hint = _order_hint(plan, want) if ax in AXES else ""
+                hint = _order_hint(plan, want, fixed) if ax in AXES else ""
                 hint = hint or "remove the placement rule if the axis may stay inside a node"
             c.report(c.at(f"placement.{ax}"), msg, help=hint,
                      related=[(c.at(f"mesh.{ax}"), f"{ax} = {size}")])

@@ -227,18 +227,40 @@ def describe_tp_options(plan, strict_kv: bool = False) -> str:
 
 # ---------------------------------------------------------------- rank map
 
-def rank_map(plan):
-    """The plan's :class:`RankMap`, without expert axes when the expert grid does not divide
-    (P112 reports that); None when the mesh does not fit the cluster (P101 reports that)."""
+def rank_map(plan, order=None):
+    """The plan's :class:`RankMap` (under ``order``, outermost first, when a target fixes it),
+    without expert axes when the expert grid does not divide (P112 reports that); None when the
+    mesh does not fit the cluster (P101 reports that)."""
     from ..rankmap import RankMap
 
     m = plan.mesh
     if m.product <= 0 or m.product > plan.cluster.world:
         return None
+    order = list(order) if order else None
     try:
-        return RankMap(plan)
+        return RankMap(plan, order=order)
     except ValueError:
-        return RankMap(plan, ep=1, etp=1)
+        return RankMap(plan, order=order, ep=1, etp=1)
+
+
+def fixed_order(plan, c) -> tuple[str, tuple[str, ...]] | None:
+    """(target, order) when a target whose rules run lays ranks out in an order of its own (vLLM:
+    dp, pp, cp, tp, outermost first) that differs from the mesh's: the topology rules judge the
+    plan under that order, since it is the one that runs. None otherwise."""
+    from . import fixed_order_targets
+
+    for t, order in fixed_order_targets(plan, c.active).items():
+        big = [ax for ax in order if plan.mesh.size(ax) > 1]
+        if big != [ax for ax in plan.mesh.order if plan.mesh.size(ax) > 1]:
+            return t, order
+    return None
+
+
+def order_words(fixed) -> str:
+    """``under vLLM's rank order (dp, pp, cp, tp), `` for a fixed order, else nothing."""
+    if not fixed:
+        return ""
+    return f"under {target_name(fixed[0])}'s rank order ({', '.join(fixed[1])}, outermost first), "
 
 
 def group_ranks(rm, axis: str, limit: int = 8) -> str:
