@@ -13,7 +13,9 @@ from backends_support import ROOT, compile_rel, run_emitted, write_out
 
 # (spec, rendezvous the launch must use)
 CASES = [("examples/llama3-70b-train.par", "static"), ("examples/llama3-8b-fsdp.par", "standalone"),
-         ("tests/data/specs/c10d-torchrun.par", "c10d"), ("tests/data/specs/slurm-kubernetes.par", "static")]
+         ("tests/data/specs/c10d-torchrun.par", "c10d"),
+         # max_restarts = 2 over 2 nodes: static rendezvous would restart only the failed node
+         ("tests/data/specs/slurm-kubernetes.par", "c10d")]
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +56,9 @@ def test_torch_parses_every_node(spec, rdzv, tmp_path, torch_parser, monkeypatch
         env = got["torchrun.env"]
         assert env["PARC_PLAN"] == str(out / "plan.json")
         assert int(env["OMP_NUM_THREADS"]) >= 1
+        if config.max_restarts > 0 and cl.nodes > 1:
+            # a restart must bring every node into a new round: only c10d re-rendezvouses them all
+            assert config.rdzv_backend == "c10d"
         if rdzv == "standalone":
             assert cl.nodes == 1 and args.standalone
         elif rdzv == "static":
@@ -62,7 +67,7 @@ def test_torch_parses_every_node(spec, rdzv, tmp_path, torch_parser, monkeypatch
             seen_masters.add((args.master_addr, args.master_port))
         else:
             assert not args.standalone and args.rdzv_backend == "c10d"
-            assert args.rdzv_endpoint == s["rdzv_endpoint"] == config.rdzv_endpoint
+            assert args.rdzv_endpoint == s.get("rdzv_endpoint", "10.0.0.1:29500") == config.rdzv_endpoint
             assert "localhost" not in args.rdzv_endpoint and "127.0.0.1" not in args.rdzv_endpoint
             seen_ids.add(config.run_id)
     # one world: every node names the same rendezvous
@@ -171,3 +176,18 @@ def test_local_endpoint_on_several_nodes_is_refused(endpoint, bad, check_spec):
     text = (ROOT / "tests/data/specs/c10d-torchrun.par").read_text().replace("rdzv.example.internal:29400", endpoint)
     r = check_spec(text, targets=("torchrun",))
     assert ("P653" in {d.code for d in r.errors}) == bad
+
+
+def test_slurm_launch_with_restarts_rendezvouses_every_node_again(tmp_path, torch_parser, monkeypatch):
+    """Slurm runs the same launch.sh on every node; with max_restarts it must use c10d with one
+    id at the first node, which torch's parser reads back."""
+    r, _, files = compile_rel("tests/data/specs/slurm-kubernetes.par", "slurm")
+    out = write_out(files, tmp_path / "out")
+    ids = set()
+    for k in range(r.plan.cluster.nodes):
+        got = run_emitted(out / "launch.sh", tmp_path, env={"SLURM_NODEID": str(k), "MASTER_PORT": "29511"})
+        args, config, _ = _parse(torch_parser, got["torchrun"], monkeypatch)
+        assert config.max_restarts == 2
+        assert config.rdzv_backend == "c10d" and config.rdzv_endpoint == "10.0.0.1:29511"
+        ids.add(config.run_id)
+    assert len(ids) == 1 and next(iter(ids)).startswith("parc-")

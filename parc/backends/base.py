@@ -59,8 +59,13 @@ def plan_json(plan) -> str:
 
 
 def plan_id(plan) -> str:
-    """A short, stable id of the plan's content (the rendezvous id shared by all nodes)."""
-    return hashlib.sha256(plan_json(plan).encode()).hexdigest()[:12]
+    """A short id of the plan's resolved content (the rendezvous id shared by all nodes): the
+    plan without the spec's path, so nodes that compile the same plan from a file named or
+    placed differently still meet, and a changed plan gets a new id."""
+    d = plan.to_dict()
+    d.pop("file", None)
+    text = json.dumps(d, indent=2, sort_keys=True, ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def mesh_text(plan) -> str:

@@ -1158,7 +1158,19 @@ def load(path: str | os.PathLike, root: str | os.PathLike | None = None, text: s
     plan = None
     if not any(d.code in ("P001", "P002") and d.span.file == shown for d in r.diags):
         plan = resolve_document(r, shown)
+        if plan is not None:
+            plan.source = shown if text is not None else root_relative(p, r.root)
     return Resolution(plan, r.diags, r.sources)
+
+
+def root_relative(path: Path, root: Path) -> str:
+    """``path`` relative to ``root``, normalised and '/'-separated (its name alone when it lies
+    outside the root): one spelling for every way of naming the file and every working folder."""
+    full = path.resolve()
+    try:
+        return full.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return full.name
 
 
 def resolve_text(text: str, file: str = "<input>", root: str | os.PathLike | None = None) -> Resolution:
