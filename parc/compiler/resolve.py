@@ -1054,6 +1054,9 @@ def build_targets(r: Resolver) -> dict[str, Target]:
                 continue
             settings[key] = v
             r.spans[f"target.{name}.{key}"] = a.span
+            r.spans[f"target.{name}.{key}.value"] = a.value.span
+            for i, item in enumerate(getattr(a.value, "items", None) or ()):
+                r.spans[f"target.{name}.{key}.value.{i}"] = item.span
         r.spans[f"target.{name}"] = Span(blk.span.file, blk.span.line, blk.span.column, blk.span.line,
                                          blk.span.column + 6, blk.span.start, blk.span.start + 6)
         out[name] = Target(name, settings)
