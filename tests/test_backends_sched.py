@@ -189,8 +189,12 @@ def test_sbatch_runs_to_the_end_and_hands_node_0_to_every_task(n, tmp_path, writ
     for k in (0, n - 1):
         tr = got["tasks"][k]["torchrun"]
         assert tr[tr.index("--nnodes") + 1] == str(n)
-        assert tr[tr.index("--node-rank") + 1] == str(k)
-        assert tr[tr.index("--master-addr") + 1] == hosts[0]
+        if "--rdzv-backend" in tr:  # restarts asked for: c10d, node ranks assigned as nodes join
+            assert tr[tr.index("--rdzv-backend") + 1] == "c10d"
+            assert tr[tr.index("--rdzv-endpoint") + 1].rsplit(":", 1)[0] == hosts[0]
+        else:
+            assert tr[tr.index("--node-rank") + 1] == str(k)
+            assert tr[tr.index("--master-addr") + 1] == hosts[0]
 
 
 def test_sbatch_asks_for_cpus_and_memory_and_passes_cpus_to_srun(tmp_path):

@@ -59,8 +59,13 @@ def plan_json(plan) -> str:
 
 
 def plan_id(plan) -> str:
-    """A short, stable id of the plan's content (the rendezvous id shared by all nodes)."""
-    return hashlib.sha256(plan_json(plan).encode()).hexdigest()[:12]
+    """A short id of the plan's resolved content (the rendezvous id shared by all nodes): the
+    plan without the spec's path, so nodes that compile the same plan from a file named or
+    placed differently still meet, and a changed plan gets a new id."""
+    d = plan.to_dict()
+    d.pop("file", None)
+    text = json.dumps(d, indent=2, sort_keys=True, ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def mesh_text(plan) -> str:
@@ -169,3 +174,60 @@ def nul_in_value(plan, c):
                          "or Kubernetes field can carry",
                          help="remove the NUL character from the string")
                 break
+
+
+# ---------------------------------------------------------------------------------------------
+# Values that land where a launcher reads options. Every target key of kind "str" is checked
+# (an entry point, a model id, a host, a name: none of them begins with '-'); keys of kind
+# "strlist" are option lists passed as given (`args`, `extra_args`) and are not. A key's
+# definition in target.toml overrides that with `leading_dash`: "refuse" (checked, for a list
+# item by item), "options" (meant to hold options) or "name" (the target's own name rule
+# refuses it already, as P661 does for Kubernetes names).
+DASH_DEFAULT = {"str": "refuse", "strlist": "options"}
+
+
+def dash_keys() -> dict[tuple[str, str], str]:
+    """(target, key) -> kind, for every target key whose values P690 checks."""
+    from ..compiler.resolve import known_targets, target_spec
+
+    out = {}
+    for t in known_targets():
+        for key, d in (target_spec(t) or {}).get("keys", {}).items():
+            kind = d.get("kind", "any")
+            if d.get("leading_dash", DASH_DEFAULT.get(kind)) == "refuse":
+                out[(t, key)] = kind
+    return out
+
+
+def _option_lists(target: str) -> list[str]:
+    from ..compiler.resolve import target_spec
+
+    keys = (target_spec(target) or {}).get("keys", {})
+    return [k for k, d in keys.items() if d.get("leading_dash", DASH_DEFAULT.get(d.get("kind", "any"))) == "options"]
+
+
+@rule("P690", "value-read-as-option")
+def value_read_as_option(plan, c):
+    """One rule over every target block the spec holds (a value inherited from `target
+    torchrun` is reported once, at torchrun's block)."""
+    from ..compiler.resolve import target_spec
+
+    checked = dash_keys()
+    for t, tgt in plan.targets.items():
+        for key, v in tgt.settings.items():
+            if (t, key) not in checked:
+                continue
+            items = list(enumerate(v)) if isinstance(v, list) else [(None, v)]
+            for i, x in items:
+                if not (isinstance(x, str) and x.startswith("-")):
+                    continue
+                where = f"target.{t}.{key}.value" + (f".{i}" if i is not None else "")
+                doc = target_spec(t)["keys"][key].get("doc", "").split(" (")[0]
+                shown = json.dumps(x, ensure_ascii=False)
+                shown = shown if len(shown) <= 60 else shown[:56] + '..."'
+                opts = _option_lists(t)
+                c.report(c.at(where, f"target.{t}.{key}"),
+                         f"`{key}` of target {t} begins with `-` ({shown}): it goes where the command line "
+                         f"expects {doc}, and a word beginning with `-` there is read as an option",
+                         help=f"a file or folder whose name begins with `-` can be written \"./{x}\""
+                              + (f"; options for the program belong in `{opts[0]}`" if opts else ""))

@@ -165,6 +165,9 @@ class Plan:
     targets: dict[str, Target] = field(default_factory=dict)
     spans: dict[str, Span] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)   # the spec and every file it imports
+    # the spec's path relative to the root, '/'-separated: the same however the path was spelled
+    # and wherever parc ran (plan.json's `file`); empty where the plan did not come from a file
+    source: str = ""
 
     @property
     def world_size(self) -> int:
@@ -196,7 +199,8 @@ class Plan:
 
     def to_dict(self) -> dict:
         """The plan as plain data (no spans): what ``--target json`` and the runtime read."""
-        d = {k: v for k, v in asdict(self).items() if k not in ("spans", "files")}
+        d = {k: v for k, v in asdict(self).items() if k not in ("spans", "files", "source")}
+        d["file"] = self.source or self.file
         d["world_size"] = self.world_size
         return d
 

@@ -1068,6 +1068,9 @@ def build_targets(r: Resolver) -> dict[str, Target]:
                 continue
             settings[key] = v
             r.spans[f"target.{name}.{key}"] = a.span
+            r.spans[f"target.{name}.{key}.value"] = a.value.span
+            for i, item in enumerate(getattr(a.value, "items", None) or ()):
+                r.spans[f"target.{name}.{key}.value.{i}"] = item.span
         r.spans[f"target.{name}"] = Span(blk.span.file, blk.span.line, blk.span.column, blk.span.line,
                                          blk.span.column + 6, blk.span.start, blk.span.start + 6)
         out[name] = Target(name, settings)
@@ -1176,8 +1179,20 @@ def load(path: str | os.PathLike, root: str | os.PathLike | None = None, text: s
     plan = None
     if not any(d.code in ("P001", "P002") and d.span.file == shown for d in r.diags):
         plan = resolve_document(r, shown, partial)
+        if plan is not None:
+            plan.source = shown if text is not None else root_relative(p, r.root)
     bad = r.__dict__.get("partial", {}) if partial else {}
     return Resolution(plan, r.diags, r.sources, frozenset(bad), tuple(d for ds in bad.values() for d in ds))
+
+
+def root_relative(path: Path, root: Path) -> str:
+    """``path`` relative to ``root``, normalised and '/'-separated (its name alone when it lies
+    outside the root): one spelling for every way of naming the file and every working folder."""
+    full = path.resolve()
+    try:
+        return full.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return full.name
 
 
 def resolve_text(text: str, file: str = "<input>", root: str | os.PathLike | None = None) -> Resolution:

@@ -7,6 +7,11 @@ Rendezvous (the three ways every node joins one world):
 * ``rdzv_endpoint`` set: ``c10d`` at that endpoint with one ``--rdzv-id`` shared by all nodes
   (torchrun assigns node ranks; every node's ranks stay consecutive, so a group that fits in a
   node still does);
+* ``max_restarts`` above 0 without ``rdzv_endpoint``: ``c10d`` at ``$MASTER_ADDR:$MASTER_PORT``
+  (node 0 hosts the store) with the shared ``--rdzv-id``. A static rendezvous cannot restart a
+  world: the failed node's agent restarts its workers and waits for a new round that the other
+  nodes never join. Under c10d every agent sees the waiting node and restarts its own workers,
+  so the whole world meets again;
 * otherwise ``static``: node 0 at ``$MASTER_ADDR:$MASTER_PORT`` hosts it and every node passes
   its own ``--node-rank``, so ``RANK = node_rank · nproc_per_node + local_rank`` is exactly the
   rank map ``parc explain`` prints.
@@ -18,15 +23,16 @@ start separate worlds.
 from __future__ import annotations
 
 from ...compiler.rules import rule
-from ..base import Env, File, Var, mesh_text, nccl_env, plan_id, plan_json, settings, spec_name
+from ..base import Cat, Env, File, Var, mesh_text, nccl_env, plan_id, plan_json, settings, spec_name
 
 TARGET = "torchrun"
 
 
-def rendezvous(plan, endpoint: str | None) -> str:
+def rendezvous(plan, endpoint: str | None, max_restarts: int = 0) -> str:
+    """standalone | c10d | static (see the module doc)."""
     if plan.cluster.nodes == 1:
         return "standalone"
-    return "c10d" if endpoint else "static"
+    return "c10d" if endpoint or max_restarts > 0 else "static"
 
 
 def launcher_lines(plan, *, rdzv: str, node_rank, endpoint: str | None, max_restarts: int) -> list[list]:
@@ -36,7 +42,8 @@ def launcher_lines(plan, *, rdzv: str, node_rank, endpoint: str | None, max_rest
     if rdzv == "standalone":
         lines.append(["--standalone"])
     elif rdzv == "c10d":
-        lines += [["--rdzv-backend", "c10d"], ["--rdzv-endpoint", endpoint],
+        at = endpoint or Cat((Var("master_addr"), ":", Var("master_port")))
+        lines += [["--rdzv-backend", "c10d"], ["--rdzv-endpoint", at],
                   ["--rdzv-id", "parc-" + plan_id(plan)]]
     else:
         lines += [["--node-rank", Var("node_rank") if node_rank is None else node_rank],
@@ -65,11 +72,12 @@ def script(plan, *, node_rank, entrypoint: str, arg_lines: list[list], endpoint:
     from ..render import render
 
     cl = plan.cluster
-    rdzv = rendezvous(plan, endpoint)
+    rdzv = rendezvous(plan, endpoint, max_restarts)
     if what is None:
         what = (f"torchrun launch for node {node_rank} of {cl.nodes}" if node_rank is not None
                 else f"torchrun launch for any node of {cl.nodes}: launch.sh NODE_RANK")
     return render("torchrun/launch.sh.j2", header=header(plan, what), need_here=True, node_rank=node_rank, rdzv=rdzv,
+                  master=rdzv == "static" or (rdzv == "c10d" and not endpoint),
                   nnodes=cl.nodes, nproc=cl.gpus_per_node, env=launch_env(plan, env),
                   arg_lines=arg_lines,
                   launcher_lines=launcher_lines(plan, rdzv=rdzv, node_rank=node_rank, endpoint=endpoint,
