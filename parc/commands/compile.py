@@ -15,7 +15,7 @@ examples:
 
 
 def add_arguments(p):
-    p.add_argument("spec", metavar="SPEC", help="the .par file")
+    p.add_argument("spec", metavar="SPEC", help="the .par file (`-`: read it from stdin)")
     p.add_argument("--target", "-t", metavar="T",
                    help="torchrun, vllm, megatron, slurm, kubernetes or json (may be left out when the spec "
                    "names exactly one target)")
@@ -69,11 +69,15 @@ def compile_spec(spec, target: str | None = None, root=None):
     Raises OSError when the spec cannot be read, KeyError for an unknown target."""
     from .. import backends
     from ..api import check_file
+    from ..compiler.reader import STDIN, STDIN_NAME, read_stdin
 
     if target is not None and target not in backends.names():
         raise KeyError(target)
     backends.load_checks()
-    r = check_file(spec, [target] if target else [], root=root)
+    if spec == STDIN:
+        r = check_file(STDIN_NAME, [target] if target else [], root=root, text=read_stdin())
+    else:
+        r = check_file(spec, [target] if target else [], root=root)
     if r.errors or r.plan is None:
         return r, target, None
     if target is None:
@@ -87,7 +91,7 @@ def compile_spec(spec, target: str | None = None, root=None):
 def run(args) -> int:
     from .. import backends
     from ..compiler.diagnostics import render_text, use_color
-    from .common import read_error
+    from .common import read_error, unread
 
     known = backends.names()
     if args.target is not None and args.target not in known:
@@ -102,6 +106,8 @@ def run(args) -> int:
     except OSError as e:
         print(read_error(args.spec, e), file=sys.stderr)
         return 2
+    if (code := unread(r)) is not None:
+        return code
     if r.diagnostics:
         text = render_text(r.diagnostics, r.sources, color=use_color(sys.stderr))
         sys.stderr.write(text if text.endswith("\n") else text + "\n")
