@@ -120,7 +120,8 @@ def test_dash_reads_the_spec_from_stdin_with_imports_from_the_cwd(tmp_path):
     assert rep["new"]["file"] == "<stdin>" and rep["changes"]
 
     # --root bounds imports from stdin too
-    r = parc("check", "-", "--root", tmp_path / "clusters", cwd=tmp_path, input=spec)
+    (tmp_path / "elsewhere").mkdir()
+    r = parc("check", "-", "--root", tmp_path / "elsewhere", cwd=tmp_path, input=spec)
     assert r.returncode == 1 and "P015" in r.stdout
 
 
@@ -284,8 +285,9 @@ def test_unknown_targets_read_the_targets_folder_once(tmp_path, monkeypatch):
         calls.append(pattern)
         return real(self, pattern, *a, **k)
 
-    resolve._known_targets.cache_clear()
-    resolve.target_spec.cache_clear()
+    for f in (getattr(resolve, "_known_targets", None), resolve.target_spec):
+        if f is not None:
+            f.cache_clear()
     monkeypatch.setattr(pathlib.Path, "glob", counting)
     spec = write(tmp_path, "spec.par", GOOD + "".join(f"target vllmm{i} {{\n}}\n" for i in range(200)))
     r = check_file(spec, root=tmp_path)
