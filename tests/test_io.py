@@ -168,6 +168,8 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
     assert r.returncode == 2 and "FIFO" in r.stdout
     r = parc("check", tmp_path / "pipe.par", timeout=60)
     assert r.returncode == 2 and "P030" in r.stdout
+    r = parc("fmt", "--check", tmp_path / "pipe.par", timeout=60)
+    assert r.returncode == 2 and "FIFO" in r.stderr
 
 
 def test_a_spec_or_an_import_over_1_mib_is_refused(tmp_path, capsys):

@@ -114,6 +114,11 @@ def decode(data: bytes) -> str:
 def read_spec(path: str | os.PathLike, within: str | os.PathLike | None = None) -> str:
     """The text of the spec at ``path``; :class:`ReadFailure` if it is not a regular file (inside
     ``within``, when given) of at most ``MAX_SPEC_BYTES``."""
+    return decode(read_bytes(path, within))
+
+
+def read_bytes(path: str | os.PathLike, within: str | os.PathLike | None = None) -> bytes:
+    """The bytes of the spec at ``path``, under the rules of :func:`read_spec`."""
     before = check_path(path, within)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -139,7 +144,7 @@ def read_spec(path: str | os.PathLike, within: str | os.PathLike | None = None) 
         os.close(fd)
     if got > MAX_SPEC_BYTES:
         raise _too_large(path, None)
-    return decode(b"".join(chunks))
+    return b"".join(chunks)
 
 
 def diagnostic(e: ReadFailure | OSError, shown: str, span=None, what: str = ""):
@@ -154,6 +159,11 @@ def diagnostic(e: ReadFailure | OSError, shown: str, span=None, what: str = ""):
 
 def read_stdin(stream=None) -> str:
     """The spec on standard input (``-``), at most ``MAX_SPEC_BYTES``."""
+    return decode(read_stdin_bytes(stream))
+
+
+def read_stdin_bytes(stream=None) -> bytes:
+    """The bytes on standard input, at most ``MAX_SPEC_BYTES``."""
     stream = stream if stream is not None else sys.stdin
     buf = getattr(stream, "buffer", None)
     if buf is not None:
@@ -163,4 +173,4 @@ def read_stdin(stream=None) -> str:
         data = data.encode("utf-8", errors="replace") if isinstance(data, str) else data
     if len(data) > MAX_SPEC_BYTES:
         raise _too_large(STDIN_NAME, None)
-    return decode(data)
+    return data
