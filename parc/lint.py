@@ -117,17 +117,24 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = ()) -> tuple[list[st
             seen.add(key)
             found.append(p)
 
-    def walk(d: str):
+    def walk(d: str) -> int:
+        seen_par = 0
         for dirpath, dirnames, filenames in os.walk(d):
             dirnames[:] = sorted(x for x in dirnames
                                  if x not in _SKIP_DIRS and not x.startswith(".")
                                  and not _excluded(os.path.join(dirpath, x), exclude))
             for f in sorted(filenames):
                 if f.endswith(".par"):
+                    seen_par += 1
                     add(os.path.join(dirpath, f))
+        return seen_par
 
     def missing(raw: str, why: str, help: str | None = None):
         errors.append(diagnostic(ReadFailure(raw, why, help=help), raw))
+
+    def walk_some(d: str):
+        if not walk(d) and not _excluded(os.path.normpath(d), exclude):
+            missing(d, "no .par files in this folder", "name the folder that holds the specs")
 
     for raw in paths:
         if raw == STDIN:
@@ -135,7 +142,7 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = ()) -> tuple[list[st
         elif "\0" in raw:
             missing(raw.replace("\0", "\\0"), "the path holds a NUL byte")
         elif os.path.isdir(raw):
-            walk(raw)
+            walk_some(raw)
         elif os.path.lexists(raw):
             add(raw)
         elif _GLOB_CHARS.search(raw):

@@ -86,6 +86,11 @@ def test_check_takes_folders_and_globs(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["summary"]["files"] == 1
     assert main(["check", str(tmp_path / "specs" / "*.xyz")]) == 2
     assert "no files match" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    for cmd in ("check", "lint"):  # checking nothing is not "ok"
+        assert main([cmd, str(tmp_path / "empty")]) == 2
+        out = capsys.readouterr().out
+        assert "no .par files" in out and "ok:" not in out
 
 
 # ------------------------------------------------------------------------------ standard input
