@@ -300,3 +300,29 @@ def test_unknown_targets_read_the_targets_folder_once(tmp_path, monkeypatch):
     r = check_file(spec, root=tmp_path)
     assert sum(c.code == "P020" for c in r.errors) == 200
     assert calls.count("*/target.toml") <= 1
+
+
+@pytest.mark.skipif(not Path("/usr/bin/git").exists() and not any(
+    (Path(d) / "git").exists() for d in os.environ.get("PATH", "").split(os.pathsep)), reason="needs git")
+def test_diff_git_reads_old_versions_by_the_same_rules(tmp_path, monkeypatch, capsys):
+    """The old version comes from git: a spec that was a link (to the environment, say) or a
+    blob over 1 MiB at that revision is refused, not read."""
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True,
+                       env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
+                            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"})
+
+    (tmp_path / "leak.par").symlink_to("/proc/self/environ")
+    write(tmp_path, "big.par", GOOD + "#" * (1 << 20) + "\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    (tmp_path / "leak.par").unlink()
+    write(tmp_path, "leak.par", GOOD)
+    write(tmp_path, "big.par", GOOD)
+    monkeypatch.chdir(tmp_path)
+    assert main(["diff", "--git", "HEAD", "leak.par"]) == 2
+    err = capsys.readouterr().err
+    assert "it is a link" in err and "PATH=" not in err
+    assert main(["diff", "--git", "HEAD", "big.par"]) == 2
+    assert "at most 1 MiB" in capsys.readouterr().err
