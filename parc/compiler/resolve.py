@@ -151,12 +151,16 @@ def _short(path: str) -> str:
     return shown if len(shown) <= 60 else shown[:40] + "..." + shown[-12:]
 
 
-@lru_cache(maxsize=256)
-def _par_names(folder: Path) -> tuple[str, ...]:
-    try:
-        return tuple(p.name for p in folder.glob("*.par"))
-    except OSError:
-        return ()
+def _par_names(folder: Path, cache: dict) -> tuple[str, ...]:
+    """The .par files of ``folder`` (listed once per resolver)."""
+    got = cache.get(folder)
+    if got is None:
+        try:
+            got = tuple(p.name for p in folder.glob("*.par"))
+        except OSError:
+            got = ()
+        cache[folder] = got
+    return got
 
 
 @dataclass
@@ -179,6 +183,7 @@ class Resolver:
         self.import_failed = False
         self.files: list[str] = []
         self.loaded: set[Path] = set()  # real paths of the files loaded so far
+        self.listed: dict[Path, tuple[str, ...]] = {}  # folders listed for did-you-mean
 
     # -- reporting
     def err(self, code, msg, span, help=None, related=None):
@@ -242,17 +247,17 @@ class Resolver:
         self.sources[shown] = text
         self.files.append(shown)
         try:
+            real = path.resolve()
+        except (OSError, RuntimeError, ValueError):
+            real = Path(os.path.abspath(path))
+        self.loaded.add(real)  # a file that fails to parse is reported once, too
+        try:
             doc = parse_text(text, shown)
         except ParcError as e:
             self.diags.append(e.diagnostic)
             self.diags.extend(e.more)
             self.import_failed = True  # what the file would have defined is unknown
             return None
-        try:
-            real = path.resolve()
-        except (OSError, RuntimeError, ValueError):
-            real = Path(os.path.abspath(path))
-        self.loaded.add(real)
         return _Frame(path, iter(doc.items), stack + (real,))
 
     def _import(self, use: S.Use, importer: Path, stack: tuple[Path, ...]) -> "_Frame | None":
@@ -299,7 +304,7 @@ class Resolver:
             self.import_failed = True
             near = None
             if resolved.parent.is_dir():
-                near = did_you_mean(resolved.name, _par_names(resolved.parent))
+                near = did_you_mean(resolved.name, _par_names(resolved.parent, self.listed))
             self.err("P013", f"imported file `{use.path}` not found", use.path_span,
                      help=f"did you mean `{near}`?" if near else
                      f"paths are relative to {self.display(importer.parent) or '.'}/")
