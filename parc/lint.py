@@ -91,54 +91,73 @@ def _known_codes(docs) -> list[str]:
 
 # --------------------------------------------------------------------------- discovery
 
-def discover(paths: Sequence[str], exclude: Sequence[str] = ()) -> tuple[list[str], list[str]]:
-    """The files to lint (as shown to the user) and one-line errors for paths that match nothing.
+def discover(paths: Sequence[str], exclude: Sequence[str] = ()) -> tuple[list[str], list[Diagnostic]]:
+    """The files to lint (as shown to the user) and a P030 diagnostic for each path that
+    matches nothing.
 
     A file is linted whatever its name; a folder gives its ``.par`` files, recursively, skipping
-    hidden folders and virtual environments; a glob (``specs/**/*.par``) is expanded here, so it
-    works quoted or on shells that do not expand it.
+    hidden folders and virtual environments and never following a link to a folder; a glob
+    (``specs/**/*.par``) is expanded here, so it works quoted or on shells that do not expand
+    it. ``-`` stands for standard input. What each file is (a regular file inside its root) is
+    judged when it is read.
     """
+    from .compiler.reader import STDIN, ReadFailure, diagnostic
+
     found: list[str] = []
-    errors: list[str] = []
+    errors: list[Diagnostic] = []
     seen: set[str] = set()
 
     def add(p: str):
-        p = os.path.normpath(p)
-        if _excluded(p, exclude):
-            return
-        key = os.path.realpath(p)
+        if p != STDIN:
+            p = os.path.normpath(p)
+            if _excluded(p, exclude):
+                return
+        key = os.path.realpath(p) if p != STDIN else p
         if key not in seen:
             seen.add(key)
             found.append(p)
 
-    def walk(d: str):
+    def walk(d: str) -> int:
+        seen_par = 0
         for dirpath, dirnames, filenames in os.walk(d):
             dirnames[:] = sorted(x for x in dirnames
                                  if x not in _SKIP_DIRS and not x.startswith(".")
                                  and not _excluded(os.path.join(dirpath, x), exclude))
             for f in sorted(filenames):
                 if f.endswith(".par"):
+                    seen_par += 1
                     add(os.path.join(dirpath, f))
+        return seen_par
+
+    def missing(raw: str, why: str, help: str | None = None):
+        errors.append(diagnostic(ReadFailure(raw, why, help=help), raw))
+
+    def walk_some(d: str):
+        if not walk(d) and not _excluded(os.path.normpath(d), exclude):
+            missing(d, "no .par files in this folder", "name the folder that holds the specs")
 
     for raw in paths:
-        if os.path.isdir(raw):
-            walk(raw)
-        elif os.path.exists(raw):
+        if raw == STDIN:
+            add(raw)
+        elif "\0" in raw:
+            missing(raw.replace("\0", "\\0"), "the path holds a NUL byte")
+        elif os.path.isdir(raw):
+            walk_some(raw)
+        elif os.path.lexists(raw):
             add(raw)
         elif _GLOB_CHARS.search(raw):
             hits = sorted(glob.glob(raw, recursive=True))
             if not hits:
-                errors.append(f"parc: no files match `{raw}`")
+                missing(raw, "no files match this pattern", "check the pattern; quote it so that parc "
+                        "expands it (`'specs/**/*.par'`)")
             for h in hits:
                 if os.path.isdir(h):
                     walk(h)
-                elif h.endswith(".par") or not os.path.isdir(h):
+                else:
                     add(h)
         else:
-            errors.append(f"parc: cannot read {raw}: No such file or directory")
+            missing(raw, "No such file or directory")
     return found, errors
-
-
 def _excluded(path: str, patterns: Sequence[str]) -> bool:
     if not patterns:
         return False
@@ -232,7 +251,8 @@ def lint_paths(paths: Sequence[str], *, select=None, ignore=None, targets: Seque
                root=None, exclude: Sequence[str] = ()) -> LintResult:
     files, errors = discover(paths, exclude)
     res = lint_files(files, select=select, ignore=ignore, targets=targets, root=root)
-    res.io_errors[:0] = errors
+    res.io_errors[:0] = [_one_line(d) for d in errors]
+    res.diagnostics = sorted([*errors, *res.diagnostics], key=sort_key)
     return res
 
 
@@ -245,14 +265,7 @@ def lint_files(files: Sequence[str], *, select=None, ignore=None, targets: Seque
 
     selector = select if isinstance(select, Selector) else Selector(select, ignore)
     layout_check = selector("P551")  # formatting every file again is the costly style check
-    texts: dict[str, str] = {}
-    io_errors: list[str] = []
-    for f in files:
-        try:
-            with open(f, encoding="utf-8", errors="replace") as fh:
-                texts[f] = fh.read()
-        except OSError as e:
-            io_errors.append(f"parc: cannot read {f}: {e.strerror or e}")
+    texts, failed = read_files(files, root)
     imported = _imported(texts)
 
     sources: dict[str, str] = dict(texts)
@@ -337,8 +350,32 @@ def lint_files(files: Sequence[str], *, select=None, ignore=None, targets: Seque
                 suppressed += 1
                 continue
             out.append(d)
+    out.extend(failed)  # files that could not be read: reported whatever the selection
     out.sort(key=sort_key)
-    return LintResult(list(texts), out, sources, suppressed, io_errors)
+    return LintResult(list(texts), out, sources, suppressed, [_one_line(d) for d in failed])
+
+
+def read_files(files: Sequence[str], root=None) -> tuple[dict[str, str], list[Diagnostic]]:
+    """The text of each file (``-``: standard input, shown as ``<stdin>``), read by the spec
+    reader, and a P030 diagnostic for each that could not be read."""
+    from .compiler.reader import STDIN, STDIN_NAME, ReadFailure, diagnostic, read_stdin
+    from .compiler.resolve import read_spec_file
+
+    texts: dict[str, str] = {}
+    failed: list[Diagnostic] = []
+    for f in files:
+        name = STDIN_NAME if f == STDIN else f
+        try:
+            texts[name] = read_stdin() if f == STDIN else read_spec_file(f, root)
+        except ReadFailure as e:
+            failed.append(diagnostic(e, name))
+        except OSError as e:
+            failed.append(diagnostic(e, name))
+    return texts, failed
+
+
+def _one_line(d: Diagnostic) -> str:
+    return f"parc: {d.message}"
 
 
 def _unused(s: Suppression, selector: Selector, known: set[str], complete: bool) -> list[Diagnostic]:
@@ -394,7 +431,9 @@ def _is_fragment(f: str, text: str, imported: set[str]) -> bool:
 
 
 def exit_code(res: LintResult, warnings_as_errors: bool = False, exit_zero: bool = False) -> int:
-    if res.io_errors:
+    from .compiler.reader import READ_CODE
+
+    if res.io_errors or any(d.code == READ_CODE for d in res.diagnostics):
         return 2
     if exit_zero:
         return 0

@@ -76,10 +76,10 @@ def test_globs_are_expanded_by_parc_and_a_missing_path_exits_2(tmp_path, capsys)
     files, errors = discover([str(tmp_path / "specs" / "**" / "*.par")])
     assert len(files) == 2 and errors == []
     rc = main(["lint", str(tmp_path / "nope.par")])
-    err = capsys.readouterr().err
-    assert rc == 2 and "nope.par" in err and "Traceback" not in err
+    cap = capsys.readouterr()
+    assert rc == 2 and "P030" in cap.out and "nope.par" in cap.out and "Traceback" not in cap.err
     rc = main(["lint", str(tmp_path / "specs" / "*.xyz")])
-    assert rc == 2 and "no files match" in capsys.readouterr().err
+    assert rc == 2 and "no files match" in capsys.readouterr().out
 
 
 def test_exclude_skips_matching_paths(tmp_path):

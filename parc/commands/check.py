@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from .common import add_common, read_error
+from ..compiler.reader import READ_CODE, STDIN, STDIN_NAME, diagnostic as read_diagnostic
+from .common import add_common, spec_paths, stdin_text
 
 DESCRIPTION = "Parse and validate specs: every P0-P6 problem, before a GPU is allocated."
 EPILOG = """exit status: 0 clean or warnings only, 1 errors, 2 usage or I/O failure
@@ -13,7 +14,8 @@ example:
 
 
 def add_arguments(p):
-    p.add_argument("specs", nargs="+", metavar="SPEC", help=".par files to check")
+    p.add_argument("specs", nargs="+", metavar="SPEC",
+                   help=".par files, folders (searched recursively) or globs; `-` reads a spec from stdin")
     from .targets import add_target
 
     add_target(p)
@@ -25,18 +27,19 @@ def run(args) -> int:
     from ..api import check_file
     from ..compiler.diagnostics import render_json, render_summary, render_text, summarize, use_color
 
-    diags, sources, io_fail = [], {}, False
+    paths, diags = spec_paths(args.specs)
+    sources: dict[str, str] = {}
     files = 0
-    for path in args.specs:
-        try:
-            r = check_file(path, args.target, root=args.root)
-        except OSError as e:
-            print(read_error(path, e), file=sys.stderr)
-            io_fail = True
+    for path in paths:
+        text = stdin_text() if path == STDIN else None
+        if isinstance(text, Exception):
+            diags.append(read_diagnostic(text, STDIN_NAME))
             continue
-        files += 1
+        r = check_file(STDIN_NAME if path == STDIN else path, args.target, root=args.root, text=text)
+        files += bool(r.sources)  # the spec itself was read
         diags.extend(r.diagnostics)
         sources.update(r.sources)
+    io_fail = any(d.code == READ_CODE for d in diags)
     summary = summarize(diags, files)
     if args.format == "json":
         print(render_json(diags, files))

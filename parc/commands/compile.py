@@ -22,7 +22,7 @@ examples:
 
 
 def add_arguments(p):
-    p.add_argument("spec", metavar="SPEC", help="the .par file")
+    p.add_argument("spec", metavar="SPEC", help="the .par file (`-`: read it from stdin)")
     from .targets import add_target
 
     add_target(p, repeatable=False, backends_only=True, short=True,
@@ -228,11 +228,15 @@ def compile_spec(spec, target: str | None = None, root=None):
     Raises OSError when the spec cannot be read, KeyError for an unknown target."""
     from .. import backends
     from ..api import check_file
+    from ..compiler.reader import STDIN, STDIN_NAME, read_stdin
 
     if target is not None and target not in backends.names():
         raise KeyError(target)
     backends.load_checks()
-    r = check_file(spec, [target] if target else [], root=root)
+    if spec == STDIN:
+        r = check_file(STDIN_NAME, [target] if target else [], root=root, text=read_stdin())
+    else:
+        r = check_file(spec, [target] if target else [], root=root)
     if r.errors or r.plan is None:
         return r, target, None
     if target is None:
@@ -246,7 +250,7 @@ def compile_spec(spec, target: str | None = None, root=None):
 def run(args) -> int:
     from .. import backends
     from ..compiler.diagnostics import render_text, use_color
-    from .common import read_error
+    from .common import read_error, read_failed, unread
 
     known = backends.names()
     try:
@@ -255,7 +259,10 @@ def run(args) -> int:
         print(read_error(args.spec, e), file=sys.stderr)
         return 2
     if getattr(args, "format", "text") == "json":
-        return _run_json(args, r, target, files, known)
+        code = _run_json(args, r, target, files, known)
+        return 2 if read_failed(r) else code
+    if (code := unread(r)) is not None:
+        return code
     if r.diagnostics:
         text = render_text(r.diagnostics, r.sources, color=use_color(sys.stderr))
         sys.stderr.write(text if text.endswith("\n") else text + "\n")

@@ -23,7 +23,7 @@ examples:
 
 
 def add_arguments(p):
-    p.add_argument("specs", nargs="+", metavar="SPEC", help="OLD.par NEW.par, or one SPEC with --git")
+    p.add_argument("specs", nargs="+", metavar="SPEC", help="OLD.par NEW.par (`-` for one of them: read it from stdin), or one SPEC with --git")
     p.add_argument("--git", metavar="REV", help="compare SPEC at git revision REV (the old side) "
                    "with SPEC in the working tree")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
@@ -347,6 +347,8 @@ def _git(args: list[str], cwd: str) -> str:
 def checkout_old(rev: str, spec: str, into: str) -> str:
     """Write SPEC as of REV, and every file it imports at that revision, under ``into``; return
     the path of the old spec there."""
+    from ..compiler.reader import ReadFailure
+
     import re
 
     spec_dir = os.path.dirname(os.path.abspath(spec))
@@ -364,11 +366,15 @@ def checkout_old(rev: str, spec: str, into: str) -> str:
             continue
         done.add(r)
         try:
-            text = _git(["show", f"{rev}:{r}"], top)
+            text = _git_spec(rev, r, top)
         except DiffError:
             if r == rel:
                 raise DiffError(f"parc diff: {spec} does not exist at {rev}")
             continue  # a missing import is reported by the checks
+        except ReadFailure as e:
+            if r == rel:
+                raise DiffError(f"parc diff: cannot read {spec} at {rev}: {e.reason}") from None
+            continue  # not written: the checks report the import as missing
         dest = os.path.join(into, *r.split("/"))
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         with open(dest, "w", encoding="utf-8") as f:
@@ -377,6 +383,37 @@ def checkout_old(rev: str, spec: str, into: str) -> str:
         for m in use.finditer(text):
             todo.append(os.path.normpath(os.path.join(base, m.group(1))).replace(os.sep, "/"))
     return os.path.join(into, *rel.split("/"))
+
+
+def _git_spec(rev: str, rel: str, top: str) -> str:
+    """The text of ``rel`` at ``rev``, read under the rules of the spec reader: a regular file
+    (a link's target is never followed) of at most 1 MiB. DiffError if it is not there."""
+    from ..compiler.reader import MAX_SPEC_BYTES, ReadFailure, decode, size_words
+
+    entry = _git(["ls-tree", "-l", "--full-tree", rev, "--", rel], top).strip()
+    if not entry:
+        raise DiffError(f"parc diff: {rel} does not exist at {rev}")
+    meta, _, _ = entry.partition("\t")
+    mode, kind, sha, size = (meta.split() + ["", "", "", ""])[:4]
+    if kind != "blob" or mode not in ("100644", "100755"):
+        raise ReadFailure(rel, "it is a link" if mode == "120000" else "it is not a regular file",
+                          help="parc reads only regular files")
+    if not size.isdigit() or int(size) > MAX_SPEC_BYTES:
+        raise ReadFailure(rel, f"is {size_words(int(size)) if size.isdigit() else 'of unknown size'}; "
+                          "a spec or an imported file may be at most 1 MiB")
+    return decode(_git_bytes(["cat-file", "blob", sha], top))
+
+
+def _git_bytes(args: list[str], cwd: str) -> bytes:
+    import subprocess
+
+    try:
+        p = subprocess.run(["git", *args], cwd=cwd or ".", capture_output=True)
+    except OSError as e:
+        raise DiffError(f"parc diff: cannot run git: {e.strerror or e}") from None
+    if p.returncode != 0:
+        raise DiffError(f"parc diff: git {' '.join(args[:2])} failed")
+    return p.stdout
 
 
 @dataclass
@@ -393,11 +430,20 @@ def load(path: str, root=None, shown: str | None = None) -> Side:
     from ..api import check_file
     from ..compiler.diagnostics import render_text as render_diags
 
-    shown = shown or path
+    from ..compiler.reader import READ_CODE, STDIN, STDIN_NAME, ReadFailure, read_stdin
+
     try:
-        r = check_file(path, root=root)
+        if path == STDIN:
+            shown = shown or STDIN_NAME
+            r = check_file(STDIN_NAME, root=root, text=read_stdin())
+        else:
+            shown = shown or path
+            r = check_file(path, root=root)
     except OSError as e:
-        raise DiffError(f"parc: cannot read {path}: {e.strerror or e}") from None
+        raise DiffError(f"parc: cannot read {path}: {getattr(e, 'reason', None) or e.strerror or e}") from None
+    unread = [d for d in r.diagnostics if d.code == READ_CODE]
+    if unread:
+        raise DiffError(render_diags(unread, r.sources).rstrip("\n"))
     blocking = [d for d in r.errors if d.code[:2] in ("P0", "P1", "P2")]
     est = None
     if r.plan is not None and not blocking:

@@ -62,7 +62,7 @@ def to_png(svg_text: str) -> bytes:
 def run(args) -> int:
     from ..api import check_file
     from ..compiler.diagnostics import render_text, use_color
-    from .common import read_error
+    from .common import read_error, unread
 
     out = args.output
     ext = os.path.splitext(out)[1].lower() if out else ".svg"
@@ -79,6 +79,8 @@ def run(args) -> int:
     except OSError as e:
         print(read_error(args.spec, e), file=sys.stderr)
         return 2
+    if (code := unread(r)) is not None:
+        return code
     if r.plan is None or r.errors:
         text = render_text(r.errors, r.sources, color=use_color(sys.stderr))
         sys.stderr.write(text + ("" if text.endswith("\n") else "\n"))

@@ -17,7 +17,7 @@ examples:
 
 
 def add_arguments(p):
-    p.add_argument("spec", metavar="SPEC", help="the .par file to explain")
+    p.add_argument("spec", metavar="SPEC", help="the .par file to explain (`-`: read it from stdin)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     from .targets import add_target
 
@@ -28,15 +28,16 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from ..api import check_file
     from ..compiler.diagnostics import ERROR, render_text, use_color
-    from .common import read_error
+    from .common import load_spec, read_error, unread
 
     try:
-        r = check_file(args.spec, args.target, root=args.root)
+        r = load_spec(args.spec, args.target, root=args.root)
     except OSError as e:
         print(read_error(args.spec, e), file=sys.stderr)
         return 2
+    if (code := unread(r)) is not None:
+        return code
     errors = [d for d in r.diagnostics if d.severity == ERROR]
     if (errors or r.plan is None) and args.format == "json":
         import json

@@ -58,15 +58,18 @@ def run(args) -> int:
 
     from ..compiler.diagnostics import ParcError, render_text, use_color
     from ..compiler.fmt import format_text
+    from ..compiler.reader import read_bytes, read_stdin_bytes
 
     status = 0
     changed = 0
     for path in (["-"] if args.specs == ["-"] else _files(args.specs)):
         name = "<stdin>" if path == "-" else str(path)
         try:
-            text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+            data = read_stdin_bytes() if path == "-" else read_bytes(path)  # never a device or a FIFO
+            text = data.decode("utf-8")  # strict: a file is never rewritten with replaced bytes
         except (OSError, UnicodeDecodeError) as e:
-            print(f"parc: cannot read {name}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
+            why = getattr(e, "reason", None) or getattr(e, "strerror", None) or e
+            print(f"parc: cannot read {name}: {why}", file=sys.stderr)
             status = 2
             continue
         try:

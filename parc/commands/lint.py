@@ -23,7 +23,8 @@ FORMATS = ("text", "json", "sarif", "github")
 
 
 def add_arguments(p):
-    p.add_argument("paths", nargs="+", metavar="PATH", help=".par files, folders (searched recursively) or globs")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help=".par files, folders (searched recursively) or globs; `-` reads a spec from stdin")
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="output format: text (default), json, sarif (GitHub code scanning), "
                         "github (workflow annotations)")
@@ -53,12 +54,13 @@ def run(args) -> int:
     except UsageError as e:
         print(f"parc lint: error: {e}", file=sys.stderr)
         return 2
-    for msg in res.io_errors:
-        print(msg, file=sys.stderr)
+    fmt = args.format
+    if fmt != "text":  # the output is for a machine; say it on stderr as well
+        for msg in res.io_errors:
+            print(msg, file=sys.stderr)
     diags = res.diagnostics
     if args.quiet:
         diags = [d for d in diags if d.severity in ("error", "warning")]
-    fmt = args.format
     if fmt == "json":
         print(_json(res, diags))
     elif fmt == "sarif":

@@ -50,7 +50,7 @@ def run(args) -> int:
     t_start = time.perf_counter()
     from ..api import check_file
     from ..compiler.diagnostics import render_text
-    from .common import read_error
+    from .common import read_error, unread
 
     if args.steps < 0:
         print("parc: error: --steps must be 0 or more", file=sys.stderr)
@@ -65,6 +65,8 @@ def run(args) -> int:
         except OSError as e:
             print(read_error(args.spec, e), file=sys.stderr)
             return 2
+        if (code := unread(res)) is not None:
+            return code
         if not res.ok or res.plan is None:
             sys.stderr.write(render_text(res.errors, res.sources))
             print(f"parc: {args.spec} has errors; `parc check {args.spec}` lists them", file=sys.stderr)

@@ -128,9 +128,10 @@ def source_text(sources: dict[str, str], file: str) -> str | None:
     """A file's text from ``sources``, read (and kept there) on first use; None if unreadable."""
     text = sources.get(file)
     if text is None:
-        try:
-            with open(file, encoding="utf-8", errors="replace") as f:
-                text = f.read()
+        from .reader import read_spec
+
+        try:  # the spec reader: never a device, a FIFO or a file over the size limit
+            text = read_spec(file)
         except OSError:
             return None
         sources[file] = text

@@ -19,6 +19,7 @@ from . import schema as SC
 from . import syntax as S
 from .diagnostics import ERROR, Diagnostic, ParcError, Related, Span
 from .parse import parse_text
+from .reader import ReadFailure, diagnostic as read_diagnostic, is_within, read_spec
 from .plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, Placement, Plan, Schedule,
                    Serve, Target, Train)
 
@@ -35,21 +36,32 @@ def presets(kind: str) -> dict[str, dict]:
         return tomllib.load(f)
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=64)
 def target_spec(name: str) -> dict | None:
     """A backend's declared keys (``parc/backends/<name>/target.toml``), or None if unknown."""
     import tomllib
 
-    path = Path(__file__).resolve().parent.parent / "backends" / name / "target.toml"
-    if not name.isidentifier() or not path.is_file():
+    if name not in _known_targets():  # an unknown name touches no file
         return None
+    path = Path(__file__).resolve().parent.parent / "backends" / name / "target.toml"
     with open(path, "rb") as f:
         return tomllib.load(f)
 
 
-def known_targets() -> list[str]:
+@lru_cache(maxsize=1)
+def _known_targets() -> tuple[str, ...]:
     base = Path(__file__).resolve().parent.parent / "backends"
-    return sorted(p.parent.name for p in base.glob("*/target.toml"))
+    return tuple(sorted(p.parent.name for p in base.glob("*/target.toml")))
+
+
+def known_targets() -> list[str]:
+    """The targets parc can emit for (the folder is read once)."""
+    return list(_known_targets())
+
+
+@lru_cache(maxsize=1024)
+def _near_target(name: str) -> str | None:
+    return did_you_mean(name, _known_targets())
 
 
 class _Poison(Exception):
@@ -69,11 +81,28 @@ def find_root(spec: Path, root: str | os.PathLike | None) -> Path:
     """--root, else the top of the git checkout holding the spec, else the spec's folder."""
     if root is not None:
         return Path(root).resolve()
-    d = spec.resolve().parent
+    d = Path(os.path.abspath(spec)).parent.resolve()  # where the name is, not where a link leads
     for p in (d, *d.parents):
         if (p / ".git").exists():
             return p
     return d
+
+
+def spec_within(path: str | os.PathLike, root: Path) -> Path | None:
+    """The folder a spec named by the user must stay in through links: ``root``, when the
+    spec's own name lies inside it (a spec named outside the root is read, but not through a
+    link that leaves it)."""
+    try:
+        named = Path(os.path.abspath(path)).parent.resolve() / Path(path).name
+    except (OSError, RuntimeError, ValueError):
+        return None
+    return root if _is_within(named, root) else None
+
+
+def read_spec_file(path: str | os.PathLike, root: str | os.PathLike | None = None) -> str:
+    """The text of a spec named by the user, read as ``parc check`` reads it (regular files of
+    at most 1 MiB, never through a link out of the root); ReadFailure otherwise."""
+    return read_spec(path, within=spec_within(path, find_root(Path(path), root)))
 
 
 # ------------------------------------------------------------------------------ merged blocks
@@ -89,6 +118,49 @@ class _Block:
     rules: list[S.OnRule] = field(default_factory=list)
     modules: list[S.Assign] = field(default_factory=list)
     children: dict[str, "_Block"] = field(default_factory=dict)
+
+
+@dataclass
+class _Frame:
+    """A file being loaded: its statements not yet walked and the blocks it defines itself."""
+
+    path: Path
+    items: Any
+    stack: tuple[Path, ...]
+    local: list = field(default_factory=list)
+
+
+MAX_IMPORT_DEPTH = 1024  # files in one chain of `use`
+MAX_USE_PATH = 255  # characters in the path of one `use`
+
+
+def _bad_import_path(path: str) -> tuple[str, str] | None:
+    """Why a `use` path cannot name a spec (the message and the fix), or None if it may."""
+    if "\0" in path:
+        return "the path holds a NUL character", "remove the NUL character (`\\0`) from the path"
+    if len(path) > MAX_USE_PATH:
+        return (f"the path is {len(path)} characters long; a `use` path may be at most {MAX_USE_PATH}",
+                "move the file closer to the spec, or give it a shorter name")
+    if not path.endswith(".par"):
+        return ("`use` imports .par files", "name the .par file to import, as in `use \"clusters/box.par\"`")
+    return None
+
+
+def _short(path: str) -> str:
+    shown = path.replace("\0", "\\0")
+    return shown if len(shown) <= 60 else shown[:40] + "..." + shown[-12:]
+
+
+def _par_names(folder: Path, cache: dict) -> tuple[str, ...]:
+    """The .par files of ``folder`` (listed once per resolver)."""
+    got = cache.get(folder)
+    if got is None:
+        try:
+            got = tuple(p.name for p in folder.glob("*.par"))
+        except OSError:
+            got = ()
+        cache[folder] = got
+    return got
 
 
 @dataclass
@@ -114,6 +186,8 @@ class Resolver:
         self.evaluating: list[str] = []
         self.import_failed = False
         self.files: list[str] = []
+        self.loaded: set[Path] = set()  # real paths of the files loaded so far
+        self.listed: dict[Path, tuple[str, ...]] = {}  # folders listed for did-you-mean
 
     # -- reporting
     def err(self, code, msg, span, help=None, related=None):
@@ -128,39 +202,80 @@ class Resolver:
 
     def load_file(self, path: Path, shown: str, text: str | None = None,
                   stack: tuple[Path, ...] = ()) -> None:
+        """Load ``path`` and, depth first, every file it imports, each file once.
+
+        The walk keeps its own stack (no recursion), so the depth of an import chain is limited
+        only by ``MAX_IMPORT_DEPTH``. A file already loaded by an earlier ``use`` is not merged
+        again: its blocks are in already, and a file imported twice by each of its importers
+        would otherwise be read 2**depth times."""
         if text is None:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            try:
+                text = read_spec(path, within=self._spec_within(path))
+            except ReadFailure as e:
+                self.import_failed = True
+                self.diags.append(read_diagnostic(e, shown))
+                return
+        frames: list[_Frame] = []
+        frame = self._open(path, shown, text, stack)
+        if frame is None:
+            return
+        frames.append(frame)
+        while frames:
+            fr = frames[-1]
+            child = None
+            for st in fr.items:
+                if isinstance(st, S.Use):
+                    child = self._import(st, fr.path, fr.stack)
+                    if child is not None:
+                        break
+                elif isinstance(st, S.Block):
+                    fr.local.append(st)
+                elif isinstance(st, S.Assign):
+                    self.err("P019", f"`{st.key} = ...` must be inside a block", st.span,
+                             help="put it in the block it belongs to, e.g. `model { ... }`")
+                elif isinstance(st, S.OnRule):
+                    self.err("P019", f"`{st.axis} on {st.link}` must be inside the `placement` block",
+                             st.span, help="move it into `placement { ... }`")
+            if child is not None:
+                frames.append(child)
+                continue
+            frames.pop()
+            seen: dict[tuple, S.Block] = {}
+            for b in fr.local:
+                self.add_block(b, seen)
+
+    def _spec_within(self, path: Path) -> Path | None:
+        return spec_within(path, self.root)
+
+    def _open(self, path: Path, shown: str, text: str, stack: tuple[Path, ...]) -> "_Frame | None":
         self.sources[shown] = text
         self.files.append(shown)
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError, ValueError):
+            real = Path(os.path.abspath(path))
+        self.loaded.add(real)  # a file that fails to parse is reported once, too
         try:
             doc = parse_text(text, shown)
         except ParcError as e:
             self.diags.append(e.diagnostic)
             self.diags.extend(e.more)
             self.import_failed = True  # what the file would have defined is unknown
-            return
-        stack = stack + (path.resolve(),)
-        local: list[S.Block] = []
-        for st in doc.items:
-            if isinstance(st, S.Use):
-                self.load_import(st, path, stack)
-            elif isinstance(st, S.Block):
-                local.append(st)
-            elif isinstance(st, S.Assign):
-                self.err("P019", f"`{st.key} = ...` must be inside a block", st.span,
-                         help="put it in the block it belongs to, e.g. `model { ... }`")
-            elif isinstance(st, S.OnRule):
-                self.err("P019", f"`{st.axis} on {st.link}` must be inside the `placement` block",
-                         st.span, help="move it into `placement { ... }`")
-        seen: dict[tuple, S.Block] = {}
-        for b in local:
-            self.add_block(b, seen)
+            return None
+        return _Frame(path, iter(doc.items), stack + (real,))
 
-    def load_import(self, use: S.Use, importer: Path, stack: tuple[Path, ...]) -> None:
-        target = (importer.parent / use.path)
+    def _import(self, use: S.Use, importer: Path, stack: tuple[Path, ...]) -> "_Frame | None":
+        """Check one ``use``; the frame of the file to load next, or None (reported, or loaded
+        already)."""
+        bad = _bad_import_path(use.path)
+        if bad is not None:
+            self.import_failed = True
+            self.err("P031", f"`use \"{_short(use.path)}\"`: {bad[0]}", use.path_span, help=bad[1])
+            return None
+        target = importer.parent / use.path
         try:
             resolved = target.resolve()
-        except (OSError, RuntimeError):
+        except (OSError, RuntimeError, ValueError):
             resolved = Path(os.path.abspath(target))
         if not _is_within(resolved, self.root):
             self.import_failed = True
@@ -168,27 +283,44 @@ class Resolver:
                      use.path_span,
                      help="imports stay inside the root (--root DIR, else the git checkout, "
                           "else the spec's folder); copy the file inside it")
-            return
+            return None
         if resolved in stack:
             self.import_failed = True
             chain = " -> ".join(self.display(p) for p in (*stack, resolved))
             self.err("P014", f"import cycle: {chain}", use.path_span,
                      help="remove one of the `use` lines so the files no longer import each other")
-            return
-        if not resolved.is_file():
+            return None
+        if resolved in self.loaded:
+            return None  # imported before: its blocks are merged already
+        if len(stack) >= MAX_IMPORT_DEPTH:
+            self.import_failed = True
+            self.err("P032", f"imports nested more than {MAX_IMPORT_DEPTH} files deep: "
+                     f"{self.display(stack[0])} -> ... -> {self.display(stack[-1])} -> {use.path}",
+                     use.path_span,
+                     help="import the shared files from one spec instead of chaining them; "
+                          f"a chain of `use` may hold at most {MAX_IMPORT_DEPTH} files")
+            return None
+        try:
+            exists = resolved.is_file() or resolved.exists()
+        except (OSError, ValueError):
+            exists = True  # let the reader say what is wrong
+        if not exists:
             self.import_failed = True
             near = None
             if resolved.parent.is_dir():
-                near = did_you_mean(resolved.name, [p.name for p in resolved.parent.glob("*.par")])
+                near = did_you_mean(resolved.name, _par_names(resolved.parent, self.listed))
             self.err("P013", f"imported file `{use.path}` not found", use.path_span,
                      help=f"did you mean `{near}`?" if near else
                      f"paths are relative to {self.display(importer.parent) or '.'}/")
-            return
+            return None
+        shown = self.display(resolved)
         try:
-            self.load_file(resolved, self.display(resolved), stack=stack)
-        except OSError as e:
+            text = read_spec(resolved, within=self.root)
+        except ReadFailure as e:
             self.import_failed = True
-            self.err("P013", f"cannot read imported file `{use.path}`: {e.strerror}", use.path_span)
+            self.diags.append(read_diagnostic(e, use.path, use.path_span, what="imported file "))
+            return None
+        return self._open(resolved, shown, text, stack)
 
     def add_block(self, b: S.Block, seen: dict) -> None:
         kind = b.kind
@@ -213,7 +345,7 @@ class Resolver:
                          b.kind_span, help="targets: " + ", ".join(known_targets()))
                 return
             if target_spec(b.label) is None:
-                sug = did_you_mean(b.label, known_targets())
+                sug = _near_target(b.label)
                 self.err("P020", f"unknown target `{b.label}`", b.label_span,
                          help=(f"did you mean `{sug}`?" if sug else
                                "targets: " + ", ".join(known_targets())))
@@ -651,11 +783,7 @@ _POISON = object()
 
 
 def _is_within(p: Path, root: Path) -> bool:
-    try:
-        p.relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False
+    return is_within(p, root)
 
 
 def _fmt(v) -> str:
@@ -1167,17 +1295,23 @@ def _resolve_split(plan: Plan) -> None:
 
 def load(path: str | os.PathLike, root: str | os.PathLike | None = None, text: str | None = None,
          shown: str | None = None, partial: bool = False) -> Resolution:
-    """Read, parse and resolve one spec. I/O errors on the spec itself raise OSError.
+    """Read, parse and resolve one spec. A spec that cannot be read gives the P030 diagnostic.
 
     With ``partial``, a bad value or unknown key in `train` or `serve` leaves that block's
     defaults in the plan, and the Resolution names the block and its errors, so that the checks
     that do not read it can still report the spec's other mistakes in the same run."""
     p = Path(path)
     r = Resolver(find_root(p, root))
-    shown = shown or (str(path) if text is not None else r.display(p.resolve()) if p.is_absolute() else str(path))
+    if not shown:
+        shown = str(path)
+        if text is None and p.is_absolute():
+            try:
+                shown = r.display(p.resolve())
+            except (OSError, RuntimeError, ValueError):
+                pass
     r.load_file(p, shown, text=text)
     plan = None
-    if not any(d.code in ("P001", "P002") and d.span.file == shown for d in r.diags):
+    if not any(d.code in ("P001", "P002", "P030") and d.span.file == shown for d in r.diags):
         plan = resolve_document(r, shown, partial)
         if plan is not None:
             plan.source = shown if text is not None else root_relative(p, r.root)

@@ -96,6 +96,15 @@ def _fail(r, what: str):
     raise InputError(f"{what} has errors", errs, r.sources)
 
 
+def _unread(r) -> None:
+    """A file named on the command line that could not be read is an I/O failure (exit 2)."""
+    from ..compiler.reader import READ_CODE
+
+    for d in r.diags:
+        if d.code == READ_CODE and d.span.line == 1 and d.span.column == 1:
+            raise InputError(d.message[:1].lower() + d.message[1:])
+
+
 def _resolve(r, shown: str):
     """Resolve what ``r`` has loaded into a plan; InputError with the P0 diagnostics otherwise."""
     from ..compiler.resolve import resolve_document
@@ -130,10 +139,8 @@ def _load_into(r, arg: str, kind: str) -> str:
             "--cluster takes a .par file holding a `cluster` block")
         raise InputError(f"--{kind} {arg}: no such {'preset or ' if kind == 'model' else ''}file ({hint})")
     p = Path(arg)
-    try:
-        r.load_file(p, r.display(p.resolve()))
-    except OSError as e:
-        raise InputError(f"cannot read {arg}: {e.strerror or e}") from None
+    r.load_file(p, r.display(p.resolve()))
+    _unread(r)
     shown = r.files[-1] if r.files else arg
     if kind not in r.blocks and not any(d.severity == ERROR for d in r.diags):
         raise InputError(f"{arg} holds no `{kind}` block")
@@ -192,10 +199,8 @@ def load_spec(path: str, root=None, text: str | None = None, *, model: str | Non
         if arg is not None:
             _load_into(r, arg, kind)
     shown = str(path) if text is not None else r.display(p.resolve())
-    try:
-        r.load_file(p, shown, text=text)
-    except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror or e}") from None
+    r.load_file(p, shown, text=text)
+    _unread(r)
     if mode == "serve" and "train" not in r.blocks and "serve" not in r.blocks:
         r.load_file(Path("<--serve>"), "<--serve>", text="serve {\n}\n")
     if any(d.severity == ERROR for d in r.diags):

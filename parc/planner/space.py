@@ -123,30 +123,48 @@ def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple
 
 def rank_map(pr: Problem, mesh: tuple) -> RankMap:
     """The rank map of a mesh shape (pp, dp, cp, tp, ep, etp) under the problem's axis order (vLLM's own,
-    dp, pp, cp, tp, when it serves: the topology rules judge that one), cached."""
-    key = ("rankmap", mesh)
-    rm = pr.memo.get(key)
-    if rm is None:
-        pp, dp, cp, tp, ep, etp = mesh
-        order = ("dp", "pp", "cp", "tp") if pr.mode == "serve" and "vllm" in pr.rule_targets else pr.order
-        rm = pr.memo[key] = RankMap.from_sizes(pr.cluster.gpus_per_node, order=order, ep=ep, etp=etp,
-                                               pp=pp, dp=dp, cp=cp, tp=tp)
-    return rm
+    dp, pp, cp, tp, when it serves: the topology rules judge that one).
+
+    Not kept: on the largest cluster a map's group arrays hold millions of ranks, and the
+    search visits hundreds of shapes. What the search needs of it is kept by :func:`crosses`."""
+    pp, dp, cp, tp, ep, etp = mesh
+    order = ("dp", "pp", "cp", "tp") if pr.mode == "serve" and "vllm" in pr.rule_targets else pr.order
+    return RankMap.from_sizes(pr.cluster.gpus_per_node, order=order, ep=ep, etp=etp,
+                              pp=pp, dp=dp, cp=cp, tp=tp)
+
+
+def crosses(pr: Problem, mesh: tuple, axis) -> bool:
+    """Whether some group of ``axis`` spans more than one node under mesh shape ``mesh`` (cached
+    as one bool per shape and axis; the rank map that answers it is dropped)."""
+    key = ("crosses", mesh, axis)
+    got = pr.memo.get(key)
+    if got is None and not isinstance(axis, str):
+        # a group of several axes stays inside a node iff the groups of each axis do (a rank of
+        # the joint group is reached from its first rank one axis at a time, each step inside
+        # one group of that axis), so no array of the world's ranks is needed
+        got = pr.memo[key] = any(crosses(pr, mesh, ax) for ax in axis)
+    if got is None:
+        last = pr.memo.get("rankmap")
+        if last is None or last[0] != mesh:
+            last = pr.memo["rankmap"] = (mesh, rank_map(pr, mesh))
+        got = pr.memo[key] = last[1].crosses_node(axis)
+        last[1]._cache.clear()  # group arrays: up to world-size int64 each
+    return got
 
 
 def _groups_ok(pr: Problem, pp: int, dp: int, cp: int, tp: int, ep: int, etp: int) -> bool:
     """P301: TP groups (and CP or EP groups pinned to intra_node) stay inside a node; P304: every
     placement rule holds (intra_node: groups inside a node; inter_node: groups across nodes)."""
     links = pr.placement.links
-    rm = rank_map(pr, (pp, dp, cp, tp, ep, etp))
-    if tp > 1 and links.get("tp") != "inter_node" and rm.crosses_node("tp"):
+    mesh = (pp, dp, cp, tp, ep, etp)
+    if tp > 1 and links.get("tp") != "inter_node" and crosses(pr, mesh, "tp"):
         return False
+    sizes = dict(zip(("pp", "dp", "cp", "tp", "ep", "etp"), mesh))
     for ax, where in links.items():
-        size = rm.size(ax) if ax in ("pp", "dp", "cp", "tp", "ep", "etp") else 1
-        if size <= 1:
+        if sizes.get(ax, 1) <= 1:
             continue
-        crosses = rm.crosses_node(ax)
-        if where == "intra_node" and crosses or where == "inter_node" and not crosses:
+        across = crosses(pr, mesh, ax)
+        if where == "intra_node" and across or where == "inter_node" and not across:
             return False
     return True
 

@@ -24,8 +24,8 @@ import numpy as np
 
 from ..compiler import costmodel as cm
 from .inputs import Problem
-from .space import (PIPELINES, RECOMPUTE, SPLITS, batch_options, few_microbatches_refused, layout_options,
-                    mesh_shapes, rank_map, train_options, zero_options)
+from .space import (PIPELINES, RECOMPUTE, SPLITS, batch_options, crosses, few_microbatches_refused,
+                    layout_options, mesh_shapes, train_options, zero_options)
 from .plans import stage_split
 
 _PIPE = {name: i for i, name in enumerate(PIPELINES)}
@@ -434,11 +434,14 @@ def _axis_bandwidths(pr: Problem, meshes):
     intra = bw["intra_node"]
     table = np.zeros((len(meshes), 5))
     for i, (pp, dp, cp, tp, ep, etp) in enumerate(meshes):
-        rm = rank_map(pr, (pp, dp, cp, tp, ep, etp))
+        mesh = (pp, dp, cp, tp, ep, etp)
         for j, (ax, grp, size) in enumerate((("tp", "tp", tp), ("cp", "cp", cp),
                                              ("dp", ("dp", "cp") if cp > 1 else "dp", dp * cp),
                                              ("pp", "pp", pp), ("ep", "ep", ep))):
-            table[i, j] = bw.get(rm.link(grp), intra) if size > 1 else intra
+            if size > 1:
+                table[i, j] = bw.get("inter_node" if crosses(pr, mesh, grp) else "intra_node", intra)
+            else:
+                table[i, j] = intra
     return {ax: table[:, j] for j, ax in enumerate(("tp", "cp", "dp", "pp", "ep"))}
 
 
