@@ -156,6 +156,8 @@ def _launch(world: int, body, folder: str, backend: str, timeout: float, deadlin
     try:
         for p in procs:
             p.start()
+        if hasattr(on_progress, "phase"):
+            on_progress.phase(f"building on {world} ranks")
         while True:
             now = time.time()
             for r, p in enumerate(procs):

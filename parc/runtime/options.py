@@ -10,6 +10,10 @@ class RunError(RuntimeError):
     """A plan the runtime cannot run, or a failure inside a rank, said in the user's terms."""
 
 
+class CheckpointError(ValueError):
+    """A checkpoint folder parc will not load, said in one line."""
+
+
 DEFAULT_LR = {"sgd": 0.05, "adam": 1e-3, "adamw": 1e-3}
 
 
