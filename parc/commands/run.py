@@ -25,8 +25,8 @@ def add_arguments(p):
     p.add_argument("--steps", type=int, default=3, metavar="N", help="training steps (default: 3)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights and data (default: 0)")
     p.add_argument("--optimizer", choices=("sgd", "adam", "adamw"),
-                   help="override the train block's optimizer (default with --verify: sgd, which the "
-                        "equality check needs)")
+                   help="override the train block's optimizer (default with --verify: sgd, whose "
+                        "parameters compare to 1e-6; adam's compare within what its normalised step allows)")
     p.add_argument("--lr", type=float, metavar="LR", help="learning rate (default: 0.05 for sgd, 1e-3 for adam)")
     p.add_argument("--verify", action="store_true",
                    help="also run the single-process reference and compare losses, gradients and parameters")

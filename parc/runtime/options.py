@@ -34,9 +34,10 @@ class Options:
     def optimizer_name(self, plan: Plan) -> str:
         """--optimizer, else SGD under --verify, else the train block's optimizer.
 
-        --verify compares parameters to 1e-6: Adam divides each update by the running size of its
-        gradient, so float rounding in a gradient near zero becomes a whole learning-rate step,
-        while SGD keeps the update proportional to the gradient's difference."""
+        SGD keeps each update proportional to the gradient, so --verify can compare parameters
+        to 1e-6; Adam divides each update by the running size of its gradient, so float rounding
+        in a gradient near zero can become a learning-rate step, and its parameters compare
+        within :func:`reference.param_tolerance`."""
         if self.optimizer:
             return self.optimizer
         if self.verify:
