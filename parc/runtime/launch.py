@@ -83,6 +83,8 @@ def _die_with_parent(parent: int) -> None:
 
 def _child(rank: int, world: int, body, folder: str, backend: str, timeout: float, counter,
            parent: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):     # not the parent's handlers: a rank just ends
+        signal.signal(sig, signal.SIG_DFL)
     _die_with_parent(parent)
     code = 0
     try:
