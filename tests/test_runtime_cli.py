@@ -63,10 +63,13 @@ def test_rehearsal_report_and_failing_rank(tmp_path):
     assert "verify: passed" in r.stdout
     assert r.stderr == ""                                   # not a terminal: no progress bar
 
-    bad = parc("run", str(spec), "--rehearse", "--steps", "2", env={**ENV, "PARC_INJECT_FAULT": "3:2"})
+    bad = parc("run", str(spec), "--rehearse", "--steps", "2", "--format", "json",
+               env={**ENV, "PARC_INJECT_FAULT": "3:2"})
     assert bad.returncode == 1
     assert "parc: run failed: rank 3 failed: injected fault on rank 3 at step 2" in bad.stderr
     assert "Traceback" not in bad.stderr
+    out = json.loads(bad.stdout)                            # JSON on stdout, also when a rank fails
+    assert out["ok"] is False and out["rank"] == 3 and "injected fault" in out["error"]
 
 
 def test_refusals_say_why_without_a_traceback(tmp_path):
@@ -122,3 +125,67 @@ def test_verify_defaults_to_sgd_and_passes_on_an_uneven_adam_spec(tmp_path):
     assert rep["verify"]["passed"] is True
     assert rep["verify"]["max_param_diff"] <= 1e-6
     assert [r["param_bytes"] for r in rep["ranks"]] == [r["predicted_param_bytes"] for r in rep["ranks"]]
+
+
+def test_json_format_prints_json_on_every_outcome(tmp_path):
+    broken = tmp_path / "b.par"
+    broken.write_text(spec_text(2, "tp = 3"))
+    r = parc("run", str(broken), "--rehearse", "--format", "json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and out["ok"] is False and out["exit_code"] == 1
+    assert any(d["code"].startswith("P1") for d in out["diagnostics"])
+
+    r = parc("run", str(tmp_path / "missing.par"), "--format", "json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 2 and out["ok"] is False and "cannot read" in out["error"]
+
+    spec = tmp_path / "s.par"
+    spec.write_text(spec_text(2, "dp = 2"))
+    r = parc("run", str(spec), "--format", "json")          # needs --rehearse or torchrun
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and out["ok"] is False and "needs 2 processes" in out["error"]
+
+
+def test_verify_with_no_steps_is_refused(tmp_path):
+    spec = tmp_path / "s.par"
+    spec.write_text(spec_text(2, "dp = 2"))
+    r = parc("run", str(spec), "--rehearse", "--steps", "0", "--verify")
+    assert r.returncode == 2
+    assert "--verify needs at least one step" in r.stderr
+    assert "verify: passed" not in r.stdout
+
+
+def test_progress_shows_phases_from_the_first_second(tmp_path):
+    import pty
+    import select
+    import time
+
+    spec = tmp_path / "s.par"
+    spec.write_text(spec_text(2, "dp = 2"))
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "parc", "run", str(spec), "--rehearse", "--steps", "1"],
+                         stdout=subprocess.DEVNULL, stderr=slave, env=ENV)
+    os.close(slave)
+    seen, first = b"", None
+    t0 = time.time()
+    try:
+        while p.poll() is None or select.select([master], [], [], 0)[0]:
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:
+                    break
+                if chunk and first is None:
+                    first = time.time() - t0
+                seen += chunk
+            if time.time() - t0 > 180:
+                break
+    finally:
+        p.kill()
+        p.wait()
+        os.close(master)
+    text = seen.decode(errors="replace")
+    phases = ["checking", "importing torch", "spawning 2 ranks", "building on 2 ranks", "step 1/1"]
+    at = [text.find(w) for w in phases]
+    assert all(i >= 0 for i in at), (phases, text)
+    assert at == sorted(at), text                  # in that order: the phases come before the steps

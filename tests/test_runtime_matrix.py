@@ -121,6 +121,9 @@ MATRIX = {
     "tp2-tied": (2, "tp = 2", dict(tied=True)),
     "pp2-tied": (2, "pp = 2", dict(tied=True, schedule=PIPES["1f1b"])),
     "pp2-dualpipe_v-tied-zero1": (4, "pp = 2\n  dp = 2", dict(tied=True, zero=1, schedule=PIPES["dualpipe_v"])),
+    # loop placement: the tied copies sit on two ranks, and ZeRO-1/2 keep a gradient on its owner only
+    "pp2-dp2-tied-zero1": (4, "pp = 2\n  dp = 2", dict(tied=True, zero=1, schedule=PIPES["1f1b"])),
+    "pp2-dp2-tied-zero2": (4, "pp = 2\n  dp = 2", dict(tied=True, zero=2, schedule=PIPES["1f1b"])),
 }
 
 # a reference computed from another seed: verification must fail (the comparison can fail)

@@ -25,8 +25,8 @@ def add_arguments(p):
     p.add_argument("--steps", type=int, default=3, metavar="N", help="training steps (default: 3)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights and data (default: 0)")
     p.add_argument("--optimizer", choices=("sgd", "adam", "adamw"),
-                   help="override the train block's optimizer (default with --verify: sgd, which the "
-                        "equality check needs)")
+                   help="override the train block's optimizer (default with --verify: sgd, whose "
+                        "parameters compare to 1e-6; adam's compare within what its normalised step allows)")
     p.add_argument("--lr", type=float, metavar="LR", help="learning rate (default: 0.05 for sgd, 1e-3 for adam)")
     p.add_argument("--verify", action="store_true",
                    help="also run the single-process reference and compare losses, gradients and parameters")
@@ -35,6 +35,9 @@ def add_arguments(p):
                    help="resume from DIR if it holds a checkpoint (any plan), and save there at the end")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S",
                    help="seconds a collective may wait before the run fails (default: 120)")
+    p.add_argument("--deadline", type=float, metavar="S",
+                   help="seconds the whole rehearsal may take before every rank is stopped "
+                        "(default: --timeout × (steps + 3) + 60)")
     p.add_argument("--max-ranks", type=int, default=64, metavar="N",
                    help="the most ranks a rehearsal forks on this machine (default: 64)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -44,52 +47,89 @@ def add_arguments(p):
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
 
 
+class _Refused(Exception):
+    """The command ends before or instead of a report: exit ``code``, one line, diagnostics."""
+
+    def __init__(self, code: int, message: str, diagnostics=(), rank=None):
+        super().__init__(message)
+        self.code, self.message, self.diagnostics, self.rank = code, message, list(diagnostics), rank
+
+
 def run(args) -> int:
+    """With --format json, stdout holds one JSON object whatever happens: the report (with
+    ``"ok"``), or ``{"ok": false, "error", "exit_code", "rank", "diagnostics"}``."""
+    try:
+        return _run(args)
+    except _Refused as e:
+        print(f"parc: {e.message}", file=sys.stderr)
+        if args.format == "json":
+            json.dump({"ok": False, "error": e.message, "exit_code": e.code, "rank": e.rank,
+                       "diagnostics": [d.to_json() for d in e.diagnostics]}, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        return e.code
+
+
+def _run(args) -> int:
     import time
 
     t_start = time.perf_counter()
+    from ..runtime.run import Progress
+
+    bar = Progress(args.steps, "parc run") if not args.quiet else None
+    if bar:
+        bar.phase("checking")
     from ..api import check_file
     from ..compiler.diagnostics import render_text
-    from .common import read_error, unread
+    from .common import read_error, read_failed
 
     if args.steps < 0:
-        print("parc: error: --steps must be 0 or more", file=sys.stderr)
-        return 2
+        raise _Refused(2, "error: --steps must be 0 or more")
+    if args.verify and args.steps == 0:
+        raise _Refused(2, "error: --verify needs at least one step (--steps 0 would compare nothing)")
+    if args.checkpoint and os.path.exists(args.checkpoint) and not os.path.isdir(args.checkpoint):
+        raise _Refused(2, f"error: --checkpoint names {args.checkpoint}, which is a file: give a folder "
+                          "(parc loads the checkpoint there and saves to it)")
     if args.spec.endswith(".json"):
-        plan = _compiled_plan(args.spec)
+        plan, why = _compiled_plan(args.spec)
         if plan is None:
-            return 2
+            raise _Refused(2, why)
     else:
         try:
             res = check_file(args.spec, root=args.root)
         except OSError as e:
-            print(read_error(args.spec, e), file=sys.stderr)
-            return 2
-        if (code := unread(res)) is not None:
-            return code
+            raise _Refused(2, read_error(args.spec, e).removeprefix("parc: ")) from None
+        if read_failed(res):
+            from ..compiler.reader import READ_CODE
+
+            unread_diags = [d for d in res.diagnostics if d.code == READ_CODE]
+            raise _Refused(2, unread_diags[0].message, unread_diags)
         if not res.ok or res.plan is None:
+            if bar:
+                bar.close()
             sys.stderr.write(render_text(res.errors, res.sources))
-            print(f"parc: {args.spec} has errors; `parc check {args.spec}` lists them", file=sys.stderr)
-            return 1
+            raise _Refused(1, f"{args.spec} has errors; `parc check {args.spec}` lists them", res.errors)
         plan = res.plan
 
-    from ..runtime.launch import RunFailed, prepare_env
-    from ..runtime.options import Options, RunError
+    from ..runtime.launch import RunFailed, Stopped, prepare_env
+    from ..runtime.options import CheckpointError, Options, RunError
     from ..runtime.run import run_plan
 
     prepare_env(fork=args.rehearse)
     opts = Options(steps=args.steps, seed=args.seed, optimizer=args.optimizer, lr=args.lr,
-                          verify=args.verify, checkpoint=args.checkpoint, timeout=args.timeout,
-                          device="cpu" if args.device == "cpu" else "cuda" if args.device == "cuda" else "auto",
-                          fault=os.environ.get("PARC_INJECT_FAULT") or None)
+                   verify=args.verify, checkpoint=args.checkpoint, timeout=args.timeout,
+                   device="cpu" if args.device == "cpu" else "cuda" if args.device == "cuda" else "auto",
+                   fault=os.environ.get("PARC_INJECT_FAULT") or None)
     try:
-        report = run_plan(plan, opts, rehearse=args.rehearse, progress=not args.quiet, t_start=t_start,
-                          max_ranks=args.max_ranks)
+        report = run_plan(plan, opts, rehearse=args.rehearse, progress=False, bar=bar, t_start=t_start,
+                          max_ranks=args.max_ranks, deadline_s=args.deadline)
+    except CheckpointError as e:
+        raise _Refused(2, f"run refused: {e}") from None
     except (RunFailed, RunError) as e:
-        print(f"parc: run failed: {e}", file=sys.stderr)
         if os.environ.get("PARC_DEBUG") and getattr(e, "detail", ""):
             sys.stderr.write(e.detail)
-        return 1
+        raise _Refused(1, f"run failed: {e}", rank=getattr(e, "rank", None)) from None
+    except Stopped as e:
+        raise _Refused(128 + e.signum, f"run {e}") from None
     if report is None:          # a rank other than 0 under torchrun
         return 0
     if args.report:
@@ -98,32 +138,31 @@ def run(args) -> int:
                 json.dump(report, f, indent=2)
                 f.write("\n")
         except OSError as e:
-            print(f"parc: cannot write {args.report}: {e.strerror or e}", file=sys.stderr)
-            return 2
+            raise _Refused(2, f"cannot write {args.report}: {e.strerror or e}") from None
+    v = report["verify"]
+    failed = v["ran"] and not v["passed"]
     if not args.quiet:
         if args.format == "json":
-            json.dump(report, sys.stdout, indent=2)
+            json.dump({"ok": not failed, **report}, sys.stdout, indent=2)
             sys.stdout.write("\n")
         else:
             sys.stdout.write(summary(report, args.spec))
-    v = report["verify"]
-    return 1 if v["ran"] and not v["passed"] else 0
+    return 1 if failed else 0
 
 
 def _compiled_plan(path: str):
-    """A plan.json that `parc compile` wrote (validated), or None after saying why."""
+    """A plan.json that `parc compile` wrote (validated) and "", or None and why not."""
     from ..compiler.plan import plan_from_dict
 
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        return plan_from_dict(data.get("plan", data) if isinstance(data, dict) else data)
+        return plan_from_dict(data.get("plan", data) if isinstance(data, dict) else data), ""
     except OSError as e:
-        print(f"parc: cannot read {path}: {e.strerror or e}", file=sys.stderr)
+        return None, f"cannot read {path}: {e.strerror or e}"
     except ValueError as e:   # JSON or validation errors
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"parc: {path} is not a plan that `parc compile` wrote: {first}", file=sys.stderr)
-    return None
+        return None, f"{path} is not a plan that `parc compile` wrote: {first}"
 
 
 def _bytes_line(rep: dict) -> str:
@@ -156,6 +195,8 @@ def summary(rep: dict, spec: str) -> str:
         verdict = "passed" if v["passed"] else "FAILED"
         lines.append(f"  verify: {verdict} against one process (max diff: loss {v['max_loss_diff']:.1e}, "
                      f"grads {v['max_grad_diff']:.1e}, params {v['max_param_diff']:.1e})")
+        if v.get("missing_grads"):
+            lines.append(f"  gradients on one side only: {', '.join(v['missing_grads'][:5])}")
     t = rep.get("timing")
     if t:
         lines.append(f"  time: {t['total']:.1f} s (check {t['check']:.1f}, imports {t['imports']:.1f}, "

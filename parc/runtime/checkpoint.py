@@ -4,25 +4,161 @@ Parameter names are the same in every plan (layers keyed by global index), and e
 weight is a DTensor that knows its global shape, so DCP reshards on load: a checkpoint written
 with tp = 2 loads with tp = 4, with dp·tp, with pipeline stages, or in one process. The step
 count goes beside it in ``parc-run.json``. Optimizer state is not saved (SGD has none).
+
+A checkpoint folder is data someone else may have written. DCP keeps its metadata as a pickle,
+and unpickling runs whatever the pickle names; so parc reads ``.metadata`` with an unpickler that
+admits only the metadata classes of the format (and the torch sizes, dtypes and layouts they
+hold), admits tensor entries only (DCP reads other entries with a full unpickler), shard files
+only inside the folder, and checks the names and shapes against this plan's model and the shard
+files' sizes before any rank starts. Anything else is refused in one line.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
+import pickle
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      set_model_state_dict)
 
+from .options import CheckpointError  # noqa: F401 - re-exported
+
 META = "parc-run.json"
+METADATA = ".metadata"
+
+
+_MD = "torch.distributed.checkpoint.metadata"
+_ALLOWED = {
+    (_MD, "Metadata"), (_MD, "TensorStorageMetadata"), (_MD, "TensorProperties"),
+    (_MD, "ChunkStorageMetadata"), (_MD, "MetadataIndex"), (_MD, "StorageMeta"),
+    (_MD, "_MEM_FORMAT_ENCODING"),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"), ("torch.serialization", "_get_layout"),
+    ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"),
+    ("pathlib", "PureWindowsPath"), ("collections", "OrderedDict"),
+}
+
+
+class _Forbidden(pickle.UnpicklingError):
+    """The pickle names something a checkpoint's metadata never holds."""
+
+
+class _Unpickler(pickle.Unpickler):
+    """Admits only the classes a DCP metadata file holds."""
+
+    def find_class(self, module, name):
+        if (module, name) in _ALLOWED:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise _Forbidden(f"it names `{module}.{name}`, which checkpoint metadata never holds")
+
+    def persistent_load(self, pid):
+        raise _Forbidden("it holds a persistent reference, which checkpoint metadata never holds")
+
+
+def read_metadata(path) -> object:
+    """The metadata of the checkpoint in ``path``, read safely, or :class:`CheckpointError`."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, TensorStorageMetadata
+
+    where = Path(path) / METADATA
+    try:
+        data = where.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"cannot read {where}: {e.strerror or e}") from None
+    try:
+        md = _Unpickler(io.BytesIO(data)).load()
+    except _Forbidden as e:
+        raise CheckpointError(f"{where} is refused: {e}; parc runs no code from a checkpoint") from None
+    except Exception as e:  # noqa: BLE001 - any malformed pickle
+        raise CheckpointError(f"{where} is not torch.distributed.checkpoint metadata "
+                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'unreadable'})") from None
+    if not isinstance(md, Metadata) or not isinstance(md.state_dict_metadata, dict) \
+            or not isinstance(md.storage_data, dict):
+        raise CheckpointError(f"{where} is not torch.distributed.checkpoint metadata "
+                              f"(it holds {type(md).__name__})")
+    for key, entry in md.state_dict_metadata.items():
+        if not isinstance(key, str) or not isinstance(entry, TensorStorageMetadata):
+            raise CheckpointError(f"{where} is refused: entry {str(key)[:80]!r} is not a tensor (parc's "
+                                  "checkpoints hold tensors only, and DCP unpickles other entries in full)")
+    for idx, info in md.storage_data.items():
+        rel = getattr(info, "relative_path", None)
+        if not isinstance(idx, MetadataIndex) or not isinstance(info, _StorageInfo) or not isinstance(rel, str) \
+                or not rel or rel != os.path.basename(rel) or rel in (".", "..") or info.transform_descriptors:
+            raise CheckpointError(f"{where} is refused: a storage entry points outside the folder's own shard "
+                                  "files or asks for a transform")
+    return md
+
+
+class SafeReader(FileSystemReader):
+    """DCP's file reader with the metadata read by :func:`read_metadata`."""
+
+    def read_metadata(self, *args, **kwargs):
+        from torch.distributed.checkpoint.metadata import StorageMeta
+
+        md = read_metadata(self.path)
+        if getattr(md, "storage_meta", None) is None:
+            md.storage_meta = StorageMeta()
+        md.storage_meta.load_id = self.load_id
+        return md
 
 
 def exists(path: str) -> bool:
-    return (Path(path) / ".metadata").is_file()
+    return (Path(path) / METADATA).is_file()
 
 
+def expected_shapes(cfg) -> dict:
+    """``model.<name>`` -> shape of every tensor of the whole model (built on the meta device)."""
+    from .model import Transformer
+
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    return {f"model.{k}": tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def validate(path: str, cfg) -> None:
+    """Refuse, in one line, a checkpoint folder this plan cannot load: unsafe or garbage metadata,
+    another model's tensors, a missing or truncated shard, an unreadable step file."""
+    md = read_metadata(path)
+    want = expected_shapes(cfg)
+    have = {k: tuple(v.size) for k, v in md.state_dict_metadata.items()}
+    missing = sorted(set(want) - set(have))
+    extra = sorted(set(have) - set(want))
+    if missing or extra:
+        what = (f"it lacks {missing[0][6:]}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+                if missing else f"it holds {extra[0][6:]}" + (f" and {len(extra) - 1} more" if len(extra) > 1 else "")
+                + " that this model does not have")
+        raise CheckpointError(f"{path} holds another model's checkpoint: {what}")
+    for k in sorted(want):
+        if have[k] != want[k]:
+            raise CheckpointError(f"{path} holds another model's checkpoint: {k[6:]} is "
+                                  f"{list(have[k])} there and {list(want[k])} in this plan's model")
+    need: dict[str, int] = {}
+    for info in md.storage_data.values():
+        need[info.relative_path] = max(need.get(info.relative_path, 0), int(info.offset) + int(info.length))
+    for rel, size in sorted(need.items()):
+        f = Path(path) / rel
+        if not f.is_file():
+            raise CheckpointError(f"{path} is incomplete: its shard {rel} is missing")
+        got = f.stat().st_size
+        if got < size:
+            raise CheckpointError(f"{path} is incomplete: its shard {rel} is truncated ({got} bytes; the "
+                                  f"metadata needs {size})")
+    saved_step(path)
+
+
+def one_line(path: str, e: BaseException) -> str:
+    """A load failure in one line (DCP's own errors carry every rank's traceback)."""
+    text = str(e).strip()
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(" ")), "")
+    return f"cannot load the checkpoint in {path}: {first[:300] or type(e).__name__}"
 def _state(rank) -> dict:
     out = {}
     for mod in rank.state_dict_modules():
@@ -44,7 +180,12 @@ def save(rank, path: str, step: int) -> dict:
 
 def load(rank, path: str) -> dict:
     state = _state(rank)
-    dcp.load({"model": state}, checkpoint_id=path)
+    try:
+        dcp.load({"model": state}, checkpoint_id=path, storage_reader=SafeReader(path))
+    except CheckpointError:
+        raise
+    except Exception as e:  # noqa: BLE001 - DCP wraps every rank's failure in one long message
+        raise CheckpointError(one_line(path, e)) from None
     for mod in rank.state_dict_modules():
         names = {n for n, _ in mod.named_parameters()} | {n for n, _ in mod.named_buffers()}
         set_model_state_dict(mod, {k: v for k, v in state.items() if k in names},
@@ -55,9 +196,15 @@ def load(rank, path: str) -> dict:
 def saved_step(path: str) -> int:
     """The step count saved beside a checkpoint (0 if unknown)."""
     meta = Path(path) / META
-    if meta.is_file():
-        return int(json.loads(meta.read_text()).get("step", 0))
-    return 0
+    if not meta.is_file():
+        return 0
+    try:
+        step = json.loads(meta.read_text(encoding="utf-8")).get("step", 0)
+    except (OSError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{meta} is not the step file parc writes ({type(e).__name__})") from None
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CheckpointError(f"{meta} is not the step file parc writes (step {step!r})")
+    return step
 
 
 def _count(state: dict) -> int:

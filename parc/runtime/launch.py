@@ -56,7 +56,36 @@ class Job:
     reference: object = None          # reference.Reference, computed once in the parent
 
 
-def _child(rank: int, world: int, body, folder: str, backend: str, timeout: float, counter) -> None:
+def _die_with_parent(parent: int) -> None:
+    """This rank ends when the process that forked it ends, however it ends (SIGINT, SIGTERM,
+    SIGKILL): Linux's parent-death signal, else a thread that watches the parent's id."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+                if os.getppid() != parent:       # the parent died before the call
+                    os._exit(1)
+                return
+        except (OSError, AttributeError):
+            pass
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parc-parent-watch", daemon=True).start()
+
+
+def _child(rank: int, world: int, body, folder: str, backend: str, timeout: float, counter,
+           parent: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):     # not the parent's handlers: a rank just ends
+        signal.signal(sig, signal.SIG_DFL)
+    _die_with_parent(parent)
     code = 0
     try:
         import torch
@@ -92,39 +121,70 @@ def _write_json(path: str, data) -> None:
     os.replace(tmp, path)
 
 
+class Stopped(BaseException):
+    """This process got SIGTERM (or SIGHUP) while its ranks ran: they are stopped, then it ends."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}; every rank was stopped")
+        self.signum = signum
+
+
+def _on_signal(signum, frame):
+    raise Stopped(signum)
+
+
 def _launch(world: int, body, folder: str, backend: str, timeout: float, deadline: Optional[float],
             on_progress: Optional[Callable[[int], None]]) -> None:
     """Fork ``world`` ranks running ``body(rank, folder, progress)``; stop them all at the first
-    failure or at the deadline and raise :class:`RunFailed`."""
+    failure or at the deadline and raise :class:`RunFailed`. SIGINT, SIGTERM or SIGHUP to this
+    process stop every rank before it ends; if it is killed outright, the ranks die with it."""
     import multiprocessing as mp
+    import multiprocessing.connection
+    import threading
 
     ctx = mp.get_context("fork")
     counter = ctx.Value("i", 0)
-    procs = [ctx.Process(target=_child, args=(r, world, body, folder, backend, timeout, counter), daemon=False)
+    me = os.getpid()
+    procs = [ctx.Process(target=_child, args=(r, world, body, folder, backend, timeout, counter, me),
+                         daemon=False)
              for r in range(world)]
-    for p in procs:
-        p.start()
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            handlers[sig] = signal.signal(sig, _on_signal)
+    deaths: dict[int, tuple[float, int]] = {}     # rank -> (when it was seen ended, exit code)
     failed = None
     seen = 0
     try:
+        for p in procs:
+            p.start()
+        if hasattr(on_progress, "phase"):
+            on_progress.phase(f"building on {world} ranks")
         while True:
-            alive = [p for p in procs if p.exitcode is None]
+            now = time.time()
+            for r, p in enumerate(procs):
+                if r not in deaths and p.exitcode is not None:
+                    deaths[r] = (now, p.exitcode)
             if on_progress is not None and counter.value != seen:
                 seen = counter.value
                 on_progress(seen)
-            if any(p.exitcode not in (None, 0) for p in procs):
+            if any(code != 0 for _, code in deaths.values()):
                 failed = "error"
                 break
+            alive = [p for p in procs if p.exitcode is None]
             if not alive:
                 break
-            if deadline is not None and time.time() > deadline:
+            if deadline is not None and now > deadline:
                 failed = "timeout"
                 break
-            mp.connection.wait([p.sentinel for p in alive], timeout=0.1)
+            multiprocessing.connection.wait([p.sentinel for p in alive], timeout=0.1)
+        stopped = _stopped_ranks(procs) if failed else []
     finally:
         _stop(procs)
+        for sig, old in handlers.items():
+            signal.signal(sig, old)
     if failed is not None:
-        raise _failure(folder, procs, failed)
+        raise _failure(folder, deaths, stopped, failed, timeout)
 
 
 def run_forked(jobs: list[Job], backend: str = "gloo", deadline: Optional[float] = None,
@@ -174,34 +234,75 @@ def run_function(fn: Callable[[int], object], world: int, backend: str = "gloo",
         return results
 
 
+def _stopped_ranks(procs) -> list[int]:
+    """Ranks stopped by a signal (SIGSTOP, SIGTSTP): alive, but never answering their peers."""
+    out = []
+    for r, p in enumerate(procs):
+        if p.exitcode is None and p.pid:
+            try:
+                with open(f"/proc/{p.pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state in ("T", "t"):
+                out.append(r)
+    return out
+
+
 def _stop(procs) -> None:
     for p in procs:
-        if p.exitcode is None:
+        if p.pid and p.exitcode is None:
             p.terminate()
+            try:
+                os.kill(p.pid, signal.SIGCONT)     # a stopped rank takes SIGTERM only when continued
+            except OSError:
+                pass
     end = time.time() + 3
     for p in procs:
-        p.join(max(0.0, end - time.time()))
+        if p.pid:
+            p.join(max(0.0, end - time.time()))
     for p in procs:
-        if p.exitcode is None:
+        if p.pid and p.exitcode is None:
             p.kill()
             p.join()
 
 
-def _failure(folder: str, procs, why: str) -> RunFailed:
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _failure(folder: str, deaths: dict, stopped: list, why: str, timeout: float) -> RunFailed:
+    """The first fault, named: a rank stopped by a signal, else the first rank killed from
+    outside (a signal parc did not send: the OOM killer, a scheduler, a user), else the rank
+    whose own error came first, else the first rank that ended."""
+    if stopped:
+        r = stopped[0]
+        return RunFailed(f"rank {r} was stopped (SIGSTOP or SIGTSTP) and its peers waited for it in vain "
+                         f"(--timeout {timeout:g} s); every rank was stopped", r)
     errors = []
     for name in os.listdir(folder):
         if name.startswith("error-") and name.endswith(".json"):
             with open(os.path.join(folder, name)) as f:
                 errors.append(json.load(f))
-    if errors:
-        first = min(errors, key=lambda e: e["time"])
-        return RunFailed(f"rank {first['rank']} failed: {first['message'] or first['type']}",
-                         first["rank"], first["traceback"])
+    # ranks killed by a signal: the time they were seen ended (an upper bound on their death)
+    killed = sorted((t, r, code) for r, (t, code) in deaths.items()
+                    if code < 0 and not any(e["rank"] == r for e in errors))
+    external = [k for k in killed if -k[2] not in (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS)]
+    if external:
+        _, r, code = external[0]
+        return RunFailed(f"rank {r} ended with signal {_signal_name(code)} (sent from outside parc: the "
+                         "out-of-memory killer, a job scheduler or a user); every other rank was stopped", r)
+    events = [(e["time"], e["rank"], e) for e in errors] + [(t, r, None) for t, r, _ in killed]
+    if events:
+        _, r, e = min(events, key=lambda x: (x[0], x[1]))
+        if e is not None:
+            return RunFailed(f"rank {r} failed: {e['message'] or e['type']}", r, e["traceback"])
+        return RunFailed(f"rank {r} ended with signal {_signal_name(deaths[r][1])}", r)
     if why == "timeout":
         return RunFailed("the run did not finish before its deadline; every rank was stopped")
-    for r, p in enumerate(procs):
-        if p.exitcode not in (None, 0):
-            sig = -p.exitcode if p.exitcode < 0 else None
-            what = f"signal {signal.Signals(sig).name}" if sig else f"exit status {p.exitcode}"
-            return RunFailed(f"rank {r} ended with {what}", r)
+    for t, r, code in sorted((t, r, code) for r, (t, code) in deaths.items() if code != 0):
+        return RunFailed(f"rank {r} ended with exit status {code}", r)
     return RunFailed("the run failed")

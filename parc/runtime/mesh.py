@@ -27,6 +27,7 @@ def init_process_group(backend: str, rank: int, world: int, timeout_s: float,
     (torchrun); a single process gets an in-memory store. The timeout is finite so that a
     desynchronised collective fails instead of hanging."""
     timeout = timedelta(seconds=timeout_s)
+    bound_groups(timeout)
     if store_path is not None:
         store = dist.FileStore(store_path, world)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
@@ -34,6 +35,18 @@ def init_process_group(backend: str, rank: int, world: int, timeout_s: float,
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     else:
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world, timeout=timeout)
+
+
+def bound_groups(timeout: timedelta) -> None:
+    """Every process group this process creates later (the device meshes' axes, their flattened
+    dp·cp, the expert grid, tied-weight pairs) gets ``timeout`` too: torch gives a group created
+    without one its 30-minute default, whatever the world group's timeout is, and device meshes
+    create theirs without one. A stopped rank would then hang its peers for half an hour."""
+    import torch.distributed.distributed_c10d as c10d
+
+    c10d.default_pg_timeout = timeout
+    if hasattr(c10d, "default_pg_nccl_timeout"):
+        c10d.default_pg_nccl_timeout = timeout
 
 
 def shutdown() -> None:

@@ -10,6 +10,10 @@ class RunError(RuntimeError):
     """A plan the runtime cannot run, or a failure inside a rank, said in the user's terms."""
 
 
+class CheckpointError(ValueError):
+    """A checkpoint folder parc will not load, said in one line."""
+
+
 DEFAULT_LR = {"sgd": 0.05, "adam": 1e-3, "adamw": 1e-3}
 
 
@@ -30,9 +34,10 @@ class Options:
     def optimizer_name(self, plan: Plan) -> str:
         """--optimizer, else SGD under --verify, else the train block's optimizer.
 
-        --verify compares parameters to 1e-6: Adam divides each update by the running size of its
-        gradient, so float rounding in a gradient near zero becomes a whole learning-rate step,
-        while SGD keeps the update proportional to the gradient's difference."""
+        SGD keeps each update proportional to the gradient, so --verify can compare parameters
+        to 1e-6; Adam divides each update by the running size of its gradient, so float rounding
+        in a gradient near zero can become a learning-rate step, and its parameters compare
+        within :func:`reference.param_tolerance`."""
         if self.optimizer:
             return self.optimizer
         if self.verify:

@@ -260,6 +260,14 @@ class GradSync:
                 out.append(p)
         return out
 
+    def keeps_grad(self, p) -> bool:
+        """Whether this rank holds ``p``'s gradient after :meth:`reduce` (under ZeRO-1/2 only the
+        parameter's owner keeps it)."""
+        if self.zero not in (1, 2) or id(p) not in self.group_of:
+            return True
+        group, _ = self.group_of[id(p)]
+        return group is None or dist.get_rank(group) == self.owner[id(p)]
+
     def reduce(self) -> None:
         for p in self.params:
             if p.grad is not None:

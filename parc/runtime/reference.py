@@ -16,6 +16,30 @@ from .options import DEFAULT_LR  # noqa: F401 - re-exported
 LOSS_ATOL = 1e-5
 GRAD_ATOL, GRAD_RTOL = 1e-5, 1e-4
 PARAM_ATOL = 1e-6
+ADAM_EPS = 1e-8          # torch's default eps for Adam and AdamW, which make_optimizer keeps
+
+
+def param_tolerance(optimizer: str, lr: float, grads):
+    """How far a parameter may be from the reference's after the last step.
+
+    SGD moves a parameter by lr·gradient, so gradients within their tolerance give parameters
+    within PARAM_ATOL. Adam moves each element by about lr·g/(|g|+eps) whatever the gradient's
+    size: a gradient that differs by δ (the rounding of a different reduction order, bounded
+    by the gradient check's atol + rtol·|g|) moves the step by up to lr·2δ/(|g|+eps), at most
+    2·lr (the step's sign flipping on a gradient that is rounding noise). The tolerance is the
+    sum of that over the steps, per element, plus PARAM_ATOL: tight where the reference
+    gradient is large, loose only where it is noise. Losses and gradients keep their own
+    tolerances at every step, so a wrong layout still fails there."""
+    if optimizer not in ("adam", "adamw"):
+        return PARAM_ATOL
+    tol = None
+    for g in grads:
+        if g is None:
+            continue
+        a = g.abs()
+        step = lr * torch.clamp(2 * (GRAD_ATOL + GRAD_RTOL * a) / (a + ADAM_EPS), max=2.0)
+        tol = step if tol is None else tol + step
+    return PARAM_ATOL if tol is None else tol + PARAM_ATOL
 
 
 
@@ -72,10 +96,18 @@ def compute(plan: Plan, steps: int, seed: int, optimizer: str, lr: float,
 
         import torch.distributed.checkpoint as dcp
 
+        from .checkpoint import CheckpointError, SafeReader, one_line
+
         state = model.state_dict()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dcp.load({"model": state}, checkpoint_id=checkpoint, no_dist=True)
+            try:
+                dcp.load({"model": state}, checkpoint_id=checkpoint, no_dist=True,
+                         storage_reader=SafeReader(checkpoint))
+            except CheckpointError:
+                raise
+            except Exception as e:  # noqa: BLE001 - one line, not DCP's tracebacks
+                raise CheckpointError(one_line(checkpoint, e)) from None
         model.load_state_dict(state)
     ref = Reference(initial={n: p.detach().clone() for n, p in model.named_parameters()})
     train = plan.mode == "train"
@@ -96,7 +128,8 @@ def compute(plan: Plan, steps: int, seed: int, optimizer: str, lr: float,
                 total += loss.item()
         ref.losses.append(total)
         if train:
-            ref.grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
+            ref.grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters()
+                              if p.grad is not None})
             opt.step()
     ref.params = {n: p.detach().clone() for n, p in model.named_parameters()}
     return ref

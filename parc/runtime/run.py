@@ -22,22 +22,31 @@ def under_torchrun() -> bool:
 
 
 class Progress:
-    """``step k/N`` on stderr, only when stderr is a terminal."""
+    """One line on stderr, only when stderr is a terminal: the phase a run is in from its first
+    second (checking, importing torch, spawning ranks, building), then ``step k/N``."""
 
     def __init__(self, total: int, label: str, stream=None):
         self.stream = stream or sys.stderr
         self.total, self.label = total, label
-        self.on = bool(total) and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.on = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.t0 = time.time()
+        self.steps_on = bool(total)
+
+    def _write(self, text: str) -> None:
+        self.stream.write(f"\r{text:<72.72}")
+        self.stream.flush()
+
+    def phase(self, what: str) -> None:
+        if self.on:
+            self._write(f"{self.label}: {what}… {time.time() - self.t0:5.1f}s")
 
     def __call__(self, done: int) -> None:
-        if not self.on:
+        if not self.on or not self.steps_on:
             return
         width = 24
         fill = int(width * min(done, self.total) / self.total)
-        self.stream.write(f"\r{self.label} [{'#' * fill}{'.' * (width - fill)}] step {done}/{self.total} "
-                          f"{time.time() - self.t0:5.1f}s")
-        self.stream.flush()
+        self._write(f"{self.label} [{'#' * fill}{'.' * (width - fill)}] step {done}/{self.total} "
+                    f"{time.time() - self.t0:5.1f}s")
 
     def close(self) -> None:
         if self.on:
@@ -48,15 +57,28 @@ class Progress:
 MAX_RANKS = 64
 
 
+def default_deadline(opts) -> float:
+    """The whole rehearsal's deadline when none is given: every step and the build may each
+    wait one collective timeout, with room for the launch."""
+    return opts.timeout * (opts.steps + 3) + 60
+
+
 def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
              deadline_s: Optional[float] = None, t_start: Optional[float] = None,
-             max_ranks: int = MAX_RANKS) -> Optional[dict]:
+             max_ranks: int = MAX_RANKS, bar: Optional[Progress] = None) -> Optional[dict]:
     """Run ``plan`` (shrunk first when ``rehearse``) and return the report (None on ranks other
-    than 0 under torchrun). Raises :class:`RunFailed` with the failing rank's message.
-    ``t_start``: when the command started (the report's timing counts from there)."""
+    than 0 under torchrun). Raises :class:`RunFailed` with the failing rank's message, and
+    :class:`RunError` or ``checkpoint.CheckpointError`` before any rank starts.
+    ``t_start``: when the command started (the report's timing counts from there); ``bar``: a
+    :class:`Progress` already showing (else one is made when ``progress``); ``deadline_s``: the
+    whole run's limit for forked ranks (default :func:`default_deadline`)."""
+    from .options import RunError
+
     t0 = time.perf_counter()
     t_start = t_start if t_start is not None else t0
     world = plan.world_size
+    if opts.verify and opts.steps < 1:
+        raise RunError("--verify needs at least one step (--steps 0 would compare nothing)")
     if not under_torchrun() and world > 1 and not rehearse:
         raise RunFailed(f"this plan needs {world} processes: launch it with the emitted torchrun script "
                         "(`parc compile SPEC --target torchrun`), or rehearse it here with --rehearse")
@@ -65,42 +87,54 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
         raise RunFailed(f"a rehearsal runs every rank as a process on this machine, and this mesh has {world} "
                         f"ranks (more than {max_ranks}); rehearse a smaller mesh with the same axes, launch the "
                         "rehearsal across machines with the torchrun script, or raise --max-ranks")
-    prepare_env(fork=forked)
-    import torch
-
-    if forked:
-        torch.set_num_threads(1)
-    from . import engine  # noqa: F401 - the heavy imports, timed here
-    from . import launch
-    from . import reference as R
-
-    launch.quiet()
-    t_imports = time.perf_counter() - t0
-    t_check = t0 - t_start
-    if rehearse:
-        plan = shrink.rehearse(plan)
-    opts.rehearsal = rehearse
-    cuda = torch.cuda.is_available() and opts.device != "cpu" and not rehearse
-    opts.device = "cuda" if cuda else "cpu"
-    backend = "nccl" if cuda else "gloo"
-    engine.check_plan(plan)
-    ref, t_ref = None, 0.0
-    if opts.verify:
-        t1 = time.perf_counter()
-        from . import checkpoint as CK
-
-        resume = opts.checkpoint if opts.checkpoint and CK.exists(opts.checkpoint) else None
-        ref = R.compute(plan, opts.steps, opts.seed, opts.optimizer_name(plan), opts.learning_rate(plan),
-                        checkpoint=resume, start_step=CK.saved_step(resume) if resume else 0)
-        t_ref = time.perf_counter() - t1
-    job = Job(plan, opts, ref)
-    bar = Progress(opts.steps, "parc run") if progress else None
-    t2 = time.perf_counter()
+    if bar is None and progress:
+        bar = Progress(opts.steps, "parc run")
+    phase = bar.phase if bar is not None else (lambda what: None)
     try:
+        phase("importing torch")
+        prepare_env(fork=forked)
+        import torch
+
+        if forked:
+            torch.set_num_threads(1)
+        from . import engine  # noqa: F401 - the heavy imports, timed here
+        from . import checkpoint as CK
+        from . import launch
+        from . import reference as R
+
+        launch.quiet()
+        t_imports = time.perf_counter() - t0
+        t_check = t0 - t_start
+        if rehearse:
+            plan = shrink.rehearse(plan)
+        opts.rehearsal = rehearse
+        cuda = torch.cuda.is_available() and opts.device != "cpu" and not rehearse
+        opts.device = "cuda" if cuda else "cpu"
+        backend = "nccl" if cuda else "gloo"
+        engine.check_plan(plan)
+        resume = opts.checkpoint if opts.checkpoint and CK.exists(opts.checkpoint) else None
+        if opts.checkpoint and os.path.exists(opts.checkpoint) and not os.path.isdir(opts.checkpoint):
+            raise CK.CheckpointError(f"--checkpoint names {opts.checkpoint}, which is a file: give a folder")
+        if resume:
+            phase("checking the checkpoint")
+            from .model import Config
+
+            CK.validate(resume, Config.from_model(plan.model))
+        ref, t_ref = None, 0.0
+        if opts.verify:
+            phase("computing the one-process reference")
+            t1 = time.perf_counter()
+            ref = R.compute(plan, opts.steps, opts.seed, opts.optimizer_name(plan), opts.learning_rate(plan),
+                            checkpoint=resume, start_step=CK.saved_step(resume) if resume else 0)
+            t_ref = time.perf_counter() - t1
+        job = Job(plan, opts, ref)
+        t2 = time.perf_counter()
         if under_torchrun() or world == 1:
+            phase("building")
             rep = _in_process(job, backend, bar)
         else:
-            deadline = time.time() + deadline_s if deadline_s else None
+            phase(f"spawning {world} ranks")
+            deadline = time.time() + (deadline_s if deadline_s else default_deadline(opts))
             rep = launch.run_forked([job], backend, deadline=deadline, on_progress=bar)[0]
     finally:
         if bar:
