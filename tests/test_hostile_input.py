@@ -245,3 +245,21 @@ def test_every_independent_syntax_error_of_many_blocks(tmp_path):
         (i + 1, lines[i].index("= =") + 3) for i in range(P.MAX_SYNTAX_ERRORS)]
     last = P.MAX_SYNTAX_ERRORS - 1
     assert got[-1].span.start == text.index(f"b{last} ") + lines[last].index("= =") + 2
+
+
+def test_unknown_targets_list_the_backends_once(tmp_path, monkeypatch):
+    from parc.compiler import resolve
+
+    resolve._target_names.cache_clear()
+    calls = []
+    real = Path.glob
+
+    def counting(self, pattern):
+        calls.append(pattern)
+        return real(self, pattern)
+
+    monkeypatch.setattr(Path, "glob", counting)
+    text = BASE + "".join(f'target vllmm{i} {{ model = "x" }}\n' for i in range(200))
+    r = _check(tmp_path, text)
+    assert sum(d.code == "P020" for d in r.diagnostics) == 200
+    assert calls.count("*/target.toml") <= 1

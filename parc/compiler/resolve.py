@@ -48,8 +48,14 @@ def target_spec(name: str) -> dict | None:
 
 
 def known_targets() -> list[str]:
+    return list(_target_names())
+
+
+@lru_cache(maxsize=1)
+def _target_names() -> tuple[str, ...]:
+    """The backends folder, listed once per process (not once per unknown target)."""
     base = Path(__file__).resolve().parent.parent / "backends"
-    return sorted(p.parent.name for p in base.glob("*/target.toml"))
+    return tuple(sorted(p.parent.name for p in base.glob("*/target.toml")))
 
 
 class _Poison(Exception):
