@@ -240,3 +240,13 @@ def test_fmt_formats_a_flat_sum_of_thousands_of_terms(tmp_path):
     once = format_text(text)
     assert format_text(once) == once
     assert _resolved(once, tmp_path) == _resolved(text, tmp_path)
+
+
+@pytest.mark.parametrize("head", ['model "m"\f{', "model m {", 'model "a\\"b" {'], ids=["form-feed", "name-label", "escaped-label"])
+def test_lint_judges_a_spec_the_same_before_and_after_fmt(tmp_path, head):
+    """lint told a spec from a shared fragment by a pattern that missed a form feed before `{`,
+    a label that is a name, or an escaped quote: such a spec went unchecked until fmt."""
+    text = FIDELITY_BASE.replace('model "m" { from = llama3_8b }', head + " from = llama3_8b; hidden = 80MB }")
+    before = lint_findings(text, tmp_path / "before")
+    assert [f[0] for f in before[0]] == ["P004"]
+    assert lint_findings(format_text(text), tmp_path / "after") == before

@@ -14,6 +14,7 @@ chain of operators (``a + b + c + ...``) is no nesting, whatever its length.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import re
@@ -446,11 +447,30 @@ def _too_large(text: str, file: str) -> Diagnostic:
         help="split the spec with `use`; each file has its own limit")
 
 
-def _parse_text(text: str, file: str) -> S.Document:
-    import lark
+@contextmanager
+def _no_cycle_collection():
+    """The parse builds a tree of many small objects and no cycles; the cyclic collector would
+    walk every live object again and again while it grows, and that cost grows faster than the
+    file. It is paused for the parse (and restored as it was)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
+
+def _parse_text(text: str, file: str) -> S.Document:
     if len(text) > MAX_INPUT:
         raise ParcError(_too_large(text, file))
+    with _no_cycle_collection():
+        return _parse_tree(text, file)
+
+
+def _parse_tree(text: str, file: str) -> S.Document:
+    import lark
+
     parser = get_parser()
     try:
         tree = parser.parse(text)
