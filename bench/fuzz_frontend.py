@@ -90,7 +90,7 @@ def main() -> int:
             out.mkdir(parents=True, exist_ok=True)
             (out / f"{kind}-{n}.par").write_text(text, encoding="utf-8", newline="")
             (out / f"{kind}-{n}.txt").write_text(why)
-        if counts["inputs"] % 250 == 0:
+        if counts["inputs"] % 100 == 0:
             print(f"{time.perf_counter() - t0:.0f} s:", dict(counts), flush=True)
 
     one()
