@@ -87,7 +87,6 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "specs"
         generate(folder, args.files)
-        env["PARC_CACHE_DIR"] = str(Path(tmp) / "cache")
         files = sorted(str(p.relative_to(tmp)) for p in folder.rglob("*.par"))
         specs = [f for f in files if "clusters" not in f]
         py = sys.executable

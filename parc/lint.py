@@ -27,7 +27,9 @@ _SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _CODE = re.compile(r"^P\d{0,3}$")
 _DIRECTIVE = re.compile(r"\bparc:\s*ignore\b(\[([^\]]*)\]?)?")
-_BLOCK = re.compile(r'^[ \t]*(?:(model|cluster)\b[ \t]*(?:"[^"\n]*"[ \t]*)?\{|(use)[ \t]+")', re.M)
+# blank space as the lexer skips it ([ \t\f\r]); a label is a string (with escapes) or a name
+_BLOCK = re.compile(r'^[ \t\f\r]*(?:(model|cluster)\b[ \t\f\r]*(?:(?:"[^"\\\n]*(?:\\.[^"\\\n]*)*+"|'
+                    r'[A-Za-z_][A-Za-z0-9_]*)[ \t\f\r]*)?\{|(use)[ \t\f\r]+")', re.M)
 _USE = re.compile(r'^[ \t]*use[ \t]+"([^"\n]+)"', re.M)
 
 

@@ -1,7 +1,6 @@
 """Shared fixtures: write spec text to a file and check it the way the CLI does."""
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 
@@ -12,8 +11,6 @@ EXAMPLES = ROOT / "examples"
 SHARED = ROOT.parent / "shared"
 CONFORMANCE = SHARED / "conformance"
 
-# The parser cache goes to a per-user folder; tests use their own.
-os.environ.setdefault("PARC_CACHE_DIR", str(ROOT / ".pytest_cache" / "parc-cache"))
 
 
 @pytest.fixture

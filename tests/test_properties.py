@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from parc.api import check_file
 from parc.compiler.diagnostics import ParcError
 from parc.compiler.fmt import format_text
+from parc.compiler.parse import comments
+from spec_strategies import lint_findings
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.par"))
@@ -179,3 +181,72 @@ def test_random_edits_never_raise_or_hang(tmp_path_factory, text):
             assert e.diagnostic.code in ("P001", "P002")
         else:
             assert format_text(out) == out
+
+
+# ----------------------------------------------------------------------------- fmt fidelity
+
+FIDELITY_BASE = '''model "m" { from = llama3_8b }
+cluster "c" {
+  nodes         = 1
+  gpus_per_node = 8
+  gpu           = h100_sxm
+  intra_node    = nvlink(450GB/s)
+}
+mesh { dp = 8 }
+'''
+
+
+@pytest.mark.parametrize("text", [
+    FIDELITY_BASE.replace('model "m"', 'model "a\\nb\\tc\\\\d\\"e"'),
+    FIDELITY_BASE.replace('cluster "c"', 'cluster "x\\ny"'),
+    FIDELITY_BASE + 'placement {\n  "layers.*\\n.wq" = colwise(tp)\n  layers = even\n}\n',
+], ids=["model-label", "cluster-label", "quoted-key"])
+def test_fmt_keeps_escaped_newlines_in_labels_and_keys(tmp_path, text):
+    once = format_text(text)
+    assert format_text(once) == once
+    assert _resolved(once, tmp_path) == _resolved(text, tmp_path)
+    assert "\\n" in once
+
+
+@pytest.mark.parametrize("ch", ["\f", "\v", "\x1c", "\x85", "\u2028"])
+def test_fmt_keeps_comments_after_a_form_feed_or_vertical_tab(ch):
+    """str.splitlines() breaks lines at these characters; the lexer does not."""
+    text = FIDELITY_BASE + f"serve {{ max_num_seqs = 16 }}  # last{ch}\n# note{ch} one\n  # note two\n"
+    once = format_text(text)
+    assert format_text(once) == once
+    assert [c for _, _, c in comments(once)] == [c for _, _, c in comments(text)]
+
+
+@pytest.mark.parametrize("text", [
+    # the suppression trails a one-line block whose second statement has the finding
+    FIDELITY_BASE.replace('model "m" { from = llama3_8b }',
+                          'model "m" { from = llama3_8b; layers = 32 }  # parc: ignore[P552]'),
+    # ... and a line of several statements inside a block
+    FIDELITY_BASE.replace('model "m" { from = llama3_8b }',
+                          'model "m" {\n  from = llama3_8b; layers = 32  # parc: ignore[P552]\n}'),
+    # ... and two blocks on one line
+    FIDELITY_BASE.replace("mesh { dp = 8 }\n", "").replace(
+        'model "m" { from = llama3_8b }', 'model "m" { from = llama3_8b; layers = 32 }; mesh { dp = 8 }  # parc: ignore[P552]'),
+], ids=["one-line-block", "shared-line", "two-blocks"])
+def test_fmt_keeps_a_trailing_suppression_on_its_statements(tmp_path, text):
+    before = lint_findings(text, tmp_path / "before")
+    once = format_text(text)
+    assert lint_findings(once, tmp_path / "after") == before
+    assert before == ([], 1)  # the P552 finding is there and suppressed
+
+
+def test_fmt_formats_a_flat_sum_of_thousands_of_terms(tmp_path):
+    text = FIDELITY_BASE.replace("dp = 8", "dp = 8" + " + 1 - 1" * 3000)
+    once = format_text(text)
+    assert format_text(once) == once
+    assert _resolved(once, tmp_path) == _resolved(text, tmp_path)
+
+
+@pytest.mark.parametrize("head", ['model "m"\f{', "model m {", 'model "a\\"b" {'], ids=["form-feed", "name-label", "escaped-label"])
+def test_lint_judges_a_spec_the_same_before_and_after_fmt(tmp_path, head):
+    """lint told a spec from a shared fragment by a pattern that missed a form feed before `{`,
+    a label that is a name, or an escaped quote: such a spec went unchecked until fmt."""
+    text = FIDELITY_BASE.replace('model "m" { from = llama3_8b }', head + " from = llama3_8b; hidden = 80MB }")
+    before = lint_findings(text, tmp_path / "before")
+    assert [f[0] for f in before[0]] == ["P004"]
+    assert lint_findings(format_text(text), tmp_path / "after") == before

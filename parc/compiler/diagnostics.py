@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 ERROR = "error"
@@ -138,15 +139,20 @@ def source_text(sources: dict[str, str], file: str) -> str | None:
     return text
 
 
+@lru_cache(maxsize=32)
+def _lines(text: str) -> list[str]:
+    """The lines of ``text`` as the lexer counts them (only ``\\n`` ends a line), split once
+    per text however many diagnostics point into it."""
+    return text.split("\n")
+
+
 def _line_text(sources: dict[str, str], file: str, line: int) -> str | None:
     text = source_text(sources, file)
     if text is None:
         return None
-    lines = text.splitlines()
+    lines = _lines(text)
     if 1 <= line <= len(lines):
-        return lines[line - 1]
-    if line == len(lines) + 1:
-        return ""
+        return lines[line - 1].rstrip("\r")
     return None
 
 

@@ -10,6 +10,7 @@ meaning: the formatted text resolves to the same plan, and formatting twice chan
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from . import syntax as S
@@ -23,6 +24,8 @@ _PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
 
 def value_text(v) -> str:
     """A value in canonical form."""
+    if isinstance(v, S.BinOp):
+        return _chain_text(v)
     if isinstance(v, S.Number):
         return v.text
     if isinstance(v, S.Quantity):
@@ -44,30 +47,39 @@ def value_text(v) -> str:
         if isinstance(v.operand, S.BinOp):
             inner = f"({inner})"
         return "-" + inner
-    if isinstance(v, S.BinOp):
-        p = _PREC[v.op]
-        left = value_text(v.left)
-        right = value_text(v.right)
-        if isinstance(v.left, S.BinOp) and _PREC[v.left.op] < p:
-            left = f"({left})"
-        if isinstance(v.right, S.BinOp) and (_PREC[v.right.op] < p or
-                                              (_PREC[v.right.op] == p)):
-            right = f"({right})"
-        return f"{left} {v.op} {right}"
     raise TypeError(type(v).__name__)
 
 
+def _chain_text(v: S.BinOp) -> str:
+    """``a + b - c ...``: written along the chain's left operands without recursion, so a
+    flat sum of thousands of terms formats like a short one."""
+    spine = []
+    while isinstance(v, S.BinOp):
+        spine.append(v)
+        v = v.left
+    text = value_text(v)
+    left = v
+    for op in reversed(spine):
+        p = _PREC[op.op]
+        if isinstance(left, S.BinOp) and _PREC[left.op] < p:
+            text = f"({text})"
+        right = value_text(op.right)
+        if isinstance(op.right, S.BinOp) and _PREC[op.right.op] <= p:
+            right = f"({right})"
+        text = f"{text} {op.op} {right}"
+        left = op
+    return text
+
+
 def _key_text(a: S.Assign) -> str:
-    if a.quoted:
-        return '"' + a.key.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return a.key
+    return _quote(a.key) if a.quoted else a.key
 
 
 def _label_text(b: S.Block) -> str:
     if b.label is None:
         return ""
     if b.label_quoted:
-        return ' "' + b.label.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return " " + _quote(b.label)
     return " " + b.label
 
 
@@ -86,10 +98,11 @@ class _Line:
 class _Formatter:
     def __init__(self, text: str, doc: S.Document):
         self.text = text
-        self.lines_src = text.splitlines()
+        self.lines_src = text.split("\n")  # the lexer's lines: only \n ends one
         self.doc = doc
         cs = find_comments(text)
         self.comments = {line: (col, body) for line, col, body in cs}
+        self.comment_lines = sorted(self.comments)
         self.used: set[int] = set()
         self.out: list[_Line] = []
 
@@ -128,27 +141,63 @@ class _Formatter:
         return body
 
     def has_inner_comment(self, st) -> bool:
-        return any(st.span.line <= ln < st.span.end_line for ln in self.comments
-                   if self.lines_src[ln - 1][:self.comments[ln][0] - 1].strip()
-                   or st.span.line < ln < st.span.end_line)
+        """A comment on a line of ``st`` before its last (``st`` spans several lines)."""
+        i = bisect_left(self.comment_lines, st.span.line)
+        return i < len(self.comment_lines) and self.comment_lines[i] < st.span.end_line
 
     # -- statements
+    def has_trailing(self, line: int) -> bool:
+        """A comment not yet placed ends ``line`` after some code."""
+        c = self.comments.get(line)
+        return (c is not None and line not in self.used
+                and bool(self.lines_src[line - 1][:c[0] - 1].strip()))
+
+    def groups(self, items) -> list[list]:
+        """Statements that share one line and end it before a comment stay together: a
+        trailing comment (``# parc: ignore[...]`` above all) belongs to the whole line, so the
+        line is kept whole; every other statement is a group of its own."""
+        out: list[list] = []
+        i, n = 0, len(items)
+        while i < n:
+            st = items[i]
+            line = st.span.line
+            j = i + 1
+            if st.span.end_line == line:
+                while j < n and items[j].span.line == line and items[j].span.end_line == line:
+                    j += 1
+            group = items[i:j]
+            keep = self.has_trailing(line) and st.span.end_line == line and (
+                len(group) > 1 or isinstance(st, S.Block))
+            if keep:
+                out.append(group)
+            else:
+                out.extend([x] for x in group)
+            i = j
+        return out
+
     def stmts(self, items, indent: int, first_line: int, end_line: int, top: bool) -> None:
         prev_end = first_line
         prev = None
-        for st in items:
+        for group in self.groups(items):
+            st = group[0]
             lead: list[int] = []
             start = st.span.line
             mark = len(self.out)
             blank_src = self._blank_between(prev_end, start) if prev is not None else False
             self.leading(prev_end + 1 if prev is not None else first_line + (0 if top else 1), start, indent, lead)
             if prev is not None:
-                want_blank = blank_src or (top and (isinstance(st, S.Block) or isinstance(prev, S.Block)))
+                want_blank = blank_src or (top and (any(isinstance(x, S.Block) for x in group)
+                                                    or isinstance(prev, S.Block)))
                 if want_blank:
                     self.out.insert(mark, _Line(indent, blank=True))
-            self.stmt(st, indent)
-            prev_end = max(st.span.end_line, prev_end)
-            prev = st
+            if len(group) > 1 or (isinstance(st, S.Block) and st.span.end_line == st.span.line
+                                  and self.has_trailing(st.span.line)):
+                text = "; ".join(_inline(x) for x in group)
+                self.out.append(_Line(indent, text, comment=self.trailing(st.span.line)))
+            else:
+                self.stmt(st, indent)
+            prev_end = max(group[-1].span.end_line, prev_end)
+            prev = group[-1]
         # comment lines after the last statement, before the closing brace / end of file
         rest: list[int] = []
         start = prev_end + 1 if prev is not None else first_line + (0 if top else 1)
@@ -279,7 +328,23 @@ class _Formatter:
         return "\n".join(cleaned) + "\n" if cleaned else ""
 
 
+def _inline(st) -> str:
+    """A one-line statement written on one line (blocks as ``kind "label" { a = 1; b = 2 }``)."""
+    if isinstance(st, S.Assign):
+        return f"{_key_text(st)} = {value_text(st.value)}"
+    if isinstance(st, S.OnRule):
+        return f"{st.axis} on {st.link}"
+    if isinstance(st, S.Use):
+        return f"use {_quote(st.path)}"
+    head = f"{st.kind}{_label_text(st)} {{"
+    if not st.items:
+        return f"{head} }}"
+    return f"{head} " + "; ".join(_inline(i) for i in st.items) + " }"
+
+
 def _quote(s: str) -> str:
+    """``s`` as a string literal that reads back as ``s``: the escapes the lexer knows
+    (backslash, quote, new line, tab); every other character stands for itself."""
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
 
 

@@ -1,16 +1,24 @@
 """Text → syntax tree with spans.
 
-The LALR parser is built once per process and cached on disk in the per-user cache
-directory (``$XDG_CACHE_HOME/parc`` or ``~/.cache/parc``), keyed by the grammar's hash
-and lark's version, written atomically. A syntax error never escapes as a lark exception:
-it becomes a ``P001`` diagnostic that says what was found and what could come next.
+The LALR parser is built ahead of time: ``parc/grammar/par_table.json`` holds lark's
+serialized parse table (plain data, read with :mod:`json`, never unpickled), generated from
+``par.lark`` by ``python -m parc.grammar.build_table`` and checked against the grammar's hash
+on load (a test keeps it up to date). Nothing is read from a per-user cache: parc loads no
+executable data from outside the installed package. A syntax error never escapes as a lark
+exception: it becomes a ``P001`` diagnostic that says what was found and what could come next.
+
+Limits (each refused with a ``P001`` diagnostic, never a crash): a file of at most
+``MAX_INPUT`` characters, a token (string, name, number) of at most ``MAX_TOKEN`` characters,
+values nested (parentheses, lists, calls, signs) at most ``MAX_DEPTH`` levels deep. A flat
+chain of operators (``a + b + c + ...``) is no nesting, whatever its length.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
-import os
+import json
 import re
-import tempfile
+from bisect import bisect_right
 from contextlib import contextmanager
 from contextvars import ContextVar
 from fractions import Fraction
@@ -20,54 +28,92 @@ from pathlib import Path
 from . import syntax as S
 from .diagnostics import ERROR, Diagnostic, ParcError, Span
 
-GRAMMAR_PATH = Path(__file__).resolve().parent.parent / "grammar" / "par.lark"
+GRAMMAR_DIR = Path(__file__).resolve().parent.parent / "grammar"
+GRAMMAR_PATH = GRAMMAR_DIR / "par.lark"
+TABLE_PATH = GRAMMAR_DIR / "par_table.json"
 
-MAX_DEPTH = 64  # nesting of parentheses and lists in one value
+MAX_DEPTH = 64  # nesting of parentheses, lists, calls and signs in one value
+MAX_INPUT = 1 << 20  # characters in one file (1 MiB of ASCII)
+MAX_TOKEN = 4096  # characters in one string, name or number
 
 _LARK_OPTIONS = dict(parser="lalr", lexer="contextual", propagate_positions=True,
                      maybe_placeholders=True)
 
 
-def _cache_dir() -> Path | None:
-    base = os.environ.get("PARC_CACHE_DIR")
-    if base:
-        return Path(base)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return Path(xdg) / "parc"
-    home = os.path.expanduser("~")
-    if home and home != "~":
-        return Path(home) / ".cache" / "parc"
-    return None
+def grammar_hash(grammar: str | None = None) -> str:
+    """The key a parse table is built for: the grammar's text and the parser options."""
+    if grammar is None:
+        grammar = GRAMMAR_PATH.read_text(encoding="utf-8")
+    return hashlib.sha256((grammar + repr(sorted(_LARK_OPTIONS.items()))).encode()).hexdigest()
+
+
+# JSON has no tuples and no integer keys; the table has both. They are tagged on the way out.
+def _encode(x):
+    if isinstance(x, tuple):
+        return {"__tuple__": [_encode(v) for v in x]}
+    if isinstance(x, list):
+        return [_encode(v) for v in x]
+    if isinstance(x, dict):
+        if all(isinstance(k, str) for k in x):
+            return {k: _encode(v) for k, v in x.items()}
+        return {"__items__": [[_encode(k), _encode(v)] for k, v in x.items()]}
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    raise TypeError(f"parse table holds a {type(x).__name__}")  # never data we cannot write
+
+
+def _decode(d: dict):
+    if "__tuple__" in d and len(d) == 1:
+        return tuple(d["__tuple__"])
+    if "__items__" in d and len(d) == 1:
+        return {(tuple(k) if isinstance(k, list) else k): v for k, v in d["__items__"]}
+    return d
+
+
+def build_table(grammar: str | None = None) -> str:
+    """The JSON text of the parse table for ``grammar`` (default: ``par.lark``)."""
+    import lark
+    from lark.grammar import Rule
+    from lark.lexer import TerminalDef
+
+    if grammar is None:
+        grammar = GRAMMAR_PATH.read_text(encoding="utf-8")
+    parser = lark.Lark(grammar, **_LARK_OPTIONS)
+    data, memo = parser.memo_serialize([TerminalDef, Rule])
+    doc = {"grammar_sha256": grammar_hash(grammar), "lark": lark.__version__,
+           "data": _encode(data), "memo": _encode(memo)}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n"
 
 
 @lru_cache(maxsize=1)
 def get_parser():
-    """The grammar's LALR parser, from the per-user cache when it is there."""
+    """The grammar's LALR parser, from the parse table shipped in the package.
+
+    The table is data (JSON), so a planted file cannot run code. If it does not match the
+    grammar (an edited ``par.lark`` without a rebuilt table), the parser is built from the
+    grammar in memory, which is correct but slow."""
     import lark
 
     grammar = GRAMMAR_PATH.read_text(encoding="utf-8")
-    key = hashlib.sha256((grammar + lark.__version__ + repr(sorted(_LARK_OPTIONS.items())))
-                         .encode()).hexdigest()[:16]
-    cdir = _cache_dir()
-    cfile = cdir / f"par-{key}.lark.pickle" if cdir else None
-    if cfile is not None and cfile.is_file():
-        try:
-            with open(cfile, "rb") as f:
-                return lark.Lark.load(f)
-        except Exception:  # a stale or broken cache is rebuilt below
-            pass
-    parser = lark.Lark(grammar, **_LARK_OPTIONS)
-    if cfile is not None:
-        try:
-            cdir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=cdir, prefix=".par-", suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                parser.save(f)
-            os.replace(tmp, cfile)
-        except OSError:
-            pass
-    return parser
+    try:
+        with open(TABLE_PATH, encoding="utf-8") as f:
+            doc = json.load(f, object_hook=_decode)
+        if doc.get("grammar_sha256") == grammar_hash(grammar):
+            return lark.Lark._load_from_dict(doc["data"], doc["memo"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError):
+        pass  # a missing or unreadable table: build from the grammar below
+    return lark.Lark(grammar, **_LARK_OPTIONS)
+
+
+def line_starts(text: str) -> list[int]:
+    """Offsets where each line starts, lines as the lexer counts them (ended by ``\\n`` only)."""
+    return [0] + [m.end() for m in re.finditer("\n", text)]
+
+
+def offset_position(starts: list[int], offset: int) -> tuple[int, int]:
+    """1-based (line, column) of ``offset`` given :func:`line_starts`."""
+    i = bisect_right(starts, offset) - 1
+    return i + 1, offset - starts[i] + 1
 
 
 # ----------------------------------------------------------------------------- tree → nodes
@@ -98,6 +144,9 @@ def _unescape(s: str) -> str:
     return "".join(out)
 
 
+_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}
+
+
 class _Builder:
     def __init__(self, file: str):
         self.file = file
@@ -110,39 +159,71 @@ class _Builder:
             return Span.point(self.file)
         return Span(self.file, m.line, m.column, m.end_line, m.end_column, m.start_pos, m.end_pos)
 
+    def token(self, t) -> str:
+        """A token's text, refused when it is longer than the grammar reads."""
+        if len(t.value) > MAX_TOKEN:
+            what = {"STRING": "string", "NAME": "name", "NUMBER": "number",
+                    "QUANTITY": "value"}.get(t.type, "token")
+            sp = self.span_tok(t)
+            raise ParcError(Diagnostic(
+                "P001", ERROR, f"this {what} is {len(t.value):,} characters long; parc reads tokens of at "
+                f"most {MAX_TOKEN:,} characters", sp,
+                help="shorten it; a spec names things and sizes, it does not carry data"))
+        return t.value
+
     def document(self, tree) -> S.Document:
         return S.Document(self.file, [self.stmt(c) for c in tree.children])
+
+    blocks = 0
 
     def stmt(self, t):
         d = t.data
         if d == "block":
-            kind, label, *items = t.children
-            lab = lab_span = None
-            quoted = False
-            if label is not None:
-                tok = label.children[0]
-                quoted = tok.type == "STRING"
-                lab = _unescape(tok.value) if quoted else tok.value
-                lab_span = self.span_tok(tok)
-            return S.Block(kind.value, self.span_tok(kind), lab, lab_span,
-                           [self.stmt(c) for c in items], self.span_meta(t.meta), quoted)
+            if self.blocks >= MAX_DEPTH:
+                raise ParcError(Diagnostic("P001", ERROR, f"blocks nested more than {MAX_DEPTH} levels deep",
+                                           self.span_tok(t.children[0]),
+                                           help="blocks hold fields and at most a few blocks; close the blocks"))
+            self.blocks += 1
+            try:
+                return self.block(t)
+            finally:
+                self.blocks -= 1
+        return self.simple(t)
+
+    def block(self, t):
+        kind, label, *items = t.children
+        lab = lab_span = None
+        quoted = False
+        if label is not None:
+            tok = label.children[0]
+            quoted = tok.type == "STRING"
+            lab = _unescape(self.token(tok)) if quoted else self.token(tok)
+            lab_span = self.span_tok(tok)
+        return S.Block(self.token(kind), self.span_tok(kind), lab, lab_span,
+                       [self.stmt(c) for c in items], self.span_meta(t.meta), quoted)
+
+    def simple(self, t):
+        d = t.data
         if d == "assign":
             key, value = t.children
             ktok = key.children[0]
             quoted = ktok.type == "STRING"
-            k = _unescape(ktok.value) if quoted else ktok.value
+            k = _unescape(self.token(ktok)) if quoted else self.token(ktok)
             return S.Assign(k, self.span_tok(ktok), self.value(value), self.span_meta(t.meta), quoted)
         if d == "on_rule":
             a, b = t.children
-            return S.OnRule(a.value, self.span_tok(a), b.value, self.span_tok(b), self.span_meta(t.meta))
+            return S.OnRule(self.token(a), self.span_tok(a), self.token(b), self.span_tok(b),
+                            self.span_meta(t.meta))
         if d == "use":
             (p,) = t.children
-            return S.Use(_unescape(p.value), self.span_meta(t.meta), self.span_tok(p))
+            return S.Use(_unescape(self.token(p)), self.span_meta(t.meta), self.span_tok(p))
         raise AssertionError(f"unknown statement {d}")  # grammar and builder out of step
 
     depth = 0
 
     def value(self, t):
+        """A value; ``depth`` counts nesting (an operand inside parentheses, a list item, a
+        call argument, a sign), not the length of a chain like ``a + b + c``."""
         self.depth += 1
         try:
             if self.depth > MAX_DEPTH:
@@ -153,19 +234,31 @@ class _Builder:
         finally:
             self.depth -= 1
 
+    def chain(self, t):
+        """A left-leaning chain of binary operators, built without recursion along the chain:
+        its left operands are at the chain's own level, each right operand one level down."""
+        spine = []
+        while t.data in _OPS:
+            spine.append(t)
+            t = t.children[0]
+        node = self._value(t)  # the leftmost operand: same level as the chain
+        for op in reversed(spine):
+            node = S.BinOp(_OPS[op.data], node, self.value(op.children[1]), self.span_meta(op.meta))
+        return node
+
     def _value(self, t):
         d = t.data
         sp = self.span_meta(t.meta)
         if d == "number":
             tok = t.children[0]
-            return S.Number(_num(tok.value), tok.value, sp)
+            return S.Number(_num(self.token(tok)), tok.value, sp)
         if d == "quantity":
             tok = t.children[0]
-            m = _UNIT_SPLIT.fullmatch(tok.value)
+            m = _UNIT_SPLIT.fullmatch(self.token(tok))
             return S.Quantity(_num(m.group(1)), m.group(2), tok.value, sp)
         if d == "string":
             tok = t.children[0]
-            return S.String(_unescape(tok.value), tok.value, sp)
+            return S.String(_unescape(self.token(tok)), tok.value, sp)
         if d == "true":
             return S.Bool(True, sp)
         if d == "false":
@@ -173,18 +266,16 @@ class _Builder:
         if d == "auto":
             return S.Auto(sp)
         if d == "ref":
-            return S.Ref([c.value for c in t.children], sp)
+            return S.Ref([self.token(c) for c in t.children], sp)
         if d == "call":
             name, *args = t.children
             args = [a for a in args if a is not None]
-            return S.Call(name.value, [self.value(a) for a in args], sp, self.span_tok(name))
+            return S.Call(self.token(name), [self.value(a) for a in args], sp, self.span_tok(name))
         if d == "list":
             items = [c for c in t.children if c is not None]
             return S.List([self.value(c) for c in items], sp)
-        if d in ("add", "sub", "mul", "div", "mod"):
-            op = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}[d]
-            a, b = t.children
-            return S.BinOp(op, self.value(a), self.value(b), sp)
+        if d in _OPS:
+            return self.chain(t)
         if d == "neg":
             return S.Neg(self.value(t.children[0]), sp)
         raise AssertionError(f"unknown value {d}")
@@ -262,9 +353,7 @@ def _scan_braces(text: str):
 
 
 def _pos(text: str, offset: int) -> tuple[int, int]:
-    line = text.count("\n", 0, offset) + 1
-    col = offset - (text.rfind("\n", 0, offset) + 1) + 1
-    return line, col
+    return offset_position(line_starts(text), offset)
 
 
 def _syntax_diag(file: str, text: str, exc) -> Diagnostic:
@@ -349,7 +438,37 @@ def parse_text(text: str, file: str = "<input>") -> S.Document:
     return doc
 
 
+def _too_large(text: str, file: str) -> Diagnostic:
+    starts = line_starts(text[:MAX_INPUT + 1])
+    line, col = offset_position(starts, MAX_INPUT)
+    return Diagnostic(
+        "P001", ERROR, f"this file is {len(text):,} characters long; parc reads files of at most "
+        f"{MAX_INPUT:,} characters (1 MiB)", Span(file, line, col, line, col + 1, MAX_INPUT, MAX_INPUT + 1),
+        help="split the spec with `use`; each file has its own limit")
+
+
+@contextmanager
+def _no_cycle_collection():
+    """The parse builds a tree of many small objects and no cycles; the cyclic collector would
+    walk every live object again and again while it grows, and that cost grows faster than the
+    file. It is paused for the parse (and restored as it was)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _parse_text(text: str, file: str) -> S.Document:
+    if len(text) > MAX_INPUT:
+        raise ParcError(_too_large(text, file))
+    with _no_cycle_collection():
+        return _parse_tree(text, file)
+
+
+def _parse_tree(text: str, file: str) -> S.Document:
     import lark
 
     parser = get_parser()
@@ -409,60 +528,61 @@ def _top_level_chunks(text: str) -> list[tuple[int, int]] | None:
     return chunks
 
 
-def _mask(text: str, a: int, b: int) -> str:
-    """``text`` with everything outside [a, b) blanked, keeping every line and column."""
-    def blank(s):
-        return "".join(ch if ch == "\n" else " " for ch in s)
+def _shift(sp: Span, line: int, col: int, off: int) -> Span:
+    """A span read in a piece of text that starts at (line, col, off) of the whole file."""
+    c0 = sp.column + col - 1 if sp.line == 1 else sp.column
+    c1 = sp.end_column + col - 1 if sp.end_line == 1 else sp.end_column
+    return Span(sp.file, sp.line + line - 1, c0, sp.end_line + line - 1, c1, sp.start + off, sp.end + off)
 
-    return blank(text[:a]) + text[a:b] + blank(text[b:])
+
+MAX_SYNTAX_ERRORS = 200  # syntax errors reported for one file, the first included
 
 
 def _independent_errors(parser, file: str, text: str, first: Diagnostic) -> list[Diagnostic]:
-    """The first syntax error of every other top-level statement: each block is parsed on its
-    own, so an error in one never causes a follow-on error in another."""
+    """The first syntax error of every other top-level statement: each is parsed on its own,
+    so an error in one never causes a follow-on error in another. Each statement is parsed
+    once, alone, so the whole pass is linear in the size of the file."""
     import lark
+
+    from .diagnostics import Related
 
     if first.code != "P001":
         return []
     chunks = _top_level_chunks(text)
-    if not chunks or len(chunks) > 200:
+    if not chunks:
         return []
+    starts = line_starts(text)
     out = []
     for a, b in chunks:
         if a <= first.span.start < b:
             continue
-        masked = _mask(text, a, b)
+        piece = text[a:b]
         try:
-            parser.parse(masked)
+            parser.parse(piece)
         except lark.exceptions.UnexpectedInput as e:
-            out.append(_syntax_diag(file, masked, e))
+            line, col = offset_position(starts, a)
+            d = _syntax_diag(file, piece, e)
+            d.span = _shift(d.span, line, col, a)
+            d.related = [Related(_shift(r.span, line, col, a), r.message) for r in d.related]
+            out.append(d)
+            if len(out) + 1 >= MAX_SYNTAX_ERRORS:  # the first error counts too
+                break
     return out
 
 
+_COMMENT_SCAN = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"?|#[^\n]*')
+
+
 def comments(text: str) -> list[tuple[int, int, str]]:
-    """Every ``#`` comment as (line, column, text), found with the same rules as the lexer."""
+    """Every ``#`` comment as (line, column, text), found with the same rules as the lexer:
+    strings hide `#`, and only ``\\n`` ends a line (a form feed or vertical tab does not)."""
     out = []
-    line, col = 1, 1
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\n":
-            line += 1
-            col = 1
-            i += 1
+    starts = None
+    for m in _COMMENT_SCAN.finditer(text):
+        if m.group(0)[0] != "#":
             continue
-        if c == '"':
-            j = _string_end(text, i)
-            col += j - i
-            i = j
-            continue
-        if c == "#":
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out.append((line, col, text[i:j].rstrip()))
-            col += j - i
-            i = j
-            continue
-        i += 1
-        col += 1
+        if starts is None:
+            starts = line_starts(text)
+        line, col = offset_position(starts, m.start())
+        out.append((line, col, m.group(0).rstrip()))
     return out

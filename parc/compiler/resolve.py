@@ -589,9 +589,50 @@ class Resolver:
         return v
 
     def number(self, node, f: SC.F, key: str, kind: str):
+        """The exact value of a numeric expression; every literal and every intermediate
+        result is bounded by ``MAX_MAGNITUDE`` (a P017 diagnostic beyond it), so no value
+        outgrows what ``int``, ``Fraction`` and ``float`` can print and convert."""
+        if isinstance(node, S.BinOp):
+            # walk a chain (a + b + c ...) along its left operands without recursion
+            spine = []
+            while isinstance(node, S.BinOp):
+                spine.append(node)
+                node = node.left
+            acc = self._number(node, f, key, kind)
+            for op in reversed(spine):
+                acc = _bounded(self.binop(op, acc, f, key, kind), op, key)
+            return acc
+        return self._number(node, f, key, kind)
+
+    def binop(self, node: S.BinOp, a, f: SC.F, key: str, kind: str):
+        b = self.number(node.right, SC.F("int") if node.op in "*/%" and f.kind != "int" and
+                        isinstance(node.right, S.Number) else f, key, kind)
+        if node.op == "+":
+            return a + b
+        if node.op == "-":
+            return a - b
+        if node.op == "*":
+            return a * b
+        if b == 0:
+            raise ParcError(Diagnostic("P003", ERROR, "division by zero", node.right.span))
+        if node.op == "%":
+            if isinstance(a, int) and isinstance(b, int):
+                return a % b
+            raise ParcError(Diagnostic("P016", ERROR, "`%` needs whole numbers", node.span))
+        q = Fraction(a) / Fraction(b)
+        if isinstance(a, int) and isinstance(b, int) and q.denominator != 1:
+            lo, hi = a // b, a // b + 1
+            raise ParcError(Diagnostic(
+                "P003", ERROR, f"{a} / {b} is not a whole number ({float(q):.4g})", node.span,
+                help=f"integer division is exact here; write {lo * b} / {b} = {lo} or {hi * b} / {b} = {hi}, "
+                     f"or the value itself"))
+        return q
+
+    def _number(self, node, f: SC.F, key: str, kind: str):
         unit_kind = {"int": "count", "int_or_auto": "count", "frac": None, "bytes": "bytes",
                      "bandwidth": "bandwidth", "flops": "flops"}[f.kind]
         if isinstance(node, S.Number):
+            _bounded(node.value, node, key)
             if unit_kind in ("bytes", "bandwidth", "flops") and node.value != 0:
                 ex = {"bytes": "80GB", "bandwidth": "450GB/s", "flops": "989TFLOPS"}[unit_kind]
                 raise ParcError(Diagnostic("P005", ERROR, f"`{key}` needs a unit: {node.text} of what?",
@@ -599,12 +640,13 @@ class Resolver:
                                            help=f"expected {SC.KIND_WORDS[f.kind]}; for example `{key} = {ex}`"))
             return node.value
         if isinstance(node, S.Quantity):
+            _bounded(node.number, node, key)
             table = SC.UNITS.get(unit_kind or "", {})
             if node.unit in table:
                 fac = table[node.unit]
                 if isinstance(fac, tuple):
-                    return node.number * Fraction(fac[0], fac[1])
-                return node.number * fac
+                    return _bounded(node.number * Fraction(fac[0], fac[1]), node, key)
+                return _bounded(node.number * fac, node, key)
             got = SC.unit_kind(node.unit)
             if got is None:
                 raise ParcError(Diagnostic("P004", ERROR, f"unknown unit `{node.unit}` in `{node.text}`",
@@ -622,29 +664,7 @@ class Resolver:
         if isinstance(node, S.Neg):
             return -self.number(node.operand, f, key, kind)
         if isinstance(node, S.BinOp):
-            a = self.number(node.left, f, key, kind)
-            b = self.number(node.right, SC.F("int") if node.op in "*/%" and f.kind != "int" and
-                            isinstance(node.right, S.Number) else f, key, kind)
-            if node.op == "+":
-                return a + b
-            if node.op == "-":
-                return a - b
-            if node.op == "*":
-                return a * b
-            if b == 0:
-                raise ParcError(Diagnostic("P003", ERROR, "division by zero", node.right.span))
-            if node.op == "%":
-                if isinstance(a, int) and isinstance(b, int):
-                    return a % b
-                raise ParcError(Diagnostic("P016", ERROR, "`%` needs whole numbers", node.span))
-            q = Fraction(a) / Fraction(b)
-            if isinstance(a, int) and isinstance(b, int) and q.denominator != 1:
-                lo, hi = a // b, a // b + 1
-                raise ParcError(Diagnostic(
-                    "P003", ERROR, f"{a} / {b} is not a whole number ({float(q):.4g})", node.span,
-                    help=f"integer division is exact here; write {lo * b} / {b} = {lo} or {hi * b} / {b} = {hi}, "
-                         f"or the value itself"))
-            return q
+            return self.number(node, f, key, kind)
         if isinstance(node, (S.String, S.Bool, S.List, S.Call, S.Auto)):
             raise ParcError(Diagnostic("P016", ERROR, f"`{key}` expects {SC.KIND_WORDS[f.kind]}, got {_describe(node)}",
                                        node.span))
@@ -720,6 +740,7 @@ class Resolver:
         if isinstance(node, (S.String, S.Bool)):
             return node.value
         if isinstance(node, S.Number):
+            _bounded(node.value, node, key)
             return node.value if isinstance(node.value, int) else float(node.value)
         if isinstance(node, S.List):
             return [self.literal(i, key) for i in node.items]
@@ -784,6 +805,36 @@ _POISON = object()
 
 def _is_within(p: Path, root: Path) -> bool:
     return is_within(p, root)
+
+
+MAX_MAGNITUDE = 10**60  # the largest number (and denominator) a spec computes with
+
+
+def _too_large(v) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return abs(v) > MAX_MAGNITUDE
+    if isinstance(v, Fraction):
+        return abs(v.numerator) > MAX_MAGNITUDE or v.denominator > MAX_MAGNITUDE
+    if isinstance(v, float):
+        return not (abs(v) <= MAX_MAGNITUDE)  # also inf and nan
+    return False
+
+
+def _bounded(v, node, key: str):
+    """``v``, or a P017 diagnostic at ``node`` when it is beyond ``MAX_MAGNITUDE``."""
+    if not _too_large(v):
+        return v
+    if isinstance(v, Fraction) and abs(v.numerator) <= MAX_MAGNITUDE:
+        what = "has too many decimal places"
+    else:
+        what = "is too large"
+    size = max(abs(v.numerator), v.denominator) if isinstance(v, Fraction) else v
+    digits = f" (about {int(abs(size).bit_length() * 0.30103) + 1:,} digits)" if not isinstance(v, float) else ""
+    raise ParcError(Diagnostic(
+        "P017", ERROR, f"`{key}`: this number {what}{digits}; parc computes with numbers up to 10^60",
+        node.span, help="write the value in the units the field takes (80GB, 989TFLOPS, 450GB/s)"))
 
 
 def _fmt(v) -> str:
