@@ -36,10 +36,11 @@ class Cat:
 
 @dataclass(frozen=True, slots=True)
 class Env:
-    """An exported variable; ``default`` keeps a value the user's environment already sets."""
+    """An exported variable; ``default`` keeps a value the user's environment already sets;
+    ``value`` None unsets it (a shell target only)."""
 
     name: str
-    value: str
+    value: str | None
     comment: str = ""
     default: bool = True
 

@@ -12,6 +12,8 @@ and P613 refuse the other plans Megatron-LM cannot run).
 """
 from __future__ import annotations
 
+from ...compiler.diagnostics import WARNING
+from ...compiler.rules import rule
 from ..base import Env, File, settings, order_over
 from .. import torchrun
 
@@ -129,9 +131,10 @@ def arg_lines(plan) -> list[list]:
     a(["--optimizer", "sgd" if tr.optimizer == "sgd" else "adam"])
     if tr.zero >= 1:
         a(["--use-distributed-optimizer"])
-    if tr.zero >= 3:
+    if fsdp(plan):
         a(["--use-megatron-fsdp"])
         a(["--data-parallel-sharding-strategy", "optim_grads_params"])
+        a(["--ckpt-format", "fsdp_dtensor"])   # validate_args: Megatron-FSDP's only checkpoint format
     if tr.precision in ("bf16", "fp8"):
         a(["--bf16"])
     elif tr.precision == "fp16":
@@ -166,13 +169,46 @@ def group_args(args) -> list[list]:
     return out
 
 
+def fsdp(plan) -> bool:
+    """ZeRO-3 is Megatron-FSDP (``--use-megatron-fsdp``, parameters sharded too)."""
+    return plan.train is not None and plan.train.zero >= 3
+
+
+def launch_env(plan) -> list[Env]:
+    """CUDA_DEVICE_MAX_CONNECTIONS as Megatron-LM's validate_args wants it: 1 with tensor or
+    context parallelism (asserted before Blackwell), but never 1 with Megatron-FSDP, which
+    asserts the opposite (it is unset there; validate_args only warns about tp/cp with FSDP)."""
+    me = plan.mesh
+    if fsdp(plan):
+        return [Env("CUDA_DEVICE_MAX_CONNECTIONS", None,
+                    "Megatron-FSDP requires CUDA_DEVICE_MAX_CONNECTIONS unset or above 1", default=False)]
+    if me.tp > 1 or me.cp > 1:
+        return [Env("CUDA_DEVICE_MAX_CONNECTIONS", "1",
+                    "Megatron-LM's tensor and context parallelism need one CUDA work queue "
+                    "(in order kernel launch for comm/compute overlap)", default=False)]
+    return []
+
+
 def build(plan) -> list[File]:
     s = settings(plan, TARGET)
-    env = []
-    if plan.mesh.tp > 1 or plan.mesh.cp > 1:
-        env.append(Env("CUDA_DEVICE_MAX_CONNECTIONS", "1",
-                       "Megatron-LM's tensor and context parallelism need one CUDA work queue "
-                       "(in order kernel launch for comm/compute overlap)", default=False))
+    env = launch_env(plan)
     lines = arg_lines(plan) + group_args(s.get("extra_args"))
     return torchrun.node_files(plan, entrypoint=s.get("entrypoint", DEFAULT_ENTRYPOINT), arg_lines=lines,
                                env=env)
+
+
+# --- what the launch cannot give Megatron-LM ----------------------------------------------------
+@rule("P656", "megatron-fsdp-with-tp-cp", severity=WARNING, targets=(TARGET,))
+def fsdp_with_tp_cp(plan, c):
+    """Megatron-LM's validate_args warns (on GPUs before Blackwell) when tensor or context
+    parallelism runs with Megatron-FSDP: one wants CUDA_DEVICE_MAX_CONNECTIONS=1, the other
+    refuses it. The launch leaves it unset, as FSDP requires."""
+    me = plan.mesh
+    if not fsdp(plan) or (me.tp == 1 and me.cp == 1):
+        return
+    what = " and ".join(f"{ax} = {me.size(ax)}" for ax in ("tp", "cp") if me.size(ax) > 1)
+    c.report(c.at("train.zero", "train"),
+             f"zero = 3 (Megatron-FSDP) with {what}: Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1, which "
+             "tensor and context parallelism need to overlap their communication, so the launch leaves it "
+             "unset and that overlap is lost on GPUs before Blackwell (Megatron-LM warns the same at start)",
+             help="use zero = 1 (the distributed optimizer) with tp or cp, or keep zero = 3 with dp only")
