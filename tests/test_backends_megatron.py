@@ -209,3 +209,77 @@ def test_fsdp_launch_passes_megatrons_checks(dp, tp, zero, write_spec, tmp_path)
     if warned:
         assert warned[0].severity == "warning" and "tp = 2" in warned[0].message
         assert spec.read_text().splitlines()[warned[0].span.line - 1].startswith("train")
+
+
+def test_hf_tokenizer_always_has_its_model(launched):
+    """Megatron-LM's HuggingFaceTokenizer loads --tokenizer-model; no launch names it without."""
+    seen = 0
+    for spec, plan, targs, margs, env in launched:
+        if "HuggingFaceTokenizer" in margs:
+            seen += 1
+            assert "--tokenizer-model" in margs, spec
+    assert seen >= 1
+
+
+def test_rotary_base_follows_the_model(launched):
+    """--rotary-base is the model's rope_theta (Megatron's own default, 10000, is Llama 2's)."""
+    by = {spec: margs for spec, _, _, margs, _ in launched}
+    for spec, want in [("examples/llama3-70b-train.par", "500000"), ("examples/mixtral-8x7b-ep-train.par", "1000000")]:
+        m = by[spec]
+        assert m[m.index("--rotary-base") + 1] == want, spec
+    assert "--rotary-base" not in by["examples/gpt3-175b-train.par"]        # learned positions
+    for spec, plan, targs, margs, env in launched:
+        a, _ = _megatron_parser().parse_known_args(margs)
+        mpe = int(margs[margs.index("--max-position-embeddings") + 1])
+        assert mpe >= int(margs[margs.index("--seq-length") + 1]), spec     # MEG-41
+
+
+TOKENIZER = """
+model "m" {{
+  from    = llama3_8b
+  seq_len = 2048
+{model}
+}}
+cluster "c" {{
+  nodes         = 1
+  gpus_per_node = 8
+  gpu           = h100_sxm
+}}
+mesh {{ dp = 8 }}
+schedule {{
+  micro_batch  = 1
+  global_batch = 64
+}}
+train {{ zero = 1 }}
+target megatron {{
+{target}
+}}
+"""
+
+
+@pytest.mark.parametrize("model,target,code,want", [
+    ("", '  extra_args = ["--tokenizer-type", "HuggingFaceTokenizer"]', "P657", None),
+    ("", '  tokenizer = "meta-llama/Meta-Llama-3-8B"\n  extra_args = ["--tokenizer-model", "x"]', "P657", None),
+    ("", '  extra_args = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "/t"]', None,
+     {"--tokenizer-model": "/t", "--rotary-base": "500000"}),
+    ("  rope_theta = 1M", '  tokenizer = "meta-llama/Meta-Llama-3-8B"', None,
+     {"--tokenizer-type": "HuggingFaceTokenizer", "--tokenizer-model": "meta-llama/Meta-Llama-3-8B",
+      "--rotary-base": "1000000"}),
+])
+def test_tokenizer_and_rope_from_the_spec(model, target, code, want, write_spec, tmp_path):
+    from parc.commands.compile import compile_spec
+
+    spec = write_spec(TOKENIZER.format(model=model, target=target))
+    r, _, files = compile_spec(str(spec), "megatron")
+    if code:
+        errs = [d for d in r.errors if d.code == code]
+        assert files is None and errs, [d.message for d in r.diagnostics]
+        assert "extra_args" in spec.read_text().splitlines()[errs[0].span.line - 1]
+        if "tokenizer =" not in target:
+            assert 'tokenizer = "meta-llama/Meta-Llama-3-8B"' in errs[0].help
+        return
+    assert files is not None, [d.message for d in r.diagnostics]
+    d = write_out(files, tmp_path / "out")
+    argv = run_emitted(d / "node0.sh", tmp_path)["torchrun"]
+    for flag, value in want.items():
+        assert argv[argv.index(flag) + 1] == value

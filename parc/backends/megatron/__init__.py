@@ -103,13 +103,16 @@ def arg_lines(plan) -> list[list]:
     if m.head_dim and m.head_dim * m.heads != m.hidden:
         a(["--kv-channels", m.head_dim])
     a(["--seq-length", m.seq_len])
-    a(["--max-position-embeddings", m.seq_len])
+    # the model's own position count (a learned table's size), never below seq_len (MEG-41)
+    a(["--max-position-embeddings", max(m.seq_len, m.max_positions or 0)])
     a(["--vocab-size", m.vocab])
     a(["--make-vocab-size-divisible-by", vocab_divisor(m.vocab, me.tp)])
     if m.mlp == "swiglu":
         a(["--swiglu"])
     a(["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"])
     a(["--position-embedding-type", "rope" if m.position == "rope" else "learned_absolute"])
+    if m.position == "rope":
+        a(["--rotary-base", m.rope_theta])   # Megatron's default is 10000; Llama 3 uses 500000
     if not m.bias:
         a(["--disable-bias-linear"])
     if not m.tied_embeddings:
@@ -155,6 +158,10 @@ def arg_lines(plan) -> list[list]:
         a(["--recompute-method", "uniform"])
         a(["--recompute-num-layers", 1])
     a(["--transformer-impl", "transformer_engine"])
+    tok = settings(plan, TARGET).get("tokenizer")
+    if tok:
+        a(["--tokenizer-type", "HuggingFaceTokenizer"])
+        a(["--tokenizer-model", tok])
     return out
 
 
@@ -212,3 +219,38 @@ def fsdp_with_tp_cp(plan, c):
              "tensor and context parallelism need to overlap their communication, so the launch leaves it "
              "unset and that overlap is lost on GPUs before Blackwell (Megatron-LM warns the same at start)",
              help="use zero = 1 (the distributed optimizer) with tp or cp, or keep zero = 3 with dp only")
+
+
+def _hf_id(plan) -> str:
+    """The preset's Hugging Face id (from its source note), for the help text."""
+    import re
+
+    from ...compiler.resolve import presets
+
+    src = presets("models").get(plan.model.preset or "", {}).get("source", "")
+    ids = re.findall(r"([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+) config\.json", src)
+    return ids[-1] if ids else "org/model"
+
+
+@rule("P657", "megatron-tokenizer-model", targets=(TARGET,))
+def tokenizer_model(plan, c):
+    """HuggingFaceTokenizer reads its files from --tokenizer-model; without it Megatron-LM's
+    build_tokenizer has nothing to load."""
+    s = settings(plan, TARGET)
+    extra = [str(x) for x in s.get("extra_args") or []]
+    if s.get("tokenizer"):
+        given = [f for f in ("--tokenizer-type", "--tokenizer-model") if f in extra]
+        if given:
+            c.report(c.at("target.megatron.extra_args", "target.megatron"),
+                     f"`tokenizer` sets {' and '.join(given)}, and extra_args gives {'them' if len(given) > 1 else 'it'} "
+                     "again: Megatron-LM would take whichever comes last",
+                     help=f"remove {' and '.join(given)} (and {'their values' if len(given) > 1 else 'its value'}) "
+                          "from extra_args")
+        return
+    hf = any(a == "HuggingFaceTokenizer" or a == "--tokenizer-type=HuggingFaceTokenizer" for a in extra)
+    if hf and not any(a == "--tokenizer-model" or a.startswith("--tokenizer-model=") for a in extra):
+        c.report(c.at("target.megatron.extra_args", "target.megatron"),
+                 "extra_args choose Megatron-LM's HuggingFaceTokenizer without --tokenizer-model, so the "
+                 "tokenizer has nothing to load and pretrain_gpt.py stops before the first step",
+                 help=f'replace the --tokenizer-type pair with `tokenizer = "{_hf_id(plan)}"` in `target megatron` '
+                      "(a Hugging Face id or a local folder)")
