@@ -4,7 +4,8 @@
 # vLLM pins its own torch and CUDA stack: it is installed with --no-deps, beside the CPU torch
 # that parc's tests use and the few modules `vllm serve`'s parser and ParallelConfig import.
 # Cached under $PARC_JUDGES_CACHE (default $XDG_CACHE_HOME/parc-judges, ~/.cache/parc-judges):
-# a second run only prints the path. Exit status 3 when the registry cannot be reached.
+# a second run only prints the path. Exit status 3 when the registry cannot be reached, 4 when
+# the installed parser does not import.
 set -euo pipefail
 
 VLLM_VERSION="${PARC_VLLM_VERSION:-0.33.0}"
@@ -30,11 +31,17 @@ fi
 if ! "${pip[@]}" typing_extensions sympy networkx filelock fsspec jinja2 packaging huggingface_hub regex \
     pydantic numpy cbor2 psutil pyzmq requests "transformers>=5.16.1,<5.21" aiohttp openai openai-harmony \
     msgspec cloudpickle pillow py-cpuinfo fastapi prometheus_client partial-json-parser \
-    opentelemetry-api pybase64 pyyaml >&2 ||
+    opentelemetry-api pybase64 pyyaml cachetools uvloop >&2 ||
    ! "${pip[@]}" --no-deps xgrammar==0.2.8 apache-tvm-ffi llguidance >&2; then
   echo "could not install vLLM's parser modules (is the package registry reachable?)" >&2
   rm -rf "$venv.tmp"
   exit 3
+fi
+if ! VLLM_TARGET_DEVICE=cpu "$venv.tmp/bin/python" -c \
+    'import vllm.entrypoints.common.cli_args, vllm.config, vllm.engine.arg_utils' >&2; then
+  echo "vllm==$VLLM_VERSION's parser does not import with these modules" >&2
+  rm -rf "$venv.tmp"
+  exit 4
 fi
 touch "$venv.tmp/.ready"
 rm -rf "$venv"
