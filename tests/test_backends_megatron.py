@@ -76,9 +76,13 @@ def test_derived_dp_and_microbatches_equal_the_plan(launched):
             assert etp is not None, "etp always explicit for MoE"
             assert world % (etp * a.expert_model_parallel_size * pp) == 0   # MEG-02
             assert a.num_experts % a.expert_model_parallel_size == 0        # MEG-05
-        assert ("CUDA_DEVICE_MAX_CONNECTIONS" in env) == (tp > 1 or cp > 1)  # MEG-36
+        fsdp = "--use-megatron-fsdp" in margs
+        # MEG-36: 1 with tp or cp; Megatron-FSDP asserts it is not 1 (validate_args)
+        assert ("CUDA_DEVICE_MAX_CONNECTIONS" in env) == ((tp > 1 or cp > 1) and not fsdp), spec
         if "CUDA_DEVICE_MAX_CONNECTIONS" in env:
             assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+        if fsdp:   # Megatron-FSDP only supports the fsdp_dtensor checkpoint format
+            assert margs[margs.index("--ckpt-format") + 1] == "fsdp_dtensor", spec
 
 
 def _megatron_layers(a) -> list[int]:
@@ -161,3 +165,122 @@ def test_explain_reports_the_same_dp_and_microbatches(launched):
         j = json.loads(j) if isinstance(j, str) else j
         assert j["mesh"]["dp"] == dp, spec
         assert j["microbatches"] == a.global_batch_size // (a.micro_batch_size * dp), spec
+
+
+FSDP_TP = """
+model "m" {{ from = llama3_8b }}
+cluster "c" {{
+  nodes         = 1
+  gpus_per_node = 8
+  gpu           = h100_sxm
+}}
+mesh {{
+  dp = {dp}
+  tp = {tp}
+}}
+schedule {{
+  micro_batch  = 1
+  global_batch = 64
+}}
+train {{ zero = {zero} }}
+target megatron {{ extra_args = ["--mock-data", "--tokenizer-type", "NullTokenizer"] }}
+"""
+
+
+@pytest.mark.parametrize("dp,tp,zero", [(8, 1, 3), (4, 2, 3), (4, 2, 1)])
+def test_fsdp_launch_passes_megatrons_checks(dp, tp, zero, write_spec, tmp_path):
+    """Megatron-LM's validate_args: with --use-megatron-fsdp, CUDA_DEVICE_MAX_CONNECTIONS must
+    not be 1 (even when the user's shell exports it) and --ckpt-format must be fsdp_dtensor;
+    without FSDP, tp > 1 needs it to be 1."""
+    from parc.commands.compile import compile_spec
+
+    spec = write_spec(FSDP_TP.format(dp=dp, tp=tp, zero=zero))
+    r, _, files = compile_spec(str(spec), "megatron")
+    assert files is not None, [d.message for d in r.diagnostics]
+    d = write_out(files, tmp_path / "out")
+    got = run_emitted(d / "node0.sh", tmp_path, env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    env, margs = got["torchrun.env"], got["torchrun"]
+    if zero == 3:
+        assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1"
+        assert margs[margs.index("--ckpt-format") + 1] == "fsdp_dtensor"
+    else:
+        assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and "--ckpt-format" not in margs
+    warned = [x for x in r.diagnostics if x.code == "P656"]
+    assert len(warned) == (1 if zero == 3 and tp > 1 else 0)
+    if warned:
+        assert warned[0].severity == "warning" and "tp = 2" in warned[0].message
+        assert spec.read_text().splitlines()[warned[0].span.line - 1].startswith("train")
+
+
+def test_hf_tokenizer_always_has_its_model(launched):
+    """Megatron-LM's HuggingFaceTokenizer loads --tokenizer-model; no launch names it without."""
+    seen = 0
+    for spec, plan, targs, margs, env in launched:
+        if "HuggingFaceTokenizer" in margs:
+            seen += 1
+            assert "--tokenizer-model" in margs, spec
+    assert seen >= 1
+
+
+def test_rotary_base_follows_the_model(launched):
+    """--rotary-base is the model's rope_theta (Megatron's own default, 10000, is Llama 2's)."""
+    by = {spec: margs for spec, _, _, margs, _ in launched}
+    for spec, want in [("examples/llama3-70b-train.par", "500000"), ("examples/mixtral-8x7b-ep-train.par", "1000000")]:
+        m = by[spec]
+        assert m[m.index("--rotary-base") + 1] == want, spec
+    assert "--rotary-base" not in by["examples/gpt3-175b-train.par"]        # learned positions
+    for spec, plan, targs, margs, env in launched:
+        a, _ = _megatron_parser().parse_known_args(margs)
+        mpe = int(margs[margs.index("--max-position-embeddings") + 1])
+        assert mpe >= int(margs[margs.index("--seq-length") + 1]), spec     # MEG-41
+
+
+TOKENIZER = """
+model "m" {{
+  from    = llama3_8b
+  seq_len = 2048
+{model}
+}}
+cluster "c" {{
+  nodes         = 1
+  gpus_per_node = 8
+  gpu           = h100_sxm
+}}
+mesh {{ dp = 8 }}
+schedule {{
+  micro_batch  = 1
+  global_batch = 64
+}}
+train {{ zero = 1 }}
+target megatron {{
+{target}
+}}
+"""
+
+
+@pytest.mark.parametrize("model,target,code,want", [
+    ("", '  extra_args = ["--tokenizer-type", "HuggingFaceTokenizer"]', "P657", None),
+    ("", '  tokenizer = "meta-llama/Meta-Llama-3-8B"\n  extra_args = ["--tokenizer-model", "x"]', "P657", None),
+    ("", '  extra_args = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "/t"]', None,
+     {"--tokenizer-model": "/t", "--rotary-base": "500000"}),
+    ("  rope_theta = 1M", '  tokenizer = "meta-llama/Meta-Llama-3-8B"', None,
+     {"--tokenizer-type": "HuggingFaceTokenizer", "--tokenizer-model": "meta-llama/Meta-Llama-3-8B",
+      "--rotary-base": "1000000"}),
+])
+def test_tokenizer_and_rope_from_the_spec(model, target, code, want, write_spec, tmp_path):
+    from parc.commands.compile import compile_spec
+
+    spec = write_spec(TOKENIZER.format(model=model, target=target))
+    r, _, files = compile_spec(str(spec), "megatron")
+    if code:
+        errs = [d for d in r.errors if d.code == code]
+        assert files is None and errs, [d.message for d in r.diagnostics]
+        assert "extra_args" in spec.read_text().splitlines()[errs[0].span.line - 1]
+        if "tokenizer =" not in target:
+            assert 'tokenizer = "meta-llama/Meta-Llama-3-8B"' in errs[0].help
+        return
+    assert files is not None, [d.message for d in r.diagnostics]
+    d = write_out(files, tmp_path / "out")
+    argv = run_emitted(d / "node0.sh", tmp_path)["torchrun"]
+    for flag, value in want.items():
+        assert argv[argv.index(flag) + 1] == value

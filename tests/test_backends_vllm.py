@@ -62,7 +62,8 @@ def test_ray_head_and_workers(launched):
     head, worker = nodes
     assert head["ray"][:2] == ["start", "--head"]
     assert _opt(head["vllm"], "--distributed-executor-backend") == "ray"
-    assert "vllm" not in worker and worker["ray"] == ["start", "--address", "10.0.0.1:6379", "--block"]
+    assert "vllm" not in worker and worker["ray"][:3] == ["start", "--address", "10.0.0.1:6379"]
+    assert worker["ray"][-1] == "--block" and "--node-ip-address" in worker["ray"]
 
 
 def test_multiprocessing_nodes(launched):
@@ -157,3 +158,144 @@ def test_vllm_layout_rules(nodes, mesh, code, check_spec):
         assert not codes & {"P651", "P652"}
     else:
         assert code in codes, [f"{d.code} {d.message}" for d in r.diagnostics]
+
+
+@pytest.mark.parametrize("model,max_len,code", [
+    ("from = llama3_8b", 8192, None),
+    ("from = llama3_8b", 16384, "P658"),                 # Meta-Llama-3-8B: max_position_embeddings 8192
+    ("from = llama3_8b\n  max_positions = 131072", 16384, None),   # Llama 3.1's 131072
+    ("from = qwen2_5_7b", 131072, None),
+])
+def test_max_model_len_within_the_models_positions(model, max_len, code, check_spec):
+    """vLLM refuses --max-model-len above the config's max_position_embeddings."""
+    text = SERVE.format(nodes=1, mesh="  dp = 1\n  tp = 8").replace('model "m" { from = llama3_8b }',
+                                                                      'model "m" {\n  ' + model + "\n}")
+    text = text.replace("max_model_len = 4096", f"max_model_len = {max_len}")
+    r = check_spec(text, targets=("vllm",))
+    errs = [d for d in r.errors if d.code == "P658"]
+    if code is None:
+        assert not errs
+        return
+    assert len(errs) == 1, [f"{d.code} {d.message}" for d in r.diagnostics]
+    e = errs[0]
+    assert "16,384" in e.message and "8,192" in e.message and "max_model_len = 8192" in e.help
+    assert text.lstrip("\n").splitlines()[e.span.line - 1].strip().startswith("serve")
+
+
+RAY_DP = """
+model "m" { from = llama3_8b }
+cluster "c" {
+  nodes         = 2
+  gpus_per_node = 8
+  gpu           = h100_sxm
+  intra_node    = nvlink(450GB/s)
+  inter_node    = infiniband(400Gb/s)
+  socket_ifname = "IFNAME"
+}
+mesh {
+  dp = 8
+  tp = 2
+}
+serve { max_model_len = 4096 }
+target vllm {
+  model    = "x/y"
+  executor = ray
+}
+"""
+
+
+def _ray_log_bin(tmp_path):
+    """A `ray` that appends every call (one line of argv and its VLLM_HOST_IP) to $ARGV_DIR/ray.log."""
+    b = tmp_path / "raybin"
+    b.mkdir()
+    (b / "ray").write_text('#!/usr/bin/env bash\necho "$* | ${VLLM_HOST_IP:-}" >> "$ARGV_DIR/ray.log"\n')
+    (b / "ray").chmod(0o755)
+    return b / "ray"
+
+
+@pytest.mark.parametrize("ifname", ["eth7", "^lo,docker"])
+def test_ray_data_parallel_across_nodes(ifname, write_spec, tmp_path):
+    """With Ray and dp across nodes, vLLM needs --data-parallel-size-local (else it places every DP
+    engine on the head node); each node gives Ray its own address, and a re-run stops the old Ray."""
+    from parc.commands.compile import compile_spec
+
+    spec = write_spec(RAY_DP.replace("IFNAME", ifname))
+    r, _, files = compile_spec(str(spec), "vllm")
+    assert files is not None, [d.message for d in r.diagnostics]
+    d = write_out(files, tmp_path / "out")
+    ray = _ray_log_bin(tmp_path)
+    for k, ip in enumerate(["10.1.0.1", "10.1.0.2"]):
+        got = run_emitted(d / f"node{k}.sh", tmp_path, env={"VLLM_HOST_IP": ip, "RAY": str(ray)})
+        calls = (tmp_path / "argv" / "ray.log").read_text().splitlines()
+        assert calls[0] == f"stop | {ip}"                                  # safe to run again
+        assert calls[1].startswith("start --head --port 6379" if k == 0 else "start --address 10.0.0.1:6379")
+        assert f"--node-ip-address {ip}" in calls[1] and calls[1].endswith(f" | {ip}")
+        if k == 0:
+            argv, env = got["vllm"], got["vllm.env"]
+            assert _opt(argv, "--data-parallel-size") == "8" and _opt(argv, "--data-parallel-backend") == "ray"
+            assert _opt(argv, "--data-parallel-size-local") == "4"          # 8 GPUs / (tp 2)
+            assert env["VLLM_HOST_IP"] == ip and env["NCCL_SOCKET_IFNAME"] == ifname
+            assert env.get("GLOO_SOCKET_IFNAME") == (None if ifname.startswith("^") else ifname)
+        else:
+            assert "vllm" not in got
+        (tmp_path / "argv" / "ray.log").unlink()
+
+
+def test_node_address_without_vllm_host_ip(write_spec, tmp_path):
+    """Without VLLM_HOST_IP the script finds an address itself (the host's first one here)."""
+    from parc.commands.compile import compile_spec
+    import shutil
+
+    if not shutil.which("hostname"):
+        pytest.skip("no `hostname` command on this machine")
+    spec = write_spec(RAY_DP.replace("IFNAME", "no-such-if0"))
+    r, _, files = compile_spec(str(spec), "vllm")
+    d = write_out(files, tmp_path / "out")
+    ray = _ray_log_bin(tmp_path)
+    env = {k: v for k, v in __import__("os").environ.items() if k != "VLLM_HOST_IP"}
+    env["RAY"] = str(ray)
+    got = run_emitted(d / "node1.sh", tmp_path, env=env, check=False)
+    if got["returncode"]:
+        assert "set VLLM_HOST_IP" in got["stderr"]       # no address at all: a clear stop
+    else:
+        call = (tmp_path / "argv" / "ray.log").read_text().splitlines()[1]
+        ip = call.rsplit(" | ", 1)[1]
+        assert ip and f"--node-ip-address {ip} " in call
+
+
+def test_socket_ifname_reaches_every_shell_target(write_spec, tmp_path):
+    """The cluster's interface is in the environment of torchrun, Megatron-LM and Slurm launches."""
+    from parc.commands.compile import compile_spec
+
+    spec = write_spec("""
+    model "m" { from = llama3_8b }
+    cluster "c" {
+      nodes         = 2
+      gpus_per_node = 8
+      gpu           = h100_sxm
+      inter_node    = ethernet(100Gb/s)
+      socket_ifname = "=ens5"
+    }
+    mesh {
+      dp = 8
+      tp = 2
+    }
+    schedule {
+      micro_batch  = 1
+      global_batch = 64
+    }
+    train { zero = 1 }
+    target torchrun { entrypoint = "train.py" }
+    target megatron { extra_args = ["--mock-data", "--tokenizer-type", "NullTokenizer"] }
+    target slurm { entrypoint = "train.py" }
+    """)
+    for target, script in [("torchrun", "node1.sh"), ("megatron", "node1.sh")]:
+        r, _, files = compile_spec(str(spec), target)
+        assert files is not None, [d.message for d in r.diagnostics]
+        d = write_out(files, tmp_path / target)
+        env = run_emitted(d / script, tmp_path)["torchrun.env"]
+        assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("=ens5", "ens5"), target
+    r, _, files = compile_spec(str(spec), "slurm")
+    assert files is not None, [d.message for d in r.diagnostics]
+    text = "\n".join(f.text for f in files)
+    assert "NCCL_SOCKET_IFNAME" in text and "GLOO_SOCKET_IFNAME" in text

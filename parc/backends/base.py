@@ -36,10 +36,11 @@ class Cat:
 
 @dataclass(frozen=True, slots=True)
 class Env:
-    """An exported variable; ``default`` keeps a value the user's environment already sets."""
+    """An exported variable; ``default`` keeps a value the user's environment already sets;
+    ``value`` None unsets it (a shell target only)."""
 
     name: str
-    value: str
+    value: str | None
     comment: str = ""
     default: bool = True
 
@@ -107,14 +108,30 @@ def is_dns_label(text: str, limit: int, rfc: int = 1035) -> bool:
     return len(text) <= limit and pattern.fullmatch(text) is not None
 
 
+def plain_ifname(ifname: str | None) -> str | None:
+    """The interface names in an NCCL_SOCKET_IFNAME value (``=eth0`` is exactly eth0), or None
+    where it is an exclusion (``^lo,docker``) that only NCCL understands."""
+    if not ifname or ifname.startswith("^"):
+        return None
+    return ifname[1:] if ifname.startswith("=") else ifname
+
+
 def nccl_env(plan) -> list[Env]:
     """NCCL settings the links call for; a value already in the environment wins.
 
+    The cluster's ``socket_ifname`` names the interface NCCL and Gloo open their sockets on
+    (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), for nodes with several networks.
     Nodes linked by Ethernet have no InfiniBand for NCCL to probe (NCCL_IB_DISABLE=1); from
     100 Gb/s on, NCCL's guide suggests 4 socket threads with 4 sockets each to fill the link
     (NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD; their product must stay at most 64)."""
     cl = plan.cluster
     out: list[Env] = []
+    if cl.socket_ifname:
+        out.append(Env("NCCL_SOCKET_IFNAME", cl.socket_ifname,
+                       "the cluster's network interface for NCCL's and Gloo's sockets"))
+        gloo = plain_ifname(cl.socket_ifname)
+        if gloo:   # Gloo takes interface names only, not NCCL's ^exclusions
+            out.append(Env("GLOO_SOCKET_IFNAME", gloo))
     if cl.nodes > 1 and cl.inter_node is not None and cl.inter_node.kind == "ethernet":
         out.append(Env("NCCL_IB_DISABLE", "1", "nodes are linked by Ethernet: NCCL uses TCP sockets"))
         if cl.inter_node.bandwidth >= 100e9 / 8:

@@ -37,6 +37,8 @@ class Model:
     moe_ffn_hidden: int = 0
     shared_experts: int = 0
     moe_every: int = 1
+    rope_theta: int = 10000               # RoPE base frequency (Megatron-LM --rotary-base)
+    max_positions: Optional[int] = None   # the longest sequence the model was built for, when known
     preset: Optional[str] = None
 
     @property
@@ -73,6 +75,7 @@ class Cluster:
     gpu: GPU
     intra_node: Optional[Link] = None
     inter_node: Optional[Link] = None
+    socket_ifname: Optional[str] = None   # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
 
     @property
     def world(self) -> int:

@@ -965,7 +965,8 @@ def build_model(r: Resolver, top: Span) -> Model:
         mlp=mlp, norm=vals.get("norm") or "rmsnorm", position=vals.get("position") or "rope",
         bias=bool(vals.get("bias")), experts=experts, top_k=vals.get("top_k") or 0,
         moe_ffn_hidden=vals.get("moe_ffn_hidden") or 0, shared_experts=vals.get("shared_experts") or 0,
-        moe_every=vals.get("moe_every") or 1, preset=r.values.get("model.from"))
+        moe_every=vals.get("moe_every") or 1, rope_theta=vals.get("rope_theta") or 10000,
+        max_positions=vals.get("max_positions"), preset=r.values.get("model.from"))
     if vals.get("seq_len") is None:
         r.spans["model.seq_len"] = head
     m.params = vals["params"] if vals.get("params") is not None else costmodel.param_count(m)
@@ -1045,6 +1046,7 @@ def build_cluster(r: Resolver, top: Span) -> Cluster:
     gpn = _get(r, "cluster", "gpus_per_node")
     intra = _get(r, "cluster", "intra_node")
     inter = _get(r, "cluster", "inter_node")
+    ifname = _get(r, "cluster", "socket_ifname")
     try:
         gpu = build_gpu(r, top)
     except _Incomplete:
@@ -1052,7 +1054,7 @@ def build_cluster(r: Resolver, top: Span) -> Cluster:
     if gpn is None:
         r.err("P018", "the cluster needs `gpus_per_node`", head, help="for example `gpus_per_node = 8`")
         raise _Incomplete()
-    if _FAILED in (nodes, gpn, intra, inter) or gpu is None:
+    if _FAILED in (nodes, gpn, intra, inter, ifname) or gpu is None:
         raise _Incomplete()
     r.spans.setdefault("cluster.nodes", head)
 
@@ -1079,7 +1081,7 @@ def build_cluster(r: Resolver, top: Span) -> Cluster:
         r.err("P017", f"a cluster of {nodes * gpn:,} GPUs is larger than parc plans for ({MAX_WORLD:,})",
               r.spans.get("cluster.nodes", head))
         raise _Incomplete()
-    return Cluster(label, nodes, gpn, gpu, intra_l, inter_l)
+    return Cluster(label, nodes, gpn, gpu, intra_l, inter_l, ifname)
 
 
 def build_mesh(r: Resolver, cluster: Cluster | None, top: Span) -> Mesh:

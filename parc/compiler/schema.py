@@ -40,11 +40,16 @@ BLOCKS: dict[str, dict[str, F]] = {
         "bias": F("bool"),
         "experts": F("int", 0, 10**6), "top_k": F("int", 1, 10**6), "moe_ffn_hidden": F("int", 1, 10**8),
         "shared_experts": F("int", 0, 10**6), "moe_every": F("int", 1, 10**5),
+        "rope_theta": F("int", 1, 10**12, doc="the RoPE base frequency (rope_theta in a Hugging Face config)"),
+        "max_positions": F("int", 1, 10**9, doc="the longest sequence the model supports "
+                                                 "(max_position_embeddings in a Hugging Face config)"),
     },
     "cluster": {
         "nodes": F("int", 1, 2**17), "gpus_per_node": F("int", 1, 2**10),
         "gpu": F("preset", doc="a GPU preset or a `gpu { ... }` block"),
         "intra_node": F("link"), "inter_node": F("link"),
+        "socket_ifname": F("str", doc="the network interface(s) NCCL and Gloo use between nodes "
+                                      "(NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), like \"eth0\" or \"^lo,docker\""),
     },
     "gpu": {
         "from": F("preset"), "memory": F("bytes", 1), "flops": F("flops", 1),
@@ -95,7 +100,8 @@ ALIASES = {
     "expert_tensor_parallel_size": "etp", "num_layers": "layers", "hidden_size": "hidden",
     "num_attention_heads": "heads", "num_key_value_heads": "kv_heads", "num_query_groups": "kv_heads",
     "ffn_hidden_size": "ffn_hidden", "intermediate_size": "ffn_hidden", "vocab_size": "vocab",
-    "seq_length": "seq_len", "max_seq_len": "seq_len", "num_experts": "experts",
+    "seq_length": "seq_len", "max_seq_len": "seq_len", "rotary_base": "rope_theta",
+    "max_position_embeddings": "max_positions", "num_experts": "experts",
     "moe_router_topk": "top_k", "micro_batch_size": "micro_batch", "global_batch_size": "global_batch",
     "num_microbatches": "microbatches", "virtual_pipeline_model_parallel_size": "virtual_stages",
     "zero_stage": "zero", "recompute_granularity": "recompute", "activation_checkpointing": "recompute",

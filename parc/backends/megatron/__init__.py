@@ -12,6 +12,8 @@ and P613 refuse the other plans Megatron-LM cannot run).
 """
 from __future__ import annotations
 
+from ...compiler.diagnostics import WARNING
+from ...compiler.rules import rule
 from ..base import Env, File, settings, order_over
 from .. import torchrun
 
@@ -101,13 +103,16 @@ def arg_lines(plan) -> list[list]:
     if m.head_dim and m.head_dim * m.heads != m.hidden:
         a(["--kv-channels", m.head_dim])
     a(["--seq-length", m.seq_len])
-    a(["--max-position-embeddings", m.seq_len])
+    # the model's own position count (a learned table's size), never below seq_len (MEG-41)
+    a(["--max-position-embeddings", max(m.seq_len, m.max_positions or 0)])
     a(["--vocab-size", m.vocab])
     a(["--make-vocab-size-divisible-by", vocab_divisor(m.vocab, me.tp)])
     if m.mlp == "swiglu":
         a(["--swiglu"])
     a(["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"])
     a(["--position-embedding-type", "rope" if m.position == "rope" else "learned_absolute"])
+    if m.position == "rope":
+        a(["--rotary-base", m.rope_theta])   # Megatron's default is 10000; Llama 3 uses 500000
     if not m.bias:
         a(["--disable-bias-linear"])
     if not m.tied_embeddings:
@@ -129,9 +134,10 @@ def arg_lines(plan) -> list[list]:
     a(["--optimizer", "sgd" if tr.optimizer == "sgd" else "adam"])
     if tr.zero >= 1:
         a(["--use-distributed-optimizer"])
-    if tr.zero >= 3:
+    if fsdp(plan):
         a(["--use-megatron-fsdp"])
         a(["--data-parallel-sharding-strategy", "optim_grads_params"])
+        a(["--ckpt-format", "fsdp_dtensor"])   # validate_args: Megatron-FSDP's only checkpoint format
     if tr.precision in ("bf16", "fp8"):
         a(["--bf16"])
     elif tr.precision == "fp16":
@@ -152,6 +158,10 @@ def arg_lines(plan) -> list[list]:
         a(["--recompute-method", "uniform"])
         a(["--recompute-num-layers", 1])
     a(["--transformer-impl", "transformer_engine"])
+    tok = settings(plan, TARGET).get("tokenizer")
+    if tok:
+        a(["--tokenizer-type", "HuggingFaceTokenizer"])
+        a(["--tokenizer-model", tok])
     return out
 
 
@@ -166,13 +176,81 @@ def group_args(args) -> list[list]:
     return out
 
 
+def fsdp(plan) -> bool:
+    """ZeRO-3 is Megatron-FSDP (``--use-megatron-fsdp``, parameters sharded too)."""
+    return plan.train is not None and plan.train.zero >= 3
+
+
+def launch_env(plan) -> list[Env]:
+    """CUDA_DEVICE_MAX_CONNECTIONS as Megatron-LM's validate_args wants it: 1 with tensor or
+    context parallelism (asserted before Blackwell), but never 1 with Megatron-FSDP, which
+    asserts the opposite (it is unset there; validate_args only warns about tp/cp with FSDP)."""
+    me = plan.mesh
+    if fsdp(plan):
+        return [Env("CUDA_DEVICE_MAX_CONNECTIONS", None,
+                    "Megatron-FSDP requires CUDA_DEVICE_MAX_CONNECTIONS unset or above 1", default=False)]
+    if me.tp > 1 or me.cp > 1:
+        return [Env("CUDA_DEVICE_MAX_CONNECTIONS", "1",
+                    "Megatron-LM's tensor and context parallelism need one CUDA work queue "
+                    "(in order kernel launch for comm/compute overlap)", default=False)]
+    return []
+
+
 def build(plan) -> list[File]:
     s = settings(plan, TARGET)
-    env = []
-    if plan.mesh.tp > 1 or plan.mesh.cp > 1:
-        env.append(Env("CUDA_DEVICE_MAX_CONNECTIONS", "1",
-                       "Megatron-LM's tensor and context parallelism need one CUDA work queue "
-                       "(in order kernel launch for comm/compute overlap)", default=False))
+    env = launch_env(plan)
     lines = arg_lines(plan) + group_args(s.get("extra_args"))
     return torchrun.node_files(plan, entrypoint=s.get("entrypoint", DEFAULT_ENTRYPOINT), arg_lines=lines,
                                env=env)
+
+
+# --- what the launch cannot give Megatron-LM ----------------------------------------------------
+@rule("P656", "megatron-fsdp-with-tp-cp", severity=WARNING, targets=(TARGET,))
+def fsdp_with_tp_cp(plan, c):
+    """Megatron-LM's validate_args warns (on GPUs before Blackwell) when tensor or context
+    parallelism runs with Megatron-FSDP: one wants CUDA_DEVICE_MAX_CONNECTIONS=1, the other
+    refuses it. The launch leaves it unset, as FSDP requires."""
+    me = plan.mesh
+    if not fsdp(plan) or (me.tp == 1 and me.cp == 1):
+        return
+    what = " and ".join(f"{ax} = {me.size(ax)}" for ax in ("tp", "cp") if me.size(ax) > 1)
+    c.report(c.at("train.zero", "train"),
+             f"zero = 3 (Megatron-FSDP) with {what}: Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1, which "
+             "tensor and context parallelism need to overlap their communication, so the launch leaves it "
+             "unset and that overlap is lost on GPUs before Blackwell (Megatron-LM warns the same at start)",
+             help="use zero = 1 (the distributed optimizer) with tp or cp, or keep zero = 3 with dp only")
+
+
+def _hf_id(plan) -> str:
+    """The preset's Hugging Face id (from its source note), for the help text."""
+    import re
+
+    from ...compiler.resolve import presets
+
+    src = presets("models").get(plan.model.preset or "", {}).get("source", "")
+    ids = re.findall(r"([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+) config\.json", src)
+    return ids[-1] if ids else "org/model"
+
+
+@rule("P657", "megatron-tokenizer-model", targets=(TARGET,))
+def tokenizer_model(plan, c):
+    """HuggingFaceTokenizer reads its files from --tokenizer-model; without it Megatron-LM's
+    build_tokenizer has nothing to load."""
+    s = settings(plan, TARGET)
+    extra = [str(x) for x in s.get("extra_args") or []]
+    if s.get("tokenizer"):
+        given = [f for f in ("--tokenizer-type", "--tokenizer-model") if f in extra]
+        if given:
+            c.report(c.at("target.megatron.extra_args", "target.megatron"),
+                     f"`tokenizer` sets {' and '.join(given)}, and extra_args gives {'them' if len(given) > 1 else 'it'} "
+                     "again: Megatron-LM would take whichever comes last",
+                     help=f"remove {' and '.join(given)} (and {'their values' if len(given) > 1 else 'its value'}) "
+                          "from extra_args")
+        return
+    hf = any(a == "HuggingFaceTokenizer" or a == "--tokenizer-type=HuggingFaceTokenizer" for a in extra)
+    if hf and not any(a == "--tokenizer-model" or a.startswith("--tokenizer-model=") for a in extra):
+        c.report(c.at("target.megatron.extra_args", "target.megatron"),
+                 "extra_args choose Megatron-LM's HuggingFaceTokenizer without --tokenizer-model, so the "
+                 "tokenizer has nothing to load and pretrain_gpt.py stops before the first step",
+                 help=f'replace the --tokenizer-type pair with `tokenizer = "{_hf_id(plan)}"` in `target megatron` '
+                      "(a Hugging Face id or a local folder)")

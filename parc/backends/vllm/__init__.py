@@ -3,7 +3,12 @@
 Several nodes are started in one of three ways:
 
 * ``executor = ray``: node 0 starts the Ray head and then ``vllm serve`` with
-  ``--distributed-executor-backend ray``; every other node joins the head with ``ray start``;
+  ``--distributed-executor-backend ray`` (and, for data parallelism, ``--data-parallel-backend
+  ray`` with ``--data-parallel-size-local``, the replicas the head node holds: without it vLLM
+  places every replica on the head node); every other node joins the head with ``ray start``.
+  Each node gives Ray and vLLM its own address (``--node-ip-address``, ``VLLM_HOST_IP``: the
+  cluster's ``socket_ifname`` interface, else the host's first address) and stops a Ray left
+  running by an earlier start, so the script can be run again;
 * a replica (tp·pp·cp GPUs) larger than a node: the multiprocessing backend, every node runs
   ``vllm serve`` with ``--nnodes``/``--node-rank``/``--master-addr``/``--master-port`` and all but
   node 0 are ``--headless``;
@@ -20,7 +25,8 @@ rank order.
 from __future__ import annotations
 
 from ...compiler.rules import NOTE, rule
-from ..base import Cat, Env, File, Var, settings, mesh_text, nccl_env, order_over, plan_json, spec_name
+from ..base import (Cat, Env, File, Var, settings, mesh_text, nccl_env, order_over, plain_ifname, plan_json,
+                    spec_name)
 
 TARGET = "vllm"
 ORDER = ("dp", "pp", "cp", "tp")
@@ -82,6 +88,9 @@ def serve_lines(plan, node: int | None) -> list[list]:
         a(["--distributed-executor-backend", "ray"])
         if me.dp > 1:
             a(["--data-parallel-backend", "ray"])
+            if replica(plan) <= cl.gpus_per_node:
+                # without it vLLM places every DP engine on the head node
+                a(["--data-parallel-size-local", min(me.dp, cl.gpus_per_node // replica(plan))])
     elif mode == "single" and s.get("executor"):
         a(["--distributed-executor-backend", s["executor"]])
     elif mode == "nnodes":
@@ -131,8 +140,9 @@ def _script(plan, node: int | None) -> str:
     need_master = node is not None and (mode != "ray" or ray_worker)
     if need_master:
         header.append("Set MASTER_ADDR to the address of node 0 before running it.")
+    ifname = plain_ifname(cl.socket_ifname)
     return render("vllm/serve.sh.j2", header=header, need_here=False, env=_env(plan),
-                  need_master=need_master,
+                  need_master=need_master, ray=mode == "ray", ifname=ifname.split(",")[0] if ifname else None,
                   ray_head=mode == "ray" and node == 0, ray_worker=ray_worker, ray_port=RAY_PORT,
                   ray_address=Cat((Var("master_addr"), f":{RAY_PORT}")), model=s["model"],
                   serve_lines=[] if ray_worker else serve_lines(plan, node))
@@ -185,3 +195,18 @@ def multi_node(plan, c):
     elif r < cl.gpus_per_node and cl.gpus_per_node % r:
         c.report(c.at("mesh"), f"{cl.gpus_per_node} GPUs per node do not hold a whole number of vLLM "
                  f"replicas of tp·pp·cp = {r} GPUs", help="choose tp·pp·cp that divides gpus_per_node")
+
+
+@rule("P658", "vllm-max-model-len-beyond-positions", targets=(TARGET,))
+def max_model_len_beyond_positions(plan, c):
+    """vLLM refuses a max_model_len above the model config's max_position_embeddings
+    (ModelConfig's derived max_model_len) unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
+    m, sv = plan.model, plan.serve
+    if plan.mode != "serve" or sv is None or not m.max_positions or sv.max_model_len <= m.max_positions:
+        return
+    c.report(c.at("serve.max_model_len", "serve"),
+             f"max_model_len = {sv.max_model_len:,} tokens is more than model `{m.name}` supports "
+             f"({m.max_positions:,} positions): vLLM refuses it when it reads the model's config",
+             help=f"set `max_model_len = {m.max_positions}` or less, or set the model's `max_positions` if "
+                  "its config really allows longer sequences (RoPE scaling)",
+             related=[(c.at("model.max_positions", "model"), f"the model has {m.max_positions:,} positions")])
