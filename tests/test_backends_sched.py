@@ -321,3 +321,24 @@ def test_kubernetes_on_infiniband_without_rdma_warns(check_spec):
     r = check_spec(text)
     d = next(d for d in r.diagnostics if d.code == "P663")
     assert d.severity == "warning" and "InfiniBand" in d.message and "rdma_resource" in d.help
+
+
+@pytest.mark.parametrize("value", ["rdma/" + "\u00e9" * 300, "rdma/has space", "rdma/x\n", "-rdma/x", "rdma/" + "a" * 64,
+                                   "Upper.Case/x"])
+def test_rdma_resource_must_be_a_resource_name(check_spec, value):
+    """rdma_resource is a key of the resource requests: an overlong one was written as a YAML key
+    over 1,024 characters, which no YAML reader accepts, and the API server refuses any name that
+    is not a qualified name."""
+    text = (ROOT / SERVE_SPEC).read_text()
+    text = re.sub(r"  rdma_resource .*\n", lambda m: f"  rdma_resource = {json.dumps(value, ensure_ascii=False)}\n",
+                  text)
+    r = check_spec(text)
+    assert any(d.code == "P661" and "rdma_resource" in d.message for d in r.errors), \
+        [f"{d.code} {d.message}" for d in r.diagnostics]
+
+
+def test_a_plugin_resource_name_is_accepted(check_spec):
+    text = (ROOT / SERVE_SPEC).read_text()
+    for value in ("rdma/rdma_shared_device_a", "nvidia.com/hostdev", "rdma/hca_shared_devices_a"):
+        r = check_spec(re.sub(r"  rdma_resource .*\n", lambda m: f"  rdma_resource = {json.dumps(value)}\n", text))
+        assert not [d for d in r.errors if d.code == "P661"], value

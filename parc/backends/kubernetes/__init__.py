@@ -16,6 +16,8 @@ On InfiniBand clusters ``rdma_resource`` requests the RDMA device plugin's resou
 ``IPC_LOCK`` to pin memory) and ``host_network`` runs the pods in the node's network."""
 from __future__ import annotations
 
+import re
+
 from ...compiler.rules import WARNING, rule
 from ..base import Env, File, dns_label, is_dns_label, settings, mesh_text, nccl_env, plan_id, plan_json, spec_name
 
@@ -23,6 +25,10 @@ TARGET = "kubernetes"
 RDZV_PORT = 29400
 NAME_MAX = 40            # pods are named <name>-worker-<index>; services <name>-rdzv
 NAMESPACE_MAX = 63
+# A resource name is a qualified name: an optional DNS-1123 subdomain prefix and '/', then a name
+# of at most 63 characters (letters, digits, '-', '_', '.', alphanumeric at both ends).
+RESOURCE = re.compile(r"(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
+                      r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 PLAN_DIR = "/etc/parc"
 GiB = 2**30
 CPU_PER_GPU = 4          # default CPU request per GPU of the node
@@ -121,6 +127,12 @@ def names(plan, c):
                      f"`{key}` must be a Kubernetes name: lowercase letters, digits and '-', starting with "
                      f"{first} and ending with a letter or digit, at most {limit} characters (no newline)",
                      help=f"for example `{key} = \"{dns_label(v, limit)}\"`")
+    rdma = s.get("rdma_resource")
+    if rdma is not None and not (RESOURCE.fullmatch(rdma) and len(rdma.partition("/")[0]) <= 253):
+        c.report(c.at("target.kubernetes.rdma_resource", "target.kubernetes"),
+                 "`rdma_resource` must be a Kubernetes resource name (an optional DNS subdomain and '/', then at "
+                 "most 63 letters, digits, '-', '_' or '.'): it becomes a key of the pods' resource requests",
+                 help="use the name your RDMA device plugin advertises, such as `rdma/rdma_shared_device_a`")
 
 
 @rule("P663", "kubernetes-infiniband-unreachable", severity=WARNING, targets=(TARGET,))
