@@ -121,3 +121,20 @@ def test_vllm_placement_that_breaks_under_vllms_order(check_spec):
     assert errs[0].span.line == line_of(text, "dp on intra_node")
     # without vLLM the mesh's own order holds the placement
     assert not check_spec(text.replace('target vllm {\n  model = "meta-llama/Meta-Llama-3-8B-Instruct"\n}\n', "")).errors
+
+
+def test_rule_messages_count_one_in_the_singular(check_spec):
+    """Counts in rule messages go through one plural helper: a one-GPU mesh read "uses 1 GPUs",
+    a one-GPU node "a node of 1 GPUs"."""
+    text = spec("""  layers = 4
+  hidden = 256
+  ffn_hidden = 512
+  heads = 4
+  vocab = 1024
+  seq_len = 128""", nodes=1, gpn=2, mesh="dp = 1")
+    r = check_spec(text)
+    d = next(d for d in r.diagnostics if d.code == "P302")
+    assert "uses 1 GPU (" in d.message
+    words = " ".join(f"{x.message} {x.help or ''}" for x in r.diagnostics)
+    for noun in ("GPU", "node", "rank", "layer", "stage", "microbatch", "expert"):
+        assert f" 1 {noun}s" not in words, words

@@ -22,6 +22,7 @@ from .parse import parse_text
 from .reader import ReadFailure, diagnostic as read_diagnostic, is_within, read_spec
 from .plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, Placement, Plan, Schedule,
                    Serve, Target, Train)
+from ..words import count
 
 DATA = Path(__file__).resolve().parent / "data"
 MAX_WORLD = 2**21  # GPUs; the rank map and the planner are sized for this
@@ -554,7 +555,7 @@ class Resolver:
                     v = self.number(it, SC.F("int"), key, kind)
                     v = self.whole(v, it, key)
                     if v < 0:
-                        raise ParcError(Diagnostic("P017", ERROR, f"a stage cannot hold {v} layers", it.span))
+                        raise ParcError(Diagnostic("P017", ERROR, f"a stage cannot hold {count(v, 'layer')}", it.span))
                     out.append(v)
                 return out
             raise ParcError(Diagnostic("P016", ERROR, f"`layers` expects {SC.KIND_WORDS['split']}, got {_describe(node)}",

@@ -20,6 +20,7 @@ import re
 
 from ...compiler.rules import WARNING, rule
 from ..base import Env, File, dns_label, is_dns_label, settings, mesh_text, nccl_env, plan_id, plan_json, spec_name
+from ...words import count
 
 TARGET = "kubernetes"
 RDZV_PORT = 29400
@@ -111,7 +112,7 @@ def build(plan) -> list[File]:
                   queue=s.get("queue"), scheduler=s.get("scheduler_name"),
                   header=[f"Kubeflow PyTorchJob compiled by parc from {spec_name(plan)}: kubectl apply -f job.yaml",
                           f"Mesh: {mesh_text(plan)}; {cl.nodes} pod{'s' if cl.nodes > 1 else ''} x "
-                          f"{cl.gpus_per_node} GPUs = {plan.world_size} ranks."])
+                          f"{count(cl.gpus_per_node, 'GPU')} = {count(plan.world_size, 'rank')}."])
     return [File("job.yaml", text), File("plan.json", plan_json(plan))]
 
 
@@ -145,7 +146,7 @@ def infiniband(plan, c):
     if s.get("rdma_resource"):
         return
     c.report(c.at("cluster.inter_node", "cluster"),
-             f"the {cl.nodes} nodes are linked by InfiniBand, but a pod sees no InfiniBand device unless it "
+             f"the {count(cl.nodes, 'node')} are linked by InfiniBand, but a pod sees no InfiniBand device unless it "
              "asks for one: NCCL would fall back to TCP sockets over the pod network",
              help="add `rdma_resource = \"rdma/rdma_shared_device_a\"` (the resource your RDMA device plugin "
                   "advertises) to `target kubernetes`, with `host_network = true` where the HCAs are reached "

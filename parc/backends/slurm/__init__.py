@@ -16,6 +16,7 @@ import re
 from ...compiler.rules import rule
 from ..base import File, dns_label, settings, mesh_text, plan_json, spec_name
 from .. import torchrun
+from ...words import count
 
 TARGET = "slurm"
 SBATCH_KEYS = ("partition", "account", "time")
@@ -55,7 +56,7 @@ def build(plan) -> list[File]:
                     sbatch_extra=[(k, s[k]) for k in SBATCH_KEYS if k in s],
                     header=[f"Slurm job compiled by parc from {spec_name(plan)}: sbatch job.sbatch",
                             f"Mesh: {mesh_text(plan)}; {cl.nodes} node{'s' if cl.nodes > 1 else ''} x "
-                            f"{cl.gpus_per_node} GPUs = {plan.world_size} ranks; srun runs {task} ({what}) "
+                            f"{count(cl.gpus_per_node, 'GPU')} = {count(plan.world_size, 'rank')}; srun runs {task} ({what}) "
                             "once per node.",
                             "Keep this folder on a filesystem every node mounts (a shared home or project "
                             "folder): each node runs the scripts and reads plan.json from it."])

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from ...compiler.rules import rule
 from ..base import Cat, Env, File, Var, mesh_text, nccl_env, plan_id, plan_json, settings, spec_name
+from ...words import count
 
 TARGET = "torchrun"
 
@@ -61,7 +62,7 @@ def header(plan, what: str) -> list[str]:
     cl = plan.cluster
     return [f"{what}, compiled by parc from {spec_name(plan)}.",
             f"Mesh: {mesh_text(plan)}; {cl.nodes} node{'s' if cl.nodes > 1 else ''} x "
-            f"{cl.gpus_per_node} processes = {plan.world_size} ranks.",
+            f"{cl.gpus_per_node} processes = {count(plan.world_size, 'rank')}.",
             "Keep plan.json beside this script: the program reads it through PARC_PLAN."]
 
 
@@ -128,7 +129,7 @@ def local_rendezvous(plan, c):
     host = ep.rsplit(":", 1)[0] if ep.count(":") == 1 or ep.startswith("[") else ep
     if host.lower() in LOCAL_HOSTS or host.startswith("127."):
         c.report(c.at("target.torchrun.rdzv_endpoint", "target.torchrun"),
-                 f"rdzv_endpoint `{ep}` names this machine, so each of the {plan.cluster.nodes} nodes would host "
+                 f"rdzv_endpoint `{ep}` names this machine, so each of the {count(plan.cluster.nodes, 'node')} would host "
                  "its own rendezvous and start a separate world",
                  help="give the address of one node that every node can reach (host:port), or remove "
                       "`rdzv_endpoint` for a static rendezvous at $MASTER_ADDR")

@@ -27,6 +27,7 @@ from __future__ import annotations
 from ...compiler.rules import NOTE, rule
 from ..base import (Cat, Env, File, Var, settings, mesh_text, nccl_env, order_over, plain_ifname, plan_json,
                     spec_name)
+from ...words import count
 
 TARGET = "vllm"
 ORDER = ("dp", "pp", "cp", "tp")
@@ -135,7 +136,7 @@ def _script(plan, node: int | None) -> str:
                 else ("vllm serve" if node == 0 else "headless vllm serve"))
         what = f"vLLM node {node} of {cl.nodes} ({role})"
     header = [f"{what}, compiled by parc from {spec_name(plan)}.",
-              f"Mesh: {mesh_text(plan)}; {cl.nodes} node{'s' if cl.nodes > 1 else ''} x {cl.gpus_per_node} GPUs."]
+              f"Mesh: {mesh_text(plan)}; {cl.nodes} node{'s' if cl.nodes > 1 else ''} x {count(cl.gpus_per_node, 'GPU')}."]
     ray_worker = mode == "ray" and node not in (None, 0)
     need_master = node is not None and (mode != "ray" or ray_worker)
     if need_master:
@@ -190,11 +191,11 @@ def multi_node(plan, c):
         return  # one node, Ray's own placement, or a mesh that does not fit (P101)
     r = replica(plan)
     if r > cl.gpus_per_node and r % cl.gpus_per_node:
-        c.report(c.at("mesh"), f"a vLLM replica (tp·pp·cp = {r} GPUs) must fill whole nodes of "
-                 f"{cl.gpus_per_node} GPUs", help="choose tp·pp·cp that divides or is a multiple of gpus_per_node")
+        c.report(c.at("mesh"), f"a vLLM replica (tp·pp·cp = {count(r, 'GPU')}) must fill whole nodes of "
+                 f"{count(cl.gpus_per_node, 'GPU')}", help="choose tp·pp·cp that divides or is a multiple of gpus_per_node")
     elif r < cl.gpus_per_node and cl.gpus_per_node % r:
-        c.report(c.at("mesh"), f"{cl.gpus_per_node} GPUs per node do not hold a whole number of vLLM "
-                 f"replicas of tp·pp·cp = {r} GPUs", help="choose tp·pp·cp that divides gpus_per_node")
+        c.report(c.at("mesh"), f"{count(cl.gpus_per_node, 'GPU')} per node do not hold a whole number of vLLM "
+                 f"replicas of tp·pp·cp = {count(r, 'GPU')}", help="choose tp·pp·cp that divides gpus_per_node")
 
 
 @rule("P658", "vllm-max-model-len-beyond-positions", targets=(TARGET,))

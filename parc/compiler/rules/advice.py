@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from . import WARNING, rule
 from .util import divisors, fixed_order, given, join, rank_map, tp_ok
+from ...words import count
 
 QUIET = {"dp": "reduce gradients once per step", "pp": "pass one activation per microbatch between stages"}
 
@@ -32,7 +33,7 @@ def pp_serving(plan, c):
     c.report(c.at("mesh.pp"),
              f"pp = {m.pp} for online serving: every token passes through {m.pp} pipeline stages one after "
              f"another, so per-token latency does not drop and each stage idles while the others work; the same "
-             f"{m.tp * m.pp} GPUs as {alt} would sit inside one node of {g}",
+             f"{count(m.tp * m.pp, 'GPU')} as {alt} would sit inside one node of {g}",
              help=f"use {alt} (vLLM recommends pipeline parallelism only across nodes, when tensor "
                   f"parallelism inside a node is not enough)",
              related=[(c.at("mesh.tp"), f"tp = {m.tp}")])
@@ -71,10 +72,10 @@ def tp_above_nvlink(plan, c):
     g = cl.gpus_per_node
     ok = [d for d in divisors(g) if 1 < d < m.tp and m.tp % d == 0 and tp_ok(plan, d)]
     c.report(c.at("placement.tp"),
-             f"tp = {m.tp} is larger than the NVLink domain of {g} GPUs, so its per-layer all-reduces cross "
+             f"tp = {m.tp} is larger than the NVLink domain of {count(g, 'GPU')}, so its per-layer all-reduces cross "
              f"nodes{speed}",
              help=(f"use tp = {max(ok)} inside a node and put the remaining factor {m.tp // max(ok)} on pp or dp"
-                   if ok else f"keep tp within a node of {g} GPUs"),
+                   if ok else f"keep tp within a node of {count(g, 'GPU')}"),
              related=[(c.at("mesh.tp"), f"tp = {m.tp}")])
 
 
@@ -139,7 +140,7 @@ def cp_serving(plan, c):
     if n >= LONG_CONTEXT:
         return
     c.report(c.at("mesh.cp"),
-             f"cp = {m.cp} for serving splits each prompt's prefill over {m.cp} GPUs (vLLM's prefill context "
+             f"cp = {m.cp} for serving splits each prompt's prefill over {count(m.cp, 'GPU')} (vLLM's prefill context "
              f"parallel), which pays off only for very long prompts; with max_model_len = {n} the GPUs would do "
              f"more as tp or dp",
              help=f"fold cp into tp (tp = {m.tp * m.cp}) or dp, or keep cp for prompts of {LONG_CONTEXT:,}+ tokens",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from . import TARGET_FAMILIES, WARNING, rule
 from .util import (at_given, batch_span, bubble_fraction, divisors, dp_terms, given, global_batches_for, join,
                    microbatch_terms, microbatches, nearest, nearest_multiples, plural, target_name)
+from ...words import count
 
 BUBBLE_WARN = 0.25   # idle share of a step above which the bubble is worth a warning
 
@@ -101,7 +102,7 @@ def microbatches_below_pp(plan, c):
         who = REFUSES_FEW_MICROBATCHES[refusing[0]]
         also = f"; {join(runs, 'and')} would run it, but " + bubble if runs else f"; {bubble}"
         c.report(batch_span(plan),
-                 f"1f1b over pp = {p} stages with {plural(n, 'microbatch', 'microbatches')}: {who} refuses fewer "
+                 f"1f1b over pp = {count(p, 'stage')} with {plural(n, 'microbatch', 'microbatches')}: {who} refuses fewer "
                  f"microbatches than stages when the schedule is built (\"Number of microbatches ({n}) must be "
                  f"greater than or equal to the number of stages ({p})\"){also}",
                  help=helps, related=related)
@@ -112,7 +113,7 @@ def microbatches_below_pp(plan, c):
     else:
         how = "GPipe runs it (all forwards, then all backwards), but "
     c.report(batch_span(plan),
-             f"{s.pipeline} over pp = {p} stages with only {plural(n, 'microbatch', 'microbatches')}: {how}{bubble}",
+             f"{s.pipeline} over pp = {count(p, 'stage')} with only {plural(n, 'microbatch', 'microbatches')}: {how}{bubble}",
              help=helps, related=related, severity=WARNING)
 
 
@@ -318,6 +319,6 @@ def microbatches_mismatch(plan, c):
     c.report(c.at("schedule.microbatches"),
              f"microbatches = {s.microbatches} disagrees with the batch sizes: {microbatch_terms(plan)}",
              help=(f"remove `microbatches` (parc derives it), or set global_batch = {s.microbatches * per} "
-                   f"for {s.microbatches} microbatches of {s.micro_batch} on each of dp = {m.dp} ranks"),
+                   f"for {s.microbatches} microbatches of {s.micro_batch} on each of dp = {count(m.dp, 'rank')}"),
              related=[(c.at("schedule.global_batch"), f"global_batch = {s.global_batch}"),
                       (c.at("mesh.dp"), dp_terms(plan))])

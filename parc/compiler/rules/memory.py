@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from . import WARNING, rule
 from .util import divisors, gb, join
+from ...words import count
 
 HEADROOM = 0.10          # warn when less than this share of GPU memory stays free in training
 
@@ -135,7 +136,7 @@ def _where(plan, e) -> str:
     if plan.mesh.pp <= 1:
         return "per GPU"
     st = e.stages[e.most_loaded_stage]
-    return (f"per GPU on pipeline stage {st.stage} ({st.layers} layers, "
+    return (f"per GPU on pipeline stage {st.stage} ({count(st.layers, 'layer')}, "
             f"{st.inflight:g} microbatches in flight)")
 
 
@@ -171,9 +172,9 @@ def training_memory(plan, c):
         path = "cluster.nodes"
         if grown:
             g = plan.cluster.gpus_per_node
-            help_ = (f"no ZeRO stage, recompute setting, tp or pp fits on {plan.world_size} GPUs; with "
-                     f"`zero = 3` and `recompute = full` it fits on {grown[0]} nodes of {g} "
-                     f"({grown[0] * g} GPUs, {gb(grown[1])} per GPU)")
+            help_ = (f"no ZeRO stage, recompute setting, tp or pp fits on {count(plan.world_size, 'GPU')}; with "
+                     f"`zero = 3` and `recompute = full` it fits on {count(grown[0], 'node')} of {g} "
+                     f"({count(grown[0] * g, 'GPU')}, {gb(grown[1])} per GPU)")
         else:
             help_ = ("no ZeRO stage, recompute setting or mesh on up to 16384× the nodes fits; "
                      "lower micro_batch or seq_len, or add context parallelism")
@@ -241,7 +242,7 @@ def _mesh_help(plan, found) -> str:
     t, pp = found
     gpus = t * pp
     where = "" if gpus <= plan.world_size else (
-        f"; that needs {gpus} GPUs and the cluster has {plan.world_size}")
+        f"; that needs {count(gpus, 'GPU')} and the cluster has {plan.world_size}")
     return (f"the smallest mesh that holds the weights and one {plan.serve.max_model_len}-token "
             f"sequence is `tp = {t}`" + (f" with `pp = {pp}`" if pp > 1 else "") + where)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from . import WARNING, rule
 from .util import (axes_product, common_divisors, describe_tp_options, divisors, given, join, lcm,
                    nearest, plural, ratio, target_name, tp_options, tp_widths)
+from ...words import count
 
 
 def _mesh_desc(m, axes=None) -> str:
@@ -42,7 +43,7 @@ def _keep_gpus_hint(plan) -> str:
             p = m.tp // t
             how = "" if md.layers % (m.pp * p * plan.schedule.virtual_stages) == 0 else \
                 " (and `layers = balanced` in placement)"
-            return (f"; or keep {m.tp * m.pp} GPUs per model copy with tp = {t} and pp = {m.pp * p}{how}")
+            return (f"; or keep {count(m.tp * m.pp, 'GPU')} per model copy with tp = {t} and pp = {m.pp * p}{how}")
     return ""
 
 
@@ -52,7 +53,7 @@ def _keep_gpus_hint(plan) -> str:
 def mesh_product(plan, c):
     m, cl = plan.mesh, plan.cluster
     world = cl.world
-    where = f"cluster \"{cl.name}\" has {world} ({plural(cl.nodes, 'node')} × {cl.gpus_per_node} GPUs)"
+    where = f"cluster \"{cl.name}\" has {world} ({plural(cl.nodes, 'node')} × {count(cl.gpus_per_node, 'GPU')})"
     if m.auto and m.size(m.auto) == 0:
         others = axes_product(plan, [ax for ax in m.order if ax != m.auto])
         shown = " · ".join(f"{ax}={m.size(ax)}" for ax in m.order if ax != m.auto and m.size(ax) > 1) or "1"
@@ -87,9 +88,9 @@ def mesh_product(plan, c):
             first = first or ax
     span = c.at(f"mesh.{first}") if first else c.at("mesh")
     c.report(span,
-             f"the mesh needs {need} GPUs ({_mesh_desc(m)}) but {where}",
+             f"the mesh needs {count(need, 'GPU')} ({_mesh_desc(m)}) but {where}",
              help=("; or ".join(helps) if helps else
-                   f"pp · dp · cp · tp must equal the cluster's {world} GPUs"),
+                   f"pp · dp · cp · tp must equal the cluster's {count(world, 'GPU')}"),
              related=[(c.at("cluster.nodes"), f"nodes = {cl.nodes}, gpus_per_node = {cl.gpus_per_node}")])
 
 
@@ -110,7 +111,7 @@ def heads_tp(plan, c):
     if also:
         msg += f"; nor does it split {join(also, 'or')}"
     opts = describe_tp_options(plan)
-    help_ = (f"tensor-parallel degrees that split this model and fit {plan.cluster.world} GPUs: {opts}"
+    help_ = (f"tensor-parallel degrees that split this model and fit {count(plan.cluster.world, 'GPU')}: {opts}"
              if opts else f"tp must divide heads = {md.heads}: {join(divisors(md.heads)[:8])}")
     help_ += _keep_gpus_hint(plan)
     c.report(c.at("mesh.tp"), msg, help=help_, related=[(c.at("model.heads"), f"heads = {md.heads}")])
@@ -148,21 +149,21 @@ def layers_stages(plan, c):
         return  # vLLM splits layers unevenly by itself when the spec does not ask for `even`
     from ..costmodel import balanced_split
 
-    what = f"pp = {m.pp}" + (f" × virtual_stages = {v} = {stages} stages" if v > 1 else " stages")
+    what = f"pp = {m.pp}" + (f" × virtual_stages = {v} = {count(stages, 'stage')}" if v > 1 else " stages")
     w, inner = plan.cluster.world, m.cp * m.tp
     ok = sorted({d // v for d in divisors(md.layers) if d % v == 0 and d // v != m.pp
                  and w % (d // v * inner) == 0})
     split = balanced_split(md, stages)
     helps = []
     if split:
-        helps.append(f"keep {stages} stages with an uneven split: `layers = {split}` in placement "
+        helps.append(f"keep {count(stages, 'stage')} with an uneven split: `layers = {split}` in placement "
                      f"(or `layers = balanced`; Megatron-LM takes it as --decoder-first/last-pipeline-num-layers "
                      f"or a --pipeline-model-parallel-layout, vLLM as VLLM_PP_LAYER_PARTITION)")
     if ok:
         alts = [f"pp = {p} (dp = {w // (p * inner)})" for p in nearest(ok, m.pp, 3)]
-        helps.append(f"or a pipeline size that divides {md.layers} layers on {w} GPUs: {join(alts)}")
+        helps.append(f"or a pipeline size that divides {count(md.layers, 'layer')} on {count(w, 'GPU')}: {join(alts)}")
     c.report(c.at("placement.layers", "mesh.pp"),
-             f"{md.layers} layers cannot be split evenly over {what} ({ratio(md.layers, stages)} per stage)",
+             f"{count(md.layers, 'layer')} cannot be split evenly over {what} ({ratio(md.layers, stages)} per stage)",
              help="; ".join(helps) or None,
              related=[(c.at("model.layers"), f"layers = {md.layers}")])
 
@@ -179,7 +180,7 @@ def explicit_split(plan, c):
     span = c.at("placement.layers")
     if pl.layers_mode == "balanced":
         if stages > md.layers:
-            c.report(span, f"`layers = balanced` cannot give each of {stages} stages a layer: the model has "
+            c.report(span, f"`layers = balanced` cannot give each of {count(stages, 'stage')} a layer: the model has "
                            f"{md.layers}", help=f"use at most {md.layers} pipeline stages (pp · virtual_stages)")
         return
     if pl.layers_mode != "explicit" or not pl.layers:
@@ -197,7 +198,7 @@ def explicit_split(plan, c):
     total = sum(split)
     if total != md.layers:
         diff = md.layers - total
-        c.report(span, f"the layer split adds up to {total} layers but the model has {md.layers} "
+        c.report(span, f"the layer split adds up to {count(total, 'layer')} but the model has {md.layers} "
                        f"({plural(abs(diff), 'layer')} {'missing' if diff > 0 else 'too many'})",
                  help=f"the counts must sum to layers = {md.layers}{fix_s}",
                  related=[(c.at("model.layers"), f"layers = {md.layers}")])
@@ -285,7 +286,7 @@ def experts_ep(plan, c):
     if m.ep > 1 and md.experts % m.ep:
         region = m.dp * m.cp * m.tp
         ok = [d for d in common_divisors(md.experts, region) if d > 1 and region % (d * m.etp) == 0]
-        helps = (f"expert-parallel degrees that divide {md.experts} experts and fit the dp·cp·tp = {region} "
+        helps = (f"expert-parallel degrees that divide {count(md.experts, 'expert')} and fit the dp·cp·tp = {region} "
                  f"ranks of a stage: ep = {join(ok)}" if ok else f"ep must divide experts = {md.experts}")
         related = [(c.at("model.experts"), f"experts = {md.experts}")]
         # vLLM spreads the remainder over the first ranks (determine_expert_map); Megatron-LM's
@@ -294,9 +295,9 @@ def experts_ep(plan, c):
         if plan.mode == "serve" and "vllm" in c.active and not strict:
             k, extra = divmod(md.experts, m.ep)
             d = c.report(c.at("mesh.ep"),
-                         f"vLLM spreads the model's {md.experts} experts over ep = {m.ep} ranks unevenly "
-                         f"(determine_expert_map): {plural(extra, 'rank holds', 'ranks hold')} {k + 1} experts and "
-                         f"{m.ep - extra} hold {k}, so the slowest rank holds {k + 1} of {md.experts} experts, "
+                         f"vLLM spreads the model's {count(md.experts, 'expert')} over ep = {count(m.ep, 'rank')} unevenly "
+                         f"(determine_expert_map): {plural(extra, 'rank holds', 'ranks hold')} {count(k + 1, 'expert')} and "
+                         f"{m.ep - extra} hold {k}, so the slowest rank holds {k + 1} of {count(md.experts, 'expert')}, "
                          f"{(k + 1) * m.ep / md.experts:.2f}× an even share ({ratio(md.experts, m.ep)}), and every MoE "
                          f"layer waits for it",
                          help=helps, related=related, severity=WARNING)
@@ -305,7 +306,7 @@ def experts_ep(plan, c):
         who = (join(sorted(target_name(t) for t in strict), "and") + " refuse" + ("s" if len(strict) == 1 else "")
                if strict else "Megatron-LM (validate_args) and the torch runtime refuse")
         c.report(c.at("mesh.ep"),
-                 f"ep = {m.ep} does not divide the model's {md.experts} experts ({ratio(md.experts, m.ep)} experts "
+                 f"ep = {m.ep} does not divide the model's {count(md.experts, 'expert')} ({count(ratio(md.experts, m.ep), 'expert')} "
                  f"per GPU); every rank of an EP group must hold whole experts, and {who} it before the first step",
                  help=helps, related=related)
 
@@ -367,7 +368,7 @@ def expert_grid(plan, c):
         helps.append(f"etp = {join(etps)} with ep = {m.ep}")
     c.report(c.at("mesh.ep" if m.ep > 1 else "mesh.etp"),
              f"the expert grid ep · etp = {m.ep} · {m.etp} = {grid} does not fit the dp · cp · tp = "
-             f"{m.dp} · {m.cp} · {m.tp} = {region} ranks of a pipeline stage it is carved from "
+             f"{m.dp} · {m.cp} · {m.tp} = {count(region, 'rank')} of a pipeline stage it is carved from "
              f"(Megatron-LM: world {world} % (etp·ep·pp = {grid * m.pp}) ≠ 0, found only at process-group init)",
              help=("ep · etp must divide dp · cp · tp: " + "; or ".join(helps)) if helps else
                   f"ep · etp must divide dp · cp · tp = {region}")

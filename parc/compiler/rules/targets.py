@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from . import WARNING, rule
 from .util import divisors, join, target_name
+from ...words import count
 
 # Fields each target cannot do without: (key, what it is).
 REQUIRED = {
@@ -107,7 +108,7 @@ def vllm_virtual_stages(plan, c):
     if plan.mode != "serve" or plan.schedule.virtual_stages <= 1:
         return
     c.report(c.at("schedule.virtual_stages"),
-             f"vLLM has no interleaved pipeline: each of the pp = {plan.mesh.pp} ranks holds one contiguous block "
+             f"vLLM has no interleaved pipeline: each of the pp = {count(plan.mesh.pp, 'rank')} holds one contiguous block "
              f"of layers, so virtual_stages = {plan.schedule.virtual_stages} cannot be expressed",
              help="remove `virtual_stages` (serving takes no schedule)")
 
@@ -204,7 +205,7 @@ def torch_tied_pp(plan, c):
         return
     c.report(c.at("mesh.pp"),
              f"{target_name(c.target)} cannot pipeline a model with tied embeddings: the first stage's embedding and "
-             f"the last stage's output layer would share one weight across pp = {plan.mesh.pp} ranks (torchtitan: "
+             f"the last stage's output layer would share one weight across pp = {count(plan.mesh.pp, 'rank')} (torchtitan: "
              f"\"Weight tying is not supported with Pipeline Parallel\")",
              help="use pp = 1 (with dp, tp or zero = 3 for memory), or untie the embeddings "
                   "(`tied_embeddings = false`), or use the megatron target, which keeps the tied copies in sync",
@@ -273,7 +274,7 @@ def vllm_multinode_pcp(plan, c):
     ok = [n for n in divisors(w) if n > 1]
     c.report(c.at("mesh.cp"),
              f"vLLM splits its multi-node world over nodes as (dp · pp · tp) / nodes, leaving out cp: "
-             f"{m.dp} · {m.pp} · {m.tp} = {w} is not divisible by {cl.nodes} nodes (vLLM: \"world_size={w} must be "
+             f"{m.dp} · {m.pp} · {m.tp} = {w} is not divisible by {count(cl.nodes, 'node')} (vLLM: \"world_size={w} must be "
              f"divisible by nnodes={cl.nodes}\")",
              help=(f"use a node count that divides {w} ({join(ok)}), or keep cp inside one node"
                    if ok else "keep the context-parallel deployment inside one node"),

@@ -10,6 +10,7 @@ from itertools import permutations
 
 from . import NOTE, WARNING, rule
 from .util import divisors, fixed_order, group_ranks, join, nearest, order_words, plural, rank_map
+from ...words import count
 
 AXES = ("pp", "dp", "cp", "tp")
 
@@ -18,9 +19,9 @@ def _span_desc(rm, axis: str) -> str:
     g = rm.gpus_per_node
     n = rm.nodes_spanned(axis)
     if rm.world // rm.size(axis) <= 1:
-        return f"the {axis.upper()} group (ranks {group_ranks(rm, axis)}) spans {plural(n, 'node')} of {g} GPUs"
+        return f"the {axis.upper()} group (ranks {group_ranks(rm, axis)}) spans {plural(n, 'node')} of {count(g, 'GPU')}"
     return (f"{axis.upper()} groups such as ranks {group_ranks(rm, axis)} span {plural(n, 'node')} "
-            f"of {g} GPUs")
+            f"of {count(g, 'GPU')}")
 
 
 def _order_satisfying(plan, want: dict[str, str]) -> list[str] | None:
@@ -80,13 +81,13 @@ def _tp_help(plan, rm, fixed=None) -> list[str]:
             k = m.tp // t
             helps.append(f"tp = {t} inside each node with pp = {m.pp * k} across nodes (pipeline stages "
                          f"exchange only activations), or dp = {m.dp * k} if one copy of the model fits in "
-                         f"{t * m.pp} GPUs")
+                         f"{count(t * m.pp, 'GPU')}")
         elif ok:
             helps.append(f"keep tp a divisor of gpus_per_node = {g}: tp = {join(ok)}")
     else:
         hint = _order_hint(plan, _wanted(plan), fixed)
         if hint:
-            helps.append(hint + f" so that the {m.tp} GPUs of each TP group are consecutive ranks on one node")
+            helps.append(hint + f" so that the {count(m.tp, 'GPU')} of each TP group are consecutive ranks on one node")
     return helps
 
 
@@ -108,7 +109,7 @@ def group_crosses_node(plan, c):
                  f"{under}{_span_desc(rm, 'tp')}: tensor parallelism all-reduces activations twice per layer and "
                  f"microbatch, and here that traffic would cross {inter}"
                  + (", though the placement pins tp to intra_node" if pinned else ""),
-                 help="; or ".join(_tp_help(plan, rm, fixed)) or f"keep each TP group inside one node of {g} GPUs",
+                 help="; or ".join(_tp_help(plan, rm, fixed)) or f"keep each TP group inside one node of {count(g, 'GPU')}",
                  related=[(c.at("cluster.gpus_per_node", "cluster.nodes"), f"gpus_per_node = {g}")]
                  + ([(c.at("mesh.tp"), f"tp = {m.tp}")] if pinned else []))
     for ax, what in (("cp", "context parallelism passes key/value blocks around its ring every layer"),
@@ -123,7 +124,7 @@ def group_crosses_node(plan, c):
         c.report(c.at(f"placement.{ax}"),
                  f"{under}{_span_desc(rm, ax)}, though the placement pins {ax} to intra_node: {what}",
                  help=hint or (f"keep {ax}" + (" · etp" if ax == "ep" else " · tp") +
-                               f" within a node of {g} GPUs"),
+                               f" within a node of {count(g, 'GPU')}"),
                  related=[(c.at(f"mesh.{ax}"), f"{ax} = {getattr(m, ax)}")])
 
 
@@ -144,7 +145,7 @@ def idle_gpus(plan, c):
     elif need < cl.gpus_per_node and cl.nodes == 1:
         helps.append(f"declare `gpus_per_node = {need}`")
     c.report(c.at("mesh.dp" if m.dp > 1 else "mesh"),
-             f"the mesh uses {need} GPUs ({shown}) of cluster \"{cl.name}\"'s {world} "
+             f"the mesh uses {count(need, 'GPU')} ({shown}) of cluster \"{cl.name}\"'s {world} "
              f"({plural(cl.nodes, 'node')} × {cl.gpus_per_node}): {world - need} would sit idle, and torchrun would "
              f"start {world} processes for a {need}-rank mesh",
              help="; or ".join(helps) or f"pp · dp · cp · tp must equal {world}",
@@ -209,9 +210,9 @@ def placement_violated(plan, c):
             hint = _order_hint(plan, want, fixed) if ax in AXES else ""
             c.report(c.at(f"placement.{ax}"),
                      f"{under}`{ax} on intra_node` cannot hold: {_span_desc(rm, ax)}",
-                     help=(hint or (f"make {ax} and the axes inside it fit a node of {cl.gpus_per_node} GPUs"
+                     help=(hint or (f"make {ax} and the axes inside it fit a node of {count(cl.gpus_per_node, 'GPU')}"
                                     if ax in AXES else
-                                    f"keep ep · etp within a node: at most {cl.gpus_per_node} ranks")),
+                                    f"keep ep · etp within a node: at most {count(cl.gpus_per_node, 'rank')}")),
                      related=[(c.at(f"mesh.{ax}"), f"{ax} = {size}")])
         elif link == "inter_node" and not crosses:
             if cl.nodes == 1:
