@@ -87,3 +87,78 @@ def test_vllm_refuses_what_it_should(vllm_python):
     bad = [["x/y", "--tensor-parallel-size", "2", "--data-parallel-size", "2", "--data-parallel-size-local", "4"],
            ["x/y", "--tensor-parallel-size", "two"]]
     assert [v["ok"] for v in _judge(vllm_python, bad)] == [False, False]
+
+
+# ----------------------------------------------------------------------------------------------
+# The other direction: what parc refuses for vLLM, vLLM refuses too (or, as the audit in
+# data/rules.toml says, only later than its argument and configuration checks).
+
+def _model_folder(model, path: Path) -> str:
+    """A local model folder vLLM's ModelConfig reads without the Hub: the spec's model as a
+    Llama-style (Mixtral-style with experts) config.json, no weights."""
+    cfg = {"architectures": ["MixtralForCausalLM" if model.experts else "LlamaForCausalLM"],
+           "model_type": "mixtral" if model.experts else "llama", "hidden_size": model.hidden,
+           "intermediate_size": model.moe_ffn_hidden or model.ffn_hidden, "num_attention_heads": model.heads,
+           "num_key_value_heads": model.kv_heads, "num_hidden_layers": model.layers, "vocab_size": model.vocab,
+           "max_position_embeddings": model.max_positions or model.seq_len, "torch_dtype": "bfloat16",
+           "rms_norm_eps": 1e-5, "rope_theta": float(model.rope_theta), "tie_word_embeddings": False}
+    if model.head_dim:
+        cfg["head_dim"] = model.head_dim
+    if model.experts:
+        cfg.update(num_local_experts=model.experts, num_experts_per_tok=model.top_k)
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(cfg))
+    return str(path)
+
+
+def _argv(plan, model_dir: str) -> list[str]:
+    """The argv parc's vllm target emits for node 0 (serve_lines), with the model folder as model."""
+    from parc.backends.base import Var
+    from parc.backends.vllm import launch_mode, serve_lines
+
+    node = None if launch_mode(plan) == "single" else 0
+    words = [model_dir]
+    for line in serve_lines(plan, node):
+        words += ["10.0.0.1" if isinstance(x, Var) else str(x) for x in line]
+    return words
+
+
+L8 = "from = llama3_8b"
+# (rule, spec arguments for test_rules_mesh.spec); each spec is refused by parc with that rule.
+REFUSED = [
+    ("P102", dict(model=L8, gpn=3, mesh="tp = 3", serve="max_model_len = 4096")),
+    ("P103", dict(model=L8 + "; heads = 48; kv_heads = 8; hidden = 6144; ffn_hidden = 12288", gpn=6, mesh="tp = 6",
+                  serve="max_model_len = 4096")),
+    ("P106", dict(model=L8 + "; ffn_hidden = 14004", gpn=8, mesh="tp = 8", serve="max_model_len = 4096")),
+    ("P658", dict(model=L8, mesh="tp = 8", serve="max_model_len = 16384")),
+    ("P614", dict(model=L8 + "; max_positions = 131072", nodes=3, gpn=4, mesh="cp = 12",
+                  serve="max_model_len = 131072")),
+    ("P651", dict(model=L8 + "; heads = 48; kv_heads = 12; hidden = 6144", nodes=3, gpn=8, mesh="dp = 2; tp = 12",
+                  serve="max_model_len = 4096")),
+]
+
+
+@pytest.mark.vllm
+def test_vllm_refuses_what_parc_refuses(vllm_python, check_spec, tmp_path):
+    """Every vLLM-specific refusal in the table: vLLM's parser, ParallelConfig and
+    create_engine_config refuse the command parc would emit exactly where the audit says
+    "argument check"; the executor's first step (the GPUs per node) where it says
+    "initialisation"; where it says vLLM fails at model build, its configuration accepts."""
+    from parc.compiler.rules import audit
+    from test_rules_mesh import spec
+
+    argvs, fails = [], []
+    for code, kw in REFUSED:
+        r = check_spec(spec(target={"vllm": 'model = "m"'}, **kw), ("vllm",))
+        assert code in {d.code for d in r.errors}, (code, [f"{d.code} {d.message}" for d in r.diagnostics])
+        if audit(code, "vllm")["fails"] == "initialisation":   # the message says when vLLM fails
+            assert "executor refuses to start" in next(d.message for d in r.errors if d.code == code)
+        argvs.append(_argv(r.plan, _model_folder(r.plan.model, tmp_path / code)))
+        fails.append(audit(code, "vllm")["fails"])
+    for (code, _), argv, fail, v in zip(REFUSED, argvs, fails, _judge(vllm_python, argvs)):
+        if fail == "argument check":
+            assert not v["ok"] and v["stage"] != "executor start", f"{code}: parc refuses, vLLM accepts {argv}: {v}"
+        elif fail == "initialisation":
+            assert v.get("stage") == "executor start", f"{code}: the audit says {fail}: {v}"
+        else:
+            assert v["ok"] and v["engine_config"], f"{code}: the audit says {fail}, vLLM refuses at once: {v}"

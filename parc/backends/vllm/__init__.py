@@ -191,7 +191,9 @@ def multi_node(plan, c):
     r = replica(plan)
     if r > cl.gpus_per_node and r % cl.gpus_per_node:
         c.report(c.at("mesh"), f"a vLLM replica (tp·pp·cp = {r} GPUs) must fill whole nodes of "
-                 f"{cl.gpus_per_node} GPUs", help="choose tp·pp·cp that divides or is a multiple of gpus_per_node")
+                 f"{cl.gpus_per_node} GPUs: vLLM accepts the arguments but its executor refuses to start "
+                 f"(\"nnodes ({cl.nodes}) must be divisible by the number of data parallel node groups\")",
+                 help="choose tp·pp·cp that divides or is a multiple of gpus_per_node")
     elif r < cl.gpus_per_node and cl.gpus_per_node % r:
         c.report(c.at("mesh"), f"{cl.gpus_per_node} GPUs per node do not hold a whole number of vLLM "
                  f"replicas of tp·pp·cp = {r} GPUs", help="choose tp·pp·cp that divides gpus_per_node")
