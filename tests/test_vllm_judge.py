@@ -162,3 +162,20 @@ def test_vllm_refuses_what_parc_refuses(vllm_python, check_spec, tmp_path):
             assert v.get("stage") == "executor start", f"{code}: the audit says {fail}: {v}"
         else:
             assert v["ok"] and v["engine_config"], f"{code}: the audit says {fail}, vLLM refuses at once: {v}"
+
+
+@pytest.mark.vllm
+def test_vllm_accepts_context_parallel_with_data_parallel(vllm_python, check_spec, tmp_path):
+    """vLLM 0.33 accepts prefill context parallel with dp > 1 through create_engine_config in
+    its V2 model runner (the default on a GPU with Triton), so parc accepts it (P605 is a
+    warning: vLLM runs it only for MLA models); the V1 runner refuses cp whatever dp is."""
+    from test_rules_mesh import spec
+
+    r = check_spec(spec("from = llama3_8b; max_positions = 131072", mesh="dp = 4; cp = 2",
+                        serve="max_model_len = 131072", target={"vllm": 'model = "m"'}), ("vllm",))
+    assert not r.errors, [f"{d.code} {d.message}" for d in r.errors]
+    argv = _argv(r.plan, _model_folder(r.plan.model, tmp_path / "m"))
+    v2, v1 = _judge(vllm_python, [{"argv": argv, "env": {"VLLM_USE_V2_MODEL_RUNNER": "1"}},
+                                  {"argv": argv, "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}}])
+    assert v2["ok"] and v2["engine_config"] and (v2["dp"], v2["pcp"]) == (4, 2), v2
+    assert not v1["ok"] and "prefill context parallel" in v1["error"], v1

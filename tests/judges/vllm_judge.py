@@ -1,6 +1,6 @@
 """Runs inside the vLLM virtual environment (tests/judges/vllm_env.sh), never in parc's own.
 
-Reads a JSON list of `vllm serve` argument lists (without `vllm serve`) on stdin and prints, for
+Reads a JSON list of `vllm serve` argument lists (without `vllm serve`; or {"argv", "env"}) on stdin and prints, for
 each, whether vLLM's own parser (make_arg_parser, EngineArgs.from_cli_args) and its
 ParallelConfig checks accept it, with the parallel sizes vLLM derived or vLLM's message.
 
@@ -89,4 +89,20 @@ def judge(argv):
             "world": pc.world_size, "ep": pc.enable_expert_parallel, "nnodes": pc.nnodes, **out}
 
 
-print(json.dumps([judge(argv) for argv in json.load(sys.stdin)]))
+def judge_item(item):
+    """An argument list, or {"argv": [...], "env": {...}}: environment variables for that command."""
+    if isinstance(item, list):
+        return judge(item)
+    saved = {k: os.environ.get(k) for k in item["env"]}
+    os.environ.update(item["env"])
+    try:
+        return judge(item["argv"])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+print(json.dumps([judge_item(item) for item in json.load(sys.stdin)]))
