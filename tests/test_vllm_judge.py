@@ -1,6 +1,8 @@
 """vLLM itself judges parc's serving commands: every `vllm serve` command parc emits for the
 examples and test specs goes through vLLM's own parser (make_arg_parser, EngineArgs) and its
-ParallelConfig checks, in an isolated virtual environment that tests/judges/vllm_env.sh creates
+ParallelConfig checks, and the other way round every vLLM refusal of parc's goes through vLLM's
+create_engine_config on a local model folder (no weights) and must be refused there too, or
+where the audit in data/rules.toml says vLLM fails. All in an isolated virtual environment that tests/judges/vllm_env.sh creates
 (never parc's own). Without a reachable package registry the test skips with the reason;
 PARC_JUDGES=required makes that a failure (CI sets it where the registry is known to work).
 PARC_VLLM_PYTHON names an existing environment's python instead."""
@@ -26,7 +28,8 @@ def _missing(reason: str):
 
 
 @pytest.fixture(scope="module")
-def vllm_python():
+def vllm_python(tmp_path_factory):
+    """A judge: one vllm_judge.py process for the module, fed one batch of commands a call."""
     py = os.environ.get("PARC_VLLM_PYTHON")
     if not py:
         try:
@@ -37,14 +40,29 @@ def vllm_python():
         if r.returncode:
             _missing("no vLLM environment: " + (r.stderr.strip().splitlines() or ["vllm_env.sh failed"])[-1])
         py = r.stdout.strip().splitlines()[-1]
-    return py
+    if not os.access(py, os.X_OK):
+        _missing(f"no vLLM environment: {py} (PARC_VLLM_PYTHON) is not an executable python")
+    err = open(tmp_path_factory.mktemp("judge") / "stderr", "w+")
+    proc = subprocess.Popen([py, str(JUDGES / "vllm_judge.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=err, text=True)
+    proc.stderr_file = err
+    yield proc
+    proc.stdin.close()
+    proc.wait(timeout=60)
+    err.close()
 
 
-def _judge(py: str, argvs: list[list[str]]) -> list[dict]:
-    r = subprocess.run([py, str(JUDGES / "vllm_judge.py")], input=json.dumps(argvs), capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+MARK = "@@vllm-judge "
+
+
+def _judge(proc, argvs: list) -> list[dict]:
+    proc.stdin.write(json.dumps(argvs) + "\n")
+    proc.stdin.flush()
+    for line in proc.stdout:
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):])
+    proc.stderr_file.seek(0)
+    raise AssertionError("vllm_judge.py stopped: " + proc.stderr_file.read()[-3000:])
 
 
 def _commands(tmp_path_factory):

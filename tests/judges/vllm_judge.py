@@ -1,6 +1,7 @@
 """Runs inside the vLLM virtual environment (tests/judges/vllm_env.sh), never in parc's own.
 
-Reads a JSON list of `vllm serve` argument lists (without `vllm serve`; or {"argv", "env"}) on stdin and prints, for
+Reads JSON lists of `vllm serve` argument lists (without `vllm serve`; or {"argv", "env"}), one
+list a line, on stdin and prints, for
 each, whether vLLM's own parser (make_arg_parser, EngineArgs.from_cli_args) and its
 ParallelConfig checks accept it, with the parallel sizes vLLM derived or vLLM's message.
 
@@ -105,4 +106,9 @@ def judge_item(item):
                 os.environ[k] = v
 
 
-print(json.dumps([judge_item(item) for item in json.load(sys.stdin)]))
+# One JSON list a line, answered by one line that starts with MARK (vLLM logs to stdout too): one
+# process judges every batch a test session sends, paying vLLM's import once.
+MARK = "@@vllm-judge "
+for line in sys.stdin:
+    if line.strip():
+        print(MARK + json.dumps([judge_item(item) for item in json.loads(line)]), flush=True)

@@ -19,8 +19,8 @@ Several nodes are started in one of three ways:
 vLLM lays ranks out as (dp, pp, pcp, tp), tp innermost (vLLM's ``ParallelConfig``); parc's cp is
 vLLM's prefill context parallelism (``--prefill-context-parallel-size``, with any dp; vLLM runs
 it only for MLA models, P605's warning); expert parallelism is ``--enable-expert-parallel`` with
-ep = dp·cp·tp. Rules P601, P604, P606 and P614 refuse the plans vLLM cannot run; P651 and P652 here add the multi-node layout and the
-rank order.
+ep = dp·cp·tp. Rules P601, P604, P606 and P614 refuse the plans vLLM cannot run; P651 and P652
+here add the multi-node layout and the rank order.
 """
 from __future__ import annotations
 
