@@ -2,8 +2,8 @@
 examples and test specs goes through vLLM's own parser (make_arg_parser, EngineArgs) and its
 ParallelConfig checks, and the other way round every vLLM refusal of parc's goes through vLLM's
 create_engine_config on a local model folder (no weights) and must be refused there too, or
-where the audit in data/rules.toml says vLLM fails. All in an isolated virtual environment that tests/judges/vllm_env.sh creates
-(never parc's own). Without a reachable package registry the test skips with the reason;
+where the audit in data/rules.toml says vLLM fails. All in an isolated virtual environment that
+tests/judges/vllm_env.sh creates (never parc's own). Without a reachable package registry the test skips with the reason;
 PARC_JUDGES=required makes that a failure (CI sets it where the registry is known to work).
 PARC_VLLM_PYTHON names an existing environment's python instead."""
 from __future__ import annotations
@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -83,11 +84,32 @@ def _commands(tmp_path_factory):
     return out
 
 
+def _without_ray(argv: list[str]) -> list[str]:
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in ("--distributed-executor-backend", "--data-parallel-backend") and argv[i + 1] == "ray":
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 @pytest.mark.vllm
 def test_vllm_accepts_what_parc_emits(vllm_python, tmp_path_factory):
     cmds = _commands(tmp_path_factory)
     assert len({c[0] for c in cmds}) >= 7
-    verdicts = _judge(vllm_python, [argv for _, _, _, argv in cmds])
+    # node 0's command once more with the spec's model as a local folder: create_engine_config
+    # (the model's heads, kv heads, positions against the sizes), in the V2 model runner that vLLM
+    # picks on a GPU with Triton
+    # (Ray is not installed here: its executor options are left out of this pass)
+    heads = [(spec, plan, [_model_folder(SimpleNamespace(**plan["model"]), tmp_path_factory.mktemp("m") / "m")]
+              + _without_ray(argv[1:])) for spec, k, plan, argv in cmds if k == 0]
+    verdicts = _judge(vllm_python, [argv for _, _, _, argv in cmds]
+                      + [{"argv": argv, "env": {"VLLM_USE_V2_MODEL_RUNNER": "1"}} for _, _, argv in heads])
+    for (spec, plan, argv), v in zip(heads, verdicts[len(cmds):]):
+        assert v["ok"] and v["engine_config"], f"{spec}: vLLM's create_engine_config refuses {argv}: {v.get('error')}"
+        assert v["max_model_len"] == plan["serve"]["max_model_len"], spec
     for (spec, k, plan, argv), v in zip(cmds, verdicts):
         assert v["ok"], f"{spec} node {k}: vLLM refuses {argv}: {v.get('error')}"
         m = plan["mesh"]
