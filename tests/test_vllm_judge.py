@@ -1,7 +1,9 @@
 """vLLM itself judges parc's serving commands: every `vllm serve` command parc emits for the
 examples and test specs goes through vLLM's own parser (make_arg_parser, EngineArgs) and its
-ParallelConfig checks, in an isolated virtual environment that tests/judges/vllm_env.sh creates
-(never parc's own). Without a reachable package registry the test skips with the reason;
+ParallelConfig checks, and the other way round every vLLM refusal of parc's goes through vLLM's
+create_engine_config on a local model folder (no weights) and must be refused there too, or
+where the audit in data/rules.toml says vLLM fails. All in an isolated virtual environment that
+tests/judges/vllm_env.sh creates (never parc's own). Without a reachable package registry the test skips with the reason;
 PARC_JUDGES=required makes that a failure (CI sets it where the registry is known to work).
 PARC_VLLM_PYTHON names an existing environment's python instead."""
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -26,7 +29,8 @@ def _missing(reason: str):
 
 
 @pytest.fixture(scope="module")
-def vllm_python():
+def vllm_python(tmp_path_factory):
+    """A judge: one vllm_judge.py process for the module, fed one batch of commands a call."""
     py = os.environ.get("PARC_VLLM_PYTHON")
     if not py:
         try:
@@ -37,14 +41,29 @@ def vllm_python():
         if r.returncode:
             _missing("no vLLM environment: " + (r.stderr.strip().splitlines() or ["vllm_env.sh failed"])[-1])
         py = r.stdout.strip().splitlines()[-1]
-    return py
+    if not os.access(py, os.X_OK):
+        _missing(f"no vLLM environment: {py} (PARC_VLLM_PYTHON) is not an executable python")
+    err = open(tmp_path_factory.mktemp("judge") / "stderr", "w+")
+    proc = subprocess.Popen([py, str(JUDGES / "vllm_judge.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=err, text=True)
+    proc.stderr_file = err
+    yield proc
+    proc.stdin.close()
+    proc.wait(timeout=60)
+    err.close()
 
 
-def _judge(py: str, argvs: list[list[str]]) -> list[dict]:
-    r = subprocess.run([py, str(JUDGES / "vllm_judge.py")], input=json.dumps(argvs), capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+MARK = "@@vllm-judge "
+
+
+def _judge(proc, argvs: list) -> list[dict]:
+    proc.stdin.write(json.dumps(argvs) + "\n")
+    proc.stdin.flush()
+    for line in proc.stdout:
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):])
+    proc.stderr_file.seek(0)
+    raise AssertionError("vllm_judge.py stopped: " + proc.stderr_file.read()[-3000:])
 
 
 def _commands(tmp_path_factory):
@@ -65,11 +84,32 @@ def _commands(tmp_path_factory):
     return out
 
 
+def _without_ray(argv: list[str]) -> list[str]:
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in ("--distributed-executor-backend", "--data-parallel-backend") and argv[i + 1] == "ray":
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 @pytest.mark.vllm
 def test_vllm_accepts_what_parc_emits(vllm_python, tmp_path_factory):
     cmds = _commands(tmp_path_factory)
     assert len({c[0] for c in cmds}) >= 7
-    verdicts = _judge(vllm_python, [argv for _, _, _, argv in cmds])
+    # node 0's command once more with the spec's model as a local folder: create_engine_config
+    # (the model's heads, kv heads, positions against the sizes), in the V2 model runner that vLLM
+    # picks on a GPU with Triton
+    # (Ray is not installed here: its executor options are left out of this pass)
+    heads = [(spec, plan, [_model_folder(SimpleNamespace(**plan["model"]), tmp_path_factory.mktemp("m") / "m")]
+              + _without_ray(argv[1:])) for spec, k, plan, argv in cmds if k == 0]
+    verdicts = _judge(vllm_python, [argv for _, _, _, argv in cmds]
+                      + [{"argv": argv, "env": {"VLLM_USE_V2_MODEL_RUNNER": "1"}} for _, _, argv in heads])
+    for (spec, plan, argv), v in zip(heads, verdicts[len(cmds):]):
+        assert v["ok"] and v["engine_config"], f"{spec}: vLLM's create_engine_config refuses {argv}: {v.get('error')}"
+        assert v["max_model_len"] == plan["serve"]["max_model_len"], spec
     for (spec, k, plan, argv), v in zip(cmds, verdicts):
         assert v["ok"], f"{spec} node {k}: vLLM refuses {argv}: {v.get('error')}"
         m = plan["mesh"]
@@ -87,3 +127,95 @@ def test_vllm_refuses_what_it_should(vllm_python):
     bad = [["x/y", "--tensor-parallel-size", "2", "--data-parallel-size", "2", "--data-parallel-size-local", "4"],
            ["x/y", "--tensor-parallel-size", "two"]]
     assert [v["ok"] for v in _judge(vllm_python, bad)] == [False, False]
+
+
+# ----------------------------------------------------------------------------------------------
+# The other direction: what parc refuses for vLLM, vLLM refuses too (or, as the audit in
+# data/rules.toml says, only later than its argument and configuration checks).
+
+def _model_folder(model, path: Path) -> str:
+    """A local model folder vLLM's ModelConfig reads without the Hub: the spec's model as a
+    Llama-style (Mixtral-style with experts) config.json, no weights."""
+    cfg = {"architectures": ["MixtralForCausalLM" if model.experts else "LlamaForCausalLM"],
+           "model_type": "mixtral" if model.experts else "llama", "hidden_size": model.hidden,
+           "intermediate_size": model.moe_ffn_hidden or model.ffn_hidden, "num_attention_heads": model.heads,
+           "num_key_value_heads": model.kv_heads, "num_hidden_layers": model.layers, "vocab_size": model.vocab,
+           "max_position_embeddings": model.max_positions or model.seq_len, "torch_dtype": "bfloat16",
+           "rms_norm_eps": 1e-5, "rope_theta": float(model.rope_theta), "tie_word_embeddings": False}
+    if model.head_dim:
+        cfg["head_dim"] = model.head_dim
+    if model.experts:
+        cfg.update(num_local_experts=model.experts, num_experts_per_tok=model.top_k)
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(cfg))
+    return str(path)
+
+
+def _argv(plan, model_dir: str) -> list[str]:
+    """The argv parc's vllm target emits for node 0 (serve_lines), with the model folder as model."""
+    from parc.backends.base import Var
+    from parc.backends.vllm import launch_mode, serve_lines
+
+    node = None if launch_mode(plan) == "single" else 0
+    words = [model_dir]
+    for line in serve_lines(plan, node):
+        words += ["10.0.0.1" if isinstance(x, Var) else str(x) for x in line]
+    return words
+
+
+L8 = "from = llama3_8b"
+# (rule, spec arguments for test_rules_mesh.spec); each spec is refused by parc with that rule.
+REFUSED = [
+    ("P102", dict(model=L8, gpn=3, mesh="tp = 3", serve="max_model_len = 4096")),
+    ("P103", dict(model=L8 + "; heads = 48; kv_heads = 8; hidden = 6144; ffn_hidden = 12288", gpn=6, mesh="tp = 6",
+                  serve="max_model_len = 4096")),
+    ("P106", dict(model=L8 + "; ffn_hidden = 14004", gpn=8, mesh="tp = 8", serve="max_model_len = 4096")),
+    ("P658", dict(model=L8, mesh="tp = 8", serve="max_model_len = 16384")),
+    ("P614", dict(model=L8 + "; max_positions = 131072", nodes=3, gpn=4, mesh="cp = 12",
+                  serve="max_model_len = 131072")),
+    ("P651", dict(model=L8 + "; heads = 48; kv_heads = 12; hidden = 6144", nodes=3, gpn=8, mesh="dp = 2; tp = 12",
+                  serve="max_model_len = 4096")),
+]
+
+
+@pytest.mark.vllm
+def test_vllm_refuses_what_parc_refuses(vllm_python, check_spec, tmp_path):
+    """Every vLLM-specific refusal in the table: vLLM's parser, ParallelConfig and
+    create_engine_config refuse the command parc would emit exactly where the audit says
+    "argument check"; the executor's first step (the GPUs per node) where it says
+    "initialisation"; where it says vLLM fails at model build, its configuration accepts."""
+    from parc.compiler.rules import audit
+    from test_rules_mesh import spec
+
+    argvs, fails = [], []
+    for code, kw in REFUSED:
+        r = check_spec(spec(target={"vllm": 'model = "m"'}, **kw), ("vllm",))
+        assert code in {d.code for d in r.errors}, (code, [f"{d.code} {d.message}" for d in r.diagnostics])
+        if audit(code, "vllm")["fails"] == "initialisation":   # the message says when vLLM fails
+            assert "executor refuses to start" in next(d.message for d in r.errors if d.code == code)
+        argvs.append(_argv(r.plan, _model_folder(r.plan.model, tmp_path / code)))
+        fails.append(audit(code, "vllm")["fails"])
+    for (code, _), argv, fail, v in zip(REFUSED, argvs, fails, _judge(vllm_python, argvs)):
+        if fail == "argument check":
+            assert not v["ok"] and v["stage"] != "executor start", f"{code}: parc refuses, vLLM accepts {argv}: {v}"
+        elif fail == "initialisation":
+            assert v.get("stage") == "executor start", f"{code}: the audit says {fail}: {v}"
+        else:
+            assert v["ok"] and v["engine_config"], f"{code}: the audit says {fail}, vLLM refuses at once: {v}"
+
+
+@pytest.mark.vllm
+def test_vllm_accepts_context_parallel_with_data_parallel(vllm_python, check_spec, tmp_path):
+    """vLLM 0.33 accepts prefill context parallel with dp > 1 through create_engine_config in
+    its V2 model runner (the default on a GPU with Triton), so parc accepts it (P605 is a
+    warning: vLLM runs it only for MLA models); the V1 runner refuses cp whatever dp is."""
+    from test_rules_mesh import spec
+
+    r = check_spec(spec("from = llama3_8b; max_positions = 131072", mesh="dp = 4; cp = 2",
+                        serve="max_model_len = 131072", target={"vllm": 'model = "m"'}), ("vllm",))
+    assert not r.errors, [f"{d.code} {d.message}" for d in r.errors]
+    argv = _argv(r.plan, _model_folder(r.plan.model, tmp_path / "m"))
+    v2, v1 = _judge(vllm_python, [{"argv": argv, "env": {"VLLM_USE_V2_MODEL_RUNNER": "1"}},
+                                  {"argv": argv, "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}}])
+    assert v2["ok"] and v2["engine_config"] and (v2["dp"], v2["pcp"]) == (4, 2), v2
+    assert not v1["ok"] and "prefill context parallel" in v1["error"], v1

@@ -1,8 +1,17 @@
 """Runs inside the vLLM virtual environment (tests/judges/vllm_env.sh), never in parc's own.
 
-Reads a JSON list of `vllm serve` argument lists (without `vllm serve`) on stdin and prints, for
+Reads JSON lists of `vllm serve` argument lists (without `vllm serve`; or {"argv", "env"}), one
+list a line, on stdin and prints, for
 each, whether vLLM's own parser (make_arg_parser, EngineArgs.from_cli_args) and its
-ParallelConfig checks accept it, with the parallel sizes vLLM derived or vLLM's message."""
+ParallelConfig checks accept it, with the parallel sizes vLLM derived or vLLM's message.
+
+When the model argument is a local folder with a config.json, the command also goes through
+EngineArgs.create_engine_config() as `vllm serve` does at start: ModelConfig reads the folder
+(heads, kv heads, max_position_embeddings) and VllmConfig checks it against ParallelConfig. No
+weights are read. vLLM's model registry would import the model's class to inspect it, which needs
+the GPU stack; a plain decoder's description (what vLLM finds for LlamaForCausalLM) stands in for
+that inspection, so only the configuration checks decide."""
+import dataclasses
 import json
 import os
 import sys
@@ -13,6 +22,35 @@ from vllm.config import ParallelConfig  # noqa: E402
 from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: E402
 from vllm.entrypoints.common.cli_args import make_arg_parser  # noqa: E402
 from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
+
+
+def _plain_decoder(self, architectures, model_config):
+    from vllm.model_executor.models.registry import _ModelInfo
+
+    arch = architectures[0] if isinstance(architectures, list) else architectures
+    kw = {f.name: False for f in dataclasses.fields(_ModelInfo)}
+    kw.update(architecture=arch, is_text_generation_model=True, supports_pp=True, attn_type="decoder",
+              default_seq_pooling_type="LAST", default_tok_pooling_type="ALL", score_type="bi-encoder",
+              supported_video_pruning_methods=())
+    return _ModelInfo(**kw), arch
+
+
+def _engine_config(a):
+    from vllm.model_executor.models.registry import _ModelRegistry
+
+    import huggingface_hub.constants
+
+    offline = huggingface_hub.constants.HF_HUB_OFFLINE
+    huggingface_hub.constants.HF_HUB_OFFLINE = True   # a local model folder: never ask the Hub
+    _ModelRegistry.inspect_model_cls = _plain_decoder
+    a.model = a.model_tag           # what `vllm serve` does with its positional model
+    try:
+        c = AsyncEngineArgs.from_cli_args(a).create_engine_config()
+    except Exception as x:
+        return {"ok": False, "stage": "create_engine_config", "error": str(x).split(" [type=")[0]}
+    finally:
+        huggingface_hub.constants.HF_HUB_OFFLINE = offline
+    return {"engine_config": True, "max_model_len": c.model_config.max_model_len}
 
 
 def judge(argv):
@@ -35,10 +73,42 @@ def judge(argv):
         pc = ParallelConfig(**{k: v for k, v in kw.items() if v is not None})
     except Exception as x:   # pydantic's ValidationError carries vLLM's message
         return {"ok": False, "stage": "ParallelConfig", "error": str(x)}
-    return {"ok": True, "model": a.model_tag, "max_model_len": e.max_model_len, "headless": a.headless,
+    try:
+        # what the multiprocessing executor reads first when it starts (multiproc_executor.py):
+        # the GPUs of one node, from the replicas' layout over the nodes
+        pc.local_world_size
+    except ValueError as x:
+        return {"ok": False, "stage": "executor start", "error": str(x)}
+    out = {"ok": True, "engine_config": False}
+    if a.model_tag and os.path.isfile(os.path.join(a.model_tag, "config.json")):
+        out.update(_engine_config(a))
+        if not out["ok"]:
+            return out
+    return {"model": a.model_tag, "max_model_len": e.max_model_len, "headless": a.headless,
             "tp": pc.tensor_parallel_size, "pp": pc.pipeline_parallel_size, "dp": pc.data_parallel_size,
             "dp_local": pc.data_parallel_size_local, "pcp": pc.prefill_context_parallel_size,
-            "world": pc.world_size, "ep": pc.enable_expert_parallel, "nnodes": pc.nnodes}
+            "world": pc.world_size, "ep": pc.enable_expert_parallel, "nnodes": pc.nnodes, **out}
 
 
-print(json.dumps([judge(argv) for argv in json.load(sys.stdin)]))
+def judge_item(item):
+    """An argument list, or {"argv": [...], "env": {...}}: environment variables for that command."""
+    if isinstance(item, list):
+        return judge(item)
+    saved = {k: os.environ.get(k) for k in item["env"]}
+    os.environ.update(item["env"])
+    try:
+        return judge(item["argv"])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# One JSON list a line, answered by one line that starts with MARK (vLLM logs to stdout too): one
+# process judges every batch a test session sends, paying vLLM's import once.
+MARK = "@@vllm-judge "
+for line in sys.stdin:
+    if line.strip():
+        print(MARK + json.dumps([judge_item(item) for item in json.loads(line)]), flush=True)

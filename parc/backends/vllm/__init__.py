@@ -17,10 +17,10 @@ Several nodes are started in one of three ways:
   node, all but node 0 ``--headless``.
 
 vLLM lays ranks out as (dp, pp, pcp, tp), tp innermost (vLLM's ``ParallelConfig``); parc's cp is
-vLLM's prefill context parallelism (``--prefill-context-parallel-size``, dp = 1 only); expert
-parallelism is ``--enable-expert-parallel`` with ep = dp·cp·tp. Rules P601 and P604-P606 and
-P614 refuse the plans vLLM cannot run; P651 and P652 here add the multi-node layout and the
-rank order.
+vLLM's prefill context parallelism (``--prefill-context-parallel-size``, with any dp; vLLM runs
+it only for MLA models, P605's warning); expert parallelism is ``--enable-expert-parallel`` with
+ep = dp·cp·tp. Rules P601, P604, P606 and P614 refuse the plans vLLM cannot run; P651 and P652
+here add the multi-node layout and the rank order.
 """
 from __future__ import annotations
 
@@ -192,7 +192,9 @@ def multi_node(plan, c):
     r = replica(plan)
     if r > cl.gpus_per_node and r % cl.gpus_per_node:
         c.report(c.at("mesh"), f"a vLLM replica (tp·pp·cp = {count(r, 'GPU')}) must fill whole nodes of "
-                 f"{count(cl.gpus_per_node, 'GPU')}", help="choose tp·pp·cp that divides or is a multiple of gpus_per_node")
+                 f"{count(cl.gpus_per_node, 'GPU')}: vLLM accepts the arguments but its executor refuses to start "
+                 f"(\"nnodes ({cl.nodes}) must be divisible by the number of data parallel node groups\")",
+                 help="choose tp·pp·cp that divides or is a multiple of gpus_per_node")
     elif r < cl.gpus_per_node and cl.gpus_per_node % r:
         c.report(c.at("mesh"), f"{count(cl.gpus_per_node, 'GPU')} per node do not hold a whole number of vLLM "
                  f"replicas of tp·pp·cp = {count(r, 'GPU')}", help="choose tp·pp·cp that divides gpus_per_node")

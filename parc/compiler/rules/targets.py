@@ -115,17 +115,20 @@ def vllm_virtual_stages(plan, c):
 
 # ------------------------------------------------------------------------------------ P605
 
-@rule("P605", "vllm-context-parallel-needs-dp1", targets=("vllm",))
-def vllm_pcp_dp(plan, c):
+@rule("P605", "vllm-context-parallel-needs-mla", severity=WARNING, targets=("vllm",))
+def vllm_pcp_mla(plan, c):
+    """vLLM 0.33 accepts prefill context parallel with any dp (ParallelConfig, create_engine_config);
+    it runs it only in its V2 model runner and only for multi-head latent attention models
+    (vllm/v1/worker/gpu/pcp_manager.py), which the spec's model block cannot say."""
     m = plan.mesh
-    if plan.mode != "serve" or m.cp <= 1 or m.dp <= 1:
+    if plan.mode != "serve" or m.cp <= 1:
         return
     c.report(c.at("mesh.cp"),
-             f"vLLM's prefill context parallel (cp = {m.cp}) does not support data parallelism, but dp = {m.dp} "
-             f"(vLLM: \"PCP does not support data parallelism yet\")",
-             help=f"run {m.dp} separate vLLM deployments with cp = {m.cp} each (one spec per deployment), or fold "
-                  f"dp into tp or cp",
-             related=[(c.at("mesh.dp"), f"dp = {m.dp}")])
+             f"vLLM runs prefill context parallel (cp = {m.cp}) only for models with multi-head latent attention "
+             f"(DeepSeek-V2/V3 style) in its V2 model runner: for model `{plan.model.name}` with grouped-query or "
+             f"multi-head attention the engine refuses to start (\"MRV2 PCP currently supports MLA models only\"; "
+             f"the V1 model runner refuses prefill context parallel at argument check)",
+             help="keep cp only if the model uses MLA; otherwise use cp = 1 and give the GPUs to tp or dp")
 
 
 # ------------------------------------------------------------------------------------ P606
