@@ -73,3 +73,52 @@ def test_examples_keep_lint_findings_through_fmt(tmp_path, path):
     # the example as written, and squeezed: every block on one line where it fits
     assert check_fmt(text, tmp_path / "as-is", lint=True) == "formatted"
     assert lint_findings(text, tmp_path / "x") == lint_findings(text, tmp_path / "y")
+
+
+# Inputs the fuzzer found, kept as they were found and cut down to what still failed: a comment
+# after a `;` that ends no statement (an empty statement between separators) was neither a comment
+# line of its own nor the trailing comment of a statement, so fmt dropped it.
+FOUND = [
+    b';;#\x0b\n \t\nmodel "\\t\\u2028" {  }\n \t\ncluster "\\"-\x00-\x00\\\\" {\n \x0c nodes\t\x0c=  1\n'
+    b' \x0c nodes \x0c =\t\x0c1\r\n nodes =\x0c1\t\x0c# parc: ignore\n\x0c\n}\t#\n \t\nmesh\x0c{  }\n \t\n'
+    b'serve {\n\x0c\n max_model_len\x0c= -((nvlink())) #\n\x0c\n\t#\r\n}\x0c# parc: ignore\n \t\n'
+    b'target torchrun  {\n\n}\n \t\n#',
+    b';;#\x0b\n \t\nmodel "" {  }\n \t\ncluster "\\"-\x00-\x00\\\\" {\n \x0c nodes\t\x0c=  1\n'
+    b' \x0c nodes \x0c =\t\x0c1\r\n nodes =\x0c1\t\x0c# parc: ignore\n\x0c\n}\t#\n \t\nmesh\x0c{  }\n \t\n'
+    b'serve {\n\x0c\n max_model_len\x0c= -((nvlink())) # parc: ignore\n\x0c\n\t#\r\n}\x0c# parc: ignore\n'
+    b' \t\ntarget torchrun  {\n\n}\n \t\n#',
+    b';#\nmodel "a" { }\n',
+    b';;#\x0b\nmodel "a" { }\n',
+    b'model "a" { }\n;#c\n',
+    b'model "a" { }\n \x0c;\r# parc: ignore\n',
+    b'serve {\n  ; # c\n  max_model_len = 1\n}\n',
+    b'serve {\n  max_model_len = 1\n  ;;  # c\n}\n',
+    b'cluster "a" {\r\n nodes = 1\r\n ;# c\r\n}\r\n',
+]
+
+
+@pytest.mark.parametrize("data", FOUND, ids=range(len(FOUND)))
+def test_found_inputs_keep_every_comment_through_fmt(tmp_path, data):
+    from parc.compiler.fmt import format_text
+    from parc.compiler.parse import comments
+
+    text = data.decode("utf-8")
+    with time_limit(10):
+        assert check_fmt(text, tmp_path, lint=True) == "formatted"
+    assert [c for _, _, c in comments(format_text(text))] == [c for _, _, c in comments(text)]
+
+
+@pytest.mark.parametrize("data", FOUND + [b'model "a" { }\r\ncluster "b" {\r nodes = 1 }\r\n#\r\n'],
+                         ids=range(len(FOUND) + 1))
+def test_found_inputs_read_from_disk_as_given(tmp_path, data):
+    """The spec read from its file is the text itself: no newline is translated on the way in."""
+    from parc.api import check_file
+
+    f = tmp_path / "spec.par"
+    f.write_bytes(data)
+    text = data.decode("utf-8")
+    on_disk, given = check_file(f, root=tmp_path), check_file(f, root=tmp_path, text=text)
+    assert list(on_disk.sources.values()) == [text]
+    assert (on_disk.plan.to_dict() if on_disk.plan else None) == (given.plan.to_dict() if given.plan else None)
+    where = lambda d: (d.code, d.message, d.span.line, d.span.column, d.span.start, d.span.end)  # noqa: E731
+    assert [where(d) for d in on_disk.diagnostics] == [where(d) for d in given.diagnostics]

@@ -95,6 +95,9 @@ class _Line:
     blank: bool = False
 
 
+_NO_CODE = " \t\f\r;"  # the grammar's WS characters and the statement separator
+
+
 class _Formatter:
     def __init__(self, text: str, doc: S.Document):
         self.text = text
@@ -115,7 +118,7 @@ class _Formatter:
             if c is None or ln in self.used:
                 continue
             col, body = c
-            if self.lines_src[ln - 1][:col - 1].strip():
+            if self.code_before(ln, col):
                 continue  # a trailing comment of something else
             if prev_line is not None and ln - prev_line > 1 and self._blank_between(prev_line, ln):
                 self.out.append(_Line(indent, blank=True))
@@ -127,6 +130,12 @@ class _Formatter:
             if stop <= len(self.lines_src) and self._blank_between(prev_line, stop):
                 self.out.append(_Line(indent, blank=True))
 
+    def code_before(self, line: int, col: int) -> bool:
+        """Whether a statement, a brace or a value precedes column ``col`` of ``line``: what the
+        lexer skips (spaces, tabs, form feeds, carriage returns) and `;` separators, which end no
+        statement of their own (`;; # note`), leave the comment on a line of its own."""
+        return bool(self.lines_src[line - 1][:col - 1].strip(_NO_CODE))
+
     def _blank_between(self, a: int, b: int) -> bool:
         return any(not self.lines_src[i - 1].strip() for i in range(a + 1, b))
 
@@ -135,7 +144,7 @@ class _Formatter:
         if c is None or line in self.used:
             return None
         col, body = c
-        if not self.lines_src[line - 1][:col - 1].strip():
+        if not self.code_before(line, col):
             return None
         self.used.add(line)
         return body
@@ -149,8 +158,7 @@ class _Formatter:
     def has_trailing(self, line: int) -> bool:
         """A comment not yet placed ends ``line`` after some code."""
         c = self.comments.get(line)
-        return (c is not None and line not in self.used
-                and bool(self.lines_src[line - 1][:c[0] - 1].strip()))
+        return c is not None and line not in self.used and self.code_before(line, c[0])
 
     def groups(self, items) -> list[list]:
         """Statements that share one line and end it before a comment stay together: a
