@@ -65,7 +65,10 @@ def run_emitted(script: Path, tmp: Path, *args: str, env: dict | None = None, ch
     out.mkdir(exist_ok=True)
     for f in out.iterdir():
         f.unlink()
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM_", "NODE_RANK", "MASTER_"))}
+    # the emitted scripts keep a caller's own NCCL_*/GLOO_* settings; the test process may hold
+    # some (the rehearsal runtime sets GLOO_SOCKET_IFNAME=lo), which would hide the scripts' own
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("PET_", "SLURM_", "NODE_RANK", "MASTER_", "NCCL_", "GLOO_"))}
     e.update({"ARGV_DIR": str(out), "MASTER_ADDR": "10.0.0.1", "PATH": f"{b}:{e.get('PATH', '')}"})
     e.update({name.upper(): str(b / name) for name in LAUNCHERS})
     e.update(env or {})
