@@ -8,8 +8,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-SHARED = ROOT.parent / "shared"
-CONFORMANCE = SHARED / "conformance"
 
 
 
