@@ -3,6 +3,7 @@ terms (``dp = world / (pp·cp·tp) = 64 / (4·1·8) = 2``), the rank map and the
 from __future__ import annotations
 
 from math import gcd
+from ...words import count as plural  # "1 node", "2 nodes": the one plural helper
 
 # How each target is named in messages.
 TARGET_NAMES = {
@@ -65,10 +66,6 @@ def join(xs, last="or") -> str:
     if len(xs) <= 1:
         return "".join(xs)
     return ", ".join(xs[:-1]) + f" {last} " + xs[-1]
-
-
-def plural(n: int, word: str, words: str | None = None) -> str:
-    return f"{n} {word if n == 1 else (words or word + 's')}"
 
 
 def ratio(a: int, b: int) -> str:
