@@ -160,8 +160,8 @@ def read_back(files, folder: Path, counts: Counter, marker_dir: Path, note) -> N
 
 
 def hostile_strings(counts: Counter, tmp: Path, note) -> None:
-    from parc.commands.compile import compile_spec
-    from parc.compiler.resolve import target_spec
+    from parc.cli.compile import compile_spec
+    from parc.resolve.resolver import target_spec
 
     marker_dir = tmp / "markers"
     marker_dir.mkdir()

@@ -76,8 +76,8 @@ def median_time(fn, runs: int) -> float:
 
 def bench_explain(runs: int) -> None:
     from parc.api import check_file
-    from parc.commands.explain import render
-    from parc.compiler.costmodel import estimate
+    from parc.cli.explain import render
+    from parc.cost.estimate import estimate
 
     d = Path(tempfile.mkdtemp())
     spec = d / "h100-16k.par"
@@ -115,7 +115,7 @@ def bench_explain(runs: int) -> None:
 def bench_rankmap(runs: int) -> None:
     import numpy as np
 
-    from parc.compiler.rankmap import RankMap
+    from parc.model.rankmap import RankMap
 
     sizes = dict(pp=16, dp=128, cp=8, tp=8)
     world = 16 * 128 * 8 * 8

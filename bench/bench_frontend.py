@@ -36,7 +36,7 @@ def hundred_line_spec() -> str:
 
 
 def bench_inprocess(runs: int) -> tuple[float, int]:
-    from parc.compiler.resolve import resolve_text
+    from parc.resolve.resolver import resolve_text
 
     text = hundred_line_spec()
     d = Path(tempfile.mkdtemp())

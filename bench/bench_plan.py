@@ -52,7 +52,7 @@ def bench_scalar(res, sample: int = 200) -> float:
     """Seconds per candidate when each is built as a plan and costed by estimate()."""
     import numpy as np
 
-    from parc.compiler import costmodel as cm
+    from parc.cost import estimate as cm
     from parc.planner import build_plan
     from parc.planner.search import candidate_from
 

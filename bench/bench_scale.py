@@ -54,9 +54,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from parc.api import check_file
-    from parc.compiler.diagnostics import ParcError, render_text
-    from parc.compiler.fmt import format_text
-    from parc.compiler.parse import MAX_INPUT, get_parser, parse_text
+    from parc.language.diagnostics import ParcError, render_text
+    from parc.language.fmt import format_text
+    from parc.language.parser import MAX_INPUT, get_parser, parse_text
 
     get_parser()
     folder = Path(tempfile.mkdtemp())

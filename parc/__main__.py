@@ -1,3 +1,3 @@
-from parc.cli import main
+from parc.cli.main import main
 
 raise SystemExit(main())

@@ -5,8 +5,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .compiler.diagnostics import ERROR, Diagnostic, sort_key
-from .compiler.plan import Plan
+from parc.language.diagnostics import ERROR, Diagnostic, sort_key
+from parc.model.plan import Plan
 
 
 @dataclass
@@ -28,7 +28,7 @@ class CheckResult:
 def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, text: str | None = None,
                select=None) -> CheckResult:
     """Parse, resolve and validate one spec. Raises OSError if the spec itself cannot be read."""
-    from .compiler.resolve import load
+    from parc.resolve.resolver import load
 
     res = load(path, root=root, text=text, partial=True)
     diags = list(res.diagnostics)
@@ -36,7 +36,7 @@ def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, 
     # blocks still run, so the spec's other mistakes are reported in the same run
     late = [d for d in diags if d.severity == ERROR and not any(d is p for p in res.partial_errors)]
     if res.plan is not None and not late:
-        from .compiler.rules import run_rules
+        from parc.rules import run_rules
 
         diags.extend(run_rules(res.plan, targets, select=select, failed=res.partial))
     plan = res.plan if not res.partial else None   # a partial plan is never handed on
@@ -51,7 +51,7 @@ def load_plan(path: str | os.PathLike, targets: Iterable[str] = (), root=None) -
     """The resolved plan of a spec that checks without errors; ValueError listing the errors otherwise."""
     r = check_file(path, targets, root)
     if not r.ok or r.plan is None:
-        from .compiler.diagnostics import render_text
+        from parc.language.diagnostics import render_text
 
         raise ValueError("the spec has errors:\n" + render_text(r.errors, r.sources))
     return r.plan

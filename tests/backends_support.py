@@ -19,7 +19,7 @@ LAUNCHERS = ("torchrun", "vllm", "ray", "srun")
 def compile_rel(spec: str, target: str | None):
     """compile_spec on a path relative to the repository root, run from the root (plan.json
     records the spec's path as given)."""
-    from parc.commands.compile import compile_spec
+    from parc.cli.compile import compile_spec
 
     old = os.getcwd()
     os.chdir(ROOT)
@@ -38,7 +38,7 @@ def golden_path(spec: str, target: str) -> Path:
 
 
 def write_out(files, folder: Path) -> Path:
-    from parc.commands.compile import write_files
+    from parc.cli.compile import write_files
 
     write_files(str(folder), files)
     return folder
@@ -126,7 +126,7 @@ def every_target_cases():
     import shutil
     import tempfile
 
-    from parc.commands.compile import compile_spec
+    from parc.cli.compile import compile_spec
 
     base = Path(tempfile.mkdtemp(prefix="parc-every-target-"))
     out = []

@@ -171,7 +171,7 @@ def resolved(text: str, folder):
 def _anchor(items, offset: int, path=()) -> tuple:
     """The statement a finding points into, named by its path (block kind and label, key),
     counted among same-named siblings: a name for the place that does not change with layout."""
-    from parc.compiler import syntax as S
+    from parc.language import syntax as S
 
     seen: dict = {}
     for st in items:
@@ -189,8 +189,8 @@ def _anchor(items, offset: int, path=()) -> tuple:
 def lint_findings(text: str, folder):
     """What `parc lint` reports on a spec (the layout check aside), each finding placed by the
     statement it points into, so that a finding keeps its place when the layout changes."""
-    from parc.compiler.parse import parse_text
-    from parc.lint import lint_files
+    from parc.language.parser import parse_text
+    from parc.lint.engine import lint_files
 
     folder.mkdir(parents=True, exist_ok=True)
     f = folder / "spec.par"
@@ -208,9 +208,9 @@ def lint_findings(text: str, folder):
 def check_fmt(text: str, folder, lint: bool = False) -> str:
     """fmt is idempotent, keeps the meaning (and, with ``lint``, every finding and every
     suppression); returns "formatted", or "refused" when the text has a syntax error."""
-    from parc.compiler.diagnostics import ParcError
-    from parc.compiler.fmt import format_text
-    from parc.compiler.parse import comments
+    from parc.language.diagnostics import ParcError
+    from parc.language.fmt import format_text
+    from parc.language.parser import comments
 
     try:
         once = format_text(text)

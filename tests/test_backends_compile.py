@@ -10,7 +10,7 @@ import pytest
 
 from backends_support import ROOT
 
-from parc.cli import main
+from parc.cli.main import main
 
 
 def _run(argv, capsys):
@@ -90,8 +90,8 @@ def test_output_folder(capsys, tmp_path, monkeypatch):
 
 def test_write_is_atomic(tmp_path, monkeypatch):
     """A failure while writing leaves no file, new or half-written, and no temporary file."""
-    from parc.backends.base import File
-    from parc.commands import compile as comp  # noqa: F401
+    from parc.targets.base import File
+    from parc.cli import compile as comp  # noqa: F401
 
     out_dir = tmp_path / "out"
     out_dir.mkdir()
@@ -114,7 +114,7 @@ def test_write_is_atomic(tmp_path, monkeypatch):
 
 
 def test_templates_refuse_unquoted_values():
-    from parc.backends.render import environment
+    from parc.targets.render import environment
 
     env = environment()
     with pytest.raises(TypeError, match="without a quoting filter"):
@@ -129,17 +129,17 @@ def test_templates_refuse_unquoted_values():
 
 
 def test_check_does_not_load_the_template_engine():
-    code = ("import sys; from parc.cli import main; main(['check', 'examples/llama3-70b-train.par']); "
+    code = ("import sys; from parc.cli.main import main; main(['check', 'examples/llama3-70b-train.par']); "
             "assert 'jinja2' not in sys.modules, 'jinja2 imported'; "
-            "import parc.backends, parc.backends.megatron; parc.backends.load_checks(); "
+            "import parc.targets, parc.targets.megatron; parc.targets.load_checks(); "
             "assert 'jinja2' not in sys.modules, 'jinja2 imported by a backend module'")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
 
 
 def test_new_target_is_a_folder_and_one_line():
-    from parc import backends
-    from parc.compiler.resolve import known_targets
+    from parc import targets as backends
+    from parc.resolve.resolver import known_targets
 
     assert sorted(backends.names()) == known_targets()
     for name in backends.names():

@@ -150,12 +150,12 @@ def test_model_flags_follow_the_model(launched):
 
 
 def test_explain_reports_the_same_dp_and_microbatches(launched):
-    from parc.compiler import costmodel
+    from parc.cost import estimate as costmodel
 
     estimate = getattr(costmodel, "estimate", None)
     if estimate is None:
-        pytest.skip("parc.compiler.costmodel.estimate does not exist yet")
-    from parc.compiler.plan import plan_from_dict
+        pytest.skip("parc.cost.estimate.estimate does not exist yet")
+    from parc.model.plan import plan_from_dict
 
     for spec, plan, targs, margs, env in launched:
         a, _ = _megatron_parser().parse_known_args(margs)
@@ -192,7 +192,7 @@ def test_fsdp_launch_passes_megatrons_checks(dp, tp, zero, write_spec, tmp_path)
     """Megatron-LM's validate_args: with --use-megatron-fsdp, CUDA_DEVICE_MAX_CONNECTIONS must
     not be 1 (even when the user's shell exports it) and --ckpt-format must be fsdp_dtensor;
     without FSDP, tp > 1 needs it to be 1."""
-    from parc.commands.compile import compile_spec
+    from parc.cli.compile import compile_spec
 
     spec = write_spec(FSDP_TP.format(dp=dp, tp=tp, zero=zero))
     r, _, files = compile_spec(str(spec), "megatron")
@@ -268,7 +268,7 @@ target megatron {{
       "--rotary-base": "1000000"}),
 ])
 def test_tokenizer_and_rope_from_the_spec(model, target, code, want, write_spec, tmp_path):
-    from parc.commands.compile import compile_spec
+    from parc.cli.compile import compile_spec
 
     spec = write_spec(TOKENIZER.format(model=model, target=target))
     r, _, files = compile_spec(str(spec), "megatron")

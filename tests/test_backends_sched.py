@@ -28,7 +28,7 @@ def _files(spec: str, target: str):
 
 
 def _compile(write_spec, tmp_path, text, target):
-    from parc.commands.compile import compile_spec
+    from parc.cli.compile import compile_spec
 
     r, _, files = compile_spec(write_spec(text), target, root=tmp_path)
     return r, files

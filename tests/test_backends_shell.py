@@ -167,7 +167,7 @@ target vllm {{
 
 
 def _compile(write_spec, tmp_path, text, target):
-    from parc.commands.compile import compile_spec
+    from parc.cli.compile import compile_spec
 
     r, _, files = compile_spec(write_spec(text), target, root=tmp_path)
     assert files is not None, [f"{d.code} {d.message}" for d in r.errors]

@@ -152,7 +152,7 @@ def test_real_cpu_launch(world, mesh, tmp_path, write_spec):
     probe = ROOT / "tests" / "data" / "torchrun_probe.py"
     spec = write_spec(SPEC.format(world=world, mesh=mesh, entry=json.dumps(str(probe)),
                                   report=json.dumps(str(report))))
-    from parc.commands.compile import compile_spec
+    from parc.cli.compile import compile_spec
 
     r, _, files = compile_spec(spec, "torchrun", root=tmp_path)
     assert files is not None, [d.message for d in r.errors]
@@ -248,7 +248,7 @@ def test_a_failed_node_restarts_the_whole_world(tmp_path, write_spec):
     marks.mkdir()
     spec = write_spec(RESTART_SPEC.replace("ENTRY", json.dumps(str(probe))).replace("REPORT", json.dumps(str(report)))
                       .replace("MARKS", json.dumps(str(marks))))
-    from parc.commands.compile import compile_spec
+    from parc.cli.compile import compile_spec
 
     r, _, files = compile_spec(spec, "torchrun", root=tmp_path)
     assert files is not None, [d.message for d in r.errors]

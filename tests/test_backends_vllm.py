@@ -118,7 +118,7 @@ target vllm {{ model = "x/y" }}
     (1, "  dp = 4\n  tp = 2", None),
 ])
 def test_vllm_layout_rules(nodes, mesh, code, check_spec):
-    from parc import backends
+    from parc import targets as backends
 
     backends.load_checks()
     r = check_spec(SERVE.format(nodes=nodes, mesh=mesh), targets=("vllm",))
@@ -186,7 +186,7 @@ def _ray_log_bin(tmp_path):
 def test_ray_data_parallel_across_nodes(ifname, write_spec, tmp_path):
     """With Ray and dp across nodes, vLLM needs --data-parallel-size-local (else it places every DP
     engine on the head node); each node gives Ray its own address, and a re-run stops the old Ray."""
-    from parc.commands.compile import compile_spec
+    from parc.cli.compile import compile_spec
 
     spec = write_spec(RAY_DP.replace("IFNAME", ifname))
     r, _, files = compile_spec(str(spec), "vllm")
@@ -212,7 +212,7 @@ def test_ray_data_parallel_across_nodes(ifname, write_spec, tmp_path):
 
 def test_node_address_without_vllm_host_ip(write_spec, tmp_path):
     """Without VLLM_HOST_IP the script finds an address itself (the host's first one here)."""
-    from parc.commands.compile import compile_spec
+    from parc.cli.compile import compile_spec
     import shutil
 
     if not shutil.which("hostname"):
@@ -234,7 +234,7 @@ def test_node_address_without_vllm_host_ip(write_spec, tmp_path):
 
 def test_socket_ifname_reaches_every_shell_target(write_spec, tmp_path):
     """The cluster's interface is in the environment of torchrun, Megatron-LM and Slurm launches."""
-    from parc.commands.compile import compile_spec
+    from parc.cli.compile import compile_spec
 
     spec = write_spec("""
     model "m" { from = llama3_8b }

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from parc.cli import main
+from parc.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "llama3-70b-train.par"

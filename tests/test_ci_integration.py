@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
-from parc.cli import COMMANDS, main
+from parc.cli.main import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.par"))
@@ -134,7 +134,7 @@ def test_the_documented_workflow_is_the_shipped_example_and_uses_real_options():
     for fmt in ("sarif", "github", "markdown"):
         assert f"--format {fmt}" in runs
     # every parc invocation in the workflow parses with parc's own parser
-    from parc.cli import command_parser
+    from parc.cli.main import command_parser
 
     for line in runs.splitlines():
         m = re.search(r"\bparc (lint|diff) (.*?)(?:\s*(?:>|\|\||$))", line)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import ROOT
-from parc.cli import main
+from parc.cli.main import main
 
 EXAMPLES = ROOT / "examples"
 TRAIN = ROOT / "tests" / "data" / "explain" / "llama3-70b-train.par"

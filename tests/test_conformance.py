@@ -34,7 +34,7 @@ def _cases():
 
 @pytest.mark.parametrize("rel,expectation", _cases(), ids=[c[0] for c in _cases()])
 def test_conformance_case(rel, expectation, capsys, monkeypatch):
-    from parc.cli import main
+    from parc.cli.main import main
 
     monkeypatch.chdir(CONFORMANCE)
     rc = main(["check", "--format", "json", rel])

@@ -5,8 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from parc.compiler import costmodel as cm
-from parc.compiler.plan import Model
+from parc.cost import estimate as cm
+from parc.model.plan import Model
 
 GB = 1e9
 

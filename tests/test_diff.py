@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from parc.cli import main
+from parc.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "data" / "diff"

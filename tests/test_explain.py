@@ -9,8 +9,8 @@ import pytest
 
 from conftest import ROOT
 from parc.api import load_plan
-from parc.cli import main
-from parc.compiler import costmodel as cm
+from parc.cli.main import main
+from parc.cost import estimate as cm
 
 DATA = ROOT / "tests" / "data" / "explain"
 TRAIN = DATA / "llama3-70b-train.par"
@@ -133,11 +133,11 @@ def test_missing_file(capsys, tmp_path):
 
 
 def test_html_without_module(capsys, tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "parc.pictures.html", None)
+    monkeypatch.setitem(sys.modules, "parc.report.html", None)
     out = tmp_path / "p.html"
     assert main(["explain", str(TRAIN), "--html", str(out)]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "parc.pictures.html" in err
+    assert len(err.strip().splitlines()) == 1 and "parc.report.html" in err
     assert not out.exists()
 
 
@@ -148,9 +148,9 @@ def test_html_with_module(capsys, tmp_path, monkeypatch):
         seen["args"] = (plan, est)
         return f"<html>{est.world_size}</html>"
 
-    fake = types.ModuleType("parc.pictures.html")
+    fake = types.ModuleType("parc.report.html")
     fake.explain_page = explain_page
-    monkeypatch.setitem(sys.modules, "parc.pictures.html", fake)
+    monkeypatch.setitem(sys.modules, "parc.report.html", fake)
     out = tmp_path / "p.html"
     assert main(["explain", str(TRAIN), "--html", str(out), "--format", "json"]) == 0
     assert out.read_text() == "<html>64</html>"

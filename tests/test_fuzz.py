@@ -99,8 +99,8 @@ FOUND = [
 
 @pytest.mark.parametrize("data", FOUND, ids=range(len(FOUND)))
 def test_found_inputs_keep_every_comment_through_fmt(tmp_path, data):
-    from parc.compiler.fmt import format_text
-    from parc.compiler.parse import comments
+    from parc.language.fmt import format_text
+    from parc.language.parser import comments
 
     text = data.decode("utf-8")
     with time_limit(10):

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from parc.cli import main
-from parc.compiler.diagnostics import ERROR, NOTE, WARNING, Diagnostic, Span
-from parc.compiler.render_ci import escape_data, escape_property, parse_github_line, render_github
+from parc.cli.main import main
+from parc.language.diagnostics import ERROR, NOTE, WARNING, Diagnostic, Span
+from parc.report.ci import escape_data, escape_property, parse_github_line, render_github
 
 SPEC = """\
 model "m" { from = llama3_8b }

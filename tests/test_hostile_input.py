@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from parc.api import check_file
-from parc.compiler import parse as P
-from parc.compiler.diagnostics import Diagnostic, ParcError, Span, render_text
+from parc.language import parser as P
+from parc.language.diagnostics import Diagnostic, ParcError, Span, render_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,9 +87,9 @@ def test_planted_parser_cache_is_never_executed(tmp_path):
 
 
 def test_parse_table_is_data_and_matches_the_grammar():
-    """The shipped table is JSON built from today's par.lark (rebuild: python -m parc.grammar.build_table)."""
+    """The shipped table is JSON built from today's par.lark (rebuild: python -m parc.language.build_table)."""
     doc = json.loads(P.TABLE_PATH.read_text(encoding="utf-8"))
-    assert doc["grammar_sha256"] == P.grammar_hash(), "run `python -m parc.grammar.build_table`"
+    assert doc["grammar_sha256"] == P.grammar_hash(), "run `python -m parc.language.build_table`"
 
 
 def test_parse_table_parses_like_the_grammar():
@@ -205,8 +205,8 @@ def _peak_rss_kib(code: str) -> int:
 @pytest.mark.parametrize("body", ["'y' * 1_000_000", "'\\\\n' * 500_000"], ids=["plain", "escapes"])
 def test_long_string_costs_no_memory_amplification(body):
     code = textwrap.dedent(f"""
-        from parc.compiler.parse import parse_text, get_parser
-        from parc.compiler.diagnostics import ParcError
+        from parc.language.parser import parse_text, get_parser
+        from parc.language.diagnostics import ParcError
         get_parser()
         text = 'x {{ a = "' + {body} + '" }}\\n'
         try:
@@ -214,7 +214,7 @@ def test_long_string_costs_no_memory_amplification(body):
         except ParcError as e:
             assert e.diagnostic.code == "P001", e.diagnostic
     """)
-    base = _peak_rss_kib("from parc.compiler.parse import get_parser; get_parser()")
+    base = _peak_rss_kib("from parc.language.parser import get_parser; get_parser()")
     peak = _peak_rss_kib(code)
     # a 1 MB token may cost a few copies of itself, not hundreds of megabytes
     assert peak - base < 40_000, f"{(peak - base) / 1024:.0f} MiB for a 1 MB string"

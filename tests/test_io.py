@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from parc.cli import main
+from parc.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -268,7 +268,7 @@ def test_a_long_import_chain_is_not_an_expression_nested_too_deeply(tmp_path):
 
 def test_import_depth_has_its_own_limit_and_message(tmp_path):
     from parc.api import check_file
-    from parc.compiler.resolve import MAX_IMPORT_DEPTH
+    from parc.resolve.resolver import MAX_IMPORT_DEPTH
 
     spec = _chain(tmp_path, MAX_IMPORT_DEPTH + 5)
     r = check_file(spec, root=tmp_path)
@@ -283,7 +283,7 @@ def test_unknown_targets_read_the_targets_folder_once(tmp_path, monkeypatch):
     import pathlib
 
     from parc.api import check_file
-    from parc.compiler import resolve
+    from parc.resolve import resolver as resolve
 
     calls = []
     real = pathlib.Path.glob

@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from parc.cli import main
-from parc.lint import Selector, UsageError, discover, lint_paths, suppressions
+from parc.cli.main import main
+from parc.lint.engine import Selector, UsageError, discover, lint_paths, suppressions
 
 CLUSTER = """\
 cluster "box" {
@@ -220,7 +220,7 @@ def test_style_checks_report_restated_values(tmp_path, capsys):
 
 
 def test_unformatted_file_is_reported_at_its_first_changed_line(tmp_path, capsys):
-    from parc.compiler.fmt import format_text
+    from parc.language.fmt import format_text
 
     text = GOOD.replace("mesh { dp = 8 }", "mesh {\n      dp = 8\n}")
     assert format_text(text) != text

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from parc.compiler import costmodel as cm
+from parc.cost import estimate as cm
 
 
 def p4(r):
@@ -160,7 +160,7 @@ def test_p404_max_num_seqs(check_spec):
 
 @pytest.mark.parametrize("code", ["P401", "P402", "P403", "P404", "P405"])
 def test_rules_have_docs(code):
-    from parc.compiler.rules import registry, rule_docs
+    from parc.rules import registry, rule_docs
 
     assert code in registry()
     assert rule_docs()[code]["doc"]
@@ -168,7 +168,7 @@ def test_rules_have_docs(code):
 
 
 def test_layout_only_spec_is_not_judged(check_spec, write_spec, capsys):
-    from parc.cli import main
+    from parc.cli.main import main
 
     text = TRAIN_8B.replace("train {\n  zero = ZERO\n}\n", "")
     r = check_spec(text)

@@ -65,7 +65,7 @@ def test_option_lists_may_hold_options(check_spec):
 
 
 def test_compile_refuses_it(tmp_path, write_spec):
-    from parc.commands.compile import compile_spec
+    from parc.cli.compile import compile_spec
 
     spec, _ = _hostile(TRAIN, '"train.py"', "target torchrun", "--standalone")
     r, _, files = compile_spec(write_spec(spec), "torchrun", root=tmp_path)
@@ -74,8 +74,8 @@ def test_compile_refuses_it(tmp_path, write_spec):
 
 def test_the_rule_doc_lists_every_checked_position():
     """rules.toml's P690 entry names every target key the rule checks, and no other."""
-    from parc.backends.base import dash_keys
-    from parc.compiler.rules import rule_docs
+    from parc.targets.base import dash_keys
+    from parc.rules import rule_docs
 
     doc = rule_docs()["P690"]["doc"]
     listed = set(re.findall(r"`(\w+)\.(\w+)`", doc))

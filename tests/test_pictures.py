@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from parc.api import load_plan
-from parc.cli import main
-from parc.compiler import schedules as S
-from parc.compiler.costmodel import estimate
-from parc.compiler.rankmap import RankMap
-from parc.pictures import svg
-from parc.pictures.html import explain_page
+from parc.cli.main import main
+from parc.model import schedules as S
+from parc.cost.estimate import estimate
+from parc.model.rankmap import RankMap
+from parc.report import svg
+from parc.report.html import explain_page
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -372,7 +372,7 @@ def _png_pixels(data: bytes):
 
 
 def test_draw_png_from_the_png_extra(tmp_path, capsys):
-    from parc.commands.draw import png_unavailable
+    from parc.cli.draw import png_unavailable
 
     why = png_unavailable()
     if why:

@@ -11,12 +11,12 @@ import textwrap
 import numpy as np
 import pytest
 
-from parc.cli import main
-from parc.compiler import costmodel as cm
-from parc.compiler.diagnostics import ERROR
-from parc.compiler.plan import GPU, Cluster, Link, Model
-from parc.compiler.rankmap import RankMap
-from parc.compiler.rules import run_rules
+from parc.cli.main import main
+from parc.cost import estimate as cm
+from parc.language.diagnostics import ERROR
+from parc.model.plan import GPU, Cluster, Link, Model
+from parc.model.rankmap import RankMap
+from parc.rules import run_rules
 from parc.planner import Problem, build_plan, search, search_problem
 from parc.planner.emit import plan_text
 from parc.planner.plans import Candidate
@@ -440,7 +440,7 @@ def test_no_plan_fits(write_spec, capsys):
 
 
 def test_progress_bar_only_on_a_terminal():
-    from parc.commands.plan import _Bar
+    from parc.cli.plan import _Bar
 
     class Tty(io.StringIO):
         def isatty(self):

@@ -22,7 +22,7 @@ CLUSTER = """cluster "largest" {
 # runs the search in the child and reports the child's own peak RSS (KiB on Linux)
 PROBE = """
 import json, resource, sys
-from parc.cli import main
+from parc.cli.main import main
 rc = main(["plan", "--model", "llama3_70b", "--cluster", sys.argv[1], "--top", "3", "--format", "json"])
 sys.stderr.write("PEAK_RSS_KIB %d\\n" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 sys.exit(rc)
@@ -51,7 +51,7 @@ def test_joint_groups_cross_nodes_exactly_when_one_of_their_axes_does():
     import itertools
     from dataclasses import replace
 
-    from parc.compiler.rankmap import RankMap
+    from parc.model.rankmap import RankMap
     from parc.planner.inputs import problem
     from parc.planner.space import crosses
 

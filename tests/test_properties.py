@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parc.api import check_file
-from parc.compiler.diagnostics import ParcError
-from parc.compiler.fmt import format_text
-from parc.compiler.parse import comments
+from parc.language.diagnostics import ParcError
+from parc.language.fmt import format_text
+from parc.language.parser import comments
 from spec_strategies import lint_findings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
-from parc.compiler.rankmap import RankMap
+from parc.model.rankmap import RankMap
 
 
 def reference_groups(order, sizes, axes):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from parc.api import check_file
-from parc.compiler.diagnostics import render_json, render_text
+from parc.language.diagnostics import render_json, render_text
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path("tests/data/render")

@@ -10,13 +10,13 @@ FAILS = {"argument check", "initialisation", "model build", "first step", "runs"
 
 
 def error_rules():
-    from parc.compiler.rules import ERROR, registry
+    from parc.rules import ERROR, registry
 
     return [r for c, r in sorted(registry().items()) if c[:2] in ("P1", "P2", "P6") and r.severity == ERROR]
 
 
 def test_every_error_rule_has_an_audit_entry_for_each_of_its_targets():
-    from parc.compiler.rules import AUDIT_TARGETS, GENERIC, audit, rule_docs
+    from parc.rules import AUDIT_TARGETS, GENERIC, audit, rule_docs
 
     rules = error_rules()
     assert len(rules) > 30
@@ -34,8 +34,8 @@ def test_every_error_rule_has_an_audit_entry_for_each_of_its_targets():
 
 @pytest.mark.parametrize("code", ["P102", "P202", "P610"])
 def test_parc_rules_prints_the_audit(capsys, code):
-    from parc.cli import main
-    from parc.compiler.rules import rule_docs
+    from parc.cli.main import main
+    from parc.rules import rule_docs
 
     assert main(["rules", code]) == 0
     out = capsys.readouterr().out

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from parc.cli import main
-from parc.compiler.rules import GENERIC, TARGET_FAMILIES, registry, rule_docs
-from parc import lint
-from parc.compiler.rules import style
+from parc.cli.main import main
+from parc.rules import GENERIC, TARGET_FAMILIES, registry, rule_docs
+from parc.lint import engine as lint
+from parc.rules import style
 
 
 def test_every_registered_code_is_documented():
@@ -55,7 +55,7 @@ def test_rules_one_page(capsys):
     assert main(["rules", "P102"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("P102 heads-divisible-by-tp: Attention heads not divisible by tp")
-    assert "source: Megatron-LM" in out and "check: parc/compiler/rules/mesh.py:" in out
+    assert "source: Megatron-LM" in out and "check: parc/rules/mesh.py:" in out
 
 
 def test_rules_json_and_filters(capsys):

@@ -1,6 +1,6 @@
 """Every independent mistake is reported in one run; an error that follows from another is not.
 
-Gating is by dependency (``parc.compiler.rules.DEPENDS``): a rule is skipped only when a quantity
+Gating is by dependency (``parc.rules.DEPENDS``): a rule is skipped only when a quantity
 it reads was judged wrong by an earlier error.
 """
 from __future__ import annotations

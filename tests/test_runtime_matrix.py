@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 from parc.api import check_file  # noqa: E402
-from parc.compiler import schedules  # noqa: E402
+from parc.model import schedules  # noqa: E402
 from parc.runtime import reference as R  # noqa: E402
 from parc.runtime import shrink  # noqa: E402
 from parc.runtime.launch import Job, prepare_env, run_forked  # noqa: E402

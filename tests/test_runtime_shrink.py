@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from parc.api import check_file
-from parc.compiler import schedules
-from parc.compiler.rules import run_rules
+from parc.model import schedules
+from parc.rules import run_rules
 from parc.runtime import shrink
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from parc.cli import main
+from parc.cli.main import main
 
 SCHEMA = Path(__file__).resolve().parent / "data" / "sarif-schema-2.1.0.json"
 

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from parc.compiler import schedules as S
+from parc.model import schedules as S
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch = pytest.importorskip("torch")

@@ -153,8 +153,8 @@ def _model_folder(model, path: Path) -> str:
 
 def _argv(plan, model_dir: str) -> list[str]:
     """The argv parc's vllm target emits for node 0 (serve_lines), with the model folder as model."""
-    from parc.backends.base import Var
-    from parc.backends.vllm import launch_mode, serve_lines
+    from parc.targets.base import Var
+    from parc.targets.vllm import launch_mode, serve_lines
 
     node = None if launch_mode(plan) == "single" else 0
     words = [model_dir]
@@ -184,7 +184,7 @@ def test_vllm_refuses_what_parc_refuses(vllm_python, check_spec, tmp_path):
     create_engine_config refuse the command parc would emit exactly where the audit says
     "argument check"; the executor's first step (the GPUs per node) where it says
     "initialisation"; where it says vLLM fails at model build, its configuration accepts."""
-    from parc.compiler.rules import audit
+    from parc.rules import audit
     from test_rules_mesh import spec
 
     argvs, fails = [], []

@@ -9,9 +9,9 @@
 """
 from __future__ import annotations
 
-from .inputs import InputError, Problem, load_spec, problem
-from .plans import Candidate, build_plan
-from .search import SearchResult, breakdown, search, search_problem
+from parc.planner.inputs import InputError, Problem, load_spec, problem
+from parc.planner.plans import Candidate, build_plan
+from parc.planner.search import SearchResult, breakdown, search, search_problem
 
 __all__ = ["search", "search_problem", "SearchResult", "Candidate", "Problem", "problem", "load_spec",
            "build_plan", "breakdown", "InputError"]

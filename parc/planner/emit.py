@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from ..compiler.plan import GPU, Model
-from ..compiler.schema import BLOCKS
-from .inputs import Problem
-from .plans import Candidate, placement_links, stage_split, written
-from .search import SearchResult
+from parc.model.plan import GPU, Model
+from parc.model.fields import BLOCKS
+from parc.planner.inputs import Problem
+from parc.planner.plans import Candidate, placement_links, stage_split, written
+from parc.planner.search import SearchResult
 
 # --- numbers as spec text ------------------------------------------------------------------------
 
@@ -56,8 +56,8 @@ def _val(v) -> str:
 
 def model_block(m: Model) -> list[str]:
     """A ``model`` block that resolves to ``m``: ``from = preset`` plus what differs from it."""
-    from ..compiler import costmodel
-    from .inputs import load_model
+    from parc.cost import estimate as costmodel
+    from parc.planner.inputs import load_model
 
     lines = [f"model {_label(m.name)} {{"]
     base = None
@@ -96,7 +96,7 @@ _MODEL_DEFAULTS = {"dtype": "bf16", "tied_embeddings": False, "mlp": "swiglu", "
 
 
 def _gpu_preset(g: GPU) -> bool:
-    from ..compiler.resolve import presets
+    from parc.resolve.resolver import presets
 
     p = presets("gpus").get(g.name)
     if not p:
@@ -130,7 +130,7 @@ def cluster_block(pr: Problem) -> list[str]:
 
 def plan_text(res: SearchResult, i: int = 0) -> str:
     """Reported plan ``i`` as a complete, formatted spec that ``parc check`` accepts."""
-    from ..compiler.fmt import format_text
+    from parc.language.fmt import format_text
 
     pr, c = res.problem, res.plans[i]
     out = [f"# parc plan: rank {c.rank} of {res.valid:,} plans that fit ({res.candidates_evaluated:,} evaluated)",
@@ -233,7 +233,7 @@ def lost_text(res: SearchResult, i: int) -> str:
 
 
 def render_table(res: SearchResult) -> str:
-    from ..commands.table import table
+    from parc.report.table import table
 
     pr = res.problem
     rows = []

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..compiler import syntax as S
-from ..compiler.diagnostics import ERROR, Diagnostic
-from ..compiler.plan import Cluster, Model, Placement, Serve, Target, Train
+from parc.language import syntax as S
+from parc.language.diagnostics import ERROR, Diagnostic
+from parc.model.plan import Cluster, Model, Placement, Serve, Target, Train
 
 # Fields the planner searches, by mode; a partial spec fixes any of them by giving a value.
 TRAIN_FIELDS = ("mesh.pp", "mesh.dp", "mesh.cp", "mesh.tp", "mesh.ep", "mesh.etp",
@@ -86,7 +86,7 @@ def default_global_batch(seq_len: int) -> int:
 # --- loading ------------------------------------------------------------------------------------
 
 def _resolver(anchor: Path, root):
-    from ..compiler.resolve import Resolver, find_root
+    from parc.resolve.resolver import Resolver, find_root
 
     return Resolver(find_root(anchor, root))
 
@@ -98,7 +98,7 @@ def _fail(r, what: str):
 
 def _unread(r) -> None:
     """A file named on the command line that could not be read is an I/O failure (exit 2)."""
-    from ..compiler.reader import READ_CODE
+    from parc.resolve.reader import READ_CODE
 
     for d in r.diags:
         if d.code == READ_CODE and d.span.line == 1 and d.span.column == 1:
@@ -107,7 +107,7 @@ def _unread(r) -> None:
 
 def _resolve(r, shown: str):
     """Resolve what ``r`` has loaded into a plan; InputError with the P0 diagnostics otherwise."""
-    from ..compiler.resolve import resolve_document
+    from parc.resolve.resolver import resolve_document
 
     plan = None
     if not any(d.severity == ERROR for d in r.diags):
@@ -123,7 +123,7 @@ def _is_file(arg: str) -> bool:
 
 def _load_into(r, arg: str, kind: str) -> str:
     """Load a preset name or a .par file for block ``kind`` into resolver ``r``; the shown name."""
-    from ..compiler.resolve import presets
+    from parc.resolve.resolver import presets
 
     if not _is_file(arg):
         table = presets("models" if kind == "model" else "gpus")
@@ -131,7 +131,7 @@ def _load_into(r, arg: str, kind: str) -> str:
             shown = f"<--model {arg}>"
             r.load_file(Path(shown), shown, text=f'model "{arg}" {{\n  from = {arg}\n}}\n')
             return shown
-        from ..compiler.resolve import did_you_mean
+        from parc.resolve.resolver import did_you_mean
 
         sug = did_you_mean(arg, table) if kind == "model" else None
         hint = (f"did you mean `{sug}`? " if sug else "") + (
@@ -176,7 +176,7 @@ def _add_stub(r, model: bool = False, cluster: bool = False) -> None:
 
 def with_seq_len(model: Model, seq_len: int) -> Model:
     """A copy of ``model`` at another sequence length (parameters re-derived when they were)."""
-    from ..compiler import costmodel
+    from parc.cost import estimate as costmodel
 
     m = copy.copy(model)
     derived = model.params == costmodel.param_count(model)

@@ -1,13 +1,13 @@
-"""Candidates as plain records, and the full :class:`~parc.compiler.plan.Plan` each one stands for."""
+"""Candidates as plain records, and the full :class:`~parc.model.plan.Plan` each one stands for."""
 from __future__ import annotations
 
 import copy
 from dataclasses import asdict, astuple, dataclass, field, replace
 from typing import Any, Optional
 
-from ..compiler.diagnostics import Span
-from ..compiler.plan import Mesh, Plan, Schedule
-from .inputs import Problem
+from parc.language.diagnostics import Span
+from parc.model.plan import Mesh, Plan, Schedule
+from parc.planner.inputs import Problem
 
 
 @dataclass(slots=True)
@@ -67,7 +67,7 @@ class Candidate:
 
 def stage_split(pr: Problem, mode: str, stages: int) -> Optional[list[int]]:
     """The layer count per (virtual) stage the resolver would fill in for ``mode``."""
-    from ..compiler import costmodel
+    from parc.cost import estimate as costmodel
 
     L = pr.model.layers
     if mode == "explicit":

@@ -7,11 +7,11 @@ from typing import Callable, Iterable, Optional
 
 import numpy as np
 
-from ..compiler import costmodel as cm
-from ..compiler.diagnostics import ERROR
-from .inputs import Problem, problem as make_problem
-from .plans import Candidate, build_plan
-from .space import PIPELINES, RECOMPUTE, SPLITS, mesh_shapes
+from parc.cost import estimate as cm
+from parc.language.diagnostics import ERROR
+from parc.planner.inputs import Problem, problem as make_problem
+from parc.planner.plans import Candidate, build_plan
+from parc.planner.space import PIPELINES, RECOMPUTE, SPLITS, mesh_shapes
 
 # Rank keys compare costs to a relative 1e-9: closer values are a tie, broken by the next key.
 _RESOLUTION = 1e9
@@ -60,7 +60,7 @@ class SearchResult:
         return self.plans[0] if self.plans else None
 
     def plan(self, i: int = 0):
-        """The full :class:`~parc.compiler.plan.Plan` of reported plan ``i``."""
+        """The full :class:`~parc.model.plan.Plan` of reported plan ``i``."""
         return build_plan(self.problem, self.plans[i])
 
     def records(self) -> list[dict]:
@@ -203,7 +203,7 @@ def fill_costs(pr: Problem, c: Candidate, plan=None, est=None, efficiency: float
         c.step_time, c.tokens_per_second, c.mfu = est.step_time, est.tokens_per_second, est.mfu
         c.bubble, c.compute_time = est.bubble_fraction, est.compute_time
     else:
-        from .serving import serve_perf
+        from parc.planner.serving import serve_perf
 
         perf = serve_perf(plan, est, efficiency)
         c.step_time, c.latency, c.tokens_per_second = perf.step_time, perf.latency, perf.throughput
@@ -212,7 +212,7 @@ def fill_costs(pr: Problem, c: Candidate, plan=None, est=None, efficiency: float
 
 def check_candidate(pr: Problem, c: Candidate, targets: Iterable[str] = ()) -> tuple[list[str], list[str]]:
     """(error codes, warning codes) the full rule set gives ``c``'s plan."""
-    from ..compiler.rules import run_rules
+    from parc.rules import run_rules
 
     plan = build_plan(pr, c)
     diags = run_rules(plan, targets)
@@ -224,7 +224,7 @@ def check_candidate(pr: Problem, c: Candidate, targets: Iterable[str] = ()) -> t
 # --- the searches ------------------------------------------------------------------------------------
 
 def _train_columns(pr: Problem, progress, efficiency):
-    from .vector import train_costs
+    from parc.planner.vector import train_costs
 
     tc = train_costs(pr, efficiency, progress=(lambda f: progress(f, "costing")) if progress else None)
     return tc.cols, tc.enumerated, tc.costed
@@ -232,13 +232,13 @@ def _train_columns(pr: Problem, progress, efficiency):
 
 def _serve_columns(pr: Problem, progress, efficiency):
     """Serving candidates are few (mesh shapes only): each is costed by ``estimate`` itself."""
-    from .serving import serve_perf
+    from parc.planner.serving import serve_perf
 
     meshes = mesh_shapes(pr)
     rows = []
     fixed_seqs = pr.fixed.get("serve.max_num_seqs")
     for i, (pp, dp, cp, tp, ep, etp) in enumerate(meshes):
-        from .space import _split_mode
+        from parc.planner.space import _split_mode
 
         split = _split_mode(pr, pp)
         if split is None:
@@ -316,9 +316,9 @@ def search(model, cluster=None, mode: str = "train", *, seq_len: Optional[int] =
            **problem_fields) -> SearchResult:
     """Search every valid plan for ``model`` on ``cluster`` and rank them by the cost model.
 
-    ``model`` is a :class:`~parc.compiler.plan.Model`, a preset name or a ``.par`` file holding a
+    ``model`` is a :class:`~parc.model.plan.Model`, a preset name or a ``.par`` file holding a
     ``model`` block (or a :class:`Problem`, then ``cluster`` is not given); ``cluster`` a
-    :class:`~parc.compiler.plan.Cluster` or a ``.par`` file. ``mode`` is ``"train"`` (ranked by step
+    :class:`~parc.model.plan.Cluster` or a ``.par`` file. ``mode`` is ``"train"`` (ranked by step
     time for ``global_batch`` sequences of ``seq_len`` tokens) or ``"serve"`` (ranked by
     throughput at the memory limit, ``seq_len`` being ``max_model_len``). Fields of
     :class:`Problem` (``fixed={"mesh.tp": 8}``, ``train=Train(...)``, ...) pass through.

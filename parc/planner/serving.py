@@ -1,7 +1,7 @@
 """Decode throughput and latency of a serving plan at its memory limit.
 
 The memory side (weights per GPU, KV bytes per token, KV capacity, concurrent sequences) is
-:func:`parc.compiler.costmodel.estimate`'s. On top of it, a decode step is the roofline of each
+:func:`parc.cost.estimate.estimate`'s. On top of it, a decode step is the roofline of each
 pipeline stage (Williams et al. 2009; for transformer decoding Pope et al. 2022, "Efficiently
 Scaling Transformer Inference", §2): a stage streams its weights and the KV cache of the
 sequences it serves from HBM, or computes, whichever takes longer, then runs its tensor-parallel
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..compiler import costmodel as cm
+from parc.cost import estimate as cm
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ The space is built in three layers, each pruned before the next is multiplied ou
    split) that the batch and schedule rules accept;
 3. per schedule option, the training options (zero stage, recompute, sequence parallel).
 
-Every filter here mirrors an error rule of :mod:`parc.compiler.rules` (named next to it), so a
+Every filter here mirrors an error rule of :mod:`parc.rules` (named next to it), so a
 row dropped here is a plan ``parc check`` would refuse; nothing is dropped for being slow.
 Definitional choices that shape the space (not pruning) are:
 
@@ -23,9 +23,9 @@ Definitional choices that shape the space (not pruning) are:
 """
 from __future__ import annotations
 
-from ..compiler.rankmap import RankMap
-from ..compiler.rules.util import divisors
-from .inputs import Problem
+from parc.model.rankmap import RankMap
+from parc.rules.util import divisors
+from parc.planner.inputs import Problem
 
 PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v")
 RECOMPUTE = ("none", "selective", "full")
@@ -232,7 +232,7 @@ def batch_options(pr: Problem, dp: int) -> list[tuple[int, int, int]]:
 def few_microbatches_refused(pr: Problem) -> bool:
     """Whether P202 refuses 1F1B with fewer microbatches than stages: torch's Schedule1F1B does (the
     torch runtime, and a plan without a target, which runs on it); Megatron-LM and DeepSpeed run it."""
-    from ..compiler.rules import TARGET_FAMILIES
+    from parc.rules import TARGET_FAMILIES
 
     named = pr.rule_targets & set(TARGET_FAMILIES)
     return "torch" in named or not named

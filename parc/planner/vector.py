@@ -1,6 +1,6 @@
 """The cost model over arrays of candidates.
 
-:func:`parc.compiler.costmodel.estimate` costs one plan; the planner costs hundreds of thousands,
+:func:`parc.cost.estimate.estimate` costs one plan; the planner costs hundreds of thousands,
 so this module evaluates the same formulas over numpy arrays. It reuses the cost model's own
 functions wherever they can be called once per distinct input and broadcast:
 
@@ -22,11 +22,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..compiler import costmodel as cm
-from .inputs import Problem
-from .space import (PIPELINES, RECOMPUTE, SPLITS, batch_options, crosses, few_microbatches_refused,
+from parc.cost import estimate as cm
+from parc.planner.inputs import Problem
+from parc.planner.space import (PIPELINES, RECOMPUTE, SPLITS, batch_options, crosses, few_microbatches_refused,
                     layout_options, mesh_shapes, train_options, zero_options)
-from .plans import stage_split
+from parc.planner.plans import stage_split
 
 _PIPE = {name: i for i, name in enumerate(PIPELINES)}
 CHUNK = 1 << 17          # rows costed at a time

@@ -31,16 +31,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..compiler.plan import Plan
-from . import mesh as M
-from . import parallel as P
-from .pipeline import Layout, build_schedule, layout
+from parc.model.plan import Plan
+from parc.runtime import mesh as M
+from parc.runtime import parallel as P
+from parc.runtime.pipeline import Layout, build_schedule, layout
 
 
 def _load(spec) -> Plan:
     if isinstance(spec, Plan):
         return spec
-    from ..api import load_plan
+    from parc.api import load_plan
 
     return load_plan(spec)
 

@@ -27,7 +27,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      set_model_state_dict)
 
-from .options import CheckpointError  # noqa: F401 - re-exported
+from parc.runtime.options import CheckpointError  # noqa: F401 - re-exported
 
 META = "parc-run.json"
 METADATA = ".metadata"
@@ -116,7 +116,7 @@ def exists(path: str) -> bool:
 
 def expected_shapes(cfg) -> dict:
     """``model.<name>`` -> shape of every tensor of the whole model (built on the meta device)."""
-    from .model import Transformer
+    from parc.runtime.model import Transformer
 
     with torch.device("meta"):
         model = Transformer(cfg)

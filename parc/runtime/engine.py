@@ -10,14 +10,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from ..compiler import schedules
-from ..compiler.plan import Plan
-from .options import Options, RunError  # noqa: F401 - re-exported
-from . import mesh as M
-from . import parallel as P
-from . import reference as R
-from .model import Config, Transformer, loss_fn, set_parallel
-from .pipeline import build_schedule, layout
+from parc.model import schedules
+from parc.model.plan import Plan
+from parc.runtime.options import Options, RunError  # noqa: F401 - re-exported
+from parc.runtime import mesh as M
+from parc.runtime import parallel as P
+from parc.runtime import reference as R
+from parc.runtime.model import Config, Transformer, loss_fn, set_parallel
+from parc.runtime.pipeline import build_schedule, layout
 
 
 def check_plan(plan: Plan) -> None:
@@ -324,8 +324,8 @@ def run_rank(plan: Plan, opts: Options, reference: Optional[R.Reference] = None,
              progress: Optional[Callable[[int], None]] = None) -> Optional[dict]:
     """Run the plan on this rank (torch.distributed already initialised). Returns the report on
     global rank 0, None elsewhere."""
-    from . import checkpoint as CK
-    from ..compiler import costmodel
+    from parc.runtime import checkpoint as CK
+    from parc.cost import estimate as costmodel
 
     t_build = time.perf_counter()
     rk = Rank(plan, opts)
@@ -385,7 +385,7 @@ def _predicted(costmodel, plan: Plan, rank: int):
 
 def _report(plan: Plan, opts: Options, steps, ranks, reference, resumed, saved) -> dict:
     m = plan.mesh
-    from ..compiler import costmodel
+    from parc.cost import estimate as costmodel
 
     prec = plan.train.precision if plan.mode == "train" and plan.train else plan.model.dtype
     rep = {

@@ -18,7 +18,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..compiler.plan import Plan
+from parc.model.plan import Plan
 
 
 class RunFailed(Exception):
@@ -92,7 +92,7 @@ def _child(rank: int, world: int, body, folder: str, backend: str, timeout: floa
 
         torch.set_num_threads(1)
         quiet()
-        from . import mesh as M
+        from parc.runtime import mesh as M
 
         M.init_process_group(backend, rank, world, timeout, store_path=os.path.join(folder, "store"))
 
@@ -195,7 +195,7 @@ def run_forked(jobs: list[Job], backend: str = "gloo", deadline: Optional[float]
         raise ValueError("every plan of one launch needs the same world size")
 
     def body(rank, folder, progress):
-        from . import engine
+        from parc.runtime import engine
 
         for i, job in enumerate(jobs):
             rep = engine.run_rank(job.plan, job.opts, job.reference, progress)

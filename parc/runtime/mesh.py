@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from ..compiler.plan import Plan
-from ..compiler.rankmap import RankMap
+from parc.model.plan import Plan
+from parc.model.rankmap import RankMap
 
 
 def init_process_group(backend: str, rank: int, world: int, timeout_s: float,

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import collectives as C
+from parc.runtime import collectives as C
 
 
 @dataclass

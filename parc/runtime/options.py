@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..compiler.plan import Plan
+from parc.model.plan import Plan
 
 class RunError(RuntimeError):
     """A plan the runtime cannot run, or a failure inside a rank, said in the user's terms."""

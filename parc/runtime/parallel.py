@@ -24,8 +24,8 @@ from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tenso
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                SequenceParallel, parallelize_module)
 
-from .mesh import Meshes
-from .model import MoE, Parallel, Transformer
+from parc.runtime.mesh import Meshes
+from parc.runtime.model import MoE, Parallel, Transformer
 
 
 class PlacementError(ValueError):

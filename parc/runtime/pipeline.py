@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compiler import schedules
-from ..compiler.plan import Plan
-from ..compiler.schedules import Action
+from parc.model import schedules
+from parc.model.plan import Plan
+from parc.model.schedules import Action
 
 
 @dataclass

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..compiler.plan import Plan
-from .model import Config, Transformer, loss_fn
-from .options import DEFAULT_LR  # noqa: F401 - re-exported
+from parc.model.plan import Plan
+from parc.runtime.model import Config, Transformer, loss_fn
+from parc.runtime.options import DEFAULT_LR  # noqa: F401 - re-exported
 
 LOSS_ATOL = 1e-5
 GRAD_ATOL, GRAD_RTOL = 1e-5, 1e-4
@@ -96,7 +96,7 @@ def compute(plan: Plan, steps: int, seed: int, optimizer: str, lr: float,
 
         import torch.distributed.checkpoint as dcp
 
-        from .checkpoint import CheckpointError, SafeReader, one_line
+        from parc.runtime.checkpoint import CheckpointError, SafeReader, one_line
 
         state = model.state_dict()
         with warnings.catch_warnings():

@@ -12,9 +12,9 @@ import sys
 import time
 from typing import Optional
 
-from ..compiler.plan import Plan
-from . import shrink
-from .launch import Job, RunFailed, prepare_env
+from parc.model.plan import Plan
+from parc.runtime import shrink
+from parc.runtime.launch import Job, RunFailed, prepare_env
 
 
 def under_torchrun() -> bool:
@@ -72,7 +72,7 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
     ``t_start``: when the command started (the report's timing counts from there); ``bar``: a
     :class:`Progress` already showing (else one is made when ``progress``); ``deadline_s``: the
     whole run's limit for forked ranks (default :func:`default_deadline`)."""
-    from .options import RunError
+    from parc.runtime.options import RunError
 
     t0 = time.perf_counter()
     t_start = t_start if t_start is not None else t0
@@ -97,10 +97,10 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
 
         if forked:
             torch.set_num_threads(1)
-        from . import engine  # noqa: F401 - the heavy imports, timed here
-        from . import checkpoint as CK
-        from . import launch
-        from . import reference as R
+        from parc.runtime import engine  # noqa: F401 - the heavy imports, timed here
+        from parc.runtime import checkpoint as CK
+        from parc.runtime import launch
+        from parc.runtime import reference as R
 
         launch.quiet()
         t_imports = time.perf_counter() - t0
@@ -117,7 +117,7 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
             raise CK.CheckpointError(f"--checkpoint names {opts.checkpoint}, which is a file: give a folder")
         if resume:
             phase("checking the checkpoint")
-            from .model import Config
+            from parc.runtime.model import Config
 
             CK.validate(resume, Config.from_model(plan.model))
         ref, t_ref = None, 0.0
@@ -149,8 +149,8 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
 
 
 def _in_process(job: Job, backend: str, bar) -> Optional[dict]:
-    from . import engine
-    from . import mesh as M
+    from parc.runtime import engine
+    from parc.runtime import mesh as M
 
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))

@@ -13,8 +13,8 @@ from __future__ import annotations
 import copy
 from math import gcd
 
-from ..compiler import schedules
-from ..compiler.plan import Plan
+from parc.model import schedules
+from parc.model.plan import Plan
 
 
 def _lcm(*xs: int) -> int:
@@ -98,6 +98,6 @@ def rehearse(plan: Plan, seq_len: int | None = None) -> Plan:
 
 
 def _param_count(m) -> int:
-    from ..compiler.costmodel import param_count
+    from parc.cost.estimate import param_count
 
     return param_count(m)

@@ -8,7 +8,7 @@ import os
 import sys
 
 if __name__ == "__main__":
-    from parc.cli import main
+    from parc.cli.main import main
 
     plan = os.environ.get("PARC_PLAN")
     if not plan:

@@ -19,8 +19,8 @@ def main() -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from parc.compiler.plan import plan_from_dict
-    from parc.compiler.rankmap import RankMap
+    from parc.model.plan import plan_from_dict
+    from parc.model.rankmap import RankMap
 
     with open(os.environ["PARC_PLAN"], encoding="utf-8") as f:
         plan = plan_from_dict(json.load(f))

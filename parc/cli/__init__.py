@@ -1,0 +1,1 @@
+"""The command line: ``main`` and one module per command, each imported only when it runs."""

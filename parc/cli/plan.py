@@ -1,0 +1,163 @@
+"""parc plan: search every valid plan for a model on a cluster and rank them by the cost model."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+DESCRIPTION = """Search every parallelism plan of a model on a cluster that passes parc's rules and fits
+in memory, and rank them by the cost model: training by step time for the global batch,
+serving by throughput at the memory limit. Give --model and --cluster, or a partial SPEC:
+every field it gives is kept, every field it leaves out (or sets to `auto`) is searched."""
+EPILOG = """exit status: 0 plans found, 1 no plan fits (or the spec has errors), 2 usage or I/O failure
+
+examples:
+  parc plan --model llama3_70b --cluster examples/clusters/dgx-h100-8node.par --global-batch 512
+  parc plan --model llama3_70b --cluster box.par --serve --seq-len 8192 -o best.par
+  parc plan examples/llama3-70b-train.par --top 5 --format json"""
+
+
+def add_arguments(p):
+    p.add_argument("spec", nargs="?", metavar="SPEC", help="a partial spec to search around")
+    p.add_argument("--model", metavar="PRESET|FILE",
+                   help="a model preset, or a .par file holding a `model` block (with SPEC: if it has none)")
+    p.add_argument("--cluster", metavar="FILE",
+                   help="a .par file holding a `cluster` block (with SPEC: if it has none)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--train", action="store_true", help="search training plans (the default)")
+    mode.add_argument("--serve", action="store_true", help="search serving plans")
+    p.add_argument("--seq-len", type=int, metavar="N", help="sequence length (serving: max_model_len)")
+    p.add_argument("--global-batch", type=int, metavar="N",
+                   help="sequences per training step (default: the spec's, else about 4M tokens)")
+    p.add_argument("--top", type=int, default=10, metavar="K", help="how many plans to report (default 10)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the best plan there as a formatted spec")
+    from parc.cli.targets import add_target
+
+    add_target(p, help="also apply this target's rules to the plans (repeatable)")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    p.add_argument("--root", metavar="DIR", help="the folder imports must stay in")
+
+
+class _Bar:
+    """A progress bar on stderr, drawn only on a terminal and only once a search passes a second."""
+
+    def __init__(self, stream=None, after: float = 1.0):
+        self.stream = stream or sys.stderr
+        self.t0 = time.perf_counter()
+        self.after = after
+        self.on = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.drawn = False
+
+    def __call__(self, frac: float, what: str) -> None:
+        if not self.on or time.perf_counter() - self.t0 < self.after:
+            return
+        width = 30
+        done = int(width * max(0.0, min(1.0, frac)))
+        self.stream.write(f"\r[{'#' * done}{'.' * (width - done)}] {frac:4.0%} {what:<10}")
+        self.stream.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\r" + " " * 60 + "\r")
+            self.stream.flush()
+
+
+def _usage(msg: str) -> int:
+    sys.stderr.write(f"parc plan: {msg}\n")
+    return 2
+
+
+def run(args) -> int:
+    import json
+
+    from parc.language.diagnostics import render_text, use_color
+    from parc.planner import InputError, search_problem
+    from parc.planner.emit import plan_text, render_text as render_result
+    from parc.planner.inputs import load_spec, problem, with_seq_len
+
+    if args.top < 1:
+        return _usage("--top must be at least 1")
+    for flag in ("seq_len", "global_batch"):
+        v = getattr(args, flag)
+        if v is not None and v < 1:
+            return _usage(f"--{flag.replace('_', '-')} must be at least 1")
+    try:
+        if args.spec:
+            pr = load_spec(args.spec, root=args.root, model=args.model, cluster=args.cluster,
+                           mode="serve" if args.serve else "train")
+            if args.serve and pr.mode != "serve" or args.train and pr.mode != "train":
+                return _usage(f"{args.spec} is a {'serving' if pr.mode == 'serve' else 'training'} spec; "
+                              f"drop --{'serve' if args.serve else 'train'}")
+            if args.seq_len is not None:
+                if pr.mode == "serve":
+                    pr.serve.max_model_len = args.seq_len
+                else:
+                    pr.model = with_seq_len(pr.model, args.seq_len)
+            if args.global_batch is not None:
+                if pr.mode == "serve":
+                    return _usage("--global-batch is for training")
+                pr.global_batch, pr.microbatches = args.global_batch, None
+        else:
+            if not args.model or not args.cluster:
+                return _usage("give a SPEC, or both --model and --cluster (see `parc plan --help`)")
+            mode = "serve" if args.serve else "train"
+            if mode == "serve" and args.global_batch is not None:
+                return _usage("--global-batch is for training")
+            pr = problem(args.model, args.cluster, mode, seq_len=args.seq_len, global_batch=args.global_batch,
+                         root=args.root)
+    except InputError as e:
+        if e.diagnostics:
+            sys.stderr.write(render_text(e.diagnostics, e.sources, color=use_color(sys.stderr)).rstrip() + "\n")
+            return 1
+        return _usage(str(e))
+
+    bar = _Bar()
+    try:
+        res = search_problem(pr, top=args.top, targets=args.target, progress=bar)
+    finally:
+        bar.close()
+
+    text = None
+    if res.plans:
+        text = plan_text(res)
+        err = _check_text(text, args.target, args.output or "best.par")
+        if err:
+            sys.stderr.write("parc plan: the best plan does not pass `parc check`:\n" + err)
+            return 1
+    if args.format == "json":
+        print(json.dumps(res.to_json(), indent=2))
+    else:
+        print(render_result(res))
+    if args.output and text is not None:
+        try:
+            _write_atomic(args.output, text)
+        except OSError as e:
+            sys.stderr.write(f"parc plan: cannot write {args.output}: {e.strerror or e}\n")
+            return 2
+        if args.format == "text":
+            print(f"wrote {args.output}")
+    return 0 if res.plans else 1
+
+
+def _check_text(text: str, targets, name: str) -> str:
+    """The errors `parc check` gives the written plan (empty when it passes)."""
+    from parc.api import check_file
+    from parc.language.diagnostics import render_text
+
+    path = os.path.abspath(name)
+    r = check_file(path, targets, root=os.path.dirname(path), text=text)
+    return render_text(r.errors, r.sources) if r.errors else ""
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never half;
+    a new file gets the permissions the umask gives."""
+    from parc.cli.fmt import write_atomic
+
+    new = not os.path.exists(path)
+    write_atomic(path, text)
+    if new:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(path, 0o666 & ~mask)

@@ -1,0 +1,145 @@
+"""parc rules: list the diagnostic codes, or print one code's page."""
+from __future__ import annotations
+
+import sys
+
+DESCRIPTION = "List every diagnostic code with its name, family, severity and targets, or explain one."
+EPILOG = """examples:
+  parc rules                    every code
+  parc rules P1                 the mesh-divisibility family
+  parc rules --target megatron  the codes that apply when compiling for Megatron-LM
+  parc rules P102               one code's page
+  parc rules --format json"""
+
+FAMILIES = {
+    "P0": "syntax and names",
+    "P1": "mesh divisibility",
+    "P2": "batch and schedule",
+    "P3": "topology",
+    "P4": "memory",
+    "P5": "advice",
+    "P6": "target",
+}
+
+
+def add_arguments(p):
+    p.add_argument("codes", nargs="*", metavar="CODE",
+                   help="codes (P102) or families (P1) to show; a single code prints its page")
+    from parc.cli.targets import add_target
+
+    add_target(p, repeatable=False, help="only codes that apply for this target (generic ones included)")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+
+
+def catalog() -> list[dict]:
+    """Every code: registered rules and the documented codes reported elsewhere (P0 front end, lint)."""
+    from parc.rules import GENERIC, registry, rule_docs
+
+    docs = rule_docs()
+    reg = registry()
+    out = []
+    for code in sorted(set(docs) | set(reg)):
+        d = docs.get(code, {})
+        r = reg.get(code)
+        out.append({
+            "code": code,
+            "name": r.name if r else d.get("name", ""),
+            "title": d.get("title", ""),
+            "family": code[:2],
+            "family_name": FAMILIES.get(code[:2], ""),
+            "severity": r.severity if r else d.get("severity", "error"),
+            "targets": list(r.targets) if r else [GENERIC],
+            "doc": d.get("doc", ""),
+            "source": d.get("source"),
+            "targets_audit": d.get("targets", {}),
+            "defined_in": _where(r.fn) if r else None,
+        })
+    return out
+
+
+def _where(fn) -> str:
+    """``parc/rules/mesh.py:85``: where a rule's check is written."""
+    from pathlib import Path
+
+    code = fn.__code__
+    root = Path(__file__).resolve().parent.parent.parent
+    try:
+        path = Path(code.co_filename).resolve().relative_to(root)
+    except ValueError:
+        path = Path(code.co_filename)
+    return f"{path.as_posix()}:{code.co_firstlineno}"
+
+
+def _wrap(text: str, width: int = 88, indent: str = "") -> str:
+    import textwrap
+
+    return textwrap.fill(text, width=width, initial_indent=indent, subsequent_indent=indent)
+
+
+def _page(e: dict) -> str:
+    lines = [f"{e['code']} {e['name']}: {e['title']}",
+             f"family {e['family']} ({e['family_name']}) · severity {e['severity']} · "
+             f"targets {', '.join(e['targets'])}", "", _wrap(e["doc"] or "(no documentation)")]
+    if e.get("source"):
+        lines += ["", _wrap(f"source: {e['source']}")]
+    if e.get("targets_audit"):
+        lines += ["", "where each target refuses it:"]
+        for t, a in e["targets_audit"].items():
+            if "same_as" in a:
+                lines.append(_wrap(f"{t}: as {a['same_as']} (it launches {a['same_as']})", indent="  "))
+                continue
+            text = f"{t}: {a.get('fails', '')} ({a.get('source', '')}): {a.get('check', '')}"
+            if a.get("note"):
+                text += f"; {a['note']}"
+            lines.append(_item(text))
+    if e.get("defined_in"):
+        lines.append(f"check: {e['defined_in']}")
+    return "\n".join(lines)
+
+
+def _item(text: str) -> str:
+    import textwrap
+
+    return textwrap.fill(text, width=88, initial_indent="  ", subsequent_indent="    ")
+
+
+def _table(entries: list[dict]) -> str:
+    if not entries:
+        return "no codes match"
+    w = max(len(e["name"]) for e in entries)
+    rows = [f"{'CODE':<5} {'NAME':<{w}}  {'FAMILY':<21} {'SEVERITY':<8} TARGETS"]
+    for e in entries:
+        fam = f"{e['family']} {e['family_name']}"
+        rows.append(f"{e['code']:<5} {e['name']:<{w}}  {fam:<21} {e['severity']:<8} {', '.join(e['targets'])}")
+    return "\n".join(rows)
+
+
+def run(args) -> int:
+    import json
+
+    entries = catalog()
+    by_code = {e["code"]: e for e in entries}
+    wanted = [c.upper() for c in args.codes]
+    unknown = [c for c in wanted if c not in by_code and c not in FAMILIES]
+    if unknown:
+        import difflib
+
+        near = difflib.get_close_matches(unknown[0], list(by_code), n=1)
+        print(f"parc: unknown code `{args.codes[[c.upper() for c in args.codes].index(unknown[0])]}`"
+              + (f"; did you mean {near[0]}?" if near else "") + " (`parc rules` lists them)", file=sys.stderr)
+        return 2
+    if wanted:
+        entries = [e for e in entries if e["code"] in wanted or e["family"] in wanted]
+    if args.target:
+        t = args.target
+        implied = {t, "torch"} if t in ("torchrun", "slurm", "kubernetes") else {t}
+        entries = [e for e in entries if "generic" in e["targets"] or implied & set(e["targets"])]
+    single = len(wanted) == 1 and wanted[0] in by_code
+    if args.format == "json":
+        print(json.dumps(entries[0] if single else entries, indent=2, ensure_ascii=False))
+        return 0
+    if single:
+        print(_page(entries[0]))
+    else:
+        print(_table(entries))
+    return 0

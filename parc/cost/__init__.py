@@ -1,0 +1,1 @@
+"""The cost model: parameters, memory, communication, FLOPs and step time."""

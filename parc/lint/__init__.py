@@ -1,0 +1,1 @@
+"""parc lint: discovery, suppressions and the engine."""

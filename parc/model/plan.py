@@ -1,0 +1,247 @@
+"""The resolved, typed plan.
+
+Plain slotted dataclasses keep ``parc check`` fast to start; pydantic validates them at
+the boundaries where data comes from outside (a plan JSON read back by the runtime, the
+JSON Schema printed by ``parc schema``) through :func:`plan_adapter`. Every value keeps
+the span it came from in :attr:`Plan.spans`, keyed by its path (``"mesh.tp"``).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any, Literal, Optional, Union
+
+from parc.language.diagnostics import Span
+
+
+@dataclass(slots=True)
+class Model:
+    name: str
+    layers: int
+    hidden: int
+    ffn_hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: Optional[int]
+    vocab: int
+    params: int
+    dtype: str = "bf16"
+    seq_len: int = 4096
+    tied_embeddings: bool = False
+    mlp: str = "swiglu"
+    norm: str = "rmsnorm"
+    position: str = "rope"
+    bias: bool = False
+    experts: int = 0
+    top_k: int = 0
+    moe_ffn_hidden: int = 0
+    shared_experts: int = 0
+    moe_every: int = 1
+    rope_theta: int = 10000               # RoPE base frequency (Megatron-LM --rotary-base)
+    max_positions: Optional[int] = None   # the longest sequence the model was built for, when known
+    preset: Optional[str] = None
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (every ``moe_every``-th layer)."""
+        return self.layers // self.moe_every if self.is_moe else 0
+
+
+@dataclass(slots=True)
+class GPU:
+    name: str
+    memory: int
+    flops: float
+    hbm_bandwidth: float = 0.0
+    nvlink_bandwidth: float = 0.0
+    pcie_bandwidth: float = 0.0
+
+
+@dataclass(slots=True)
+class Link:
+    kind: str          # nvlink | pcie | infiniband | ethernet | xgmi | roce
+    bandwidth: float   # bytes/s per GPU per direction
+
+
+@dataclass(slots=True)
+class Cluster:
+    name: str
+    nodes: int
+    gpus_per_node: int
+    gpu: GPU
+    intra_node: Optional[Link] = None
+    inter_node: Optional[Link] = None
+    socket_ifname: Optional[str] = None   # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(slots=True)
+class Mesh:
+    order: list[str]
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    tp: int = 1
+    ep: int = 1
+    etp: int = 1
+    auto: Optional[str] = None   # the axis that was `auto`, if any
+
+    def size(self, axis: str) -> int:
+        return getattr(self, axis)
+
+    @property
+    def product(self) -> int:
+        return self.pp * self.dp * self.cp * self.tp
+
+
+@dataclass(slots=True)
+class ModulePlacement:
+    pattern: str
+    style: str              # colwise | rowwise | sequence | experts | replicate
+    axis: Optional[str]
+
+
+@dataclass(slots=True)
+class Placement:
+    links: dict[str, str] = field(default_factory=dict)   # axis -> intra_node | inter_node
+    layers_mode: str = "even"                              # even | balanced | explicit
+    layers: Optional[list[int]] = None                     # per (virtual) stage, when known
+    modules: list[ModulePlacement] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Schedule:
+    pipeline: str = "1f1b"
+    virtual_stages: int = 1
+    micro_batch: int = 1
+    global_batch: int = 1
+    microbatches: Optional[int] = None   # None when global_batch is not divisible
+
+
+@dataclass(slots=True)
+class Train:
+    optimizer: str = "adam"
+    zero: int = 0
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    precision: str = "bf16"
+    main_grads: str = "fp32"
+    optimizer_state: str = "fp32"
+
+
+@dataclass(slots=True)
+class Serve:
+    max_model_len: int = 4096
+    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int = 256
+    kv_cache_dtype: str = "auto"
+
+
+@dataclass(slots=True)
+class Target:
+    name: str
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+LAUNCHED_BY_TORCHRUN = ("slurm", "kubernetes")
+INHERITED_FROM_TORCHRUN = ("entrypoint", "args", "max_restarts")
+
+
+@dataclass(slots=True)
+class Plan:
+    file: str
+    model: Model
+    cluster: Cluster
+    mesh: Mesh
+    placement: Placement
+    schedule: Schedule
+    mode: Literal["train", "serve"]
+    train: Optional[Train] = None
+    serve: Optional[Serve] = None
+    targets: dict[str, Target] = field(default_factory=dict)
+    spans: dict[str, Span] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)   # the spec and every file it imports
+    # the spec's path relative to the root, '/'-separated: the same however the path was spelled
+    # and wherever parc ran (plan.json's `file`); empty where the plan did not come from a file
+    source: str = ""
+
+    @property
+    def world_size(self) -> int:
+        return self.mesh.product
+
+    def target_settings(self, name: str) -> dict[str, Any]:
+        """A target block's settings; the targets that launch through torchrun (slurm,
+        kubernetes) take the `target torchrun` block's entry point, arguments and restarts
+        where their own block leaves them out, so a spec names its script once."""
+        own = dict(self.targets[name].settings) if name in self.targets else {}
+        if name in LAUNCHED_BY_TORCHRUN and "torchrun" in self.targets:
+            for key in INHERITED_FROM_TORCHRUN:
+                if key not in own and key in self.targets["torchrun"].settings:
+                    own[key] = self.targets["torchrun"].settings[key]
+        return own
+
+    def span(self, *paths: str) -> Span:
+        """The span of the first of ``paths`` that has one (falling back to the file's top)."""
+        for p in paths:
+            s = self.spans.get(p)
+            if s is not None:
+                return s
+            # a field without its own span points at its block
+            blk = p.split(".", 1)[0]
+            s = self.spans.get(blk)
+            if s is not None and p == paths[-1]:
+                return s
+        return Span.point(self.file)
+
+    def to_dict(self) -> dict:
+        """The plan as plain data (no spans): what ``--target json`` and the runtime read."""
+        d = {k: v for k, v in asdict(self).items() if k not in ("spans", "files", "source")}
+        d["file"] = self.source or self.file
+        d["world_size"] = self.world_size
+        return d
+
+
+@lru_cache(maxsize=1)
+def plan_adapter():
+    """A pydantic TypeAdapter that validates plan data and gives its JSON Schema."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(_PlanData)
+
+
+# The shape of ``Plan.to_dict()`` for validation; the runtime reads plans through it.
+@dataclass
+class _PlanData:
+    file: str
+    model: Model
+    cluster: Cluster
+    mesh: Mesh
+    placement: Placement
+    schedule: Schedule
+    mode: Literal["train", "serve"]
+    world_size: int
+    train: Optional[Train] = None
+    serve: Optional[Serve] = None
+    targets: dict[str, Target] = field(default_factory=dict)
+
+
+def plan_from_dict(data: dict) -> Plan:
+    """Validate plan data (for example from a compiled ``plan.json``) and rebuild the plan."""
+    p = plan_adapter().validate_python(data)
+    plan = Plan(file=p.file, model=p.model, cluster=p.cluster, mesh=p.mesh, placement=p.placement,
+                schedule=p.schedule, mode=p.mode, train=p.train, serve=p.serve, targets=p.targets)
+    if plan.world_size != p.world_size:
+        raise ValueError(f"world_size {p.world_size} does not match the mesh ({plan.world_size})")
+    return plan
+
+
+def plan_json_schema() -> dict:
+    return plan_adapter().json_schema()
+

@@ -1,0 +1,1 @@
+"""Renderers: one module per output format, one number formatter."""

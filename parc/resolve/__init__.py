@@ -1,0 +1,1 @@
+"""From files to a typed plan: reader, imports, merge, evaluation, build."""

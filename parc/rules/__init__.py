@@ -1,0 +1,307 @@
+"""The rule registry: each rule is one small function over the resolved plan.
+
+A rule is registered with :func:`rule` and returns (or yields) diagnostics built through its
+:class:`Check`; its documentation lives in ``data/rules.toml`` under its code.
+
+Every independent mistake is reported in one run; only errors that follow from another are
+dropped. :data:`DEPENDS` says, for each rule, the quantities it reads and the quantity it judges:
+when a rule reports an error, the quantity it judges is wrong, and every later rule that reads
+it is skipped (a tp that does not divide the heads is one error, not one per rule that divides
+by tp). A degree that is ``auto`` is computed from the others, so it is wrong when they are. The
+rules that judge the mesh against the cluster (P101, P302) run first; the rest run in code order.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Iterable
+
+from parc.language.diagnostics import ERROR, NOTE, WARNING, Diagnostic, Related, Span
+from parc.model.plan import Plan
+
+GENERIC = "generic"
+# Targets whose rules exist; "torch" is parc's own runtime (torchtitan-style), "deepspeed" the
+# ZeRO conventions. A spec opts into a target's rules by naming it (`target vllm`) or --target.
+TARGET_FAMILIES = ("megatron", "vllm", "torchrun", "torch", "deepspeed", "slurm", "kubernetes")
+
+_MODULES = ("mesh", "batch", "topology", "memory", "advice", "style", "targets")
+
+
+@dataclass(slots=True)
+class Rule:
+    code: str
+    name: str
+    severity: str
+    targets: tuple[str, ...]          # ("generic",) or the targets it applies to
+    fn: Callable
+    family: str = ""
+
+    def doc(self) -> dict:
+        return rule_docs().get(self.code, {})
+
+
+_REGISTRY: dict[str, Rule] = {}
+
+
+def rule(code: str, name: str, severity: str = ERROR, targets: tuple[str, ...] = (GENERIC,)):
+    """Register a rule function ``fn(plan, check) -> iterable of Diagnostic | None``."""
+
+    def deco(fn):
+        if code in _REGISTRY:
+            raise RuntimeError(f"rule {code} registered twice")
+        _REGISTRY[code] = Rule(code, name, severity, tuple(targets), fn, code[:2])
+        return fn
+
+    return deco
+
+
+@dataclass(slots=True)
+class Check:
+    """What a rule uses to report: the plan's spans and its own code and severity."""
+
+    rule: Rule
+    plan: Plan
+    target: str | None = None
+    active: frozenset = frozenset()   # every target whose rules run (torch implied by torchrun, ...)
+    out: list[Diagnostic] = field(default_factory=list)
+
+    def report(self, span: Span, message: str, help: str | None = None, *, severity: str | None = None,
+               related: list[tuple[Span, str]] | None = None) -> Diagnostic:
+        d = Diagnostic(self.rule.code, severity or self.rule.severity, message, span, help=help,
+                       related=[Related(s, m) for s, m in (related or [])], target=self.target)
+        self.out.append(d)
+        return d
+
+    def at(self, *paths: str) -> Span:
+        return self.plan.span(*paths)
+
+
+@lru_cache(maxsize=1)
+def rule_docs() -> dict[str, dict]:
+    import tomllib
+
+    path = Path(__file__).resolve().parent / "rules.toml"
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+# Targets as the audit in data/rules.toml names them, in the order messages list them.
+AUDIT_TARGETS = ("megatron", "vllm", "torchrun", "deepspeed", "slurm", "kubernetes")
+LATE = {"initialisation": "only when it sets up its process groups", "model build": "only when it builds the model",
+        "first step": "only in its first step"}
+
+
+def audit(code: str, target: str) -> dict | None:
+    """Where ``target`` itself refuses what rule ``code`` refuses (``fails``, ``source``, ``check``,
+    ``note``), following ``same_as``; the torch runtime's rules are audited as "torch"."""
+    found = _audit_entry(code, target)
+    return found[1] if found else None
+
+
+def _audit_entry(code: str, target: str) -> tuple[str, dict] | None:
+    entries = rule_docs().get(code, {}).get("targets", {})
+    key = target if target in entries else "torchrun" if target == "torch" else target
+    seen = set()
+    while key in entries and "same_as" in entries[key] and key not in seen:
+        seen.add(key)
+        key = entries[key]["same_as"]
+    return (key, entries[key]) if key in entries else None
+
+
+def when_targets_fail(code: str, targets: Iterable[str]) -> str:
+    """`` (Megatron-LM refuses it only when it builds the model: megatron/...)`` for the targets that
+    refuse the plan late (process groups, model build, first step), from the audit; else ""."""
+    from parc.rules.util import target_name
+
+    parts, seen = [], set()
+    for t in targets:
+        found = _audit_entry(code, t)
+        if not found or found[0] in seen:
+            continue
+        key, e = found
+        seen.add(key)
+        if e.get("said") or e.get("fails") not in LATE:
+            continue
+        parts.append(f"{target_name(key)} refuses it {LATE[e['fails']]} ({e['source']})")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def registry() -> dict[str, Rule]:
+    for m in _MODULES:
+        importlib.import_module(f"{__name__}.{m}")
+    importlib.import_module("parc.targets").load_checks()  # the backends' own P65x-P69x checks
+    return _REGISTRY
+
+
+def active_targets(plan: Plan, extra: Iterable[str] = ()) -> list[str]:
+    names = list(plan.targets)
+    for t in extra:
+        if t not in names:
+            names.append(t)
+    return names
+
+
+# The mesh's degrees; "world" is the mesh against the cluster (and dp when it is derived).
+MESH = ("world", "pp", "dp", "cp", "tp", "ep", "etp")
+# What the layout rules read: GPU counts, not the widths tp divides (a tp that splits no head
+# evenly still crosses a node, or fills one, as its number says).
+COUNTS = ("world", "pp", "dp", "cp", "ep", "etp")
+# Everything a layout depends on: the memory estimate reads all of it.
+LAYOUT = MESH + ("stages", "microbatches", "schedule", "head_dim", "seq", "train", "serve")
+
+# code: (reads, judges). A rule whose error makes a quantity wrong judges it; a rule that reads a
+# wrong quantity is skipped. Quantities: the mesh degrees, "world" (the mesh against the cluster),
+# "stages" (the layers of each pipeline stage), "microbatches", "schedule" (a pipeline schedule
+# that can run), "head_dim", "seq" (the sequence each rank holds), "topology" (where groups land),
+# and "train" / "serve" (a block with a bad value, which the resolver left at its defaults).
+DEPENDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "P101": ((), ("world",)),
+    "P102": (("tp",), ("tp",)),
+    "P103": (("tp",), ("tp",)),
+    "P104": (("pp",), ("stages",)),
+    "P105": (("pp",), ("stages",)),
+    "P106": (("tp",), ("tp",)),
+    "P107": (("tp",), ()),
+    "P108": (("tp",), ("tp",)),
+    "P109": (("ep",), ("ep",)),
+    "P110": (("tp",), ("tp",)),
+    "P111": ((), ("head_dim",)),
+    "P112": (COUNTS, ("ep",)),
+    "P113": (("etp",), ("etp",)),
+    "P114": (("cp",), ("seq",)),
+    "P115": (("tp", "cp", "seq", "train"), ("seq",)),
+    "P116": ((), ()),
+    "P201": (("world", "dp"), ("microbatches",)),
+    "P202": (("world", "pp", "microbatches"), ("schedule",)),
+    "P203": (("world", "pp", "microbatches"), ("schedule",)),
+    "P204": (("pp",), ("schedule",)),
+    "P205": (("world", "pp", "microbatches"), ("schedule",)),
+    "P206": (("pp",), ("schedule",)),
+    "P207": (("world", "pp", "microbatches"), ("schedule",)),
+    "P208": (("world", "pp", "microbatches"), ("schedule",)),
+    "P209": (("world", "pp", "microbatches", "schedule"), ()),
+    "P210": (("world", "dp", "microbatches"), ()),
+    "P301": (COUNTS, ("topology",)),
+    "P302": ((), ("world",)),
+    "P303": (COUNTS, ()),
+    "P304": (COUNTS, ("topology",)),
+    "P401": (LAYOUT, ()),
+    "P402": (LAYOUT, ()),
+    "P403": (LAYOUT, ()),
+    "P404": (LAYOUT, ()),
+    "P405": (LAYOUT, ()),
+    "P501": (COUNTS + ("serve",), ()),
+    "P502": (("tp", "train"), ()),
+    "P503": (COUNTS, ()),
+    "P504": (("world", "dp", "pp", "train"), ()),
+    "P505": ((), ()),
+    "P506": (("cp", "serve"), ()),
+    "P507": (COUNTS + ("topology",), ()),
+    "P550": ((), ()),
+    "P551": ((), ()),
+    "P552": ((), ()),
+    "P553": ((), ()),
+    "P554": ((), ()),
+    "P601": ((), ()),
+    "P602": ((), ()),
+    "P603": ((), ()),
+    "P604": ((), ()),
+    "P605": (("world", "dp", "cp"), ()),
+    "P606": (COUNTS, ()),
+    "P607": ((), ()),
+    "P608": ((), ()),
+    "P609": (("tp", "train"), ()),
+    "P610": (("pp",), ()),
+    "P611": (("tp", "etp"), ()),
+    "P612": (("etp",), ()),
+    "P613": (COUNTS, ()),
+    "P614": (("world", "dp", "pp", "cp"), ()),
+    "P615": (("pp", "train"), ()),
+    "P651": (("world", "pp", "cp"), ()),
+    "P652": (COUNTS, ()),
+    "P653": ((), ()),
+    "P660": ((), ()),
+    "P661": ((), ()),
+}
+# Rules that judge the mesh against the cluster run before the others.
+FIRST = ("P101", "P302")
+
+
+def depends(code: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(reads, judges) of ``code``; a rule missing from :data:`DEPENDS` reads the whole layout."""
+    return DEPENDS.get(code, (LAYOUT + ("topology",), ()))
+
+
+def _wrong(plan: Plan, failed: set[str]) -> set[str]:
+    """The wrong quantities, with an ``auto`` degree wrong when the world or another degree is."""
+    out = set(failed)
+    auto = plan.mesh.auto
+    if auto and (out & (set(MESH) - {auto})):
+        out.add(auto)
+    if "world" in out and auto:
+        out.add(auto)
+    return out
+
+
+def fixed_order_targets(plan: Plan, targets: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """The active targets that lay ranks out in an order of their own, with that order
+    (outermost first); the topology rules judge the plan under it."""
+    if plan.mode != "serve":
+        return {}
+    return {t: ("dp", "pp", "cp", "tp") for t in targets if t == "vllm"}
+
+
+def _audit_order(active) -> list[str]:
+    """The active targets in message order, the torch runtime once (as torchrun)."""
+    names = [t for t in AUDIT_TARGETS if t in active]
+    if "torch" in active and "torchrun" not in names:
+        names.append("torch")
+    return names
+
+
+def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], bool] | None = None,
+              failed: Iterable[str] = ()) -> list[Diagnostic]:
+    """Every applicable rule over ``plan``; ``targets`` adds targets beyond those the spec names;
+    ``failed`` names quantities already reported wrong (a `train` block with a bad value)."""
+    reg = registry()
+    tnames = active_targets(plan, targets)
+    # runtime-style targets bring the torch rules along
+    implied = set(tnames)
+    # Slurm and Kubernetes launch torchrun for training and the vllm target's commands for serving
+    by_scheduler = bool(implied & {"slurm", "kubernetes"})
+    if "torchrun" in implied or (by_scheduler and plan.mode != "serve"):
+        implied.add("torch")
+    if by_scheduler and plan.mode == "serve":
+        implied.add("vllm")
+    out: list[Diagnostic] = []
+    failed = set(failed)
+    codes = [c for c in FIRST if c in reg] + [c for c in sorted(reg) if c not in FIRST]
+    for code in codes:
+        r = reg[code]
+        if select is not None and not select(code):
+            continue
+        reads, judges = depends(code)
+        if _wrong(plan, failed) & set(reads):
+            continue  # it reads a quantity another error already reports
+        runs = [None] if GENERIC in r.targets else [t for t in r.targets if t in implied]
+        for t in runs:
+            chk = Check(r, plan, t, active=frozenset(implied))
+            res = r.fn(plan, chk)
+            if res is not None:
+                for d in res:
+                    if d not in chk.out:
+                        chk.out.append(d)
+            if any(d.severity == ERROR for d in chk.out):
+                failed.update(judges)
+            for d in chk.out:
+                if d.severity == ERROR:
+                    named = [d.target] if d.target else [x for x in _audit_order(implied)]
+                    d.message += when_targets_fail(code, named)
+            out.extend(chk.out)
+    return out
+
+
+__all__ = ["audit", "when_targets_fail", "rule", "Rule", "Check", "run_rules", "registry", "rule_docs", "ERROR", "WARNING", "NOTE",
+           "GENERIC"]

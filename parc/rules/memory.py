@@ -1,0 +1,309 @@
+"""P4xx: does the plan fit in GPU memory.
+
+Every number comes from :func:`parc.cost.estimate.estimate` (the most loaded GPU), and
+every fix the messages offer is computed on a changed copy of the plan, never guessed.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from parc.rules import WARNING, rule
+from parc.rules.util import divisors, gb, join
+from parc.words import count
+
+HEADROOM = 0.10          # warn when less than this share of GPU memory stays free in training
+
+
+def _est(plan):
+    from parc.cost.estimate import estimate
+
+    return estimate(plan)
+
+
+def _given(plan, path: str) -> bool:
+    """Whether the spec itself wrote ``path`` (a left-out field points at its block's header)."""
+    s = plan.spans.get(path)
+    blk = plan.spans.get(path.split(".", 1)[0])
+    return s is not None and not (blk is not None and (s.line, s.column) == (blk.line, blk.column))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+# --- training ------------------------------------------------------------------------------------
+
+def _variant(plan, mesh=None, train=None):
+    """A copy of ``plan`` with another mesh or train block (schedule and split follow), or None
+    when the batch would not divide."""
+    m = mesh or plan.mesh
+    sch = plan.schedule
+    per = sch.micro_batch * m.dp
+    if per <= 0 or sch.global_batch % per:
+        return None
+    mb = sch.global_batch // per
+    if m.pp > 1 and mb < m.pp and sch.pipeline != "gpipe":
+        return None
+    pl = plan.placement if m.pp == plan.mesh.pp else replace(plan.placement, layers=None)
+    return replace(plan, mesh=m, train=train or plan.train, schedule=replace(sch, microbatches=mb),
+                   placement=pl)
+
+
+def _train_total(plan) -> float:
+    from parc.cost.estimate import estimate
+
+    return estimate(plan, cache=False).memory.total
+
+
+def _mesh_ok(plan, m) -> bool:
+    md = plan.model
+    if m.tp > 1 and (md.heads % m.tp or md.ffn_hidden % m.tp
+                     or (md.kv_heads % m.tp and m.tp % md.kv_heads)):
+        return False
+    if m.pp > 1 and md.layers % m.pp:
+        return False
+    return (m.dp * m.cp * m.tp) % (m.ep * m.etp) == 0
+
+
+def training_fixes(plan, limit: float, n: int = 3) -> list[tuple[str, str, float]]:
+    """Changes that bring the most loaded GPU's training memory to at most ``limit`` bytes, as
+    ``(path of the key to change, how, resulting bytes)``: a higher ZeRO stage, more
+    recomputation, sequence parallelism, or a larger tp or pp on the same GPUs (dp shrinks)."""
+    tr, mesh, world = plan.train, plan.mesh, plan.world_size
+    out: list[tuple[str, str, float]] = []
+
+    def attempt(path, text, p):
+        if p is None or len(out) >= n:
+            return
+        total = _train_total(p)
+        if total <= limit:
+            out.append((path, text, total))
+
+    for z in range(tr.zero + 1, 4):
+        before = len(out)
+        attempt("train.zero", f"`zero = {z}`", _variant(plan, train=replace(tr, zero=z)))
+        if len(out) > before:
+            break
+    order = ["none", "selective", "full"]
+    for rc in order[order.index(tr.recompute) + 1:]:
+        before = len(out)
+        attempt("train.recompute", f"`recompute = {rc}`", _variant(plan, train=replace(tr, recompute=rc)))
+        if len(out) > before:
+            break
+    if mesh.tp > 1 and not tr.sequence_parallel:
+        attempt("train.sequence_parallel", "`sequence_parallel = true`",
+                _variant(plan, train=replace(tr, sequence_parallel=True)))
+    g = plan.cluster.gpus_per_node
+    for ax in ("tp", "pp"):
+        cur = mesh.size(ax)
+        for d in divisors(world):
+            if d <= cur or (ax == "tp" and d > g):
+                continue
+            rest = world // (d * (mesh.cp * (mesh.pp if ax == "tp" else mesh.tp)))
+            if rest < 1 or world % (d * mesh.cp * (mesh.pp if ax == "tp" else mesh.tp)):
+                continue
+            m2 = replace(mesh, **{ax: d, "dp": rest})
+            if not _mesh_ok(plan, m2):
+                continue
+            before = len(out)
+            attempt(f"mesh.{ax}", f"`{ax} = {d}` with dp = {rest}", _variant(plan, mesh=m2))
+            if len(out) > before:
+                break
+    return out
+
+
+def _scale_out(plan, limit: float) -> tuple[int, float] | None:
+    """The fewest nodes (the cluster grown by powers of two, dp with it) on which the plan fits
+    with ZeRO-3 and full recompute."""
+    cl, mesh = plan.cluster, plan.mesh
+    tr = replace(plan.train, zero=3, recompute="full")
+    for k in (2 ** i for i in range(1, 15)):
+        m2 = replace(mesh, dp=mesh.dp * k)
+        p2 = replace(plan, cluster=replace(cl, nodes=cl.nodes * k), mesh=m2, train=tr,
+                     schedule=replace(plan.schedule, global_batch=plan.schedule.global_batch * k))
+        p2 = _variant(p2)
+        if p2 is not None and _train_total(p2) <= limit:
+            return cl.nodes * k, _train_total(p2)
+    return None
+
+
+def _breakdown(mem) -> str:
+    return (f"weights {gb(mem.weights)} + grads {gb(mem.grads)} + optimizer {gb(mem.optimizer)} + "
+            f"activations {gb(mem.activations)} = {gb(mem.total)}")
+
+
+def _where(plan, e) -> str:
+    if plan.mesh.pp <= 1:
+        return "per GPU"
+    st = e.stages[e.most_loaded_stage]
+    return (f"per GPU on pipeline stage {st.stage} ({count(st.layers, 'layer')}, "
+            f"{st.inflight:g} microbatches in flight)")
+
+
+def _fix_help(fixes) -> str:
+    return "fits with " + join([f"{how} ({gb(total)})" for _, how, total in fixes])
+
+
+def _training_declared(plan) -> bool:
+    """Training memory is judged only for a spec that declares its `train` block: without one the
+    workload (optimizer, ZeRO stage, recompute) is unknown and the spec describes a layout."""
+    return (plan.mode == "train" and plan.train is not None and "train" in plan.spans
+            and bool(plan.schedule.microbatches))
+
+
+@rule("P401", "training-memory-fits")
+def training_memory(plan, c):
+    if not _training_declared(plan):
+        return
+    e = _est(plan)
+    mem, cap = e.memory, e.memory.capacity
+    if mem.total <= cap:
+        return
+    name = plan.cluster.gpu.name
+    gpu = f"an {name}" if name and name != "custom" else "each GPU"
+    # prefer changes that also leave the headroom P405 asks for
+    fixes = training_fixes(plan, (1 - HEADROOM) * cap) or training_fixes(plan, cap)
+    msg = f"training needs {gb(mem.total)} {_where(plan, e)} but {gpu} has {gb(cap)}: {_breakdown(mem)}"
+    if fixes:
+        path = fixes[0][0]
+        help_ = _fix_help(fixes)
+    else:
+        grown = _scale_out(plan, cap)
+        path = "cluster.nodes"
+        if grown:
+            g = plan.cluster.gpus_per_node
+            help_ = (f"no ZeRO stage, recompute setting, tp or pp fits on {count(plan.world_size, 'GPU')}; with "
+                     f"`zero = 3` and `recompute = full` it fits on {count(grown[0], 'node')} of {g} "
+                     f"({count(grown[0] * g, 'GPU')}, {gb(grown[1])} per GPU)")
+        else:
+            help_ = ("no ZeRO stage, recompute setting or mesh on up to 16384× the nodes fits; "
+                     "lower micro_batch or seq_len, or add context parallelism")
+    c.report(c.at(path, "train"), msg, help=help_,
+             related=[(c.at("mesh"), f"mesh: {' · '.join(f'{a}={plan.mesh.size(a)}' for a in plan.mesh.order)}")])
+
+
+@rule("P405", "memory-headroom", severity=WARNING)
+def memory_headroom(plan, c):
+    if not _training_declared(plan):
+        return
+    e = _est(plan)
+    mem, cap = e.memory, e.memory.capacity
+    if mem.total > cap or mem.total <= (1 - HEADROOM) * cap:
+        return
+    free = 1 - mem.total / cap
+    fixes = training_fixes(plan, (1 - HEADROOM) * cap)
+    c.report(c.at("train"),
+             f"training uses {gb(mem.total)} of {gb(cap)} {_where(plan, e)}, leaving {_pct(free)} free "
+             f"({_breakdown(mem)}); the CUDA context, NCCL buffers and allocator fragmentation usually "
+             f"need more",
+             help=(_fix_help(fixes) + f", under {_pct(1 - HEADROOM)} of memory") if fixes else
+             "lower micro_batch, or add GPUs")
+
+
+# --- serving ---------------------------------------------------------------------------------------
+
+def _serve_fit(plan, tp: int, pp: int | None = None):
+    """(weights per GPU, KV tokens that fit) with another tp (and pp)."""
+    from parc.cost.estimate import estimate
+
+    m2 = replace(plan.mesh, tp=tp, pp=pp or plan.mesh.pp, dp=1)
+    p2 = replace(plan, mesh=m2, placement=replace(plan.placement, layers=None))
+    e = estimate(p2, cache=False)
+    return e.memory.weights, e.kv_capacity_tokens
+
+
+def _tp_candidates(plan) -> list[int]:
+    md = plan.model
+    return [d for d in divisors(md.heads)
+            if d > 1 and (md.kv_heads % d == 0 or d % md.kv_heads == 0) and md.ffn_hidden % d == 0]
+
+
+def smallest_serving_mesh(plan) -> tuple[int, int] | None:
+    """The smallest (tp, pp) in which the weights and one max_model_len sequence fit: tp first
+    (up to a node's GPUs), then pp across nodes."""
+    need = plan.serve.max_model_len
+    most = max(plan.cluster.gpus_per_node, 8)   # one NVLink domain
+    tps = [t for t in _tp_candidates(plan) if plan.mesh.tp < t <= most]
+    for t in tps:
+        if _serve_fit(plan, t)[1] >= need:
+            return t, plan.mesh.pp
+    top = max([t for t in _tp_candidates(plan) if t <= most] or [plan.mesh.tp])
+    for pp in (d for d in range(plan.mesh.pp + 1, plan.model.layers + 1)):
+        if _serve_fit(plan, top, pp)[1] >= need:
+            return top, pp
+        if pp > 64:
+            break
+    return None
+
+
+def _mesh_help(plan, found) -> str:
+    if not found:
+        return "no tensor or pipeline split of this model fits; use GPUs with more memory"
+    t, pp = found
+    gpus = t * pp
+    where = "" if gpus <= plan.world_size else (
+        f"; that needs {count(gpus, 'GPU')} and the cluster has {plan.world_size}")
+    return (f"the smallest mesh that holds the weights and one {plan.serve.max_model_len}-token "
+            f"sequence is `tp = {t}`" + (f" with `pp = {pp}`" if pp > 1 else "") + where)
+
+
+@rule("P402", "serving-weights-fit")
+def serving_weights(plan, c):
+    if plan.mode != "serve" or plan.serve is None:
+        return
+    e = _est(plan)
+    srv = plan.serve
+    budget = srv.gpu_memory_utilization * e.memory.capacity
+    w = e.memory.weights
+    if w <= budget:
+        return
+    c.report(c.at("mesh.tp"),
+             f"the weights alone need {gb(w)} per GPU (tp = {plan.mesh.tp}, pp = {plan.mesh.pp}) but "
+             f"gpu_memory_utilization × memory = {srv.gpu_memory_utilization:g} × {gb(e.memory.capacity)} "
+             f"= {gb(budget)}",
+             help=_mesh_help(plan, smallest_serving_mesh(plan)),
+             related=[(c.at("model"), f"{e.params_total / 1e9:.1f}B parameters in {plan.model.dtype}")])
+
+
+@rule("P403", "kv-cache-holds-one-sequence")
+def kv_cache_one_sequence(plan, c):
+    if plan.mode != "serve" or plan.serve is None:
+        return
+    e = _est(plan)
+    srv = plan.serve
+    cap = e.memory.capacity
+    budget = srv.gpu_memory_utilization * cap
+    if e.memory.weights > budget or e.kv_capacity_tokens >= srv.max_model_len:
+        return
+    per = e.kv_bytes_per_token
+    fixes = []
+    if e.kv_capacity_tokens > 0:
+        fixes.append(f"`max_model_len = {e.kv_capacity_tokens}` fits")
+    util = (max(st.memory.weights + srv.max_model_len * st.kv_bytes_per_token for st in e.stages)) / cap
+    util = int(util * 100 + 1) / 100
+    if util <= 0.98:
+        fixes.append(f"`gpu_memory_utilization = {util:.2f}` fits one full sequence")
+    fixes.append(_mesh_help(plan, smallest_serving_mesh(plan)))
+    c.report(c.at("serve.max_model_len", "serve"),
+             f"the KV cache holds {e.kv_capacity_tokens:,} tokens per GPU, fewer than one "
+             f"max_model_len = {srv.max_model_len:,} sequence: after {gb(e.memory.weights)} of weights, "
+             f"{gb(max(0.0, budget - e.memory.weights))} is left at {per:,} bytes per token",
+             help="; or ".join(fixes))
+
+
+@rule("P404", "kv-cache-holds-max-num-seqs", severity=WARNING)
+def kv_cache_max_num_seqs(plan, c):
+    if plan.mode != "serve" or plan.serve is None or not _given(plan, "serve.max_num_seqs"):
+        return
+    e = _est(plan)
+    srv = plan.serve
+    need = srv.max_num_seqs * srv.max_model_len
+    if e.kv_capacity_tokens < srv.max_model_len or need <= e.kv_capacity_tokens:
+        return
+    fit = e.kv_capacity_tokens // srv.max_model_len
+    c.report(c.at("serve.max_num_seqs"),
+             f"max_num_seqs = {srv.max_num_seqs} sequences of max_model_len = {srv.max_model_len:,} tokens "
+             f"need {need:,} tokens of KV cache but {e.kv_capacity_tokens:,} fit; at most {fit} full-length "
+             f"sequences run at once and the engine preempts the rest",
+             help=f"set `max_num_seqs = {fit}`, or lower max_model_len to "
+                  f"{e.kv_capacity_tokens // srv.max_num_seqs:,} to keep {srv.max_num_seqs} sequences")

@@ -1,0 +1,456 @@
+"""P1xx: the mesh against the cluster and the model's shapes.
+
+Every tensor-parallel rule looks at the same tp, so the first width that tp does not split
+reports and names the others; the later rules stay quiet until tp splits the widths before
+them (one mistake, one error).
+"""
+from __future__ import annotations
+
+from parc.rules import WARNING, rule
+from parc.rules.util import (axes_product, common_divisors, describe_tp_options, divisors, given, join, lcm,
+                   nearest, plural, ratio, target_name, tp_options, tp_widths)
+from parc.words import count
+
+
+def _mesh_desc(m, axes=None) -> str:
+    axes = axes or [ax for ax in m.order if m.size(ax) > 1]
+    return " · ".join(f"{ax}={m.size(ax)}" for ax in axes) or "all axes 1"
+
+
+def _heads_fail(plan) -> bool:
+    return plan.mesh.tp > 1 and plan.model.heads % plan.mesh.tp != 0
+
+
+def _kv_fail(plan) -> bool:
+    md, t = plan.model, plan.mesh.tp
+    return t > 1 and md.kv_heads % t != 0 and t % md.kv_heads != 0
+
+
+def _tp_widths_fail(plan) -> list[tuple[str, int]]:
+    t = plan.mesh.tp
+    if t <= 1:
+        return []
+    return [(n, w) for n, w in tp_widths(plan) if n not in ("heads", "kv_heads") and w % t]
+
+
+def _keep_gpus_hint(plan) -> str:
+    """Keep the GPUs per model copy: split the current tp into a valid tp times pp."""
+    m, md = plan.mesh, plan.model
+    for t in reversed(divisors(m.tp)):
+        if t == m.tp:
+            continue
+        if [o for o, _ in tp_options(plan, limit=m.tp) if o == t]:
+            p = m.tp // t
+            how = "" if md.layers % (m.pp * p * plan.schedule.virtual_stages) == 0 else \
+                " (and `layers = balanced` in placement)"
+            return (f"; or keep {count(m.tp * m.pp, 'GPU')} per model copy with tp = {t} and pp = {m.pp * p}{how}")
+    return ""
+
+
+# ------------------------------------------------------------------------------------ P101
+
+@rule("P101", "mesh-product-matches-world")
+def mesh_product(plan, c):
+    m, cl = plan.mesh, plan.cluster
+    world = cl.world
+    where = f"cluster \"{cl.name}\" has {world} ({plural(cl.nodes, 'node')} × {count(cl.gpus_per_node, 'GPU')})"
+    if m.auto and m.size(m.auto) == 0:
+        others = axes_product(plan, [ax for ax in m.order if ax != m.auto])
+        shown = " · ".join(f"{ax}={m.size(ax)}" for ax in m.order if ax != m.auto and m.size(ax) > 1) or "1"
+        fits = [d for d in divisors(world) if d > 1]
+        helps = []
+        for ax in m.order:
+            if ax == m.auto or m.size(ax) <= 1:
+                continue
+            rest = others // m.size(ax)
+            ok = [d for d in divisors(world // rest) if d > 1] if world % rest == 0 else []
+            if ok:
+                helps.append(f"`{ax}` = {join(nearest(ok, m.size(ax), 3))}")
+        c.report(c.at(f"mesh.{m.auto}"),
+                 f"`{m.auto} = auto` has no whole value: {where}, which is not a multiple of "
+                 f"{shown} = {others}",
+                 help=("make the other axes multiply to a divisor of " + str(world) + ": " +
+                       ("; ".join(helps) if helps else join(fits[:10]))),
+                 related=[(c.at("cluster.nodes"), f"nodes = {cl.nodes}")])
+        return
+    need = m.product
+    if need <= world:
+        return  # fewer GPUs than the cluster has: P302 (idle GPUs)
+    helps, first = [], None
+    if need % cl.gpus_per_node == 0:
+        helps.append(f"use `nodes = {need // cl.gpus_per_node}` in the cluster")
+    for ax in ("dp", "pp", "cp", "tp"):
+        if m.size(ax) <= 1:
+            continue
+        rest = need // m.size(ax)
+        if world % rest == 0:
+            helps.append(f"set `{ax} = {world // rest}`" + (" (or `dp = auto`)" if ax == "dp" else ""))
+            first = first or ax
+    span = c.at(f"mesh.{first}") if first else c.at("mesh")
+    c.report(span,
+             f"the mesh needs {count(need, 'GPU')} ({_mesh_desc(m)}) but {where}",
+             help=("; or ".join(helps) if helps else
+                   f"pp · dp · cp · tp must equal the cluster's {count(world, 'GPU')}"),
+             related=[(c.at("cluster.nodes"), f"nodes = {cl.nodes}, gpus_per_node = {cl.gpus_per_node}")])
+
+
+# ------------------------------------------------------------------------------------ P102
+
+@rule("P102", "heads-divisible-by-tp")
+def heads_tp(plan, c):
+    m, md = plan.mesh, plan.model
+    if not _heads_fail(plan):
+        return
+    also = []
+    if _kv_fail(plan):
+        also.append(f"kv_heads = {md.kv_heads}")
+    also += [f"{n} = {w}" for n, w in _tp_widths_fail(plan)]
+    msg = (f"tp = {m.tp} does not divide the model's {md.heads} attention heads "
+           f"({md.heads} / {m.tp} = {ratio(md.heads, m.tp)} per GPU, but every target gives each GPU of a TP "
+           f"group whole heads)")
+    if also:
+        msg += f"; nor does it split {join(also, 'or')}"
+    opts = describe_tp_options(plan)
+    help_ = (f"tensor-parallel degrees that split this model and fit {count(plan.cluster.world, 'GPU')}: {opts}"
+             if opts else f"tp must divide heads = {md.heads}: {join(divisors(md.heads)[:8])}")
+    help_ += _keep_gpus_hint(plan)
+    c.report(c.at("mesh.tp"), msg, help=help_, related=[(c.at("model.heads"), f"heads = {md.heads}")])
+
+
+# ------------------------------------------------------------------------------------ P103
+
+@rule("P103", "kv-heads-vs-tp")
+def kv_heads_tp(plan, c):
+    m, md = plan.mesh, plan.model
+    if _heads_fail(plan) or not _kv_fail(plan):
+        return
+    kv, t = md.kv_heads, m.tp
+    opts = describe_tp_options(plan)
+    c.report(c.at("mesh.tp"),
+             f"tp = {t} can neither split the model's {kv} KV heads ({kv} % {t} = {kv % t}) nor replicate "
+             f"them evenly ({t} % {kv} = {t % kv})",
+             help=(f"tp must divide kv_heads = {kv} (each GPU holds kv_heads / tp) or be a multiple of it "
+                   f"(Megatron-LM and vLLM then replicate each KV head tp / kv_heads times)"
+                   + (f"; degrees that work here: {opts}" if opts else "")),
+             related=[(c.at("model.kv_heads"), f"kv_heads = {kv}")])
+
+
+# ------------------------------------------------------------------------------------ P104
+
+@rule("P104", "layers-divisible-by-stages")
+def layers_stages(plan, c):
+    m, md, s, pl = plan.mesh, plan.model, plan.schedule, plan.placement
+    v = s.virtual_stages if plan.mode == "train" else 1
+    stages = m.pp * v
+    if pl.layers_mode != "even" or stages <= 1 or md.layers % stages == 0:
+        return
+    if plan.mode == "serve" and "vllm" in plan.targets and set(plan.targets) <= {"vllm", "json"} \
+            and not given(plan, "placement.layers"):
+        return  # vLLM splits layers unevenly by itself when the spec does not ask for `even`
+    from parc.cost.estimate import balanced_split
+
+    what = f"pp = {m.pp}" + (f" × virtual_stages = {v} = {count(stages, 'stage')}" if v > 1 else " stages")
+    w, inner = plan.cluster.world, m.cp * m.tp
+    ok = sorted({d // v for d in divisors(md.layers) if d % v == 0 and d // v != m.pp
+                 and w % (d // v * inner) == 0})
+    split = balanced_split(md, stages)
+    helps = []
+    if split:
+        helps.append(f"keep {count(stages, 'stage')} with an uneven split: `layers = {split}` in placement "
+                     f"(or `layers = balanced`; Megatron-LM takes it as --decoder-first/last-pipeline-num-layers "
+                     f"or a --pipeline-model-parallel-layout, vLLM as VLLM_PP_LAYER_PARTITION)")
+    if ok:
+        alts = [f"pp = {p} (dp = {w // (p * inner)})" for p in nearest(ok, m.pp, 3)]
+        helps.append(f"or a pipeline size that divides {count(md.layers, 'layer')} on {count(w, 'GPU')}: {join(alts)}")
+    c.report(c.at("placement.layers", "mesh.pp"),
+             f"{count(md.layers, 'layer')} cannot be split evenly over {what} ({ratio(md.layers, stages)} per stage)",
+             help="; ".join(helps) or None,
+             related=[(c.at("model.layers"), f"layers = {md.layers}")])
+
+
+# ------------------------------------------------------------------------------------ P105
+
+@rule("P105", "layer-split-matches-stages")
+def explicit_split(plan, c):
+    m, md, s, pl = plan.mesh, plan.model, plan.schedule, plan.placement
+    v = s.virtual_stages if plan.mode == "train" else 1
+    stages = m.pp * v
+    from parc.cost.estimate import balanced_split
+
+    span = c.at("placement.layers")
+    if pl.layers_mode == "balanced":
+        if stages > md.layers:
+            c.report(span, f"`layers = balanced` cannot give each of {count(stages, 'stage')} a layer: the model has "
+                           f"{md.layers}", help=f"use at most {md.layers} pipeline stages (pp · virtual_stages)")
+        return
+    if pl.layers_mode != "explicit" or not pl.layers:
+        return
+    split = pl.layers
+    fix = balanced_split(md, stages)
+    fix_s = f"; for example `layers = {fix}`" if fix else ""
+    what = f"pp = {m.pp}" + (f" × virtual_stages = {v}" if v > 1 else "")
+    if len(split) != stages:
+        c.report(span, f"the layer split lists {plural(len(split), 'stage')} but the plan has {stages} "
+                       f"({what})",
+                 help=f"give one layer count per (virtual) stage, {stages} in all{fix_s}",
+                 related=[(c.at("mesh.pp"), f"pp = {m.pp}")])
+        return
+    total = sum(split)
+    if total != md.layers:
+        diff = md.layers - total
+        c.report(span, f"the layer split adds up to {count(total, 'layer')} but the model has {md.layers} "
+                       f"({plural(abs(diff), 'layer')} {'missing' if diff > 0 else 'too many'})",
+                 help=f"the counts must sum to layers = {md.layers}{fix_s}",
+                 related=[(c.at("model.layers"), f"layers = {md.layers}")])
+        return
+    empty = [i for i, n in enumerate(split) if n == 0 and 0 < i < stages - 1]
+    if empty:
+        c.report(span, f"stage{'s' if len(empty) > 1 else ''} {join(empty, 'and')} would hold no layers and no "
+                       f"parameters: {'their' if len(empty) > 1 else 'its'} GPUs would only pass activations on",
+                 help=f"give every middle stage at least one layer{fix_s}")
+
+
+# ------------------------------------------------------------------------------------ P106
+
+@rule("P106", "mlp-width-divisible-by-tp")
+def mlp_width_tp(plan, c):
+    m = plan.mesh
+    if _heads_fail(plan) or _kv_fail(plan):
+        return
+    bad = _tp_widths_fail(plan)
+    if not bad:
+        return
+    name, w = bad[0]
+    opts = describe_tp_options(plan)
+    path = "model.ffn_hidden" if name == "ffn_hidden" else "model.moe_ffn_hidden"
+    c.report(c.at("mesh.tp"),
+             f"tp = {m.tp} does not divide {name} = {w}: the column-parallel MLP would need "
+             f"{ratio(w, m.tp)} columns per GPU (Megatron-LM and vLLM fail at model build with "
+             f"\"{w} is not divisible by {m.tp}\")",
+             help=(f"tensor-parallel degrees that split every width: {opts}" if opts else
+                   f"tp must divide {name} = {w}: {join([d for d in divisors(w) if d <= 16])}"),
+             related=[(c.at(path), f"{name} = {w}")])
+
+
+# ------------------------------------------------------------------------------------ P107/P108
+
+def _vocab_fail(plan) -> bool:
+    return plan.mesh.tp > 1 and plan.model.vocab % plan.mesh.tp != 0 and not _heads_fail(plan) \
+        and not _kv_fail(plan)
+
+
+@rule("P107", "vocab-padded-for-tp", severity=WARNING, targets=("megatron",))
+def vocab_padded(plan, c):
+    m, md = plan.mesh, plan.model
+    if plan.mode != "train" or not _vocab_fail(plan):
+        return
+    step = 128 * m.tp
+    padded = -(-md.vocab // step) * step
+    c.report(c.at("model.vocab"),
+             f"vocab = {md.vocab} is not divisible by tp = {m.tp}: Megatron-LM pads the embedding and the "
+             f"output layer to {padded} rows (a multiple of make-vocab-size-divisible-by 128 × tp = {step}), "
+             f"{padded - md.vocab} rows that exist only for the split",
+             help=(f"expected; convert checkpoints with the same padding (vocab {padded}), or pick a tp that "
+                   f"divides {md.vocab}: {join([d for d in divisors(md.vocab) if 1 < d <= 16]) or 'none up to 16'}"),
+             related=[(c.at("mesh.tp"), f"tp = {m.tp}")])
+
+
+@rule("P108", "vocab-divisible-by-tp", targets=("torch",))
+def vocab_tp_torch(plan, c):
+    m, md = plan.mesh, plan.model
+    if not _vocab_fail(plan):
+        return
+    ok = [d for d in divisors(md.vocab) if 1 < d <= max(16, m.tp)]
+    up = -(-md.vocab // m.tp) * m.tp
+    c.report(c.at("mesh.tp"),
+             f"tp = {m.tp} does not divide vocab = {md.vocab}; {target_name(c.target)} shards the embedding rows "
+             f"and the output layer (loss parallel) evenly over tp and does not pad the vocabulary "
+             f"(Megatron-LM and vLLM pad it)",
+             help=(f"pad the tokenizer's vocabulary to {up} (`vocab = {up}`)"
+                   + (f", or use tp = {join(ok)}" if ok else "")),
+             related=[(c.at("model.vocab"), f"vocab = {md.vocab}")])
+
+
+# ------------------------------------------------------------------------------------ P109
+
+@rule("P109", "experts-divisible-by-ep")
+def experts_ep(plan, c):
+    m, md = plan.mesh, plan.model
+    if m.ep <= 1 and m.etp <= 1:
+        return
+    if not md.is_moe:
+        ax = "ep" if m.ep > 1 else "etp"
+        c.report(c.at(f"mesh.{ax}"), f"{ax} = {m.size(ax)} but model \"{md.name}\" has no experts",
+                 help=f"remove `{ax}` from the mesh, or give the model `experts` (and `top_k`)")
+        return
+    if m.ep > 1 and md.experts % m.ep:
+        region = m.dp * m.cp * m.tp
+        ok = [d for d in common_divisors(md.experts, region) if d > 1 and region % (d * m.etp) == 0]
+        helps = (f"expert-parallel degrees that divide {count(md.experts, 'expert')} and fit the dp·cp·tp = {region} "
+                 f"ranks of a stage: ep = {join(ok)}" if ok else f"ep must divide experts = {md.experts}")
+        related = [(c.at("model.experts"), f"experts = {md.experts}")]
+        # vLLM spreads the remainder over the first ranks (determine_expert_map); Megatron-LM's
+        # validate_args and the torch runtime (torchtitan's update_from_config) refuse it
+        strict = c.active & {"megatron", "torch"}
+        if plan.mode == "serve" and "vllm" in c.active and not strict:
+            k, extra = divmod(md.experts, m.ep)
+            d = c.report(c.at("mesh.ep"),
+                         f"vLLM spreads the model's {count(md.experts, 'expert')} over ep = {count(m.ep, 'rank')} unevenly "
+                         f"(determine_expert_map): {plural(extra, 'rank holds', 'ranks hold')} {count(k + 1, 'expert')} and "
+                         f"{m.ep - extra} hold {k}, so the slowest rank holds {k + 1} of {count(md.experts, 'expert')}, "
+                         f"{(k + 1) * m.ep / md.experts:.2f}× an even share ({ratio(md.experts, m.ep)}), and every MoE "
+                         f"layer waits for it",
+                         help=helps, related=related, severity=WARNING)
+            d.target = "vllm"
+            return
+        who = (join(sorted(target_name(t) for t in strict), "and") + " refuse" + ("s" if len(strict) == 1 else "")
+               if strict else "Megatron-LM (validate_args) and the torch runtime refuse")
+        c.report(c.at("mesh.ep"),
+                 f"ep = {m.ep} does not divide the model's {count(md.experts, 'expert')} ({count(ratio(md.experts, m.ep), 'expert')} "
+                 f"per GPU); every rank of an EP group must hold whole experts, and {who} it before the first step",
+                 help=helps, related=related)
+
+
+# ------------------------------------------------------------------------------------ P111
+
+@rule("P111", "hidden-divisible-by-heads")
+def hidden_heads(plan, c):
+    md = plan.model
+    if md.head_dim is not None or md.hidden % md.heads == 0:
+        return
+    ok = [a for a in divisors(md.hidden) if abs(a - md.heads) <= md.heads // 2 and a > 1]
+    c.report(c.at("model.hidden"),
+             f"hidden = {md.hidden} is not divisible by heads = {md.heads}, so the head size "
+             f"({ratio(md.hidden, md.heads)}) is not whole (Megatron-LM asserts hidden % heads == 0 when "
+             f"kv_channels is not given)",
+             help=("set `head_dim` explicitly (as Gemma and Qwen configs do), or use heads = "
+                   + (join(nearest(ok, md.heads, 3)) if ok else "a divisor of hidden")),
+             related=[(c.at("model.heads"), f"heads = {md.heads}")])
+
+
+# ------------------------------------------------------------------------------------ P110
+
+@rule("P110", "kv-heads-replicated", targets=("torch",))
+def kv_replicated(plan, c):
+    m, md = plan.mesh, plan.model
+    t, kv = m.tp, md.kv_heads
+    if t <= 1 or _heads_fail(plan) or _kv_fail(plan) or kv % t == 0:
+        return
+    opts = describe_tp_options(plan, strict_kv=True)
+    c.report(c.at("mesh.tp"),
+             f"tp = {t} is larger than the model's {kv} KV heads: vLLM and Megatron-LM would replicate each KV "
+             f"head {t // kv} times, but {target_name(c.target)} only splits them (tp must divide kv_heads)",
+             help=(f"degrees this target can run: {opts}" if opts else f"use a tp that divides kv_heads = {kv}")
+                  + f"; or compile for {'vLLM' if plan.mode == 'serve' else 'Megatron-LM'}, which replicates",
+             related=[(c.at("model.kv_heads"), f"kv_heads = {kv}")])
+
+
+# ------------------------------------------------------------------------------------ P112
+
+@rule("P112", "expert-grid-divides-stage")
+def expert_grid(plan, c):
+    m, md = plan.mesh, plan.model
+    if not md.is_moe or (m.ep <= 1 and m.etp <= 1):
+        return
+    if m.ep > 1 and md.experts % m.ep:
+        return  # P109
+    region = m.dp * m.cp * m.tp
+    grid = m.ep * m.etp
+    if region % grid == 0:
+        return
+    world = m.product
+    ok = [e for e in divisors(md.experts) if region % (e * m.etp) == 0 and e > 1]
+    helps = []
+    if ok:
+        helps.append(f"ep = {join(nearest(ok, m.ep, 4))} with etp = {m.etp}")
+    etps = [e for e in divisors(region) if region % (e * m.ep) == 0 and md.moe_ffn_hidden % e == 0]
+    if etps and m.ep > 1 and md.experts % m.ep == 0:
+        helps.append(f"etp = {join(etps)} with ep = {m.ep}")
+    c.report(c.at("mesh.ep" if m.ep > 1 else "mesh.etp"),
+             f"the expert grid ep · etp = {m.ep} · {m.etp} = {grid} does not fit the dp · cp · tp = "
+             f"{m.dp} · {m.cp} · {m.tp} = {count(region, 'rank')} of a pipeline stage it is carved from "
+             f"(Megatron-LM: world {world} % (etp·ep·pp = {grid * m.pp}) ≠ 0, found only at process-group init)",
+             help=("ep · etp must divide dp · cp · tp: " + "; or ".join(helps)) if helps else
+                  f"ep · etp must divide dp · cp · tp = {region}")
+
+
+# ------------------------------------------------------------------------------------ P113
+
+@rule("P113", "moe-ffn-divisible-by-etp")
+def moe_ffn_etp(plan, c):
+    m, md = plan.mesh, plan.model
+    if not md.is_moe or m.etp <= 1 or md.moe_ffn_hidden % m.etp == 0:
+        return
+    ok = [d for d in divisors(md.moe_ffn_hidden) if 1 <= d <= max(8, m.etp) and
+          (m.dp * m.cp * m.tp) % (d * m.ep) == 0]
+    c.report(c.at("mesh.etp"),
+             f"etp = {m.etp} does not divide moe_ffn_hidden = {md.moe_ffn_hidden}: each expert's MLP would "
+             f"need {ratio(md.moe_ffn_hidden, m.etp)} columns per GPU",
+             help=f"expert tensor-parallel degrees that divide it: etp = {join(ok)}" if ok else None,
+             related=[(c.at("model.moe_ffn_hidden"), f"moe_ffn_hidden = {md.moe_ffn_hidden}")])
+
+
+# ------------------------------------------------------------------------------------ P114/P115
+
+def _seq_ok(seq, cp, tp, sp):
+    if cp > 1 and seq % (2 * cp):
+        return False
+    if sp and tp > 1 and (seq % cp or (seq // cp) % tp):
+        return False
+    return True
+
+
+def _seq_choices(seq, step):
+    lo = (seq // step) * step
+    return [x for x in (lo, lo + step) if x > 0]
+
+
+@rule("P114", "seq-len-divisible-by-2cp")
+def seq_cp(plan, c):
+    m, md = plan.mesh, plan.model
+    if plan.mode != "train" or m.cp <= 1 or md.seq_len % (2 * m.cp) == 0:
+        return
+    sp = bool(plan.train and plan.train.sequence_parallel)
+    step = lcm(2 * m.cp, m.cp * m.tp) if sp and m.tp > 1 else 2 * m.cp
+    ok_cp = [d for d in divisors(md.seq_len // 2 if md.seq_len % 2 == 0 else 1) if 1 < d <= max(16, m.cp)]
+    c.report(c.at("model.seq_len"),
+             f"seq_len = {md.seq_len} is not divisible by 2 · cp = {2 * m.cp}: context parallelism cuts each "
+             f"sequence into 2·cp chunks and gives every rank one from the head and one from the tail, "
+             f"to balance causal attention (Megatron-LM refuses it in validate_args)",
+             help=f"use seq_len = {join(_seq_choices(md.seq_len, step))}"
+                  + (f", or cp = {join(ok_cp)}" if ok_cp else ""),
+             related=[(c.at("mesh.cp"), f"cp = {m.cp}")])
+
+
+@rule("P115", "seq-len-divisible-by-tp-with-sp")
+def seq_sp(plan, c):
+    m, md = plan.mesh, plan.model
+    if plan.mode != "train" or not (plan.train and plan.train.sequence_parallel) or m.tp <= 1:
+        return
+    if m.cp > 1 and md.seq_len % (2 * m.cp):
+        return  # P114
+    local = md.seq_len // m.cp
+    if local % m.tp == 0:
+        return
+    step = m.cp * m.tp if m.cp == 1 else lcm(2 * m.cp, m.cp * m.tp)
+    per = f"seq_len / cp = {md.seq_len} / {m.cp} = {local}" if m.cp > 1 else f"seq_len = {md.seq_len}"
+    c.report(c.at("model.seq_len"),
+             f"sequence parallelism splits each sequence over tp = {m.tp}, but {per} is not divisible by {m.tp} "
+             f"(Megatron-LM only finds out in the first forward pass, on every rank: \"First dimension of the "
+             f"tensor should be divisible by tensor parallel size\")",
+             help=f"use seq_len = {join(_seq_choices(md.seq_len, step))}, or turn `sequence_parallel` off",
+             related=[(c.at("train.sequence_parallel"), "sequence_parallel = true"), (c.at("mesh.tp"), f"tp = {m.tp}")])
+
+
+# ------------------------------------------------------------------------------------ P116
+
+@rule("P116", "vocab-aligned-to-8", severity=WARNING, targets=("deepspeed",))
+def vocab_align(plan, c):
+    md = plan.model
+    if md.vocab % 8 == 0:
+        return
+    up = -(-md.vocab // 8) * 8
+    c.report(c.at("model.vocab"),
+             f"vocab = {md.vocab} is not a multiple of 8: the embedding and output matrix multiplies miss the tensor "
+             f"cores' 8-element alignment (DeepSpeed warns \"vocabulary size is not aligned to 8\")",
+             help=f"pad the vocabulary to {up} (`vocab = {up}`); the extra rows are never predicted")

@@ -1,0 +1,227 @@
+"""P3xx: where the mesh's groups land on nodes and links.
+
+Group membership comes from the rank map (:mod:`parc.model.rankmap`): ranks follow the mesh
+order (the last axis innermost) and land on nodes as torchrun's static rendezvous places them
+(node = rank // gpus_per_node).
+"""
+from __future__ import annotations
+
+from itertools import permutations
+
+from parc.rules import NOTE, WARNING, rule
+from parc.rules.util import divisors, fixed_order, group_ranks, join, nearest, order_words, plural, rank_map
+from parc.words import count
+
+AXES = ("pp", "dp", "cp", "tp")
+
+
+def _span_desc(rm, axis: str) -> str:
+    g = rm.gpus_per_node
+    n = rm.nodes_spanned(axis)
+    if rm.world // rm.size(axis) <= 1:
+        return f"the {axis.upper()} group (ranks {group_ranks(rm, axis)}) spans {plural(n, 'node')} of {count(g, 'GPU')}"
+    return (f"{axis.upper()} groups such as ranks {group_ranks(rm, axis)} span {plural(n, 'node')} "
+            f"of {count(g, 'GPU')}")
+
+
+def _order_satisfying(plan, want: dict[str, str]) -> list[str] | None:
+    """A mesh order (outermost first) under which every axis in ``want`` is placed as asked
+    (``intra_node``: its groups stay inside a node; ``inter_node``: they cross), or None."""
+    from parc.model.rankmap import RankMap
+
+    m = plan.mesh
+    sizes = {ax: m.size(ax) for ax in AXES}
+    cur = list(m.order)
+    best = None
+    for order in permutations(AXES):
+        try:
+            rm = RankMap(order=list(order), sizes=sizes, gpus_per_node=plan.cluster.gpus_per_node)
+        except ValueError:
+            continue
+        if all((rm.crosses_node(ax) == (link == "inter_node")) for ax, link in want.items()):
+            # prefer tp innermost, then the order closest to the current one
+            inner = [ax for ax in order if sizes[ax] > 1]
+            canon = [ax for ax in AXES if sizes[ax] > 1]
+            key = (bool(inner) and sizes["tp"] > 1 and inner[-1] != "tp", inner != canon,
+                   sum(a != b for a, b in zip(order, cur)))
+            if best is None or key < best[0]:
+                best = (key, list(order))
+    return best[1] if best else None
+
+
+def _order_hint(plan, want: dict[str, str], fixed=None) -> str:
+    if fixed:
+        return ""  # the target lays ranks out in its own order: listing the mesh otherwise changes nothing
+    order = _order_satisfying(plan, want)
+    if not order or order == list(plan.mesh.order):
+        return ""
+    shown = [ax for ax in order if plan.mesh.size(ax) > 1]
+    return f"list the mesh axes in the order {', '.join(shown)} (outermost first; the last is innermost)"
+
+
+def _wanted(plan) -> dict[str, str]:
+    """Placement rules on mesh axes of size > 1, plus TP inside a node unless placed otherwise."""
+    m = plan.mesh
+    want = {ax: link for ax, link in plan.placement.links.items() if ax in AXES and m.size(ax) > 1}
+    if m.tp > 1 and "tp" not in want and m.tp <= plan.cluster.gpus_per_node:
+        want["tp"] = "intra_node"
+    return want
+
+
+# ------------------------------------------------------------------------------------ P301
+
+def _tp_help(plan, rm, fixed=None) -> list[str]:
+    m, g = plan.mesh, plan.cluster.gpus_per_node
+    helps = []
+    if m.tp > g or g % m.tp:
+        ok = [d for d in divisors(g) if d > 1 and plan.model.heads % d == 0]
+        small = [d for d in ok if d <= m.tp and m.tp % d == 0]
+        if small and m.tp // max(small) > 1:
+            t = max(small)
+            k = m.tp // t
+            helps.append(f"tp = {t} inside each node with pp = {m.pp * k} across nodes (pipeline stages "
+                         f"exchange only activations), or dp = {m.dp * k} if one copy of the model fits in "
+                         f"{count(t * m.pp, 'GPU')}")
+        elif ok:
+            helps.append(f"keep tp a divisor of gpus_per_node = {g}: tp = {join(ok)}")
+    else:
+        hint = _order_hint(plan, _wanted(plan), fixed)
+        if hint:
+            helps.append(hint + f" so that the {count(m.tp, 'GPU')} of each TP group are consecutive ranks on one node")
+    return helps
+
+
+@rule("P301", "group-crosses-node")
+def group_crosses_node(plan, c):
+    m, cl = plan.mesh, plan.cluster
+    fixed = fixed_order(plan, c)
+    rm = rank_map(plan, fixed and fixed[1])
+    under = order_words(fixed)
+    if rm is None:
+        return
+    g = cl.gpus_per_node
+    inter = cl.inter_node.kind if cl.inter_node else "the inter-node network"
+    links = plan.placement.links
+    # TP always (unless deliberately placed across nodes: P503); CP and EP where pinned to a node
+    if m.tp > 1 and links.get("tp") != "inter_node" and rm.crosses_node("tp"):
+        pinned = links.get("tp") == "intra_node"
+        c.report(c.at("placement.tp") if pinned else c.at("mesh.tp"),
+                 f"{under}{_span_desc(rm, 'tp')}: tensor parallelism all-reduces activations twice per layer and "
+                 f"microbatch, and here that traffic would cross {inter}"
+                 + (", though the placement pins tp to intra_node" if pinned else ""),
+                 help="; or ".join(_tp_help(plan, rm, fixed)) or f"keep each TP group inside one node of {count(g, 'GPU')}",
+                 related=[(c.at("cluster.gpus_per_node", "cluster.nodes"), f"gpus_per_node = {g}")]
+                 + ([(c.at("mesh.tp"), f"tp = {m.tp}")] if pinned else []))
+    for ax, what in (("cp", "context parallelism passes key/value blocks around its ring every layer"),
+                     ("ep", "expert parallelism exchanges tokens all-to-all in every MoE layer")):
+        if links.get(ax) != "intra_node" or getattr(m, ax) <= 1:
+            continue
+        if ax == "ep" and (rm.ep != m.ep or rm.etp != m.etp):
+            continue  # the expert grid does not divide: P112
+        if not rm.crosses_node(ax):
+            continue
+        hint = _order_hint(plan, _wanted(plan), fixed) if ax == "cp" else ""
+        c.report(c.at(f"placement.{ax}"),
+                 f"{under}{_span_desc(rm, ax)}, though the placement pins {ax} to intra_node: {what}",
+                 help=hint or (f"keep {ax}" + (" · etp" if ax == "ep" else " · tp") +
+                               f" within a node of {count(g, 'GPU')}"),
+                 related=[(c.at(f"mesh.{ax}"), f"{ax} = {getattr(m, ax)}")])
+
+
+# ------------------------------------------------------------------------------------ P302
+
+@rule("P302", "idle-gpus")
+def idle_gpus(plan, c):
+    m, cl = plan.mesh, plan.cluster
+    need, world = m.product, cl.world
+    if m.auto and m.size(m.auto) == 0 or need >= world:
+        return
+    shown = " · ".join(f"{ax}={m.size(ax)}" for ax in m.order if m.size(ax) > 1) or "a single GPU"
+    helps = []
+    if world % (need // m.dp) == 0:
+        helps.append(f"set `dp = {world // (need // m.dp)}` (or `dp = auto`) to use all {world}")
+    if need % cl.gpus_per_node == 0:
+        helps.append(f"ask for `nodes = {need // cl.gpus_per_node}`")
+    elif need < cl.gpus_per_node and cl.nodes == 1:
+        helps.append(f"declare `gpus_per_node = {need}`")
+    c.report(c.at("mesh.dp" if m.dp > 1 else "mesh"),
+             f"the mesh uses {count(need, 'GPU')} ({shown}) of cluster \"{cl.name}\"'s {world} "
+             f"({plural(cl.nodes, 'node')} × {cl.gpus_per_node}): {world - need} would sit idle, and torchrun would "
+             f"start {world} processes for a {need}-rank mesh",
+             help="; or ".join(helps) or f"pp · dp · cp · tp must equal {world}",
+             related=[(c.at("cluster.nodes"), f"nodes = {cl.nodes}, gpus_per_node = {cl.gpus_per_node}")])
+
+
+# ------------------------------------------------------------------------------------ P303
+
+@rule("P303", "tp-over-pcie", severity=WARNING)
+def tp_over_pcie(plan, c):
+    m, cl = plan.mesh, plan.cluster
+    link = cl.intra_node
+    if m.tp <= 1 or link is None or link.kind != "pcie":
+        return
+    fixed = fixed_order(plan, c)
+    rm = rank_map(plan, fixed and fixed[1])
+    if rm is None or rm.crosses_node("tp"):
+        return  # P301
+    bw = link.bandwidth / 1e9
+    if plan.mode == "train":
+        c.report(c.at("mesh.tp"),
+                 f"tp = {m.tp} runs its per-layer all-reduces over PCIe ({bw:.0f} GB/s per GPU): in training they "
+                 f"take longer than the matrix multiplies they split",
+                 help="use pipeline or data parallelism (with zero = 3 if memory is short) over PCIe, "
+                      "and keep tensor parallelism for NVLink",
+                 related=[(c.at("cluster.intra_node"), f"intra_node = pcie({bw:.0f}GB/s)")])
+    else:
+        c.report(c.at("mesh.tp"),
+                 f"tp = {m.tp} all-reduces every layer's output over PCIe ({bw:.0f} GB/s per GPU), which adds "
+                 f"latency to every token; worth it only when the model or its KV cache does not fit with fewer GPUs",
+                 severity=NOTE,
+                 help="if one GPU holds the model with room for the KV cache, serve with dp replicas instead")
+
+
+# ------------------------------------------------------------------------------------ P304
+
+@rule("P304", "placement-violated")
+def placement_violated(plan, c):
+    m, cl = plan.mesh, plan.cluster
+    links = plan.placement.links
+    if not links:
+        return
+    fixed = fixed_order(plan, c)
+    rm = rank_map(plan, fixed and fixed[1])
+    if rm is None:
+        return
+    under = order_words(fixed)
+    want = _wanted(plan)
+    if (not fixed and m.tp > 1 and links.get("tp") != "inter_node" and rm.crosses_node("tp")
+            and m.tp <= cl.gpus_per_node and _order_satisfying(plan, want)):
+        return  # P301 reports the TP group with a mesh order that satisfies every placement
+    for ax, link in links.items():
+        if link == "intra_node" and ax in ("tp", "cp", "ep"):
+            continue  # P301
+        size = m.size(ax) if ax in AXES else getattr(m, ax, 1)
+        if size <= 1:
+            continue
+        if ax in ("ep", "etp") and (rm.ep != m.ep or rm.etp != m.etp):
+            continue  # the expert grid does not divide: P112
+        crosses = rm.crosses_node(ax)
+        if link == "intra_node" and crosses:
+            hint = _order_hint(plan, want, fixed) if ax in AXES else ""
+            c.report(c.at(f"placement.{ax}"),
+                     f"{under}`{ax} on intra_node` cannot hold: {_span_desc(rm, ax)}",
+                     help=(hint or (f"make {ax} and the axes inside it fit a node of {count(cl.gpus_per_node, 'GPU')}"
+                                    if ax in AXES else
+                                    f"keep ep · etp within a node: at most {count(cl.gpus_per_node, 'rank')}")),
+                     related=[(c.at(f"mesh.{ax}"), f"{ax} = {size}")])
+        elif link == "inter_node" and not crosses:
+            if cl.nodes == 1:
+                msg = f"`{ax} on inter_node` cannot hold: the cluster has a single node"
+                hint = "remove the placement rule, or describe the cluster's nodes"
+            else:
+                msg = (f"{under}`{ax} on inter_node` does not hold: every {ax.upper()} group (such as ranks "
+                       f"{group_ranks(rm, ax)}) stays inside one node")
+                hint = _order_hint(plan, want, fixed) if ax in AXES else ""
+                hint = hint or "remove the placement rule if the axis may stay inside a node"
+            c.report(c.at(f"placement.{ax}"), msg, help=hint,
+                     related=[(c.at(f"mesh.{ax}"), f"{ax} = {size}")])

@@ -1,0 +1,300 @@
+"""Small helpers the rules share: divisors, nearest valid values, the quantities in the user's
+terms (``dp = world / (pp·cp·tp) = 64 / (4·1·8) = 2``), the rank map and the pipeline bubble."""
+from __future__ import annotations
+
+from math import gcd
+from parc.words import count as plural  # "1 node", "2 nodes": the one plural helper
+
+# How each target is named in messages.
+TARGET_NAMES = {
+    "megatron": "Megatron-LM",
+    "vllm": "vLLM",
+    "torch": "parc's torch runtime (torchtitan-style)",
+    "torchrun": "torchrun",
+    "deepspeed": "DeepSpeed",
+    "slurm": "slurm",
+    "kubernetes": "kubernetes",
+}
+
+
+def target_name(t: str | None) -> str:
+    return TARGET_NAMES.get(t or "", t or "")
+
+
+def divisors(n: int) -> list[int]:
+    if n <= 0:
+        return []
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i != n // i:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+def common_divisors(*ns: int) -> list[int]:
+    g = 0
+    for n in ns:
+        g = gcd(g, n)
+    return divisors(g)
+
+
+def lcm(*ns: int) -> int:
+    out = 1
+    for n in ns:
+        out = out * n // gcd(out, n)
+    return out
+
+
+def nearest_multiples(value: int, step: int) -> list[int]:
+    """The multiples of ``step`` just below and above ``value`` (positive only)."""
+    lo = (value // step) * step
+    hi = lo + step
+    return [x for x in (lo, hi) if x > 0]
+
+
+def nearest(values, target: int, n: int = 3) -> list[int]:
+    """The ``n`` values closest to ``target``, in ascending order."""
+    return sorted(sorted(set(values), key=lambda v: (abs(v - target), v))[:n])
+
+
+def join(xs, last="or") -> str:
+    xs = [str(x) for x in xs]
+    if len(xs) <= 1:
+        return "".join(xs)
+    return ", ".join(xs[:-1]) + f" {last} " + xs[-1]
+
+
+def ratio(a: int, b: int) -> str:
+    """``a / b`` as a short decimal (``10.67``) or a whole number."""
+    return str(a // b) if b and a % b == 0 else f"{a / b:.2f}"
+
+
+def gb(n: float) -> str:
+    """Bytes as GB (1e9) with enough digits to read."""
+    v = n / 1e9
+    if v >= 100:
+        return f"{v:.0f} GB"
+    if v >= 10:
+        return f"{v:.1f} GB"
+    return f"{v:.2f} GB"
+
+
+# ---------------------------------------------------------------- the plan in the user's terms
+
+def axes_product(plan, axes) -> int:
+    out = 1
+    for ax in axes:
+        out *= plan.mesh.size(ax)
+    return out
+
+
+def dp_terms(plan) -> str:
+    """How dp came about: ``dp = 8`` or ``dp = world / (pp·cp·tp) = 64 / (4·1·8) = 2``."""
+    m = plan.mesh
+    if m.auto == "dp":
+        return (f"dp = world / (pp·cp·tp) = {plan.cluster.world} / ({m.pp}·{m.cp}·{m.tp}) = {m.dp}")
+    return f"dp = {m.dp}"
+
+
+def microbatch_terms(plan) -> str:
+    """``global_batch / (micro_batch · dp) = 12 / (1 · 2) = 6``."""
+    s, m = plan.schedule, plan.mesh
+    per = s.micro_batch * m.dp
+    mb = s.global_batch // per if per and s.global_batch % per == 0 else s.global_batch / max(per, 1)
+    mbs = str(mb) if isinstance(mb, int) else f"{mb:.2f}"
+    return f"global_batch / (micro_batch · dp) = {s.global_batch} / ({s.micro_batch} · {m.dp}) = {mbs}"
+
+
+def microbatches(plan) -> int | None:
+    """The microbatch count the batch sizes give (None when global_batch does not divide)."""
+    s, m = plan.schedule, plan.mesh
+    per = s.micro_batch * m.dp
+    if per <= 0 or s.global_batch % per:
+        return None
+    return s.global_batch // per
+
+
+def batch_span(plan):
+    """The span a user edits to change the microbatch count: ``global_batch`` (or
+    ``microbatches`` when only that is written)."""
+    return plan.span("schedule.global_batch")
+
+
+def given(plan, path: str) -> bool:
+    """Whether the spec wrote ``path`` itself: a field left out points at its block's header
+    (or, for the model, at `from`)."""
+    s = plan.spans.get(path)
+    if s is None:
+        return False
+    blk = plan.spans.get(path.split(".", 1)[0])
+    if blk is None or (s.line, s.column) == (blk.line, blk.column):
+        return False  # no such block in the spec, or the field points at the block's header
+    if path.startswith("model.") and path != "model.from":
+        f = plan.spans.get("model.from")
+        if f is not None and (s.line, s.column) == (f.line, f.column):
+            return False
+    return True
+
+
+def at_given(plan, *paths: str):
+    """The span of the first of ``paths`` that the spec wrote itself, else of the last one."""
+    for p in paths:
+        if given(plan, p):
+            return plan.span(p)
+    return plan.span(paths[-1])
+
+
+def global_batches_for(plan, ok) -> list[int]:
+    """Global batches near the current one whose microbatch count satisfies ``ok(m)``."""
+    s, m = plan.schedule, plan.mesh
+    per = s.micro_batch * m.dp
+    if per <= 0:
+        return []
+    cur = max(1, s.global_batch // per)
+    cands = [k for k in range(1, max(4 * cur, 64) + 1) if ok(k)]
+    return [k * per for k in nearest(cands, cur, 3)]
+
+
+# ---------------------------------------------------------------- tensor-parallel alternatives
+
+def tp_widths(plan) -> list[tuple[str, int]]:
+    """The model widths a tensor-parallel degree must divide, in the user's names."""
+    md = plan.model
+    out = [("heads", md.heads)]
+    if md.kv_heads != md.heads:
+        out.append(("kv_heads", md.kv_heads))
+    if dense_layers(md):
+        out.append(("ffn_hidden", md.ffn_hidden))
+    if md.is_moe and md.shared_experts:
+        out.append(("shared expert width (shared_experts · moe_ffn_hidden)", md.shared_experts * md.moe_ffn_hidden))
+    return out
+
+
+def dense_layers(md) -> int:
+    return md.layers - md.moe_layers
+
+
+def tp_ok(plan, t: int, strict_kv: bool = False) -> bool:
+    """Whether tensor-parallel degree ``t`` splits every width of the model (KV heads may be
+    replicated unless ``strict_kv``)."""
+    md = plan.model
+    if md.heads % t:
+        return False
+    kv = md.kv_heads
+    if kv % t and (strict_kv or t % kv):
+        return False
+    for name, w in tp_widths(plan):
+        if name in ("heads", "kv_heads"):
+            continue
+        if w % t:
+            return False
+    return True
+
+
+def tp_options(plan, strict_kv: bool = False, limit: int | None = None) -> list[tuple[int, int | None]]:
+    """Valid tp degrees for this model and cluster, each with the dp that ``dp = auto`` would give
+    (None where dp is fixed)."""
+    m = plan.mesh
+    w = plan.cluster.world
+    rest = m.pp * m.cp
+    cap = limit or max(plan.cluster.gpus_per_node, m.tp)
+    out = []
+    for t in divisors(plan.model.heads):
+        if t > cap or not tp_ok(plan, t, strict_kv):
+            continue
+        if w % (rest * t):
+            continue
+        out.append((t, w // (rest * t)))
+    return out
+
+
+def describe_tp_options(plan, strict_kv: bool = False) -> str:
+    opts = tp_options(plan, strict_kv)
+    if not opts:
+        return ""
+    parts = []
+    for t, dp in opts:
+        parts.append(f"tp = {t} (dp = {dp})" if dp != plan.mesh.dp or plan.mesh.auto == "dp" else f"tp = {t}")
+    return join(parts)
+
+
+# ---------------------------------------------------------------- rank map
+
+def rank_map(plan, order=None):
+    """The plan's :class:`RankMap` (under ``order``, outermost first, when a target fixes it),
+    without expert axes when the expert grid does not divide (P112 reports that); None when the
+    mesh does not fit the cluster (P101 reports that)."""
+    from parc.model.rankmap import RankMap
+
+    m = plan.mesh
+    if m.product <= 0 or m.product > plan.cluster.world:
+        return None
+    order = list(order) if order else None
+    try:
+        return RankMap(plan, order=order)
+    except ValueError:
+        return RankMap(plan, order=order, ep=1, etp=1)
+
+
+def fixed_order(plan, c) -> tuple[str, tuple[str, ...]] | None:
+    """(target, order) when a target whose rules run lays ranks out in an order of its own (vLLM:
+    dp, pp, cp, tp, outermost first) that differs from the mesh's: the topology rules judge the
+    plan under that order, since it is the one that runs. None otherwise."""
+    from parc.rules import fixed_order_targets
+
+    for t, order in fixed_order_targets(plan, c.active).items():
+        big = [ax for ax in order if plan.mesh.size(ax) > 1]
+        if big != [ax for ax in plan.mesh.order if plan.mesh.size(ax) > 1]:
+            return t, order
+    return None
+
+
+def order_words(fixed) -> str:
+    """``under vLLM's rank order (dp, pp, cp, tp), `` for a fixed order, else nothing."""
+    if not fixed:
+        return ""
+    return f"under {target_name(fixed[0])}'s rank order ({', '.join(fixed[1])}, outermost first), "
+
+
+def group_ranks(rm, axis: str, limit: int = 8) -> str:
+    """The ranks of the first group of ``axis``, as ``0-7`` or ``0, 8, 16, 24``."""
+    first = rm.summary()["axes"].get(axis, {}).get("first_group") if axis in rm.order or axis in ("ep", "etp") \
+        else None
+    if first is None:
+        first = [int(x) for x in rm.groups(axis)[0][:limit]]
+    n = rm.size(axis)
+    if len(first) > 1 and all(b - a == 1 for a, b in zip(first, first[1:])) and len(first) == n:
+        return f"{first[0]}-{first[-1]}"
+    s = ", ".join(str(x) for x in first)
+    return s + (", …" if n > len(first) else "")
+
+
+# ---------------------------------------------------------------- pipeline bubble
+
+def bubble_fraction(pipeline: str, pp: int, m: int, v: int = 1) -> float:
+    """Idle share of a pipeline step under unit costs (forward 1, backward 2).
+
+    GPipe and 1F1B: (p−1)/(m+p−1) (Huang et al. 2019; Narayanan et al. 2021, eq. 1 as a share of
+    the whole step); interleaved 1F1B with v chunks per rank: (p−1)/(v·m+p−1) (Narayanan et al.
+    2021, §2.2.2). Zero-bubble and DualPipeV are simulated with parc's schedule model when the
+    run is small, else bounded by the interleaved figure.
+    """
+    if pp <= 1 or m <= 0:
+        return 0.0
+    if pipeline in ("gpipe", "1f1b"):
+        return (pp - 1) / (m + pp - 1)
+    if pipeline == "interleaved_1f1b":
+        return (pp - 1) / (v * m + pp - 1)
+    vv = 2 if pipeline == "dualpipe_v" else max(v, 1)
+    if pp * m * vv <= 4096:
+        try:
+            from parc.model.schedules import schedule_bubble
+
+            return schedule_bubble(pipeline, pp, m, vv)
+        except (ValueError, RuntimeError):
+            pass
+    return (pp - 1) / (vv * m + pp - 1)

@@ -1,0 +1,250 @@
+"""What every backend shares: the emitted file, shell variables in commands, the plan's JSON,
+names derived from the plan, the environment the links call for, and the settings checks."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+
+from parc.rules import rule
+
+
+@dataclass(frozen=True, slots=True)
+class File:
+    """One emitted file: its path relative to the output folder, its text, and whether it runs."""
+
+    path: str
+    text: str
+    executable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    """A shell variable used as one word of a command (rendered as ``"${name}"``)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cat:
+    """One shell word made of parts, each quoted on its own: ``Cat((Var("addr"), ":6379"))``."""
+
+    parts: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Env:
+    """An exported variable; ``default`` keeps a value the user's environment already sets;
+    ``value`` None unsets it (a shell target only)."""
+
+    name: str
+    value: str | None
+    comment: str = ""
+    default: bool = True
+
+
+# ---------------------------------------------------------------------------------------------
+def settings(plan, name: str) -> dict:
+    return plan.target_settings(name)
+
+
+def spec_name(plan) -> str:
+    return os.path.basename(plan.file)
+
+
+def plan_json(plan) -> str:
+    """The resolved plan as ``plan.json``: ``Plan.to_dict()``, keys sorted, two-space indent."""
+    return json.dumps(plan.to_dict(), indent=2, sort_keys=True, ensure_ascii=True) + "\n"
+
+
+def plan_id(plan) -> str:
+    """A short id of the plan's resolved content (the rendezvous id shared by all nodes): the
+    plan without the spec's path, so nodes that compile the same plan from a file named or
+    placed differently still meet, and a changed plan gets a new id."""
+    d = plan.to_dict()
+    d.pop("file", None)
+    text = json.dumps(d, indent=2, sort_keys=True, ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def mesh_text(plan) -> str:
+    m = plan.mesh
+    s = " x ".join(f"{ax}={m.size(ax)}" for ax in m.order)
+    if plan.model.is_moe:
+        s += f" (ep={m.ep}, etp={m.etp})"
+    return s
+
+
+def order_over(plan) -> list[str]:
+    """The mesh order restricted to the axes of size > 1 (size-1 axes place no ranks)."""
+    m = plan.mesh
+    return [ax for ax in m.order if m.size(ax) > 1]
+
+
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def dns_label(text: str, limit: int = 40) -> str:
+    """A DNS-1035 label made from ``text``: lowercase letters, digits and '-', starting with a
+    letter and ending with a letter or digit, at most ``limit`` characters. Kubernetes names
+    Services (and so the pods behind them) with DNS-1035 labels, so a name that begins with a
+    digit, like one made from the model label "70b-custom", takes the prefix ``parc-``."""
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    if not s[:1].isalpha():
+        s = ("parc-" + s).strip("-")
+    s = s[:limit].rstrip("-")
+    assert DNS_1035.fullmatch(s), s
+    return s
+
+
+def is_dns_label(text: str, limit: int, rfc: int = 1035) -> bool:
+    """Whether ``text`` is a DNS label of at most ``limit`` characters: RFC 1035 (starts with a
+    letter) or RFC 1123 (may start with a digit). The whole text must match: a trailing newline
+    is not allowed, as ``re.match`` with ``$`` would."""
+    pattern = DNS_1035 if rfc == 1035 else DNS_1123
+    return len(text) <= limit and pattern.fullmatch(text) is not None
+
+
+def plain_ifname(ifname: str | None) -> str | None:
+    """The interface names in an NCCL_SOCKET_IFNAME value (``=eth0`` is exactly eth0), or None
+    where it is an exclusion (``^lo,docker``) that only NCCL understands."""
+    if not ifname or ifname.startswith("^"):
+        return None
+    return ifname[1:] if ifname.startswith("=") else ifname
+
+
+def nccl_env(plan) -> list[Env]:
+    """NCCL settings the links call for; a value already in the environment wins.
+
+    The cluster's ``socket_ifname`` names the interface NCCL and Gloo open their sockets on
+    (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), for nodes with several networks.
+    Nodes linked by Ethernet have no InfiniBand for NCCL to probe (NCCL_IB_DISABLE=1); from
+    100 Gb/s on, NCCL's guide suggests 4 socket threads with 4 sockets each to fill the link
+    (NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD; their product must stay at most 64)."""
+    cl = plan.cluster
+    out: list[Env] = []
+    if cl.socket_ifname:
+        out.append(Env("NCCL_SOCKET_IFNAME", cl.socket_ifname,
+                       "the cluster's network interface for NCCL's and Gloo's sockets"))
+        gloo = plain_ifname(cl.socket_ifname)
+        if gloo:   # Gloo takes interface names only, not NCCL's ^exclusions
+            out.append(Env("GLOO_SOCKET_IFNAME", gloo))
+    if cl.nodes > 1 and cl.inter_node is not None and cl.inter_node.kind == "ethernet":
+        out.append(Env("NCCL_IB_DISABLE", "1", "nodes are linked by Ethernet: NCCL uses TCP sockets"))
+        if cl.inter_node.bandwidth >= 100e9 / 8:
+            out.append(Env("NCCL_SOCKET_NTHREADS", "4", "100 Gb/s or more over sockets: 4 threads x 4 sockets"))
+            out.append(Env("NCCL_NSOCKS_PERTHREAD", "4"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+_IMAGE = '"nvcr.io/nvidia/pytorch:25.01-py3"'
+_SERVE_IMAGE = '"vllm/vllm-openai:v0.11.0"'
+
+
+@rule("P650", "kubernetes-image-missing", targets=("kubernetes",))
+def kubernetes_image(plan, c):
+    """The entry point is P602's; the container image is what only Kubernetes needs."""
+    if "image" not in settings(plan, "kubernetes"):
+        image = _SERVE_IMAGE if plan.mode == "serve" else _IMAGE
+        what = "vLLM" if plan.mode == "serve" else "PyTorch"
+        c.report(c.at("target.kubernetes"), "target kubernetes needs `image` (the container image every pod runs)",
+                 help=f"add `image = {image}` (or your own image with {what}) to `target kubernetes {{ ... }}`")
+
+
+# ---------------------------------------------------------------------------------------------
+LAUNCH_TARGETS = ("torchrun", "vllm", "megatron", "slurm", "kubernetes")
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def setting_span(plan, c, target: str, key: str):
+    """The span of ``key`` as ``target`` sees it: its own block's, else the block it inherits
+    the key from (slurm and kubernetes take torchrun's entry point and arguments)."""
+    own = plan.targets.get(target)
+    if own is None or key not in own.settings:
+        for other in ("torchrun",):
+            if other in plan.targets and key in plan.targets[other].settings:
+                return c.at(f"target.{other}.{key}", f"target.{other}")
+    return c.at(f"target.{target}.{key}", f"target.{target}")
+
+
+@rule("P662", "target-value-nul", targets=LAUNCH_TARGETS)
+def nul_in_value(plan, c):
+    """A NUL character cannot be part of a command-line argument (argv is C strings), and bash
+    drops it from a script without a word: the launch would run another value than the spec's."""
+    for key, value in settings(plan, c.target).items():
+        for text in _strings(value):
+            if "\0" in text:
+                shown = text.replace("\0", "\\0")
+                c.report(setting_span(plan, c, c.target, key),
+                         f"`{key}` holds a NUL character (`{shown}`), which no command line, shell script "
+                         "or Kubernetes field can carry",
+                         help="remove the NUL character from the string")
+                break
+
+
+# ---------------------------------------------------------------------------------------------
+# Values that land where a launcher reads options. Every target key of kind "str" is checked
+# (an entry point, a model id, a host, a name: none of them begins with '-'); keys of kind
+# "strlist" are option lists passed as given (`args`, `extra_args`) and are not. A key's
+# definition in target.toml overrides that with `leading_dash`: "refuse" (checked, for a list
+# item by item), "options" (meant to hold options) or "name" (the target's own name rule
+# refuses it already, as P661 does for Kubernetes names).
+DASH_DEFAULT = {"str": "refuse", "strlist": "options"}
+
+
+def dash_keys() -> dict[tuple[str, str], str]:
+    """(target, key) -> kind, for every target key whose values P690 checks."""
+    from parc.resolve.resolver import known_targets, target_spec
+
+    out = {}
+    for t in known_targets():
+        for key, d in (target_spec(t) or {}).get("keys", {}).items():
+            kind = d.get("kind", "any")
+            if d.get("leading_dash", DASH_DEFAULT.get(kind)) == "refuse":
+                out[(t, key)] = kind
+    return out
+
+
+def _option_lists(target: str) -> list[str]:
+    from parc.resolve.resolver import target_spec
+
+    keys = (target_spec(target) or {}).get("keys", {})
+    return [k for k, d in keys.items() if d.get("leading_dash", DASH_DEFAULT.get(d.get("kind", "any"))) == "options"]
+
+
+@rule("P690", "value-read-as-option")
+def value_read_as_option(plan, c):
+    """One rule over every target block the spec holds (a value inherited from `target
+    torchrun` is reported once, at torchrun's block)."""
+    from parc.resolve.resolver import target_spec
+
+    checked = dash_keys()
+    for t, tgt in plan.targets.items():
+        for key, v in tgt.settings.items():
+            if (t, key) not in checked:
+                continue
+            items = list(enumerate(v)) if isinstance(v, list) else [(None, v)]
+            for i, x in items:
+                if not (isinstance(x, str) and x.startswith("-")):
+                    continue
+                where = f"target.{t}.{key}.value" + (f".{i}" if i is not None else "")
+                doc = target_spec(t)["keys"][key].get("doc", "").split(" (")[0]
+                shown = json.dumps(x, ensure_ascii=False)
+                shown = shown if len(shown) <= 60 else shown[:56] + '..."'
+                opts = _option_lists(t)
+                c.report(c.at(where, f"target.{t}.{key}"),
+                         f"`{key}` of target {t} begins with `-` ({shown}): it goes where the command line "
+                         f"expects {doc}, and a word beginning with `-` there is read as an option",
+                         help=f"a file or folder whose name begins with `-` can be written \"./{x}\""
+                              + (f"; options for the program belong in `{opts[0]}`" if opts else ""))

@@ -1,0 +1,256 @@
+"""Megatron-LM: ``pretrain_gpt.py`` (or the spec's entry point) under the torchrun launch, with
+the argument list that gives Megatron-LM the plan's model, mesh, schedule and training setup.
+
+Flag names follow Megatron-LM core 0.20.0 (``megatron/training/arguments.py``). What Megatron derives
+from these arguments equals the plan: ``dp = world / (tp·pp·cp)`` and
+``microbatches = global_batch / (micro_batch · dp)``.
+
+Rank order: Megatron lays ranks out as ``tp-cp-ep-dp-pp`` (tp innermost, pp outermost), or
+``tp-cp-ep-pp-dp`` with ``--use-tp-pp-dp-mapping``; parc's mesh orders ``pp, dp, cp, tp`` and
+``dp, pp, cp, tp`` are those two (any other order is refused by rule P608; P603, P607, P612
+and P613 refuse the other plans Megatron-LM cannot run).
+"""
+from __future__ import annotations
+
+from parc.language.diagnostics import WARNING
+from parc.rules import rule
+from parc.targets.base import Env, File, settings, order_over
+from parc.targets import torchrun
+
+TARGET = "megatron"
+DEFAULT_ENTRYPOINT = "pretrain_gpt.py"
+ORDERS = {("pp", "dp", "cp", "tp"): None, ("dp", "pp", "cp", "tp"): "--use-tp-pp-dp-mapping"}
+SCHEDULES = ("1f1b", "interleaved_1f1b")
+
+
+def mapping(plan) -> tuple[bool, str | None]:
+    """(expressible, flag): whether Megatron can lay ranks out in the plan's order, and how."""
+    big = order_over(plan)
+    for canon, flag in ORDERS.items():
+        if big == [ax for ax in canon if plan.mesh.size(ax) > 1]:
+            return True, flag
+    return False, None
+
+
+def vocab_divisor(vocab: int, tp: int) -> int:
+    """--make-vocab-size-divisible-by: the largest power of two up to Megatron's default 128 for
+    which vocab is already a multiple of (divisor · tp), so Megatron pads nothing and the model
+    has exactly the plan's shape; 128 (Megatron pads) when vocab is not a multiple of tp."""
+    d = 128
+    while d >= 1:
+        if vocab % (d * tp) == 0:
+            return d
+        d //= 2
+    return 128
+
+
+def layer_flags(plan) -> list[list]:
+    """Virtual stages and the layer split: nothing for an even split, first/last-stage layer
+    counts when only the first and last pipeline ranks differ, else an explicit layout."""
+    pp, v = plan.mesh.pp, plan.schedule.virtual_stages
+    layers = plan.placement.layers
+    if pp == 1:
+        return []
+    vflag = [["--num-virtual-stages-per-pipeline-rank", v]] if v > 1 else []
+    if not layers or len(set(layers)) == 1:
+        return vflag
+    # loop placement: virtual stage s lives on pipeline rank s % pp
+    chunks = [[layers[c * pp + r] for c in range(v)] for r in range(pp)]
+    totals = [sum(ch) for ch in chunks]
+    middle = totals[1:-1]
+    if (all(len(set(ch)) == 1 for ch in chunks) and len(set(middle)) <= 1 and min(totals) > 0):
+        return [["--decoder-first-pipeline-num-layers", totals[0]],
+                ["--decoder-last-pipeline-num-layers", totals[-1]]] + vflag
+    stages = []
+    for s, n in enumerate(layers):
+        stages.append(("E" if s == 0 else "") + "t" * n + ("L" if s == len(layers) - 1 else ""))
+    return [["--pipeline-model-parallel-layout", "|".join(stages)]]
+
+
+def moe_layer_freq(m) -> str:
+    """parc's layer i is MoE when (i+1) % moe_every == 0; Megatron's list gives 1 for MoE layers."""
+    bits = ["1" if (i + 1) % m.moe_every == 0 else "0" for i in range(m.layers)]
+    if m.layers % m.moe_every == 0:
+        return "([0]*%d+[1])*%d" % (m.moe_every - 1, m.layers // m.moe_every)
+    return "[" + ",".join(bits) + "]"
+
+
+def arg_lines(plan) -> list[list]:
+    m, me, sc, tr = plan.model, plan.mesh, plan.schedule, plan.train
+    out: list[list] = []
+    a = out.append
+    # parallelism
+    a(["--tensor-model-parallel-size", me.tp])
+    a(["--pipeline-model-parallel-size", me.pp])
+    a(["--context-parallel-size", me.cp])
+    _, flag = mapping(plan)
+    if flag:
+        a([flag])
+    if tr.sequence_parallel and me.tp > 1:
+        a(["--sequence-parallel"])
+    out.extend(layer_flags(plan))
+    if m.is_moe:
+        a(["--expert-model-parallel-size", me.ep])
+        a(["--expert-tensor-parallel-size", me.etp])
+    # model shape
+    a(["--num-layers", m.layers])
+    a(["--hidden-size", m.hidden])
+    a(["--ffn-hidden-size", m.ffn_hidden])
+    a(["--num-attention-heads", m.heads])
+    if m.kv_heads != m.heads:
+        a(["--group-query-attention"])
+        a(["--num-query-groups", m.kv_heads])
+    if m.head_dim and m.head_dim * m.heads != m.hidden:
+        a(["--kv-channels", m.head_dim])
+    a(["--seq-length", m.seq_len])
+    # the model's own position count (a learned table's size), never below seq_len (MEG-41)
+    a(["--max-position-embeddings", max(m.seq_len, m.max_positions or 0)])
+    a(["--vocab-size", m.vocab])
+    a(["--make-vocab-size-divisible-by", vocab_divisor(m.vocab, me.tp)])
+    if m.mlp == "swiglu":
+        a(["--swiglu"])
+    a(["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"])
+    a(["--position-embedding-type", "rope" if m.position == "rope" else "learned_absolute"])
+    if m.position == "rope":
+        a(["--rotary-base", m.rope_theta])   # Megatron's default is 10000; Llama 3 uses 500000
+    if not m.bias:
+        a(["--disable-bias-linear"])
+    if not m.tied_embeddings:
+        a(["--untie-embeddings-and-output-weights"])
+    if m.is_moe:
+        a(["--num-experts", m.experts])
+        a(["--moe-router-topk", m.top_k])
+        a(["--moe-ffn-hidden-size", m.moe_ffn_hidden])
+        if m.shared_experts:
+            a(["--moe-shared-expert-intermediate-size", m.shared_experts * m.moe_ffn_hidden])
+        if m.moe_every > 1:
+            a(["--moe-layer-freq", moe_layer_freq(m)])
+        if me.ep > 1:
+            a(["--moe-token-dispatcher-type", "alltoall"])
+    # batch
+    a(["--micro-batch-size", sc.micro_batch])
+    a(["--global-batch-size", sc.global_batch])
+    # optimizer and precision
+    a(["--optimizer", "sgd" if tr.optimizer == "sgd" else "adam"])
+    if tr.zero >= 1:
+        a(["--use-distributed-optimizer"])
+    if fsdp(plan):
+        a(["--use-megatron-fsdp"])
+        a(["--data-parallel-sharding-strategy", "optim_grads_params"])
+        a(["--ckpt-format", "fsdp_dtensor"])   # validate_args: Megatron-FSDP's only checkpoint format
+    if tr.precision in ("bf16", "fp8"):
+        a(["--bf16"])
+    elif tr.precision == "fp16":
+        a(["--fp16"])
+    if tr.precision == "fp8":
+        a(["--fp8-format", "hybrid"])
+    if tr.main_grads == "bf16" or tr.optimizer_state == "bf16":
+        a(["--use-precision-aware-optimizer"])
+        if tr.main_grads == "bf16":
+            a(["--main-grads-dtype", "bf16"])
+        if tr.optimizer_state == "bf16":
+            a(["--exp-avg-dtype", "bf16"])
+            a(["--exp-avg-sq-dtype", "bf16"])
+    if tr.recompute == "selective":
+        a(["--recompute-activations"])
+    elif tr.recompute == "full":
+        a(["--recompute-granularity", "full"])
+        a(["--recompute-method", "uniform"])
+        a(["--recompute-num-layers", 1])
+    a(["--transformer-impl", "transformer_engine"])
+    tok = settings(plan, TARGET).get("tokenizer")
+    if tok:
+        a(["--tokenizer-type", "HuggingFaceTokenizer"])
+        a(["--tokenizer-model", tok])
+    return out
+
+
+def group_args(args) -> list[list]:
+    """Extra arguments grouped for reading: an option and the values after it on one line."""
+    out: list[list] = []
+    for x in args or []:
+        if out and not str(x).startswith("-") and out[-1] and str(out[-1][0]).startswith("-"):
+            out[-1].append(x)
+        else:
+            out.append([x])
+    return out
+
+
+def fsdp(plan) -> bool:
+    """ZeRO-3 is Megatron-FSDP (``--use-megatron-fsdp``, parameters sharded too)."""
+    return plan.train is not None and plan.train.zero >= 3
+
+
+def launch_env(plan) -> list[Env]:
+    """CUDA_DEVICE_MAX_CONNECTIONS as Megatron-LM's validate_args wants it: 1 with tensor or
+    context parallelism (asserted before Blackwell), but never 1 with Megatron-FSDP, which
+    asserts the opposite (it is unset there; validate_args only warns about tp/cp with FSDP)."""
+    me = plan.mesh
+    if fsdp(plan):
+        return [Env("CUDA_DEVICE_MAX_CONNECTIONS", None,
+                    "Megatron-FSDP requires CUDA_DEVICE_MAX_CONNECTIONS unset or above 1", default=False)]
+    if me.tp > 1 or me.cp > 1:
+        return [Env("CUDA_DEVICE_MAX_CONNECTIONS", "1",
+                    "Megatron-LM's tensor and context parallelism need one CUDA work queue "
+                    "(in order kernel launch for comm/compute overlap)", default=False)]
+    return []
+
+
+def build(plan) -> list[File]:
+    s = settings(plan, TARGET)
+    env = launch_env(plan)
+    lines = arg_lines(plan) + group_args(s.get("extra_args"))
+    return torchrun.node_files(plan, entrypoint=s.get("entrypoint", DEFAULT_ENTRYPOINT), arg_lines=lines,
+                               env=env)
+
+
+# --- what the launch cannot give Megatron-LM ----------------------------------------------------
+@rule("P656", "megatron-fsdp-with-tp-cp", severity=WARNING, targets=(TARGET,))
+def fsdp_with_tp_cp(plan, c):
+    """Megatron-LM's validate_args warns (on GPUs before Blackwell) when tensor or context
+    parallelism runs with Megatron-FSDP: one wants CUDA_DEVICE_MAX_CONNECTIONS=1, the other
+    refuses it. The launch leaves it unset, as FSDP requires."""
+    me = plan.mesh
+    if not fsdp(plan) or (me.tp == 1 and me.cp == 1):
+        return
+    what = " and ".join(f"{ax} = {me.size(ax)}" for ax in ("tp", "cp") if me.size(ax) > 1)
+    c.report(c.at("train.zero", "train"),
+             f"zero = 3 (Megatron-FSDP) with {what}: Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1, which "
+             "tensor and context parallelism need to overlap their communication, so the launch leaves it "
+             "unset and that overlap is lost on GPUs before Blackwell (Megatron-LM warns the same at start)",
+             help="use zero = 1 (the distributed optimizer) with tp or cp, or keep zero = 3 with dp only")
+
+
+def _hf_id(plan) -> str:
+    """The preset's Hugging Face id (from its source note), for the help text."""
+    import re
+
+    from parc.resolve.resolver import presets
+
+    src = presets("models").get(plan.model.preset or "", {}).get("source", "")
+    ids = re.findall(r"([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+) config\.json", src)
+    return ids[-1] if ids else "org/model"
+
+
+@rule("P657", "megatron-tokenizer-model", targets=(TARGET,))
+def tokenizer_model(plan, c):
+    """HuggingFaceTokenizer reads its files from --tokenizer-model; without it Megatron-LM's
+    build_tokenizer has nothing to load."""
+    s = settings(plan, TARGET)
+    extra = [str(x) for x in s.get("extra_args") or []]
+    if s.get("tokenizer"):
+        given = [f for f in ("--tokenizer-type", "--tokenizer-model") if f in extra]
+        if given:
+            c.report(c.at("target.megatron.extra_args", "target.megatron"),
+                     f"`tokenizer` sets {' and '.join(given)}, and extra_args gives {'them' if len(given) > 1 else 'it'} "
+                     "again: Megatron-LM would take whichever comes last",
+                     help=f"remove {' and '.join(given)} (and {'their values' if len(given) > 1 else 'its value'}) "
+                          "from extra_args")
+        return
+    hf = any(a == "HuggingFaceTokenizer" or a == "--tokenizer-type=HuggingFaceTokenizer" for a in extra)
+    if hf and not any(a == "--tokenizer-model" or a.startswith("--tokenizer-model=") for a in extra):
+        c.report(c.at("target.megatron.extra_args", "target.megatron"),
+                 "extra_args choose Megatron-LM's HuggingFaceTokenizer without --tokenizer-model, so the "
+                 "tokenizer has nothing to load and pretrain_gpt.py stops before the first step",
+                 help=f'replace the --tokenizer-type pair with `tokenizer = "{_hf_id(plan)}"` in `target megatron` '
+                      "(a Hugging Face id or a local folder)")

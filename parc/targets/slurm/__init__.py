@@ -1,0 +1,74 @@
+"""Slurm: ``job.sbatch`` allocates the nodes and runs one task per node with ``srun``; the node
+rank is ``SLURM_NODEID`` and the first node of the allocation hosts the rendezvous (its address
+is ``MASTER_ADDR``). What each task runs is another target's launch, unchanged:
+
+* training: the torchrun target's launch, as one ``launch.sh`` that takes the node rank from
+  Slurm;
+* serving: the vllm target's files (``launch.sh`` picks ``node<SLURM_NODEID>.sh``, one
+  ``vllm serve`` per node with the multi-node flags; one node runs ``serve.sh``).
+
+The folder must be on a filesystem every node mounts: srun starts the scripts from it on each
+node and they read ``plan.json`` beside them."""
+from __future__ import annotations
+
+import re
+
+from parc.rules import rule
+from parc.targets.base import File, dns_label, settings, mesh_text, plan_json, spec_name
+from parc.targets import torchrun
+from parc.words import count
+
+TARGET = "slurm"
+SBATCH_KEYS = ("partition", "account", "time")
+SAFE = re.compile(r"[A-Za-z0-9._:@+/,=-]+")
+
+
+def job_name(plan) -> str:
+    return settings(plan, TARGET).get("job_name") or dns_label(plan.model.name)
+
+
+def task_files(plan) -> tuple[str, list[File]]:
+    """The script srun runs on every node, and the files it needs (plan.json among them)."""
+    s = settings(plan, TARGET)
+    cl = plan.cluster
+    if plan.mode == "serve":
+        from parc.targets import vllm
+
+        files = vllm.build(plan)
+        names = [f.path for f in files]
+        return ("launch.sh" if "launch.sh" in names else "serve.sh"), files
+    launch = torchrun.script(plan, node_rank=None, entrypoint=s["entrypoint"],
+                             arg_lines=torchrun.user_arg_lines(s.get("args")),
+                             max_restarts=s.get("max_restarts", 0),
+                             what=f"torchrun launch for one node of {cl.nodes}; srun runs it on every node")
+    return "launch.sh", [File("launch.sh", launch, True), File("plan.json", plan_json(plan))]
+
+
+def build(plan) -> list[File]:
+    from parc.targets.render import render
+
+    s = settings(plan, TARGET)
+    cl = plan.cluster
+    task, files = task_files(plan)
+    what = "vllm serve" if plan.mode == "serve" else "torchrun"
+    sbatch = render("slurm/job.sbatch.j2", job_name=job_name(plan), nodes=cl.nodes, gpus=cl.gpus_per_node,
+                    cpus=s.get("cpus_per_task"), task=task,
+                    sbatch_extra=[(k, s[k]) for k in SBATCH_KEYS if k in s],
+                    header=[f"Slurm job compiled by parc from {spec_name(plan)}: sbatch job.sbatch",
+                            f"Mesh: {mesh_text(plan)}; {cl.nodes} node{'s' if cl.nodes > 1 else ''} x "
+                            f"{count(cl.gpus_per_node, 'GPU')} = {count(plan.world_size, 'rank')}; srun runs {task} ({what}) "
+                            "once per node.",
+                            "Keep this folder on a filesystem every node mounts (a shared home or project "
+                            "folder): each node runs the scripts and reads plan.json from it."])
+    return [File("job.sbatch", sbatch, True)] + files
+
+
+@rule("P660", "slurm-directive-value", targets=(TARGET,))
+def directive_values(plan, c):
+    s = settings(plan, TARGET)
+    for key in SBATCH_KEYS + ("job_name",):
+        v = s.get(key)
+        if v is not None and not SAFE.fullmatch(v):
+            c.report(c.at(f"target.slurm.{key}", "target.slurm"),
+                     f"`{key}` goes into an #SBATCH line, which takes no spaces, quotes, newlines or shell "
+                     "characters", help="use letters, digits and . _ : @ + / , = -")
