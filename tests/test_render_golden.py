@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from parc.api import check_file
-from parc.language.diagnostics import render_json, render_text
+from parc.report.diagnostics.json import render_json
+from parc.report.diagnostics.text import render_text
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path("tests/data/render")

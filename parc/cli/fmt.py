@@ -31,32 +31,13 @@ def _files(specs):
             yield p
 
 
-def write_atomic(path, text: str) -> None:
-    import os
-    import tempfile
-
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".parc-fmt-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        try:
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        except OSError:
-            pass
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def run(args) -> int:
     import difflib
 
-    from parc.language.diagnostics import ParcError, render_text, use_color
+    from parc.files import write_atomic
+    from parc.language.diagnostics import ParcError
+    from parc.report.diagnostics.text import render_text
+    from parc.report.term import use_color
     from parc.language.fmt import format_text
     from parc.resolve.reader import read_bytes, read_stdin_bytes
 

@@ -8,6 +8,8 @@ from html import escape
 from parc.words import count
 
 from parc.report import svg
+from parc.report.explain import rank_map_rows
+from parc.units import nbytes, number, percent, seconds
 
 _CSS = """
 :root { color-scheme: light; }
@@ -38,38 +40,20 @@ def _e(s) -> str:
     return escape(str(s), quote=True)
 
 
-def _gb(n) -> str:
-    n = float(n or 0)
-    if n >= 1e12:
-        return f"{n / 1e12:.2f} TB"
-    if n >= 1e9:
-        return f"{n / 1e9:.2f} GB"
-    if n >= 1e6:
-        return f"{n / 1e6:.1f} MB"
-    return f"{n:,.0f} B"
+def _bytes(n) -> str:
+    return nbytes(n or 0)
 
 
 def _time(t) -> str:
-    t = float(t or 0)
-    if t == 0:
-        return "0 s"
-    if t < 1e-3:
-        return f"{t * 1e6:.1f} µs"
-    if t < 1:
-        return f"{t * 1e3:.1f} ms"
-    return f"{t:.2f} s"
+    return seconds(float(t or 0))
 
 
 def _count(n) -> str:
-    n = float(n or 0)
-    for f, s in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= f:
-            return f"{n / f:.2f}{s}"
-    return f"{n:,.0f}"
+    return number(float(n or 0))
 
 
 def _pct(x) -> str:
-    return f"{float(x or 0) * 100:.2f}%"
+    return percent(float(x or 0))
 
 
 def _table(headers: list[str], rows: list[list], num: str = "", cls: str = "", row_cls=None) -> str:
@@ -107,12 +91,12 @@ def explain_page(plan, estimate) -> str:
     what = "Training" if train else "Serving"
     parts.append(f'<p class="lead">{what} <b>{_e(m.name)}</b> ({_count(est.get("params", {}).get("total"))} '
                  f"parameters) on {cl.nodes} × {cl.gpus_per_node} {_e(cl.gpu.name)} "
-                 f"({count(est.get('world_size', plan.world_size), 'GPU')}, {_gb(cl.gpu.memory)} each); mesh "
+                 f"({count(est.get('world_size', plan.world_size), 'GPU')}, {_bytes(cl.gpu.memory)} each); mesh "
                  + _e(" × ".join(f"{a}={mesh.size(a)}" for a in mesh.order))
                  + (f", ep={mesh.ep}" if mesh.ep > 1 else "") + (f", etp={mesh.etp}" if mesh.etp > 1 else "")
                  + "</p>")
     cards = [("GPUs", f"{est.get('world_size', plan.world_size):,}", False),
-             ("memory per GPU", f"{_gb(mem.get('total'))} / {_gb(cap)}", over)]
+             ("memory per GPU", f"{_bytes(mem.get('total'))} / {_bytes(cap)}", over)]
     if train:
         cards += [("step time", _time(est.get("step_time")), False), ("MFU", _pct(est.get("mfu")), False),
                   ("pipeline bubble", _pct(est.get("bubble_fraction")), False),
@@ -129,12 +113,7 @@ def explain_page(plan, estimate) -> str:
     parts.append('<section id="mesh"><h2>Rank map</h2>')
     parts.append(f'<figure class="drawing">{svg.mesh(plan)}</figure>')
     rm = est.get("rank_map") or {}
-    rows = []
-    for ax, a in (rm.get("axes") or {}).items():
-        first = a.get("first_group") or []
-        shown = ", ".join(str(x) for x in first) + (", …" if a.get("size", 0) > len(first) else "")
-        rows.append([ax, a.get("size"), a.get("stride") if a.get("stride") is not None else "-", a.get("groups"),
-                     a.get("nodes_spanned"), a.get("link") if a.get("size", 1) > 1 else "-", shown])
+    rows = rank_map_rows(rm.get("axes") or {})
     if rows:
         parts.append(_table(["axis", "size", "rank stride", "groups", "nodes per group", "link", "first group"],
                             rows, "lrrrrll"))
@@ -157,8 +136,8 @@ def explain_page(plan, estimate) -> str:
     stages = est.get("stages") or []
     cols = ["weights", "grads", "optimizer", "activations", "kv_cache"]
     cols = [c for c in cols if any((s["memory"].get(c) or 0) > 0 for s in stages)] or ["weights"]
-    rows = [[s["stage"], s.get("layers"), _count(s.get("params"))] + [_gb(s["memory"].get(c)) for c in cols]
-            + [_gb(s["memory"]["total"]), _pct(s["memory"]["total"] / (s["memory"]["capacity"] or 1))]
+    rows = [[s["stage"], s.get("layers"), _count(s.get("params"))] + [_bytes(s["memory"].get(c)) for c in cols]
+            + [_bytes(s["memory"]["total"]), _pct(s["memory"]["total"] / (s["memory"]["capacity"] or 1))]
             for s in stages]
     parts.append(_table(["stage", "layers", "params"] + [c.replace("_", " ") for c in cols] + ["total", "of capacity"],
                         rows, "r" * (len(cols) + 5),
@@ -180,7 +159,7 @@ def explain_page(plan, estimate) -> str:
             continue
         kind = (lk.get(ln) or {}).get("kind", "")
         bw = (lk.get(ln) or {}).get("bandwidth", 0)
-        rows.append([ax, _gb(comm.get(ax)), f"{ln} ({kind})" if kind else ln, f"{_gb(bw)}/s", _time(ctime.get(ax))])
+        rows.append([ax, _bytes(comm.get(ax)), f"{ln} ({kind})" if kind else ln, f"{_bytes(bw)}/s", _time(ctime.get(ax))])
     parts.append(_table(["axis", "bytes", "link", "bandwidth", "time"], rows, "lrlrr") if rows
                  else "<p>None: every axis has size 1.</p>")
     parts.append("</section>")
