@@ -13,6 +13,8 @@ Two families of styles:
   ``parc draw`` print them;
 * the table style (``gb_value``, ``seconds_short``, ``number_short``): compact cells for the
   planner's ranked table, whose header carries the unit;
+* the comparison style (``si``, ``si_count``, ``seconds_fixed``, ``percent_fixed``): fixed
+  decimals, so that ``parc diff``'s old and new columns line up;
 
 and ``gb`` for rule messages, which always speak in GB so that two numbers in one message
 compare at a glance.
@@ -116,3 +118,44 @@ def seconds_short(x: float) -> str:
 def number_short(x: float) -> str:
     """A per-second count with two decimals: ``"1.23M"``, ``"950"``."""
     return _scaled(x, _RATE, ".2f", ".0f")
+
+
+# --- the comparison style -------------------------------------------------------------------------
+
+_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def _si_digits(x: float) -> str:
+    return f"{x:.2f}" if abs(x) < 10 else f"{x:.1f}" if abs(x) < 100 else f"{x:.0f}"
+
+
+def si(v: float, unit: str) -> str:
+    """Decimal prefixes with fixed decimals: ``"60.1 GB"``, ``"2.27 TB"``, ``"512 B"``."""
+    for f, p in _SI:
+        if abs(v) >= f:
+            return f"{_si_digits(v / f)} {p}{unit}"
+    return f"{v:.0f} {unit}"
+
+
+def si_count(v: float) -> str:
+    """A count with fixed decimals, B for billions as model sizes say: ``"2.27B"``, ``"512"``."""
+    for f, p in _SI:
+        if abs(v) >= f:
+            return f"{_si_digits(v / f)}{'B' if p == 'G' else p}"
+    return f"{v:.3g}" if not float(v).is_integer() else f"{int(v)}"
+
+
+def seconds_fixed(v: float) -> str:
+    """``"0 s"``, ``"12.3 µs"``, ``"4.5 ms"``, ``"1.23 s"``, ``"1,234 s"``."""
+    if v == 0:
+        return "0 s"
+    if abs(v) < 1e-3:
+        return f"{v * 1e6:.1f} µs"
+    if abs(v) < 1:
+        return f"{v * 1e3:.1f} ms"
+    return f"{v:.3g} s" if abs(v) < 100 else f"{v:,.0f} s"
+
+
+def percent_fixed(x: float) -> str:
+    """A share with two decimals: ``"43.21%"``."""
+    return f"{x * 100:.2f}%"

@@ -155,41 +155,17 @@ def _flatten(d, prefix="") -> dict:
 # ----------------------------------------------------------------------------- formatting
 
 def fmt_value(v, kind: str) -> str:
+    from parc import units
+
     if v is None:
         return "—"
-    if kind == "bytes":
-        return _si(v, "B")
-    if kind == "params":
-        return _si(v, "", count=True)
-    if kind == "seconds":
-        if v == 0:
-            return "0 s"
-        if abs(v) < 1e-3:
-            return f"{v * 1e6:.1f} µs"
-        if abs(v) < 1:
-            return f"{v * 1e3:.1f} ms"
-        return f"{v:.3g} s" if abs(v) < 100 else f"{v:,.0f} s"
-    if kind == "fraction":
-        return f"{v * 100:.2f}%"
-    if kind == "rate":
-        return _si(v, "", count=True)
+    style = {"bytes": lambda x: units.si(x, "B"), "params": units.si_count, "rate": units.si_count,
+             "seconds": units.seconds_fixed, "fraction": units.percent_fixed}.get(kind)
+    if style is not None:
+        return style(v)
     if isinstance(v, float) and not v.is_integer():
         return f"{v:,.2f}"
     return f"{int(v):,}"
-
-
-def _si(v: float, unit: str, count: bool = False) -> str:
-    """Decimal prefixes: 60.1 GB for bytes, 2.27B for counts (B for billions, as model sizes say)."""
-    a = abs(v)
-    prefixes = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-    for f, p in prefixes:
-        if a >= f:
-            x = v / f
-            num = f"{x:.2f}" if abs(x) < 10 else f"{x:.1f}" if abs(x) < 100 else f"{x:.0f}"
-            return f"{num}{'B' if p == 'G' else p}" if count else f"{num} {p}{unit}"
-    if count:
-        return f"{v:.3g}" if not float(v).is_integer() else f"{int(v)}"
-    return f"{v:.0f} {unit}"
 
 
 def fmt_change(row: dict) -> str:
@@ -279,8 +255,10 @@ def _md(s: str) -> str:
 
 def render_text(old_name: str, new_name: str, rows, changes, color=False, show_all=False,
                 quiet=False) -> str:
+    from parc.report.term import paint as term_paint
+
     def paint(s, code):
-        return f"\x1b[{code}m{s}\x1b[0m" if color and s else s
+        return term_paint(s, code, color)
 
     out = []
     if not quiet:
