@@ -63,9 +63,9 @@ def run(args) -> int:
     except _Refused as e:
         print(f"parc: {e.message}", file=sys.stderr)
         if args.format == "json":
-            json.dump({"ok": False, "error": e.message, "exit_code": e.code, "rank": e.rank,
-                       "diagnostics": [d.to_json() for d in e.diagnostics]}, sys.stdout, indent=2)
-            sys.stdout.write("\n")
+            from parc.report.run import render_refusal
+
+            sys.stdout.write(render_refusal(e.message, e.code, e.rank, e.diagnostics))
         return e.code
 
 
@@ -135,20 +135,16 @@ def _run(args) -> int:
     if args.report:
         try:
             with open(args.report, "w", encoding="utf-8") as f:
-                json.dump(report, f, indent=2)
-                f.write("\n")
+                f.write(json.dumps(report, indent=2) + "\n")
         except OSError as e:
             raise _Refused(2, f"cannot write {args.report}: {e.strerror or e}") from None
     v = report["verify"]
     failed = v["ran"] and not v["passed"]
     if not args.quiet:
-        if args.format == "json":
-            json.dump({"ok": not failed, **report}, sys.stdout, indent=2)
-            sys.stdout.write("\n")
-        else:
-            from parc.report.run import render_text
+        from parc.report import run as render
 
-            sys.stdout.write(render_text(report, args.spec))
+        sys.stdout.write(render.render_json(report, not failed) if args.format == "json"
+                         else render.render_text(report, args.spec))
     return 1 if failed else 0
 
 

@@ -9,7 +9,7 @@ from parc.words import count
 
 from parc.report import svg
 from parc.report.explain import rank_map_rows
-from parc.units import nbytes, number, percent, seconds
+from parc.units import flops, nbytes, number, percent, rate, seconds
 
 _CSS = """
 :root { color-scheme: light; }
@@ -77,27 +77,44 @@ def explain_page(plan, estimate) -> str:
     from parc import __version__
 
     est = svg._as_dict(estimate)
-    m, cl, mesh = plan.model, plan.cluster, plan.mesh
-    train = plan.mode == "train"
-    mem = est.get("memory_per_gpu", {})
-    cap = mem.get("capacity") or cl.gpu.memory
-    over = (mem.get("total") or 0) > cap
     title = f"parc explain: {plan.file}"
     parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
              f"<meta name=\"generator\" content=\"parc {_e(__version__)}\">"
-             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>"]
-    parts.append(f"<h1>{_e(title)}</h1>")
-    what = "Training" if train else "Serving"
-    parts.append(f'<p class="lead">{what} <b>{_e(m.name)}</b> ({_count(est.get("params", {}).get("total"))} '
-                 f"parameters) on {cl.nodes} × {cl.gpus_per_node} {_e(cl.gpu.name)} "
-                 f"({count(est.get('world_size', plan.world_size), 'GPU')}, {_bytes(cl.gpu.memory)} each); mesh "
-                 + _e(" × ".join(f"{a}={mesh.size(a)}" for a in mesh.order))
-                 + (f", ep={mesh.ep}" if mesh.ep > 1 else "") + (f", etp={mesh.etp}" if mesh.etp > 1 else "")
-                 + "</p>")
+             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>",
+             f"<h1>{_e(title)}</h1>", _lead(plan, est), _cards(plan, est), _rank_map(plan, est)]
+    if plan.mode == "train":
+        parts.append(_schedule(plan, est))
+    parts += [_memory(plan, est), _communication(plan, est)]
+    if plan.mode == "train":
+        parts.append(_step_time(est))
+    notes = est.get("notes") or []
+    if notes:
+        parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+    parts.append(f"<footer>Made by parc {_e(__version__)} from {_e(plan.file)}. Memory is per GPU; "
+                 "times are estimates from the cost model (see <code>parc explain</code>).</footer>")
+    parts.append("</main></body></html>\n")
+    return "".join(parts)
+
+
+def _lead(plan, est) -> str:
+    m, cl, mesh = plan.model, plan.cluster, plan.mesh
+    what = "Training" if plan.mode == "train" else "Serving"
+    return (f'<p class="lead">{what} <b>{_e(m.name)}</b> ({_count(est.get("params", {}).get("total"))} '
+            f"parameters) on {cl.nodes} × {cl.gpus_per_node} {_e(cl.gpu.name)} "
+            f"({count(est.get('world_size', plan.world_size), 'GPU')}, {_bytes(cl.gpu.memory)} each); mesh "
+            + _e(" × ".join(f"{a}={mesh.size(a)}" for a in mesh.order))
+            + (f", ep={mesh.ep}" if mesh.ep > 1 else "") + (f", etp={mesh.etp}" if mesh.etp > 1 else "")
+            + "</p>")
+
+
+def _cards(plan, est) -> str:
+    mem = est.get("memory_per_gpu", {})
+    cap = mem.get("capacity") or plan.cluster.gpu.memory
+    over = (mem.get("total") or 0) > cap
     cards = [("GPUs", f"{est.get('world_size', plan.world_size):,}", False),
              ("memory per GPU", f"{_bytes(mem.get('total'))} / {_bytes(cap)}", over)]
-    if train:
+    if plan.mode == "train":
         cards += [("step time", _time(est.get("step_time")), False), ("MFU", _pct(est.get("mfu")), False),
                   ("pipeline bubble", _pct(est.get("bubble_fraction")), False),
                   ("tokens/s", f"{float(est.get('tokens_per_second') or 0):,.0f}", False)]
@@ -105,49 +122,51 @@ def explain_page(plan, estimate) -> str:
         kv = est.get("kv_cache", {})
         cards += [("KV cache tokens", f"{int(kv.get('capacity_tokens') or 0):,}", False),
                   ("concurrent sequences", f"{int(kv.get('max_concurrent_seqs') or 0):,}", False)]
-    parts.append('<div class="cards">' + "".join(
+    return '<div class="cards">' + "".join(
         f'<div class="card{" bad" if bad else ""}"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>'
-        for k, v, bad in cards) + "</div>")
+        for k, v, bad in cards) + "</div>"
 
-    # rank map
-    parts.append('<section id="mesh"><h2>Rank map</h2>')
-    parts.append(f'<figure class="drawing">{svg.mesh(plan)}</figure>')
-    rm = est.get("rank_map") or {}
-    rows = rank_map_rows(rm.get("axes") or {})
+
+def _rank_map(plan, est) -> str:
+    parts = ['<section id="mesh"><h2>Rank map</h2>', f'<figure class="drawing">{svg.mesh(plan)}</figure>']
+    rows = rank_map_rows((est.get("rank_map") or {}).get("axes") or {})
     if rows:
         parts.append(_table(["axis", "size", "rank stride", "groups", "nodes per group", "link", "first group"],
                             rows, "lrrrrll"))
-    parts.append("</section>")
+    return "".join(parts) + "</section>"
 
-    # schedule
-    if train:
-        sch = plan.schedule
-        parts.append('<section id="schedule"><h2>Pipeline schedule</h2>')
-        parts.append(f'<figure class="drawing">{svg.schedule(plan)}</figure>')
-        parts.append(_table(["pipeline", "virtual stages", "micro batch", "microbatches", "in flight (stage 0)",
-                             "bubble (cost model)"],
-                            [[sch.pipeline, sch.virtual_stages, sch.micro_batch, est.get("microbatches"),
-                              est.get("inflight_microbatches"), _pct(est.get("bubble_fraction"))]], "lrrrrr"))
-        parts.append("</section>")
 
-    # memory
-    parts.append('<section id="memory"><h2>Memory per GPU</h2>')
-    parts.append(f'<figure class="drawing">{svg.memory(plan, est)}</figure>')
+def _schedule(plan, est) -> str:
+    sch = plan.schedule
+    return ('<section id="schedule"><h2>Pipeline schedule</h2>'
+            f'<figure class="drawing">{svg.schedule(plan)}</figure>'
+            + _table(["pipeline", "virtual stages", "micro batch", "microbatches", "in flight (stage 0)",
+                      "bubble (cost model)"],
+                     [[sch.pipeline, sch.virtual_stages, sch.micro_batch, est.get("microbatches"),
+                       est.get("inflight_microbatches"), _pct(est.get("bubble_fraction"))]], "lrrrrr")
+            + "</section>")
+
+
+def _memory(plan, est) -> str:
     stages = est.get("stages") or []
     cols = ["weights", "grads", "optimizer", "activations", "kv_cache"]
     cols = [c for c in cols if any((s["memory"].get(c) or 0) > 0 for s in stages)] or ["weights"]
     rows = [[s["stage"], s.get("layers"), _count(s.get("params"))] + [_bytes(s["memory"].get(c)) for c in cols]
             + [_bytes(s["memory"]["total"]), _pct(s["memory"]["total"] / (s["memory"]["capacity"] or 1))]
             for s in stages]
-    parts.append(_table(["stage", "layers", "params"] + [c.replace("_", " ") for c in cols] + ["total", "of capacity"],
-                        rows, "r" * (len(cols) + 5),
-                        row_cls=lambda i: "over" if stages[i]["memory"]["total"] > stages[i]["memory"]["capacity"]
-                        else ""))
-    parts.append("</section>")
+    return ('<section id="memory"><h2>Memory per GPU</h2>'
+            f'<figure class="drawing">{svg.memory(plan, est)}</figure>'
+            + _table(["stage", "layers", "params"] + [c.replace("_", " ") for c in cols] + ["total", "of capacity"],
+                     rows, "r" * (len(cols) + 5),
+                     row_cls=lambda i: "over" if stages[i]["memory"]["total"] > stages[i]["memory"]["capacity"]
+                     else "")
+            + "</section>")
 
-    # communication and time
-    parts.append('<section id="communication"><h2>Communication per GPU '
-                 + ("per step" if train else "per decoded token") + "</h2>")
+
+def _communication(plan, est) -> str:
+    train = plan.mode == "train"
+    head = ('<section id="communication"><h2>Communication per GPU '
+            + ("per step" if train else "per decoded token") + "</h2>")
     # a serving plan's bytes and times are per decoded token (its per-step numbers are zero)
     comm = est.get("comm_per_step" if train else "comm_per_token") or {}
     ctime = est.get("comm_time" if train else "comm_time_per_token") or {}
@@ -159,24 +178,17 @@ def explain_page(plan, estimate) -> str:
             continue
         kind = (lk.get(ln) or {}).get("kind", "")
         bw = (lk.get(ln) or {}).get("bandwidth", 0)
-        rows.append([ax, _bytes(comm.get(ax)), f"{ln} ({kind})" if kind else ln, f"{_bytes(bw)}/s", _time(ctime.get(ax))])
-    parts.append(_table(["axis", "bytes", "link", "bandwidth", "time"], rows, "lrlrr") if rows
-                 else "<p>None: every axis has size 1.</p>")
-    parts.append("</section>")
-    if train:
-        parts.append('<section id="time"><h2>Step time</h2>')
-        rows = [["tokens per step", f"{int(est.get('tokens_per_step') or 0):,}"],
-                ["model FLOPs per step", f"{float(est.get('model_flops_per_step') or 0):.3e}"],
-                ["compute time", _time(est.get("compute_time"))],
-                ["step time", _time(est.get("step_time"))],
-                ["MFU", _pct(est.get("mfu"))],
-                ["tokens/s", f"{float(est.get('tokens_per_second') or 0):,.0f}"]]
-        parts.append(_table(["quantity", "value"], rows, "lr"))
-        parts.append("</section>")
-    notes = est.get("notes") or []
-    if notes:
-        parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
-    parts.append(f"<footer>Made by parc {_e(__version__)} from {_e(plan.file)}. Memory is per GPU; "
-                 "times are estimates from the cost model (see <code>parc explain</code>).</footer>")
-    parts.append("</main></body></html>\n")
-    return "".join(parts)
+        rows.append([ax, _bytes(comm.get(ax)), f"{ln} ({kind})" if kind else ln, rate(bw or 0), _time(ctime.get(ax))])
+    body = (_table(["axis", "bytes", "link", "bandwidth", "time"], rows, "lrlrr") if rows
+            else "<p>None: every axis has size 1.</p>")
+    return head + body + "</section>"
+
+
+def _step_time(est) -> str:
+    rows = [["tokens per step", f"{int(est.get('tokens_per_step') or 0):,}"],
+            ["model FLOPs per step", flops(float(est.get("model_flops_per_step") or 0))],
+            ["compute time", _time(est.get("compute_time"))],
+            ["step time", _time(est.get("step_time"))],
+            ["MFU", _pct(est.get("mfu"))],
+            ["tokens/s", f"{float(est.get('tokens_per_second') or 0):,.0f}"]]
+    return '<section id="time"><h2>Step time</h2>' + _table(["quantity", "value"], rows, "lr") + "</section>"

@@ -1,6 +1,8 @@
 """What ``parc run`` prints: the summary of a run's report (the report itself is JSON)."""
 from __future__ import annotations
 
+import json
+
 
 def _bytes_line(rep: dict) -> str:
     ranks = rep["ranks"]
@@ -46,3 +48,15 @@ def render_text(rep: dict, spec: str) -> str:
     if rep.get("resumed"):
         lines.append(f"  resumed from {rep['resumed']['path']} (step {rep['resumed']['step']})")
     return "\n".join(lines) + "\n"
+
+
+def render_json(rep: dict, ok: bool) -> str:
+    """The report with ``"ok"`` first."""
+    return json.dumps({"ok": ok, **rep}, indent=2) + "\n"
+
+
+def render_refusal(message: str, code: int, rank, diagnostics) -> str:
+    """A run that ended before or instead of a report: why, the exit status, the rank that
+    failed and the spec's diagnostics."""
+    return json.dumps({"ok": False, "error": message, "exit_code": code, "rank": rank,
+                       "diagnostics": [d.to_json() for d in diagnostics]}, indent=2) + "\n"
