@@ -204,3 +204,15 @@ def test_no_escape_codes_atomic_writes_or_number_formats_outside_their_homes():
     for name in ("check", "compile", "explain", "fmt", "lint", "plan", "presets", "run", "common"):
         text = (PARC / "cli" / f"{name}.py").read_text()
         assert not re.search(r":\.\dg\}|:\.\df\}|1e9|1e6", text), name
+
+
+def test_the_memory_drawing_states_what_explain_states(capsys):
+    # the drawing printed "60.1 GB (70% of capacity)" beside explain's "60.1 GB of 85.5 GB (70.2%)"
+    from parc.api import load_plan
+    from parc.report import svg
+
+    text = _explain_text(capsys, TRAIN)
+    total = re.search(r"total +(\S+ \S+) +of (\S+ \S+) \(([0-9.]+%)\)", text)
+    drawing = svg.memory(load_plan(str(TRAIN)))
+    assert f"{total.group(1)} ({total.group(3)} of capacity)" in drawing
+    assert f"capacity {total.group(2)}" in drawing
