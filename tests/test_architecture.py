@@ -4,7 +4,8 @@
 
 An import may point into its own layer or an earlier one, never a later one. Foundations --
 ``parc/__init__.py``, ``parc/words.py``, ``parc/language/diagnostics.py`` -- may be imported by
-anyone and import only one another. ``parc/api.py`` is the facade: it may import any layer but cli. planner, lint and runtime
+anyone and import only one another (a new top-level module, such as a shared number formatter,
+is a foundation too). ``parc/api.py`` is the facade: it may import any layer but cli. planner, lint and runtime
 are siblings that do not import one another; runtime imports only model/, cost/ and foundations;
 only parc/runtime imports torch. The imports read are the module-level ones, the ones inside
 functions, and ``importlib.import_module("parc....")`` with a literal (or f-string) name.
@@ -26,9 +27,18 @@ PARC = ROOT / "parc"
 ORDER = ("language", "model", "resolve", "cost", "rules", "targets", "report", "planner|lint|runtime", "cli")
 RANK = {pkg: i for i, group in enumerate(ORDER) for pkg in group.split("|")}
 SIBLINGS = {"planner", "lint", "runtime"}
-FOUNDATIONS = {"parc", "parc.words", "parc.language.diagnostics"}
 FACADE = "parc.api"
 RUNTIME_MAY_IMPORT = {"model", "cost", "runtime"}
+
+
+def _foundations() -> set[str]:
+    """parc itself, parc/language/diagnostics.py and every top-level module but the facade and
+    __main__ (parc/words.py today; a shared formatter or file helper placed there joins them)."""
+    top = {f"parc.{p.stem}" for p in PARC.glob("*.py") if p.stem not in ("__init__", "api", "__main__")}
+    return {"parc", "parc.language.diagnostics"} | top
+
+
+FOUNDATIONS = _foundations()
 
 
 @dataclass(frozen=True)
