@@ -76,11 +76,14 @@ def dump_tree(node, indent: int = 0, label: str = "") -> list[str]:
             children.append((f.name, v))
         elif isinstance(v, list) and v and all(_is_node(i) for i in v):
             children += [(f"{f.name}[{i}]", item) for i, item in enumerate(v)]
+        elif isinstance(v, list) and v and any(isinstance(i, (tuple, list)) for i in v):
+            children += [(f"{f.name}[{i}]", item) for i, item in enumerate(v)]  # e.g. comments
         elif f.name != "file":
             head.append(f"{f.name}={_scalar(v)}")
     out = ["  " * indent + (f"{label}: " if label else "") + " ".join(head)]
     for name, child in children:
-        out += dump_tree(child, indent + 1, name)
+        out += (dump_tree(child, indent + 1, name) if _is_node(child)
+                else ["  " * (indent + 1) + f"{name}: {_scalar(child)}"])
     return out
 
 
@@ -98,6 +101,17 @@ def test_syntax_dump_shows_spans_and_nesting():
     assert lines[1].startswith("  items[0]: Block kind='model'") and "@1:1-3:2" in lines[1]
     assert lines[2].startswith("    items[0]: Assign key='layers'") and "@2:3-2:17" in lines[2]
     assert any("BinOp" in ln and "@2:12-2:17" in ln for ln in lines[3:])
+
+
+def test_syntax_dump_puts_each_record_of_a_list_on_its_own_line():
+    @dataclasses.dataclass
+    class Doc:
+        file: str
+        items: list
+        comments: list
+
+    lines = dump_tree(Doc("m.par", [], [(1, 1, "# one"), (3, 5, "# two")]))
+    assert lines == ["Doc items=[]", "  comments[0]: (1, 1, '# one')", "  comments[1]: (3, 5, '# two')"]
 
 
 # ----------------------------------------------------------------------------- explain
@@ -154,4 +168,4 @@ def test_fixtures_cover_the_families():
         for ln in (ROOT / "tests" / "golden" / "diagnostics" / f"{name}.github.txt").read_text().splitlines():
             if ln.startswith("::"):
                 codes.add(ln.split("title=", 1)[1].split("::", 1)[0])
-    assert {c[:2] for c in codes} >= {"P0", "P1", "P2", "P4", "P5", "P6"}, sorted(codes)
+    assert {c[:2] for c in codes} >= {"P0", "P1", "P2", "P3", "P4", "P5", "P6"}, sorted(codes)
