@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from parc.cli.main import main
+from support.snapshot import assert_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
-GOLDEN = Path(__file__).resolve().parent / "data" / "diff"
+GOLDEN = Path(__file__).resolve().parent / "golden" / "diff"
 EXAMPLE = ROOT / "examples" / "gpt3-175b-train.par"
 
 
@@ -35,10 +36,7 @@ def test_markdown_snapshot_for_a_change_of_tp_and_pp(tmp_path, monkeypatch, caps
     old, new = _tp_pp_change(tmp_path, monkeypatch)
     assert main(["diff", old, new, "--format", "markdown"]) == 0
     got = capsys.readouterr().out
-    golden = GOLDEN / "gpt3-175b-tp-pp.md"
-    if os.environ.get("PARC_UPDATE_GOLDEN"):
-        golden.write_text(got, encoding="utf-8")
-    assert got == golden.read_text(encoding="utf-8")
+    assert_snapshot(GOLDEN / "gpt3-175b-tp-pp.md", got)
 
 
 def test_json_has_both_estimates_the_setting_changes_and_the_metrics(tmp_path, monkeypatch, capsys):

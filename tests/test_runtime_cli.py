@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from test_runtime_matrix import spec_text
+from support.specs import spec_text
 
 import parc.runtime.torchrun_entry as entry
 
