@@ -55,3 +55,12 @@ def load_plan(path: str | os.PathLike, targets: Iterable[str] = (), root=None) -
 
         raise ValueError("the spec has errors:\n" + render_text(r.errors, r.sources))
     return r.plan
+
+
+def session(spec, targets: Iterable[str] = (), root=None, **options):
+    """A :class:`parc.runtime.api.Session` for ``spec`` (a ``.par`` file or a resolved Plan):
+    the spec is checked first (ValueError listing its errors), then torch is imported."""
+    plan = spec if isinstance(spec, Plan) else load_plan(spec, targets, root)
+    from parc.runtime.api import Session
+
+    return Session(plan, **options)

@@ -175,22 +175,19 @@ def package_cycles() -> list[str]:
 #   parc/language/diagnostics.py:132  a foundation imports parc.resolve.reader
 #   parc/resolve/resolver.py:940,1337 resolve imports parc.cost.estimate
 #   parc/rules/__init__.py:134        rules imports parc.targets (the backends' own checks)
-#   parc/runtime/api.py:43            runtime imports the facade parc.api
-#   parc/runtime/torchrun_entry.py:11 runtime imports parc.cli.main
-# and two pairs of layers that import each other: rules <-> targets, runtime <-> cli.
+# and a pair of layers that import each other: rules <-> targets.
 
 
 @pytest.mark.xfail(strict=True, reason=(
     "issue #12, imports against the order today: language/diagnostics.py:132 -> resolve.reader; "
-    "resolve/resolver.py:940,1337 -> cost.estimate; rules/__init__.py:134 -> targets; "
-    "runtime/api.py:43 -> parc.api; runtime/torchrun_entry.py:11 -> cli.main"))
+    "resolve/resolver.py:940,1337 -> cost.estimate; rules/__init__.py:134 -> targets"))
 def test_every_import_points_down_the_pipeline():
     bad = violations()
     assert not bad, f"{len(bad)} imports against the pipeline order {' -> '.join(ORDER)}:\n" + "\n".join(bad)
 
 
-@pytest.mark.xfail(strict=True, reason="issue #12: rules <-> targets and runtime <-> cli import each other today "
-                                       "(rules/__init__.py:134, runtime/torchrun_entry.py:11)")
+@pytest.mark.xfail(strict=True, reason="issue #12: rules <-> targets import each other today "
+                                       "(rules/__init__.py:134)")
 def test_no_two_layers_import_each_other():
     cycles = package_cycles()
     assert not cycles, "layers that import each other:\n" + "\n".join(cycles)

@@ -11,7 +11,7 @@ import pytest
 
 from support.specs import spec_text
 
-import parc.runtime.torchrun_entry as entry
+import parc.cli.torchrun_entry as entry
 
 pytest.importorskip("torch")
 
