@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from parc.model.dims import (ParallelDims, auto_degree, batch_divides, grid_fits, kv_split, seq_cp_ok, seq_sp_ok,
+from parc.model.dims import (ParallelDims, auto_degree, batch_divides, expert_dp_of, grid_fits, kv_split, seq_cp_ok, seq_sp_ok,
                              splits)
 from parc.model.plan import Mesh, Model, Schedule
 
@@ -45,6 +45,7 @@ def test_derived_sizes():
     assert d.world == 4 * 2 * 2 * 8
     assert d.region == 2 * 2 * 8
     assert d.expert_dp == 32 // (4 * 2)
+    assert replace(d, ep=64).expert_dp == 1
     assert d.replicas == 2
     assert d.per_microbatch == 4
     assert d.microbatches == 16
@@ -221,6 +222,7 @@ def test_predicates_take_arrays():
         assert bool(seq_cp_ok(8190, cp)[i]) == seq_cp_ok(8190, c)
         assert bool(seq_sp_ok(8190, cp, tp, sp)[i]) == seq_sp_ok(8190, c, t, s)
         assert bool(batch_divides(48, tp, cp)[i]) == batch_divides(48, t, c)
+        assert int(expert_dp_of(2, cp, tp, 4, 1)[i]) == expert_dp_of(2, c, t, 4, 1) >= 1
 
 
 # ---------------------------------------------------------------- its callers agree with it

@@ -52,6 +52,17 @@ def batch_divides(global_batch, micro_batch, dp):
     return global_batch % (micro_batch * dp) == 0
 
 
+def stage_ranks(dp, cp, tp):
+    """The dp·cp·tp ranks of one pipeline stage (the expert grid is carved from them)."""
+    return dp * cp * tp
+
+
+def expert_dp_of(dp, cp, tp, ep, etp):
+    """The experts' data-parallel size: a stage's ranks over the expert grid (at least 1)."""
+    q = stage_ranks(dp, cp, tp) // (ep * etp)
+    return q + (q == 0)
+
+
 def auto_degree(world: int, others: int) -> int:
     """The degree an ``auto`` axis takes: world over the product of the others (0 when that is
     not whole; P101 reports it)."""
@@ -144,12 +155,12 @@ class ParallelDims:
     @property
     def region(self) -> int:
         """The dp·cp·tp ranks of one pipeline stage (the expert grid is carved from them)."""
-        return self.dp * self.cp * self.tp
+        return stage_ranks(self.dp, self.cp, self.tp)
 
     @property
     def expert_dp(self) -> int:
         """The data-parallel size of the experts: the stage's ranks over the expert grid."""
-        return max(1, self.region // max(1, self.ep * self.etp))
+        return int(expert_dp_of(self.dp, self.cp, self.tp, self.ep, self.etp))
 
     @property
     def replicas(self) -> int:
