@@ -140,10 +140,12 @@ class ParallelDims:
 
     @classmethod
     def from_plan(cls, plan, mesh=None) -> "ParallelDims":
-        """The dims of ``plan`` (with ``mesh`` in place of its own, when given)."""
+        """The dims of ``plan`` (with ``mesh`` in place of its own, when given). Serving runs
+        one stage per pipeline rank: its virtual stages are 1."""
         m, s = mesh or plan.mesh, plan.schedule
         sp = bool(plan.train and plan.train.sequence_parallel)
-        return cls(pp=m.pp, dp=m.dp, cp=m.cp, tp=m.tp, ep=m.ep, etp=m.etp, virtual_stages=s.virtual_stages,
+        v = s.virtual_stages if plan.mode == "train" else 1
+        return cls(pp=m.pp, dp=m.dp, cp=m.cp, tp=m.tp, ep=m.ep, etp=m.etp, virtual_stages=v,
                    micro_batch=s.micro_batch, global_batch=s.global_batch, sequence_parallel=sp)
 
     # ---------------------------------------------------------------- derived sizes

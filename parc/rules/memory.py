@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from parc.rules import WARNING, rule
+from parc.model.dims import auto_degree
 from parc.rules.util import dims, divisors, gb, join
 from parc.words import count
 
@@ -99,8 +100,8 @@ def training_fixes(plan, limit: float, n: int = 3) -> list[tuple[str, str, float
         for d in divisors(world):
             if d <= cur or (ax == "tp" and d > g):
                 continue
-            rest = world // (d * (mesh.cp * (mesh.pp if ax == "tp" else mesh.tp)))
-            if rest < 1 or world % (d * mesh.cp * (mesh.pp if ax == "tp" else mesh.tp)):
+            rest = auto_degree(world, d * mesh.cp * (mesh.pp if ax == "tp" else mesh.tp))   # dp = auto
+            if rest < 1:
                 continue
             m2 = replace(mesh, **{ax: d, "dp": rest})
             if not _mesh_ok(plan, m2):

@@ -151,11 +151,11 @@ def kv_heads_tp(plan, c):
 
 @rule("P104", "layers-divisible-by-stages")
 def layers_stages(plan, c):
-    m, md, s, pl = plan.mesh, plan.model, plan.schedule, plan.placement
-    v = s.virtual_stages if plan.mode == "train" else 1
-    stages = m.pp * v
-    if pl.layers_mode != "even" or stages <= 1 or md.layers % stages == 0:
+    m, md, pl = plan.mesh, plan.model, plan.placement
+    fact = _fact(plan, "layers_stages")
+    if pl.layers_mode != "even" or not fact:
         return
+    v, stages = fact.values["virtual_stages"], dims(plan).stages
     if plan.mode == "serve" and "vllm" in plan.targets and set(plan.targets) <= {"vllm", "json"} \
             and not given(plan, "placement.layers"):
         return  # vLLM splits layers unevenly by itself when the spec does not ask for `even`
@@ -163,8 +163,7 @@ def layers_stages(plan, c):
 
     what = f"pp = {m.pp}" + (f" × virtual_stages = {v} = {count(stages, 'stage')}" if v > 1 else " stages")
     w, inner = plan.cluster.world, m.cp * m.tp
-    ok = sorted({d // v for d in divisors(md.layers) if d % v == 0 and d // v != m.pp
-                 and w % (d // v * inner) == 0})
+    ok = sorted({p for p in fact.alternatives if p != m.pp and w % (p * inner) == 0})
     split = balanced_split(md, stages)
     helps = []
     if split:
@@ -184,9 +183,8 @@ def layers_stages(plan, c):
 
 @rule("P105", "layer-split-matches-stages")
 def explicit_split(plan, c):
-    m, md, s, pl = plan.mesh, plan.model, plan.schedule, plan.placement
-    v = s.virtual_stages if plan.mode == "train" else 1
-    stages = m.pp * v
+    m, md, pl = plan.mesh, plan.model, plan.placement
+    v, stages = dims(plan).virtual_stages, dims(plan).stages
     from parc.cost.estimate import balanced_split
 
     span = c.at("placement.layers")
