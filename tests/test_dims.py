@@ -205,6 +205,7 @@ def test_batch():
     assert f.values == {"global_batch": 36, "micro_batch": 2, "dp": 8}
     assert f.alternatives == (32, 48)
     assert codes(ParallelDims(dp=8, micro_batch=2, global_batch=36), md, mode="serve") == []
+    assert codes(ParallelDims(dp=0, micro_batch=2, global_batch=36), md) == []   # auto without a value
 
 
 # ---------------------------------------------------------------- the same predicates over arrays

@@ -246,7 +246,8 @@ class ParallelDims:
 
         ``world``: the cluster's GPUs, when the mesh must fill them; ``replicate_kv``: whether the
         target replicates KV heads when tp exceeds them (Megatron-LM and vLLM do; the torch
-        runtime does not, which adds ``kv_tp_replicated``). Every broken tp invariant is listed;
+        runtime does not, which adds ``kv_tp_replicated``). A dp of 0 (an ``auto`` with no whole
+        value, P101's) has no batch to judge. Every broken tp invariant is listed;
         the rules decide which one reports (one mistake, one error)."""
         out = []
         if world is not None and self.world != world:
@@ -259,7 +260,7 @@ class ParallelDims:
                             tuple(d // v for d in divisors(model.layers) if d % v == 0)))
         if mode == "train":
             out += self._seq_facts(model.seq_len)
-            if not batch_divides(self.global_batch, self.micro_batch, self.dp):
+            if self.per_microbatch > 0 and not batch_divides(self.global_batch, self.micro_batch, self.dp):
                 per = self.per_microbatch
                 lo = (self.global_batch // per) * per
                 out.append(Fact("batch", {"global_batch": self.global_batch, "micro_batch": self.micro_batch,
