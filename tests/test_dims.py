@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from parc.model.dims import (ParallelDims, auto_degree, batch_divides, expert_dp_of, grid_fits, kv_split, seq_cp_ok, seq_sp_ok,
-                             splits)
+from parc.model.dims import (ParallelDims, auto_degree, batch_divides, expert_dp_of, grid_fits, kv_split, seq_cp_ok,
+                             seq_sp_ok, splits)
 from parc.model.plan import Mesh, Model, Schedule
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from parc.rules import TARGET_FAMILIES, WARNING, rule
-from parc.rules.util import (at_given, batch_span, bubble_fraction, dims, divisors, dp_terms, given, global_batches_for, join,
-                   microbatch_terms, microbatches, nearest, plural, target_name)
+from parc.rules.util import (at_given, batch_span, bubble_fraction, dims, divisors, dp_terms, given,
+                             global_batches_for, join, microbatch_terms, microbatches, nearest, plural, target_name)
 from parc.words import count
 
 BUBBLE_WARN = 0.25   # idle share of a step above which the bubble is worth a warning
@@ -316,9 +316,10 @@ def microbatches_mismatch(plan, c):
         return
     if plan.spans.get("schedule.global_batch") == plan.spans.get("schedule.microbatches"):
         return  # global_batch was derived from microbatches
+    want = dims(plan).global_batch_for(s.microbatches)
     c.report(c.at("schedule.microbatches"),
              f"microbatches = {s.microbatches} disagrees with the batch sizes: {microbatch_terms(plan)}",
-             help=(f"remove `microbatches` (parc derives it), or set global_batch = {dims(plan).global_batch_for(s.microbatches)} "
+             help=(f"remove `microbatches` (parc derives it), or set global_batch = {want} "
                    f"for {s.microbatches} microbatches of {s.micro_batch} on each of dp = {count(m.dp, 'rank')}"),
              related=[(c.at("schedule.global_batch"), f"global_batch = {s.global_batch}"),
                       (c.at("mesh.dp"), dp_terms(plan))])

@@ -3,7 +3,8 @@ terms (``dp = world / (pp·cp·tp) = 64 / (4·1·8) = 2``), the rank map and the
 from __future__ import annotations
 
 from math import gcd
-from parc.model.dims import ParallelDims, divisors, tp_fits_model, tp_widths as _model_tp_widths  # noqa: F401 (divisors: rules import it from here)
+# divisors: the rules import it from here
+from parc.model.dims import ParallelDims, divisors, tp_fits_model, tp_widths as _model_tp_widths  # noqa: F401
 from parc.words import count as plural  # "1 node", "2 nodes": the one plural helper
 
 # How each target is named in messages.

@@ -27,8 +27,8 @@ _REFUSES = {
     "width_tp": lambda v, m: f"{v['name']} = {v['width']} must be divisible by tp = {v['tp']}",
     "ep_without_experts": lambda v, m: f"{', '.join(f'{k} = {x}' for k, x in v.items())} but the model has no experts",
     "experts_ep": lambda v, m: f"experts = {v['experts']} must be divisible by ep = {v['ep']}",
-    "expert_grid": lambda v, m: (f"ep · etp = {v['ep']} · {v['etp']} must divide the dp·cp·tp = {v['region']} ranks "
-                                 f"of a pipeline stage"),
+    "expert_grid": lambda v, m: (f"ep · etp = {v['ep']} · {v['etp']} must divide the dp·cp·tp = {v['region']} "
+                                 f"ranks of a pipeline stage"),
     "moe_ffn_etp": lambda v, m: f"moe_ffn_hidden = {v['moe_ffn_hidden']} must be divisible by etp = {v['etp']}",
     "seq_cp": lambda v, m: f"seq_len = {v['seq_len']} must be divisible by 2·cp = {2 * v['cp']}",
     "seq_sp": lambda v, m: (f"seq_len / cp = {v['seq_len'] // v['cp']} must be divisible by tp = {v['tp']} "
