@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from parc.model import fields as SC
+from parc.model.dims import AXES, ParallelDims, auto_degree
 from parc.language import syntax as S
 from parc.language.diagnostics import ERROR, Diagnostic, ParcError, Related, Span
 from parc.language.parser import parse_text
@@ -1116,16 +1117,9 @@ def build_mesh(r: Resolver, cluster: Cluster | None, top: Span) -> Mesh:
     if autos:
         ax = autos[0]
         m.auto = ax
-        if cluster is not None:
-            others = 1
-            for o in SC.MESH_AXES:
-                if o != ax:
-                    others *= m.size(o)
-            world = cluster.world
-            if world % others == 0:
-                setattr(m, ax, world // others)
-            else:
-                setattr(m, ax, 0)  # the P101 rule reports the mismatch
+        if cluster is not None:   # 0 when the others do not divide the world: P101 reports it
+            d = ParallelDims(**{o: m.size(o) for o in AXES if o != ax})
+            setattr(m, ax, auto_degree(cluster.world, d.world))
     return m
 
 
@@ -1306,17 +1300,17 @@ def resolve_document(r: Resolver, main_file: str, partial: bool = False) -> Plan
     mesh = parts["mesh"]
     sb = r.blocks.get("schedule")
     if sb is None or "global_batch" not in sb.assigns:
+        per = ParallelDims(dp=max(mesh.dp, 1), micro_batch=sched.micro_batch)
         if sb is None or "microbatches" not in sb.assigns:
-            sched.global_batch = sched.micro_batch * max(mesh.dp, 1) * (mesh.pp if mesh.pp > 1 else 1)
+            sched.global_batch = per.global_batch_for(max(mesh.pp, 1))
             r.spans["schedule.global_batch"] = _head(r, "schedule", _head(r, "mesh", top))
         else:
-            sched.global_batch = sched.microbatches * sched.micro_batch * max(mesh.dp, 1)
+            sched.global_batch = per.global_batch_for(sched.microbatches)
             r.spans["schedule.global_batch"] = r.spans["schedule.microbatches"]
     if sb is None or "pipeline" not in sb.assigns:
         if sched.virtual_stages > 1:
             sched.pipeline = "interleaved_1f1b"
-    per = sched.micro_batch * mesh.dp
-    derived = sched.global_batch // per if per and sched.global_batch % per == 0 else None
+    derived = ParallelDims(dp=mesh.dp, micro_batch=sched.micro_batch, global_batch=sched.global_batch).microbatches
     if sb is not None and "microbatches" in sb.assigns:
         pass  # the P2 rules compare the given count with the derived one
     else:
