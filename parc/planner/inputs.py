@@ -85,9 +85,9 @@ def default_global_batch(seq_len: int) -> int:
 # --- loading ------------------------------------------------------------------------------------
 
 def _resolver(anchor: Path, root):
-    from parc.resolve import PartialSpec
+    from parc.resolve import load_partial
 
-    return PartialSpec(anchor, root)
+    return load_partial(anchor, root)
 
 
 def _fail(r, what: str):

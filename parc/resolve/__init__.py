@@ -8,7 +8,7 @@ from __future__ import annotations
 _PUBLIC = ("Resolution", "load", "resolve_text", "root_relative", "resolve_document", "presets", "target_spec",
            "known_targets", "did_you_mean", "find_root", "spec_within", "read_spec_file", "Loader",
            "DiskReader", "SpecReader", "MAX_IMPORT_DEPTH", "MAX_USE_PATH", "MAX_WORLD", "MAX_MAGNITUDE",
-           "PartialSpec")
+           "PartialSpec", "load_partial")
 
 
 def __getattr__(name: str):
@@ -16,6 +16,6 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'parc.resolve' has no attribute {name!r}")
     import importlib
 
-    if name == "PartialSpec":
-        return importlib.import_module("parc.resolve.partial").PartialSpec
+    if name in ("PartialSpec", "load_partial"):
+        return getattr(importlib.import_module("parc.resolve.partial"), name)
     return getattr(importlib.import_module("parc.resolve.resolver"), name)

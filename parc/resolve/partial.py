@@ -105,3 +105,9 @@ class PartialSpec:
             return None
         plan = resolve_document(self._loader, shown)
         return None if plan is None or self.errors else plan
+
+
+def load_partial(anchor: str | os.PathLike, root: str | os.PathLike | None = None,
+                 reader: SpecReader | None = None) -> PartialSpec:
+    """An empty :class:`PartialSpec` whose root is found from ``anchor`` (or is ``root``)."""
+    return PartialSpec(anchor, root, reader)
