@@ -84,7 +84,7 @@ def load(path: str, root=None, shown: str | None = None, reader=None) -> Side:
     from parc.api import check_file
     from parc.language.diagnostics import render_text as render_diags
 
-    from parc.resolve.reader import READ_CODE, STDIN, STDIN_NAME, ReadFailure, read_stdin
+    from parc.resolve.reader import READ_CODE, STDIN, STDIN_NAME, read_stdin
 
     try:
         if path == STDIN:
