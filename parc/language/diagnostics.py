@@ -98,17 +98,3 @@ def summarize(diags: Iterable[Diagnostic], files: int) -> dict:
         "errors": sum(d.severity == ERROR for d in diags),
         "warnings": sum(d.severity == WARNING for d in diags),
     }
-
-
-def source_text(sources: dict[str, str], file: str) -> str | None:
-    """A file's text from ``sources``, read (and kept there) on first use; None if unreadable."""
-    text = sources.get(file)
-    if text is None:
-        from parc.resolve.reader import read_spec
-
-        try:  # the spec reader: never a device, a FIFO or a file over the size limit
-            text = read_spec(file)
-        except OSError:
-            return None
-        sources[file] = text
-    return text

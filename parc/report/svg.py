@@ -72,107 +72,87 @@ def mesh(plan, max_nodes: int = 16) -> str:
     """The rank map: nodes as boxes with their GPUs inside, each GPU coloured by its TP group
     and labelled with its rank and (pp, dp, cp, tp) coordinates; arcs on the right join the
     nodes whose GPUs talk to each other, labelled with the axes that cross."""
-    import numpy as np
-
     from parc.model.rankmap import RankMap
 
     rm = RankMap(plan)
-    g = rm.gpus_per_node
-    world = rm.world
-    n_nodes = rm.nodes
-    if n_nodes > max_nodes:
-        shown = list(range(max_nodes - 1)) + [n_nodes - 1]
-    else:
-        shown = list(range(n_nodes))
+    g, world, n_nodes = rm.gpus_per_node, rm.world, rm.nodes
+    shown = list(range(max_nodes - 1)) + [n_nodes - 1] if n_nodes > max_nodes else list(range(n_nodes))
+    per_row = min(g, 8)
+    rows_per_node = -(-g // per_row)
+    box = {"gw": 74, "gh": 40, "gap": 6, "pad": 10, "head": 20, "left": 16, "per_row": per_row}
+    box["node_w"] = box["pad"] * 2 + per_row * box["gw"] + (per_row - 1) * box["gap"]
+    box["node_h"] = box["head"] + rows_per_node * box["gh"] + (rows_per_node - 1) * box["gap"] + box["pad"]
+    left, tp = box["left"], rm.sizes["tp"]
+    experts = "".join(f", {a}={rm.size(a)}" for a in ("ep", "etp") if rm.size(a) > 1)
+    title = (f"Rank map: {count(world, 'GPU')} on {count(n_nodes, 'node')} × {g}; "
+             f"mesh {' × '.join(f'{a}={rm.sizes[a]}' for a in rm.order)}{experts} (last axis innermost)")
+    sub = ("GPUs coloured by tensor-parallel group; label: rank and (pp, dp, cp, tp)" if tp > 1 else
+           "tp = 1: every GPU is its own tensor-parallel group; label: rank and (pp, dp, cp, tp)")
+    body = [_text(left, 22, title, "title"), _text(left, 40, sub, "muted small")]
+    node_y, height = _mesh_nodes(rm, shown, box, body)
+    width, height = _mesh_links(plan, rm, shown, box, node_y, height, body)
+    width = max(width, left + box["node_w"] + 20, 560, _min_width(title))
+    return _svg("mesh", width, height, body, title,
+                attrs=f' data-world="{world}" data-nodes="{n_nodes}" data-nodes-drawn="{len(shown)}"')
+
+
+def _mesh_nodes(rm, shown: list[int], box: dict, body: list[str]) -> tuple[dict[int, float], float]:
+    """Draw the shown nodes (and a line for each run of skipped ones) into ``body``; returns
+    each node's y and the drawing's height so far."""
+    import numpy as np
+
+    g, world = rm.gpus_per_node, rm.world
     ranks = np.arange(world, dtype=np.int64)
     coords = rm.coords(ranks)
     tp = rm.sizes["tp"]
     tp_group_key = ranks - coords["tp"] * rm.stride["tp"]  # the group's smallest rank
-    groups = (tp_group_key, {int(k): i for i, k in enumerate(sorted(set(int(x) for x in tp_group_key)))})
-    box = _NodeBox(g)
-    left, top = 16, 58
-    body: list[str] = []
-    mo = rm.order
-    experts = "".join(f", {a}={rm.size(a)}" for a in ("ep", "etp") if rm.size(a) > 1)
-    title = (f"Rank map: {count(world, 'GPU')} on {count(n_nodes, 'node')} × {g}; "
-             f"mesh {' × '.join(f'{a}={rm.sizes[a]}' for a in mo)}{experts} (last axis innermost)")
-    body.append(_text(left, 22, title, "title"))
-    sub = ("GPUs coloured by tensor-parallel group; label: rank and (pp, dp, cp, tp)" if tp > 1 else
-           "tp = 1: every GPU is its own tensor-parallel group; label: rank and (pp, dp, cp, tp)")
-    body.append(_text(left, 40, sub, "muted small"))
-
-    y = top
+    uniq = {int(k): i for i, k in enumerate(sorted(set(int(x) for x in tp_group_key)))}
+    gw, gh, gap, pad, left = box["gw"], box["gh"], box["gap"], box["pad"], box["left"]
+    node_w, node_h, per_row = box["node_w"], box["node_h"], box["per_row"]
+    y = 58
     node_y: dict[int, float] = {}
     for i, node in enumerate(shown):
         if i > 0 and node != shown[i - 1] + 1:
             skipped = node - shown[i - 1] - 1
             body.append(f'<g class="skipped" data-nodes="{skipped}">'
-                        + _text(left + box.w / 2, y + 16,
+                        + _text(left + node_w / 2, y + 16,
                                 f"⋮  {skipped} more {plural(skipped, 'node')} "
                                 f"(ranks {(shown[i - 1] + 1) * g}–{node * g - 1}) follow the same pattern",
                                 "muted", "middle") + "</g>")
             y += 30
         node_y[node] = y
-        body += _mesh_node(rm, coords, groups, box, node, left, y)
-        y += box.h + 14
-    width, height = _mesh_links(plan, rm, body, shown, node_y, left, box, y + 10)
-    width = max(width, left + box.w + 20, 560, _min_width(title))
-    return _svg("mesh", width, height, body, title,
-                attrs=f' data-world="{world}" data-nodes="{n_nodes}" data-nodes-drawn="{len(shown)}"')
+        body.append(f'<g class="node" data-node="{node}" transform="translate({left},{y:.0f})">')
+        body.append(f'<rect class="node-box" x="0" y="0" width="{node_w}" height="{node_h}" rx="8" '
+                    f'fill="#f6f7f9" stroke="#9aa3ad"/>')
+        first, last = node * g, min(world, node * g + g) - 1
+        body.append(_text(pad, 14, f"node {node}  ·  ranks {first}–{last}", "small title"))
+        for local in range(min(g, world - node * g)):
+            r = node * g + local
+            gx = pad + (local % per_row) * (gw + gap)
+            gy = box["head"] + (local // per_row) * (gh + gap)
+            c = {a: int(coords[a][r]) for a in ("pp", "dp", "cp", "tp")}
+            grp = uniq[int(tp_group_key[r])]
+            fill = PALETTE[grp % len(PALETTE)] if tp > 1 else "#8fa9c4"
+            tip = (f"rank {r} (node {node}, local {local}): pp={c['pp']} dp={c['dp']} cp={c['cp']} "
+                   f"tp={c['tp']}; TP group {grp}")
+            body.append(
+                f'<g class="gpu" data-rank="{r}" data-node="{node}" data-local="{local}" '
+                f'data-pp="{c["pp"]}" data-dp="{c["dp"]}" data-cp="{c["cp"]}" data-tp="{c["tp"]}" '
+                f'data-tp-group="{grp}" transform="translate({gx},{gy})">'
+                f"<title>{_t(tip)}</title>"
+                f'<rect x="0" y="0" width="{gw}" height="{gh}" rx="4" fill="{fill}" fill-opacity="0.85" '
+                f'stroke="#333" stroke-width="0.6"/>'
+                + _text(gw / 2, 15, f"r{r}", "small title", "middle")
+                + _text(gw / 2, 30, f"({c['pp']},{c['dp']},{c['cp']},{c['tp']})", "tiny", "middle")
+                + "</g>")
+        body.append("</g>")
+        y += node_h + 14
+    return node_y, y + 10
 
 
-class _NodeBox:
-    """The layout of one node's box in the rank map: GPU cells, their gaps, padding, heading."""
-
-    gw, gh, gap, pad, head = 74, 40, 6, 10, 20
-
-    def __init__(self, gpus_per_node: int):
-        self.per_row = min(gpus_per_node, 8)
-        rows = -(-gpus_per_node // self.per_row)
-        self.w = self.pad * 2 + self.per_row * self.gw + (self.per_row - 1) * self.gap
-        self.h = self.head + rows * self.gh + (rows - 1) * self.gap + self.pad
-
-
-def _mesh_node(rm, coords, groups, box: _NodeBox, node: int, left: int, y: float) -> list[str]:
-    """One node's box with its GPUs, each coloured by its TP group (``groups``: each rank's
-    group key and each key's index)."""
-    g, world, tp = rm.gpus_per_node, rm.world, rm.sizes["tp"]
-    tp_group_key, uniq = groups
-    gw, gh = box.gw, box.gh
-    out = [f'<g class="node" data-node="{node}" transform="translate({left},{y:.0f})">',
-           f'<rect class="node-box" x="0" y="0" width="{box.w}" height="{box.h}" rx="8" '
-           f'fill="#f6f7f9" stroke="#9aa3ad"/>']
-    first, last = node * g, min(world, node * g + g) - 1
-    out.append(_text(box.pad, 14, f"node {node}  ·  ranks {first}–{last}", "small title"))
-    for local in range(g):
-        r = node * g + local
-        if r >= world:
-            break
-        gx = box.pad + (local % box.per_row) * (gw + box.gap)
-        gy = box.head + (local // box.per_row) * (gh + box.gap)
-        c = {a: int(coords[a][r]) for a in ("pp", "dp", "cp", "tp")}
-        grp = uniq[int(tp_group_key[r])]
-        fill = PALETTE[grp % len(PALETTE)] if tp > 1 else "#8fa9c4"
-        tip = (f"rank {r} (node {node}, local {local}): pp={c['pp']} dp={c['dp']} cp={c['cp']} "
-               f"tp={c['tp']}; TP group {grp}")
-        out.append(
-            f'<g class="gpu" data-rank="{r}" data-node="{node}" data-local="{local}" '
-            f'data-pp="{c["pp"]}" data-dp="{c["dp"]}" data-cp="{c["cp"]}" data-tp="{c["tp"]}" '
-            f'data-tp-group="{grp}" transform="translate({gx},{gy})">'
-            f"<title>{_t(tip)}</title>"
-            f'<rect x="0" y="0" width="{gw}" height="{gh}" rx="4" fill="{fill}" fill-opacity="0.85" '
-            f'stroke="#333" stroke-width="0.6"/>'
-            + _text(gw / 2, 15, f"r{r}", "small title", "middle")
-            + _text(gw / 2, 30, f"({c['pp']},{c['dp']},{c['cp']},{c['tp']})", "tiny", "middle")
-            + "</g>")
-    out.append("</g>")
-    return out
-
-
-def _mesh_links(plan, rm, body: list[str], shown, node_y, left: int, box: _NodeBox, height: float):
-    """Arcs between the drawn nodes whose GPUs talk, stubs to nodes not drawn, and the legend
-    (appended to ``body``); returns the drawing's width and height."""
-    # links between nodes: the node pairs that consecutive members of a group sit on
+def _mesh_links(plan, rm, shown, box, node_y, height, body) -> tuple[float, float]:
+    """Draw the links between nodes into ``body``: arcs between drawn nodes, dashed stubs to
+    nodes not drawn, and the legend of crossing axes; returns the width and height."""
     all_links = _node_links(rm)
     drawn = set(shown)
     links = {k: v for k, v in all_links.items() if k[0] in drawn and k[1] in drawn}
@@ -183,16 +163,14 @@ def _mesh_links(plan, rm, body: list[str], shown, node_y, left: int, box: _NodeB
                 stubs.setdefault((a, ax), b)
             elif b in drawn and a not in drawn:
                 stubs.setdefault((b, ax), a)
-    arc_x0 = left + box.w
-    max_span = 1
-    for (a, b) in links:
-        max_span = max(max_span, shown.index(b) - shown.index(a))
+    arc_x0, node_h = box["left"] + box["node_w"], box["node_h"]
+    max_span = max([1] + [shown.index(b) - shown.index(a) for (a, b) in links])
     width = arc_x0 + 40 + 26 * min(max_span, 12) + 90 + (130 if stubs else 0)
     link = rm_link_name(plan)
     for (a, b), axes in sorted(links.items()):
         off = ("pp", "dp", "cp", "ep", "tp").index(axes[0]) * 6 - 9
-        ya = node_y[a] + box.h / 2 + off
-        yb = node_y[b] + box.h / 2 + off
+        ya = node_y[a] + node_h / 2 + off
+        yb = node_y[b] + node_h / 2 + off
         bulge = 30 + 26 * min(shown.index(b) - shown.index(a), 12)
         color = AXIS_COLORS.get(axes[0], "#555")
         label = ", ".join(axes)
@@ -216,14 +194,14 @@ def _mesh_links(plan, rm, body: list[str], shown, node_y, left: int, box: _NodeB
                     f'stroke-width="1.4" stroke-dasharray="4 3"/>'
                     + _text(sx + 4, yy + 3, f"{ax} ↔ node {other}", "small", extra=f' fill="{color}"') + "</g>")
     if not all_links and rm.nodes > 1:
-        body.append(_text(left, height - 4, "no group crosses a node: nodes exchange nothing but "
-                                            "what the data loader sends", "muted small"))
+        body.append(_text(box["left"], height - 4, "no group crosses a node: nodes exchange nothing but "
+                                                   "what the data loader sends", "muted small"))
         height += 8
-    legend_y = 48
     if all_links:
+        legend_y = 48
         crossing = sorted({a for axes in all_links.values() for a in axes}, key=lambda a: "pp dp cp tp ep".find(a))
         x = arc_x0 + 8
-        body.append(_text(x, legend_y - 8, f"between nodes ({rm_link_name(plan)}):", "small muted"))
+        body.append(_text(x, legend_y - 8, f"between nodes ({link}):", "small muted"))
         for ax in crossing:
             body.append(f'<rect x="{x}" y="{legend_y - 2}" width="10" height="4" fill="{AXIS_COLORS.get(ax, "#555")}"/>'
                         + _text(x + 14, legend_y + 3, ax, "small"))

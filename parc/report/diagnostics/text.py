@@ -6,7 +6,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Sequence
 
-from parc.language.diagnostics import ERROR, NOTE, WARNING, Diagnostic, Span, source_text, summarize
+from parc.language.diagnostics import ERROR, NOTE, WARNING, Diagnostic, Span, summarize
+from parc.resolve.reader import source_text
 from parc.report.term import BLUE, BOLD, CYAN, GREEN, RED, RESET, UNDERLINE, YELLOW, paint, sgr
 from parc.words import count
 
