@@ -53,7 +53,7 @@ def load_plan(path: str | os.PathLike, targets: Iterable[str] = (), root=None) -
     """The resolved plan of a spec that checks without errors; ValueError listing the errors otherwise."""
     r = check_file(path, targets, root)
     if not r.ok or r.plan is None:
-        from parc.language.diagnostics import render_text
+        from parc.report.diagnostics.text import render_text
 
         raise ValueError("the spec has errors:\n" + render_text(r.errors, r.sources))
     return r.plan

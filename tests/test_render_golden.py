@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from parc.api import check_file
-from parc.language.diagnostics import render_json, render_text
+from parc.report.diagnostics.json import render_json
+from parc.report.diagnostics.text import render_text
 from support.snapshot import assert_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent

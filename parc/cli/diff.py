@@ -82,7 +82,7 @@ def load(path: str, root=None, shown: str | None = None, reader=None) -> Side:
     A spec whose shapes do not resolve or divide (P0-P2 errors) has no plan to compare:
     DiffError with its diagnostics."""
     from parc.api import check_file
-    from parc.language.diagnostics import render_text as render_diags
+    from parc.report.diagnostics.text import render_text as render_diags
 
     from parc.resolve.reader import READ_CODE, STDIN, STDIN_NAME, read_stdin
 
@@ -159,7 +159,7 @@ def run(args) -> int:
 
         sys.stdout.write(render_markdown(old.name, new.name, rows, changes, show_all=args.all, errors=errors))
     else:
-        from parc.language.diagnostics import use_color
+        from parc.report.term import use_color
         from parc.report.diff.text import render_text
 
         sys.stdout.write(render_text(old.name, new.name, rows, changes, color=use_color(sys.stdout),

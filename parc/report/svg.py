@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from html import escape
 
+from parc.units import nbytes, percent
 from parc.words import count, plural
 
 # ColorBrewer-like qualitative palette (12), readable on white and distinct side by side
@@ -401,12 +402,12 @@ def memory(plan, estimate=None) -> str:
     body: list[str] = []
     gpu = plan.cluster.gpu.name
     title = (f"Memory per GPU by pipeline stage ({count(n, 'stage')}) against the "
-             f"{gpu}'s {cap / 1e9:.1f} GB")
+             f"{gpu}'s {nbytes(cap)}")
     body.append(_text(16, 22, title, "title"))
     most = est.get("most_loaded_stage", 0)
     body.append(_text(16, 40, f"the most loaded is stage {most}: "
-                              f"{stages[most]['memory']['total'] / 1e9:.1f} GB "
-                              f"({stages[most]['memory']['total'] / cap * 100:.0f}% of capacity)", "muted small"))
+                              f"{nbytes(stages[most]['memory']['total'])} "
+                              f"({percent(stages[most]['memory']['total'] / cap)} of capacity)", "muted small"))
 
     def ypos(v):
         return top + plot_h - v / top_val * plot_h
@@ -433,7 +434,7 @@ def memory(plan, estimate=None) -> str:
             y1, y0 = ypos(base + v), ypos(base)
             body.append(f'<rect class="segment {p}" data-part="{p}" data-bytes="{v:.0f}" x="{x:.1f}" '
                         f'y="{y1:.1f}" width="{bar_w}" height="{max(y0 - y1, 0.5):.1f}" fill="{PART_COLORS[p]}">'
-                        f"<title>{_t(f'stage {stage}: {p} {v / 1e9:.2f} GB')}</title></rect>")
+                        f"<title>{_t(f'stage {stage}: {p} {nbytes(v)}')}</title></rect>")
             base += v
         body.append(_text(x + bar_w / 2, ypos(base) - 4, f"{base / 1e9:.0f}", "tiny", "middle")
                     if bar_w >= 14 else "")
@@ -444,7 +445,7 @@ def memory(plan, estimate=None) -> str:
     body.append(f'<line class="capacity" data-bytes="{cap:.0f}" x1="{left - 2}" y1="{cy:.1f}" '
                 f'x2="{left + n * (bar_w + gap) + 2:.1f}" y2="{cy:.1f}" stroke="#d62728" stroke-width="1.5" '
                 f'stroke-dasharray="6 3"/>'
-                + _text(left + n * (bar_w + gap) + 6, cy + 3, f"capacity {cap / 1e9:.1f} GB", "small",
+                + _text(left + n * (bar_w + gap) + 6, cy + 3, f"capacity {nbytes(cap)}", "small",
                         extra=' fill="#d62728" style="fill:#d62728"'))
     body.append(_text(left + n * (bar_w + gap) / 2, top + plot_h + 30, "pipeline stage", "small muted", "middle"))
     lx, ly = left + n * (bar_w + gap) + 16, max(top + 30, cy + 24)

@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from fractions import Fraction
 
-from parc.language.diagnostics import WARNING, Diagnostic, Span, source_text
+from parc.language.diagnostics import WARNING, Diagnostic, Span
+from parc.resolve.reader import source_text
 from parc.rules import rule
 from parc.rules.util import dims
 

@@ -6,6 +6,7 @@ from math import gcd
 # divisors: the rules import it from here
 from parc.model.dims import ParallelDims, divisors, tp_fits_model, tp_widths as _model_tp_widths  # noqa: F401
 from parc.words import count as plural  # "1 node", "2 nodes": the one plural helper
+from parc.units import gb  # noqa: F401  bytes in messages ("80.0 GB"): the one number formatter
 
 # How each target is named in messages.
 TARGET_NAMES = {
@@ -59,16 +60,6 @@ def join(xs, last="or") -> str:
 def ratio(a: int, b: int) -> str:
     """``a / b`` as a short decimal (``10.67``) or a whole number."""
     return str(a // b) if b and a % b == 0 else f"{a / b:.2f}"
-
-
-def gb(n: float) -> str:
-    """Bytes as GB (1e9) with enough digits to read."""
-    v = n / 1e9
-    if v >= 100:
-        return f"{v:.0f} GB"
-    if v >= 10:
-        return f"{v:.1f} GB"
-    return f"{v:.2f} GB"
 
 
 # ---------------------------------------------------------------- the plan in the user's terms

@@ -8,50 +8,17 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Optional
 
 from parc.model.plan import Plan
+from parc.progress import Progress  # noqa: F401  (the one progress line; `parc run` draws it)
 from parc.runtime import shrink
 from parc.runtime.launch import Job, RunFailed, prepare_env
 
 
 def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
-
-
-class Progress:
-    """One line on stderr, only when stderr is a terminal: the phase a run is in from its first
-    second (checking, importing torch, spawning ranks, building), then ``step k/N``."""
-
-    def __init__(self, total: int, label: str, stream=None):
-        self.stream = stream or sys.stderr
-        self.total, self.label = total, label
-        self.on = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.t0 = time.time()
-        self.steps_on = bool(total)
-
-    def _write(self, text: str) -> None:
-        self.stream.write(f"\r{text:<72.72}")
-        self.stream.flush()
-
-    def phase(self, what: str) -> None:
-        if self.on:
-            self._write(f"{self.label}: {what}… {time.time() - self.t0:5.1f}s")
-
-    def __call__(self, done: int) -> None:
-        if not self.on or not self.steps_on:
-            return
-        width = 24
-        fill = int(width * min(done, self.total) / self.total)
-        self._write(f"{self.label} [{'#' * fill}{'.' * (width - fill)}] step {done}/{self.total} "
-                    f"{time.time() - self.t0:5.1f}s")
-
-    def close(self) -> None:
-        if self.on:
-            self.stream.write("\r" + " " * 72 + "\r")
-            self.stream.flush()
 
 
 MAX_RANKS = 64

@@ -1,13 +1,14 @@
 """``parc diff`` for a terminal: the settings that changed, then the metrics as a table."""
 from __future__ import annotations
 
+from parc.report import term
 from parc.report.diff.values import fmt_change, fmt_value, headline, setting_value, shown_rows
 
 
 def render_text(old_name: str, new_name: str, rows, changes, color=False, show_all=False,
                 quiet=False) -> str:
     def paint(s, code):
-        return f"\x1b[{code}m{s}\x1b[0m" if color and s else s
+        return term.paint(s, code, color)
 
     out = []
     if not quiet:

@@ -1,45 +1,22 @@
 """The numbers and settings of a diff in words: 60.1 GB, 2.27B, 1.5 ms, 12.50%, +4.0 GB (+7.1%)."""
 from __future__ import annotations
 
+from parc import units
 from parc.report.diff.metrics import HEADLINE
 
 
 def fmt_value(v, kind: str) -> str:
+    """A metric's value in the comparison style of ``parc.units`` (fixed decimals, so the old
+    and new columns line up)."""
     if v is None:
         return "—"
-    if kind == "bytes":
-        return _si(v, "B")
-    if kind == "params":
-        return _si(v, "", count=True)
-    if kind == "seconds":
-        if v == 0:
-            return "0 s"
-        if abs(v) < 1e-3:
-            return f"{v * 1e6:.1f} µs"
-        if abs(v) < 1:
-            return f"{v * 1e3:.1f} ms"
-        return f"{v:.3g} s" if abs(v) < 100 else f"{v:,.0f} s"
-    if kind == "fraction":
-        return f"{v * 100:.2f}%"
-    if kind == "rate":
-        return _si(v, "", count=True)
+    style = {"bytes": lambda x: units.si(x, "B"), "params": units.si_count, "rate": units.si_count,
+             "seconds": units.seconds_fixed, "fraction": units.percent_fixed}.get(kind)
+    if style is not None:
+        return style(v)
     if isinstance(v, float) and not v.is_integer():
         return f"{v:,.2f}"
     return f"{int(v):,}"
-
-
-def _si(v: float, unit: str, count: bool = False) -> str:
-    """Decimal prefixes: 60.1 GB for bytes, 2.27B for counts (B for billions, as model sizes say)."""
-    a = abs(v)
-    prefixes = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-    for f, p in prefixes:
-        if a >= f:
-            x = v / f
-            num = f"{x:.2f}" if abs(x) < 10 else f"{x:.1f}" if abs(x) < 100 else f"{x:.0f}"
-            return f"{num}{'B' if p == 'G' else p}" if count else f"{num} {p}{unit}"
-    if count:
-        return f"{v:.3g}" if not float(v).is_integer() else f"{int(v)}"
-    return f"{v:.0f} {unit}"
 
 
 def fmt_change(row: dict) -> str:
