@@ -131,7 +131,7 @@ def test_templates_refuse_unquoted_values():
 def test_check_does_not_load_the_template_engine():
     code = ("import sys; from parc.cli.main import main; main(['check', 'examples/llama3-70b-train.par']); "
             "assert 'jinja2' not in sys.modules, 'jinja2 imported'; "
-            "import parc.targets, parc.targets.megatron; parc.targets.load_checks(); "
+            "import parc.targets, parc.targets.megatron; parc.targets.load_rules(); "
             "assert 'jinja2' not in sys.modules, 'jinja2 imported by a backend module'")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

@@ -120,7 +120,7 @@ target vllm {{ model = "x/y" }}
 def test_vllm_layout_rules(nodes, mesh, code, check_spec):
     from parc import targets as backends
 
-    backends.load_checks()
+    backends.load_rules()
     r = check_spec(SERVE.format(nodes=nodes, mesh=mesh), targets=("vllm",))
     codes = {d.code for d in r.errors}
     if code is None:

@@ -232,7 +232,6 @@ def compile_spec(spec, target: str | None = None, root=None):
 
     if target is not None and target not in backends.names():
         raise KeyError(target)
-    backends.load_checks()
     if spec == STDIN:
         r = check_file(STDIN_NAME, [target] if target else [], root=root, text=read_stdin())
     else:

@@ -6,7 +6,7 @@ count the plan would really run.
 """
 from __future__ import annotations
 
-from parc.rules import TARGET_FAMILIES, WARNING, rule
+from parc.rules import TARGET_FAMILIES, WARNING, rule  # TARGET_FAMILIES: parc/targets declares them
 from parc.rules.util import (at_given, batch_span, bubble_fraction, divisors, dp_terms, given, global_batches_for, join,
                    microbatch_terms, microbatches, nearest, nearest_multiples, plural, target_name)
 from parc.words import count

@@ -5,20 +5,12 @@ from __future__ import annotations
 from math import gcd
 from parc.words import count as plural  # "1 node", "2 nodes": the one plural helper
 
-# How each target is named in messages.
-TARGET_NAMES = {
-    "megatron": "Megatron-LM",
-    "vllm": "vLLM",
-    "torch": "parc's torch runtime (torchtitan-style)",
-    "torchrun": "torchrun",
-    "deepspeed": "DeepSpeed",
-    "slurm": "slurm",
-    "kubernetes": "kubernetes",
-}
-
 
 def target_name(t: str | None) -> str:
-    return TARGET_NAMES.get(t or "", t or "")
+    """The name messages give a target or rule family (its ``display`` in parc/targets)."""
+    from parc.model.targets import display
+
+    return display(t)
 
 
 def divisors(n: int) -> list[int]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 
-from parc.rules import rule
 from parc.targets.base import File, dns_label, settings, mesh_text, plan_json, spec_name
 from parc.targets import torchrun
 from parc.words import count
@@ -61,14 +60,3 @@ def build(plan) -> list[File]:
                             "Keep this folder on a filesystem every node mounts (a shared home or project "
                             "folder): each node runs the scripts and reads plan.json from it."])
     return [File("job.sbatch", sbatch, True)] + files
-
-
-@rule("P660", "slurm-directive-value", targets=(TARGET,))
-def directive_values(plan, c):
-    s = settings(plan, TARGET)
-    for key in SBATCH_KEYS + ("job_name",):
-        v = s.get(key)
-        if v is not None and not SAFE.fullmatch(v):
-            c.report(c.at(f"target.slurm.{key}", "target.slurm"),
-                     f"`{key}` goes into an #SBATCH line, which takes no spaces, quotes, newlines or shell "
-                     "characters", help="use letters, digits and . _ : @ + / , = -")

@@ -24,13 +24,11 @@ here add the multi-node layout and the rank order.
 """
 from __future__ import annotations
 
-from parc.rules import NOTE, rule
-from parc.targets.base import (Cat, Env, File, Var, settings, mesh_text, nccl_env, order_over, plain_ifname, plan_json,
+from parc.targets.base import (Cat, Env, File, Var, settings, mesh_text, nccl_env, plain_ifname, plan_json,
                     spec_name)
 from parc.words import count
 
 TARGET = "vllm"
-ORDER = ("dp", "pp", "cp", "tp")
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16"}
 KV_DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3",
              "fp8_e5m2": "fp8_e5m2"}
@@ -158,58 +156,3 @@ def build(plan) -> list[File]:
     files += [File(f"node{k}.sh", _script(plan, k), True) for k in range(plan.cluster.nodes)]
     files.append(File("plan.json", plan_json(plan)))
     return files
-
-
-# --- what vLLM cannot express ------------------------------------------------------------------
-def rank_order(plan):
-    """(message, help) when the mesh lists its axes in another order than the one vLLM uses."""
-    if plan.mode != "serve":
-        return None
-    big = order_over(plan)
-    if big != [ax for ax in ORDER if plan.mesh.size(ax) > 1]:
-        return (f"vLLM lays ranks out in the order dp, pp, cp, tp (outermost first, tp on consecutive ranks) "
-                f"whatever the mesh lists; this mesh lists {', '.join(big)}, so the topology and placement checks "
-                f"judge the plan under vLLM's order, the one that runs",
-                "list the mesh as `" + ", ".join(ax for ax in ORDER if plan.mesh.size(ax) > 1)
-                + "` to say what runs")
-    return None
-
-
-@rule("P652", "vllm-rank-order", severity=NOTE, targets=(TARGET,))
-def rank_order_rule(plan, c):
-    found = rank_order(plan)
-    if found:
-        c.report(c.at("mesh"), found[0], help=found[1])
-
-
-@rule("P651", "vllm-replica-fills-nodes", targets=(TARGET,))
-def multi_node(plan, c):
-    if plan.mode != "serve":
-        return  # P601 says it
-    cl = plan.cluster
-    if cl.nodes == 1 or settings(plan, TARGET).get("executor") == "ray" or plan.world_size != cl.world:
-        return  # one node, Ray's own placement, or a mesh that does not fit (P101)
-    r = replica(plan)
-    if r > cl.gpus_per_node and r % cl.gpus_per_node:
-        c.report(c.at("mesh"), f"a vLLM replica (tp·pp·cp = {count(r, 'GPU')}) must fill whole nodes of "
-                 f"{count(cl.gpus_per_node, 'GPU')}: vLLM accepts the arguments but its executor refuses to start "
-                 f"(\"nnodes ({cl.nodes}) must be divisible by the number of data parallel node groups\")",
-                 help="choose tp·pp·cp that divides or is a multiple of gpus_per_node")
-    elif r < cl.gpus_per_node and cl.gpus_per_node % r:
-        c.report(c.at("mesh"), f"{count(cl.gpus_per_node, 'GPU')} per node do not hold a whole number of vLLM "
-                 f"replicas of tp·pp·cp = {count(r, 'GPU')}", help="choose tp·pp·cp that divides gpus_per_node")
-
-
-@rule("P658", "vllm-max-model-len-beyond-positions", targets=(TARGET,))
-def max_model_len_beyond_positions(plan, c):
-    """vLLM refuses a max_model_len above the model config's max_position_embeddings
-    (ModelConfig's derived max_model_len) unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
-    m, sv = plan.model, plan.serve
-    if plan.mode != "serve" or sv is None or not m.max_positions or sv.max_model_len <= m.max_positions:
-        return
-    c.report(c.at("serve.max_model_len", "serve"),
-             f"max_model_len = {sv.max_model_len:,} tokens is more than model `{m.name}` supports "
-             f"({m.max_positions:,} positions): vLLM refuses it when it reads the model's config",
-             help=f"set `max_model_len = {m.max_positions}` or less, or set the model's `max_positions` if "
-                  "its config really allows longer sequences (RoPE scaling)",
-             related=[(c.at("model.max_positions", "model"), f"the model has {m.max_positions:,} positions")])
