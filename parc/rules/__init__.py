@@ -1,7 +1,8 @@
 """The rule registry: each rule is one small function over the resolved plan.
 
 A rule is registered with :func:`rule` and returns (or yields) diagnostics built through its
-:class:`Check`; its documentation lives in ``data/rules.toml`` under its code.
+:class:`Check`; its documentation lives in ``rules.toml`` under its code (a target's own rules: in
+its folder, ``parc/targets/<name>/rules.toml``).
 
 Every independent mistake is reported in one run; only errors that follow from another are
 dropped. :data:`DEPENDS` says, for each rule, the quantities it reads and the quantity it judges:
@@ -92,7 +93,7 @@ def rule_docs() -> dict[str, dict]:
         docs = tomllib.load(f)
     for code, doc in T.rule_docs().items():   # the rules that live in target folders
         docs.setdefault(code, {}).update(doc)
-    return docs
+    return dict(sorted(docs.items()))
 
 
 # Targets as the audit in rules.toml names them, in the order messages list them.
