@@ -258,11 +258,11 @@ def test_socket_ifname_reaches_every_shell_target(write_spec, tmp_path):
     target megatron { extra_args = ["--mock-data", "--tokenizer-type", "NullTokenizer"] }
     target slurm { entrypoint = "train.py" }
     """)
-    for target, script in [("torchrun", "node1.sh"), ("megatron", "node1.sh")]:
+    for target in ("torchrun", "megatron"):
         r, _, files = compile_spec(str(spec), target)
         assert files is not None, [d.message for d in r.diagnostics]
         d = write_out(files, tmp_path / target)
-        env = run_emitted(d / script, tmp_path)["torchrun.env"]
+        env = run_emitted(d / "launch.sh", tmp_path, "1")["torchrun.env"]
         assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("=ens5", "ens5"), target
     r, _, files = compile_spec(str(spec), "slurm")
     assert files is not None, [d.message for d in r.diagnostics]

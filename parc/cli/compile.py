@@ -26,8 +26,8 @@ def add_arguments(p):
     from parc.cli.targets import add_target
 
     add_target(p, repeatable=False, backends_only=True, short=True,
-               help="torchrun, vllm, megatron, slurm, kubernetes or json (may be left out when the spec "
-               "names exactly one target)")
+               help="the target to emit files for: torchrun, vllm, megatron, slurm, kubernetes, json or any "
+               "other folder of parc/targets (may be left out when the spec names exactly one target)")
     p.add_argument("-o", "--output", metavar="DIR", help="write the files into DIR, swapping the whole set in at once; names "
                    "an earlier compile wrote that this one lacks are removed, other files in DIR stay "
                    "(default: print them)")

@@ -36,7 +36,7 @@ def task_files(plan) -> tuple[str, list[File]]:
         files = vllm.build(plan)
         names = [f.path for f in files]
         return ("launch.sh" if "launch.sh" in names else "serve.sh"), files
-    launch = torchrun.script(plan, node_rank=None, entrypoint=s["entrypoint"],
+    launch = torchrun.script(plan, entrypoint=s["entrypoint"],
                              arg_lines=torchrun.user_arg_lines(s.get("args")),
                              max_restarts=s.get("max_restarts", 0),
                              what=f"torchrun launch for one node of {cl.nodes}; srun runs it on every node")
