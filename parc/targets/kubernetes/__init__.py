@@ -65,7 +65,7 @@ def command(plan, *, is_host: bool | None, name: str) -> list[str]:
 
 def serve_files(plan) -> tuple[list[str], list[File]]:
     """The vllm target's scripts and the command that runs this pod's: ``launch.sh $(RANK)``
-    picks node<RANK>.sh (Kubernetes substitutes the operator's RANK), one node runs serve.sh."""
+    (Kubernetes substitutes the operator's RANK, the pod's node rank), one node runs serve.sh."""
     from parc.targets import vllm
 
     files = [f for f in vllm.build(plan) if f.path != "plan.json"]

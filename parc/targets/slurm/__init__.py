@@ -4,8 +4,8 @@ is ``MASTER_ADDR``). What each task runs is another target's launch, unchanged:
 
 * training: the torchrun target's launch, as one ``launch.sh`` that takes the node rank from
   Slurm;
-* serving: the vllm target's files (``launch.sh`` picks ``node<SLURM_NODEID>.sh``, one
-  ``vllm serve`` per node with the multi-node flags; one node runs ``serve.sh``).
+* serving: the vllm target's files (``launch.sh`` takes the node rank from ``SLURM_NODEID``
+  and runs that node's ``vllm serve`` with the multi-node flags; one node runs ``serve.sh``).
 
 The folder must be on a filesystem every node mounts: srun starts the scripts from it on each
 node and they read ``plan.json`` beside them."""

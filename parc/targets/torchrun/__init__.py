@@ -86,18 +86,6 @@ def script(plan, *, entrypoint: str, arg_lines: list[list], endpoint: str | None
                   entrypoint=entrypoint)
 
 
-def dispatcher(plan, what: str) -> str:
-    """launch.sh for targets that emit one script per node (node<k>.sh): it runs the node's."""
-    from parc.targets.render import render
-
-    cl = plan.cluster
-    return render("_shared/dispatch.sh.j2", nnodes=cl.nodes, need_here=True,
-                  header=[f"{what}, compiled by parc from {spec_name(plan)}.",
-                          f"Usage: launch.sh NODE_RANK (0 to {cl.nodes - 1}); without an argument the rank "
-                          "comes from SLURM_NODEID or NODE_RANK.",
-                          "It runs node<NODE_RANK>.sh from this folder."])
-
-
 def node_files(plan, *, entrypoint: str, arg_lines: list[list], endpoint: str | None = None,
                max_restarts: int = 0, env: list[Env] = ()) -> list[File]:
     """launch.sh, the one script every node runs (it takes its node rank as its argument, or from
