@@ -74,10 +74,14 @@ def moe_layer_freq(m) -> str:
 
 
 def arg_lines(plan) -> list[list]:
-    m, me, sc, tr = plan.model, plan.mesh, plan.schedule, plan.train
+    """Every Megatron-LM argument of the plan: its parallelism, its model, its training setup."""
+    return _parallel_lines(plan) + _model_lines(plan) + _training_lines(plan)
+
+
+def _parallel_lines(plan) -> list[list]:
+    m, me, tr = plan.model, plan.mesh, plan.train
     out: list[list] = []
     a = out.append
-    # parallelism
     a(["--tensor-model-parallel-size", me.tp])
     a(["--pipeline-model-parallel-size", me.pp])
     a(["--context-parallel-size", me.cp])
@@ -90,7 +94,13 @@ def arg_lines(plan) -> list[list]:
     if m.is_moe:
         a(["--expert-model-parallel-size", me.ep])
         a(["--expert-tensor-parallel-size", me.etp])
-    # model shape
+    return out
+
+
+def _model_lines(plan) -> list[list]:
+    m, me = plan.model, plan.mesh
+    out: list[list] = []
+    a = out.append
     a(["--num-layers", m.layers])
     a(["--hidden-size", m.hidden])
     a(["--ffn-hidden-size", m.ffn_hidden])
@@ -125,7 +135,13 @@ def arg_lines(plan) -> list[list]:
             a(["--moe-layer-freq", moe_layer_freq(m)])
         if me.ep > 1:
             a(["--moe-token-dispatcher-type", "alltoall"])
-    # batch
+    return out
+
+
+def _training_lines(plan) -> list[list]:
+    sc, tr = plan.schedule, plan.train
+    out: list[list] = []
+    a = out.append
     a(["--micro-batch-size", sc.micro_batch])
     a(["--global-batch-size", sc.global_batch])
     # optimizer and precision
