@@ -39,7 +39,9 @@ def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, 
     late = [d for d in diags if d.severity == ERROR and not any(d is p for p in res.partial_errors)]
     if res.plan is not None and not late:
         from parc.rules import run_rules
+        from parc.targets import load_rules
 
+        load_rules()   # the targets' own rules, discovered from their folders
         diags.extend(run_rules(res.plan, targets, select=select, failed=res.partial))
     plan = res.plan if not res.partial else None   # a partial plan is never handed on
     if select is not None:

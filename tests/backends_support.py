@@ -8,10 +8,13 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
+from parc.model.targets import names as target_names
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").glob("*.par"))
 TEST_SPECS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests" / "data" / "specs").glob("*.par"))
-TARGETS = ("json", "torchrun", "vllm", "megatron", "slurm", "kubernetes")
+# every target folder: a new one gets its golden files (and the shared checks) without an edit here
+TARGETS = tuple(target_names())
 GOLDEN = ROOT / "tests" / "golden" / "compile"
 LAUNCHERS = ("torchrun", "vllm", "ray", "srun")
 

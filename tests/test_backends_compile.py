@@ -78,10 +78,10 @@ def test_output_folder(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     out_dir = tmp_path / "launch"
     code, out, err = _run(["compile", "examples/llama3-70b-train.par", "-t", "torchrun", "-o", str(out_dir)], capsys)
-    assert code == 0 and "wrote 10 files" in out
+    assert code == 0 and "wrote 2 files" in out
     names = sorted(p.name for p in out_dir.iterdir())   # .parc holds the set the names link to
-    assert names == sorted([".parc", "launch.sh", "plan.json"] + [f"node{k}.sh" for k in range(8)])
-    assert (out_dir / "node3.sh").stat().st_mode & 0o777 == 0o755
+    assert names == [".parc", "launch.sh", "plan.json"]   # one script for all 8 nodes
+    assert (out_dir / "launch.sh").stat().st_mode & 0o777 == 0o755
     assert (out_dir / "plan.json").stat().st_mode & 0o777 == 0o644
     first = {p.name: p.read_bytes() for p in out_dir.iterdir() if p.is_file()}
     assert main(["compile", "examples/llama3-70b-train.par", "-t", "torchrun", "-o", str(out_dir)]) == 0
@@ -131,7 +131,7 @@ def test_templates_refuse_unquoted_values():
 def test_check_does_not_load_the_template_engine():
     code = ("import sys; from parc.cli.main import main; main(['check', 'examples/llama3-70b-train.par']); "
             "assert 'jinja2' not in sys.modules, 'jinja2 imported'; "
-            "import parc.targets, parc.targets.megatron; parc.targets.load_checks(); "
+            "import parc.targets, parc.targets.megatron; parc.targets.load_rules(); "
             "assert 'jinja2' not in sys.modules, 'jinja2 imported by a backend module'")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

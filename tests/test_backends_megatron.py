@@ -40,7 +40,7 @@ def launched(tmp_path_factory):
     for spec, files in CASES:
         tmp = tmp_path_factory.mktemp(Path(spec).stem)
         d = write_out(files, tmp / "out")
-        got = run_emitted(d / "node0.sh", tmp)
+        got = run_emitted(d / "launch.sh", tmp, "0")
         targs = get_args_parser().parse_args(got["torchrun"])
         plan = json.loads((d / "plan.json").read_text())
         out.append((spec, plan, targs, targs.training_script_args, got["torchrun.env"]))
@@ -198,7 +198,7 @@ def test_fsdp_launch_passes_megatrons_checks(dp, tp, zero, write_spec, tmp_path)
     r, _, files = compile_spec(str(spec), "megatron")
     assert files is not None, [d.message for d in r.diagnostics]
     d = write_out(files, tmp_path / "out")
-    got = run_emitted(d / "node0.sh", tmp_path, env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    got = run_emitted(d / "launch.sh", tmp_path, "0", env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
     env, margs = got["torchrun.env"], got["torchrun"]
     if zero == 3:
         assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1"
@@ -281,6 +281,6 @@ def test_tokenizer_and_rope_from_the_spec(model, target, code, want, write_spec,
         return
     assert files is not None, [d.message for d in r.diagnostics]
     d = write_out(files, tmp_path / "out")
-    argv = run_emitted(d / "node0.sh", tmp_path)["torchrun"]
+    argv = run_emitted(d / "launch.sh", tmp_path, "0")["torchrun"]
     for flag, value in want.items():
         assert argv[argv.index(flag) + 1] == value

@@ -48,8 +48,8 @@ def test_slurm_serves_with_the_vllm_targets_commands(spec, tmp_path):
         task = got["tasks"][k]
         assert "torchrun" not in task and task["vllm"][0] == "serve"
         # the same argv as the vllm target's own script, with node 0's address from Slurm
-        want = run_emitted(vllm / ("serve.sh" if nodes == 1 else f"node{k}.sh"), tmp_path / f"v{k}",
-                           env={"MASTER_ADDR": "gpu000"})["vllm"]
+        want = run_emitted(vllm / ("serve.sh" if nodes == 1 else "launch.sh"), tmp_path / f"v{k}",
+                           *([] if nodes == 1 else [str(k)]), env={"MASTER_ADDR": "gpu000"})["vllm"]
         assert task["vllm"] == want
 
 
@@ -79,8 +79,8 @@ def test_kubernetes_serves_with_the_vllm_targets_commands(spec, tmp_path, write_
         argv = [w.replace("$(RANK)", str(k)).replace("/etc/parc", str(mounted)) for w in cmd]
         assert argv[0] == "bash"
         got = run_emitted(Path(argv[1]), tmp_path / f"k{k}", *argv[2:], env={"MASTER_ADDR": "job-master-0"})
-        want = run_emitted(vllm / ("serve.sh" if nodes == 1 else f"node{k}.sh"), tmp_path / f"w{k}",
-                           env={"MASTER_ADDR": "job-master-0"})
+        want = run_emitted(vllm / ("serve.sh" if nodes == 1 else "launch.sh"), tmp_path / f"w{k}",
+                           *([] if nodes == 1 else [str(k)]), env={"MASTER_ADDR": "job-master-0"})
         assert got["vllm"] == want["vllm"] and got["vllm"][0] == "serve"
 
 

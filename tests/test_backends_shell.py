@@ -210,8 +210,8 @@ def test_hostile_serving_values_are_inert(nodes, mesh, executor, target, tmp_pat
     model = "org/model 'x' $(touch pwned) `y`\nz"
     out = _compile(write_spec, tmp_path, SERVE.format(label=LABEL, nodes=nodes, mesh=mesh, model=_par(model),
                                                       args=_hostile_list(), executor=executor), target)
-    script = out / ("serve.sh" if nodes == 1 else "node0.sh")
-    argv = run_emitted(script, tmp_path)["vllm"]
+    script = out / ("serve.sh" if nodes == 1 else "launch.sh")
+    argv = run_emitted(script, tmp_path, *([] if nodes == 1 else ["0"]))["vllm"]
     assert argv[:2] == ["serve", model]
     assert argv[-len(HOSTILE):] == HOSTILE
     assert not list(tmp_path.glob("pwned*"))

@@ -46,7 +46,7 @@ def test_torch_parses_every_node(spec, rdzv, tmp_path, torch_parser, monkeypatch
     cl = plan.cluster
     seen_ids, seen_masters = set(), set()
     for k in range(cl.nodes):
-        got = run_emitted(out / f"node{k}.sh", tmp_path)
+        got = run_emitted(out / "launch.sh", tmp_path, str(k))   # one script, every node
         args, config, cmd_args = _parse(torch_parser, got["torchrun"], monkeypatch)
         assert args.nnodes == str(cl.nodes)
         assert args.nproc_per_node == str(cl.gpus_per_node)
@@ -100,7 +100,7 @@ def test_launch_sh_takes_the_rank_from_argument_or_scheduler(tmp_path):
 def test_static_multi_node_needs_master_addr(tmp_path):
     r, _, files = compile_rel("examples/llama3-70b-train.par", "torchrun")
     out = write_out(files, tmp_path / "out")
-    got = run_emitted(out / "node1.sh", tmp_path, env={"MASTER_ADDR": ""}, check=False)
+    got = run_emitted(out / "launch.sh", tmp_path, "1", env={"MASTER_ADDR": ""}, check=False)
     assert got["returncode"] != 0 and "MASTER_ADDR" in got["stderr"] and "torchrun" not in got
 
 

@@ -22,9 +22,10 @@ def launched(tmp_path_factory):
         tmp = tmp_path_factory.mktemp(Path(spec).stem)
         d = write_out(files, tmp / "out")
         plan = json.loads((d / "plan.json").read_text())
-        scripts = ["serve.sh"] if (d / "serve.sh").exists() else [f"node{k}.sh" for k in
-                                                                  range(plan["cluster"]["nodes"])]
-        out[spec] = (plan, [run_emitted(d / s, tmp) for s in scripts])
+        if (d / "serve.sh").exists():
+            out[spec] = (plan, [run_emitted(d / "serve.sh", tmp)])
+        else:   # one launch.sh, run on every node with its rank
+            out[spec] = (plan, [run_emitted(d / "launch.sh", tmp, str(k)) for k in range(plan["cluster"]["nodes"])])
     return out
 
 
@@ -120,7 +121,7 @@ target vllm {{ model = "x/y" }}
 def test_vllm_layout_rules(nodes, mesh, code, check_spec):
     from parc import targets as backends
 
-    backends.load_checks()
+    backends.load_rules()
     r = check_spec(SERVE.format(nodes=nodes, mesh=mesh), targets=("vllm",))
     codes = {d.code for d in r.errors}
     if code is None:
@@ -194,7 +195,7 @@ def test_ray_data_parallel_across_nodes(ifname, write_spec, tmp_path):
     d = write_out(files, tmp_path / "out")
     ray = _ray_log_bin(tmp_path)
     for k, ip in enumerate(["10.1.0.1", "10.1.0.2"]):
-        got = run_emitted(d / f"node{k}.sh", tmp_path, env={"VLLM_HOST_IP": ip, "RAY": str(ray)})
+        got = run_emitted(d / "launch.sh", tmp_path, str(k), env={"VLLM_HOST_IP": ip, "RAY": str(ray)})
         calls = (tmp_path / "argv" / "ray.log").read_text().splitlines()
         assert calls[0] == f"stop | {ip}"                                  # safe to run again
         assert calls[1].startswith("start --head --port 6379" if k == 0 else "start --address 10.0.0.1:6379")
@@ -223,7 +224,7 @@ def test_node_address_without_vllm_host_ip(write_spec, tmp_path):
     ray = _ray_log_bin(tmp_path)
     env = {k: v for k, v in __import__("os").environ.items() if k != "VLLM_HOST_IP"}
     env["RAY"] = str(ray)
-    got = run_emitted(d / "node1.sh", tmp_path, env=env, check=False)
+    got = run_emitted(d / "launch.sh", tmp_path, "1", env=env, check=False)
     if got["returncode"]:
         assert "set VLLM_HOST_IP" in got["stderr"]       # no address at all: a clear stop
     else:
@@ -258,11 +259,11 @@ def test_socket_ifname_reaches_every_shell_target(write_spec, tmp_path):
     target megatron { extra_args = ["--mock-data", "--tokenizer-type", "NullTokenizer"] }
     target slurm { entrypoint = "train.py" }
     """)
-    for target, script in [("torchrun", "node1.sh"), ("megatron", "node1.sh")]:
+    for target in ("torchrun", "megatron"):
         r, _, files = compile_spec(str(spec), target)
         assert files is not None, [d.message for d in r.diagnostics]
         d = write_out(files, tmp_path / target)
-        env = run_emitted(d / script, tmp_path)["torchrun.env"]
+        env = run_emitted(d / "launch.sh", tmp_path, "1")["torchrun.env"]
         assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("=ens5", "ens5"), target
     r, _, files = compile_spec(str(spec), "slurm")
     assert files is not None, [d.message for d in r.diagnostics]

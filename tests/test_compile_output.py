@@ -77,11 +77,12 @@ def _four_nodes(text: str) -> str:
 
 
 def _sets(tmp_path, monkeypatch):
-    """The files of a 4-node compile (the old set) and a 2-node compile (the new set)."""
+    """The files of a 4-node Slurm compile (the old set) and a 2-node torchrun compile (the new
+    set, without the old one's job.sbatch)."""
     (tmp_path / "four.par").write_text(_four_nodes(SPEC.read_text()))
-    old = _compile(tmp_path / "four.par", "torchrun", tmp_path, monkeypatch, root=tmp_path)
+    old = _compile(tmp_path / "four.par", "slurm", tmp_path, monkeypatch, root=tmp_path)
     new = _compile(SPEC, "torchrun", tmp_path, monkeypatch, root=SPEC.parent)
-    assert "node3.sh" in old and "node3.sh" not in new
+    assert "job.sbatch" in old and "job.sbatch" not in new
     return old, new
 
 
@@ -114,22 +115,22 @@ def _user_files_intact(folder: Path) -> bool:
 
 
 def test_a_smaller_compile_removes_the_stale_files_and_keeps_the_users(tmp_path):
-    """`-o DIR` after a larger compile: node2.sh and node3.sh go, the user's own files stay."""
+    """`-o DIR` after a larger compile: job.sbatch goes, the user's own files stay."""
     (tmp_path / "four.par").write_text(_four_nodes(SPEC.read_text()))
     out = tmp_path / "out"
 
-    def cli(spec):
-        r = subprocess.run([sys.executable, "-m", "parc", "compile", str(spec), "--target", "torchrun", "-o",
+    def cli(spec, target):
+        r = subprocess.run([sys.executable, "-m", "parc", "compile", str(spec), "--target", target, "-o",
                             str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
 
-    cli(tmp_path / "four.par")
-    assert (out / "node3.sh").is_file()
+    cli(tmp_path / "four.par", "slurm")
+    assert (out / "job.sbatch").is_file()
     _add_user_files(out)
-    cli(SPEC)
+    cli(SPEC, "torchrun")
     files = _visible(out)
-    assert sorted(files) == ["launch.sh", "node0.sh", "node1.sh", "plan.json"]
-    assert b'"nodes": 2' in files["plan.json"] and not os.path.lexists(out / "node3.sh")
+    assert sorted(files) == ["launch.sh", "plan.json"]
+    assert b'"nodes": 2' in files["plan.json"] and not os.path.lexists(out / "job.sbatch")
     assert _user_files_intact(out)
     assert not [n for n in _everything(out) if n.endswith(".tmp")]
 

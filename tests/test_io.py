@@ -283,7 +283,6 @@ def test_unknown_targets_read_the_targets_folder_once(tmp_path, monkeypatch):
     import pathlib
 
     from parc.api import check_file
-    from parc.resolve import resolver as resolve
 
     calls = []
     real = pathlib.Path.glob
@@ -292,9 +291,9 @@ def test_unknown_targets_read_the_targets_folder_once(tmp_path, monkeypatch):
         calls.append(pattern)
         return real(self, pattern, *a, **k)
 
-    for f in (getattr(resolve, "_known_targets", None), resolve.target_spec):
-        if f is not None:
-            f.cache_clear()
+    from parc.model import targets as target_data
+
+    target_data.clear_cache()
     monkeypatch.setattr(pathlib.Path, "glob", counting)
     spec = write(tmp_path, "spec.par", GOOD + "".join(f"target vllmm{i} {{\n}}\n" for i in range(200)))
     r = check_file(spec, root=tmp_path)

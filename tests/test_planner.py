@@ -17,12 +17,15 @@ from parc.language.diagnostics import ERROR
 from parc.model.plan import GPU, Cluster, Link, Model
 from parc.model.rankmap import RankMap
 from parc.rules import run_rules
+from parc.targets import load_rules
 from parc.planner import Problem, build_plan, search, search_problem
 from parc.planner.emit import plan_text
 from parc.planner.plans import Candidate
 from parc.planner.search import _q, breakdown, fill_costs
 from parc.planner.space import PIPELINES, RECOMPUTE, SPLITS, schedule_ok
 from parc.planner.vector import bubble_vec, inflight_vec, schedule_ok_vec, train_costs
+
+load_rules()   # the brute force judges plans by the targets' own rules too, as `parc check` does
 
 
 # --- fixtures ----------------------------------------------------------------------------------------

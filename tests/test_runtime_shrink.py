@@ -9,6 +9,9 @@ import pytest
 from parc.api import check_file
 from parc.model import schedules
 from parc.rules import run_rules
+from parc.targets import load_rules
+
+load_rules()   # the targets' own rules run too, as `parc check` runs them
 from parc.runtime import shrink
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -75,9 +75,10 @@ def _commands(tmp_path_factory):
         tmp = tmp_path_factory.mktemp(Path(spec).stem)
         d = write_out(files, tmp / "out")
         plan = json.loads((d / "plan.json").read_text())
-        scripts = ["serve.sh"] if (d / "serve.sh").exists() else [f"node{k}.sh" for k in range(plan["cluster"]["nodes"])]
-        for k, s in enumerate(scripts):
-            got = run_emitted(d / s, tmp, env={"VLLM_HOST_IP": "10.0.0.9"})
+        one = (d / "serve.sh").exists()
+        for k in range(1 if one else plan["cluster"]["nodes"]):
+            got = run_emitted(d / ("serve.sh" if one else "launch.sh"), tmp, *([] if one else [str(k)]),
+                              env={"VLLM_HOST_IP": "10.0.0.9"})
             if "vllm" in got:
                 assert got["vllm"][0] == "serve"
                 out.append((spec, k, plan, got["vllm"][1:]))

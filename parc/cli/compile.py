@@ -26,8 +26,8 @@ def add_arguments(p):
     from parc.cli.targets import add_target
 
     add_target(p, repeatable=False, backends_only=True, short=True,
-               help="torchrun, vllm, megatron, slurm, kubernetes or json (may be left out when the spec "
-               "names exactly one target)")
+               help="the target to emit files for: torchrun, vllm, megatron, slurm, kubernetes, json or any "
+               "other folder of parc/targets (may be left out when the spec names exactly one target)")
     p.add_argument("-o", "--output", metavar="DIR", help="write the files into DIR, swapping the whole set in at once; names "
                    "an earlier compile wrote that this one lacks are removed, other files in DIR stay "
                    "(default: print them)")
@@ -49,7 +49,6 @@ def compile_spec(spec, target: str | None = None, root=None):
 
     if target is not None and target not in backends.names():
         raise KeyError(target)
-    backends.load_checks()
     if spec == STDIN:
         r = check_file(STDIN_NAME, [target] if target else [], root=root, text=read_stdin())
     else:

@@ -33,10 +33,11 @@ def add_arguments(p):
 
 def catalog() -> list[dict]:
     """Every code: registered rules and the documented codes reported elsewhere (P0 front end, lint)."""
-    from parc.rules import GENERIC, registry, rule_docs
+    from parc.rules import GENERIC, rule_docs
+    from parc.targets import load_rules
 
     docs = rule_docs()
-    reg = registry()
+    reg = load_rules()
     out = []
     for code in sorted(set(docs) | set(reg)):
         d = docs.get(code, {})
@@ -132,7 +133,9 @@ def run(args) -> int:
         entries = [e for e in entries if e["code"] in wanted or e["family"] in wanted]
     if args.target:
         t = args.target
-        implied = {t, "torch"} if t in ("torchrun", "slurm", "kubernetes") else {t}
+        from parc.model.targets import implied as with_families
+
+        implied = with_families([t])   # the rule families it brings in any mode
         entries = [e for e in entries if "generic" in e["targets"] or implied & set(e["targets"])]
     single = len(wanted) == 1 and wanted[0] in by_code
     if args.format == "json":

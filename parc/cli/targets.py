@@ -7,18 +7,17 @@ import argparse
 
 def backend_targets() -> list[str]:
     """The targets `parc compile` emits files for."""
-    from parc import targets as backends
+    from parc.model.targets import names
 
-    return backends.names()
+    return names()
 
 
 def rule_targets() -> list[str]:
     """The targets whose rules a spec can be judged by: every backend, plus the rule families
     without a backend of their own (`torch`, parc's runtime; `deepspeed`)."""
-    from parc.rules import TARGET_FAMILIES
+    from parc.model.targets import rule_targets as every
 
-    names = backend_targets()
-    return names + [t for t in TARGET_FAMILIES if t not in names]
+    return every()
 
 
 def unknown_target(name: str, known: list[str]) -> str:

@@ -152,10 +152,6 @@ class Target:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-LAUNCHED_BY_TORCHRUN = ("slurm", "kubernetes")
-INHERITED_FROM_TORCHRUN = ("entrypoint", "args", "max_restarts")
-
-
 @dataclass(slots=True)
 class Plan:
     file: str
@@ -179,14 +175,17 @@ class Plan:
         return self.mesh.product
 
     def target_settings(self, name: str) -> dict[str, Any]:
-        """A target block's settings; the targets that launch through torchrun (slurm,
-        kubernetes) take the `target torchrun` block's entry point, arguments and restarts
-        where their own block leaves them out, so a spec names its script once."""
+        """A target block's settings, with the keys the target inherits (its target.toml's
+        ``inherits``: slurm and kubernetes take the `target torchrun` block's entry point,
+        arguments and restarts) where its own block leaves them out, so a spec names its
+        script once."""
+        from parc.model.targets import inherits
+
         own = dict(self.targets[name].settings) if name in self.targets else {}
-        if name in LAUNCHED_BY_TORCHRUN and "torchrun" in self.targets:
-            for key in INHERITED_FROM_TORCHRUN:
-                if key not in own and key in self.targets["torchrun"].settings:
-                    own[key] = self.targets["torchrun"].settings[key]
+        source = inherits(name)
+        if source and source[0] in self.targets:
+            other = self.targets[source[0]].settings
+            own.update({k: other[k] for k in source[1] if k not in own and k in other})
         return own
 
     def span(self, *paths: str) -> Span:

@@ -70,10 +70,9 @@ class Problem:
     @property
     def rule_targets(self) -> set[str]:
         """The targets whose rules judge the plans, as ``run_rules`` implies them."""
-        names = set(self.targets) | set(self.extra_targets)
-        if names & {"torchrun", "slurm", "kubernetes"}:
-            names.add("torch")
-        return names
+        from parc.model.targets import implied
+
+        return implied(set(self.targets) | set(self.extra_targets), self.mode)
 
 
 def default_global_batch(seq_len: int) -> int:

@@ -213,6 +213,9 @@ def fill_costs(pr: Problem, c: Candidate, plan=None, est=None, efficiency: float
 def check_candidate(pr: Problem, c: Candidate, targets: Iterable[str] = ()) -> tuple[list[str], list[str]]:
     """(error codes, warning codes) the full rule set gives ``c``'s plan."""
     from parc.rules import run_rules
+    from parc.targets import load_rules
+
+    load_rules()
 
     plan = build_plan(pr, c)
     diags = run_rules(plan, targets)

@@ -124,7 +124,10 @@ def rank_map(pr: Problem, mesh: tuple) -> RankMap:
     Not kept: on the largest cluster a map's group arrays hold millions of ranks, and the
     search visits hundreds of shapes. What the search needs of it is kept by :func:`crosses`."""
     pp, dp, cp, tp, ep, etp = mesh
-    order = ("dp", "pp", "cp", "tp") if pr.mode == "serve" and "vllm" in pr.rule_targets else pr.order
+    from parc.model.targets import rank_order
+
+    imposed = [o for o in (rank_order(t, pr.mode) for t in sorted(pr.rule_targets)) if o]
+    order = imposed[0] if imposed else pr.order
     return RankMap.from_sizes(pr.cluster.gpus_per_node, order=order, ep=ep, etp=etp,
                               pp=pp, dp=dp, cp=cp, tp=tp)
 
@@ -230,9 +233,9 @@ def batch_options(pr: Problem, dp: int) -> list[tuple[int, int, int]]:
 def few_microbatches_refused(pr: Problem) -> bool:
     """Whether P202 refuses 1F1B with fewer microbatches than stages: torch's Schedule1F1B does (the
     torch runtime, and a plan without a target, which runs on it); Megatron-LM and DeepSpeed run it."""
-    from parc.rules import TARGET_FAMILIES
+    from parc.model.targets import rule_targets
 
-    named = pr.rule_targets & set(TARGET_FAMILIES)
+    named = pr.rule_targets & set(rule_targets())
     return "torch" in named or not named
 
 

@@ -1,4 +1,5 @@
-"""The data the resolver looks names up in: the model and GPU presets and the targets' keys."""
+"""The data the resolver looks names up in: the model and GPU presets and the targets' keys
+(read by parc.model.targets, the one reader of the target folders)."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -19,22 +20,18 @@ def presets(kind: str) -> dict[str, dict]:
         return tomllib.load(f)
 
 
-@lru_cache(maxsize=64)
 def target_spec(name: str) -> dict | None:
-    """A backend's declared keys (``parc/targets/<name>/target.toml``), or None if unknown."""
-    import tomllib
+    """A target's declarations (``parc/targets/<name>/target.toml``: its ``keys`` among them),
+    or None if unknown; parc.model.targets reads the folders."""
+    from parc.model.targets import spec
 
-    if name not in _known_targets():  # an unknown name touches no file
-        return None
-    path = PACKAGE / "targets" / name / "target.toml"
-    with open(path, "rb") as f:
-        return tomllib.load(f)
+    return spec(name)
 
 
-@lru_cache(maxsize=1)
 def _known_targets() -> tuple[str, ...]:
-    base = PACKAGE / "targets"
-    return tuple(sorted(p.parent.name for p in base.glob("*/target.toml")))
+    from parc.model.targets import names
+
+    return tuple(names())
 
 
 def known_targets() -> list[str]:

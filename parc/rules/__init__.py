@@ -1,7 +1,8 @@
 """The rule registry: each rule is one small function over the resolved plan.
 
 A rule is registered with :func:`rule` and returns (or yields) diagnostics built through its
-:class:`Check`; its documentation lives in ``data/rules.toml`` under its code.
+:class:`Check`; its documentation lives in ``rules.toml`` under its code (a target's own rules: in
+its folder, ``parc/targets/<name>/rules.toml``).
 
 Every independent mistake is reported in one run; only errors that follow from another are
 dropped. :data:`DEPENDS` says, for each rule, the quantities it reads and the quantity it judges:
@@ -19,14 +20,19 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from parc.language.diagnostics import ERROR, NOTE, WARNING, Diagnostic, Related, Span
+from parc.model import targets as T
 from parc.model.plan import Plan
 
 GENERIC = "generic"
-# Targets whose rules exist; "torch" is parc's own runtime (torchtitan-style), "deepspeed" the
-# ZeRO conventions. A spec opts into a target's rules by naming it (`target vllm`) or --target.
-TARGET_FAMILIES = ("megatron", "vllm", "torchrun", "torch", "deepspeed", "slurm", "kubernetes")
+# Targets whose rules exist: every target folder, and the rule families without one ("torch",
+# parc's own runtime, torchtitan-style; "deepspeed", the ZeRO conventions), as parc/targets
+# declares them. A spec opts into a target's rules by naming it (`target vllm`) or --target.
+TARGET_FAMILIES = tuple(T.rule_targets())
 
-_MODULES = ("mesh", "batch", "topology", "memory", "advice", "style", "targets")
+# The rules of the plan itself. A target's own rules live in its folder and are registered by
+# ``parc.targets.load_rules()``, which whoever checks a plan for targets calls: this registry
+# never imports a target.
+_MODULES = ("mesh", "batch", "topology", "memory", "advice", "style")
 
 
 @dataclass(slots=True)
@@ -84,11 +90,14 @@ def rule_docs() -> dict[str, dict]:
 
     path = Path(__file__).resolve().parent / "rules.toml"
     with open(path, "rb") as f:
-        return tomllib.load(f)
+        docs = tomllib.load(f)
+    for code, doc in T.rule_docs().items():   # the rules that live in target folders
+        docs.setdefault(code, {}).update(doc)
+    return dict(sorted(docs.items()))
 
 
-# Targets as the audit in data/rules.toml names them, in the order messages list them.
-AUDIT_TARGETS = ("megatron", "vllm", "torchrun", "deepspeed", "slurm", "kubernetes")
+# Targets as the audit in rules.toml names them, in the order messages list them.
+AUDIT_TARGETS = T.audit_targets()
 LATE = {"initialisation": "only when it sets up its process groups", "model build": "only when it builds the model",
         "first step": "only in its first step"}
 
@@ -102,7 +111,7 @@ def audit(code: str, target: str) -> dict | None:
 
 def _audit_entry(code: str, target: str) -> tuple[str, dict] | None:
     entries = rule_docs().get(code, {}).get("targets", {})
-    key = target if target in entries else "torchrun" if target == "torch" else target
+    key = target if target in entries else T.audit_name(target) or target
     seen = set()
     while key in entries and "same_as" in entries[key] and key not in seen:
         seen.add(key)
@@ -113,8 +122,6 @@ def _audit_entry(code: str, target: str) -> tuple[str, dict] | None:
 def when_targets_fail(code: str, targets: Iterable[str]) -> str:
     """`` (Megatron-LM refuses it only when it builds the model: megatron/...)`` for the targets that
     refuse the plan late (process groups, model build, first step), from the audit; else ""."""
-    from parc.rules.util import target_name
-
     parts, seen = [], set()
     for t in targets:
         found = _audit_entry(code, t)
@@ -124,14 +131,15 @@ def when_targets_fail(code: str, targets: Iterable[str]) -> str:
         seen.add(key)
         if e.get("said") or e.get("fails") not in LATE:
             continue
-        parts.append(f"{target_name(key)} refuses it {LATE[e['fails']]} ({e['source']})")
+        parts.append(f"{T.display(key)} refuses it {LATE[e['fails']]} ({e['source']})")
     return f" ({'; '.join(parts)})" if parts else ""
 
 
 def registry() -> dict[str, Rule]:
+    """Every registered rule: the plan's own, and the targets' where ``parc.targets.load_rules()``
+    registered them."""
     for m in _MODULES:
         importlib.import_module(f"{__name__}.{m}")
-    importlib.import_module("parc.targets").load_checks()  # the backends' own P65x-P69x checks
     return _REGISTRY
 
 
@@ -248,17 +256,8 @@ def _wrong(plan: Plan, failed: set[str]) -> set[str]:
 def fixed_order_targets(plan: Plan, targets: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """The active targets that lay ranks out in an order of their own, with that order
     (outermost first); the topology rules judge the plan under it."""
-    if plan.mode != "serve":
-        return {}
-    return {t: ("dp", "pp", "cp", "tp") for t in targets if t == "vllm"}
-
-
-def _audit_order(active) -> list[str]:
-    """The active targets in message order, the torch runtime once (as torchrun)."""
-    names = [t for t in AUDIT_TARGETS if t in active]
-    if "torch" in active and "torchrun" not in names:
-        names.append("torch")
-    return names
+    orders = {t: T.rank_order(t, plan.mode) for t in targets}
+    return {t: order for t, order in orders.items() if order}
 
 
 def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], bool] | None = None,
@@ -266,15 +265,9 @@ def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
     """Every applicable rule over ``plan``; ``targets`` adds targets beyond those the spec names;
     ``failed`` names quantities already reported wrong (a `train` block with a bad value)."""
     reg = registry()
-    tnames = active_targets(plan, targets)
-    # runtime-style targets bring the torch rules along
-    implied = set(tnames)
-    # Slurm and Kubernetes launch torchrun for training and the vllm target's commands for serving
-    by_scheduler = bool(implied & {"slurm", "kubernetes"})
-    if "torchrun" in implied or (by_scheduler and plan.mode != "serve"):
-        implied.add("torch")
-    if by_scheduler and plan.mode == "serve":
-        implied.add("vllm")
+    # a target brings its rule families along (torchrun the torch runtime's; Slurm and Kubernetes
+    # launch torchrun for training and the vllm target's commands for serving)
+    implied = T.implied(active_targets(plan, targets), plan.mode)
     out: list[Diagnostic] = []
     failed = set(failed)
     codes = [c for c in FIRST if c in reg] + [c for c in sorted(reg) if c not in FIRST]
@@ -297,7 +290,7 @@ def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
                 failed.update(judges)
             for d in chk.out:
                 if d.severity == ERROR:
-                    named = [d.target] if d.target else [x for x in _audit_order(implied)]
+                    named = [d.target] if d.target else T.audit_order(implied)
                     d.message += when_targets_fail(code, named)
             out.extend(chk.out)
     return out

@@ -8,20 +8,12 @@ from parc.model.dims import ParallelDims, divisors, tp_fits_model, tp_widths as 
 from parc.words import count as plural  # "1 node", "2 nodes": the one plural helper
 from parc.units import gb  # noqa: F401  bytes in messages ("80.0 GB"): the one number formatter
 
-# How each target is named in messages.
-TARGET_NAMES = {
-    "megatron": "Megatron-LM",
-    "vllm": "vLLM",
-    "torch": "parc's torch runtime (torchtitan-style)",
-    "torchrun": "torchrun",
-    "deepspeed": "DeepSpeed",
-    "slurm": "slurm",
-    "kubernetes": "kubernetes",
-}
-
 
 def target_name(t: str | None) -> str:
-    return TARGET_NAMES.get(t or "", t or "")
+    """The name messages give a target or rule family (its ``display`` in parc/targets)."""
+    from parc.model.targets import display
+
+    return display(t)
 
 
 def common_divisors(*ns: int) -> list[int]:

@@ -1,41 +1,42 @@
-"""Backends: one package per target, each turning a resolved plan into the files its tool runs.
+"""Targets: one folder per target, each turning a resolved plan into the files its tool runs.
 
-A backend is a folder ``parc/targets/<name>/`` with ``target.toml`` (the keys a ``target``
-block takes), ``__init__.py`` (what the target needs from the plan, its own P6 checks, and
-``build(plan) -> list[File]``) and its Jinja2 templates (``*.j2``). Adding a target is a new
-folder and one ``register`` line below. Importing this package imports no template engine:
-jinja2 is loaded by :mod:`parc.targets.render` when files are built.
+A target is a folder ``parc/targets/<name>/`` and nothing else:
+
+* ``target.toml``: what the rest of parc knows about it (its keys, modes, display name, rule
+  families, inherited keys, rank order, audit name), read as data by :mod:`parc.model.targets`;
+* ``__init__.py``: ``build(plan) -> list[File]``, the files it emits;
+* ``rules.py`` (optional): its own P6 rules, with their documentation in ``rules.toml`` beside it;
+* its Jinja2 templates (``*.j2``), rendered as ``<name>/<template>``.
+
+The folders are discovered (every sub-folder with a ``target.toml``); rules that span several
+targets live in :mod:`parc.targets.rules`. The rule registry never imports a target: whoever
+checks a plan for targets calls :func:`load_rules`. Importing this package imports no template
+engine: jinja2 is loaded by :mod:`parc.targets.render` when files are built.
 """
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
-_BACKENDS: dict[str, str] = {}
+from parc.model.targets import FOLDER, names
 
-
-def register(name: str, module: str) -> None:
-    _BACKENDS[name] = module
-
-
-register("json", "parc.targets.json")
-register("torchrun", "parc.targets.torchrun")
-register("vllm", "parc.targets.vllm")
-register("megatron", "parc.targets.megatron")
-register("slurm", "parc.targets.slurm")
-register("kubernetes", "parc.targets.kubernetes")
-
-
-def names() -> list[str]:
-    return list(_BACKENDS)
+__all__ = ["names", "get", "load_rules"]
 
 
 def get(name: str) -> ModuleType:
-    """The backend module of target ``name`` (KeyError if there is none)."""
-    return importlib.import_module(_BACKENDS[name])
+    """The builder module of target ``name`` (KeyError if there is none)."""
+    if name not in names():
+        raise KeyError(name)
+    return importlib.import_module(f"{__name__}.{name}")
 
 
-def load_checks() -> None:
-    """Import every backend so that its P6 rules are registered with the rule registry."""
-    for name in _BACKENDS:
-        get(name)
+def load_rules() -> dict:
+    """Register every target's own rules (and the rules that span targets) with the rule
+    registry; returns the registry. Cheap after the first call."""
+    from parc.rules import registry
+
+    importlib.import_module(f"{__name__}.rules")
+    for name in names():
+        if (FOLDER / name / "rules.py").is_file():
+            importlib.import_module(f"{__name__}.{name}.rules")
+    return registry()

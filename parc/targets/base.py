@@ -8,7 +8,6 @@ import os
 import re
 from dataclasses import dataclass
 
-from parc.rules import rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,57 +139,12 @@ def nccl_env(plan) -> list[Env]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-_IMAGE = '"nvcr.io/nvidia/pytorch:25.01-py3"'
-_SERVE_IMAGE = '"vllm/vllm-openai:v0.11.0"'
-
-
-@rule("P650", "kubernetes-image-missing", targets=("kubernetes",))
-def kubernetes_image(plan, c):
-    """The entry point is P602's; the container image is what only Kubernetes needs."""
-    if "image" not in settings(plan, "kubernetes"):
-        image = _SERVE_IMAGE if plan.mode == "serve" else _IMAGE
-        what = "vLLM" if plan.mode == "serve" else "PyTorch"
-        c.report(c.at("target.kubernetes"), "target kubernetes needs `image` (the container image every pod runs)",
-                 help=f"add `image = {image}` (or your own image with {what}) to `target kubernetes {{ ... }}`")
-
-
-# ---------------------------------------------------------------------------------------------
-LAUNCH_TARGETS = ("torchrun", "vllm", "megatron", "slurm", "kubernetes")
-
-
-def _strings(value):
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _strings(v)
-
-
-def setting_span(plan, c, target: str, key: str):
-    """The span of ``key`` as ``target`` sees it: its own block's, else the block it inherits
-    the key from (slurm and kubernetes take torchrun's entry point and arguments)."""
-    own = plan.targets.get(target)
-    if own is None or key not in own.settings:
-        for other in ("torchrun",):
-            if other in plan.targets and key in plan.targets[other].settings:
-                return c.at(f"target.{other}.{key}", f"target.{other}")
-    return c.at(f"target.{target}.{key}", f"target.{target}")
-
-
-@rule("P662", "target-value-nul", targets=LAUNCH_TARGETS)
-def nul_in_value(plan, c):
-    """A NUL character cannot be part of a command-line argument (argv is C strings), and bash
-    drops it from a script without a word: the launch would run another value than the spec's."""
-    for key, value in settings(plan, c.target).items():
-        for text in _strings(value):
-            if "\0" in text:
-                shown = text.replace("\0", "\\0")
-                c.report(setting_span(plan, c, c.target, key),
-                         f"`{key}` holds a NUL character (`{shown}`), which no command line, shell script "
-                         "or Kubernetes field can carry",
-                         help="remove the NUL character from the string")
-                break
+def target_span(plan, c, name, fallback: str | None = None):
+    """The target's block; without one (a target asked for with --target), the block the fix
+    belongs to (``fallback``), never the top of the file."""
+    if f"target.{name}" in plan.spans or fallback is None:
+        return c.at(f"target.{name}")
+    return c.at(fallback)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,48 +157,19 @@ def nul_in_value(plan, c):
 DASH_DEFAULT = {"str": "refuse", "strlist": "options"}
 
 
+def _dash(d: dict) -> str | None:
+    return d.get("leading_dash", DASH_DEFAULT.get(d.get("kind", "any")))
+
+
 def dash_keys() -> dict[tuple[str, str], str]:
     """(target, key) -> kind, for every target key whose values P690 checks."""
-    from parc.resolve.resolver import known_targets, target_spec
+    from parc.model.targets import keys, names
 
-    out = {}
-    for t in known_targets():
-        for key, d in (target_spec(t) or {}).get("keys", {}).items():
-            kind = d.get("kind", "any")
-            if d.get("leading_dash", DASH_DEFAULT.get(kind)) == "refuse":
-                out[(t, key)] = kind
-    return out
+    return {(t, key): d.get("kind", "any") for t in names() for key, d in keys(t).items() if _dash(d) == "refuse"}
 
 
-def _option_lists(target: str) -> list[str]:
-    from parc.resolve.resolver import target_spec
+def option_lists(target: str) -> list[str]:
+    """The keys of ``target`` meant to hold the program's options (`args`, `extra_args`)."""
+    from parc.model.targets import keys
 
-    keys = (target_spec(target) or {}).get("keys", {})
-    return [k for k, d in keys.items() if d.get("leading_dash", DASH_DEFAULT.get(d.get("kind", "any"))) == "options"]
-
-
-@rule("P690", "value-read-as-option")
-def value_read_as_option(plan, c):
-    """One rule over every target block the spec holds (a value inherited from `target
-    torchrun` is reported once, at torchrun's block)."""
-    from parc.resolve.resolver import target_spec
-
-    checked = dash_keys()
-    for t, tgt in plan.targets.items():
-        for key, v in tgt.settings.items():
-            if (t, key) not in checked:
-                continue
-            items = list(enumerate(v)) if isinstance(v, list) else [(None, v)]
-            for i, x in items:
-                if not (isinstance(x, str) and x.startswith("-")):
-                    continue
-                where = f"target.{t}.{key}.value" + (f".{i}" if i is not None else "")
-                doc = target_spec(t)["keys"][key].get("doc", "").split(" (")[0]
-                shown = json.dumps(x, ensure_ascii=False)
-                shown = shown if len(shown) <= 60 else shown[:56] + '..."'
-                opts = _option_lists(t)
-                c.report(c.at(where, f"target.{t}.{key}"),
-                         f"`{key}` of target {t} begins with `-` ({shown}): it goes where the command line "
-                         f"expects {doc}, and a word beginning with `-` there is read as an option",
-                         help=f"a file or folder whose name begins with `-` can be written \"./{x}\""
-                              + (f"; options for the program belong in `{opts[0]}`" if opts else ""))
+    return [k for k, d in keys(target).items() if _dash(d) == "options"]

@@ -49,7 +49,8 @@ def _region(span) -> dict:
 
 def sarif_rules(severities: dict[str, str] | None = None) -> list[dict]:
     """A reportingDescriptor for every documented code (rules.toml), in code order."""
-    from parc.rules import registry, rule_docs
+    from parc.rules import rule_docs
+    from parc.targets import load_rules as registry   # every rule, the targets' own included
 
     docs = rule_docs()
     reg = registry()

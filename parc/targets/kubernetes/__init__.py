@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import re
 
-from parc.rules import WARNING, rule
-from parc.targets.base import Env, File, dns_label, is_dns_label, settings, mesh_text, nccl_env, plan_id, plan_json, spec_name
+from parc.targets.base import Env, File, dns_label, settings, mesh_text, nccl_env, plan_id, plan_json, spec_name
 from parc.words import count
 
 TARGET = "kubernetes"
@@ -31,6 +30,9 @@ NAMESPACE_MAX = 63
 RESOURCE = re.compile(r"(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
                       r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 PLAN_DIR = "/etc/parc"
+# the images P650's help suggests
+IMAGE = '"nvcr.io/nvidia/pytorch:25.01-py3"'
+SERVE_IMAGE = '"vllm/vllm-openai:v0.11.0"'
 GiB = 2**30
 CPU_PER_GPU = 4          # default CPU request per GPU of the node
 MEMORY_PER_GPU = 32 * GiB
@@ -63,7 +65,7 @@ def command(plan, *, is_host: bool | None, name: str) -> list[str]:
 
 def serve_files(plan) -> tuple[list[str], list[File]]:
     """The vllm target's scripts and the command that runs this pod's: ``launch.sh $(RANK)``
-    picks node<RANK>.sh (Kubernetes substitutes the operator's RANK), one node runs serve.sh."""
+    (Kubernetes substitutes the operator's RANK, the pod's node rank), one node runs serve.sh."""
     from parc.targets import vllm
 
     files = [f for f in vllm.build(plan) if f.path != "plan.json"]
@@ -114,41 +116,3 @@ def build(plan) -> list[File]:
                           f"Mesh: {mesh_text(plan)}; {cl.nodes} pod{'s' if cl.nodes > 1 else ''} x "
                           f"{count(cl.gpus_per_node, 'GPU')} = {count(plan.world_size, 'rank')}."])
     return [File("job.yaml", text), File("plan.json", plan_json(plan))]
-
-
-@rule("P661", "kubernetes-name", targets=(TARGET,))
-def names(plan, c):
-    s = settings(plan, TARGET)
-    # the job's name becomes Service names (DNS-1035); a namespace is a DNS-1123 label
-    for key, limit, rfc, first in (("name", NAME_MAX, 1035, "a letter"), ("namespace", NAMESPACE_MAX, 1123,
-                                                                         "a letter or digit")):
-        v = s.get(key)
-        if v is not None and not is_dns_label(v, limit, rfc):
-            c.report(c.at(f"target.kubernetes.{key}", "target.kubernetes"),
-                     f"`{key}` must be a Kubernetes name: lowercase letters, digits and '-', starting with "
-                     f"{first} and ending with a letter or digit, at most {limit} characters (no newline)",
-                     help=f"for example `{key} = \"{dns_label(v, limit)}\"`")
-    rdma = s.get("rdma_resource")
-    if rdma is not None and not (RESOURCE.fullmatch(rdma) and len(rdma.partition("/")[0]) <= 253):
-        c.report(c.at("target.kubernetes.rdma_resource", "target.kubernetes"),
-                 "`rdma_resource` must be a Kubernetes resource name (an optional DNS subdomain and '/', then at "
-                 "most 63 letters, digits, '-', '_' or '.'): it becomes a key of the pods' resource requests",
-                 help="use the name your RDMA device plugin advertises, such as `rdma/rdma_shared_device_a`")
-
-
-@rule("P663", "kubernetes-infiniband-unreachable", severity=WARNING, targets=(TARGET,))
-def infiniband(plan, c):
-    """Pods on an InfiniBand cluster see no HCA unless they ask for it."""
-    s = settings(plan, TARGET)
-    cl = plan.cluster
-    if cl.nodes == 1 or cl.inter_node is None or cl.inter_node.kind != "infiniband":
-        return
-    if s.get("rdma_resource"):
-        return
-    c.report(c.at("cluster.inter_node", "cluster"),
-             f"the {count(cl.nodes, 'node')} are linked by InfiniBand, but a pod sees no InfiniBand device unless it "
-             "asks for one: NCCL would fall back to TCP sockets over the pod network",
-             help="add `rdma_resource = \"rdma/rdma_shared_device_a\"` (the resource your RDMA device plugin "
-                  "advertises) to `target kubernetes`, with `host_network = true` where the HCAs are reached "
-                  "through the node's own network",
-             related=[(c.at("target.kubernetes"), "target kubernetes")])

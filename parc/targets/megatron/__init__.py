@@ -12,23 +12,21 @@ and P613 refuse the other plans Megatron-LM cannot run).
 """
 from __future__ import annotations
 
-from parc.language.diagnostics import WARNING
-from parc.rules import rule
+from parc.model.targets import rank_orders
 from parc.targets.base import Env, File, settings, order_over
 from parc.targets import torchrun
 
 TARGET = "megatron"
 DEFAULT_ENTRYPOINT = "pretrain_gpt.py"
-ORDERS = {("pp", "dp", "cp", "tp"): None, ("dp", "pp", "cp", "tp"): "--use-tp-pp-dp-mapping"}
 SCHEDULES = ("1f1b", "interleaved_1f1b")
 
 
 def mapping(plan) -> tuple[bool, str | None]:
     """(expressible, flag): whether Megatron can lay ranks out in the plan's order, and how."""
     big = order_over(plan)
-    for canon, flag in ORDERS.items():
+    for canon, flag in rank_orders(TARGET):   # target.toml's rank_orders
         if big == [ax for ax in canon if plan.mesh.size(ax) > 1]:
-            return True, flag
+            return True, flag or None
     return False, None
 
 
@@ -76,10 +74,14 @@ def moe_layer_freq(m) -> str:
 
 
 def arg_lines(plan) -> list[list]:
-    m, me, sc, tr = plan.model, plan.mesh, plan.schedule, plan.train
+    """Every Megatron-LM argument of the plan: its parallelism, its model, its training setup."""
+    return _parallel_lines(plan) + _model_lines(plan) + _training_lines(plan)
+
+
+def _parallel_lines(plan) -> list[list]:
+    m, me, tr = plan.model, plan.mesh, plan.train
     out: list[list] = []
     a = out.append
-    # parallelism
     a(["--tensor-model-parallel-size", me.tp])
     a(["--pipeline-model-parallel-size", me.pp])
     a(["--context-parallel-size", me.cp])
@@ -92,7 +94,13 @@ def arg_lines(plan) -> list[list]:
     if m.is_moe:
         a(["--expert-model-parallel-size", me.ep])
         a(["--expert-tensor-parallel-size", me.etp])
-    # model shape
+    return out
+
+
+def _model_lines(plan) -> list[list]:
+    m, me = plan.model, plan.mesh
+    out: list[list] = []
+    a = out.append
     a(["--num-layers", m.layers])
     a(["--hidden-size", m.hidden])
     a(["--ffn-hidden-size", m.ffn_hidden])
@@ -127,7 +135,13 @@ def arg_lines(plan) -> list[list]:
             a(["--moe-layer-freq", moe_layer_freq(m)])
         if me.ep > 1:
             a(["--moe-token-dispatcher-type", "alltoall"])
-    # batch
+    return out
+
+
+def _training_lines(plan) -> list[list]:
+    sc, tr = plan.schedule, plan.train
+    out: list[list] = []
+    a = out.append
     a(["--micro-batch-size", sc.micro_batch])
     a(["--global-batch-size", sc.global_batch])
     # optimizer and precision
@@ -202,55 +216,3 @@ def build(plan) -> list[File]:
     lines = arg_lines(plan) + group_args(s.get("extra_args"))
     return torchrun.node_files(plan, entrypoint=s.get("entrypoint", DEFAULT_ENTRYPOINT), arg_lines=lines,
                                env=env)
-
-
-# --- what the launch cannot give Megatron-LM ----------------------------------------------------
-@rule("P656", "megatron-fsdp-with-tp-cp", severity=WARNING, targets=(TARGET,))
-def fsdp_with_tp_cp(plan, c):
-    """Megatron-LM's validate_args warns (on GPUs before Blackwell) when tensor or context
-    parallelism runs with Megatron-FSDP: one wants CUDA_DEVICE_MAX_CONNECTIONS=1, the other
-    refuses it. The launch leaves it unset, as FSDP requires."""
-    me = plan.mesh
-    if not fsdp(plan) or (me.tp == 1 and me.cp == 1):
-        return
-    what = " and ".join(f"{ax} = {me.size(ax)}" for ax in ("tp", "cp") if me.size(ax) > 1)
-    c.report(c.at("train.zero", "train"),
-             f"zero = 3 (Megatron-FSDP) with {what}: Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1, which "
-             "tensor and context parallelism need to overlap their communication, so the launch leaves it "
-             "unset and that overlap is lost on GPUs before Blackwell (Megatron-LM warns the same at start)",
-             help="use zero = 1 (the distributed optimizer) with tp or cp, or keep zero = 3 with dp only")
-
-
-def _hf_id(plan) -> str:
-    """The preset's Hugging Face id (from its source note), for the help text."""
-    import re
-
-    from parc.resolve.resolver import presets
-
-    src = presets("models").get(plan.model.preset or "", {}).get("source", "")
-    ids = re.findall(r"([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+) config\.json", src)
-    return ids[-1] if ids else "org/model"
-
-
-@rule("P657", "megatron-tokenizer-model", targets=(TARGET,))
-def tokenizer_model(plan, c):
-    """HuggingFaceTokenizer reads its files from --tokenizer-model; without it Megatron-LM's
-    build_tokenizer has nothing to load."""
-    s = settings(plan, TARGET)
-    extra = [str(x) for x in s.get("extra_args") or []]
-    if s.get("tokenizer"):
-        given = [f for f in ("--tokenizer-type", "--tokenizer-model") if f in extra]
-        if given:
-            c.report(c.at("target.megatron.extra_args", "target.megatron"),
-                     f"`tokenizer` sets {' and '.join(given)}, and extra_args gives {'them' if len(given) > 1 else 'it'} "
-                     "again: Megatron-LM would take whichever comes last",
-                     help=f"remove {' and '.join(given)} (and {'their values' if len(given) > 1 else 'its value'}) "
-                          "from extra_args")
-        return
-    hf = any(a == "HuggingFaceTokenizer" or a == "--tokenizer-type=HuggingFaceTokenizer" for a in extra)
-    if hf and not any(a == "--tokenizer-model" or a.startswith("--tokenizer-model=") for a in extra):
-        c.report(c.at("target.megatron.extra_args", "target.megatron"),
-                 "extra_args choose Megatron-LM's HuggingFaceTokenizer without --tokenizer-model, so the "
-                 "tokenizer has nothing to load and pretrain_gpt.py stops before the first step",
-                 help=f'replace the --tokenizer-type pair with `tokenizer = "{_hf_id(plan)}"` in `target megatron` '
-                      "(a Hugging Face id or a local folder)")

@@ -4,8 +4,8 @@ is ``MASTER_ADDR``). What each task runs is another target's launch, unchanged:
 
 * training: the torchrun target's launch, as one ``launch.sh`` that takes the node rank from
   Slurm;
-* serving: the vllm target's files (``launch.sh`` picks ``node<SLURM_NODEID>.sh``, one
-  ``vllm serve`` per node with the multi-node flags; one node runs ``serve.sh``).
+* serving: the vllm target's files (``launch.sh`` takes the node rank from ``SLURM_NODEID``
+  and runs that node's ``vllm serve`` with the multi-node flags; one node runs ``serve.sh``).
 
 The folder must be on a filesystem every node mounts: srun starts the scripts from it on each
 node and they read ``plan.json`` beside them."""
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 
-from parc.rules import rule
 from parc.targets.base import File, dns_label, settings, mesh_text, plan_json, spec_name
 from parc.targets import torchrun
 from parc.words import count
@@ -37,7 +36,7 @@ def task_files(plan) -> tuple[str, list[File]]:
         files = vllm.build(plan)
         names = [f.path for f in files]
         return ("launch.sh" if "launch.sh" in names else "serve.sh"), files
-    launch = torchrun.script(plan, node_rank=None, entrypoint=s["entrypoint"],
+    launch = torchrun.script(plan, entrypoint=s["entrypoint"],
                              arg_lines=torchrun.user_arg_lines(s.get("args")),
                              max_restarts=s.get("max_restarts", 0),
                              what=f"torchrun launch for one node of {cl.nodes}; srun runs it on every node")
@@ -61,14 +60,3 @@ def build(plan) -> list[File]:
                             "Keep this folder on a filesystem every node mounts (a shared home or project "
                             "folder): each node runs the scripts and reads plan.json from it."])
     return [File("job.sbatch", sbatch, True)] + files
-
-
-@rule("P660", "slurm-directive-value", targets=(TARGET,))
-def directive_values(plan, c):
-    s = settings(plan, TARGET)
-    for key in SBATCH_KEYS + ("job_name",):
-        v = s.get(key)
-        if v is not None and not SAFE.fullmatch(v):
-            c.report(c.at(f"target.slurm.{key}", "target.slurm"),
-                     f"`{key}` goes into an #SBATCH line, which takes no spaces, quotes, newlines or shell "
-                     "characters", help="use letters, digits and . _ : @ + / , = -")

@@ -1,5 +1,6 @@
-"""torchrun: one launch script per node, a ``launch.sh`` that picks the node's script by rank,
-and the resolved plan as ``plan.json`` beside them (``PARC_PLAN`` points at it).
+"""torchrun: one ``launch.sh`` that every node runs (it takes the node's rank as its argument, or
+from ``SLURM_NODEID`` or ``NODE_RANK``, where the rendezvous needs one), and the resolved plan as
+``plan.json`` beside it (``PARC_PLAN`` points at it).
 
 Rendezvous (the three ways every node joins one world):
 
@@ -22,7 +23,6 @@ start separate worlds.
 """
 from __future__ import annotations
 
-from parc.rules import rule
 from parc.targets.base import Cat, Env, File, Var, mesh_text, nccl_env, plan_id, plan_json, settings, spec_name
 from parc.words import count
 
@@ -36,7 +36,7 @@ def rendezvous(plan, endpoint: str | None, max_restarts: int = 0) -> str:
     return "c10d" if endpoint or max_restarts > 0 else "static"
 
 
-def launcher_lines(plan, *, rdzv: str, node_rank, endpoint: str | None, max_restarts: int) -> list[list]:
+def launcher_lines(plan, *, rdzv: str, endpoint: str | None, max_restarts: int) -> list[list]:
     """torchrun's own options, one per line."""
     cl = plan.cluster
     lines: list[list] = [["--nnodes", cl.nodes], ["--nproc-per-node", cl.gpus_per_node]]
@@ -47,8 +47,7 @@ def launcher_lines(plan, *, rdzv: str, node_rank, endpoint: str | None, max_rest
         lines += [["--rdzv-backend", "c10d"], ["--rdzv-endpoint", at],
                   ["--rdzv-id", "parc-" + plan_id(plan)]]
     else:
-        lines += [["--node-rank", Var("node_rank") if node_rank is None else node_rank],
-                  ["--rdzv-backend", "static"],
+        lines += [["--node-rank", Var("node_rank")], ["--rdzv-backend", "static"],
                   ["--master-addr", Var("master_addr")], ["--master-port", Var("master_port")]]
     lines.append(["--max-restarts", max_restarts])
     return lines
@@ -66,46 +65,34 @@ def header(plan, what: str) -> list[str]:
             "Keep plan.json beside this script: the program reads it through PARC_PLAN."]
 
 
-def script(plan, *, node_rank, entrypoint: str, arg_lines: list[list], endpoint: str | None = None,
+WHAT = {"standalone": "torchrun launch for the one node",
+        "c10d": "torchrun launch for every node of {n} (torchrun numbers the nodes as they join)",
+        "static": "torchrun launch for any node of {n} (launch.sh NODE_RANK)"}
+
+
+def script(plan, *, entrypoint: str, arg_lines: list[list], endpoint: str | None = None,
            max_restarts: int = 0, env: list[Env] = (), what: str | None = None) -> str:
-    """The torchrun launch for one node (``node_rank`` an int) or for any node (None: the rank
-    comes from the first argument, ``SLURM_NODEID`` or ``NODE_RANK``)."""
+    """The torchrun launch every node runs; under the static rendezvous it takes the node's rank
+    from its first argument, ``SLURM_NODEID`` or ``NODE_RANK``."""
     from parc.targets.render import render
 
     cl = plan.cluster
     rdzv = rendezvous(plan, endpoint, max_restarts)
-    if what is None:
-        what = (f"torchrun launch for node {node_rank} of {cl.nodes}" if node_rank is not None
-                else f"torchrun launch for any node of {cl.nodes}: launch.sh NODE_RANK")
-    return render("torchrun/launch.sh.j2", header=header(plan, what), need_here=True, node_rank=node_rank, rdzv=rdzv,
-                  master=rdzv == "static" or (rdzv == "c10d" and not endpoint),
+    return render("torchrun/launch.sh.j2", header=header(plan, what or WHAT[rdzv].format(n=cl.nodes)),
+                  need_here=True, rdzv=rdzv, master=rdzv == "static" or (rdzv == "c10d" and not endpoint),
                   nnodes=cl.nodes, nproc=cl.gpus_per_node, env=launch_env(plan, env),
                   arg_lines=arg_lines,
-                  launcher_lines=launcher_lines(plan, rdzv=rdzv, node_rank=node_rank, endpoint=endpoint,
-                                                max_restarts=max_restarts),
+                  launcher_lines=launcher_lines(plan, rdzv=rdzv, endpoint=endpoint, max_restarts=max_restarts),
                   entrypoint=entrypoint)
-
-
-def dispatcher(plan, what: str) -> str:
-    from parc.targets.render import render
-
-    cl = plan.cluster
-    return render("_shared/dispatch.sh.j2", nnodes=cl.nodes, need_here=True,
-                  header=[f"{what}, compiled by parc from {spec_name(plan)}.",
-                          f"Usage: launch.sh NODE_RANK (0 to {cl.nodes - 1}); without an argument the rank "
-                          "comes from SLURM_NODEID or NODE_RANK.",
-                          "It runs node<NODE_RANK>.sh from this folder."])
 
 
 def node_files(plan, *, entrypoint: str, arg_lines: list[list], endpoint: str | None = None,
                max_restarts: int = 0, env: list[Env] = ()) -> list[File]:
-    """launch.sh, node<k>.sh for every node, and plan.json."""
-    files = [File("launch.sh", dispatcher(plan, "Start this node's torchrun launch"), True)]
-    for k in range(plan.cluster.nodes):
-        files.append(File(f"node{k}.sh", script(plan, node_rank=k, entrypoint=entrypoint, arg_lines=arg_lines,
-                                                endpoint=endpoint, max_restarts=max_restarts, env=env), True))
-    files.append(File("plan.json", plan_json(plan)))
-    return files
+    """launch.sh, the one script every node runs (it takes its node rank as its argument, or from
+    SLURM_NODEID or NODE_RANK, where the rendezvous needs one), and plan.json."""
+    launch = script(plan, entrypoint=entrypoint, arg_lines=arg_lines, endpoint=endpoint,
+                    max_restarts=max_restarts, env=env)
+    return [File("launch.sh", launch, True), File("plan.json", plan_json(plan))]
 
 
 def user_arg_lines(args) -> list[list]:
@@ -116,20 +103,3 @@ def build(plan) -> list[File]:
     s = settings(plan, TARGET)
     return node_files(plan, entrypoint=s["entrypoint"], arg_lines=user_arg_lines(s.get("args")),
                       endpoint=s.get("rdzv_endpoint"), max_restarts=s.get("max_restarts", 0))
-
-
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0")
-
-
-@rule("P653", "torchrun-local-rendezvous", targets=(TARGET,))
-def local_rendezvous(plan, c):
-    ep = settings(plan, TARGET).get("rdzv_endpoint")
-    if not ep or plan.cluster.nodes == 1:
-        return
-    host = ep.rsplit(":", 1)[0] if ep.count(":") == 1 or ep.startswith("[") else ep
-    if host.lower() in LOCAL_HOSTS or host.startswith("127."):
-        c.report(c.at("target.torchrun.rdzv_endpoint", "target.torchrun"),
-                 f"rdzv_endpoint `{ep}` names this machine, so each of the {count(plan.cluster.nodes, 'node')} would host "
-                 "its own rendezvous and start a separate world",
-                 help="give the address of one node that every node can reach (host:port), or remove "
-                      "`rdzv_endpoint` for a static rendezvous at $MASTER_ADDR")

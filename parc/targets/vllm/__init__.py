@@ -1,4 +1,5 @@
-"""vLLM: ``vllm serve`` for one node, and the complete per-node commands for several.
+"""vLLM: ``serve.sh`` (``vllm serve``) for one node; for several, one ``launch.sh`` that every
+node runs with its node rank (its first argument, ``SLURM_NODEID`` or ``NODE_RANK``).
 
 Several nodes are started in one of three ways:
 
@@ -24,13 +25,11 @@ here add the multi-node layout and the rank order.
 """
 from __future__ import annotations
 
-from parc.rules import NOTE, rule
-from parc.targets.base import (Cat, Env, File, Var, settings, mesh_text, nccl_env, order_over, plain_ifname, plan_json,
+from parc.targets.base import (Cat, Env, File, Var, settings, mesh_text, nccl_env, plain_ifname, plan_json,
                     spec_name)
 from parc.words import count
 
 TARGET = "vllm"
-ORDER = ("dp", "pp", "cp", "tp")
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16"}
 KV_DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3",
              "fp8_e5m2": "fp8_e5m2"}
@@ -60,16 +59,14 @@ def uneven_partition(plan) -> list[int] | None:
     return None
 
 
-def serve_lines(plan, node: int | None) -> list[list]:
-    """Every option of ``vllm serve`` for node ``node`` (None: the only node)."""
+def _lines(plan, node_rank) -> tuple[list[list], list[list], list[list], list[list]]:
+    """The options of ``vllm serve`` in four parts: (every node's, node 0's own, the other nodes'
+    own, the spec's extra_args); ``node_rank`` is the node's rank, an int or a shell variable."""
     s = settings(plan, TARGET)
     me, sv, m, cl = plan.mesh, plan.serve, plan.model, plan.cluster
     mode = launch_mode(plan)
-    head = node in (None, 0)
     out: list[list] = []
     a = out.append
-    if head:
-        a(["--port", s.get("port", 8000)])
     a(["--tensor-parallel-size", me.tp])
     a(["--pipeline-parallel-size", me.pp])
     if me.cp > 1:
@@ -85,6 +82,7 @@ def serve_lines(plan, node: int | None) -> list[list]:
     a(["--dtype", DTYPES[m.dtype]])
     if m.dtype == "fp8":
         a(["--quantization", "fp8"])
+    others: list[list] = []
     if mode == "ray":
         a(["--distributed-executor-backend", "ray"])
         if me.dp > 1:
@@ -97,21 +95,24 @@ def serve_lines(plan, node: int | None) -> list[list]:
     elif mode == "nnodes":
         a(["--distributed-executor-backend", "mp"])
         a(["--nnodes", cl.nodes])
-        a(["--node-rank", node])
+        a(["--node-rank", node_rank])
         a(["--master-addr", Var("master_addr")])
         a(["--master-port", MASTER_PORT])
     elif mode == "dp":
         local = cl.gpus_per_node // replica(plan)
         a(["--data-parallel-size-local", local])
-        if not head:
-            a(["--data-parallel-start-rank", node * local])
         a(["--data-parallel-address", Var("master_addr")])
         a(["--data-parallel-rpc-port", DP_RPC_PORT])
-    if not head:
-        a(["--headless"])
-    for x in s.get("extra_args") or []:
-        a([x])
-    return out
+        start = node_rank * local if isinstance(node_rank, int) else Var("start_rank")
+        others.append(["--data-parallel-start-rank", start])
+    others.append(["--headless"])
+    return out, [["--port", s.get("port", 8000)]], others, [[x] for x in s.get("extra_args") or []]
+
+
+def serve_lines(plan, node: int | None) -> list[list]:
+    """Every option of ``vllm serve`` for node ``node`` (None: the only node)."""
+    common, head, others, extra = _lines(plan, 0 if node is None else node)
+    return (head + common if node in (None, 0) else common + others) + extra
 
 
 def _env(plan) -> list[Env]:
@@ -123,93 +124,39 @@ def _env(plan) -> list[Env]:
     return env + nccl_env(plan)
 
 
-def _script(plan, node: int | None) -> str:
+def _script(plan) -> str:
+    """serve.sh for one node; for several, launch.sh, which every node runs with its node rank
+    (its first argument, SLURM_NODEID or NODE_RANK)."""
     from parc.targets.render import render
 
     s = settings(plan, TARGET)
     cl = plan.cluster
     mode = launch_mode(plan)
-    if node is None:
-        what = "vllm serve"
+    multi = mode != "single"
+    mesh = f"Mesh: {mesh_text(plan)}; {cl.nodes} node{'s' if cl.nodes > 1 else ''} x {count(cl.gpus_per_node, 'GPU')}."
+    if not multi:
+        header = [f"vllm serve, compiled by parc from {spec_name(plan)}.", mesh]
     else:
-        role = (("Ray head and vllm serve" if node == 0 else "Ray worker") if mode == "ray"
-                else ("vllm serve" if node == 0 else "headless vllm serve"))
-        what = f"vLLM node {node} of {cl.nodes} ({role})"
-    header = [f"{what}, compiled by parc from {spec_name(plan)}.",
-              f"Mesh: {mesh_text(plan)}; {cl.nodes} node{'s' if cl.nodes > 1 else ''} x {count(cl.gpus_per_node, 'GPU')}."]
-    ray_worker = mode == "ray" and node not in (None, 0)
-    need_master = node is not None and (mode != "ray" or ray_worker)
-    if need_master:
-        header.append("Set MASTER_ADDR to the address of node 0 before running it.")
+        roles = ("node 0 is the Ray head and serves, the others join it as Ray workers" if mode == "ray"
+                 else "node 0 serves the API, the others run headless")
+        header = [f"vLLM launch for any node of {cl.nodes}, compiled by parc from {spec_name(plan)}: {roles}.",
+                  f"Usage: launch.sh NODE_RANK (0 to {cl.nodes - 1}); without an argument the rank comes from "
+                  "SLURM_NODEID or NODE_RANK.", mesh,
+                  "Set MASTER_ADDR to the address of node 0 before running it"
+                  + (" on the other nodes." if mode == "ray" else ".")]
+    common, head, others, extra = _lines(plan, Var("node_rank"))
+    if multi and mode != "ray":   # the node's own options come from the array `role` (Var renders "${role[@]}")
+        lines, role = common + [[Var("role[@]")]] + extra, ([w for ln in head for w in ln], [w for ln in others for w in ln])
+    else:
+        lines, role = head + common + extra, None
     ifname = plain_ifname(cl.socket_ifname)
-    return render("vllm/serve.sh.j2", header=header, need_here=False, env=_env(plan),
-                  need_master=need_master, ray=mode == "ray", ifname=ifname.split(",")[0] if ifname else None,
-                  ray_head=mode == "ray" and node == 0, ray_worker=ray_worker, ray_port=RAY_PORT,
-                  ray_address=Cat((Var("master_addr"), f":{RAY_PORT}")), model=s["model"],
-                  serve_lines=[] if ray_worker else serve_lines(plan, node))
+    return render("vllm/serve.sh.j2", header=header, need_here=False, env=_env(plan), multi=multi,
+                  nnodes=cl.nodes, ray=mode == "ray", ifname=ifname.split(",")[0] if ifname else None,
+                  ray_port=RAY_PORT, ray_address=Cat((Var("master_addr"), f":{RAY_PORT}")), model=s["model"],
+                  serve_lines=lines, role=role,
+                  start_rank=cl.gpus_per_node // replica(plan) if mode == "dp" else None)
 
 
 def build(plan) -> list[File]:
-    from parc.targets import torchrun
-
-    if launch_mode(plan) == "single":
-        return [File("serve.sh", _script(plan, None), True), File("plan.json", plan_json(plan))]
-    files = [File("launch.sh", torchrun.dispatcher(plan, "Start this node's part of the vLLM deployment"), True)]
-    files += [File(f"node{k}.sh", _script(plan, k), True) for k in range(plan.cluster.nodes)]
-    files.append(File("plan.json", plan_json(plan)))
-    return files
-
-
-# --- what vLLM cannot express ------------------------------------------------------------------
-def rank_order(plan):
-    """(message, help) when the mesh lists its axes in another order than the one vLLM uses."""
-    if plan.mode != "serve":
-        return None
-    big = order_over(plan)
-    if big != [ax for ax in ORDER if plan.mesh.size(ax) > 1]:
-        return (f"vLLM lays ranks out in the order dp, pp, cp, tp (outermost first, tp on consecutive ranks) "
-                f"whatever the mesh lists; this mesh lists {', '.join(big)}, so the topology and placement checks "
-                f"judge the plan under vLLM's order, the one that runs",
-                "list the mesh as `" + ", ".join(ax for ax in ORDER if plan.mesh.size(ax) > 1)
-                + "` to say what runs")
-    return None
-
-
-@rule("P652", "vllm-rank-order", severity=NOTE, targets=(TARGET,))
-def rank_order_rule(plan, c):
-    found = rank_order(plan)
-    if found:
-        c.report(c.at("mesh"), found[0], help=found[1])
-
-
-@rule("P651", "vllm-replica-fills-nodes", targets=(TARGET,))
-def multi_node(plan, c):
-    if plan.mode != "serve":
-        return  # P601 says it
-    cl = plan.cluster
-    if cl.nodes == 1 or settings(plan, TARGET).get("executor") == "ray" or plan.world_size != cl.world:
-        return  # one node, Ray's own placement, or a mesh that does not fit (P101)
-    r = replica(plan)
-    if r > cl.gpus_per_node and r % cl.gpus_per_node:
-        c.report(c.at("mesh"), f"a vLLM replica (tp·pp·cp = {count(r, 'GPU')}) must fill whole nodes of "
-                 f"{count(cl.gpus_per_node, 'GPU')}: vLLM accepts the arguments but its executor refuses to start "
-                 f"(\"nnodes ({cl.nodes}) must be divisible by the number of data parallel node groups\")",
-                 help="choose tp·pp·cp that divides or is a multiple of gpus_per_node")
-    elif r < cl.gpus_per_node and cl.gpus_per_node % r:
-        c.report(c.at("mesh"), f"{count(cl.gpus_per_node, 'GPU')} per node do not hold a whole number of vLLM "
-                 f"replicas of tp·pp·cp = {count(r, 'GPU')}", help="choose tp·pp·cp that divides gpus_per_node")
-
-
-@rule("P658", "vllm-max-model-len-beyond-positions", targets=(TARGET,))
-def max_model_len_beyond_positions(plan, c):
-    """vLLM refuses a max_model_len above the model config's max_position_embeddings
-    (ModelConfig's derived max_model_len) unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
-    m, sv = plan.model, plan.serve
-    if plan.mode != "serve" or sv is None or not m.max_positions or sv.max_model_len <= m.max_positions:
-        return
-    c.report(c.at("serve.max_model_len", "serve"),
-             f"max_model_len = {sv.max_model_len:,} tokens is more than model `{m.name}` supports "
-             f"({m.max_positions:,} positions): vLLM refuses it when it reads the model's config",
-             help=f"set `max_model_len = {m.max_positions}` or less, or set the model's `max_positions` if "
-                  "its config really allows longer sequences (RoPE scaling)",
-             related=[(c.at("model.max_positions", "model"), f"the model has {m.max_positions:,} positions")])
+    name = "launch.sh" if launch_mode(plan) != "single" else "serve.sh"
+    return [File(name, _script(plan), True), File("plan.json", plan_json(plan))]

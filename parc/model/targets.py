@@ -1,0 +1,187 @@
+"""What each target declares about itself, read as data.
+
+A target is a folder ``parc/targets/<name>/`` whose ``target.toml`` says everything the rest of
+parc needs to know about it, so that the resolver, the rules, the planner and the commands read
+target facts here without importing any target's code:
+
+* ``display``: the name messages use (``Megatron-LM``); ``description``; ``modes`` (train, serve);
+* ``launch``: whether it emits a launch (every target but ``json``);
+* ``families``: the rule families that come with it, a list or one list per mode
+  (``{ train = ["torch"], serve = ["vllm"] }``): their rules run whenever its rules do;
+* ``audit``: ``{ name, order }``, the name under which ``rules.toml`` records how the tool itself
+  refuses a plan, and where the tool stands in messages that list several;
+* ``inherits``: ``{ from = "torchrun", keys = [...] }``, the keys a block that leaves them out
+  takes from another target's block;
+* ``rank_order``: per mode, the order (outermost first) in which the tool lays ranks out whatever
+  the mesh lists; ``rank_orders``: the layouts it can express, with the argument that picks each;
+* ``[keys]``: every key a ``target`` block takes (``kind``, ``doc``, ``min``/``max``/``choices``,
+  ``leading_dash``), with ``required`` (what the key is, for P602's message), ``required_modes``
+  and ``example`` on the keys it cannot do without.
+
+Rule families without a folder of their own (``torch``, parc's runtime; ``deepspeed``) are
+declared in ``parc/targets/families.toml``. The folders are read once (one glob), on first use.
+"""
+from __future__ import annotations
+
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+FOLDER = Path(__file__).resolve().parent.parent / "targets"
+
+
+@lru_cache(maxsize=1)
+def _targets() -> dict[str, dict]:
+    out = {}
+    for path in sorted(FOLDER.glob("*/target.toml")):
+        with open(path, "rb") as f:
+            out[path.parent.name] = tomllib.load(f)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _families() -> dict[str, dict]:
+    with open(FOLDER / "families.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def clear_cache() -> None:
+    """Forget what was read (for a test that adds a folder)."""
+    _targets.cache_clear()
+    _families.cache_clear()
+
+
+def names() -> list[str]:
+    """The targets parc can emit for: every folder with a target.toml, sorted."""
+    return list(_targets())
+
+
+def spec(name: str) -> dict | None:
+    """Target ``name``'s target.toml, or None if there is no such target."""
+    return _targets().get(name)
+
+
+def rule_targets() -> list[str]:
+    """Every name a rule can apply to: the targets, then the rule families without a folder."""
+    return names() + [f for f in _families() if f not in _targets()]
+
+
+def _entry(name: str | None) -> dict:
+    return _targets().get(name or "") or _families().get(name or "") or {}
+
+
+def display(name: str | None) -> str:
+    """The name messages give target or family ``name`` (``Megatron-LM`` for megatron)."""
+    return _entry(name).get("display", name or "")
+
+
+def keys(name: str) -> dict[str, dict]:
+    """The keys a ``target name { ... }`` block takes, with their definitions."""
+    return (spec(name) or {}).get("keys", {})
+
+
+def is_launch(name: str) -> bool:
+    return bool((spec(name) or {}).get("launch", False))
+
+
+def launch_targets() -> tuple[str, ...]:
+    """The targets that emit a launch (their settings end up on a command line)."""
+    return tuple(t for t in names() if is_launch(t))
+
+
+def families(name: str, mode: str | None = None) -> list[str]:
+    """The rule families target ``name`` brings in ``mode`` (None: in any mode)."""
+    fam = _entry(name).get("families", [])
+    if isinstance(fam, dict):
+        modes = [mode] if mode is not None else list(fam)
+        return [f for m in modes for f in fam.get(m, []) if f]
+    return list(fam)
+
+
+def implied(targets: Iterable[str], mode: str | None = None) -> set[str]:
+    """``targets`` with every rule family they bring in ``mode`` (None: in any mode)."""
+    out = set(targets)
+    todo = list(out)
+    while todo:
+        for f in families(todo.pop(), mode):
+            if f not in out:
+                out.add(f)
+                todo.append(f)
+    return out
+
+
+def required(name: str, mode: str | None = None) -> list[tuple[str, str]]:
+    """(key, what it is) for every key target ``name`` cannot do without in ``mode``."""
+    out = []
+    for key, d in keys(name).items():
+        if "required" in d and (mode is None or mode in d.get("required_modes", [mode])):
+            out.append((key, d["required"]))
+    return out
+
+
+def requiring_targets() -> tuple[str, ...]:
+    """The targets with a key they cannot do without (P602 runs for them)."""
+    return tuple(t for t in names() if required(t))
+
+
+def example(name: str, key: str) -> str:
+    """The example value (as spec text) a message gives for ``key``; "hub_id" means the model's
+    Hugging Face id, which only the plan knows."""
+    return keys(name).get(key, {}).get("example", '"..."')
+
+
+def inherits(name: str) -> tuple[str, tuple[str, ...]] | None:
+    """(source target, keys) when target ``name`` takes keys its block leaves out from another
+    target's block (slurm and kubernetes from torchrun)."""
+    inh = (spec(name) or {}).get("inherits")
+    if not inh:
+        return None
+    return inh["from"], tuple(inh.get("keys", ()))
+
+
+def rank_order(name: str, mode: str) -> tuple[str, ...] | None:
+    """The order (outermost first) in which target ``name`` lays ranks out in ``mode`` whatever
+    the mesh lists, or None where it follows the mesh."""
+    order = (spec(name) or {}).get("rank_order", {}).get(mode)
+    return tuple(order) if order else None
+
+
+def rank_orders(name: str) -> list[tuple[tuple[str, ...], str]]:
+    """(order, argument) for every rank layout target ``name`` can express (empty: any)."""
+    return [(tuple(o["order"]), o.get("flag", "")) for o in (spec(name) or {}).get("rank_orders", [])]
+
+
+def audit_name(name: str) -> str | None:
+    """The name under which rules.toml records how target or family ``name`` refuses a plan."""
+    return _entry(name).get("audit", {}).get("name")
+
+
+def audit_targets() -> tuple[str, ...]:
+    """The audited targets and families in the order messages list them, each audit name once
+    (the torch runtime is audited as torchrun)."""
+    found = [(e["audit"]["order"], n) for n, e in {**_families(), **_targets()}.items()
+             if "audit" in e and e["audit"].get("name") == n]
+    return tuple(n for _, n in sorted(found))
+
+
+def audit_order(active: Iterable[str]) -> list[str]:
+    """The active targets and families in message order, each audit name once."""
+    seen, out = set(), []
+    ranked = sorted((_entry(t).get("audit", {}).get("order", 1000), t) for t in set(active) if audit_name(t))
+    for _, t in ranked:
+        if audit_name(t) not in seen:
+            seen.add(audit_name(t))
+            out.append(t)
+    return out
+
+
+def rule_docs() -> dict[str, dict]:
+    """The documentation of the rules that live in target folders (``<name>/rules.toml``, and
+    ``rules.toml`` beside the folders for rules that span several targets)."""
+    out: dict[str, dict] = {}
+    for path in [FOLDER / "rules.toml"] + [FOLDER / t / "rules.toml" for t in names()]:
+        if path.is_file():
+            with open(path, "rb") as f:
+                out.update(tomllib.load(f))
+    return out

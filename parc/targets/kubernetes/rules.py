@@ -1,0 +1,55 @@
+"""Kubernetes' own rules: names and settings the API server or the pods would refuse."""
+from __future__ import annotations
+
+from parc.rules import WARNING, rule
+from parc.targets.base import dns_label, is_dns_label, settings
+from parc.targets.kubernetes import IMAGE, NAME_MAX, NAMESPACE_MAX, RESOURCE, SERVE_IMAGE, TARGET
+from parc.words import count
+
+
+@rule("P650", "kubernetes-image-missing", targets=(TARGET,))
+def kubernetes_image(plan, c):
+    """The entry point is P602's; the container image is what only Kubernetes needs."""
+    if "image" not in settings(plan, TARGET):
+        image = SERVE_IMAGE if plan.mode == "serve" else IMAGE
+        what = "vLLM" if plan.mode == "serve" else "PyTorch"
+        c.report(c.at("target.kubernetes"), "target kubernetes needs `image` (the container image every pod runs)",
+                 help=f"add `image = {image}` (or your own image with {what}) to `target kubernetes {{ ... }}`")
+
+
+@rule("P661", "kubernetes-name", targets=(TARGET,))
+def names(plan, c):
+    s = settings(plan, TARGET)
+    # the job's name becomes Service names (DNS-1035); a namespace is a DNS-1123 label
+    for key, limit, rfc, first in (("name", NAME_MAX, 1035, "a letter"), ("namespace", NAMESPACE_MAX, 1123,
+                                                                         "a letter or digit")):
+        v = s.get(key)
+        if v is not None and not is_dns_label(v, limit, rfc):
+            c.report(c.at(f"target.kubernetes.{key}", "target.kubernetes"),
+                     f"`{key}` must be a Kubernetes name: lowercase letters, digits and '-', starting with "
+                     f"{first} and ending with a letter or digit, at most {limit} characters (no newline)",
+                     help=f"for example `{key} = \"{dns_label(v, limit)}\"`")
+    rdma = s.get("rdma_resource")
+    if rdma is not None and not (RESOURCE.fullmatch(rdma) and len(rdma.partition("/")[0]) <= 253):
+        c.report(c.at("target.kubernetes.rdma_resource", "target.kubernetes"),
+                 "`rdma_resource` must be a Kubernetes resource name (an optional DNS subdomain and '/', then at "
+                 "most 63 letters, digits, '-', '_' or '.'): it becomes a key of the pods' resource requests",
+                 help="use the name your RDMA device plugin advertises, such as `rdma/rdma_shared_device_a`")
+
+
+@rule("P663", "kubernetes-infiniband-unreachable", severity=WARNING, targets=(TARGET,))
+def infiniband(plan, c):
+    """Pods on an InfiniBand cluster see no HCA unless they ask for it."""
+    s = settings(plan, TARGET)
+    cl = plan.cluster
+    if cl.nodes == 1 or cl.inter_node is None or cl.inter_node.kind != "infiniband":
+        return
+    if s.get("rdma_resource"):
+        return
+    c.report(c.at("cluster.inter_node", "cluster"),
+             f"the {count(cl.nodes, 'node')} are linked by InfiniBand, but a pod sees no InfiniBand device unless it "
+             "asks for one: NCCL would fall back to TCP sockets over the pod network",
+             help="add `rdma_resource = \"rdma/rdma_shared_device_a\"` (the resource your RDMA device plugin "
+                  "advertises) to `target kubernetes`, with `host_network = true` where the HCAs are reached "
+                  "through the node's own network",
+             related=[(c.at("target.kubernetes"), "target kubernetes")])

@@ -1,0 +1,154 @@
+"""Megatron-LM's own rules: the plans its arguments cannot express or that it refuses."""
+from __future__ import annotations
+
+from parc.model.targets import rank_orders
+from parc.rules import WARNING, rule
+from parc.targets.base import settings, target_span
+from parc.targets.megatron import TARGET, fsdp
+
+
+# ------------------------------------------------------------------------------------ P603
+
+@rule("P603", "megatron-trains-only", targets=(TARGET,))
+def megatron_training_only(plan, c):
+    if plan.mode == "serve":
+        c.report(target_span(plan, c, "megatron"),
+                 "the megatron target emits pretrain_gpt.py training arguments; it cannot serve this plan "
+                 "(the spec has a `serve` block)",
+                 help="serve with `target vllm` (or `target torchrun`), or replace `serve` with `train`",
+                 related=[(c.at("serve"), "serving declared here")])
+
+
+# ------------------------------------------------------------------------------------ P607
+
+@rule("P607", "megatron-schedule-unsupported", targets=(TARGET,))
+def megatron_schedule(plan, c):
+    s = plan.schedule
+    if plan.mode != "train" or plan.mesh.pp <= 1 or s.pipeline in ("1f1b", "interleaved_1f1b"):
+        return
+    c.report(c.at("schedule.pipeline"),
+             f"Megatron-LM runs only 1F1B and interleaved 1F1B pipelines; pipeline = {s.pipeline} cannot be "
+             f"expressed with its arguments",
+             help="use `pipeline = 1f1b` (or interleaved_1f1b with virtual_stages), or compile for `target "
+                  "torchrun`, whose torch.distributed.pipelining runtime has " + s.pipeline)
+
+
+# ------------------------------------------------------------------------------------ P608
+
+@rule("P608", "megatron-rank-order", targets=(TARGET,))
+def megatron_order(plan, c):
+    m = plan.mesh
+    used = [ax for ax in m.order if m.size(ax) > 1]
+    orders = [order for order, _ in rank_orders(TARGET)]
+    for order in orders:
+        if used == [ax for ax in order if ax in used]:
+            return
+    c.report(c.at(f"mesh.{used[-1]}"),
+             f"Megatron-LM lays ranks out as tp-cp-ep-dp-pp (or tp-cp-ep-pp-dp with --use-tp-pp-dp-mapping): tp "
+             f"innermost, then cp; the mesh order {', '.join(used)} cannot be expressed",
+             help="list the mesh axes as " + " or ".join(", ".join(ax for ax in o if ax in used)
+                                                        for o in orders
+                                                        if [ax for ax in o if ax in used] != used)
+                  + " (outermost first)")
+
+
+# ------------------------------------------------------------------------------------ P609
+
+@rule("P609", "megatron-moe-tp-needs-sp", severity=WARNING, targets=(TARGET,))
+def megatron_moe_sp(plan, c):
+    m = plan.mesh
+    if plan.mode != "train" or not plan.model.is_moe or m.tp <= 1 or (plan.train and plan.train.sequence_parallel):
+        return
+    c.report(c.at("train.sequence_parallel", "train"),
+             f"Megatron-LM wants sequence parallelism for a MoE model with tp = {m.tp} (\"When using MoE and tensor "
+             f"parallelism, sequence parallelism must be used\"; older releases refuse to start, newer ones warn)",
+             help="set `sequence_parallel = true` in train")
+
+
+# ------------------------------------------------------------------------------------ P612
+
+@rule("P612", "megatron-moe-bias-etp", targets=(TARGET,))
+def megatron_moe_bias(plan, c):
+    m, md = plan.mesh, plan.model
+    if not md.is_moe or not md.bias or m.etp <= 1:
+        return
+    c.report(c.at("mesh.etp"),
+             f"Megatron-LM supports linear biases in MoE experts only with etp = 1, but etp = {m.etp} "
+             f"(\"Bias in Moe is only supported when ETP==1\")",
+             help="set etp = 1 (and raise ep instead), or `bias = false` in the model",
+             related=[(c.at("model.bias"), "bias = true")])
+
+
+# ------------------------------------------------------------------------------------ P613
+
+@rule("P613", "megatron-expert-dp-with-pp-inside", targets=(TARGET,))
+def megatron_expert_dp(plan, c):
+    m, md = plan.mesh, plan.model
+    if not md.is_moe or m.pp <= 1 or m.dp <= 1 or (m.ep <= 1 and m.etp <= 1):
+        return
+    order = [ax for ax in m.order if m.size(ax) > 1]
+    if order.index("dp") > order.index("pp"):
+        return  # pp outermost: Megatron's default order
+    region = m.dp * m.cp * m.tp
+    edp = region // (m.ep * m.etp) if region % (m.ep * m.etp) == 0 else None
+    if edp is None or edp == m.dp:
+        return
+    c.report(c.at("mesh.dp"),
+             f"with dp outside pp (Megatron-LM's --use-tp-pp-dp-mapping) the expert layers must have the same "
+             f"data-parallel size as the dense ones, but expert dp = dp·cp·tp / (ep·etp) = {region} / "
+             f"{m.ep * m.etp} = {edp} and dp = {m.dp} (\"When not using pp-last rank ordering, the data parallel "
+             f"size of the attention and moe layers must be the same\")",
+             help=f"put pp first in the mesh (outermost), or choose ep · etp = cp · tp = {m.cp * m.tp}")
+
+
+
+# --- what the launch cannot give Megatron-LM ----------------------------------------------------
+@rule("P656", "megatron-fsdp-with-tp-cp", severity=WARNING, targets=(TARGET,))
+def fsdp_with_tp_cp(plan, c):
+    """Megatron-LM's validate_args warns (on GPUs before Blackwell) when tensor or context
+    parallelism runs with Megatron-FSDP: one wants CUDA_DEVICE_MAX_CONNECTIONS=1, the other
+    refuses it. The launch leaves it unset, as FSDP requires."""
+    me = plan.mesh
+    if not fsdp(plan) or (me.tp == 1 and me.cp == 1):
+        return
+    what = " and ".join(f"{ax} = {me.size(ax)}" for ax in ("tp", "cp") if me.size(ax) > 1)
+    c.report(c.at("train.zero", "train"),
+             f"zero = 3 (Megatron-FSDP) with {what}: Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1, which "
+             "tensor and context parallelism need to overlap their communication, so the launch leaves it "
+             "unset and that overlap is lost on GPUs before Blackwell (Megatron-LM warns the same at start)",
+             help="use zero = 1 (the distributed optimizer) with tp or cp, or keep zero = 3 with dp only")
+
+
+def _hf_id(plan) -> str:
+    """The preset's Hugging Face id (from its source note), for the help text."""
+    import re
+
+    from parc.resolve.resolver import presets
+
+    src = presets("models").get(plan.model.preset or "", {}).get("source", "")
+    ids = re.findall(r"([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+) config\.json", src)
+    return ids[-1] if ids else "org/model"
+
+
+@rule("P657", "megatron-tokenizer-model", targets=(TARGET,))
+def tokenizer_model(plan, c):
+    """HuggingFaceTokenizer reads its files from --tokenizer-model; without it Megatron-LM's
+    build_tokenizer has nothing to load."""
+    s = settings(plan, TARGET)
+    extra = [str(x) for x in s.get("extra_args") or []]
+    if s.get("tokenizer"):
+        given = [f for f in ("--tokenizer-type", "--tokenizer-model") if f in extra]
+        if given:
+            c.report(c.at("target.megatron.extra_args", "target.megatron"),
+                     f"`tokenizer` sets {' and '.join(given)}, and extra_args gives {'them' if len(given) > 1 else 'it'} "
+                     "again: Megatron-LM would take whichever comes last",
+                     help=f"remove {' and '.join(given)} (and {'their values' if len(given) > 1 else 'its value'}) "
+                          "from extra_args")
+        return
+    hf = any(a == "HuggingFaceTokenizer" or a == "--tokenizer-type=HuggingFaceTokenizer" for a in extra)
+    if hf and not any(a == "--tokenizer-model" or a.startswith("--tokenizer-model=") for a in extra):
+        c.report(c.at("target.megatron.extra_args", "target.megatron"),
+                 "extra_args choose Megatron-LM's HuggingFaceTokenizer without --tokenizer-model, so the "
+                 "tokenizer has nothing to load and pretrain_gpt.py stops before the first step",
+                 help=f'replace the --tokenizer-type pair with `tokenizer = "{_hf_id(plan)}"` in `target megatron` '
+                      "(a Hugging Face id or a local folder)")

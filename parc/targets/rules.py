@@ -1,0 +1,170 @@
+"""The rules that span several targets: a key a target cannot do without (P602), values no
+command line can carry (P662) or that a launcher would read as options (P690), and the rules
+of the families without a folder of their own: parc's torch runtime (P610, P611), which comes
+with torchrun, slurm and kubernetes, and DeepSpeed's ZeRO conventions (P615)."""
+from __future__ import annotations
+
+import json
+import re
+
+from parc.model.targets import example, inherits, keys, launch_targets, required, requiring_targets
+from parc.rules import rule
+from parc.rules.util import join, target_name
+from parc.targets.base import dash_keys, option_lists, settings, target_span
+from parc.words import count
+
+
+def hub_id(plan) -> str | None:
+    """The Hugging Face id the model's preset was read from (its `source` names the config.json)."""
+    from parc.resolve.resolver import presets
+
+    md = plan.model
+    pre = presets("models").get(md.preset or "", {})
+    shape = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "experts")
+    if any(k in pre and getattr(md, k) != pre[k] for k in shape):
+        return None  # a changed shape is another model
+    found = re.search(r"([A-Za-z0-9][\w.-]*/[\w.-]+) config\.json", str(pre.get("source", "")))
+    return found.group(1) if found else None
+
+
+def _example(plan, target: str, key: str) -> str:
+    """A value for ``key`` that fits this spec: the spec's own model where the key's example is
+    "hub_id" (vLLM's `model`)."""
+    ex = example(target, key)
+    if ex == "hub_id":
+        hub = hub_id(plan)
+        return f'"{hub}"' if hub else f'"/path/to/{plan.model.name}"'
+    return ex
+
+
+# ------------------------------------------------------------------------------------ P602
+
+@rule("P602", "target-field-missing", targets=requiring_targets())
+def target_field_missing(plan, c):
+    t = c.target
+    # slurm and kubernetes serve with the vllm target's command: its own P602 asks for `model`
+    settings = plan.target_settings(t)
+    missing = [(k, what) for k, what in required(t, plan.mode) if k not in settings]
+    if not missing:
+        return
+    fields = join([f"`{k}` ({what})" for k, what in missing], "and")
+    example = "; ".join(f"{k} = {_example(plan, t, k)}" for k, _ in missing)
+    source = inherits(t)
+    also = (f" (or a `target {source[0]}` block it can take them from)"
+            if source and any(k in source[1] for k, _ in missing) else "")
+    if not hub_id(plan) and any(k == "model" for k, _ in missing):
+        also += f" with the Hugging Face id or local path of model \"{plan.model.name}\""
+    if t in plan.targets:
+        c.report(target_span(plan, c, t), f"target {t} needs {fields}",
+                 help=f"add it to the block: `target {t} {{ {example} }}`{also}")
+    else:
+        # no block to point at: the model vLLM must load, or the workload the script runs
+        where = "model" if missing[0][0] == "model" else plan.mode
+        c.report(target_span(plan, c, t, where),
+                 f"--target {t} needs {fields}, and the spec has no `target {t}` block",
+                 help=f"add `target {t} {{ {example} }}` to the spec{also}")
+
+
+# ------------------------------------------------------------------------------------ P610
+
+@rule("P610", "torch-tied-embeddings-pipeline", targets=("torch",))
+def torch_tied_pp(plan, c):
+    if plan.mesh.pp <= 1 or not plan.model.tied_embeddings:
+        return
+    c.report(c.at("mesh.pp"),
+             f"{target_name(c.target)} cannot pipeline a model with tied embeddings: the first stage's embedding and "
+             f"the last stage's output layer would share one weight across pp = {count(plan.mesh.pp, 'rank')} (torchtitan: "
+             f"\"Weight tying is not supported with Pipeline Parallel\")",
+             help="use pp = 1 (with dp, tp or zero = 3 for memory), or untie the embeddings "
+                  "(`tied_embeddings = false`), or use the megatron target, which keeps the tied copies in sync",
+             related=[(c.at("model.tied_embeddings"), "tied_embeddings = true")])
+
+
+# ------------------------------------------------------------------------------------ P611
+
+@rule("P611", "torch-etp-one-or-tp", targets=("torch",))
+def torch_etp(plan, c):
+    m = plan.mesh
+    if not plan.model.is_moe or m.etp in (1, m.tp):
+        return
+    c.report(c.at("mesh.etp"),
+             f"{target_name(c.target)} splits experts either over the whole TP group or not at all: etp must be 1 or "
+             f"tp = {m.tp}, not {m.etp} (torchtitan: \"Currently we only support ETP=TP or ETP=1\")",
+             help=f"set etp = 1 or etp = {m.tp}" if m.tp > 1 else "set etp = 1")
+
+
+# ------------------------------------------------------------------------------------ P615
+
+@rule("P615", "deepspeed-zero-with-pipeline", targets=("deepspeed",))
+def deepspeed_zero_pp(plan, c):
+    t, m = plan.train, plan.mesh
+    if plan.mode != "train" or t is None or t.zero < 2 or m.pp <= 1:
+        return
+    c.report(c.at("train.zero"),
+             f"DeepSpeed's pipeline engine refuses zero = {t.zero} with pp = {m.pp}: ZeRO-2 and ZeRO-3 partition "
+             f"gradients, which the pipeline accumulates over microbatches (\"ZeRO-2 and ZeRO-3 are incompatible "
+             f"with pipeline parallelism\")",
+             help="use zero = 1 with the pipeline, or pp = 1 with zero = 3",
+             related=[(c.at("mesh.pp"), f"pp = {m.pp}")])
+
+
+# ------------------------------------------------------------------------------------ P662
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def setting_span(plan, c, target: str, key: str):
+    """The span of ``key`` as ``target`` sees it: its own block's, else the block it inherits
+    the key from (slurm and kubernetes take torchrun's entry point and arguments)."""
+    own = plan.targets.get(target)
+    source = inherits(target)
+    if (own is None or key not in own.settings) and source and key in source[1]:
+        other = plan.targets.get(source[0])
+        if other is not None and key in other.settings:
+            return c.at(f"target.{source[0]}.{key}", f"target.{source[0]}")
+    return c.at(f"target.{target}.{key}", f"target.{target}")
+
+
+@rule("P662", "target-value-nul", targets=launch_targets())
+def nul_in_value(plan, c):
+    """A NUL character cannot be part of a command-line argument (argv is C strings), and bash
+    drops it from a script without a word: the launch would run another value than the spec's."""
+    for key, value in settings(plan, c.target).items():
+        for text in _strings(value):
+            if "\0" in text:
+                shown = text.replace("\0", "\\0")
+                c.report(setting_span(plan, c, c.target, key),
+                         f"`{key}` holds a NUL character (`{shown}`), which no command line, shell script "
+                         "or Kubernetes field can carry",
+                         help="remove the NUL character from the string")
+                break
+
+
+# ------------------------------------------------------------------------------------ P690
+@rule("P690", "value-read-as-option")
+def value_read_as_option(plan, c):
+    """One rule over every target block the spec holds (a value inherited from `target
+    torchrun` is reported once, at torchrun's block)."""
+    checked = dash_keys()
+    for t, tgt in plan.targets.items():
+        for key, v in tgt.settings.items():
+            if (t, key) not in checked:
+                continue
+            items = list(enumerate(v)) if isinstance(v, list) else [(None, v)]
+            for i, x in items:
+                if not (isinstance(x, str) and x.startswith("-")):
+                    continue
+                where = f"target.{t}.{key}.value" + (f".{i}" if i is not None else "")
+                doc = keys(t)[key].get("doc", "").split(" (")[0]
+                shown = json.dumps(x, ensure_ascii=False)
+                shown = shown if len(shown) <= 60 else shown[:56] + '..."'
+                opts = option_lists(t)
+                c.report(c.at(where, f"target.{t}.{key}"),
+                         f"`{key}` of target {t} begins with `-` ({shown}): it goes where the command line "
+                         f"expects {doc}, and a word beginning with `-` there is read as an option",
+                         help=f"a file or folder whose name begins with `-` can be written \"./{x}\""
+                              + (f"; options for the program belong in `{opts[0]}`" if opts else ""))
