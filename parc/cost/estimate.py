@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from parc.model.plan import Model
+from parc.model import schedules
 
 
 def attention_params(m: Model) -> int:
@@ -476,61 +477,7 @@ def layer_activation_bytes(plan, moe: bool = False) -> float:
         moe=(m.top_k or 1, m.moe_ffn_hidden, mesh.etp, m.shared_experts) if moe else None, flash=True)
 
 
-def inflight_microbatches(pipeline: str, p: int, m: int, v: int = 1, stage: int = 0) -> float:
-    """Microbatches whose activations pipeline rank ``stage`` holds at its peak, in units of all
-    the layers that rank holds:
-
-    * pp = 1: 1 (gradient accumulation runs one microbatch at a time).
-    * GPipe: m, every forward before any backward (Huang et al. 2019).
-    * 1F1B: min(p - stage, m); the first stage holds p (Narayanan et al. 2021, §2.2).
-    * interleaved 1F1B: Megatron-LM's warm-up of 2(p - stage - 1) + (v - 1)p + 1 chunks of 1/v of
-      the rank's layers, which for stage 0 is p·(1 + (p-1)/(p·v)) (Korthikanti et al. 2022 §4.2.3).
-    * zero_bubble (ZB-H1, Qi et al. 2023): 1F1B's peak, p - stage (p on every rank when V-placed).
-    * dualpipe_v: PP+1 chunk activations per device with PP = 2p chunks of half a device's layers
-      (DeepSeek-V3 §3.2.1, DualPipe table), i.e. p + 1/2.
-    """
-    if p <= 1:
-        return 1.0
-    m = max(1, m)
-    if pipeline == "gpipe":
-        return float(m)
-    if pipeline == "interleaved_1f1b" and v > 1:
-        return min((2 * (p - stage - 1) + (v - 1) * p + 1) / v, float(m))
-    if pipeline == "dualpipe_v":
-        return min(p + 0.5, float(m))
-    if pipeline == "zero_bubble" and v == 2:
-        return min(float(p), float(m))
-    if pipeline == "zero_bubble" and v > 2:
-        return min((2 * (p - stage - 1) + (v - 1) * p + 1) / v, float(m))
-    return float(min(p - stage, m))
-
-
 BACKWARD_SHARE = 2 / 3  # of a microbatch's compute: the backward is twice the forward
-
-
-def bubble_fraction(pipeline: str, p: int, m: int, v: int = 1) -> float:
-    """Idle time over total step time of a pipeline schedule (GPipe's definition; Megatron-LM
-    reports bubble over ideal time, (p-1)/m, for the same schedule):
-
-    * gpipe, 1f1b: (p-1)/(m+p-1) (Huang et al. 2019; Narayanan et al. 2021 §2.2).
-    * interleaved_1f1b: the bubble shrinks by v: (p-1)/(v·m+p-1) (Narayanan et al. 2021), which
-      holds once m >= p; with fewer microbatches than stages interleaving cannot fill the
-      pipeline (the schedule model's timeline gives 1/2 for p = 2, m = 1, v = 8), so the
-      non-interleaved (p-1)/(m+p-1) is counted.
-    * zero_bubble: ZB-H1's bubble (p-1)(F+B-2W) against m(F+B+W) of work; with F = B = W (B the
-      input-gradient half of the backward) that is (p-1)/(3m+p-1) (Qi et al. 2023; DeepSeek-V3
-      Table 2 writes the same with B the full backward).
-    * dualpipe_v: (PP/2-1)(F&B+B-3W) with PP = 2p chunks (DeepSeek-V3 Table 2, the DualPipe
-      repository's DualPipeV row); counting F&B as F+B (the overlap hides communication, not
-      compute) this is also (p-1)/(3m+p-1).
-    """
-    if p <= 1 or m <= 0:
-        return 0.0
-    if pipeline == "interleaved_1f1b" and m >= p:
-        return (p - 1) / (v * m + p - 1)
-    if pipeline in ("zero_bubble", "dualpipe_v"):
-        return (p - 1) / (3 * m + p - 1)
-    return (p - 1) / (m + p - 1)
 
 
 # --- serving -----------------------------------------------------------------------------------------
@@ -867,7 +814,7 @@ def _estimate(plan, efficiency: float) -> Estimate:
                 gd, od = wd / per.weights * per.grads, wd / per.weights * per.optimizer
                 ge, oe = we / per.weights * per.grads, we / per.weights * per.optimizer
             mem.weights, mem.grads, mem.optimizer = wd + we, gd + ge, od + oe
-            inflight = inflight_microbatches(sch.pipeline, p, mb, v, lay.stage)
+            inflight = schedules.inflight(sch.pipeline, p, mb, v, lay.stage)
             dense_layers = lay.layers - lay.moe_layers
             act = (dense_layers * act_dense + lay.moe_layers * act_moe) * inflight
             if lay.embedding:   # embedding output (dropout input), sbhp/t: Korthikanti §4.3
@@ -940,7 +887,7 @@ def _estimate(plan, efficiency: float) -> Estimate:
     mflops = model_flops(m, tokens) if train else 0.0
     hflops = mflops + recompute_flops(m, tokens, recompute) if train else 0.0
     peak = cl.gpu.flops * efficiency
-    bub = bubble_fraction(sch.pipeline, p, mb, v) if train else 0.0
+    bub = schedules.bubble(sch.pipeline, p, mb, v) if train else 0.0
     compute = step = mfu = tps = 0.0
     if train and mb:
         compute = max(st.flops_per_microbatch for st in stages) * mb / peak

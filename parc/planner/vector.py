@@ -11,9 +11,10 @@ functions wherever they can be called once per distinct input and broadcast:
   ``pp_bytes_per_microbatch``, ``dp_bytes``) are linear in the tokens or parameters they move, so
   each is called once per distinct degree with one unit and scaled.
 
-What is written out here are the element-wise forms of ``inflight_microbatches`` and
-``bubble_fraction`` (their branches become masks) and the few lines of ``_estimate`` that combine
-the pieces (most loaded stage, critical stage, step time). ``tests/test_planner.py`` checks every
+The pipeline's idle share and microbatches in flight come from :mod:`parc.model.schedules`'
+array entry points, which evaluate each distinct (pipeline, pp, m, v) once. What is written out
+here are the few lines of ``_estimate`` that combine the pieces (most loaded stage, critical
+stage, step time). ``tests/test_planner.py`` checks every
 one against the scalar cost model, and whole candidates against ``estimate``.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from parc.cost import estimate as cm
+from parc.model import schedules
 from parc.planner.inputs import Problem
 from parc.planner.space import (PIPELINES, RECOMPUTE, SPLITS, batch_options, crosses, few_microbatches_refused,
                     layout_options, mesh_shapes, train_options, zero_options)
@@ -30,34 +32,6 @@ from parc.planner.plans import stage_split
 
 _PIPE = {name: i for i, name in enumerate(PIPELINES)}
 CHUNK = 1 << 17          # rows costed at a time
-
-
-# --- element-wise forms of the cost model's scalar functions ----------------------------------------
-
-def inflight_vec(pipe, p, m, v, stage):
-    """:func:`costmodel.inflight_microbatches` over arrays (``pipe`` indexes PIPELINES)."""
-    pipe, p, m, v, stage = np.broadcast_arrays(*(np.asarray(x) for x in (pipe, p, m, v, stage)))
-    m = np.maximum(1, m).astype(np.float64)
-    p_f = p.astype(np.float64)
-    inter = (2 * (p - stage - 1) + (v - 1) * p + 1) / np.maximum(v, 1)
-    out = np.minimum(p_f - stage, m)                                    # 1f1b, zero_bubble v<2
-    out = np.where(pipe == _PIPE["gpipe"], m, out)
-    out = np.where((pipe == _PIPE["interleaved_1f1b"]) & (v > 1), np.minimum(inter, m), out)
-    out = np.where(pipe == _PIPE["dualpipe_v"], np.minimum(p_f + 0.5, m), out)
-    out = np.where((pipe == _PIPE["zero_bubble"]) & (v == 2), np.minimum(p_f, m), out)
-    out = np.where((pipe == _PIPE["zero_bubble"]) & (v > 2), np.minimum(inter, m), out)
-    return np.where(p <= 1, 1.0, out)
-
-
-def bubble_vec(pipe, p, m, v):
-    """:func:`costmodel.bubble_fraction` over arrays."""
-    pipe, p, m, v = np.broadcast_arrays(*(np.asarray(x) for x in (pipe, p, m, v)))
-    pm1 = (p - 1).astype(np.float64)
-    mm = np.where(m > 0, m, 1)
-    out = pm1 / (mm + pm1)
-    out = np.where((pipe == _PIPE["interleaved_1f1b"]) & (mm >= p), pm1 / (v * mm + pm1), out)
-    out = np.where((pipe == _PIPE["zero_bubble"]) | (pipe == _PIPE["dualpipe_v"]), pm1 / (3 * mm + pm1), out)
-    return np.where((p <= 1) | (m <= 0), 0.0, out)
 
 
 def _per_unit(fn, keys: np.ndarray) -> np.ndarray:
@@ -253,7 +227,7 @@ def _cost_rows(ctx, r: dict) -> dict:
             w[sel], g[sel], o[sel] = (x[lo[sel]] for x in ctx.state[z])
     act_d, act_m = _layer_activations(pr, mb, tp, cp, etp, rc, sp)
     s_local = m.seq_len / cp
-    inflight = inflight_vec(pipe[:, None], pp[:, None], nmb[:, None], v[:, None], ctx.c_stage[lo])
+    inflight = schedules.inflight_array(pipe[:, None], pp[:, None], nmb[:, None], v[:, None], ctx.c_stage[lo])
     layers, moe = ctx.c_layers[lo], ctx.c_moe[lo]
     dense = layers - moe
     act = (dense * act_d[:, None] + moe * act_m[:, None]) * inflight
@@ -327,7 +301,7 @@ def _cost_rows(ctx, r: dict) -> dict:
 
     # step time, MFU
     peak = cl.gpu.flops * ctx.efficiency
-    bub = bubble_vec(pipe, pp, nmb, v)
+    bub = schedules.bubble_array(pipe, pp, nmb, v)
     compute = flops_max * nmb / peak
     exposed = ctime["tp"] + ctime["cp"] + ctime["ep"] + ctime["pp"]
     busy = compute + exposed

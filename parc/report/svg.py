@@ -269,19 +269,20 @@ def schedule(plan, microbatches: int | None = None) -> str:
                 _text(16, 46, f"pp = 1: no pipeline parallelism, so every GPU {what} with no pipeline "
                               "bubble.", "muted small")]
         return _svg("schedule", 640, 64, body, "Pipeline schedule: none (pp = 1)",
-                    attrs=' data-pp="1" data-blocks="0"')
+                    attrs=' data-pp="1" data-blocks="0" data-bubble="0.0"')
     if serve:
         # each batch in flight passes stage 0, 1, ... in turn; a stage takes the next batch as
         # soon as it hands one on, so the pipeline is full once pp batches are in flight
-        m = microbatches if microbatches is not None else 2 * pp
+        m = total_m = microbatches if microbatches is not None else 2 * pp
         slots = [[S.Slot(S.Action("F", j, r), r, float(r + j), float(r + j + 1)) for j in range(m)]
                  for r in range(pp)]
         nstages = pp
         span = S.makespan(slots)
-        bubble = S.bubble_fraction(slots)
+        drawn = S.bubble_fraction(slots)
+        bubble = 0.0      # a serving plan has no training step to idle in (explain: 0)
         title = f"Serving pipeline: pp = {pp}, forward passes only (no backward), {count(m, 'batch')}"
         sub = (f"unit cost: F = 1 per stage; each batch passes the stages in turn, the next right behind "
-               f"it; idle (hatched) = {bubble * 100:.1f}% of pp × span")
+               f"it; idle (hatched) = {drawn * 100:.1f}% of pp × span while the pipeline fills and drains")
         legend = (("F", "forward"),)
     else:
         total_m = sch.microbatches or 0
@@ -294,14 +295,17 @@ def schedule(plan, microbatches: int | None = None) -> str:
                         attrs=f' data-pp="{pp}" data-blocks="0"')
         slots = S.timeline(sch.pipeline, pp, m, v)
         span = S.makespan(slots)
-        bubble = S.bubble_fraction(slots)
+        drawn = S.bubble(sch.pipeline, pp, m, v)
+        bubble = S.bubble(sch.pipeline, pp, total_m, v)
         nstages = pp * S.stages_per_rank(sch.pipeline, v)
         shown_m = (count(m, "microbatch") if m == total_m
                    else f"{m} of {count(total_m, 'microbatch')} (the steady state repeats)")
         title = (f"Pipeline schedule {sch.pipeline} (torch {S.torch_schedule_name(sch.pipeline, v)}): pp = {pp}"
                  + (f", {nstages // pp} stages per rank" if nstages > pp else "") + f", {shown_m}")
-        sub = (f"unit costs: F = 1, B = 2 (B = 1 and W = 1 when split); idle (hatched) = "
-               f"{bubble * 100:.1f}% of pp × step")
+        idle = (f"idle (hatched) = {bubble * 100:.1f}% of pp × step" if m == total_m else
+                f"idle (hatched) = {drawn * 100:.1f}% of this picture, which shows {m} of the plan's "
+                f"{total_m} microbatches; the plan idles {bubble * 100:.2f}% of each step")
+        sub = f"unit costs: F = 1, B = 2 (B = 1 and W = 1 when split); {idle}"
         legend = (("F", "forward"), ("B", "backward"), ("W", "weight grads"))
     left, top, row_h, gap = 70, 64, 26, 6
     unit = max(6.0, min(28.0, 1100.0 / max(span, 1.0)))
@@ -362,9 +366,10 @@ def schedule(plan, microbatches: int | None = None) -> str:
                 + _text(lx + 16, ly, "idle", "small"))
     if nstages > pp:
         body.append(_text(lx + 60, ly, "darker: later virtual stage", "small muted"))
-    return _svg("schedule", max(width, 620, _min_width(title)), height, body, title,
-                attrs=f' data-pp="{pp}" data-microbatches="{m}" data-blocks="{n_blocks}" '
-                      f'data-bubble="{bubble:.6f}" data-mode="{"serve" if serve else "train"}"')
+    return _svg("schedule", max(width, 620, _min_width(title), 32 + 6.2 * len(sub)), height, body, title,
+                attrs=f' data-pp="{pp}" data-microbatches="{m}" data-plan-microbatches="{total_m}" data-blocks="{n_blocks}" '
+                      f'data-bubble="{bubble!r}" data-drawn-bubble="{drawn!r}" '
+                      f'data-mode="{"serve" if serve else "train"}"')
 
 
 def _idle(x, y, w, h, rank, t0, t1) -> str:
