@@ -288,15 +288,16 @@ def schedule(plan, microbatches: int | None = None) -> str:
         total_m = sch.microbatches or 0
         m = schedule_microbatches(sch.pipeline, pp, total_m, v) if microbatches is None else microbatches
         why = S.check(sch.pipeline, pp, m, v)
+        bubble = S.bubble(sch.pipeline, pp, total_m, v)
         if why:
             body = [_text(16, 24, f"Pipeline schedule: {sch.pipeline}", "title"),
-                    _text(16, 46, f"cannot be drawn: {why}", "muted small")]
+                    _text(16, 46, f"cannot be drawn: {why}; the plan idles {bubble * 100:.2f}% of each step",
+                          "muted small")]
             return _svg("schedule", 640, 64, body, f"Pipeline schedule {sch.pipeline}: {why}",
-                        attrs=f' data-pp="{pp}" data-blocks="0"')
+                        attrs=f' data-pp="{pp}" data-blocks="0" data-bubble="{bubble!r}"')
         slots = S.timeline(sch.pipeline, pp, m, v)
         span = S.makespan(slots)
         drawn = S.bubble(sch.pipeline, pp, m, v)
-        bubble = S.bubble(sch.pipeline, pp, total_m, v)
         nstages = pp * S.stages_per_rank(sch.pipeline, v)
         shown_m = (count(m, "microbatch") if m == total_m
                    else f"{m} of {count(total_m, 'microbatch')} (the steady state repeats)")
