@@ -280,10 +280,11 @@ def _comm(plan, stages, most: int, train: bool, per) -> dict:
     m, mesh, sch = plan.model, plan.mesh, plan.schedule
     t, cp, wbytes = mesh.tp, mesh.cp, dtype_bytes(_weight_dtype(plan))
     crit = stages[most] if not train else max(stages, key=lambda s_: s_.flops_per_microbatch)
-    if not train:   # one decoded token per sequence: two all-reduces of h per layer under TP
-        return {"tp": 2 * allreduce_bytes(m.hidden * wbytes, t) * crit.layers, "cp": 0.0, "dp": 0.0,
-                "pp": m.hidden * wbytes / t if mesh.pp > 1 else 0.0,
-                "ep": ep_bytes_per_layer(1, m.hidden, m.top_k or 1, mesh.ep, wbytes) / 2 * crit.moe_layers}
+    if not train:   # per decoded token of one sequence
+        from parc.cost.serving import decode_comm_bytes
+
+        return {"cp": 0.0, "dp": 0.0,
+                **decode_comm_bytes(m, crit.layers, crit.moe_layers, t, mesh.ep, mesh.pp, wbytes)}
     tr = plan.train
     full = _stage_parts(plan, stage_layouts(plan)[most], sharded=False)
     _, n_exp = _shard_groups(plan)
