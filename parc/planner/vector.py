@@ -99,6 +99,31 @@ class TrainCosts:
         self.meshes: list = []
 
 
+def _layouts(pr: Problem, meshes):
+    """The layout options (mesh index, pipeline, virtual stages, split) and, per option, the
+    table of its stage classes: stage index, layers, MoE layers, embedding, head, validity and
+    the parameters of one GPU (dense, expert, and their ZeRO-3 shards)."""
+    shapes = _Shapes(pr)
+    lo_mesh, lo_pipe, lo_v, lo_split, lo_cls = [], [], [], [], []
+    for mi, mesh in enumerate(meshes):
+        for pi, v, split in layout_options(pr, mesh[0]):
+            lo_mesh.append(mi)
+            lo_pipe.append(pi)
+            lo_v.append(v)
+            lo_split.append(split)
+            lo_cls.append(shapes.classes(mesh[0], v, PIPELINES[pi], split))
+    n_lo, K = len(lo_mesh), max((len(c) for c in lo_cls), default=0)
+    ints = [np.zeros((n_lo, K), dtype=np.int64) for _ in range(3)]        # stage, layers, MoE layers
+    flags = [np.zeros((n_lo, K), dtype=bool) for _ in range(3)]           # embedding, head, valid
+    c_par = np.zeros((4, n_lo, K), dtype=np.float64)    # dense, expert, dense ZeRO-3, expert ZeRO-3
+    for i, cls in enumerate(lo_cls):
+        for k, st in enumerate(cls):
+            ints[0][i, k], ints[1][i, k], ints[2][i, k] = st.stage, st.layers, st.moe_layers
+            flags[0][i, k], flags[1][i, k], flags[2][i, k] = st.embedding, st.head, True
+            c_par[:, i, k] = shapes.stage_params(meshes[lo_mesh[i]], st)
+    return lo_mesh, lo_pipe, lo_v, lo_split, (*ints, *flags, c_par)
+
+
 def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress=None) -> TrainCosts:
     """Every training candidate of ``pr`` that fits in memory, with its estimate (see the module doc)."""
     cl = pr.cluster
@@ -107,38 +132,15 @@ def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress
     out.meshes = meshes
     if not meshes:
         return out
-    shapes = _Shapes(pr)
     per = cm.state_bytes_per_param(pr.train.precision, pr.train.main_grads, pr.train.optimizer_state,
                                    pr.train.optimizer)
     cap = float(cl.gpu.memory)
 
     # 1. layout options (mesh, pipeline, virtual stages, split) and their stage classes
-    lo_mesh, lo_pipe, lo_v, lo_split, lo_cls = [], [], [], [], []
-    for mi, mesh in enumerate(meshes):
-        for pi, v, split in layout_options(pr, mesh[0]):
-            cls = shapes.classes(mesh[0], v, PIPELINES[pi], split)
-            lo_mesh.append(mi)
-            lo_pipe.append(pi)
-            lo_v.append(v)
-            lo_split.append(split)
-            lo_cls.append(cls)
+    lo_mesh, lo_pipe, lo_v, lo_split, tables = _layouts(pr, meshes)
     if not lo_mesh:
         return out
-    n_lo = len(lo_mesh)
-    K = max(len(c) for c in lo_cls)
-    c_stage = np.zeros((n_lo, K), dtype=np.int64)
-    c_layers = np.zeros((n_lo, K), dtype=np.int64)
-    c_moe = np.zeros((n_lo, K), dtype=np.int64)
-    c_emb = np.zeros((n_lo, K), dtype=bool)
-    c_head = np.zeros((n_lo, K), dtype=bool)
-    c_valid = np.zeros((n_lo, K), dtype=bool)
-    c_par = np.zeros((4, n_lo, K), dtype=np.float64)    # dense, expert, dense ZeRO-3, expert ZeRO-3
-    for i, cls in enumerate(lo_cls):
-        mesh = meshes[lo_mesh[i]]
-        for k, st in enumerate(cls):
-            c_stage[i, k], c_layers[i, k], c_moe[i, k] = st.stage, st.layers, st.moe_layers
-            c_emb[i, k], c_head[i, k], c_valid[i, k] = st.embedding, st.head, True
-            c_par[:, i, k] = shapes.stage_params(mesh, st)
+    c_stage, c_layers, c_moe, c_emb, c_head, c_valid, c_par = tables
     lo_mesh_a = np.asarray(lo_mesh, dtype=np.int64)
     mesh_a = np.asarray(meshes, dtype=np.int64)
     lo_dp = mesh_a[lo_mesh_a, 1]
@@ -146,7 +148,7 @@ def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress
 
     # 2. layout options × batch options, and the schedule rules that need the microbatch count
     bopts, boff, bcount = _batch_table(pr, meshes)
-    s_lo = np.repeat(np.arange(n_lo), bcount[lo_dp])
+    s_lo = np.repeat(np.arange(len(lo_mesh)), bcount[lo_dp])
     s_b = boff[lo_dp][s_lo] + _ramp(bcount[lo_dp])
     lo_pipe_a, lo_v_a = np.asarray(lo_pipe, dtype=np.int64), np.asarray(lo_v, dtype=np.int64)
     ok = schedule_ok_vec(pr, lo_pipe_a[s_lo], mesh_a[lo_mesh_a[s_lo], 0], bopts[s_b, 1], lo_v_a[s_lo])
@@ -162,7 +164,7 @@ def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress
     for z in zeros:
         w, g, o = cm.model_state_bytes(*c_par, z, lo_dp[:, None], lo_edp[:, None], per)
         state[z] = (w, g, o)
-        allowed = np.ones(n_lo, dtype=bool)
+        allowed = np.ones(len(lo_mesh), dtype=bool)
         if z not in zero_options(pr, 2):                                 # P615 with a pipeline
             allowed = mesh_a[lo_mesh_a, 0] <= 1
         out.enumerated += int(per_s[allowed[s_lo]].sum())
@@ -190,8 +192,8 @@ def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress
 
     # 5. the full model, in chunks (a progress callback sees each one)
     ctx = _Context(pr=pr, per=per, cap=cap, zeros=zeros, state=state, c_stage=c_stage, c_layers=c_layers,
-                          c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par,
-                          bw=_axis_bandwidths(pr, meshes), efficiency=efficiency)
+                   c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par,
+                   bw=_axis_bandwidths(pr, meshes), efficiency=efficiency)
     rows = dict(lo=lo, zero=zero, mb=mb, m=nmb, gb=gb, recompute=rc, sp=sp, mesh=mi, pp=pp, dp=dp, cp=cp,
                 tp=tp, ep=ep, etp=etp, pipeline=pipe, v=v, split=split)
     chunks = []

@@ -241,7 +241,6 @@ def schedule_microbatches(pipeline: str, pp: int, microbatches: int, virtual_sta
     from max(2·pp, 8) up, which shows warm-up, steady state and cool-down."""
     from parc.model import schedules as S
 
-    v = S.stages_per_rank(pipeline, virtual_stages)
     want = limit if limit is not None else max(2 * pp, 8)
     if microbatches <= want:
         return microbatches
@@ -249,6 +248,56 @@ def schedule_microbatches(pipeline: str, pp: int, microbatches: int, virtual_sta
         if S.check(pipeline, pp, m, virtual_stages) is None:
             return m
     return microbatches
+
+
+def _serving_frame(pp: int, microbatches: int | None) -> tuple:
+    """The slots, counts, shares and captions of a serving pipeline's picture: each batch in
+    flight passes stage 0, 1, ... in turn; a stage takes the next batch as soon as it hands one
+    on, so the pipeline is full once pp batches are in flight."""
+    from parc.model import schedules as S
+
+    m = microbatches if microbatches is not None else 2 * pp
+    slots = [[S.Slot(S.Action("F", j, r), r, float(r + j), float(r + j + 1)) for j in range(m)]
+             for r in range(pp)]
+    drawn = S.bubble_fraction(slots)
+    title = f"Serving pipeline: pp = {pp}, forward passes only (no backward), {count(m, 'batch')}"
+    sub = (f"unit cost: F = 1 per stage; each batch passes the stages in turn, the next right behind "
+           f"it; idle (hatched) = {drawn * 100:.1f}% of pp × span while the pipeline fills and drains")
+    # a serving plan has no training step to idle in (explain: 0)
+    return slots, m, m, S.makespan(slots), 0.0, drawn, pp, title, sub, (("F", "forward"),)
+
+
+def _training_frame(plan, microbatches: int | None) -> tuple | str:
+    """The slots, counts, shares and captions of a training schedule's picture (or the picture
+    saying why it cannot be drawn). The plan's idle share is stated beside the picture's when
+    the picture shows fewer microbatches than the plan runs."""
+    from parc.model import schedules as S
+
+    pp, sch = plan.mesh.pp, plan.schedule
+    v = sch.virtual_stages
+    total_m = sch.microbatches or 0
+    m = schedule_microbatches(sch.pipeline, pp, total_m, v) if microbatches is None else microbatches
+    why = S.check(sch.pipeline, pp, m, v)
+    bubble = S.bubble(sch.pipeline, pp, total_m, v)
+    if why:
+        body = [_text(16, 24, f"Pipeline schedule: {sch.pipeline}", "title"),
+                _text(16, 46, f"cannot be drawn: {why}; the plan idles {bubble * 100:.2f}% of each step",
+                      "muted small")]
+        return _svg("schedule", 640, 64, body, f"Pipeline schedule {sch.pipeline}: {why}",
+                    attrs=f' data-pp="{pp}" data-blocks="0" data-bubble="{bubble!r}"')
+    slots = S.timeline(sch.pipeline, pp, m, v)
+    drawn = S.bubble(sch.pipeline, pp, m, v)
+    nstages = pp * S.stages_per_rank(sch.pipeline, v)
+    shown_m = (count(m, "microbatch") if m == total_m
+               else f"{m} of {count(total_m, 'microbatch')} (the steady state repeats)")
+    title = (f"Pipeline schedule {sch.pipeline} (torch {S.torch_schedule_name(sch.pipeline, v)}): pp = {pp}"
+             + (f", {nstages // pp} stages per rank" if nstages > pp else "") + f", {shown_m}")
+    idle = (f"idle (hatched) = {bubble * 100:.1f}% of pp × step" if m == total_m else
+            f"idle (hatched) = {drawn * 100:.1f}% of this picture, which shows {m} of the plan's "
+            f"{total_m} microbatches; the plan idles {bubble * 100:.2f}% of each step")
+    sub = f"unit costs: F = 1, B = 2 (B = 1 and W = 1 when split); {idle}"
+    legend = (("F", "forward"), ("B", "backward"), ("W", "weight grads"))
+    return slots, m, total_m, S.makespan(slots), bubble, drawn, nstages, title, sub, legend
 
 
 def schedule(plan, microbatches: int | None = None) -> str:
@@ -270,44 +319,10 @@ def schedule(plan, microbatches: int | None = None) -> str:
                               "bubble.", "muted small")]
         return _svg("schedule", 640, 64, body, "Pipeline schedule: none (pp = 1)",
                     attrs=' data-pp="1" data-blocks="0" data-bubble="0.0"')
-    if serve:
-        # each batch in flight passes stage 0, 1, ... in turn; a stage takes the next batch as
-        # soon as it hands one on, so the pipeline is full once pp batches are in flight
-        m = total_m = microbatches if microbatches is not None else 2 * pp
-        slots = [[S.Slot(S.Action("F", j, r), r, float(r + j), float(r + j + 1)) for j in range(m)]
-                 for r in range(pp)]
-        nstages = pp
-        span = S.makespan(slots)
-        drawn = S.bubble_fraction(slots)
-        bubble = 0.0      # a serving plan has no training step to idle in (explain: 0)
-        title = f"Serving pipeline: pp = {pp}, forward passes only (no backward), {count(m, 'batch')}"
-        sub = (f"unit cost: F = 1 per stage; each batch passes the stages in turn, the next right behind "
-               f"it; idle (hatched) = {drawn * 100:.1f}% of pp × span while the pipeline fills and drains")
-        legend = (("F", "forward"),)
-    else:
-        total_m = sch.microbatches or 0
-        m = schedule_microbatches(sch.pipeline, pp, total_m, v) if microbatches is None else microbatches
-        why = S.check(sch.pipeline, pp, m, v)
-        bubble = S.bubble(sch.pipeline, pp, total_m, v)
-        if why:
-            body = [_text(16, 24, f"Pipeline schedule: {sch.pipeline}", "title"),
-                    _text(16, 46, f"cannot be drawn: {why}; the plan idles {bubble * 100:.2f}% of each step",
-                          "muted small")]
-            return _svg("schedule", 640, 64, body, f"Pipeline schedule {sch.pipeline}: {why}",
-                        attrs=f' data-pp="{pp}" data-blocks="0" data-bubble="{bubble!r}"')
-        slots = S.timeline(sch.pipeline, pp, m, v)
-        span = S.makespan(slots)
-        drawn = S.bubble(sch.pipeline, pp, m, v)
-        nstages = pp * S.stages_per_rank(sch.pipeline, v)
-        shown_m = (count(m, "microbatch") if m == total_m
-                   else f"{m} of {count(total_m, 'microbatch')} (the steady state repeats)")
-        title = (f"Pipeline schedule {sch.pipeline} (torch {S.torch_schedule_name(sch.pipeline, v)}): pp = {pp}"
-                 + (f", {nstages // pp} stages per rank" if nstages > pp else "") + f", {shown_m}")
-        idle = (f"idle (hatched) = {bubble * 100:.1f}% of pp × step" if m == total_m else
-                f"idle (hatched) = {drawn * 100:.1f}% of this picture, which shows {m} of the plan's "
-                f"{total_m} microbatches; the plan idles {bubble * 100:.2f}% of each step")
-        sub = f"unit costs: F = 1, B = 2 (B = 1 and W = 1 when split); {idle}"
-        legend = (("F", "forward"), ("B", "backward"), ("W", "weight grads"))
+    frame = _serving_frame(pp, microbatches) if serve else _training_frame(plan, microbatches)
+    if isinstance(frame, str):
+        return frame
+    slots, m, total_m, span, bubble, drawn, nstages, title, sub, legend = frame
     left, top, row_h, gap = 70, 64, 26, 6
     unit = max(6.0, min(28.0, 1100.0 / max(span, 1.0)))
     width = left + span * unit + 30
