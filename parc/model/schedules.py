@@ -355,17 +355,19 @@ def inflight(pipeline: str, p: int, m: int, v: int = 1, stage: int = 0) -> float
 
 def inflight_array(pipeline, pp, microbatches, virtual_stages, stage):
     """:func:`inflight` over numpy arrays (``pipeline`` indexes :data:`PIPELINES`); each
-    distinct (pipeline, pp, m, v) is evaluated once per stage."""
+    distinct (pipeline, pp, m, v, stage) is evaluated once."""
     import numpy as np
 
     pipeline, pp, microbatches, virtual_stages, stage = np.broadcast_arrays(
         *(np.asarray(x, dtype=np.int64) for x in (pipeline, pp, microbatches, virtual_stages, stage)))
-    out = np.empty(stage.shape, dtype=np.float64)
-    for st in np.unique(stage):
-        sel = stage == st
-        out[sel] = _over_arrays(lambda n, p, m, v: inflight(n, p, m, v, int(st)),
-                                pipeline[sel], pp[sel], microbatches[sel], virtual_stages[sel])
-    return out
+    (uniq, inv), shape = _pipe_keys(pipeline, pp, microbatches, virtual_stages)
+    pairs, back = np.unique(inv.reshape(shape).astype(np.int64) * (1 << 20) + stage, return_inverse=True)
+    vals = []
+    for pair in pairs:
+        k = int(uniq[pair >> 20])
+        vals.append(inflight(PIPELINES[k >> 48], (k >> 32) & 0xFFFF, (k >> 8) & 0xFFFFFF, k & 0xFF,
+                             int(pair & 0xFFFFF)))
+    return np.asarray(vals, dtype=np.float64)[back].reshape(shape)
 
 
 def format_order(order: list[list[Action]]) -> str:
