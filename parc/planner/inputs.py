@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from parc.language import syntax as S
 from parc.language.diagnostics import ERROR, Diagnostic
 from parc.model.plan import Cluster, Model, Placement, Serve, Target, Train
 
@@ -148,23 +149,29 @@ def _load_into(r, arg: str, kind: str) -> str:
 
 def load_model(arg: str, root=None) -> Model:
     """The model of a preset name or a .par file holding a ``model`` block."""
-    return _load_block(arg, "model", root)
+    r = _resolver(Path(arg) if _is_file(arg) else Path.cwd() / "x.par", root)
+    shown = _load_into(r, arg, "model")
+    _add_stub(r, cluster=True)
+    return _resolve(r, shown).model
 
 
 def load_cluster(arg: str, root=None) -> Cluster:
     """The cluster of a .par file holding a ``cluster`` block."""
-    return _load_block(arg, "cluster", root)
+    r = _resolver(Path(arg), root)
+    shown = _load_into(r, arg, "cluster")
+    _add_stub(r, model=True)
+    return _resolve(r, shown).cluster
 
 
-def _load_block(arg: str, kind: str, root):
-    from parc.resolve.resolver import resolve_block
-
-    r = _resolver(Path(arg) if (kind == "cluster" or _is_file(arg)) else Path.cwd() / "x.par", root)
-    shown = _load_into(r, arg, kind)
-    got = None if any(d.severity == ERROR for d in r.diags) else resolve_block(r, kind, shown)
-    if got is None or any(d.severity == ERROR for d in r.diags):
-        _fail(r, shown)
-    return got
+def _add_stub(r, model: bool = False, cluster: bool = False) -> None:
+    """Blocks the resolver needs to build a plan, when a file holds only the other one."""
+    text = ""
+    if model and "model" not in r.blocks:
+        text += 'model "stub" {\n  layers = 1\n  hidden = 8\n  heads = 1\n  vocab = 8\n}\n'
+    if cluster and "cluster" not in r.blocks:
+        text += 'cluster "stub" {\n  gpus_per_node = 1\n  gpu = h100_sxm\n}\n'
+    if text:
+        r.load_file(Path("<stub>"), "<stub>", text=text)
 
 
 def with_seq_len(model: Model, seq_len: int) -> Model:
@@ -198,8 +205,8 @@ def load_spec(path: str, root=None, text: str | None = None, *, model: str | Non
         r.load_file(Path("<--serve>"), "<--serve>", text="serve {\n}\n")
     if any(d.severity == ERROR for d in r.diags):
         _fail(r, shown)
-    searched_auto = r.take_autos(_AUTO_OK)
-    given = {kind: set(r.written(kind)) for kind in ("mesh", "schedule", "train", "serve", "placement")}
+    searched_auto = _strip_autos(r)
+    given = {kind: set(b.assigns) for kind, b in r.blocks.items()}
     plan = _resolve(r, shown)
     mode = plan.mode
     fixed: dict[str, Any] = {}
@@ -210,7 +217,8 @@ def load_spec(path: str, root=None, text: str | None = None, *, model: str | Non
         obj = {"mesh": plan.mesh, "schedule": plan.schedule, "train": plan.train, "serve": plan.serve}[kind]
         if obj is not None:
             fixed[f] = getattr(obj, key)
-    mesh_given = [ax for ax in r.written("mesh") if ax in ("pp", "dp", "cp", "tp")]
+    mesh_given = [ax for ax in r.blocks["mesh"].order if ax in ("pp", "dp", "cp", "tp")] if "mesh" in r.blocks \
+        else []
     sched_given = given.get("schedule", set())
     gb = plan.schedule.global_batch if "global_batch" in sched_given else None
     mbs = plan.schedule.microbatches if ("microbatches" in sched_given and gb is None) else None
@@ -228,6 +236,17 @@ def load_spec(path: str, root=None, text: str | None = None, *, model: str | Non
                    fixed=fixed, order=plan.mesh.order if mesh_given else ["pp", "dp", "cp", "tp"],
                    placement=placement, train=plan.train or Train(), serve=plan.serve or Serve(),
                    targets=plan.targets, file=shown, block_text=block_text)
+
+
+def _strip_autos(r) -> set[str]:
+    """Drop `field = auto` of searchable fields (the search fills them); their paths."""
+    out = set()
+    for kind, b in r.blocks.items():
+        for key, a in list(b.assigns.items()):
+            if isinstance(a.value, S.Auto) and _AUTO_OK.get(key) == kind:
+                del b.assigns[key]
+                out.add(f"{kind}.{key}")
+    return out
 
 
 def problem(model, cluster, mode: str = "train", *, seq_len: int | None = None,

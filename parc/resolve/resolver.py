@@ -190,23 +190,6 @@ class Resolver:
         self.loaded: set[Path] = set()  # real paths of the files loaded so far
         self.listed: dict[Path, tuple[str, ...]] = {}  # folders listed for did-you-mean
 
-    # -- what a caller that searches some fields asks for (the planner)
-    def take_autos(self, searchable: dict[str, str]) -> set[str]:
-        """Set aside ``key = auto`` where ``searchable`` maps ``key`` to its block kind, so the
-        rest resolves without them; the ``kind.key`` paths set aside."""
-        out = set()
-        for kind, b in self.blocks.items():
-            for key, a in list(b.assigns.items()):
-                if isinstance(a.value, S.Auto) and searchable.get(key) == kind:
-                    del b.assigns[key]
-                    out.add(f"{kind}.{key}")
-        return out
-
-    def written(self, kind: str) -> list[str]:
-        """The keys block ``kind`` writes, in the order written (empty when there is no block)."""
-        b = self.blocks.get(kind)
-        return list(b.order) if b is not None else []
-
     # -- reporting
     def err(self, code, msg, span, help=None, related=None):
         self.diags.append(Diagnostic(code, ERROR, msg, span, help=help, related=related or []))
@@ -1276,16 +1259,6 @@ def build_targets(r: Resolver) -> dict[str, Target]:
     if failed:
         raise _Incomplete()
     return out
-
-
-def resolve_block(r: Resolver, kind: str, main_file: str) -> Model | Cluster | None:
-    """Only the ``model`` or ``cluster`` block ``r`` has loaded, for a file that holds one of them
-    alone (``parc plan --model``/``--cluster``); None when it has errors (in ``r.diags``)."""
-    top = Span.point(main_file)
-    try:
-        return build_model(r, top) if kind == "model" else build_cluster(r, top)
-    except _Incomplete:
-        return None
 
 
 def resolve_document(r: Resolver, main_file: str, partial: bool = False) -> Plan | None:
