@@ -71,43 +71,44 @@ def mesh(plan, max_nodes: int = 16) -> str:
     """The rank map: nodes as boxes with their GPUs inside, each GPU coloured by its TP group
     and labelled with its rank and (pp, dp, cp, tp) coordinates; arcs on the right join the
     nodes whose GPUs talk to each other, labelled with the axes that cross."""
-    import numpy as np
-
     from parc.model.rankmap import RankMap
 
     rm = RankMap(plan)
-    g = rm.gpus_per_node
-    world = rm.world
-    n_nodes = rm.nodes
-    if n_nodes > max_nodes:
-        shown = list(range(max_nodes - 1)) + [n_nodes - 1]
-    else:
-        shown = list(range(n_nodes))
-    ranks = np.arange(world, dtype=np.int64)
-    coords = rm.coords(ranks)
-    tp_stride, tp = rm.stride["tp"], rm.sizes["tp"]
-    tp_group_key = ranks - coords["tp"] * tp_stride  # the group's smallest rank
-    uniq = {int(k): i for i, k in enumerate(sorted(set(int(x) for x in tp_group_key)))}
-
+    g, world, n_nodes = rm.gpus_per_node, rm.world, rm.nodes
+    shown = list(range(max_nodes - 1)) + [n_nodes - 1] if n_nodes > max_nodes else list(range(n_nodes))
     per_row = min(g, 8)
     rows_per_node = -(-g // per_row)
-    gw, gh, gap = 74, 40, 6
-    pad, head = 10, 20
-    node_w = pad * 2 + per_row * gw + (per_row - 1) * gap
-    node_h = head + rows_per_node * gh + (rows_per_node - 1) * gap + pad
-    left, top = 16, 58
-    vgap = 14
-    body: list[str] = []
-    mo = rm.order
+    box = {"gw": 74, "gh": 40, "gap": 6, "pad": 10, "head": 20, "left": 16, "per_row": per_row}
+    box["node_w"] = box["pad"] * 2 + per_row * box["gw"] + (per_row - 1) * box["gap"]
+    box["node_h"] = box["head"] + rows_per_node * box["gh"] + (rows_per_node - 1) * box["gap"] + box["pad"]
+    left, tp = box["left"], rm.sizes["tp"]
     experts = "".join(f", {a}={rm.size(a)}" for a in ("ep", "etp") if rm.size(a) > 1)
     title = (f"Rank map: {count(world, 'GPU')} on {count(n_nodes, 'node')} × {g}; "
-             f"mesh {' × '.join(f'{a}={rm.sizes[a]}' for a in mo)}{experts} (last axis innermost)")
-    body.append(_text(left, 22, title, "title"))
+             f"mesh {' × '.join(f'{a}={rm.sizes[a]}' for a in rm.order)}{experts} (last axis innermost)")
     sub = ("GPUs coloured by tensor-parallel group; label: rank and (pp, dp, cp, tp)" if tp > 1 else
            "tp = 1: every GPU is its own tensor-parallel group; label: rank and (pp, dp, cp, tp)")
-    body.append(_text(left, 40, sub, "muted small"))
+    body = [_text(left, 22, title, "title"), _text(left, 40, sub, "muted small")]
+    node_y, height = _mesh_nodes(rm, shown, box, body)
+    width, height = _mesh_links(plan, rm, shown, box, node_y, height, body)
+    width = max(width, left + box["node_w"] + 20, 560, _min_width(title))
+    return _svg("mesh", width, height, body, title,
+                attrs=f' data-world="{world}" data-nodes="{n_nodes}" data-nodes-drawn="{len(shown)}"')
 
-    y = top
+
+def _mesh_nodes(rm, shown: list[int], box: dict, body: list[str]) -> tuple[dict[int, float], float]:
+    """Draw the shown nodes (and a line for each run of skipped ones) into ``body``; returns
+    each node's y and the drawing's height so far."""
+    import numpy as np
+
+    g, world = rm.gpus_per_node, rm.world
+    ranks = np.arange(world, dtype=np.int64)
+    coords = rm.coords(ranks)
+    tp = rm.sizes["tp"]
+    tp_group_key = ranks - coords["tp"] * rm.stride["tp"]  # the group's smallest rank
+    uniq = {int(k): i for i, k in enumerate(sorted(set(int(x) for x in tp_group_key)))}
+    gw, gh, gap, pad, left = box["gw"], box["gh"], box["gap"], box["pad"], box["left"]
+    node_w, node_h, per_row = box["node_w"], box["node_h"], box["per_row"]
+    y = 58
     node_y: dict[int, float] = {}
     for i, node in enumerate(shown):
         if i > 0 and node != shown[i - 1] + 1:
@@ -124,12 +125,10 @@ def mesh(plan, max_nodes: int = 16) -> str:
                     f'fill="#f6f7f9" stroke="#9aa3ad"/>')
         first, last = node * g, min(world, node * g + g) - 1
         body.append(_text(pad, 14, f"node {node}  ·  ranks {first}–{last}", "small title"))
-        for local in range(g):
+        for local in range(min(g, world - node * g)):
             r = node * g + local
-            if r >= world:
-                break
             gx = pad + (local % per_row) * (gw + gap)
-            gy = head + (local // per_row) * (gh + gap)
+            gy = box["head"] + (local // per_row) * (gh + gap)
             c = {a: int(coords[a][r]) for a in ("pp", "dp", "cp", "tp")}
             grp = uniq[int(tp_group_key[r])]
             fill = PALETTE[grp % len(PALETTE)] if tp > 1 else "#8fa9c4"
@@ -146,10 +145,13 @@ def mesh(plan, max_nodes: int = 16) -> str:
                 + _text(gw / 2, 30, f"({c['pp']},{c['dp']},{c['cp']},{c['tp']})", "tiny", "middle")
                 + "</g>")
         body.append("</g>")
-        y += node_h + vgap
-    height = y + 10
+        y += node_h + 14
+    return node_y, y + 10
 
-    # links between nodes: the node pairs that consecutive members of a group sit on
+
+def _mesh_links(plan, rm, shown, box, node_y, height, body) -> tuple[float, float]:
+    """Draw the links between nodes into ``body``: arcs between drawn nodes, dashed stubs to
+    nodes not drawn, and the legend of crossing axes; returns the width and height."""
     all_links = _node_links(rm)
     drawn = set(shown)
     links = {k: v for k, v in all_links.items() if k[0] in drawn and k[1] in drawn}
@@ -160,18 +162,15 @@ def mesh(plan, max_nodes: int = 16) -> str:
                 stubs.setdefault((a, ax), b)
             elif b in drawn and a not in drawn:
                 stubs.setdefault((b, ax), a)
-    arc_x0 = left + node_w
-    max_span = 1
-    for (a, b) in links:
-        max_span = max(max_span, shown.index(b) - shown.index(a))
+    arc_x0, node_h = box["left"] + box["node_w"], box["node_h"]
+    max_span = max([1] + [shown.index(b) - shown.index(a) for (a, b) in links])
     width = arc_x0 + 40 + 26 * min(max_span, 12) + 90 + (130 if stubs else 0)
     link = rm_link_name(plan)
     for (a, b), axes in sorted(links.items()):
         off = ("pp", "dp", "cp", "ep", "tp").index(axes[0]) * 6 - 9
         ya = node_y[a] + node_h / 2 + off
         yb = node_y[b] + node_h / 2 + off
-        span = shown.index(b) - shown.index(a)
-        bulge = 30 + 26 * min(span, 12)
+        bulge = 30 + 26 * min(shown.index(b) - shown.index(a), 12)
         color = AXIS_COLORS.get(axes[0], "#555")
         label = ", ".join(axes)
         body.append(
@@ -193,22 +192,20 @@ def mesh(plan, max_nodes: int = 16) -> str:
                     f'<line x1="{arc_x0}" y1="{yy:.1f}" x2="{sx:.1f}" y2="{yy:.1f}" stroke="{color}" '
                     f'stroke-width="1.4" stroke-dasharray="4 3"/>'
                     + _text(sx + 4, yy + 3, f"{ax} ↔ node {other}", "small", extra=f' fill="{color}"') + "</g>")
-    if not all_links and n_nodes > 1:
-        body.append(_text(left, height - 4, "no group crosses a node: nodes exchange nothing but "
-                                            "what the data loader sends", "muted small"))
+    if not all_links and rm.nodes > 1:
+        body.append(_text(box["left"], height - 4, "no group crosses a node: nodes exchange nothing but "
+                                                   "what the data loader sends", "muted small"))
         height += 8
-    legend_y = 48
     if all_links:
+        legend_y = 48
         crossing = sorted({a for axes in all_links.values() for a in axes}, key=lambda a: "pp dp cp tp ep".find(a))
         x = arc_x0 + 8
-        body.append(_text(x, legend_y - 8, f"between nodes ({rm_link_name(plan)}):", "small muted"))
+        body.append(_text(x, legend_y - 8, f"between nodes ({link}):", "small muted"))
         for ax in crossing:
             body.append(f'<rect x="{x}" y="{legend_y - 2}" width="10" height="4" fill="{AXIS_COLORS.get(ax, "#555")}"/>'
                         + _text(x + 14, legend_y + 3, ax, "small"))
             x += 40
-    width = max(width, left + node_w + 20, 560, _min_width(title))
-    return _svg("mesh", width, height, body, title,
-                attrs=f' data-world="{world}" data-nodes="{n_nodes}" data-nodes-drawn="{len(shown)}"')
+    return width, height
 
 
 def rm_link_name(plan) -> str:
@@ -365,9 +362,16 @@ def schedule(plan, microbatches: int | None = None) -> str:
         if t < span - 1e-9:
             body.append(_idle(left + t * unit, y, (span - t) * unit, row_h, r, t, span))
         body.append("</g>")
-    # time axis and legend
-    ay = top + pp * (row_h + gap) + 4
-    body.append(f'<line x1="{left}" y1="{ay}" x2="{left + span * unit:.1f}" y2="{ay}" stroke="#888"/>')
+    body += _time_axis_and_legend(left, top + pp * (row_h + gap) + 4, span, unit, legend, nstages > pp)
+    return _svg("schedule", max(width, 620, _min_width(title), 32 + 6.2 * len(sub)), height, body, title,
+                attrs=f' data-pp="{pp}" data-microbatches="{m}" data-plan-microbatches="{total_m}" data-blocks="{n_blocks}" '
+                      f'data-bubble="{bubble!r}" data-drawn-bubble="{drawn!r}" '
+                      f'data-mode="{"serve" if serve else "train"}"')
+
+
+def _time_axis_and_legend(left: float, ay: float, span: float, unit: float, legend, virtual: bool) -> list[str]:
+    """The schedule's time axis at height ``ay`` and, below it, the legend of block kinds."""
+    body = [f'<line x1="{left}" y1="{ay}" x2="{left + span * unit:.1f}" y2="{ay}" stroke="#888"/>']
     step = max(1, int(round(span / 10)))
     for k in range(0, int(span) + 1, step):
         x = left + k * unit
@@ -380,12 +384,9 @@ def schedule(plan, microbatches: int | None = None) -> str:
         lx += 110
     body.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="10" fill="url(#idle-hatch)" stroke="#bbb"/>'
                 + _text(lx + 16, ly, "idle", "small"))
-    if nstages > pp:
+    if virtual:
         body.append(_text(lx + 60, ly, "darker: later virtual stage", "small muted"))
-    return _svg("schedule", max(width, 620, _min_width(title), 32 + 6.2 * len(sub)), height, body, title,
-                attrs=f' data-pp="{pp}" data-microbatches="{m}" data-plan-microbatches="{total_m}" data-blocks="{n_blocks}" '
-                      f'data-bubble="{bubble!r}" data-drawn-bubble="{drawn!r}" '
-                      f'data-mode="{"serve" if serve else "train"}"')
+    return body
 
 
 def _idle(x, y, w, h, rank, t0, t1) -> str:
