@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from parc.cost import estimate as cm
+from parc.model import schedules as S
 from parc.model.plan import Model
 
 GB = 1e9
@@ -50,15 +51,16 @@ def test_llama_70b_weights_and_tp4(check_spec):
 
 
 def test_pipeline_bubble_seed_figures():
-    assert cm.bubble_fraction("1f1b", 4, 1) == 0.75                 # one microbatch wastes 75%
-    assert cm.bubble_fraction("1f1b", 4, 16) == pytest.approx(3 / 19)
-    assert cm.bubble_fraction("gpipe", 4, 16) == pytest.approx(3 / 19)
-    assert cm.bubble_fraction("interleaved_1f1b", 4, 16, v=2) == pytest.approx(3 / 35)
-    assert cm.bubble_fraction("zero_bubble", 4, 16) == pytest.approx(3 / 51)
-    assert cm.bubble_fraction("dualpipe_v", 4, 16, v=2) == pytest.approx(3 / 51)
-    assert cm.bubble_fraction("1f1b", 1, 16) == 0.0
+    assert S.bubble("1f1b", 4, 1) == 0.75                 # one microbatch wastes 75%
+    assert S.bubble("1f1b", 4, 16) == pytest.approx(3 / 19)
+    assert S.bubble("gpipe", 4, 16) == pytest.approx(3 / 19)
+    assert S.bubble("interleaved_1f1b", 4, 16, 2) == pytest.approx(3 / 35)
+    assert S.bubble("zero_bubble", 4, 16) == pytest.approx(3 / 51)
+    # DualPipeV's timeline idles pp−1 of each rank's 3·2·m + pp−1 units (two chunks per rank)
+    assert S.bubble("dualpipe_v", 4, 16, 2) == pytest.approx(3 / 99)
+    assert S.bubble("1f1b", 1, 16) == 0.0
     # Megatron's "bubble over ideal time" (p-1)/m is the same schedule: b/(1-b) = (p-1)/m
-    b = cm.bubble_fraction("1f1b", 8, 64)
+    b = S.bubble("1f1b", 8, 64)
     assert b / (1 - b) == pytest.approx(7 / 64)
 
 
@@ -125,14 +127,14 @@ def test_activation_generalisations():
 
 
 def test_inflight_microbatches():
-    assert cm.inflight_microbatches("gpipe", 4, 16) == 16
-    assert cm.inflight_microbatches("1f1b", 4, 16) == 4
-    assert cm.inflight_microbatches("1f1b", 4, 16, stage=3) == 1
-    assert cm.inflight_microbatches("1f1b", 4, 2) == 2
+    assert S.inflight("gpipe", 4, 16) == 16
+    assert S.inflight("1f1b", 4, 16) == 4
+    assert S.inflight("1f1b", 4, 16, stage=3) == 1
+    assert S.inflight("1f1b", 4, 2) == 2
     # Korthikanti: the interleaved schedule multiplies by 1 + (p-1)/(p·v)
-    assert cm.inflight_microbatches("interleaved_1f1b", 4, 16, v=2) == pytest.approx(4 * (1 + 3 / 8))
-    assert cm.inflight_microbatches("dualpipe_v", 4, 16, v=2) == 4.5
-    assert cm.inflight_microbatches("1f1b", 1, 16) == 1
+    assert S.inflight("interleaved_1f1b", 4, 16, 2) == pytest.approx(4 * (1 + 3 / 8))
+    assert S.inflight("dualpipe_v", 4, 16, 2) == 4.5
+    assert S.inflight("1f1b", 1, 16) == 1
 
 
 # --- KV cache (vLLM paper and source) ----------------------------------------------------------------

@@ -23,7 +23,8 @@ from parc.planner.emit import plan_text
 from parc.planner.plans import Candidate
 from parc.planner.search import _q, breakdown, fill_costs
 from parc.planner.space import PIPELINES, RECOMPUTE, SPLITS, schedule_ok
-from parc.planner.vector import bubble_vec, inflight_vec, schedule_ok_vec, train_costs
+from parc.model import schedules as S
+from parc.planner.vector import schedule_ok_vec, train_costs
 
 load_rules()   # the brute force judges plans by the targets' own rules too, as `parc check` does
 
@@ -161,16 +162,16 @@ def test_serving_search_equals_brute_force():
 
 # --- the bulk cost model against the scalar one -------------------------------------------------
 
-def test_inflight_and_bubble_forms_match_the_cost_model():
+def test_inflight_and_bubble_arrays_match_the_schedule_model():
     rows = list(itertools.product(range(len(PIPELINES)), (1, 2, 3, 4, 8), (1, 2, 3, 5, 8, 16, 64), (1, 2, 3, 4),
                                   range(8)))
     pipe, p, m, v, st = (np.array(x) for x in zip(*rows))
     st = np.minimum(st, p - 1)
-    got_in = inflight_vec(pipe, p, m, v, st)
-    got_bub = bubble_vec(pipe, p, m, v)
+    got_in = S.inflight_array(pipe, p, m, v, st)
+    got_bub = S.bubble_array(pipe, p, m, v)
     for i, (a, b, c, d, e) in enumerate(zip(pipe, p, m, v, st)):
-        assert got_in[i] == cm.inflight_microbatches(PIPELINES[a], int(b), int(c), int(d), int(e))
-        assert got_bub[i] == pytest.approx(cm.bubble_fraction(PIPELINES[a], int(b), int(c), int(d)), rel=1e-15)
+        assert got_in[i] == S.inflight(PIPELINES[a], int(b), int(c), int(d), int(e))
+        assert got_bub[i] == S.bubble(PIPELINES[a], int(b), int(c), int(d))
 
 
 @pytest.mark.parametrize("targets", [(), ("megatron",), ("torch",)])
@@ -236,7 +237,9 @@ def test_llama3_405b_prefers_tp_in_a_node_and_pp_across_nodes(llama405):
     assert len(llama405.plans) == 10
     for c in llama405.plans:
         rm = RankMap.from_sizes(8, pp=c.pp, dp=c.dp, cp=c.cp, tp=c.tp)
-        assert c.tp == 8 and rm.link("tp") == "intra_node"
+        # zero_bubble with 3 chunks per rank idles pp−1 of 9m + pp−1 units (its timeline), which
+        # lets tp = 4 with cp = 4 tie tp = 8 within 0.2%: both keep tp inside a node
+        assert c.tp in (4, 8) and rm.link("tp") == "intra_node"
         assert c.pp > 1 and rm.link("pp") == "inter_node"
         assert c.memory_total <= c.memory_capacity
 

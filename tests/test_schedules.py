@@ -127,16 +127,16 @@ def test_placements():
 @pytest.mark.parametrize("pipeline", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("pp,n", [(2, 2), (2, 8), (4, 4), (4, 16), (8, 8)])
 def test_bubble_matches_closed_form(pipeline, pp, n):
-    assert S.schedule_bubble(pipeline, pp, n) == pytest.approx((pp - 1) / (n + pp - 1))
+    assert S.bubble(pipeline, pp, n) == pytest.approx((pp - 1) / (n + pp - 1))
 
 
 def test_interleaving_and_zero_bubble_shrink_the_bubble():
     pp, n = 4, 8
-    plain = S.schedule_bubble("1f1b", pp, n)
-    inter = S.schedule_bubble("interleaved_1f1b", pp, n, 2)
+    plain = S.bubble("1f1b", pp, n)
+    inter = S.bubble("interleaved_1f1b", pp, n, 2)
     assert inter == pytest.approx((pp - 1) / (2 * n + pp - 1))
-    assert S.schedule_bubble("zero_bubble", pp, n, 2) < inter < plain
-    assert S.schedule_bubble("dualpipe_v", pp, n, 2) < plain
+    assert S.bubble("zero_bubble", pp, n, 2) < inter < plain
+    assert S.bubble("dualpipe_v", pp, n, 2) < plain
 
 
 def test_timeline_is_consistent():
@@ -163,3 +163,61 @@ def test_refusals():
         S.actions("1f1b", 4, 2)
     with pytest.raises(ValueError):
         S.actions("bogus", 2, 2)
+
+
+def _simulated(pipeline, pp, n, v):
+    """(idle units of every rank, bubble as a fraction) straight from the timeline."""
+    from fractions import Fraction
+
+    slots = S.timeline(pipeline, pp, n, v)
+    span = S.makespan(slots)
+    idle = {int(span - sum(s.end - s.start for s in rank)) for rank in slots}
+    busy = sum(s.end - s.start for rank in slots for s in rank)
+    return idle, Fraction(int(pp * span - busy), int(pp * span))
+
+
+@pytest.mark.parametrize("pipeline", S.PIPELINES)
+def test_closed_forms_equal_the_simulated_timeline(pipeline):
+    """idle_units (and so bubble) equals the timeline for every pp ≤ 8, m ≤ 24, v ≤ 4 and every
+    pp ≤ 5, m ≤ 12, v ≤ 8 that torch runs."""
+    from fractions import Fraction
+
+    grid = [(pp, n, v) for pp in range(2, 9) for n in range(1, 25) for v in (1, 2, 3, 4)]
+    grid += [(pp, n, v) for pp in range(2, 6) for n in range(1, 13) for v in (5, 6, 7, 8)]
+    for pp, n, v in grid:
+        if S.check(pipeline, pp, n, v):
+            continue
+        idle, frac = _simulated(pipeline, pp, n, v)
+        assert idle == {S.idle_units(pipeline, pp, n, v)}, (pipeline, pp, n, v)
+        busy = 3 * S.stages_per_rank(pipeline, v) * n
+        assert Fraction(S.idle_units(pipeline, pp, n, v), busy + S.idle_units(pipeline, pp, n, v)) == frac
+        assert S.bubble(pipeline, pp, n, v) == pytest.approx(float(frac), rel=1e-15)
+
+
+def test_one_idle_share_for_interleaving_with_few_microbatches():
+    """pp 4, interleaved_1f1b, 2 virtual stages, 2 microbatches: the timeline idles 15 of 27 units."""
+    assert S.bubble("interleaved_1f1b", 4, 2, 2) == 15 / 27
+    assert "15 of 27" in S.bubble_formula("interleaved_1f1b", 4, 2, 2)
+
+
+def test_zero_bubble_and_dualpipe_v_differ_where_the_timeline_does():
+    # with m = 2·pp both idle pp−1 units once the pipeline is full ...
+    assert S.idle_units("zero_bubble", 4, 8, 2) == S.idle_units("dualpipe_v", 4, 8, 2) == 3
+    # ... but ZBV accepts fewer microbatches, and then idles more, as its timeline does
+    assert S.idle_units("zero_bubble", 4, 4, 2) == 6 == _simulated("zero_bubble", 4, 4, 2)[0].pop()
+    assert S.check("dualpipe_v", 4, 4, 2)
+
+
+def test_bubble_array_evaluates_each_triple_once():
+    import numpy as np
+
+    pipe = np.array([S.PIPELINES.index("interleaved_1f1b")] * 3 + [S.PIPELINES.index("zero_bubble")])
+    got = S.bubble_array(pipe, np.array([4, 4, 8, 3]), np.array([2, 2, 16, 2]), np.array([2, 2, 2, 3]))
+    want = [S.bubble("interleaved_1f1b", 4, 2, 2)] * 2 + [S.bubble("interleaved_1f1b", 8, 16, 2),
+                                                           S.bubble("zero_bubble", 3, 2, 3)]
+    assert got.tolist() == want
+
+
+def test_warmup_depth_follows_torch_order():
+    assert [S.warmup("1f1b", 4, 8, 1, r) for r in range(4)] == [4, 3, 2, 1]
+    assert S.warmup("gpipe", 4, 8, 1, 0) == 8

@@ -56,24 +56,17 @@ def long_functions() -> list[str]:
 
 # Over the limits at the move to the pipeline layout (commit e8bc3d3); the rest of the issue #12
 # refactor splits them, and then these tests pass and their xfail marks go:
-#   modules:   parc/resolve/resolver.py (1388 lines), parc/cost/estimate.py (967)
-#   functions: cost/estimate.py _estimate (156), report/svg.py mesh (142) and schedule (114),
-#              cli/explain.py render (118), report/html.py explain_page (114), planner/vector.py
-#              _cost_rows (109) and train_costs (104), lint/engine.py lint_files (97),
-#              targets/megatron arg_lines (88)
+#   functions: cli/explain.py render (118), report/html.py explain_page (114),
+#              lint/engine.py lint_files (97), targets/megatron arg_lines (88)
 
 
-@pytest.mark.xfail(strict=True, reason="issue #12: resolve/resolver.py (1388 lines) and "
-                                       "cost/estimate.py (967) are over 600 lines today")
 def test_no_module_over_600_lines():
     bad = long_modules()
     assert not bad, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(bad)
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "issue #12, over 80 lines without a reason today: cost/estimate.py _estimate 156, report/svg.py mesh 142 "
-    "and schedule 114, cli/explain.py render 118, report/html.py explain_page 114, planner/vector.py "
-    "_cost_rows 109 and train_costs 104, lint/engine.py lint_files 97"))
+    "issue #12, over 80 lines without a reason today: lint/engine.py lint_files 97"))
 def test_no_function_over_80_lines_without_a_reason():
     bad = long_functions()
     assert not bad, (f"functions over {MAX_FUNCTION_LINES} lines whose docstring has no line starting "

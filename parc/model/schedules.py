@@ -20,11 +20,14 @@ it ``r`` and ``2pp-1-r``, so the first and the last stage share rank 0.
 :func:`timeline` places each action on a clock under unit costs (F = 1, a full B = 2, or
 B = 1 and W = 1 when the backward is split into its input and weight parts), starting every
 action as soon as its rank is free and its inputs exist, so idle time shows as gaps;
-:func:`bubble_fraction` is the idle share of ``pp × makespan``.
+:func:`bubble` is the idle share of a step (``pp × makespan``), from a closed form where one is
+exact and from the timeline otherwise; :func:`inflight` the microbatches each rank holds at its
+peak. ``parc check`` (P209), ``parc explain``, ``parc draw`` and the planner all read these.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Optional
 
 PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v")
@@ -203,7 +206,8 @@ def makespan(slots: list[list[Slot]]) -> float:
 
 
 def bubble_fraction(slots: list[list[Slot]]) -> float:
-    """Idle time over total time (ranks × makespan) of a :func:`timeline`."""
+    """Idle time over total time (ranks × makespan) of a drawn :func:`timeline`. The idle share
+    of a plan is :func:`bubble`; this measures a picture."""
     total = makespan(slots) * len(slots)
     if total <= 0:
         return 0.0
@@ -211,9 +215,159 @@ def bubble_fraction(slots: list[list[Slot]]) -> float:
     return (total - busy) / total
 
 
-def schedule_bubble(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) -> float:
-    """Shortcut: the bubble fraction of a schedule under unit costs."""
-    return bubble_fraction(timeline(pipeline, pp, microbatches, virtual_stages))
+# -- the facts every command reads: idle share, warm-up depth, microbatches in flight ----------
+#
+# Under unit costs every rank computes 3·V time units per microbatch (V chunks, F = 1 and a
+# backward of 2), so a step lasts 3·V·m + I where I is the idle time of a rank (every rank idles
+# the same I: each one is busy 3·V·m and they all end at the makespan). The bubble is I over the
+# step. I has a closed form where it is exact (tests/test_schedules.py compares it with the
+# simulated timeline over a grid of pp, m and v); elsewhere the timeline itself is run, cached.
+
+def idle_units(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) -> int:
+    """Idle time units of one rank over a step under unit costs: the makespan less 3·V·m.
+
+    * gpipe, 1f1b: 3(pp−1) (Huang et al. 2019; Narayanan et al. 2021 §2.2).
+    * interleaved_1f1b: 3(pp−1) + 3(V−1)·max(0, pp−m): with fewer microbatches than ranks the
+      later chunks of a round wait for the pipeline to fill.
+    * zero_bubble with two chunks per rank (ZBV): max(pp−1, 2(2pp−1−m)).
+    * zero_bubble with other chunk counts V: pp−1 + V·max(0, pp−m) + (V−1)·max(0, pp−2m).
+    * dualpipe_v: pp−1 (it needs m ≥ 2pp).
+
+    Each form is checked against :func:`timeline` for pp ≤ 8, m ≤ 24 and V ≤ 4, and for pp ≤ 5,
+    m ≤ 12 and V ≤ 8; beyond V = 8 (more than the planner tries) the timeline is run instead.
+    """
+    _check_name(pipeline)
+    p, m = pp, microbatches
+    if p <= 1 or m <= 0:
+        return 0
+    v = stages_per_rank(pipeline, virtual_stages)
+    if pipeline in ("gpipe", "1f1b"):
+        return 3 * (p - 1)
+    if pipeline == "dualpipe_v":
+        return p - 1
+    if v > 8:
+        return _simulated_idle(pipeline, p, m, virtual_stages)
+    if pipeline == "interleaved_1f1b":
+        return 3 * (p - 1) + 3 * (v - 1) * max(0, p - m)
+    if v == 2:
+        return max(p - 1, 2 * (2 * p - 1 - m))
+    return p - 1 + v * max(0, p - m) + (v - 1) * max(0, p - 2 * m)
+
+
+@lru_cache(maxsize=4096)
+def _simulated_idle(pipeline: str, pp: int, microbatches: int, virtual_stages: int) -> int:
+    v = stages_per_rank(pipeline, virtual_stages)
+    return int(round(makespan(timeline(pipeline, pp, microbatches, virtual_stages)))) - 3 * v * microbatches
+
+
+def bubble(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) -> float:
+    """The pipeline's idle share of a training step: I / (3·V·m + I) with I from
+    :func:`idle_units`. GPipe's definition (idle over the whole step); Megatron-LM reports the
+    bubble over ideal time instead, (pp−1)/m for 1F1B. 0 without a pipeline."""
+    idle = idle_units(pipeline, pp, microbatches, virtual_stages)
+    if idle <= 0:
+        return 0.0
+    busy = 3 * stages_per_rank(pipeline, virtual_stages) * microbatches
+    return idle / (busy + idle)
+
+
+def bubble_formula(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) -> str:
+    """How :func:`bubble` comes about, for messages (``(pp−1)/(m+pp−1) = 3/5``)."""
+    p, m = pp, microbatches
+    v = stages_per_rank(pipeline, virtual_stages)
+    idle = idle_units(pipeline, p, m, virtual_stages)
+    if pipeline in ("gpipe", "1f1b"):
+        return f"(pp−1)/(m+pp−1) = {p - 1}/{m + p - 1}"
+    if pipeline == "interleaved_1f1b" and m >= p:
+        return f"(pp−1)/(v·m+pp−1) = {p - 1}/{v * m + p - 1}"
+    return (f"each rank idles {idle} of {3 * v * m + idle} time units in torch's "
+            f"{torch_schedule_name(pipeline, virtual_stages)} order (F = 1, B = 2 or B = W = 1 when split)")
+
+
+def _pipe_keys(pipeline, pp, microbatches, virtual_stages):
+    import numpy as np
+
+    arrays = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (pipeline, pp, microbatches,
+                                                                          virtual_stages)))
+    pipe, p, m, v = arrays
+    key = ((pipe * (1 << 16) + p) * (1 << 24) + m) * (1 << 8) + v
+    return np.unique(key.ravel(), return_inverse=True), key.shape
+
+
+def _over_arrays(fn, pipeline, pp, microbatches, virtual_stages):
+    """``fn(name, pp, m, v)`` for every element, evaluated once per distinct (pipeline, pp, m, v)."""
+    import numpy as np
+
+    (uniq, inv), shape = _pipe_keys(pipeline, pp, microbatches, virtual_stages)
+    vals = np.array([fn(PIPELINES[int(k >> 48)], int((k >> 32) & 0xFFFF), int((k >> 8) & 0xFFFFFF),
+                        int(k & 0xFF)) for k in uniq], dtype=np.float64)
+    return vals[inv].reshape(shape)
+
+
+def bubble_array(pipeline, pp, microbatches, virtual_stages):
+    """:func:`bubble` over numpy arrays (``pipeline`` indexes :data:`PIPELINES`); each distinct
+    (pipeline, pp, m, v) is evaluated once."""
+    return _over_arrays(bubble, pipeline, pp, microbatches, virtual_stages)
+
+
+def warmup(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1, rank: int = 0) -> int:
+    """Forward passes (of single chunks) ``rank`` runs before its first backward, in torch's order."""
+    order = _actions_cached(pipeline, pp, microbatches, virtual_stages)[rank]
+    return next((i for i, a in enumerate(order) if a.kind != "F"), len(order))
+
+
+@lru_cache(maxsize=256)
+def _actions_cached(pipeline: str, pp: int, microbatches: int, virtual_stages: int):
+    return tuple(tuple(r) for r in actions(pipeline, pp, microbatches, virtual_stages))
+
+
+def inflight(pipeline: str, p: int, m: int, v: int = 1, stage: int = 0) -> float:
+    """Microbatches whose activations pipeline rank ``stage`` holds at its peak, in units of all
+    the layers that rank holds (the memory the cost model charges):
+
+    * pp = 1: 1 (gradient accumulation runs one microbatch at a time).
+    * GPipe: m, every forward before any backward (Huang et al. 2019).
+    * 1F1B: min(p - stage, m); the first stage holds p (Narayanan et al. 2021, §2.2).
+    * interleaved 1F1B: Megatron-LM's warm-up of 2(p - stage - 1) + (v - 1)p + 1 chunks of 1/v of
+      the rank's layers, which for stage 0 is p·(1 + (p-1)/(p·v)) (Korthikanti et al. 2022 §4.2.3).
+    * zero_bubble (ZB-H1, Qi et al. 2023): 1F1B's peak, p - stage (p on every rank when V-placed).
+    * dualpipe_v: PP+1 chunk activations per device with PP = 2p chunks of half a device's layers
+      (DeepSeek-V3 §3.2.1, DualPipe table), i.e. p + 1/2.
+
+    These are the published schedules' peaks; torch's own orders (:func:`actions`) can hold more
+    on some ranks (its interleaved warm-up with one chunk per rank is 2(p−1−stage)+1).
+    """
+    if p <= 1:
+        return 1.0
+    m = max(1, m)
+    if pipeline == "gpipe":
+        return float(m)
+    if pipeline == "interleaved_1f1b" and v > 1:
+        return min((2 * (p - stage - 1) + (v - 1) * p + 1) / v, float(m))
+    if pipeline == "dualpipe_v":
+        return min(p + 0.5, float(m))
+    if pipeline == "zero_bubble" and v == 2:
+        return min(float(p), float(m))
+    if pipeline == "zero_bubble" and v > 2:
+        return min((2 * (p - stage - 1) + (v - 1) * p + 1) / v, float(m))
+    return float(min(p - stage, m))
+
+
+def inflight_array(pipeline, pp, microbatches, virtual_stages, stage):
+    """:func:`inflight` over numpy arrays (``pipeline`` indexes :data:`PIPELINES`); each
+    distinct (pipeline, pp, m, v, stage) is evaluated once."""
+    import numpy as np
+
+    pipeline, pp, microbatches, virtual_stages, stage = np.broadcast_arrays(
+        *(np.asarray(x, dtype=np.int64) for x in (pipeline, pp, microbatches, virtual_stages, stage)))
+    (uniq, inv), shape = _pipe_keys(pipeline, pp, microbatches, virtual_stages)
+    pairs, back = np.unique(inv.reshape(shape).astype(np.int64) * (1 << 20) + stage, return_inverse=True)
+    vals = []
+    for pair in pairs:
+        k = int(uniq[pair >> 20])
+        vals.append(inflight(PIPELINES[k >> 48], (k >> 32) & 0xFFFF, (k >> 8) & 0xFFFFFF, k & 0xFF,
+                             int(pair & 0xFFFFF)))
+    return np.asarray(vals, dtype=np.float64)[back].reshape(shape)
 
 
 def format_order(order: list[list[Action]]) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, astuple, dataclass, field, replace
+from functools import lru_cache
 from typing import Any, Optional
 
 from parc.language.diagnostics import Span
@@ -67,23 +68,37 @@ class Candidate:
 
 def stage_split(pr: Problem, mode: str, stages: int) -> Optional[list[int]]:
     """The layer count per (virtual) stage the resolver would fill in for ``mode``."""
-    from parc.cost import estimate as costmodel
-
     L = pr.model.layers
     if mode == "explicit":
         return list(pr.placement.layers or [])
     if mode == "even":
         return [L // stages] * stages if L % stages == 0 else None
-    key = (astuple(pr.model), stages)
-    got = _BALANCED.get(key, False)
-    if got is False:
-        if len(_BALANCED) > 4096:
-            _BALANCED.clear()
-        got = _BALANCED[key] = costmodel.balanced_split(pr.model, stages)
+    got = _balanced(_ByFields(pr.model), stages)
     return list(got) if got is not None else None
 
 
-_BALANCED: dict = {}   # (model fields, stages) -> balanced split: the water-filling is the slow part
+class _ByFields:
+    """A model compared by its fields, so equal models share one cached split."""
+
+    __slots__ = ("model", "key")
+
+    def __init__(self, model):
+        self.model, self.key = model, astuple(model)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _ByFields) and other.key == self.key
+
+
+@lru_cache(maxsize=4096)
+def _balanced(model: _ByFields, stages: int) -> Optional[tuple[int, ...]]:
+    """The balanced split of ``model`` over ``stages``: the water-filling is the slow part."""
+    from parc.cost import estimate as costmodel
+
+    got = costmodel.balanced_split(model.model, stages)
+    return tuple(got) if got is not None else None
 
 
 def written(pr: Problem, c: Candidate) -> dict[str, list[str]]:

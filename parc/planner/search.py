@@ -203,7 +203,7 @@ def fill_costs(pr: Problem, c: Candidate, plan=None, est=None, efficiency: float
         c.step_time, c.tokens_per_second, c.mfu = est.step_time, est.tokens_per_second, est.mfu
         c.bubble, c.compute_time = est.bubble_fraction, est.compute_time
     else:
-        from parc.planner.serving import serve_perf
+        from parc.cost.serving import serve_perf
 
         perf = serve_perf(plan, est, efficiency)
         c.step_time, c.latency, c.tokens_per_second = perf.step_time, perf.latency, perf.throughput
@@ -235,7 +235,7 @@ def _train_columns(pr: Problem, progress, efficiency):
 
 def _serve_columns(pr: Problem, progress, efficiency):
     """Serving candidates are few (mesh shapes only): each is costed by ``estimate`` itself."""
-    from parc.planner.serving import serve_perf
+    from parc.cost.serving import serve_perf
 
     meshes = mesh_shapes(pr)
     rows = []

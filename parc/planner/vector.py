@@ -11,18 +11,20 @@ functions wherever they can be called once per distinct input and broadcast:
   ``pp_bytes_per_microbatch``, ``dp_bytes``) are linear in the tokens or parameters they move, so
   each is called once per distinct degree with one unit and scaled.
 
-What is written out here are the element-wise forms of ``inflight_microbatches`` and
-``bubble_fraction`` (their branches become masks) and the few lines of ``_estimate`` that combine
-the pieces (most loaded stage, critical stage, step time). ``tests/test_planner.py`` checks every
+The pipeline's idle share and microbatches in flight come from :mod:`parc.model.schedules`'
+array entry points, which evaluate each distinct (pipeline, pp, m, v) once. What is written out
+here are the few lines of ``_estimate`` that combine the pieces (most loaded stage, critical
+stage, step time). ``tests/test_planner.py`` checks every
 one against the scalar cost model, and whole candidates against ``estimate``.
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import numpy as np
 
 from parc.cost import estimate as cm
+from parc.model import schedules
 from parc.planner.inputs import Problem
 from parc.planner.space import (PIPELINES, RECOMPUTE, SPLITS, batch_options, crosses, few_microbatches_refused,
                     layout_options, mesh_shapes, train_options, zero_options)
@@ -30,34 +32,7 @@ from parc.planner.plans import stage_split
 
 _PIPE = {name: i for i, name in enumerate(PIPELINES)}
 CHUNK = 1 << 17          # rows costed at a time
-
-
-# --- element-wise forms of the cost model's scalar functions ----------------------------------------
-
-def inflight_vec(pipe, p, m, v, stage):
-    """:func:`costmodel.inflight_microbatches` over arrays (``pipe`` indexes PIPELINES)."""
-    pipe, p, m, v, stage = np.broadcast_arrays(*(np.asarray(x) for x in (pipe, p, m, v, stage)))
-    m = np.maximum(1, m).astype(np.float64)
-    p_f = p.astype(np.float64)
-    inter = (2 * (p - stage - 1) + (v - 1) * p + 1) / np.maximum(v, 1)
-    out = np.minimum(p_f - stage, m)                                    # 1f1b, zero_bubble v<2
-    out = np.where(pipe == _PIPE["gpipe"], m, out)
-    out = np.where((pipe == _PIPE["interleaved_1f1b"]) & (v > 1), np.minimum(inter, m), out)
-    out = np.where(pipe == _PIPE["dualpipe_v"], np.minimum(p_f + 0.5, m), out)
-    out = np.where((pipe == _PIPE["zero_bubble"]) & (v == 2), np.minimum(p_f, m), out)
-    out = np.where((pipe == _PIPE["zero_bubble"]) & (v > 2), np.minimum(inter, m), out)
-    return np.where(p <= 1, 1.0, out)
-
-
-def bubble_vec(pipe, p, m, v):
-    """:func:`costmodel.bubble_fraction` over arrays."""
-    pipe, p, m, v = np.broadcast_arrays(*(np.asarray(x) for x in (pipe, p, m, v)))
-    pm1 = (p - 1).astype(np.float64)
-    mm = np.where(m > 0, m, 1)
-    out = pm1 / (mm + pm1)
-    out = np.where((pipe == _PIPE["interleaved_1f1b"]) & (mm >= p), pm1 / (v * mm + pm1), out)
-    out = np.where((pipe == _PIPE["zero_bubble"]) | (pipe == _PIPE["dualpipe_v"]), pm1 / (3 * mm + pm1), out)
-    return np.where((p <= 1) | (m <= 0), 0.0, out)
+AXES = cm.AXES
 
 
 def _per_unit(fn, keys: np.ndarray) -> np.ndarray:
@@ -85,13 +60,10 @@ class _Shapes:
         key = (pp, v, vstyle, split)
         got = self.layouts.get(key)
         if got is None:
-            pr = self.pr
-            lay = stage_split(pr, SPLITS[split], pp * v)
-            stub = SimpleNamespace(model=pr.model, mesh=SimpleNamespace(pp=pp),
-                                   placement=SimpleNamespace(layers=lay),
-                                   schedule=SimpleNamespace(virtual_stages=v, pipeline=pipeline))
+            m = self.pr.model
+            split = cm.split_layers(m.layers, pp, v, stage_split(self.pr, SPLITS[split], pp * v))
             seen, got = set(), []
-            for st in cm.stage_layouts(stub):
+            for st in cm.layouts_of(m, pipeline, pp, split):
                 k = (st.layers, st.moe_layers, st.embedding, st.head)
                 if k not in seen:
                     seen.add(k)
@@ -106,10 +78,8 @@ class _Shapes:
         key = (dp, cp, tp, ep, etp, st.layers, st.moe_layers, st.embedding, st.head)
         got = self.params.get(key)
         if got is None:
-            stub = SimpleNamespace(model=self.pr.model, mode="train", train=SimpleNamespace(zero=3),
-                                   mesh=SimpleNamespace(pp=pp, dp=dp, cp=cp, tp=tp, ep=ep, etp=etp))
-            full = cm._stage_parts(stub, st, sharded=False)
-            z3 = cm._stage_parts(stub, st, sharded=True)
+            full = cm.stage_parts(self.pr.model, st, dp, cp, tp, ep, etp)
+            z3 = cm.stage_parts(self.pr.model, st, dp, cp, tp, ep, etp, zero3=True)
             got = (sum(full.values()) - full["experts"], full["experts"],
                    sum(z3.values()) - z3["experts"], z3["experts"])
             self.params[key] = got
@@ -129,6 +99,31 @@ class TrainCosts:
         self.meshes: list = []
 
 
+def _layouts(pr: Problem, meshes):
+    """The layout options (mesh index, pipeline, virtual stages, split) and, per option, the
+    table of its stage classes: stage index, layers, MoE layers, embedding, head, validity and
+    the parameters of one GPU (dense, expert, and their ZeRO-3 shards)."""
+    shapes = _Shapes(pr)
+    lo_mesh, lo_pipe, lo_v, lo_split, lo_cls = [], [], [], [], []
+    for mi, mesh in enumerate(meshes):
+        for pi, v, split in layout_options(pr, mesh[0]):
+            lo_mesh.append(mi)
+            lo_pipe.append(pi)
+            lo_v.append(v)
+            lo_split.append(split)
+            lo_cls.append(shapes.classes(mesh[0], v, PIPELINES[pi], split))
+    n_lo, K = len(lo_mesh), max((len(c) for c in lo_cls), default=0)
+    ints = [np.zeros((n_lo, K), dtype=np.int64) for _ in range(3)]        # stage, layers, MoE layers
+    flags = [np.zeros((n_lo, K), dtype=bool) for _ in range(3)]           # embedding, head, valid
+    c_par = np.zeros((4, n_lo, K), dtype=np.float64)    # dense, expert, dense ZeRO-3, expert ZeRO-3
+    for i, cls in enumerate(lo_cls):
+        for k, st in enumerate(cls):
+            ints[0][i, k], ints[1][i, k], ints[2][i, k] = st.stage, st.layers, st.moe_layers
+            flags[0][i, k], flags[1][i, k], flags[2][i, k] = st.embedding, st.head, True
+            c_par[:, i, k] = shapes.stage_params(meshes[lo_mesh[i]], st)
+    return lo_mesh, lo_pipe, lo_v, lo_split, (*ints, *flags, c_par)
+
+
 def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress=None) -> TrainCosts:
     """Every training candidate of ``pr`` that fits in memory, with its estimate (see the module doc)."""
     cl = pr.cluster
@@ -137,47 +132,23 @@ def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress
     out.meshes = meshes
     if not meshes:
         return out
-    shapes = _Shapes(pr)
     per = cm.state_bytes_per_param(pr.train.precision, pr.train.main_grads, pr.train.optimizer_state,
                                    pr.train.optimizer)
     cap = float(cl.gpu.memory)
 
     # 1. layout options (mesh, pipeline, virtual stages, split) and their stage classes
-    lo_mesh, lo_pipe, lo_v, lo_split, lo_cls = [], [], [], [], []
-    for mi, mesh in enumerate(meshes):
-        for pi, v, split in layout_options(pr, mesh[0]):
-            cls = shapes.classes(mesh[0], v, PIPELINES[pi], split)
-            lo_mesh.append(mi)
-            lo_pipe.append(pi)
-            lo_v.append(v)
-            lo_split.append(split)
-            lo_cls.append(cls)
+    lo_mesh, lo_pipe, lo_v, lo_split, tables = _layouts(pr, meshes)
     if not lo_mesh:
         return out
-    n_lo = len(lo_mesh)
-    K = max(len(c) for c in lo_cls)
-    c_stage = np.zeros((n_lo, K), dtype=np.int64)
-    c_layers = np.zeros((n_lo, K), dtype=np.int64)
-    c_moe = np.zeros((n_lo, K), dtype=np.int64)
-    c_emb = np.zeros((n_lo, K), dtype=bool)
-    c_head = np.zeros((n_lo, K), dtype=bool)
-    c_valid = np.zeros((n_lo, K), dtype=bool)
-    c_par = np.zeros((4, n_lo, K), dtype=np.float64)    # dense, expert, dense ZeRO-3, expert ZeRO-3
-    for i, cls in enumerate(lo_cls):
-        mesh = meshes[lo_mesh[i]]
-        for k, st in enumerate(cls):
-            c_stage[i, k], c_layers[i, k], c_moe[i, k] = st.stage, st.layers, st.moe_layers
-            c_emb[i, k], c_head[i, k], c_valid[i, k] = st.embedding, st.head, True
-            c_par[:, i, k] = shapes.stage_params(mesh, st)
+    c_stage, c_layers, c_moe, c_emb, c_head, c_valid, c_par = tables
     lo_mesh_a = np.asarray(lo_mesh, dtype=np.int64)
     mesh_a = np.asarray(meshes, dtype=np.int64)
     lo_dp = mesh_a[lo_mesh_a, 1]
-    lo_edp = np.maximum(1, (mesh_a[lo_mesh_a, 1] * mesh_a[lo_mesh_a, 2] * mesh_a[lo_mesh_a, 3])
-                        // np.maximum(1, mesh_a[lo_mesh_a, 4] * mesh_a[lo_mesh_a, 5]))
+    lo_edp = cm.shard_groups(*(mesh_a[lo_mesh_a, j] for j in range(1, 6)))[1]
 
     # 2. layout options × batch options, and the schedule rules that need the microbatch count
     bopts, boff, bcount = _batch_table(pr, meshes)
-    s_lo = np.repeat(np.arange(n_lo), bcount[lo_dp])
+    s_lo = np.repeat(np.arange(len(lo_mesh)), bcount[lo_dp])
     s_b = boff[lo_dp][s_lo] + _ramp(bcount[lo_dp])
     lo_pipe_a, lo_v_a = np.asarray(lo_pipe, dtype=np.int64), np.asarray(lo_v, dtype=np.int64)
     ok = schedule_ok_vec(pr, lo_pipe_a[s_lo], mesh_a[lo_mesh_a[s_lo], 0], bopts[s_b, 1], lo_v_a[s_lo])
@@ -191,9 +162,9 @@ def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress
     state, fit = {}, {}
     out.enumerated = 0
     for z in zeros:
-        w, g, o = _state(c_par, z, lo_dp[:, None], lo_edp[:, None], per)
+        w, g, o = cm.model_state_bytes(*c_par, z, lo_dp[:, None], lo_edp[:, None], per)
         state[z] = (w, g, o)
-        allowed = np.ones(n_lo, dtype=bool)
+        allowed = np.ones(len(lo_mesh), dtype=bool)
         if z not in zero_options(pr, 2):                                 # P615 with a pipeline
             allowed = mesh_a[lo_mesh_a, 0] <= 1
         out.enumerated += int(per_s[allowed[s_lo]].sum())
@@ -220,9 +191,9 @@ def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress
         return out
 
     # 5. the full model, in chunks (a progress callback sees each one)
-    ctx = SimpleNamespace(pr=pr, per=per, cap=cap, zeros=zeros, state=state, c_stage=c_stage, c_layers=c_layers,
-                          c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par,
-                          bw=_axis_bandwidths(pr, meshes), efficiency=efficiency)
+    ctx = _Context(pr=pr, per=per, cap=cap, zeros=zeros, state=state, c_stage=c_stage, c_layers=c_layers,
+                   c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par,
+                   bw=_axis_bandwidths(pr, meshes), efficiency=efficiency)
     rows = dict(lo=lo, zero=zero, mb=mb, m=nmb, gb=gb, recompute=rc, sp=sp, mesh=mi, pp=pp, dp=dp, cp=cp,
                 tp=tp, ep=ep, etp=etp, pipeline=pipe, v=v, split=split)
     chunks = []
@@ -235,117 +206,101 @@ def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress
     return out
 
 
-def _cost_rows(ctx, r: dict) -> dict:
-    """The estimate of every row of ``r`` that fits in memory (the others are dropped)."""
-    pr, per, cap = ctx.pr, ctx.per, ctx.cap
-    m, cl = pr.model, pr.cluster
-    lo, zero, mb, nmb, gb, rc, sp = r["lo"], r["zero"], r["mb"], r["m"], r["gb"], r["recompute"], r["sp"]
-    pp, dp, cp, tp, ep, etp, pipe, v = r["pp"], r["dp"], r["cp"], r["tp"], r["ep"], r["etp"], r["pipeline"], r["v"]
-    n = len(lo)
-    K = ctx.c_valid.shape[1]
-    # memory of every stage class, the most loaded one
-    w = np.empty((n, K))
-    g = np.empty((n, K))
-    o = np.empty((n, K))
+@dataclass
+class _Context:
+    """What every chunk of rows shares: the problem, state bytes and the stage classes' tables."""
+    pr: Problem
+    per: object
+    cap: float
+    zeros: list
+    state: dict
+    c_stage: np.ndarray
+    c_layers: np.ndarray
+    c_moe: np.ndarray
+    c_emb: np.ndarray
+    c_head: np.ndarray
+    c_valid: np.ndarray
+    c_par: np.ndarray
+    bw: dict
+    efficiency: float
+
+
+def _memory(ctx: _Context, r: dict):
+    """(total bytes of every stage class, the most loaded class, its bytes) for rows ``r``."""
+    m, lo, zero, tp = ctx.pr.model, r["lo"], r["zero"], r["tp"]
+    n, K = len(lo), ctx.c_valid.shape[1]
+    w, g, o = (np.empty((n, K)) for _ in range(3))
     for z in ctx.zeros:
         sel = zero == z
         if sel.any():
             w[sel], g[sel], o[sel] = (x[lo[sel]] for x in ctx.state[z])
-    act_d, act_m = _layer_activations(pr, mb, tp, cp, etp, rc, sp)
-    s_local = m.seq_len / cp
-    inflight = inflight_vec(pipe[:, None], pp[:, None], nmb[:, None], v[:, None], ctx.c_stage[lo])
+    act_d, act_m = _layer_activations(ctx.pr, r["mb"], tp, r["cp"], r["etp"], r["recompute"], r["sp"])
+    inflight = schedules.inflight_array(r["pipeline"][:, None], r["pp"][:, None], r["m"][:, None], r["v"][:, None],
+                                        ctx.c_stage[lo])
     layers, moe = ctx.c_layers[lo], ctx.c_moe[lo]
-    dense = layers - moe
-    act = (dense * act_d[:, None] + moe * act_m[:, None]) * inflight
-    emb, head = ctx.c_emb[lo], ctx.c_head[lo]
-    act = act + np.where(emb, (s_local * mb * m.hidden)[:, None] * inflight / tp[:, None], 0.0)
-    act = act + np.where(head, (4 * s_local * mb * m.hidden * (1 + m.vocab / m.hidden) / tp)[:, None], 0.0)
+    act = cm.stage_activation_bytes(layers - moe, moe, act_d[:, None], act_m[:, None], inflight, ctx.c_emb[lo],
+                                    ctx.c_head[lo], (m.seq_len / r["cp"])[:, None], r["mb"][:, None], m,
+                                    tp[:, None])
     total = w + g + o + act
-    valid = ctx.c_valid[lo]
-    most = np.argmax(np.where(valid, total, -np.inf), axis=1)
-    mem_total = total[np.arange(n), most]
-    keep = np.nonzero(mem_total <= cap)[0]
-    if len(keep) < n:   # only what fits is costed further
+    most = np.argmax(np.where(ctx.c_valid[lo], total, -np.inf), axis=1)
+    return most, total[np.arange(n), most]
+
+
+_FACTORS = np.array([cm.recompute_factors(name) for name in RECOMPUTE])   # (matmul, attention) per code
+
+
+def _comm(ctx: _Context, r: dict, L_s, moe_s, most) -> dict:
+    """Bytes per GPU per step on each axis, through the cost model's kernel, one call per
+    (recompute, zero) group of rows."""
+    pr = ctx.pr
+    lo, rc, zero = r["lo"], r["recompute"], r["zero"]
+    edp = cm.shard_groups(r["dp"], r["cp"], r["tp"], r["ep"], r["etp"])[1]
+    comm = {ax: np.zeros(len(lo)) for ax in AXES}
+    for key in np.unique(rc * 4 + zero):
+        sel = (rc * 4 + zero) == key
+        got = cm.train_comm_bytes(
+            pr.model, r["mb"][sel] * (pr.model.seq_len / r["cp"][sel]), L_s[sel], moe_s[sel], pp=r["pp"][sel],
+            tp=r["tp"][sel], cp=r["cp"][sel], ep=r["ep"][sel], v=r["v"][sel], microbatches=r["m"][sel],
+            wbytes=cm.dtype_bytes(pr.train.precision), recompute=RECOMPUTE[int(key) >> 2], sp=r["sp"][sel],
+            dense_params=ctx.c_par[0][lo[sel], most[sel]], expert_params_=ctx.c_par[1][lo[sel], most[sel]],
+            zero=int(key) & 3, n_dp=r["dp"][sel] * r["cp"][sel], n_exp=edp[sel], per=ctx.per)
+        for ax in AXES:
+            comm[ax][sel] = got[ax]
+    return comm
+
+
+def _cost_rows(ctx: _Context, r: dict) -> dict:
+    """The estimate of every row of ``r`` that fits in memory (the others are dropped)."""
+    m, cl = ctx.pr.model, ctx.pr.cluster
+    most, mem_total = _memory(ctx, r)
+    keep = np.nonzero(mem_total <= ctx.cap)[0]
+    if len(keep) < len(most):   # only what fits is costed further
         r = {k: a[keep] for k, a in r.items()}
-        lo, zero, mb, nmb, gb, rc, sp = r["lo"], r["zero"], r["mb"], r["m"], r["gb"], r["recompute"], r["sp"]
-        pp, dp, cp, tp, ep, etp, pipe, v = (r[k] for k in ("pp", "dp", "cp", "tp", "ep", "etp", "pipeline", "v"))
-        layers, moe, dense, head, valid, most, mem_total = (a[keep] for a in (layers, moe, dense, head, valid, most,
-                                                                               mem_total))
-        n = len(keep)
-    rows = np.arange(n)
-    s_local = m.seq_len / cp
-
+        most, mem_total = most[keep], mem_total[keep]
+    lo, rows = r["lo"], np.arange(len(most))
+    layers, moe, head = ctx.c_layers[lo], ctx.c_moe[lo], ctx.c_head[lo]
     # FLOPs per microbatch of every stage class, the slowest one
-    d = cm.head_dim(m)
-    dense_lp = cm.attention_params(m) + cm.mlp_params(m, m.ffn_hidden)
-    moe_lp = cm.attention_params(m) + ((m.top_k or 1) + m.shared_experts) * cm.mlp_params(m, m.moe_ffn_hidden) \
-        + m.hidden * m.experts
-    attn_tok = 12 * m.seq_len * m.heads * d
-    rec_mult = np.where(rc == 2, 8 / 6, 1.0)
-    rec_attn = np.where(rc == 2, 4 / 3, np.where(rc == 1, 2.0, 1.0))
-    tok = (mb * m.seq_len) / (tp * cp)
-    flops = tok[:, None] * (6 * rec_mult[:, None] * (dense * dense_lp + moe * moe_lp)
-                            + layers * attn_tok * rec_attn[:, None])
-    flops = flops + np.where(head, (6 * m.vocab * m.hidden * tok)[:, None], 0.0)
-    flops = np.where(valid, flops, -np.inf)
-    crit = np.argmax(flops, axis=1)
-    flops_max = flops[rows, crit]
-    L_s, moe_s = layers[rows, crit], moe[rows, crit]
-
-    # communication per axis
-    wbytes = cm.dtype_bytes(pr.train.precision)
-    steps = np.maximum(1, nmb)
-    tok_local = mb * s_local
-    full = rc == 2
-    comm = {}
-    comm["tp"] = tok_local * _per_unit(
-        lambda k: cm.tp_bytes_per_layer(1.0, m.hidden, k >> 2, wbytes, RECOMPUTE[k & 3]), tp * 4 + rc) * L_s * steps
-    kv_w = np.maximum(1, m.kv_heads // tp) * d
-    comm["cp"] = tok_local * _per_unit(
-        lambda k: cm.cp_bytes_per_layer(1.0, k >> 20, k & 0xFFFFF, wbytes), kv_w * (1 << 20) + cp) * L_s * steps \
-        * np.where(full, 1.5, 1.0)
-    ep_tok = tok_local / np.where((sp == 1) & (tp > 1), tp, 1)
-    comm["ep"] = ep_tok * _per_unit(
-        lambda k: cm.ep_bytes_per_layer(1.0, m.hidden, m.top_k or 1, k, wbytes), ep) * moe_s * steps
-    comm["pp"] = np.where(pp > 1, tok_local * _per_unit(
-        lambda k: cm.pp_bytes_per_microbatch(1.0, m.hidden, k >> 16, k & 0xFFFF, wbytes), (tp << 16) + v) * steps, 0.0)
-    ned = np.maximum(1, (dp * cp * tp) // np.maximum(1, ep * etp))
-    p_dense = ctx.c_par[0][lo, most]
-    p_exp = ctx.c_par[1][lo, most]
-    comm["dp"] = (p_dense * _per_unit(lambda k: cm.dp_bytes(1.0, k & 3, k >> 2, per.grads, per.weights),
-                                      (dp * cp) * 4 + zero)
-                  + p_exp * _per_unit(lambda k: cm.dp_bytes(1.0, k & 3, k >> 2, per.grads, per.weights),
-                                      ned * 4 + zero))
+    f = _FACTORS[r["recompute"]]
+    flops = cm.stage_flops_per_microbatch(m, ((r["mb"] * m.seq_len) / (r["tp"] * r["cp"]))[:, None],
+                                          layers - moe, moe, head, f[:, 0:1], f[:, 1:2])
+    crit = np.argmax(np.where(ctx.c_valid[lo], flops, -np.inf), axis=1)
+    comm = _comm(ctx, r, layers[rows, crit], moe[rows, crit], most)
     bw = {ax: t[r["mesh"]] for ax, t in ctx.bw.items()}
-    ctime = {}
-    sizes = {"tp": tp, "cp": cp, "pp": pp, "ep": ep, "dp": dp * cp}
-    for ax in ("tp", "cp", "dp", "pp", "ep"):
-        on = sizes[ax] > 1
-        if ax == "ep" and not m.is_moe:
-            on = np.zeros(n, dtype=bool)
-        ctime[ax] = np.where(on, comm[ax] / bw[ax], 0.0)
-
+    sizes = {"tp": r["tp"], "cp": r["cp"], "pp": r["pp"], "ep": r["ep"], "dp": r["dp"] * r["cp"]}
+    ctime = {ax: np.where((sizes[ax] > 1) & (ax != "ep" or m.is_moe), comm[ax] / bw[ax], 0.0) for ax in AXES}
     # step time, MFU
-    peak = cl.gpu.flops * ctx.efficiency
-    bub = bubble_vec(pipe, pp, nmb, v)
-    compute = flops_max * nmb / peak
+    bub = schedules.bubble_array(r["pipeline"], r["pp"], r["m"], r["v"])
+    compute = flops[rows, crit] * r["m"] / (cl.gpu.flops * ctx.efficiency)
     exposed = ctime["tp"] + ctime["cp"] + ctime["ep"] + ctime["pp"]
-    busy = compute + exposed
-    step = np.where(bub < 1, busy / np.where(bub < 1, 1 - bub, 1.0), busy)
-    step = step + np.maximum(0.0, ctime["dp"] - cm.BACKWARD_SHARE * compute / nmb)
-    tokens = gb * m.seq_len
+    step = cm.step_time(compute, exposed, bub, ctime["dp"], r["m"])
+    tokens = r["gb"] * m.seq_len
     mflops = _per_unit(lambda k: cm.model_flops(m, k), tokens)
-    world = cl.world
-    mfu = mflops / (step * world * cl.gpu.flops)
-    tps = tokens / step
-
     cols = {k: a for k, a in r.items() if k != "lo"}
-    cols.update(step_time=step, tokens_per_second=tps, mfu=mfu, bubble=bub, memory=mem_total, compute=compute)
-    for ax in ("tp", "cp", "dp", "pp", "ep"):
+    cols.update(step_time=step, tokens_per_second=tokens / step, mfu=mflops / (step * cl.world * cl.gpu.flops),
+                bubble=bub, memory=mem_total, compute=compute)
+    for ax in AXES:
         cols[f"t_{ax}"] = ctime[ax]
     return cols
-
-
 
 
 def _ramp(counts: np.ndarray) -> np.ndarray:
@@ -385,20 +340,6 @@ def _train_table(pr: Problem, meshes):
     return np.asarray(rows, dtype=np.int64).reshape(-1, 2), off, cnt
 
 
-def _state(c_par, zero: int, dp, edp, per):
-    """(weights, grads, optimizer) bytes per stage class under ``zero``, as ``_estimate`` counts
-    them: ``zero_state_bytes`` on the unsharded counts, or the exact first ZeRO-3 shard."""
-    dense, exp, dense3, exp3 = c_par
-    if zero >= 3:
-        wd, we = dense3 * per.weights, exp3 * per.weights
-        gd, od = wd / per.weights * per.grads, wd / per.weights * per.optimizer
-        ge, oe = we / per.weights * per.grads, we / per.weights * per.optimizer
-    else:
-        wd, gd, od = cm.zero_state_bytes(dense, zero, dp, per)
-        we, ge, oe = cm.zero_state_bytes(exp, zero, edp, per)
-    return wd + we, gd + ge, od + oe
-
-
 def _layer_activations(pr: Problem, mb, tp, cp, etp, rc, sp):
     """``layer_activation_bytes`` (dense and MoE layers) for every row, calling the cost model's
     ``activation_bytes_per_layer`` once per (recompute, sequence parallel, etp) with arrays."""
@@ -429,20 +370,16 @@ def _layer_activations(pr: Problem, mb, tp, cp, etp, rc, sp):
 
 def _axis_bandwidths(pr: Problem, meshes):
     """Bytes/s of the link each axis's collectives run on, per mesh shape (from its rank map)."""
-    stub = SimpleNamespace(cluster=pr.cluster, world_size=pr.cluster.world)
-    bw, _, _ = cm._links(stub)
+    bw, _, _ = cm.links(pr.cluster, pr.cluster.world)
     intra = bw["intra_node"]
-    table = np.zeros((len(meshes), 5))
-    for i, (pp, dp, cp, tp, ep, etp) in enumerate(meshes):
-        mesh = (pp, dp, cp, tp, ep, etp)
-        for j, (ax, grp, size) in enumerate((("tp", "tp", tp), ("cp", "cp", cp),
-                                             ("dp", ("dp", "cp") if cp > 1 else "dp", dp * cp),
-                                             ("pp", "pp", pp), ("ep", "ep", ep))):
-            if size > 1:
-                table[i, j] = bw.get("inter_node" if crosses(pr, mesh, grp) else "intra_node", intra)
-            else:
-                table[i, j] = intra
-    return {ax: table[:, j] for j, ax in enumerate(("tp", "cp", "dp", "pp", "ep"))}
+    table = np.zeros((len(meshes), len(AXES)))
+    for i, mesh in enumerate(meshes):
+        pp, dp, cp, tp, ep, _ = mesh
+        sizes = {"tp": tp, "cp": cp, "dp": dp * cp, "pp": pp, "ep": ep}
+        for j, (ax, grp) in enumerate(cm.axis_groups(cp).items()):
+            cross = sizes[ax] > 1 and crosses(pr, mesh, grp)
+            table[i, j] = bw.get("inter_node", intra) if cross else intra
+    return {ax: table[:, j] for j, ax in enumerate(AXES)}
 
 
 def schedule_ok_vec(pr: Problem, pipe, p, n, v):

@@ -239,7 +239,6 @@ def schedule_microbatches(pipeline: str, pp: int, microbatches: int, virtual_sta
     from max(2·pp, 8) up, which shows warm-up, steady state and cool-down."""
     from parc.model import schedules as S
 
-    v = S.stages_per_rank(pipeline, virtual_stages)
     want = limit if limit is not None else max(2 * pp, 8)
     if microbatches <= want:
         return microbatches
@@ -247,6 +246,56 @@ def schedule_microbatches(pipeline: str, pp: int, microbatches: int, virtual_sta
         if S.check(pipeline, pp, m, virtual_stages) is None:
             return m
     return microbatches
+
+
+def _serving_frame(pp: int, microbatches: int | None) -> tuple:
+    """The slots, counts, shares and captions of a serving pipeline's picture: each batch in
+    flight passes stage 0, 1, ... in turn; a stage takes the next batch as soon as it hands one
+    on, so the pipeline is full once pp batches are in flight."""
+    from parc.model import schedules as S
+
+    m = microbatches if microbatches is not None else 2 * pp
+    slots = [[S.Slot(S.Action("F", j, r), r, float(r + j), float(r + j + 1)) for j in range(m)]
+             for r in range(pp)]
+    drawn = S.bubble_fraction(slots)
+    title = f"Serving pipeline: pp = {pp}, forward passes only (no backward), {count(m, 'batch')}"
+    sub = (f"unit cost: F = 1 per stage; each batch passes the stages in turn, the next right behind "
+           f"it; idle (hatched) = {drawn * 100:.1f}% of pp × span while the pipeline fills and drains")
+    # a serving plan has no training step to idle in (explain: 0)
+    return slots, m, m, S.makespan(slots), 0.0, drawn, pp, title, sub, (("F", "forward"),)
+
+
+def _training_frame(plan, microbatches: int | None) -> tuple | str:
+    """The slots, counts, shares and captions of a training schedule's picture (or the picture
+    saying why it cannot be drawn). The plan's idle share is stated beside the picture's when
+    the picture shows fewer microbatches than the plan runs."""
+    from parc.model import schedules as S
+
+    pp, sch = plan.mesh.pp, plan.schedule
+    v = sch.virtual_stages
+    total_m = sch.microbatches or 0
+    m = schedule_microbatches(sch.pipeline, pp, total_m, v) if microbatches is None else microbatches
+    why = S.check(sch.pipeline, pp, m, v)
+    bubble = S.bubble(sch.pipeline, pp, total_m, v)
+    if why:
+        body = [_text(16, 24, f"Pipeline schedule: {sch.pipeline}", "title"),
+                _text(16, 46, f"cannot be drawn: {why}; the plan idles {bubble * 100:.2f}% of each step",
+                      "muted small")]
+        return _svg("schedule", 640, 64, body, f"Pipeline schedule {sch.pipeline}: {why}",
+                    attrs=f' data-pp="{pp}" data-blocks="0" data-bubble="{bubble!r}"')
+    slots = S.timeline(sch.pipeline, pp, m, v)
+    drawn = S.bubble(sch.pipeline, pp, m, v)
+    nstages = pp * S.stages_per_rank(sch.pipeline, v)
+    shown_m = (count(m, "microbatch") if m == total_m
+               else f"{m} of {count(total_m, 'microbatch')} (the steady state repeats)")
+    title = (f"Pipeline schedule {sch.pipeline} (torch {S.torch_schedule_name(sch.pipeline, v)}): pp = {pp}"
+             + (f", {nstages // pp} stages per rank" if nstages > pp else "") + f", {shown_m}")
+    idle = (f"idle (hatched) = {bubble * 100:.1f}% of pp × step" if m == total_m else
+            f"idle (hatched) = {drawn * 100:.1f}% of this picture, which shows {m} of the plan's "
+            f"{total_m} microbatches; the plan idles {bubble * 100:.2f}% of each step")
+    sub = f"unit costs: F = 1, B = 2 (B = 1 and W = 1 when split); {idle}"
+    legend = (("F", "forward"), ("B", "backward"), ("W", "weight grads"))
+    return slots, m, total_m, S.makespan(slots), bubble, drawn, nstages, title, sub, legend
 
 
 def schedule(plan, microbatches: int | None = None) -> str:
@@ -267,40 +316,11 @@ def schedule(plan, microbatches: int | None = None) -> str:
                 _text(16, 46, f"pp = 1: no pipeline parallelism, so every GPU {what} with no pipeline "
                               "bubble.", "muted small")]
         return _svg("schedule", 640, 64, body, "Pipeline schedule: none (pp = 1)",
-                    attrs=' data-pp="1" data-blocks="0"')
-    if serve:
-        # each batch in flight passes stage 0, 1, ... in turn; a stage takes the next batch as
-        # soon as it hands one on, so the pipeline is full once pp batches are in flight
-        m = microbatches if microbatches is not None else 2 * pp
-        slots = [[S.Slot(S.Action("F", j, r), r, float(r + j), float(r + j + 1)) for j in range(m)]
-                 for r in range(pp)]
-        nstages = pp
-        span = S.makespan(slots)
-        bubble = S.bubble_fraction(slots)
-        title = f"Serving pipeline: pp = {pp}, forward passes only (no backward), {count(m, 'batch')}"
-        sub = (f"unit cost: F = 1 per stage; each batch passes the stages in turn, the next right behind "
-               f"it; idle (hatched) = {bubble * 100:.1f}% of pp × span")
-        legend = (("F", "forward"),)
-    else:
-        total_m = sch.microbatches or 0
-        m = schedule_microbatches(sch.pipeline, pp, total_m, v) if microbatches is None else microbatches
-        why = S.check(sch.pipeline, pp, m, v)
-        if why:
-            body = [_text(16, 24, f"Pipeline schedule: {sch.pipeline}", "title"),
-                    _text(16, 46, f"cannot be drawn: {why}", "muted small")]
-            return _svg("schedule", 640, 64, body, f"Pipeline schedule {sch.pipeline}: {why}",
-                        attrs=f' data-pp="{pp}" data-blocks="0"')
-        slots = S.timeline(sch.pipeline, pp, m, v)
-        span = S.makespan(slots)
-        bubble = S.bubble_fraction(slots)
-        nstages = pp * S.stages_per_rank(sch.pipeline, v)
-        shown_m = (count(m, "microbatch") if m == total_m
-                   else f"{m} of {count(total_m, 'microbatch')} (the steady state repeats)")
-        title = (f"Pipeline schedule {sch.pipeline} (torch {S.torch_schedule_name(sch.pipeline, v)}): pp = {pp}"
-                 + (f", {nstages // pp} stages per rank" if nstages > pp else "") + f", {shown_m}")
-        sub = (f"unit costs: F = 1, B = 2 (B = 1 and W = 1 when split); idle (hatched) = "
-               f"{bubble * 100:.1f}% of pp × step")
-        legend = (("F", "forward"), ("B", "backward"), ("W", "weight grads"))
+                    attrs=' data-pp="1" data-blocks="0" data-bubble="0.0"')
+    frame = _serving_frame(pp, microbatches) if serve else _training_frame(plan, microbatches)
+    if isinstance(frame, str):
+        return frame
+    slots, m, total_m, span, bubble, drawn, nstages, title, sub, legend = frame
     left, top, row_h, gap = 70, 64, 26, 6
     unit = max(6.0, min(28.0, 1100.0 / max(span, 1.0)))
     width = left + span * unit + 30
@@ -343,9 +363,16 @@ def schedule(plan, microbatches: int | None = None) -> str:
         if t < span - 1e-9:
             body.append(_idle(left + t * unit, y, (span - t) * unit, row_h, r, t, span))
         body.append("</g>")
-    # time axis and legend
-    ay = top + pp * (row_h + gap) + 4
-    body.append(f'<line x1="{left}" y1="{ay}" x2="{left + span * unit:.1f}" y2="{ay}" stroke="#888"/>')
+    body += _time_axis_and_legend(left, top + pp * (row_h + gap) + 4, span, unit, legend, nstages > pp)
+    return _svg("schedule", max(width, 620, _min_width(title), 32 + 6.2 * len(sub)), height, body, title,
+                attrs=f' data-pp="{pp}" data-microbatches="{m}" data-plan-microbatches="{total_m}" data-blocks="{n_blocks}" '
+                      f'data-bubble="{bubble!r}" data-drawn-bubble="{drawn!r}" '
+                      f'data-mode="{"serve" if serve else "train"}"')
+
+
+def _time_axis_and_legend(left: float, ay: float, span: float, unit: float, legend, virtual: bool) -> list[str]:
+    """The schedule's time axis at height ``ay`` and, below it, the legend of block kinds."""
+    body = [f'<line x1="{left}" y1="{ay}" x2="{left + span * unit:.1f}" y2="{ay}" stroke="#888"/>']
     step = max(1, int(round(span / 10)))
     for k in range(0, int(span) + 1, step):
         x = left + k * unit
@@ -358,11 +385,9 @@ def schedule(plan, microbatches: int | None = None) -> str:
         lx += 110
     body.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="10" fill="url(#idle-hatch)" stroke="#bbb"/>'
                 + _text(lx + 16, ly, "idle", "small"))
-    if nstages > pp:
+    if virtual:
         body.append(_text(lx + 60, ly, "darker: later virtual stage", "small muted"))
-    return _svg("schedule", max(width, 620, _min_width(title)), height, body, title,
-                attrs=f' data-pp="{pp}" data-microbatches="{m}" data-blocks="{n_blocks}" '
-                      f'data-bubble="{bubble:.6f}" data-mode="{"serve" if serve else "train"}"')
+    return body
 
 
 def _idle(x, y, w, h, rank, t0, t1) -> str:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from parc.rules import TARGET_FAMILIES, WARNING, rule
-from parc.rules.util import (at_given, batch_span, bubble_fraction, dims, divisors, dp_terms, given,
-                             global_batches_for, join, microbatch_terms, microbatches, nearest, plural, target_name)
+from parc.model import schedules
+from parc.rules.util import (at_given, batch_span, dims, divisors, dp_terms, given, global_batches_for, join,
+                             microbatch_terms, microbatches, nearest, plural, target_name)
 from parc.words import count
 
 BUBBLE_WARN = 0.25   # idle share of a step above which the bubble is worth a warning
@@ -91,8 +92,8 @@ def microbatches_below_pp(plan, c):
     if n is None or n >= m.pp:
         return
     p = m.pp
-    f = bubble_fraction(s.pipeline, p, n)
-    bubble = (f"the pipeline idles {f:.0%} of every step ((pp−1)/(m+pp−1) = {p - 1}/{n + p - 1}, where "
+    f = schedules.bubble(s.pipeline, p, n)
+    bubble = (f"the pipeline idles {f:.0%} of every step ({schedules.bubble_formula(s.pipeline, p, n)}, where "
               f"{microbatch_terms(plan)})")
     runs = [target_name(t) for t in ("megatron", "deepspeed") if t in c.active]
     helps = _gb_help(plan, lambda k: k >= p, "")
@@ -268,30 +269,34 @@ def _schedule_ok(plan) -> bool:
     return v >= 2
 
 
+def _microbatches_for(plan, share: float) -> int:
+    """The fewest microbatches (at least the plan's) the schedule runs with an idle share of at
+    most ``share``; Megatron-LM's interleaved schedule needs a multiple of pp."""
+    s, p = plan.schedule, plan.mesh.pp
+    k = n = microbatches(plan)
+    step = p if (s.pipeline == "interleaved_1f1b" and "megatron" in plan.targets) else 1
+    k = -(-k // step) * step
+    while k < 64 * n + 64 * p and (schedules.bubble(s.pipeline, p, k, s.virtual_stages) > share
+                                   or schedules.check(s.pipeline, p, k, s.virtual_stages)):
+        k += step
+    return k
+
+
 @rule("P209", "pipeline-bubble", severity=WARNING)
 def bubble(plan, c):
     s, m = plan.schedule, plan.mesh
     if not _train_pipeline(plan) or not _schedule_ok(plan):
         return
     n, p = microbatches(plan), m.pp
-    v = 2 if s.pipeline == "dualpipe_v" else s.virtual_stages
-    f = bubble_fraction(s.pipeline, p, n, v)
+    v = s.virtual_stages
+    f = schedules.bubble(s.pipeline, p, n, v)
     if f <= BUBBLE_WARN:
         return
-    if s.pipeline in ("gpipe", "1f1b"):
-        formula = f"(pp−1)/(m+pp−1) = {p - 1}/{n + p - 1}"
-    elif s.pipeline == "interleaved_1f1b":
-        formula = f"(pp−1)/(v·m+pp−1) = {p - 1}/{v * n + p - 1}"
-    else:
-        formula = "as parc's schedule model simulates it"
-    # the fewest microbatches for a bubble of at most 10%: (p−1)/(v·k+p−1) ≤ 0.1 ⇔ v·k ≥ 9(p−1)
-    vv = 1 if s.pipeline in ("gpipe", "1f1b") else max(v, 1)
-    need = -(-9 * (p - 1) // vv)
-    if s.pipeline == "interleaved_1f1b" and "megatron" in plan.targets:
-        need = -(-need // p) * p
+    formula = schedules.bubble_formula(s.pipeline, p, n, v)
+    need = _microbatches_for(plan, 0.1)
     helps = []
     if need > n:
-        helps.append(f"{need} microbatches bring it to about {bubble_fraction(s.pipeline, p, need, v):.0%}: "
+        helps.append(f"{need} microbatches bring it to {schedules.bubble(s.pipeline, p, need, v):.0%}: "
                       f"global_batch = {dims(plan).global_batch_for(need)}")
         if s.micro_batch > 1:
             helps.append("or a smaller micro_batch for more microbatches in the same global batch")

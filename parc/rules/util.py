@@ -1,5 +1,5 @@
 """Small helpers the rules share: divisors, nearest valid values, the quantities in the user's
-terms (``dp = world / (pp·cp·tp) = 64 / (4·1·8) = 2``), the rank map and the pipeline bubble."""
+terms (``dp = world / (pp·cp·tp) = 64 / (4·1·8) = 2``), the rank map."""
 from __future__ import annotations
 
 from math import gcd
@@ -209,30 +209,3 @@ def group_ranks(rm, axis: str, limit: int = 8) -> str:
         return f"{first[0]}-{first[-1]}"
     s = ", ".join(str(x) for x in first)
     return s + (", …" if n > len(first) else "")
-
-
-# ---------------------------------------------------------------- pipeline bubble
-
-def bubble_fraction(pipeline: str, pp: int, m: int, v: int = 1) -> float:
-    """Idle share of a pipeline step under unit costs (forward 1, backward 2).
-
-    GPipe and 1F1B: (p−1)/(m+p−1) (Huang et al. 2019; Narayanan et al. 2021, eq. 1 as a share of
-    the whole step); interleaved 1F1B with v chunks per rank: (p−1)/(v·m+p−1) (Narayanan et al.
-    2021, §2.2.2). Zero-bubble and DualPipeV are simulated with parc's schedule model when the
-    run is small, else bounded by the interleaved figure.
-    """
-    if pp <= 1 or m <= 0:
-        return 0.0
-    if pipeline in ("gpipe", "1f1b"):
-        return (pp - 1) / (m + pp - 1)
-    if pipeline == "interleaved_1f1b":
-        return (pp - 1) / (v * m + pp - 1)
-    vv = 2 if pipeline == "dualpipe_v" else max(v, 1)
-    if pp * m * vv <= 4096:
-        try:
-            from parc.model.schedules import schedule_bubble
-
-            return schedule_bubble(pipeline, pp, m, vv)
-        except (ValueError, RuntimeError):
-            pass
-    return (pp - 1) / (vv * m + pp - 1)

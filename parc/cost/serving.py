@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parc.cost import estimate as cm
+from parc.cost.comm import allreduce_bytes, ep_bytes_per_layer
+from parc.cost.params import DEFAULT_EFFICIENCY, attention_params, dtype_bytes, head_dim, mlp_params
 
 
 @dataclass(slots=True)
@@ -50,18 +51,28 @@ def decode_flops_per_token(m, layers: int, moe_layers: int, tp: int, etp: int, c
     holds that the token passes (attention, dense MLP or top_k routed plus shared experts, split
     over tp or etp), plus attention over ``context`` cached tokens (4 · context · heads/tp · head_dim
     per layer: QKᵀ and AV)."""
-    d = cm.head_dim(m)
+    d = head_dim(m)
     dense = layers - moe_layers
-    per = dense * cm.mlp_params(m, m.ffn_hidden) / tp
+    per = dense * mlp_params(m, m.ffn_hidden) / tp
     if moe_layers:
-        per += moe_layers * ((m.top_k or 1) * cm.mlp_params(m, m.moe_ffn_hidden) / etp
-                             + m.shared_experts * cm.mlp_params(m, m.moe_ffn_hidden) / tp)
-    per += layers * cm.attention_params(m) / tp
+        per += moe_layers * ((m.top_k or 1) * mlp_params(m, m.moe_ffn_hidden) / etp
+                             + m.shared_experts * mlp_params(m, m.moe_ffn_hidden) / tp)
+    per += layers * attention_params(m) / tp
     attn = 4 * context * (m.heads / tp) * d * layers
     return 2 * per + attn
 
 
-def serve_perf(plan, est, efficiency: float = cm.DEFAULT_EFFICIENCY) -> ServePerf:
+def decode_comm_bytes(m, layers: int, moe_layers: int, tp: int, ep: int, pp: int, wbytes: int,
+                      tokens: float = 1) -> dict:
+    """Bytes one GPU sends per decode step for ``tokens`` sequences, by axis: two all-reduces of h
+    per layer under TP, the MoE dispatch and combine (forward only: half the training volume)
+    and the hidden state handed to the next pipeline stage."""
+    return {"tp": 2 * allreduce_bytes(m.hidden * wbytes, tp) * layers * tokens,
+            "ep": ep_bytes_per_layer(tokens, m.hidden, m.top_k or 1, ep, wbytes) / 2 * moe_layers,
+            "pp": tokens * m.hidden * wbytes / tp * (pp > 1)}
+
+
+def serve_perf(plan, est, efficiency: float = DEFAULT_EFFICIENCY) -> ServePerf:
     """Throughput and latency of a serving ``plan`` at its memory limit, from its ``estimate``."""
     m, mesh, cl = plan.model, plan.mesh, plan.cluster
     ctx = plan.serve.max_model_len
@@ -71,22 +82,15 @@ def serve_perf(plan, est, efficiency: float = cm.DEFAULT_EFFICIENCY) -> ServePer
     p, t = mesh.pp, mesh.tp
     b = B / p
     bw = est.link_bandwidth
-    wbytes = cm.dtype_bytes(m.dtype)
+    wbytes = dtype_bytes(m.dtype)
     link = est.comm_link
     times = []
     for st in est.stages:
-        comm = 0.0
-        if t > 1:
-            tp_bytes = 2 * cm.allreduce_bytes(m.hidden * wbytes, t) * st.layers * b
-            comm += tp_bytes / bw.get(link.get("tp") or "intra_node", bw["intra_node"])
-        if mesh.ep > 1 and m.is_moe:
-            ep_bytes = cm.ep_bytes_per_layer(b, m.hidden, m.top_k or 1, mesh.ep, wbytes) / 2 * st.moe_layers
-            comm += ep_bytes / bw.get(link.get("ep") or "intra_node", bw["intra_node"])
-        if p > 1:
-            comm += b * m.hidden * wbytes / t / bw.get(link.get("pp") or "intra_node", bw["intra_node"])
+        comm = decode_comm_bytes(m, st.layers, st.moe_layers, t, mesh.ep, p, wbytes, b)
+        comm_time = sum(comm[ax] / bw.get(link.get(ax) or "intra_node", bw["intra_node"]) for ax in ("tp", "ep", "pp"))
         flops = b * decode_flops_per_token(m, st.layers, st.moe_layers, t, mesh.etp, ctx)
         kv = b * ctx * st.kv_bytes_per_token
-        times.append(stage_step_time(st.memory.weights, kv, flops, comm, cl.gpu.hbm_bandwidth,
+        times.append(stage_step_time(st.memory.weights, kv, flops, comm_time, cl.gpu.hbm_bandwidth,
                                      cl.gpu.flops, efficiency))
     T = max(times)
     return ServePerf(B, T, p * T, mesh.dp * B / (p * T), times)

@@ -1,0 +1,59 @@
+"""FLOPs: model FLOPs of a step, the extra that recomputation adds, and the hardware FLOPs one GPU
+of a pipeline stage runs per microbatch."""
+from __future__ import annotations
+
+from parc.cost.params import Model, attention_params, head_dim, mlp_params
+
+
+def active_matmul_params(m: Model) -> int:
+    """Parameters one token passes through in matmuls: every layer's attention and MLP (top_k of
+    the routed experts, all shared experts, the router) and the output head (tied or not)."""
+    moe_layers = m.moe_layers
+    dense = m.layers - moe_layers
+    moe_mlp = ((m.top_k or 1) + m.shared_experts) * mlp_params(m, m.moe_ffn_hidden) + m.hidden * m.experts
+    return (m.layers * attention_params(m) + dense * mlp_params(m, m.ffn_hidden)
+            + moe_layers * moe_mlp + m.vocab * m.hidden)
+
+
+def model_flops(m: Model, tokens: float) -> float:
+    """Model FLOPs of a training step over ``tokens`` tokens: 6·N·tokens for the matmuls (forward
+    2, backward 4; N from :func:`active_matmul_params`) plus attention's 12·L·s·a·d per token
+    (QKᵀ and AV, no causal halving). For a GPT this is Korthikanti et al. eq. 7,
+    72·B·L·s·h²·(1 + s/6h + V/12hL)."""
+    return 6 * active_matmul_params(m) * tokens + 12 * m.layers * m.seq_len * m.heads * head_dim(m) * tokens
+
+
+def recompute_flops(m: Model, tokens: float, recompute: str) -> float:
+    """Extra FLOPs recomputation adds: full recompute repeats the layers' forward (2·N_layers +
+    4·L·s·a·d per token; Narayanan eq. 3's 96 against 72); selective recompute repeats the
+    attention core, counted as Korthikanti et al. eq. 8 does (s/3h in place of s/6h)."""
+    attn = 12 * m.layers * m.seq_len * m.heads * head_dim(m) * tokens
+    if recompute == "full":
+        layers = active_matmul_params(m) - m.vocab * m.hidden
+        return 2 * layers * tokens + attn / 3
+    if recompute == "selective":
+        return attn
+    return 0.0
+
+
+
+def recompute_factors(recompute: str) -> tuple[float, float]:
+    """(matmul, attention-core) FLOP multipliers of a recompute setting: full recompute repeats the
+    forward (8/6 of the matmuls, 4/3 of attention), selective the attention core (×2)."""
+    if recompute == "full":
+        return 8 / 6, 4 / 3
+    return 1.0, (2.0 if recompute == "selective" else 1.0)
+
+
+def stage_flops_per_microbatch(m: Model, tokens, dense_layers, moe_layers, head, rec_mult, rec_attn):
+    """Hardware FLOPs one GPU of a stage runs per microbatch over its ``tokens`` (the microbatch's
+    tokens over tp·cp): forward, backward and recomputation of its dense and MoE layers (top_k
+    routed and every shared expert), attention's 12·s·a·d per token, and the output head on the
+    last stage. Scalars or numpy arrays."""
+    dense_lp = attention_params(m) + mlp_params(m, m.ffn_hidden)
+    moe_lp = attention_params(m) + ((m.top_k or 1) + m.shared_experts) * mlp_params(m, m.moe_ffn_hidden) \
+        + m.hidden * m.experts
+    attn_tok = 12 * m.seq_len * m.heads * head_dim(m)
+    layers = dense_layers + moe_layers
+    f = tokens * (6 * rec_mult * (dense_layers * dense_lp + moe_layers * moe_lp) + layers * attn_tok * rec_attn)
+    return f + head * (6 * m.vocab * m.hidden * tokens)

@@ -1,0 +1,386 @@
+"""Parameters: the model's counts by published formula, the pipeline layout (which layers each
+pipeline rank holds) and the parameters one GPU holds under tensor, expert and ZeRO-3 sharding."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parc.model.plan import Model
+
+
+def attention_params(m: Model) -> int:
+    """Q, K, V and output projections of one layer: h·d·(2a + 2·kv) (+ biases).
+
+    GQA shrinks K and V to ``kv_heads`` heads (Ainslie et al. 2023).
+    """
+    d = m.head_dim or m.hidden // m.heads
+    p = m.hidden * d * (2 * m.heads + 2 * m.kv_heads)
+    if m.bias:
+        p += d * (m.heads + 2 * m.kv_heads) + m.hidden
+    return p
+
+
+def mlp_params(m: Model, width: int) -> int:
+    """One MLP of inner ``width``: SwiGLU has three matrices, GELU two (+ biases)."""
+    mats = 3 if m.mlp == "swiglu" else 2
+    p = mats * m.hidden * width
+    if m.bias:
+        p += (mats - 1) * width + m.hidden
+    return p
+
+
+def norm_params(m: Model) -> int:
+    """One norm: RMSNorm keeps a weight (h), LayerNorm a weight and a bias (2h)."""
+    return m.hidden if m.norm == "rmsnorm" else 2 * m.hidden
+
+
+def expert_params(m: Model) -> int:
+    """All routed experts of one MoE layer."""
+    return m.experts * mlp_params(m, m.moe_ffn_hidden)
+
+
+def moe_layer_mlp_params(m: Model) -> int:
+    """A MoE layer's MLP: routed experts, shared experts and the router (h·E)."""
+    return (expert_params(m) + m.shared_experts * mlp_params(m, m.moe_ffn_hidden)
+            + m.hidden * m.experts)
+
+
+def layer_params(m: Model, moe: bool = False) -> int:
+    """One transformer layer: attention, MLP (dense or MoE) and two norms."""
+    mlp = moe_layer_mlp_params(m) if moe else mlp_params(m, m.ffn_hidden)
+    return attention_params(m) + mlp + 2 * norm_params(m)
+
+
+def embedding_params(m: Model) -> int:
+    """Token embedding V·h, plus s·h for learned positions."""
+    return m.vocab * m.hidden + (m.seq_len * m.hidden if m.position == "learned" else 0)
+
+
+def output_params(m: Model) -> int:
+    """Output head V·h unless tied to the embedding, plus the final norm."""
+    return (0 if m.tied_embeddings else m.vocab * m.hidden) + norm_params(m)
+
+
+def is_moe_layer(m: Model, i: int) -> bool:
+    """Layer ``i`` (0-based) is MoE when the model has experts and (i+1) % moe_every == 0."""
+    return m.experts > 0 and (i + 1) % m.moe_every == 0
+
+
+def param_count(m: Model) -> int:
+    """Total parameters. For GPT-3-style models this is Narayanan et al. 2021 (arXiv:2104.04473)
+    eq. P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)) plus the final norm."""
+    moe_layers = m.layers // m.moe_every if m.experts else 0
+    dense_layers = m.layers - moe_layers
+    return (dense_layers * layer_params(m) + moe_layers * layer_params(m, moe=True)
+            + embedding_params(m) + output_params(m))
+
+
+def balanced_split(m: Model, stages: int) -> list[int] | None:
+    """An uneven layer split lighter on the first and last stage.
+
+    The first stage also holds the embedding and the last the output head and loss; each is
+    charged as the layers' worth of compute its matrices cost (at least one layer), then
+    layers are water-filled onto the least loaded stage, which minimises the largest stage.
+    """
+    if stages <= 0 or m.layers < stages:
+        return None
+    per_layer = max(1, layer_params(m))
+    extra = [0.0] * stages
+    head = max(1.0, round(m.vocab * m.hidden / per_layer, 2))
+    extra[0] += 1.0
+    extra[-1] += head if stages > 1 else 0.0
+    counts = [0] * stages
+    for _ in range(m.layers):
+        i = min(range(stages), key=lambda j: (counts[j] + extra[j], j in (0, stages - 1), j))
+        counts[i] += 1
+    return counts
+
+
+# =============================================================================================
+# Per-GPU parameters, memory, communication and time.
+#
+# Conventions (bytes are bytes, times seconds, FLOP/s and bytes/s per GPU per direction):
+# * "stage" is a pipeline rank (pp coordinate); "chunk" a virtual stage, an entry of
+#   ``placement.layers``. Loop placement gives stage i the chunks i, i+pp, i+2pp, ...; V placement
+#   (``dualpipe_v``, and ``zero_bubble`` with two chunks per rank, as torch.distributed.pipelining
+#   runs them) gives stage i the chunks i and 2·pp-1-i.
+# * Chunk 0 holds the token embedding, the last chunk the final norm and the output head.
+# =============================================================================================
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+# A multi-node cluster that does not say what connects its nodes: 100 Gb/s ethernet.
+ASSUMED_INTER_NODE_BW = 100e9 / 8
+# Fraction of the datasheet's dense peak that large-model training kernels sustain. Measured
+# hardware-FLOPs utilisation of well-tuned runs sits at 0.44-0.57 (Korthikanti et al. 2022 Table 5,
+# Narayanan et al. 2021 Table 1) of which communication and bubbles take part; 0.6 for the
+# kernels alone keeps parc's step times close to those runs. Pass ``efficiency`` to change it.
+DEFAULT_EFFICIENCY = 0.6
+
+AXES = ("tp", "cp", "dp", "pp", "ep")
+PARTS = ("embedding", "attention", "mlp", "experts", "router", "norms", "output")
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of a dtype name (bf16 2, fp32 4, fp8 1)."""
+    return DTYPE_BYTES.get(dtype, 2)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def head_dim(m: Model) -> int:
+    return m.head_dim or m.hidden // m.heads
+
+
+def kv_heads_per_gpu(kv_heads: int, tp: int) -> int:
+    """KV heads each TP rank stores: kv/tp, or one replicated head once tp > kv_heads
+    (vLLM ``ModelConfig.get_num_kv_heads`` = max(1, kv // tp); Megatron-LM likewise). ``tp`` may
+    be a numpy array."""
+    k = kv_heads // tp
+    return k + (k < 1) * (1 - k)
+
+
+# --- pipeline layout ---------------------------------------------------------------------------
+
+def uses_v_placement(pipeline: str, chunks_per_stage: int) -> bool:
+    """V placement for DualPipeV and for zero-bubble with two chunks per rank (ZBV)."""
+    return chunks_per_stage == 2 and pipeline in ("dualpipe_v", "zero_bubble")
+
+
+def layer_split(plan) -> list[int]:
+    """Layers per chunk: ``placement.layers``, or the most even split when it is not known."""
+    return split_layers(plan.model.layers, plan.mesh.pp, plan.schedule.virtual_stages, plan.placement.layers)
+
+
+def split_layers(layers: int, pp: int, virtual_stages: int, given=None) -> list[int]:
+    """Layers per chunk: ``given`` when it covers ``layers`` in a multiple of ``pp`` chunks, else
+    the most even split over pp·virtual_stages chunks (the later chunks one layer heavier)."""
+    stages = max(1, pp * virtual_stages)
+    if given and sum(given) == layers and len(given) % pp == 0:
+        return list(given)
+    base, extra = divmod(layers, stages)
+    return [base + (1 if i >= stages - extra else 0) for i in range(stages)]
+
+
+def stage_chunks(plan, stage: int, split: list[int] | None = None) -> list[int]:
+    """The chunk indices pipeline rank ``stage`` holds (loop or V placement)."""
+    split = split if split is not None else layer_split(plan)
+    return chunks_of_rank(plan.schedule.pipeline, plan.mesh.pp, stage, len(split))
+
+
+def chunks_of_rank(pipeline: str, pp: int, stage: int, chunks: int) -> list[int]:
+    """The chunk indices pipeline rank ``stage`` holds when the model is cut into ``chunks``."""
+    per = max(1, chunks // pp)
+    if uses_v_placement(pipeline, per):
+        return [stage, 2 * pp - 1 - stage]
+    return [stage + k * pp for k in range(per)]
+
+
+def _chunk_ranges(split: list[int]) -> list[tuple[int, int]]:
+    out, start = [], 0
+    for n in split:
+        out.append((start, start + n))
+        start += n
+    return out
+
+
+def _moe_in_range(m: Model, a: int, b: int) -> int:
+    """How many of layers a..b-1 are MoE layers ((i+1) % moe_every == 0)."""
+    if not m.is_moe:
+        return 0
+    e = m.moe_every
+    return b // e - a // e
+
+
+@dataclass(slots=True)
+class StageLayout:
+    stage: int
+    chunks: list[int]
+    layers: int            # transformer layers on this pipeline rank
+    moe_layers: int
+    embedding: bool        # holds the token embedding (chunk 0)
+    head: bool             # holds the final norm and output head (last chunk)
+
+
+def stage_layouts(plan) -> list[StageLayout]:
+    """What each pipeline rank holds, from ``placement.layers`` and the schedule's placement."""
+    return layouts_of(plan.model, plan.schedule.pipeline, plan.mesh.pp, layer_split(plan))
+
+
+def layouts_of(m: Model, pipeline: str, pp: int, split: list[int]) -> list[StageLayout]:
+    """What each of ``pp`` pipeline ranks holds when ``m`` is cut into chunks of ``split`` layers."""
+    ranges = _chunk_ranges(split)
+    last = len(split) - 1
+    out = []
+    for s in range(pp):
+        chunks = chunks_of_rank(pipeline, pp, s, len(split))
+        layers = sum(split[c] for c in chunks)
+        moe = sum(_moe_in_range(m, *ranges[c]) for c in chunks)
+        out.append(StageLayout(s, chunks, layers, moe, 0 in chunks, last in chunks))
+    return out
+
+
+# --- parameters on one rank ---------------------------------------------------------------------
+
+def _mlp_tensors(m: Model, width: int, part: str, expert: bool, count: int) -> list[tuple]:
+    """Tensors of ``count`` MLPs of inner ``width`` (already split), as (part, expert, count, dim0, numel)."""
+    h = m.hidden
+    out = []
+    mats = 3 if m.mlp == "swiglu" else 2
+    out.append((part, expert, count * (mats - 1), width, width * h))     # gate/up (or fc1): [w, h]
+    out.append((part, expert, count, h, h * width))                      # down (or fc2): [h, w]
+    if m.bias:
+        out.append((part, expert, count * (mats - 1), width, width))     # column-parallel biases: split
+        out.append((part, expert, count, h, h))                          # row-parallel bias: replicated
+    return out
+
+
+def _norm_tensors(m: Model, count: int) -> list[tuple]:
+    n = 1 if m.norm == "rmsnorm" else 2
+    return [("norms", False, count * n, m.hidden, m.hidden)]
+
+
+def stage_tensors(plan, layout: StageLayout) -> list[tuple]:
+    """The tensors one rank of pipeline stage ``layout`` holds before ZeRO-3 sharding, grouped by
+    shape: ``(part, is_expert, count, dim0, numel)``. See :func:`params_on_rank` for the convention."""
+    return layout_tensors(plan.model, layout, plan.mesh.tp, plan.mesh.ep, plan.mesh.etp)
+
+
+def layout_tensors(m: Model, layout: StageLayout, tp: int, ep: int, etp: int) -> list[tuple]:
+    """:func:`stage_tensors` for model ``m`` under tensor, expert and expert-tensor degrees."""
+    t, h, d = tp, m.hidden, head_dim(m)
+    aq = _cdiv(m.heads, t) * d
+    kvq = kv_heads_per_gpu(m.kv_heads, t) * d
+    out: list[tuple] = []
+    L, moe = layout.layers, layout.moe_layers
+    dense = L - moe
+    if L:
+        out += [("attention", False, L, aq, aq * h),            # q: [a/tp·d, h]
+                ("attention", False, 2 * L, kvq, kvq * h),      # k, v: [kv/tp·d, h]
+                ("attention", False, L, h, h * aq)]             # o: [h, a/tp·d]
+        if m.bias:
+            out += [("attention", False, L, aq, aq), ("attention", False, 2 * L, kvq, kvq),
+                    ("attention", False, L, h, h)]
+        out += _norm_tensors(m, 2 * L)
+    if dense:
+        out += _mlp_tensors(m, _cdiv(m.ffn_hidden, t), "mlp", False, dense)
+    if moe:
+        out.append(("router", False, moe, m.experts, m.experts * h))                    # [E, h]
+        local = _cdiv(m.experts, ep)
+        out += _mlp_tensors(m, _cdiv(m.moe_ffn_hidden, etp), "experts", True, moe * local)
+        if m.shared_experts:
+            out += _mlp_tensors(m, _cdiv(m.moe_ffn_hidden, t), "mlp", False, moe * m.shared_experts)
+    vrows = _cdiv(m.vocab, t)
+    if layout.embedding:
+        out.append(("embedding", False, 1, vrows, vrows * h))
+        if m.position == "learned":
+            out.append(("embedding", False, 1, m.seq_len, m.seq_len * h))
+    if layout.head:
+        out += _norm_tensors(m, 1)
+        # the output head is the embedding itself only when one rank holds both and they are tied
+        if not (m.tied_embeddings and layout.embedding):
+            out.append(("output", False, 1, vrows, vrows * h))
+    return out
+
+
+def _chunk_numel(dim0: int, numel: int, n: int, k: int) -> int:
+    """Elements in chunk ``k`` of ``torch.chunk(tensor, n, dim=0)``: ceil-sized chunks, the last
+    ones short or absent."""
+    if n <= 1:
+        return numel
+    c = _cdiv(dim0, n)
+    rows = max(0, min(c, dim0 - k * c))
+    return rows * (numel // dim0)
+
+
+def _shard_groups(plan) -> tuple[int, int]:
+    mesh = plan.mesh
+    return shard_groups(mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp)
+
+
+def shard_groups(dp, cp, tp, ep, etp):
+    """(dense, expert) ZeRO sharding group sizes: dp for dense parameters, the expert-data-parallel
+    group dp·cp·tp/(ep·etp) (at least 1) for expert parameters. Scalars or numpy arrays."""
+    ned = (dp * cp * tp) // (ep * etp)
+    return dp, ned + (ned < 1) * (1 - ned)
+
+
+def _zero(plan) -> int:
+    return plan.train.zero if plan.mode == "train" and plan.train else 0
+
+
+def params_by_part(plan, rank: int = 0, *, sharded: bool = True) -> dict[str, int]:
+    """Parameters ``rank`` holds, by part (see :func:`params_on_rank`); ``sharded=False`` gives
+    the count before ZeRO-3 sharding."""
+    from parc.model.rankmap import RankMap
+
+    rm = RankMap(plan)
+    c = rm.coords(rank)
+    stage = int(c["pp"])
+    k_dense = int(c["dp"])
+    k_exp = int(rm.expert_coords(rank)["edp"])
+    return _stage_parts(plan, stage_layouts(plan)[stage], k_dense, k_exp, sharded)
+
+
+def _stage_parts(plan, layout: StageLayout, k_dense: int = 0, k_exp: int = 0, sharded: bool = True
+                 ) -> dict[str, int]:
+    mesh = plan.mesh
+    return stage_parts(plan.model, layout, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp,
+                       zero3=sharded and _zero(plan) >= 3, k_dense=k_dense, k_exp=k_exp)
+
+
+def stage_parts(m: Model, layout: StageLayout, dp: int, cp: int, tp: int, ep: int, etp: int, *,
+                zero3: bool = False, k_dense: int = 0, k_exp: int = 0) -> dict[str, int]:
+    """Parameters by part on one GPU of stage ``layout``: shard ``k_dense`` of the dense tensors and
+    ``k_exp`` of the expert ones under ZeRO-3 (``zero3``), else everything it holds."""
+    n_dense, n_exp = shard_groups(dp, cp, tp, ep, etp) if zero3 else (1, 1)
+    parts = dict.fromkeys(PARTS, 0)
+    for part, expert, count, dim0, numel in layout_tensors(m, layout, tp, ep, etp):
+        n, k = (n_exp, k_exp) if expert else (n_dense, k_dense)
+        parts[part] += count * _chunk_numel(dim0, numel, n, k)
+    return parts
+
+
+def params_on_rank(plan, rank: int) -> int:
+    """Parameters held by global ``rank`` under parc's placement convention.
+
+    The runtime builds exactly these tensors; the convention, tensor by tensor (h hidden,
+    d head_dim, a heads, kv kv_heads, V vocab, s seq_len, f ffn_hidden, E experts):
+
+    * Pipeline: rank with pp coordinate i holds the layers of its chunks of ``placement.layers``:
+      chunks i, i+pp, i+2pp, ... (loop placement), or i and 2·pp-1-i for ``dualpipe_v`` and for
+      ``zero_bubble`` with two chunks per rank (V placement, as torch.distributed.pipelining).
+      Layer j (0-based) is MoE when the model has experts and (j+1) % moe_every == 0.
+    * The rank holding chunk 0 holds the token embedding [ceil(V/tp), h] (vocab split over tp)
+      and, for ``position = learned``, the positions [s, h] (replicated).
+    * The rank holding the last chunk holds the final norm (replicated) and the output head
+      [ceil(V/tp), h], unless embeddings are tied and the same rank holds the embedding (pp = 1,
+      or V placement); with tied embeddings on another rank it keeps its own copy (Megatron-LM).
+    * Per layer: q [a/tp·d, h]; k and v [kv'·d, h] each with kv' = kv/tp, or 1 replicated head
+      once tp > kv; o [h, a/tp·d]; the MLP matrices split over tp (SwiGLU gate and up [f/tp, h],
+      down [h, f/tp]; GELU fc1 [f/tp, h], fc2 [h, f/tp]); two norms (RMSNorm weight [h];
+      LayerNorm weight and bias [h]), replicated. With ``bias``: column-parallel biases (q, k, v,
+      gate, up, fc1) split, row-parallel biases (o, down, fc2: [h]) replicated.
+    * MoE layers replace the dense MLP with a router [E, h] (replicated, no bias), E/ep routed
+      experts stored as separate MLPs of width moe_ffn_hidden/etp, and ``shared_experts``
+      separate MLPs of width moe_ffn_hidden split over tp.
+    * With ``zero = 3`` every tensor is further sharded along dim 0 as ``torch.chunk`` does
+      (chunk k of ceil(dim0/n)-row chunks; late chunks may be short or empty): dense tensors over
+      the dp group (n = dp, k = the rank's dp coordinate), routed-expert tensors over the
+      expert-data-parallel group (n = dp·cp·tp/(ep·etp), k = the rank's edp coordinate on
+      Megatron-LM's expert grid, see :mod:`parc.model.rankmap`).
+    * Dimensions that the mesh does not divide are rounded up (such plans fail ``parc check``).
+    """
+    return sum(params_by_part(plan, rank).values())
+
+
+def param_bytes_on_rank(plan, rank: int) -> int:
+    """Bytes of the parameters ``rank`` holds: :func:`params_on_rank` × the bytes of the train
+    block's ``precision`` (training) or the model's ``dtype`` (serving)."""
+    return params_on_rank(plan, rank) * dtype_bytes(_weight_dtype(plan))
+
+
+def _weight_dtype(plan) -> str:
+    if plan.mode == "train" and plan.train:
+        return plan.train.precision
+    return plan.model.dtype
