@@ -170,17 +170,6 @@ def package_cycles() -> list[str]:
     return sorted(f"{a} -> {b} -> {a}" for a in edges for b in edges[a] if a < b and a in edges.get(b, ()))
 
 
-# The arrows against the order at the move to this layout (commit e8bc3d3), which the rest of the
-# issue #12 refactor removes; when it lands, these tests pass and their xfail marks go:
-#   parc/language/diagnostics.py:132  a foundation imports parc.resolve.reader
-#   parc/resolve/resolver.py:940,1337 resolve imports parc.cost.estimate
-# (rules no longer imports parc.targets: the targets' own rules are discovered from their folders
-# and registered by parc.targets.load_rules(), so no two layers import each other.)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "issue #12, imports against the order today: language/diagnostics.py:132 -> resolve.reader; "
-    "resolve/build.py:80,464 -> cost.estimate"))
 def test_every_import_points_down_the_pipeline():
     bad = violations()
     assert not bad, f"{len(bad)} imports against the pipeline order {' -> '.join(ORDER)}:\n" + "\n".join(bad)

@@ -10,6 +10,7 @@ from parc.language import syntax as S
 from parc.language.diagnostics import ParcError, Related, Span
 from parc.model import fields as SC
 from parc.model.dims import AXES, ParallelDims, auto_degree
+from parc.model.params import balanced_split, param_count
 from parc.model.plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, Placement, Plan, Schedule,
                              Serve, Target, Train)
 from parc.resolve.catalog import presets, target_spec
@@ -77,8 +78,6 @@ def build_model(r: Evaluator, top: Span) -> Model:
               (" (or a preset with `from = ...`)" if not pre else ""), head,
               help="set them, or start from a preset: `from = llama3_8b` (`parc presets` lists them)")
         raise _Incomplete()
-    from parc.cost import estimate as costmodel
-
     h, a = vals["hidden"], vals["heads"]
     mlp = vals.get("mlp") or "swiglu"
     if vals.get("kv_heads") is None:
@@ -110,7 +109,7 @@ def build_model(r: Evaluator, top: Span) -> Model:
         max_positions=vals.get("max_positions"), preset=r.values.get("model.from"))
     if vals.get("seq_len") is None:
         r.spans["model.seq_len"] = head
-    m.params = vals["params"] if vals.get("params") is not None else costmodel.param_count(m)
+    m.params = vals["params"] if vals.get("params") is not None else param_count(m)
     if vals.get("params") is None:
         r.spans["model.params"] = from_span
     return m
@@ -461,8 +460,6 @@ def _fill_schedule(r: Evaluator, sched: Schedule, mesh: Mesh, top: Span) -> None
 
 def _resolve_split(plan: Plan) -> None:
     """Fill ``placement.layers`` for even and balanced splits (explicit lists stay as given)."""
-    from parc.cost import estimate as costmodel
-
     p = plan.placement
     stages = plan.mesh.pp * plan.schedule.virtual_stages
     if p.layers_mode == "explicit" or stages <= 0:
@@ -471,4 +468,4 @@ def _resolve_split(plan: Plan) -> None:
     if p.layers_mode == "even":
         p.layers = [L // stages] * stages if L % stages == 0 else None
     else:
-        p.layers = costmodel.balanced_split(plan.model, stages)
+        p.layers = balanced_split(plan.model, stages)

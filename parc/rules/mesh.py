@@ -159,7 +159,7 @@ def layers_stages(plan, c):
     if plan.mode == "serve" and "vllm" in plan.targets and set(plan.targets) <= {"vllm", "json"} \
             and not given(plan, "placement.layers"):
         return  # vLLM splits layers unevenly by itself when the spec does not ask for `even`
-    from parc.cost.estimate import balanced_split
+    from parc.model.params import balanced_split
 
     what = f"pp = {m.pp}" + (f" × virtual_stages = {v} = {count(stages, 'stage')}" if v > 1 else " stages")
     w, inner = plan.cluster.world, m.cp * m.tp
@@ -185,7 +185,7 @@ def layers_stages(plan, c):
 def explicit_split(plan, c):
     m, md, pl = plan.mesh, plan.model, plan.placement
     v, stages = dims(plan).virtual_stages, dims(plan).stages
-    from parc.cost.estimate import balanced_split
+    from parc.model.params import balanced_split
 
     span = c.at("placement.layers")
     if pl.layers_mode == "balanced":

@@ -99,6 +99,6 @@ def rehearse(plan: Plan, seq_len: int | None = None) -> Plan:
 
 
 def _param_count(m) -> int:
-    from parc.cost.estimate import param_count
+    from parc.model.params import param_count
 
     return param_count(m)
