@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parc.model.dims import expert_dp_of
 from parc.model.params import (  # noqa: F401 - the counts, re-exported for the cost model's users
     attention_params, balanced_split, embedding_params, expert_params, is_moe_layer, layer_params,
     mlp_params, moe_layer_mlp_params, norm_params, output_params, param_count)
@@ -217,8 +218,7 @@ def _shard_groups(plan) -> tuple[int, int]:
 def shard_groups(dp, cp, tp, ep, etp):
     """(dense, expert) ZeRO sharding group sizes: dp for dense parameters, the expert-data-parallel
     group dp·cp·tp/(ep·etp) (at least 1) for expert parameters. Scalars or numpy arrays."""
-    ned = (dp * cp * tp) // (ep * etp)
-    return dp, ned + (ned < 1) * (1 - ned)
+    return dp, expert_dp_of(dp, cp, tp, ep, etp)
 
 
 def _zero(plan) -> int:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from parc.model.targets import rank_orders
 from parc.rules import WARNING, rule
+from parc.rules.util import dims
 from parc.targets.base import settings, target_span
 from parc.targets.megatron import TARGET, fsdp
 
@@ -89,7 +90,7 @@ def megatron_expert_dp(plan, c):
     order = [ax for ax in m.order if m.size(ax) > 1]
     if order.index("dp") > order.index("pp"):
         return  # pp outermost: Megatron's default order
-    region = m.dp * m.cp * m.tp
+    region = dims(plan).region
     edp = region // (m.ep * m.etp) if region % (m.ep * m.etp) == 0 else None
     if edp is None or edp == m.dp:
         return

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from parc.model.targets import rank_order as imposed_order
 from parc.rules import NOTE, WARNING, rule
-from parc.rules.util import divisors, join
+from parc.rules.util import dims, divisors, join
 from parc.targets.base import order_over, settings, target_span
 from parc.targets.vllm import TARGET, replica
 from parc.words import count
@@ -58,7 +58,7 @@ def vllm_ep(plan, c):
     m, md = plan.mesh, plan.model
     if plan.mode != "serve" or not md.is_moe or (m.ep <= 1 and m.etp <= 1):
         return
-    region = m.dp * m.cp * m.tp
+    region = dims(plan).region
     if m.etp > 1:
         c.report(c.at("mesh.etp"),
                  f"vLLM cannot split experts with etp = {m.etp}: with expert parallelism each expert lives whole "
