@@ -123,13 +123,23 @@ _local = threading.local()  # .stream: the _Stream of the parse running on this 
 
 
 def _comment(tok):
-    _local.stream.comments.append(tok)
+    stream = getattr(_local, "stream", None)
+    if stream is not None:  # None: lark's parser used directly, outside parse_text
+        stream.comments.append(tok)
     return tok
 
 
-_CALLBACKS = {"COMMENT": _comment,
-              "LBRACE": lambda tok: _local.stream.braces.lbrace(tok),
-              "RBRACE": lambda tok: _local.stream.braces.rbrace(tok)}
+def _lbrace(tok):
+    stream = getattr(_local, "stream", None)
+    return tok if stream is None else stream.braces.lbrace(tok)
+
+
+def _rbrace(tok):
+    stream = getattr(_local, "stream", None)
+    return tok if stream is None else stream.braces.rbrace(tok)
+
+
+_CALLBACKS = {"COMMENT": _comment, "LBRACE": _lbrace, "RBRACE": _rbrace}
 
 
 @contextmanager

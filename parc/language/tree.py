@@ -14,6 +14,7 @@ import re
 from fractions import Fraction
 
 from lark import Transformer_NonRecursive, v_args
+from lark.exceptions import VisitError
 
 from parc.language import syntax as S
 from parc.language.diagnostics import ERROR, Diagnostic, ParcError, Span
@@ -60,12 +61,14 @@ class ToSyntax(Transformer_NonRecursive):
         return Span(self.file, m.line, m.column, m.end_line, m.end_column, m.start_pos, m.end_pos)
 
     def text(self, t) -> str:
-        """A token's text; one longer than the grammar reads is noted as a problem."""
+        """A token's text; one longer than the grammar reads is noted as a problem (the document
+        is then refused, so its cut text is never read)."""
         if len(t.value) > MAX_TOKEN:
             self.problems.append(Diagnostic(
                 "P001", ERROR, f"this {_KIND.get(t.type, 'token')} is {len(t.value):,} characters long; "
                 f"parc reads tokens of at most {MAX_TOKEN:,} characters", self.tok_span(t),
                 help="shorten it; a spec names things and sizes, it does not carry data"))
+            return t.value[:MAX_TOKEN]
         return t.value
 
     def _quoted(self, t) -> tuple[str, bool]:
@@ -176,7 +179,10 @@ class ToSyntax(Transformer_NonRecursive):
     # -- limits
     def document(self, tree) -> S.Document:
         """The document of ``tree``; raises ParcError on the first node past a limit."""
-        doc = self.transform(tree)
+        try:
+            doc = self.transform(tree)
+        except VisitError as e:  # lark wraps what a method raised
+            raise e.orig_exc from None
         found = list(self.problems)
         found += self._too_deep(doc.items)
         if found:
