@@ -51,6 +51,12 @@ class ToSyntax(Transformer_NonRecursive):
         self.height: dict[int, int] = {}  # id(block) -> blocks nested in it, itself included
         self.problems: list[Diagnostic] = []  # tokens past MAX_TOKEN, in the order met
 
+    def _call_userfunc(self, tree, new_children=None):
+        """Each rule's method, called as ``v_args(meta=True)`` declares it: lark's own dispatch
+        wraps the method anew at every node, a third of the cost of a parse."""
+        children = tree.children if new_children is None else new_children
+        return _RULES[tree.data](self, tree.meta, children)
+
     # -- spans and tokens
     def tok_span(self, t) -> Span:
         return Span(self.file, t.line, t.column, t.end_line, t.end_column, t.start_pos, t.end_pos)
@@ -227,3 +233,6 @@ class ToSyntax(Transformer_NonRecursive):
         if isinstance(v, S.Neg):
             return [(v.operand, level + 1)]
         return []
+
+
+_RULES = {name: w.base_func for name, w in vars(ToSyntax).items() if hasattr(w, "visit_wrapper")}
