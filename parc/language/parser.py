@@ -28,7 +28,7 @@ from pathlib import Path
 from parc.language import syntax as S
 from parc.language.diagnostics import ERROR, Diagnostic, ParcError, Span
 from parc.language.recover import MAX_SYNTAX_ERRORS, Braces, Recovery
-from parc.language.tree import MAX_DEPTH, MAX_TOKEN, ToSyntax
+from parc.language.tree import MAX_DEPTH, MAX_TOKEN, to_syntax
 
 GRAMMAR_DIR = Path(__file__).resolve().parent
 GRAMMAR_PATH = GRAMMAR_DIR / "par.lark"
@@ -291,7 +291,7 @@ def _parse_tree(text: str, file: str, stream: _Stream) -> S.Document:
     if found:
         raise SyntaxFailure(found[0], found[1:], comments)
     try:
-        doc = ToSyntax(file).document(tree)
+        doc = to_syntax(tree, file)
     except ParcError as e:
         raise SyntaxFailure(e.diagnostic, e.more, comments) from None
     doc.comments = comments

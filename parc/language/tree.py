@@ -58,28 +58,28 @@ class ToSyntax(Transformer_NonRecursive):
         return _RULES[tree.data](self, tree.meta, children)
 
     # -- spans and tokens
-    def tok_span(self, t) -> Span:
+    def _tok_span(self, t) -> Span:
         return Span(self.file, t.line, t.column, t.end_line, t.end_column, t.start_pos, t.end_pos)
 
-    def span(self, m) -> Span:
+    def _span(self, m) -> Span:
         if m.empty:
             return Span.point(self.file)
         return Span(self.file, m.line, m.column, m.end_line, m.end_column, m.start_pos, m.end_pos)
 
-    def text(self, t) -> str:
+    def _text(self, t) -> str:
         """A token's text; one longer than the grammar reads is noted as a problem (the document
         is then refused, so its cut text is never read)."""
         if len(t.value) > MAX_TOKEN:
             self.problems.append(Diagnostic(
                 "P001", ERROR, f"this {_KIND.get(t.type, 'token')} is {len(t.value):,} characters long; "
-                f"parc reads tokens of at most {MAX_TOKEN:,} characters", self.tok_span(t),
+                f"parc reads tokens of at most {MAX_TOKEN:,} characters", self._tok_span(t),
                 help="shorten it; a spec names things and sizes, it does not carry data"))
             return t.value[:MAX_TOKEN]
         return t.value
 
     def _quoted(self, t) -> tuple[str, bool]:
         quoted = t.type == "STRING"
-        return (_unescape(self.text(t)) if quoted else self.text(t)), quoted
+        return (_unescape(self._text(t)) if quoted else self._text(t)), quoted
 
     def _value(self, node, nest: int):
         self.nest[id(node)] = nest
@@ -95,7 +95,7 @@ class ToSyntax(Transformer_NonRecursive):
 
     def use(self, meta, children):
         (p,) = children
-        return S.Use(_unescape(self.text(p)), self.span(meta), self.tok_span(p))
+        return S.Use(_unescape(self._text(p)), self._span(meta), self._tok_span(p))
 
     def block(self, meta, children):
         kind, label, *items = children
@@ -103,8 +103,8 @@ class ToSyntax(Transformer_NonRecursive):
         quoted = False
         if label is not None:
             lab, quoted = self._quoted(label)
-            lab_span = self.tok_span(label)
-        b = S.Block(self.text(kind), self.tok_span(kind), lab, lab_span, items, self.span(meta), quoted)
+            lab_span = self._tok_span(label)
+        b = S.Block(self._text(kind), self._tok_span(kind), lab, lab_span, items, self._span(meta), quoted)
         self.height[id(b)] = 1 + max((self.height[id(i)] for i in items if isinstance(i, S.Block)), default=0)
         return b
 
@@ -117,55 +117,55 @@ class ToSyntax(Transformer_NonRecursive):
     def assign(self, meta, children):
         ktok, value = children
         k, quoted = self._quoted(ktok)
-        return S.Assign(k, self.tok_span(ktok), value, self.span(meta), quoted)
+        return S.Assign(k, self._tok_span(ktok), value, self._span(meta), quoted)
 
     def on_rule(self, meta, children):
         a, b = children
-        return S.OnRule(self.text(a), self.tok_span(a), self.text(b), self.tok_span(b), self.span(meta))
+        return S.OnRule(self._text(a), self._tok_span(a), self._text(b), self._tok_span(b), self._span(meta))
 
     # -- values
     def number(self, meta, children):
         (tok,) = children
-        return self._value(S.Number(_num(self.text(tok)), tok.value, self.span(meta)), 0)
+        return self._value(S.Number(_num(self._text(tok)), tok.value, self._span(meta)), 0)
 
     def quantity(self, meta, children):
         (tok,) = children
-        m = _UNIT_SPLIT.fullmatch(self.text(tok))
-        return self._value(S.Quantity(_num(m.group(1)), m.group(2), tok.value, self.span(meta)), 0)
+        m = _UNIT_SPLIT.fullmatch(self._text(tok))
+        return self._value(S.Quantity(_num(m.group(1)), m.group(2), tok.value, self._span(meta)), 0)
 
     def string(self, meta, children):
         (tok,) = children
-        return self._value(S.String(_unescape(self.text(tok)), tok.value, self.span(meta)), 0)
+        return self._value(S.String(_unescape(self._text(tok)), tok.value, self._span(meta)), 0)
 
     def true(self, meta, children):
-        return self._value(S.Bool(True, self.span(meta)), 0)
+        return self._value(S.Bool(True, self._span(meta)), 0)
 
     def false(self, meta, children):
-        return self._value(S.Bool(False, self.span(meta)), 0)
+        return self._value(S.Bool(False, self._span(meta)), 0)
 
     def auto(self, meta, children):
-        return self._value(S.Auto(self.span(meta)), 0)
+        return self._value(S.Auto(self._span(meta)), 0)
 
     def ref(self, meta, children):
-        return self._value(S.Ref([self.text(c) for c in children], self.span(meta)), 0)
+        return self._value(S.Ref([self._text(c) for c in children], self._span(meta)), 0)
 
     def call(self, meta, children):
         name, *args = children
         args = [a for a in args if a is not None]
-        return self._value(S.Call(self.text(name), args, self.span(meta), self.tok_span(name)),
+        return self._value(S.Call(self._text(name), args, self._span(meta), self._tok_span(name)),
                            self._inside(args))
 
     def list(self, meta, children):
         items = [c for c in children if c is not None]
-        return self._value(S.List(items, self.span(meta)), self._inside(items))
+        return self._value(S.List(items, self._span(meta)), self._inside(items))
 
     def neg(self, meta, children):
-        return self._value(S.Neg(children[0], self.span(meta)), self._inside(children))
+        return self._value(S.Neg(children[0], self._span(meta)), self._inside(children))
 
     def _binop(self, op: str, meta, children):
         left, right = children
         nest = max(self.nest[id(left)], 1 + self.nest[id(right)])  # the left operand: same level
-        return self._value(S.BinOp(op, left, right, self.span(meta)), nest)
+        return self._value(S.BinOp(op, left, right, self._span(meta)), nest)
 
     def add(self, meta, children):
         return self._binop("+", meta, children)
@@ -183,7 +183,7 @@ class ToSyntax(Transformer_NonRecursive):
         return self._binop("%", meta, children)
 
     # -- limits
-    def document(self, tree) -> S.Document:
+    def _document(self, tree) -> S.Document:
         """The document of ``tree``; raises ParcError on the first node past a limit."""
         try:
             doc = self.transform(tree)
@@ -236,3 +236,8 @@ class ToSyntax(Transformer_NonRecursive):
 
 
 _RULES = {name: w.base_func for name, w in vars(ToSyntax).items() if hasattr(w, "visit_wrapper")}
+
+
+def to_syntax(tree, file: str) -> S.Document:
+    """The document of lark's parse ``tree``; raises ParcError on the first node past a limit."""
+    return ToSyntax(file)._document(tree)
