@@ -104,29 +104,14 @@ def lint_paths(paths: Sequence[str], *, select=None, ignore=None, targets: Seque
 def lint_files(files: Sequence[str], *, select=None, ignore=None, targets: Sequence[str] = (),
                root=None) -> LintResult:
     """Lint ``files`` (already discovered); see the module doc for what runs on each."""
-    from parc.rules import rule_docs
+    from parc.language.parser import shared_parses
 
     selector = select if isinstance(select, Selector) else Selector(select, ignore)
     texts, failed = read_files(files, root)
     run = _Run(texts, selector)
-    run.check_all(targets, root)
-    by_file: dict[str, list[Diagnostic]] = {}
-    for d in run.raw:
-        if selector(d.code):
-            by_file.setdefault(d.span.file, []).append(d)
-    known = set(_known_codes(rule_docs()))
-    out: list[Diagnostic] = []
-    suppressed = 0
-    for f in list(dict.fromkeys([*texts, *by_file])):
-        text = run.sources.get(f)
-        sups = suppressions(f, text) if text is not None else []
-        kept, n = apply(by_file.get(f, []), sups)
-        out += kept
-        suppressed += n
-        if f in texts:  # unused suppressions only in the files being linted
-            extra, n = stale(sups, selector, known, run.judged.get(f, False))
-            out += extra
-            suppressed += n
+    with shared_parses():  # each text parsed once: for the checks, the layout and its comments
+        run.check_all(targets, root)
+        out, suppressed = run.suppress(selector)
     out.extend(failed)  # files that could not be read: reported whatever the selection
     out.sort(key=sort_key)
     return LintResult(list(texts), out, run.sources, suppressed, [_one_line(d) for d in failed])
@@ -145,6 +130,30 @@ class _Run:
         self.judged: dict[str, bool] = {}
         self.canon = {os.path.realpath(f): f for f in texts}
 
+    def suppress(self, selector: Selector) -> tuple[list[Diagnostic], int]:
+        """The selected diagnostics no suppression silences, the unused suppressions, and how
+        many diagnostics were silenced."""
+        from parc.rules import rule_docs
+
+        by_file: dict[str, list[Diagnostic]] = {}
+        for d in self.raw:
+            if selector(d.code):
+                by_file.setdefault(d.span.file, []).append(d)
+        known = set(_known_codes(rule_docs()))
+        out: list[Diagnostic] = []
+        suppressed = 0
+        for f in list(dict.fromkeys([*self.texts, *by_file])):
+            text = self.sources.get(f)
+            sups = suppressions(f, text) if text is not None else []
+            kept, n = apply(by_file.get(f, []), sups)
+            out += kept
+            suppressed += n
+            if f in self.texts:  # unused suppressions only in the files being linted
+                extra, n = stale(sups, selector, known, self.judged.get(f, False))
+                out += extra
+                suppressed += n
+        return out, suppressed
+
     def keep(self, d: Diagnostic):
         if d.span.file not in self.texts:  # the same file, named another way by an importer
             same = self.canon.get(os.path.realpath(d.span.file))
@@ -156,19 +165,17 @@ class _Run:
             self.raw.append(d)
 
     def check_all(self, targets, root):
-        from parc.language.parser import shared_parses
         from parc.rules.style import text_checks
 
-        with shared_parses():
-            used = imported(self.texts)
-            for f, text in self.texts.items():
-                if is_fragment(f, text, used):
-                    self.syntax_only(f, text)
-                else:
-                    self.check(f, text, targets, root)
-                if self.layout_check:
-                    for d in text_checks(f, text):
-                        self.keep(d)
+        used = imported(self.texts)
+        for f, text in self.texts.items():
+            if is_fragment(f, text, used):
+                self.syntax_only(f, text)
+            else:
+                self.check(f, text, targets, root)
+            if self.layout_check:
+                for d in text_checks(f, text):
+                    self.keep(d)
 
     def syntax_only(self, f: str, text: str):
         from parc.language.parser import parse_text
