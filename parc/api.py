@@ -26,11 +26,13 @@ class CheckResult:
 
 
 def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, text: str | None = None,
-               select=None) -> CheckResult:
-    """Parse, resolve and validate one spec. Raises OSError if the spec itself cannot be read."""
-    from parc.resolve.resolver import load
+               select=None, reader=None, shown: str | None = None) -> CheckResult:
+    """Parse, resolve and validate one spec. Raises OSError if the spec itself cannot be read.
+    ``reader`` reads the spec and its imports (``parc.resolve.loader``; the working tree by
+    default), ``shown`` names the spec in diagnostics."""
+    from parc.resolve import load
 
-    res = load(path, root=root, text=text, partial=True)
+    res = load(path, root=root, text=text, shown=shown, partial=True, reader=reader)
     diags = list(res.diagnostics)
     # errors confined to `train` or `serve` leave a partial plan: the rules that do not read those
     # blocks still run, so the spec's other mistakes are reported in the same run
@@ -51,7 +53,16 @@ def load_plan(path: str | os.PathLike, targets: Iterable[str] = (), root=None) -
     """The resolved plan of a spec that checks without errors; ValueError listing the errors otherwise."""
     r = check_file(path, targets, root)
     if not r.ok or r.plan is None:
-        from parc.language.diagnostics import render_text
+        from parc.report.diagnostics.text import render_text
 
         raise ValueError("the spec has errors:\n" + render_text(r.errors, r.sources))
     return r.plan
+
+
+def session(spec, targets: Iterable[str] = (), root=None, **options):
+    """A :class:`parc.runtime.api.Session` for ``spec`` (a ``.par`` file or a resolved Plan):
+    the spec is checked first (ValueError listing its errors), then torch is imported."""
+    plan = spec if isinstance(spec, Plan) else load_plan(spec, targets, root)
+    from parc.runtime.api import Session
+
+    return Session(plan, **options)

@@ -1,6 +1,7 @@
 """Golden files: every example (and test spec) x every target that accepts it, byte for byte.
 
-PARC_UPDATE_GOLDEN=1 rewrites the golden files on purpose; review the diff before committing."""
+PARC_UPDATE_GOLDEN=1 rewrites the golden files on purpose (tests/support/snapshot.py); review the
+diff before committing."""
 from __future__ import annotations
 
 import os
@@ -10,8 +11,8 @@ import sys
 import pytest
 
 from backends_support import EXAMPLES, GOLDEN, ROOT, TARGETS, TEST_SPECS, compile_rel, golden_path, golden_text
+from support.snapshot import assert_no_snapshot, assert_snapshot, stray_snapshots
 
-UPDATE = os.environ.get("PARC_UPDATE_GOLDEN") == "1"
 CASES = [(s, t) for s in EXAMPLES + TEST_SPECS for t in TARGETS]
 
 
@@ -21,17 +22,10 @@ def test_golden(spec, target):
     path = golden_path(spec, target)
     if files is None:
         assert r.errors, "refused without an error"
-        if UPDATE and path.exists():
-            path.unlink()
-        assert not path.exists(), f"{spec} no longer compiles for {target}: " + "; ".join(
-            f"{d.code} {d.message}" for d in r.errors)
+        assert_no_snapshot(path, f"{spec} no longer compiles for {target}: " + "; ".join(
+            f"{d.code} {d.message}" for d in r.errors))
         return
-    text = golden_text(files)
-    if UPDATE:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(text.encode())
-    assert path.exists(), f"no golden file for {spec} x {target}; run with PARC_UPDATE_GOLDEN=1"
-    assert path.read_bytes() == text.encode(), f"{path.relative_to(ROOT)} differs; PARC_UPDATE_GOLDEN=1 rewrites it"
+    assert_snapshot(path, golden_text(files))
 
 
 def test_every_target_has_goldens():
@@ -43,8 +37,7 @@ def test_every_target_has_goldens():
 
 
 def test_no_stray_goldens():
-    known = {golden_path(s, t) for s, t in CASES}
-    stray = [p for p in GOLDEN.glob("*/*.txt") if p not in known]
+    stray = stray_snapshots(GOLDEN, "*/*.txt", [golden_path(s, t) for s, t in CASES])
     assert not stray, f"golden files without a case: {stray}"
 
 

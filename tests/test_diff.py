@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from parc.cli.main import main
+from support.snapshot import assert_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
-GOLDEN = Path(__file__).resolve().parent / "data" / "diff"
+GOLDEN = Path(__file__).resolve().parent / "golden" / "diff"
 EXAMPLE = ROOT / "examples" / "gpt3-175b-train.par"
 
 
@@ -35,10 +36,7 @@ def test_markdown_snapshot_for_a_change_of_tp_and_pp(tmp_path, monkeypatch, caps
     old, new = _tp_pp_change(tmp_path, monkeypatch)
     assert main(["diff", old, new, "--format", "markdown"]) == 0
     got = capsys.readouterr().out
-    golden = GOLDEN / "gpt3-175b-tp-pp.md"
-    if os.environ.get("PARC_UPDATE_GOLDEN"):
-        golden.write_text(got, encoding="utf-8")
-    assert got == golden.read_text(encoding="utf-8")
+    assert_snapshot(GOLDEN / "gpt3-175b-tp-pp.md", got)
 
 
 def test_json_has_both_estimates_the_setting_changes_and_the_metrics(tmp_path, monkeypatch, capsys):
@@ -131,3 +129,28 @@ def test_git_reads_the_old_version_and_its_imports_from_the_revision(tmp_path, m
     assert changes["cluster.nodes"] == (2, 4) and changes["mesh.tp"] == (8, 4) and changes["mesh.dp"] == (2, 8)
     assert main(["diff", "--git", "no-such-rev", "train.par"]) == 2
     assert "no-such-rev" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_git_resolves_the_old_imports_as_check_does(tmp_path, monkeypatch, capsys):
+    """The old version's imports are resolved at the revision by the loader itself: a missing
+    import gets check's did-you-mean from the revision's files, and no temporary folder shows."""
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True,
+                       env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
+                            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"})
+
+    (tmp_path / "specs" / "clusters").mkdir(parents=True)
+    (tmp_path / "specs" / "clusters" / "pod.par").write_text(
+        'cluster "pod" {\n  nodes         = 2\n  gpus_per_node = 8\n  gpu           = h100_sxm\n}\n')
+    spec = tmp_path / "specs" / "train.par"
+    spec.write_text('use "clusters/pdo.par"\n\nmodel "m" { from = llama3_8b }\n')
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    spec.write_text('use "clusters/pod.par"\n\nmodel "m" { from = llama3_8b }\n')
+    monkeypatch.chdir(tmp_path / "specs")
+    assert main(["diff", "--git", "HEAD", "train.par"]) == 1
+    err = capsys.readouterr().err
+    assert "HEAD:train.par:1:5: P013 error: imported file `clusters/pdo.par` not found" in err
+    assert "did you mean `pod.par`?" in err and "parc-diff-" not in err

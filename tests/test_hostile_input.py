@@ -20,7 +20,8 @@ import pytest
 
 from parc.api import check_file
 from parc.language import parser as P
-from parc.language.diagnostics import Diagnostic, ParcError, Span, render_text
+from parc.language.diagnostics import Diagnostic, ParcError, Span
+from parc.report.diagnostics.text import render_text
 
 ROOT = Path(__file__).resolve().parent.parent
 

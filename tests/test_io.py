@@ -326,3 +326,26 @@ def test_diff_git_reads_old_versions_by_the_same_rules(tmp_path, monkeypatch, ca
     assert "it is a link" in err and "PATH=" not in err
     assert main(["diff", "--git", "HEAD", "big.par"]) == 2
     assert "at most 1 MiB" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not Path("/usr/bin/git").exists() and not any(
+    (Path(d) / "git").exists() for d in os.environ.get("PATH", "").split(os.pathsep)), reason="needs git")
+def test_diff_git_refuses_an_import_that_was_a_link(tmp_path, monkeypatch, capsys):
+    """An import of the old version is read from the revision by the loader's own rules: one
+    that was a link there is refused as a link (P030, an I/O failure), not reported as a missing file."""
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True,
+                       env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
+                            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"})
+
+    (tmp_path / "box.par").symlink_to("/proc/self/environ")
+    write(tmp_path, "spec.par", 'use "box.par"\n' + GOOD)
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    (tmp_path / "box.par").unlink()
+    write(tmp_path, "box.par", "")
+    monkeypatch.chdir(tmp_path)
+    assert main(["diff", "--git", "HEAD", "spec.par"]) == 2  # as an unreadable import on disk
+    err = capsys.readouterr().err
+    assert "P030" in err and "it is a link" in err and "P013" not in err and "PATH=" not in err

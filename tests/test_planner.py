@@ -440,23 +440,23 @@ def test_no_plan_fits(write_spec, capsys):
 
 
 def test_progress_bar_only_on_a_terminal():
-    from parc.cli.plan import _Bar
+    from parc.progress import Progress
 
     class Tty(io.StringIO):
         def isatty(self):
             return True
 
     quiet = io.StringIO()
-    bar = _Bar(quiet, after=0.0)
-    bar(0.5, "costing")
+    bar = Progress(stream=quiet, after=0.0)
+    bar.fraction(0.5, "costing")
     bar.close()
     assert quiet.getvalue() == ""
     tty = Tty()
-    bar = _Bar(tty, after=0.0)
-    bar(0.5, "costing")
+    bar = Progress(stream=tty, after=0.0)
+    bar.fraction(0.5, "costing")
     assert "50%" in tty.getvalue() and "#" * 15 in tty.getvalue()
     bar.close()
     slow = Tty()
-    bar = _Bar(slow, after=60.0)   # a search that ends within its first second draws nothing
-    bar(1.0, "costing")
+    bar = Progress(stream=slow, after=60.0)   # a search that ends within its first second draws nothing
+    bar.fraction(1.0, "costing")
     assert slow.getvalue() == ""

@@ -1,17 +1,18 @@
 """What a user sees, byte for byte: the text renderer on a handful of errors.
 
-Regenerate on purpose with PARC_UPDATE_GOLDEN=1.
+Regenerate on purpose with PARC_UPDATE_GOLDEN=1 (tests/support/snapshot.py).
 """
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from parc.api import check_file
-from parc.language.diagnostics import render_json, render_text
+from parc.report.diagnostics.json import render_json
+from parc.report.diagnostics.text import render_text
+from support.snapshot import assert_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path("tests/data/render")
@@ -29,10 +30,7 @@ def test_text_renderer_golden(name):
     r = check_file(DATA / f"{name}.par")
     assert r.diagnostics, "each golden case has at least one finding"
     got = render_text(r.diagnostics, r.sources, color=False)
-    path = GOLDEN / f"{name}.txt"
-    if os.environ.get("PARC_UPDATE_GOLDEN"):
-        path.write_text(got)
-    assert got == path.read_text()
+    assert_snapshot(GOLDEN / f"{name}.txt", got)
 
 
 def test_colour_only_when_asked():

@@ -1,7 +1,7 @@
 """P5xx advice: warnings for plans that run but that an expert would not write."""
 from __future__ import annotations
 
-from test_rules_mesh import assert_fires, assert_quiet, spec
+from support.specs import assert_fires, assert_quiet, spec
 
 L70 = "from = llama3_70b"
 SERVE = "max_model_len = 4096"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_rules_mesh import spec
+from support.specs import spec
 
 FAILS = {"argument check", "initialisation", "model build", "first step", "runs", "not checked", "not applicable"}
 

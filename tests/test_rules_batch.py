@@ -1,7 +1,7 @@
 """P2xx batch and schedule rules: a spec that triggers each, and the same spec made valid."""
 from __future__ import annotations
 
-from test_rules_mesh import assert_fires, assert_quiet, spec
+from support.specs import assert_fires, assert_quiet, spec
 
 L70 = "from = llama3_70b; seq_len = 4096"
 MEG = {"megatron": 'entrypoint = "pretrain_gpt.py"'}

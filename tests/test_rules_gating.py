@@ -5,7 +5,7 @@ it reads was judged wrong by an earlier error.
 """
 from __future__ import annotations
 
-from test_rules_mesh import spec
+from support.specs import spec
 
 
 def codes(result) -> list[str]:

@@ -1,69 +1,12 @@
 """P1xx mesh divisibility: each rule fires on one spec and not on the same spec made valid.
 
-``spec(...)`` builds a spec from block bodies; the other rule tests import it from here.
+``spec(...)`` and the fire/quiet helpers live in tests/support/specs.py, shared by every rule test.
 """
 from __future__ import annotations
 
 import pytest
 
-CLUSTER = """cluster "c" {{
-  nodes         = {nodes}
-  gpus_per_node = {gpn}
-  gpu           = h100_sxm
-  intra_node    = {intra}
-  inter_node    = infiniband(400Gb/s)
-}}"""
-
-
-def spec(model="from = llama3_8b", nodes=1, gpn=8, mesh="dp = 8", placement=None, schedule=None,
-         train="zero = 1", serve=None, target=None, intra="nvlink(450GB/s)") -> str:
-    """A spec with one statement per line in each block; ``train`` is dropped when ``serve`` is given."""
-    def block(head, body):
-        lines = [s.strip() for s in body.replace(";", "\n").split("\n") if s.strip()]
-        return head + " {\n" + "".join(f"  {s}\n" for s in lines) + "}"
-
-    parts = [block('model "m"', model), CLUSTER.format(nodes=nodes, gpn=gpn, intra=intra), block("mesh", mesh)]
-    if placement:
-        parts.append(block("placement", placement))
-    if schedule:
-        parts.append(block("schedule", schedule))
-    if serve is not None:
-        parts.append(block("serve", serve))
-    elif train is not None:
-        parts.append(block("train", train))
-    for name, body in (target or {}).items():
-        parts.append(block(f"target {name}", body))
-    return "\n".join(parts) + "\n"
-
-
-def line_of(text: str, needle: str) -> int:
-    for i, ln in enumerate(text.splitlines(), 1):
-        if needle in ln:
-            return i
-    raise AssertionError(f"{needle!r} not in spec")
-
-
-def only(result, code):
-    """The diagnostics of ``code`` (asserting there is exactly one)."""
-    got = [d for d in result.diagnostics if d.code == code]
-    assert len(got) == 1, [(d.code, d.message) for d in result.diagnostics]
-    return got[0]
-
-
-def assert_fires(check_spec, text, code, at, severity="error", target=None, targets=()):
-    r = check_spec(text, targets)
-    d = only(r, code)
-    assert d.span.line == line_of(text, at), (d.span.line, d.message)
-    assert d.severity == severity
-    assert d.target == target
-    return d
-
-
-def assert_quiet(check_spec, text, code, targets=()):
-    r = check_spec(text, targets)
-    assert not [d for d in r.diagnostics if d.code == code], [(d.code, d.message) for d in r.diagnostics]
-    return r
-
+from support.specs import assert_fires, assert_quiet, spec
 
 SERVE = "max_model_len = 4096"
 L70 = "from = llama3_70b"

@@ -1,7 +1,7 @@
 """P6xx target rules: each names its target and fires only when that target is asked for."""
 from __future__ import annotations
 
-from test_rules_mesh import assert_fires, assert_quiet, spec
+from support.specs import assert_fires, assert_quiet, spec
 
 L70 = "from = llama3_70b"
 SERVE = "max_model_len = 4096"
@@ -161,7 +161,7 @@ def test_p615_deepspeed_zero_with_pipeline(check_spec):
 
 
 def test_p601_p602_point_at_the_block_and_name_the_specs_model(check_spec):
-    from test_rules_mesh import line_of
+    from support.specs import line_of
 
     # --target vllm without a block: P602 points at the model vLLM must load and suggests its own id
     text = "# Mixtral on one node\n" + spec("from = mixtral_8x7b", mesh="tp = 8", serve=SERVE)

@@ -1,7 +1,7 @@
 """P3xx topology rules, read from the rank map: a spec that triggers each, and the same made valid."""
 from __future__ import annotations
 
-from test_rules_mesh import assert_fires, assert_quiet, line_of, spec
+from support.specs import assert_fires, assert_quiet, line_of, spec
 
 L70 = "from = llama3_70b"
 SERVE = "max_model_len = 4096"

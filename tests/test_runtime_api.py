@@ -190,3 +190,17 @@ def test_user_stages_in_the_plans_pipeline(tmp_path):
     res = run_function(rank_fn, 4, deadline=time.time() + 120)
     assert all(r["diff"] < 1e-6 for r in res)
     assert res[0]["actions"][:2] == ["0F0", "0F1"]
+
+
+def test_a_spec_is_resolved_above_the_runtime(tmp_path):
+    """The runtime reads plans, not specs: Session names parc.api.session for a .par file, and
+    session() checks the spec before any rank is touched (a mesh larger than the cluster)."""
+    from parc.api import session
+    from parc.runtime.api import Session
+
+    spec = tmp_path / "mine.par"
+    spec.write_text(SPEC.format(mesh="tp = 8", zero=0, schedule=""))
+    with pytest.raises(TypeError, match=r"parc\.api\.session"):
+        Session(str(spec))
+    with pytest.raises(ValueError, match="the spec has errors"):
+        session(spec, root=tmp_path)

@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
-from test_runtime_matrix import MOE, load, spec_text  # noqa: E402
+from support.specs import MOE, load, spec_text  # noqa: E402
 
 from parc.runtime import shrink  # noqa: E402
 from parc.runtime.launch import prepare_env  # noqa: E402

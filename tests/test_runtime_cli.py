@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from test_runtime_matrix import spec_text
+from support.specs import spec_text
 
-import parc.runtime.torchrun_entry as entry
+import parc.cli.torchrun_entry as entry
 
 pytest.importorskip("torch")
 

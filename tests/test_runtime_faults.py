@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
-from test_runtime_matrix import spec_text  # noqa: E402
+from support.specs import spec_text  # noqa: E402
 
 from parc.runtime.launch import RunFailed, prepare_env, run_function  # noqa: E402
 

@@ -18,70 +18,17 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from parc.api import check_file  # noqa: E402
 from parc.model import schedules  # noqa: E402
 from parc.runtime import reference as R  # noqa: E402
 from parc.runtime import shrink  # noqa: E402
 from parc.runtime.launch import Job, prepare_env, run_forked  # noqa: E402
 from parc.runtime.options import Options  # noqa: E402
+from support.specs import GPT, MOE, load, spec_text  # noqa: E402
 
 prepare_env()
 
 STEPS = 2
 DEADLINE_S = 240
-
-MOE = "experts = 8\n  top_k = 2\n  moe_ffn_hidden = 1024"
-GPT = "mlp = gelu\n  norm = layernorm\n  position = learned\n  bias = true"
-
-
-def spec_text(world: int, mesh: str, *, zero: int = 0, sp: bool = False, schedule: str = "",
-              model: str = "", global_batch: int = 64, tied: bool = False, layers: int = 8,
-              serve: bool = False) -> str:
-    work = ("""serve {
-  max_model_len = 2048
-  max_num_seqs  = 8
-}""" if serve else f"""train {{
-  optimizer         = sgd
-  zero              = {zero}
-  sequence_parallel = {'true' if sp else 'false'}
-}}""")
-    return f"""
-model "tiny" {{
-  layers     = {layers}
-  hidden     = 1024
-  heads      = 16
-  kv_heads   = 8
-  ffn_hidden = 4096
-  vocab      = 32000
-  seq_len    = 2048
-  tied_embeddings = {'true' if tied else 'false'}
-  {model}
-}}
-cluster "box" {{
-  nodes         = 1
-  gpus_per_node = {world}
-  gpu           = h100_sxm
-  intra_node    = nvlink(450GB/s)
-}}
-mesh {{
-  {mesh}
-}}
-schedule {{
-  micro_batch  = 1
-  global_batch = {global_batch}
-  {schedule}
-}}
-{work}
-"""
-
-
-def load(tmp_path, name: str, text: str):
-    path = tmp_path / f"{name}.par"
-    path.write_text(text)
-    res = check_file(path, root=tmp_path)
-    assert res.ok, [f"{d.code} {d.message}" for d in res.errors]
-    return res.plan
-
 
 PIPES = {"gpipe": "pipeline = gpipe", "1f1b": "pipeline = 1f1b",
          "interleaved": "pipeline = interleaved_1f1b\n  virtual_stages = 2",

@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from test_runtime_matrix import load, spec_text  # noqa: E402
+from support.specs import load, spec_text  # noqa: E402
 
 from parc.runtime import shrink  # noqa: E402
 from parc.runtime.launch import Job, RunFailed, prepare_env, run_forked  # noqa: E402

@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from test_runtime_matrix import load, spec_text  # noqa: E402
+from support.specs import load, spec_text  # noqa: E402
 
 from parc.runtime import reference as R  # noqa: E402
 from parc.runtime import shrink  # noqa: E402

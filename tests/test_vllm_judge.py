@@ -185,7 +185,7 @@ def test_vllm_refuses_what_parc_refuses(vllm_python, check_spec, tmp_path):
     "argument check"; the executor's first step (the GPUs per node) where it says
     "initialisation"; where it says vLLM fails at model build, its configuration accepts."""
     from parc.rules import audit
-    from test_rules_mesh import spec
+    from support.specs import spec
 
     argvs, fails = [], []
     for code, kw in REFUSED:
@@ -209,7 +209,7 @@ def test_vllm_accepts_context_parallel_with_data_parallel(vllm_python, check_spe
     """vLLM 0.33 accepts prefill context parallel with dp > 1 through create_engine_config in
     its V2 model runner (the default on a GPU with Triton), so parc accepts it (P605 is a
     warning: vLLM runs it only for MLA models); the V1 runner refuses cp whatever dp is."""
-    from test_rules_mesh import spec
+    from support.specs import spec
 
     r = check_spec(spec("from = llama3_8b; max_positions = 131072", mesh="dp = 4; cp = 2",
                         serve="max_model_len = 131072", target={"vllm": 'model = "m"'}), ("vllm",))

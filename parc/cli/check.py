@@ -25,7 +25,10 @@ def add_arguments(p):
 
 def run(args) -> int:
     from parc.api import check_file
-    from parc.language.diagnostics import render_json, render_summary, render_text, summarize, use_color
+    from parc.language.diagnostics import summarize
+    from parc.report.diagnostics.json import render_json
+    from parc.report.diagnostics.text import check_summary, render_text
+    from parc.report.term import use_color
 
     paths, diags = spec_paths(args.specs)
     sources: dict[str, str] = {}
@@ -49,8 +52,7 @@ def run(args) -> int:
         if text:
             sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
         if not args.quiet or summary["errors"] or summary["warnings"]:
-            notes = sum(d.severity not in ("error", "warning") for d in shown)
-            print(render_summary(summary, notes=notes))
+            print(check_summary(diags, files, shown))
     if io_fail:
         return 2
     if summary["errors"] or (args.warnings_as_errors and summary["warnings"]):

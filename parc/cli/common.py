@@ -54,19 +54,11 @@ def read_failed(r) -> bool:
 def unread(r) -> int | None:
     """When the spec of check result ``r`` could not be read: print why on stderr and give the
     exit status 2; None when it was read."""
-    from parc.language.diagnostics import render_text
-
     if not read_failed(r):
         return None
+    from parc.report.diagnostics.text import write
     from parc.resolve.reader import READ_CODE
 
-    text = render_text([d for d in r.diagnostics if d.code == READ_CODE], r.sources)
-    sys.stderr.write(text if text.endswith("\n") else text + "\n")
+    write([d for d in r.diagnostics if d.code == READ_CODE], r.sources, sys.stderr, color=False)
     return 2
 
-
-def emit(text: str, stream=None):
-    stream = stream or sys.stdout
-    stream.write(text)
-    if text and not text.endswith("\n"):
-        stream.write("\n")

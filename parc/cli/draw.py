@@ -61,7 +61,8 @@ def to_png(svg_text: str) -> bytes:
 
 def run(args) -> int:
     from parc.api import check_file
-    from parc.language.diagnostics import render_text, use_color
+    from parc.report.diagnostics.text import render_text
+    from parc.report.term import use_color
     from parc.cli.common import read_error, unread
 
     out = args.output

@@ -31,33 +31,12 @@ def _files(specs):
             yield p
 
 
-def write_atomic(path, text: str) -> None:
-    import os
-    import tempfile
-
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".parc-fmt-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        try:
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        except OSError:
-            pass
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def run(args) -> int:
-    import difflib
-
-    from parc.language.diagnostics import ParcError, render_text, use_color
+    from parc.files import write_atomic
+    from parc.language.diagnostics import ParcError
     from parc.language.fmt import format_text
+    from parc.report.diagnostics.text import write
+    from parc.report.fmt import render_diff
     from parc.resolve.reader import read_bytes, read_stdin_bytes
 
     status = 0
@@ -75,7 +54,7 @@ def run(args) -> int:
         try:
             new = format_text(text, name)
         except ParcError as e:
-            sys.stderr.write(render_text([e.diagnostic], {name: text}, color=use_color(sys.stderr)))
+            write([e.diagnostic], {name: text}, sys.stderr)
             status = max(status, 1)
             continue
         if path == "-":
@@ -83,8 +62,7 @@ def run(args) -> int:
                 if new != text:
                     changed += 1
                     if args.diff:
-                        sys.stdout.writelines(difflib.unified_diff(
-                            text.splitlines(True), new.splitlines(True), name, name))
+                        sys.stdout.write(render_diff(text, new, name, stdin=True))
             else:
                 sys.stdout.write(new)
             continue
@@ -92,8 +70,7 @@ def run(args) -> int:
             continue
         changed += 1
         if args.diff:
-            sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True),
-                                                       f"{name} (original)", f"{name} (formatted)"))
+            sys.stdout.write(render_diff(text, new, name))
         if args.check:
             if not args.quiet and not args.diff:
                 print(f"would reformat {name}")

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import sys
 
-from parc.words import count
-
 DESCRIPTION = """Check specs like `parc check`, plus style and advice (P5), over files, folders and globs.
 
 Folders are searched for .par files recursively. Silence one finding on its line with a
@@ -62,67 +60,27 @@ def run(args) -> int:
     if args.quiet:
         diags = [d for d in diags if d.severity in ("error", "warning")]
     if fmt == "json":
-        print(_json(res, diags))
+        from parc.report.diagnostics.json import render_lint
+
+        print(render_lint(res, diags))
     elif fmt == "sarif":
-        from parc.report.ci import render_sarif
+        from parc.report.diagnostics.sarif import render_sarif
 
         print(render_sarif(diags, ok=not res.io_errors))
     elif fmt == "github":
-        from parc.report.ci import render_github
+        from parc.report.diagnostics.github import render_github
+        from parc.report.diagnostics.text import lint_summary
 
         out = render_github(diags)
         if out:
             print(out)
         if not args.quiet or diags:
-            print(summary_line(res, diags))
+            print(lint_summary(res, diags))
     else:
-        _text(res, diags, args.quiet)
+        from parc.report.diagnostics.text import render_lint
+        from parc.report.term import use_color
+
+        sys.stdout.write(render_lint(res, diags, args.quiet, use_color(sys.stdout)))
     if not res.files and not res.io_errors and fmt == "text":
         print("parc lint: no .par files found", file=sys.stderr)
     return exit_code(res, args.warnings_as_errors, args.exit_zero)
-
-
-def _json(res, diags) -> str:
-    import json
-
-    return json.dumps({
-        "diagnostics": [d.to_json() for d in diags],
-        "summary": {"files": len(res.files), "errors": sum(d.severity == "error" for d in diags),
-                    "warnings": sum(d.severity == "warning" for d in diags), "suppressed": res.suppressed},
-    }, indent=2)
-
-
-def summary_line(res, shown=None) -> str:
-    """The counts; ``shown``: the findings printed (their notes are counted too)."""
-    from parc.language.diagnostics import render_summary, summarize
-
-    notes = sum(d.severity not in ("error", "warning") for d in (res.diagnostics if shown is None else shown))
-    line = render_summary(summarize(res.diagnostics, len(res.files)), notes=notes)
-    if line.startswith("ok:"):
-        line = line.replace("checked", "linted")
-    if res.suppressed:
-        line += f" ({res.suppressed} suppressed)"
-    return line
-
-
-def _text(res, diags, quiet: bool):
-    from parc.language.diagnostics import ERROR, WARNING, render_text, use_color
-
-    color = use_color(sys.stdout)
-    groups: dict[str, list] = {}
-    for d in diags:
-        groups.setdefault(d.span.file, []).append(d)
-    out = sys.stdout
-    for f, ds in groups.items():
-        e = sum(d.severity == ERROR for d in ds)
-        w = sum(d.severity == WARNING for d in ds)
-        counts = ", ".join(x for x in (count(e, "error") if e else "", count(w, "warning") if w else "") if x)
-        head = f"{f}" + (f"  ({counts})" if counts else "")
-        out.write((f"\x1b[1;4m{head}\x1b[0m" if color else f"── {head}") + "\n")
-        out.write(render_text(ds, res.sources, color=color).rstrip("\n") + "\n\n")
-    if not quiet or diags:
-        line = summary_line(res, diags)
-        if color:
-            tint = "\x1b[1;31m" if res.errors else "\x1b[1;33m" if res.warnings else "\x1b[1;32m"
-            line = f"{tint}{line}\x1b[0m"
-        out.write(line + "\n")

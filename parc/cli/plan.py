@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 DESCRIPTION = """Search every parallelism plan of a model on a cluster that passes parc's rules and fits
 in memory, and rank them by the cost model: training by step time for the global batch,
@@ -38,31 +37,6 @@ def add_arguments(p):
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in")
 
 
-class _Bar:
-    """A progress bar on stderr, drawn only on a terminal and only once a search passes a second."""
-
-    def __init__(self, stream=None, after: float = 1.0):
-        self.stream = stream or sys.stderr
-        self.t0 = time.perf_counter()
-        self.after = after
-        self.on = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.drawn = False
-
-    def __call__(self, frac: float, what: str) -> None:
-        if not self.on or time.perf_counter() - self.t0 < self.after:
-            return
-        width = 30
-        done = int(width * max(0.0, min(1.0, frac)))
-        self.stream.write(f"\r[{'#' * done}{'.' * (width - done)}] {frac:4.0%} {what:<10}")
-        self.stream.flush()
-        self.drawn = True
-
-    def close(self) -> None:
-        if self.drawn:
-            self.stream.write("\r" + " " * 60 + "\r")
-            self.stream.flush()
-
-
 def _usage(msg: str) -> int:
     sys.stderr.write(f"parc plan: {msg}\n")
     return 2
@@ -71,9 +45,12 @@ def _usage(msg: str) -> int:
 def run(args) -> int:
     import json
 
-    from parc.language.diagnostics import render_text, use_color
+    from parc.files import write_atomic
     from parc.planner import InputError, search_problem
-    from parc.planner.emit import plan_text, render_text as render_result
+    from parc.planner.emit import plan_text
+    from parc.progress import Progress
+    from parc.report.diagnostics.text import write
+    from parc.report.plan import render_text as render_result
     from parc.planner.inputs import load_spec, problem, with_seq_len
 
     if args.top < 1:
@@ -108,13 +85,13 @@ def run(args) -> int:
                          root=args.root)
     except InputError as e:
         if e.diagnostics:
-            sys.stderr.write(render_text(e.diagnostics, e.sources, color=use_color(sys.stderr)).rstrip() + "\n")
+            write(e.diagnostics, e.sources, sys.stderr)
             return 1
         return _usage(str(e))
 
-    bar = _Bar()
+    bar = Progress(after=1.0)
     try:
-        res = search_problem(pr, top=args.top, targets=args.target, progress=bar)
+        res = search_problem(pr, top=args.top, targets=args.target, progress=bar.fraction)
     finally:
         bar.close()
 
@@ -131,7 +108,7 @@ def run(args) -> int:
         print(render_result(res))
     if args.output and text is not None:
         try:
-            _write_atomic(args.output, text)
+            write_atomic(args.output, text)
         except OSError as e:
             sys.stderr.write(f"parc plan: cannot write {args.output}: {e.strerror or e}\n")
             return 2
@@ -143,21 +120,8 @@ def run(args) -> int:
 def _check_text(text: str, targets, name: str) -> str:
     """The errors `parc check` gives the written plan (empty when it passes)."""
     from parc.api import check_file
-    from parc.language.diagnostics import render_text
+    from parc.report.diagnostics.text import render_text
 
     path = os.path.abspath(name)
     r = check_file(path, targets, root=os.path.dirname(path), text=text)
     return render_text(r.errors, r.sources) if r.errors else ""
-
-
-def _write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never half;
-    a new file gets the permissions the umask gives."""
-    from parc.cli.fmt import write_atomic
-
-    new = not os.path.exists(path)
-    write_atomic(path, text)
-    if new:
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(path, 0o666 & ~mask)

@@ -63,9 +63,9 @@ def run(args) -> int:
     except _Refused as e:
         print(f"parc: {e.message}", file=sys.stderr)
         if args.format == "json":
-            json.dump({"ok": False, "error": e.message, "exit_code": e.code, "rank": e.rank,
-                       "diagnostics": [d.to_json() for d in e.diagnostics]}, sys.stdout, indent=2)
-            sys.stdout.write("\n")
+            from parc.report.run import render_refusal
+
+            sys.stdout.write(render_refusal(e.message, e.code, e.rank, e.diagnostics))
         return e.code
 
 
@@ -73,13 +73,13 @@ def _run(args) -> int:
     import time
 
     t_start = time.perf_counter()
-    from parc.runtime.run import Progress
+    from parc.progress import Progress
 
     bar = Progress(args.steps, "parc run") if not args.quiet else None
     if bar:
         bar.phase("checking")
     from parc.api import check_file
-    from parc.language.diagnostics import render_text
+    from parc.report.diagnostics.text import render_text
     from parc.cli.common import read_error, read_failed
 
     if args.steps < 0:
@@ -135,18 +135,16 @@ def _run(args) -> int:
     if args.report:
         try:
             with open(args.report, "w", encoding="utf-8") as f:
-                json.dump(report, f, indent=2)
-                f.write("\n")
+                f.write(json.dumps(report, indent=2) + "\n")
         except OSError as e:
             raise _Refused(2, f"cannot write {args.report}: {e.strerror or e}") from None
     v = report["verify"]
     failed = v["ran"] and not v["passed"]
     if not args.quiet:
-        if args.format == "json":
-            json.dump({"ok": not failed, **report}, sys.stdout, indent=2)
-            sys.stdout.write("\n")
-        else:
-            sys.stdout.write(summary(report, args.spec))
+        from parc.report import run as render
+
+        sys.stdout.write(render.render_json(report, not failed) if args.format == "json"
+                         else render.render_text(report, args.spec))
     return 1 if failed else 0
 
 
@@ -163,47 +161,3 @@ def _compiled_plan(path: str):
     except ValueError as e:   # JSON or validation errors
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return None, f"{path} is not a plan that `parc compile` wrote: {first}"
-
-
-def _bytes_line(rep: dict) -> str:
-    ranks = rep["ranks"]
-    shown = ", ".join(str(r["param_bytes"]) for r in ranks[:8]) + (", …" if len(ranks) > 8 else "")
-    if all(r["param_bytes"] == r["predicted_param_bytes"] for r in ranks):
-        return f"  parameter bytes per rank: equal to parc explain's prediction ({shown})"
-    held, counted = rep.get("param_bytes_per_param", 4), rep.get("predicted_bytes_per_param", 4)
-    if counted and all(r["param_bytes"] * counted == r["predicted_param_bytes"] * held for r in ranks):
-        return (f"  parameter bytes per rank: {shown}; the same parameters parc explain counts, held in "
-                f"{held}-byte master weights here where explain counts {counted}-byte weights")
-    pred = ", ".join(str(r["predicted_param_bytes"]) for r in ranks[:8]) + (", …" if len(ranks) > 8 else "")
-    return f"  parameter bytes per rank: {shown} — DIFFERENT from parc explain's prediction ({pred})"
-
-
-def summary(rep: dict, spec: str) -> str:
-    m = rep["mesh"]
-    axes = " · ".join(f"{a}={m[a]}" for a in m["order"] if m.get(a, 1) > 1) or "1 process"
-    lines = [f"{spec}: {'rehearsal' if rep['rehearsal'] else 'run'} of {rep['world_size']} rank"
-             f"{'s' if rep['world_size'] != 1 else ''} ({axes}{', ep=' + str(m['ep']) if m.get('ep', 1) > 1 else ''})"]
-    md = rep["model"]
-    lines.append(f"  model: {md['layers']} layers, hidden {md['hidden']}, {md['heads']} heads "
-                 f"({md['kv_heads']} kv), vocab {md['vocab']}, seq {md['seq_len']}"
-                 + (f", {md['experts']} experts" if md["experts"] else "") + f" ({md['params']:,} params)")
-    for s in rep["steps"]:
-        lines.append(f"  step {s['step']}: loss {s['loss']:.6f}  {s['seconds'] * 1000:.0f} ms")
-    lines.append(_bytes_line(rep))
-    v = rep["verify"]
-    if v["ran"]:
-        verdict = "passed" if v["passed"] else "FAILED"
-        lines.append(f"  verify: {verdict} against one process (max diff: loss {v['max_loss_diff']:.1e}, "
-                     f"grads {v['max_grad_diff']:.1e}, params {v['max_param_diff']:.1e})")
-        if v.get("missing_grads"):
-            lines.append(f"  gradients on one side only: {', '.join(v['missing_grads'][:5])}")
-    t = rep.get("timing")
-    if t:
-        lines.append(f"  time: {t['total']:.1f} s (check {t['check']:.1f}, imports {t['imports']:.1f}, "
-                     f"reference {t['reference']:.1f}, "
-                     f"launch and build {t['launch_and_build']:.1f}, steps {t['steps']:.1f})")
-    if rep.get("checkpoint"):
-        lines.append(f"  checkpoint: saved to {rep['checkpoint']['path']} at step {rep['checkpoint']['step']}")
-    if rep.get("resumed"):
-        lines.append(f"  resumed from {rep['resumed']['path']} (step {rep['resumed']['step']})")
-    return "\n".join(lines) + "\n"

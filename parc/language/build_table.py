@@ -5,19 +5,13 @@ the table and the grammar disagree.
 """
 from __future__ import annotations
 
-import os
-import tempfile
-
 from parc.language.parser import TABLE_PATH, build_table
 
 
 def main() -> None:
-    text = build_table()
-    fd, tmp = tempfile.mkstemp(dir=TABLE_PATH.parent, prefix=".par_table-", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, TABLE_PATH)
+    from parc.files import write_atomic
+
+    write_atomic(TABLE_PATH, build_table(), mode=0o644)
     print(f"wrote {TABLE_PATH}")
 
 

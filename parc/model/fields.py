@@ -18,6 +18,7 @@ class F:
     max: float | None = None
     choices: tuple[str, ...] = ()
     doc: str = ""
+    hint: str = ""  # the help of an out-of-range error: what the number means
 
 
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
@@ -69,14 +70,16 @@ BLOCKS: dict[str, dict[str, F]] = {
     },
     "train": {
         "optimizer": F("enum", choices=("adam", "adamw", "sgd")),
-        "zero": F("int", 0, 3), "sequence_parallel": F("bool"),
+        "zero": F("int", 0, 3, hint="0: no sharding, 1: optimizer state, 2: + gradients, "
+                                        "3: + parameters (FSDP)"), "sequence_parallel": F("bool"),
         "recompute": F("enum", choices=("none", "selective", "full")),
         "precision": F("enum", choices=DTYPES),
         "main_grads": F("enum", choices=("fp32", "bf16")),
         "optimizer_state": F("enum", choices=("fp32", "bf16")),
     },
     "serve": {
-        "max_model_len": F("int", 1, 10**9), "gpu_memory_utilization": F("frac", 0.0, 1.0),
+        "max_model_len": F("int", 1, 10**9), "gpu_memory_utilization": F(
+            "frac", 0.0, 1.0, hint="it is a fraction of the GPU's memory: 0.9 means 90%"),
         "max_num_seqs": F("int", 1, 10**7),
         "kv_cache_dtype": F("enum", choices=("auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")),
     },

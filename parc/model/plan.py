@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any, Literal, Optional, Union
 
 from parc.language.diagnostics import Span
+from parc.model.dims import ParallelDims
 
 
 @dataclass(slots=True)
@@ -98,7 +99,8 @@ class Mesh:
 
     @property
     def product(self) -> int:
-        return self.pp * self.dp * self.cp * self.tp
+        """The GPUs the mesh spans (:attr:`ParallelDims.world`)."""
+        return ParallelDims(pp=self.pp, dp=self.dp, cp=self.cp, tp=self.tp).world
 
 
 @dataclass(slots=True)

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from parc.language import syntax as S
-from parc.language.diagnostics import ERROR, Diagnostic
+from parc.language.diagnostics import Diagnostic
 from parc.model.plan import Cluster, Model, Placement, Serve, Target, Train
 
 # Fields the planner searches, by mode; a partial spec fixes any of them by giving a value.
@@ -86,33 +85,28 @@ def default_global_batch(seq_len: int) -> int:
 # --- loading ------------------------------------------------------------------------------------
 
 def _resolver(anchor: Path, root):
-    from parc.resolve.resolver import Resolver, find_root
+    from parc.resolve import load_partial
 
-    return Resolver(find_root(anchor, root))
+    return load_partial(anchor, root)
 
 
 def _fail(r, what: str):
-    errs = [d for d in r.diags if d.severity == ERROR]
-    raise InputError(f"{what} has errors", errs, r.sources)
+    raise InputError(f"{what} has errors", r.errors, r.sources)
 
 
 def _unread(r) -> None:
     """A file named on the command line that could not be read is an I/O failure (exit 2)."""
     from parc.resolve.reader import READ_CODE
 
-    for d in r.diags:
+    for d in r.diagnostics:
         if d.code == READ_CODE and d.span.line == 1 and d.span.column == 1:
             raise InputError(d.message[:1].lower() + d.message[1:])
 
 
 def _resolve(r, shown: str):
     """Resolve what ``r`` has loaded into a plan; InputError with the P0 diagnostics otherwise."""
-    from parc.resolve.resolver import resolve_document
-
-    plan = None
-    if not any(d.severity == ERROR for d in r.diags):
-        plan = resolve_document(r, shown)
-    if plan is None or any(d.severity == ERROR for d in r.diags):
+    plan = r.resolve(shown)
+    if plan is None:
         _fail(r, shown)
     return plan
 
@@ -123,26 +117,24 @@ def _is_file(arg: str) -> bool:
 
 def _load_into(r, arg: str, kind: str) -> str:
     """Load a preset name or a .par file for block ``kind`` into resolver ``r``; the shown name."""
-    from parc.resolve.resolver import presets
+    from parc.resolve import presets
 
     if not _is_file(arg):
         table = presets("models" if kind == "model" else "gpus")
         if kind == "model" and arg in table:
             shown = f"<--model {arg}>"
-            r.load_file(Path(shown), shown, text=f'model "{arg}" {{\n  from = {arg}\n}}\n')
-            return shown
-        from parc.resolve.resolver import did_you_mean
+            return r.add_text(shown, f'model "{arg}" {{\n  from = {arg}\n}}\n')
+        from parc.resolve import did_you_mean
 
         sug = did_you_mean(arg, table) if kind == "model" else None
         hint = (f"did you mean `{sug}`? " if sug else "") + (
             "`parc presets` lists the model presets" if kind == "model" else
             "--cluster takes a .par file holding a `cluster` block")
         raise InputError(f"--{kind} {arg}: no such {'preset or ' if kind == 'model' else ''}file ({hint})")
-    p = Path(arg)
-    r.load_file(p, r.display(p.resolve()))
+    r.add(arg)
     _unread(r)
     shown = r.files[-1] if r.files else arg
-    if kind not in r.blocks and not any(d.severity == ERROR for d in r.diags):
+    if not r.has(kind) and not r.errors:
         raise InputError(f"{arg} holds no `{kind}` block")
     return shown
 
@@ -151,7 +143,7 @@ def load_model(arg: str, root=None) -> Model:
     """The model of a preset name or a .par file holding a ``model`` block."""
     r = _resolver(Path(arg) if _is_file(arg) else Path.cwd() / "x.par", root)
     shown = _load_into(r, arg, "model")
-    _add_stub(r, cluster=True)
+    r.complete("cluster")
     return _resolve(r, shown).model
 
 
@@ -159,19 +151,8 @@ def load_cluster(arg: str, root=None) -> Cluster:
     """The cluster of a .par file holding a ``cluster`` block."""
     r = _resolver(Path(arg), root)
     shown = _load_into(r, arg, "cluster")
-    _add_stub(r, model=True)
+    r.complete("model")
     return _resolve(r, shown).cluster
-
-
-def _add_stub(r, model: bool = False, cluster: bool = False) -> None:
-    """Blocks the resolver needs to build a plan, when a file holds only the other one."""
-    text = ""
-    if model and "model" not in r.blocks:
-        text += 'model "stub" {\n  layers = 1\n  hidden = 8\n  heads = 1\n  vocab = 8\n}\n'
-    if cluster and "cluster" not in r.blocks:
-        text += 'cluster "stub" {\n  gpus_per_node = 1\n  gpu = h100_sxm\n}\n'
-    if text:
-        r.load_file(Path("<stub>"), "<stub>", text=text)
 
 
 def with_seq_len(model: Model, seq_len: int) -> Model:
@@ -198,15 +179,14 @@ def load_spec(path: str, root=None, text: str | None = None, *, model: str | Non
     for arg, kind in ((model, "model"), (cluster, "cluster")):
         if arg is not None:
             _load_into(r, arg, kind)
-    shown = str(path) if text is not None else r.display(p.resolve())
-    r.load_file(p, shown, text=text)
+    shown = r.add(p, text=text)
     _unread(r)
-    if mode == "serve" and "train" not in r.blocks and "serve" not in r.blocks:
-        r.load_file(Path("<--serve>"), "<--serve>", text="serve {\n}\n")
-    if any(d.severity == ERROR for d in r.diags):
+    if mode == "serve" and not r.has("train") and not r.has("serve"):
+        r.add_text("<--serve>", "serve {\n}\n")
+    if r.errors:
         _fail(r, shown)
-    searched_auto = _strip_autos(r)
-    given = {kind: set(b.assigns) for kind, b in r.blocks.items()}
+    searched_auto = r.take_autos(_AUTO_OK)  # the search fills them
+    given = r.given()
     plan = _resolve(r, shown)
     mode = plan.mode
     fixed: dict[str, Any] = {}
@@ -217,8 +197,7 @@ def load_spec(path: str, root=None, text: str | None = None, *, model: str | Non
         obj = {"mesh": plan.mesh, "schedule": plan.schedule, "train": plan.train, "serve": plan.serve}[kind]
         if obj is not None:
             fixed[f] = getattr(obj, key)
-    mesh_given = [ax for ax in r.blocks["mesh"].order if ax in ("pp", "dp", "cp", "tp")] if "mesh" in r.blocks \
-        else []
+    mesh_given = [ax for ax in r.order("mesh") if ax in ("pp", "dp", "cp", "tp")]
     sched_given = given.get("schedule", set())
     gb = plan.schedule.global_batch if "global_batch" in sched_given else None
     mbs = plan.schedule.microbatches if ("microbatches" in sched_given and gb is None) else None
@@ -227,26 +206,11 @@ def load_spec(path: str, root=None, text: str | None = None, *, model: str | Non
         placement.layers_mode, placement.layers = "even", None
     else:
         fixed["placement.layers"] = placement.layers_mode
-    block_text = {}
-    for name, b in r.targets.items():
-        src = r.sources.get(b.span.file)
-        if src is not None:
-            block_text[f"target.{name}"] = src[b.span.start:b.span.end]
+    block_text = r.target_text()
     return Problem(model=plan.model, cluster=plan.cluster, mode=mode, global_batch=gb, microbatches=mbs,
                    fixed=fixed, order=plan.mesh.order if mesh_given else ["pp", "dp", "cp", "tp"],
                    placement=placement, train=plan.train or Train(), serve=plan.serve or Serve(),
                    targets=plan.targets, file=shown, block_text=block_text)
-
-
-def _strip_autos(r) -> set[str]:
-    """Drop `field = auto` of searchable fields (the search fills them); their paths."""
-    out = set()
-    for kind, b in r.blocks.items():
-        for key, a in list(b.assigns.items()):
-            if isinstance(a.value, S.Auto) and _AUTO_OK.get(key) == kind:
-                del b.assigns[key]
-                out.add(f"{kind}.{key}")
-    return out
 
 
 def problem(model, cluster, mode: str = "train", *, seq_len: int | None = None,

@@ -9,7 +9,8 @@ The space is built in three layers, each pruned before the next is multiplied ou
 3. per schedule option, the training options (zero stage, recompute, sequence parallel).
 
 Every filter here mirrors an error rule of :mod:`parc.rules` (named next to it), so a
-row dropped here is a plan ``parc check`` would refuse; nothing is dropped for being slow.
+row dropped here is a plan ``parc check`` would refuse; nothing is dropped for being slow. The
+mesh invariants are :mod:`parc.model.dims`'s, the same predicates the rules word.
 Definitional choices that shape the space (not pruning) are:
 
 * ``sequence_parallel`` is only tried with tp > 1 (without TP it changes nothing);
@@ -23,8 +24,11 @@ Definitional choices that shape the space (not pruning) are:
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
+from parc.model.dims import (ParallelDims, auto_degree, divisors, grid_fits, seq_cp_ok, seq_sp_ok, splits,
+                             tp_fits_model)
 from parc.model.rankmap import RankMap
-from parc.rules.util import divisors
 from parc.planner.inputs import Problem
 
 PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v")
@@ -45,20 +49,10 @@ def _fixed(pr: Problem, path: str, values):
 def tp_splits_model(pr: Problem, t: int) -> bool:
     """P102 heads % tp, P103 kv_heads split or replicated, P106 ffn / shared-expert widths % tp;
     for the torch runtime also P108 vocab % tp and P110 kv_heads % tp (no replication)."""
-    m = pr.model
     if t <= 1:
         return True
-    if m.heads % t:
-        return False
-    if m.kv_heads % t and t % m.kv_heads:
-        return False
-    if m.layers - m.moe_layers > 0 and m.ffn_hidden % t:
-        return False
-    if m.is_moe and m.shared_experts and (m.shared_experts * m.moe_ffn_hidden) % t:
-        return False
-    if "torch" in pr.rule_targets and (m.vocab % t or m.kv_heads % t):
-        return False
-    return True
+    torch = "torch" in pr.rule_targets
+    return tp_fits_model(pr.model, t, replicate_kv=not torch) and (not torch or splits(pr.model.vocab, t))
 
 
 def mesh_shapes(pr: Problem) -> list[tuple[int, int, int, int, int, int]]:
@@ -73,14 +67,14 @@ def mesh_shapes(pr: Problem) -> list[tuple[int, int, int, int, int, int]]:
         if not tp_splits_model(pr, tp):
             continue
         for cp in _fixed(pr, "mesh.cp", divisors(world // tp) if train else [1]):
-            if train and cp > 1 and m.seq_len % (2 * cp):            # P114
+            if train and not seq_cp_ok(m.seq_len, cp):               # P114
                 continue
             for pp in _fixed(pr, "mesh.pp", divisors(world // (tp * cp))):
                 if pp > m.layers:                                    # P104/P105: a layer per stage
                     continue
                 if pp > 1 and m.tied_embeddings and "torch" in pr.rule_targets:   # P610
                     continue
-                dp = world // (tp * cp * pp)
+                dp = auto_degree(world, tp * cp * pp)
                 if "mesh.dp" in pr.fixed and pr.fixed["mesh.dp"] != dp:
                     continue
                 for ep, etp in _expert_grids(pr, pp, dp, cp, tp):
@@ -94,7 +88,8 @@ def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple
     the targets' P606 (vLLM: ep spans the stage, etp = 1), P611 (torch: etp is 1 or tp), P612
     (Megatron-LM: no etp with biases), P613 (Megatron-LM: expert dp = dp unless pp is outermost)."""
     m = pr.model
-    region = dp * cp * tp
+    dims = ParallelDims(pp=pp, dp=dp, cp=cp, tp=tp)
+    region = dims.region
     if not m.is_moe:
         return [(e, t) for e in _fixed(pr, "mesh.ep", [1]) for t in _fixed(pr, "mesh.etp", [1])]
     tg = pr.rule_targets
@@ -102,10 +97,10 @@ def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple
     # vLLM spreads experts unevenly (P109 is a warning there); Megatron-LM and torch refuse it
     uneven_ok = pr.mode == "serve" and "vllm" in tg and not tg & {"megatron", "torch"}
     for ep in _fixed(pr, "mesh.ep", divisors(region)):
-        if m.experts % ep and not uneven_ok:
+        if not splits(m.experts, ep) and not uneven_ok:
             continue
-        for etp in _fixed(pr, "mesh.etp", [t for t in divisors(tp) if (region // ep) % t == 0]):
-            if m.moe_ffn_hidden % etp:
+        for etp in _fixed(pr, "mesh.etp", [t for t in divisors(tp) if grid_fits(region, ep, t)]):
+            if not splits(m.moe_ffn_hidden, etp):
                 continue
             if "vllm" in tg and pr.mode == "serve" and (etp > 1 or (ep > 1 and ep != region)):
                 continue
@@ -113,7 +108,8 @@ def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple
                 continue
             if "megatron" in tg and m.bias and etp > 1:
                 continue
-            if "megatron" in tg and pp > 1 and dp > 1 and (ep > 1 or etp > 1) and region // (ep * etp) != dp:
+            if "megatron" in tg and pp > 1 and dp > 1 and (ep > 1 or etp > 1) and \
+                    replace(dims, ep=ep, etp=etp).expert_dp != dp:
                 order = [ax for ax in pr.order if {"pp": pp, "dp": dp, "cp": cp, "tp": tp}[ax] > 1]
                 if order.index("dp") < order.index("pp"):
                     continue
@@ -220,10 +216,12 @@ def batch_options(pr: Problem, dp: int) -> list[tuple[int, int, int]]:
         gb = pr.global_batch
         if gb % dp:                                                   # P201 for any micro_batch
             return []
-        out = [(mb, gb // (mb * dp), gb) for mb in divisors(gb // dp)]
+        out = [(mb, ParallelDims(dp=dp, micro_batch=mb, global_batch=gb).microbatches, gb)
+               for mb in divisors(gb // dp)]
     else:                                                             # microbatches fixed instead
         n = pr.microbatches
-        out = [(mb, n, n * mb * dp) for mb in range(1, pr.max_micro_batch + 1)]
+        out = [(mb, n, ParallelDims(dp=dp, micro_batch=mb).global_batch_for(n))
+               for mb in range(1, pr.max_micro_batch + 1)]
     if "schedule.micro_batch" in pr.fixed:
         out = [x for x in out if x[0] == pr.fixed["schedule.micro_batch"]]
     return out
@@ -271,11 +269,10 @@ def zero_options(pr: Problem, pp: int = 1) -> list[int]:
 
 def train_options(pr: Problem, tp: int, cp: int) -> list[tuple[int, int]]:
     """(recompute, sequence_parallel) for one mesh shape (P115 for sequence parallel)."""
-    m = pr.model
     sps = [0, 1] if tp > 1 else [0]
     if "train.sequence_parallel" in pr.fixed:
         sps = [int(bool(pr.fixed["train.sequence_parallel"]))]
-    sps = [s for s in sps if not s or tp <= 1 or (m.seq_len % cp == 0 and (m.seq_len // cp) % tp == 0)]
+    sps = [s for s in sps if seq_sp_ok(pr.model.seq_len, cp, tp, s)]
     rcs = [RECOMPUTE.index(r) for r in _fixed(pr, "train.recompute", RECOMPUTE)]
     return [(r, s) for r in rcs for s in sps]
 

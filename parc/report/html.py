@@ -8,6 +8,8 @@ from html import escape
 from parc.words import count
 
 from parc.report import svg
+from parc.report.explain import rank_map_rows
+from parc.units import flops, nbytes, number, percent, rate, seconds
 
 _CSS = """
 :root { color-scheme: light; }
@@ -38,38 +40,20 @@ def _e(s) -> str:
     return escape(str(s), quote=True)
 
 
-def _gb(n) -> str:
-    n = float(n or 0)
-    if n >= 1e12:
-        return f"{n / 1e12:.2f} TB"
-    if n >= 1e9:
-        return f"{n / 1e9:.2f} GB"
-    if n >= 1e6:
-        return f"{n / 1e6:.1f} MB"
-    return f"{n:,.0f} B"
+def _bytes(n) -> str:
+    return nbytes(n or 0)
 
 
 def _time(t) -> str:
-    t = float(t or 0)
-    if t == 0:
-        return "0 s"
-    if t < 1e-3:
-        return f"{t * 1e6:.1f} µs"
-    if t < 1:
-        return f"{t * 1e3:.1f} ms"
-    return f"{t:.2f} s"
+    return seconds(float(t or 0))
 
 
 def _count(n) -> str:
-    n = float(n or 0)
-    for f, s in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= f:
-            return f"{n / f:.2f}{s}"
-    return f"{n:,.0f}"
+    return number(float(n or 0))
 
 
 def _pct(x) -> str:
-    return f"{float(x or 0) * 100:.2f}%"
+    return percent(float(x or 0))
 
 
 def _table(headers: list[str], rows: list[list], num: str = "", cls: str = "", row_cls=None) -> str:
@@ -93,27 +77,44 @@ def explain_page(plan, estimate) -> str:
     from parc import __version__
 
     est = svg._as_dict(estimate)
-    m, cl, mesh = plan.model, plan.cluster, plan.mesh
-    train = plan.mode == "train"
-    mem = est.get("memory_per_gpu", {})
-    cap = mem.get("capacity") or cl.gpu.memory
-    over = (mem.get("total") or 0) > cap
     title = f"parc explain: {plan.file}"
     parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
              f"<meta name=\"generator\" content=\"parc {_e(__version__)}\">"
-             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>"]
-    parts.append(f"<h1>{_e(title)}</h1>")
-    what = "Training" if train else "Serving"
-    parts.append(f'<p class="lead">{what} <b>{_e(m.name)}</b> ({_count(est.get("params", {}).get("total"))} '
-                 f"parameters) on {cl.nodes} × {cl.gpus_per_node} {_e(cl.gpu.name)} "
-                 f"({count(est.get('world_size', plan.world_size), 'GPU')}, {_gb(cl.gpu.memory)} each); mesh "
-                 + _e(" × ".join(f"{a}={mesh.size(a)}" for a in mesh.order))
-                 + (f", ep={mesh.ep}" if mesh.ep > 1 else "") + (f", etp={mesh.etp}" if mesh.etp > 1 else "")
-                 + "</p>")
+             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>",
+             f"<h1>{_e(title)}</h1>", _lead(plan, est), _cards(plan, est), _rank_map(plan, est)]
+    if plan.mode == "train":
+        parts.append(_schedule(plan, est))
+    parts += [_memory(plan, est), _communication(plan, est)]
+    if plan.mode == "train":
+        parts.append(_step_time(est))
+    notes = est.get("notes") or []
+    if notes:
+        parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+    parts.append(f"<footer>Made by parc {_e(__version__)} from {_e(plan.file)}. Memory is per GPU; "
+                 "times are estimates from the cost model (see <code>parc explain</code>).</footer>")
+    parts.append("</main></body></html>\n")
+    return "".join(parts)
+
+
+def _lead(plan, est) -> str:
+    m, cl, mesh = plan.model, plan.cluster, plan.mesh
+    what = "Training" if plan.mode == "train" else "Serving"
+    return (f'<p class="lead">{what} <b>{_e(m.name)}</b> ({_count(est.get("params", {}).get("total"))} '
+            f"parameters) on {cl.nodes} × {cl.gpus_per_node} {_e(cl.gpu.name)} "
+            f"({count(est.get('world_size', plan.world_size), 'GPU')}, {_bytes(cl.gpu.memory)} each); mesh "
+            + _e(" × ".join(f"{a}={mesh.size(a)}" for a in mesh.order))
+            + (f", ep={mesh.ep}" if mesh.ep > 1 else "") + (f", etp={mesh.etp}" if mesh.etp > 1 else "")
+            + "</p>")
+
+
+def _cards(plan, est) -> str:
+    mem = est.get("memory_per_gpu", {})
+    cap = mem.get("capacity") or plan.cluster.gpu.memory
+    over = (mem.get("total") or 0) > cap
     cards = [("GPUs", f"{est.get('world_size', plan.world_size):,}", False),
-             ("memory per GPU", f"{_gb(mem.get('total'))} / {_gb(cap)}", over)]
-    if train:
+             ("memory per GPU", f"{_bytes(mem.get('total'))} / {_bytes(cap)}", over)]
+    if plan.mode == "train":
         cards += [("step time", _time(est.get("step_time")), False), ("MFU", _pct(est.get("mfu")), False),
                   ("pipeline bubble", _pct(est.get("bubble_fraction")), False),
                   ("tokens/s", f"{float(est.get('tokens_per_second') or 0):,.0f}", False)]
@@ -121,54 +122,51 @@ def explain_page(plan, estimate) -> str:
         kv = est.get("kv_cache", {})
         cards += [("KV cache tokens", f"{int(kv.get('capacity_tokens') or 0):,}", False),
                   ("concurrent sequences", f"{int(kv.get('max_concurrent_seqs') or 0):,}", False)]
-    parts.append('<div class="cards">' + "".join(
+    return '<div class="cards">' + "".join(
         f'<div class="card{" bad" if bad else ""}"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>'
-        for k, v, bad in cards) + "</div>")
+        for k, v, bad in cards) + "</div>"
 
-    # rank map
-    parts.append('<section id="mesh"><h2>Rank map</h2>')
-    parts.append(f'<figure class="drawing">{svg.mesh(plan)}</figure>')
-    rm = est.get("rank_map") or {}
-    rows = []
-    for ax, a in (rm.get("axes") or {}).items():
-        first = a.get("first_group") or []
-        shown = ", ".join(str(x) for x in first) + (", …" if a.get("size", 0) > len(first) else "")
-        rows.append([ax, a.get("size"), a.get("stride") if a.get("stride") is not None else "-", a.get("groups"),
-                     a.get("nodes_spanned"), a.get("link") if a.get("size", 1) > 1 else "-", shown])
+
+def _rank_map(plan, est) -> str:
+    parts = ['<section id="mesh"><h2>Rank map</h2>', f'<figure class="drawing">{svg.mesh(plan)}</figure>']
+    rows = rank_map_rows((est.get("rank_map") or {}).get("axes") or {})
     if rows:
         parts.append(_table(["axis", "size", "rank stride", "groups", "nodes per group", "link", "first group"],
                             rows, "lrrrrll"))
-    parts.append("</section>")
+    return "".join(parts) + "</section>"
 
-    # schedule
-    if train:
-        sch = plan.schedule
-        parts.append('<section id="schedule"><h2>Pipeline schedule</h2>')
-        parts.append(f'<figure class="drawing">{svg.schedule(plan)}</figure>')
-        parts.append(_table(["pipeline", "virtual stages", "micro batch", "microbatches", "in flight (stage 0)",
-                             "bubble (cost model)"],
-                            [[sch.pipeline, sch.virtual_stages, sch.micro_batch, est.get("microbatches"),
-                              est.get("inflight_microbatches"), _pct(est.get("bubble_fraction"))]], "lrrrrr"))
-        parts.append("</section>")
 
-    # memory
-    parts.append('<section id="memory"><h2>Memory per GPU</h2>')
-    parts.append(f'<figure class="drawing">{svg.memory(plan, est)}</figure>')
+def _schedule(plan, est) -> str:
+    sch = plan.schedule
+    return ('<section id="schedule"><h2>Pipeline schedule</h2>'
+            f'<figure class="drawing">{svg.schedule(plan)}</figure>'
+            + _table(["pipeline", "virtual stages", "micro batch", "microbatches", "in flight (stage 0)",
+                      "bubble (cost model)"],
+                     [[sch.pipeline, sch.virtual_stages, sch.micro_batch, est.get("microbatches"),
+                       est.get("inflight_microbatches"), _pct(est.get("bubble_fraction"))]], "lrrrrr")
+            + "</section>")
+
+
+def _memory(plan, est) -> str:
     stages = est.get("stages") or []
     cols = ["weights", "grads", "optimizer", "activations", "kv_cache"]
     cols = [c for c in cols if any((s["memory"].get(c) or 0) > 0 for s in stages)] or ["weights"]
-    rows = [[s["stage"], s.get("layers"), _count(s.get("params"))] + [_gb(s["memory"].get(c)) for c in cols]
-            + [_gb(s["memory"]["total"]), _pct(s["memory"]["total"] / (s["memory"]["capacity"] or 1))]
+    rows = [[s["stage"], s.get("layers"), _count(s.get("params"))] + [_bytes(s["memory"].get(c)) for c in cols]
+            + [_bytes(s["memory"]["total"]), _pct(s["memory"]["total"] / (s["memory"]["capacity"] or 1))]
             for s in stages]
-    parts.append(_table(["stage", "layers", "params"] + [c.replace("_", " ") for c in cols] + ["total", "of capacity"],
-                        rows, "r" * (len(cols) + 5),
-                        row_cls=lambda i: "over" if stages[i]["memory"]["total"] > stages[i]["memory"]["capacity"]
-                        else ""))
-    parts.append("</section>")
+    return ('<section id="memory"><h2>Memory per GPU</h2>'
+            f'<figure class="drawing">{svg.memory(plan, est)}</figure>'
+            + _table(["stage", "layers", "params"] + [c.replace("_", " ") for c in cols] + ["total", "of capacity"],
+                     rows, "r" * (len(cols) + 5),
+                     row_cls=lambda i: "over" if stages[i]["memory"]["total"] > stages[i]["memory"]["capacity"]
+                     else "")
+            + "</section>")
 
-    # communication and time
-    parts.append('<section id="communication"><h2>Communication per GPU '
-                 + ("per step" if train else "per decoded token") + "</h2>")
+
+def _communication(plan, est) -> str:
+    train = plan.mode == "train"
+    head = ('<section id="communication"><h2>Communication per GPU '
+            + ("per step" if train else "per decoded token") + "</h2>")
     # a serving plan's bytes and times are per decoded token (its per-step numbers are zero)
     comm = est.get("comm_per_step" if train else "comm_per_token") or {}
     ctime = est.get("comm_time" if train else "comm_time_per_token") or {}
@@ -180,24 +178,17 @@ def explain_page(plan, estimate) -> str:
             continue
         kind = (lk.get(ln) or {}).get("kind", "")
         bw = (lk.get(ln) or {}).get("bandwidth", 0)
-        rows.append([ax, _gb(comm.get(ax)), f"{ln} ({kind})" if kind else ln, f"{_gb(bw)}/s", _time(ctime.get(ax))])
-    parts.append(_table(["axis", "bytes", "link", "bandwidth", "time"], rows, "lrlrr") if rows
-                 else "<p>None: every axis has size 1.</p>")
-    parts.append("</section>")
-    if train:
-        parts.append('<section id="time"><h2>Step time</h2>')
-        rows = [["tokens per step", f"{int(est.get('tokens_per_step') or 0):,}"],
-                ["model FLOPs per step", f"{float(est.get('model_flops_per_step') or 0):.3e}"],
-                ["compute time", _time(est.get("compute_time"))],
-                ["step time", _time(est.get("step_time"))],
-                ["MFU", _pct(est.get("mfu"))],
-                ["tokens/s", f"{float(est.get('tokens_per_second') or 0):,.0f}"]]
-        parts.append(_table(["quantity", "value"], rows, "lr"))
-        parts.append("</section>")
-    notes = est.get("notes") or []
-    if notes:
-        parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
-    parts.append(f"<footer>Made by parc {_e(__version__)} from {_e(plan.file)}. Memory is per GPU; "
-                 "times are estimates from the cost model (see <code>parc explain</code>).</footer>")
-    parts.append("</main></body></html>\n")
-    return "".join(parts)
+        rows.append([ax, _bytes(comm.get(ax)), f"{ln} ({kind})" if kind else ln, rate(bw or 0), _time(ctime.get(ax))])
+    body = (_table(["axis", "bytes", "link", "bandwidth", "time"], rows, "lrlrr") if rows
+            else "<p>None: every axis has size 1.</p>")
+    return head + body + "</section>"
+
+
+def _step_time(est) -> str:
+    rows = [["tokens per step", f"{int(est.get('tokens_per_step') or 0):,}"],
+            ["model FLOPs per step", flops(float(est.get("model_flops_per_step") or 0))],
+            ["compute time", _time(est.get("compute_time"))],
+            ["step time", _time(est.get("step_time"))],
+            ["MFU", _pct(est.get("mfu"))],
+            ["tokens/s", f"{float(est.get('tokens_per_second') or 0):,.0f}"]]
+    return '<section id="time"><h2>Step time</h2>' + _table(["quantity", "value"], rows, "lr") + "</section>"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from html import escape
 
+from parc.units import nbytes, percent
 from parc.words import count, plural
 
 # ColorBrewer-like qualitative palette (12), readable on white and distinct side by side
@@ -71,43 +72,44 @@ def mesh(plan, max_nodes: int = 16) -> str:
     """The rank map: nodes as boxes with their GPUs inside, each GPU coloured by its TP group
     and labelled with its rank and (pp, dp, cp, tp) coordinates; arcs on the right join the
     nodes whose GPUs talk to each other, labelled with the axes that cross."""
-    import numpy as np
-
     from parc.model.rankmap import RankMap
 
     rm = RankMap(plan)
-    g = rm.gpus_per_node
-    world = rm.world
-    n_nodes = rm.nodes
-    if n_nodes > max_nodes:
-        shown = list(range(max_nodes - 1)) + [n_nodes - 1]
-    else:
-        shown = list(range(n_nodes))
-    ranks = np.arange(world, dtype=np.int64)
-    coords = rm.coords(ranks)
-    tp_stride, tp = rm.stride["tp"], rm.sizes["tp"]
-    tp_group_key = ranks - coords["tp"] * tp_stride  # the group's smallest rank
-    uniq = {int(k): i for i, k in enumerate(sorted(set(int(x) for x in tp_group_key)))}
-
+    g, world, n_nodes = rm.gpus_per_node, rm.world, rm.nodes
+    shown = list(range(max_nodes - 1)) + [n_nodes - 1] if n_nodes > max_nodes else list(range(n_nodes))
     per_row = min(g, 8)
     rows_per_node = -(-g // per_row)
-    gw, gh, gap = 74, 40, 6
-    pad, head = 10, 20
-    node_w = pad * 2 + per_row * gw + (per_row - 1) * gap
-    node_h = head + rows_per_node * gh + (rows_per_node - 1) * gap + pad
-    left, top = 16, 58
-    vgap = 14
-    body: list[str] = []
-    mo = rm.order
+    box = {"gw": 74, "gh": 40, "gap": 6, "pad": 10, "head": 20, "left": 16, "per_row": per_row}
+    box["node_w"] = box["pad"] * 2 + per_row * box["gw"] + (per_row - 1) * box["gap"]
+    box["node_h"] = box["head"] + rows_per_node * box["gh"] + (rows_per_node - 1) * box["gap"] + box["pad"]
+    left, tp = box["left"], rm.sizes["tp"]
     experts = "".join(f", {a}={rm.size(a)}" for a in ("ep", "etp") if rm.size(a) > 1)
     title = (f"Rank map: {count(world, 'GPU')} on {count(n_nodes, 'node')} × {g}; "
-             f"mesh {' × '.join(f'{a}={rm.sizes[a]}' for a in mo)}{experts} (last axis innermost)")
-    body.append(_text(left, 22, title, "title"))
+             f"mesh {' × '.join(f'{a}={rm.sizes[a]}' for a in rm.order)}{experts} (last axis innermost)")
     sub = ("GPUs coloured by tensor-parallel group; label: rank and (pp, dp, cp, tp)" if tp > 1 else
            "tp = 1: every GPU is its own tensor-parallel group; label: rank and (pp, dp, cp, tp)")
-    body.append(_text(left, 40, sub, "muted small"))
+    body = [_text(left, 22, title, "title"), _text(left, 40, sub, "muted small")]
+    node_y, height = _mesh_nodes(rm, shown, box, body)
+    width, height = _mesh_links(plan, rm, shown, box, node_y, height, body)
+    width = max(width, left + box["node_w"] + 20, 560, _min_width(title))
+    return _svg("mesh", width, height, body, title,
+                attrs=f' data-world="{world}" data-nodes="{n_nodes}" data-nodes-drawn="{len(shown)}"')
 
-    y = top
+
+def _mesh_nodes(rm, shown: list[int], box: dict, body: list[str]) -> tuple[dict[int, float], float]:
+    """Draw the shown nodes (and a line for each run of skipped ones) into ``body``; returns
+    each node's y and the drawing's height so far."""
+    import numpy as np
+
+    g, world = rm.gpus_per_node, rm.world
+    ranks = np.arange(world, dtype=np.int64)
+    coords = rm.coords(ranks)
+    tp = rm.sizes["tp"]
+    tp_group_key = ranks - coords["tp"] * rm.stride["tp"]  # the group's smallest rank
+    uniq = {int(k): i for i, k in enumerate(sorted(set(int(x) for x in tp_group_key)))}
+    gw, gh, gap, pad, left = box["gw"], box["gh"], box["gap"], box["pad"], box["left"]
+    node_w, node_h, per_row = box["node_w"], box["node_h"], box["per_row"]
+    y = 58
     node_y: dict[int, float] = {}
     for i, node in enumerate(shown):
         if i > 0 and node != shown[i - 1] + 1:
@@ -124,12 +126,10 @@ def mesh(plan, max_nodes: int = 16) -> str:
                     f'fill="#f6f7f9" stroke="#9aa3ad"/>')
         first, last = node * g, min(world, node * g + g) - 1
         body.append(_text(pad, 14, f"node {node}  ·  ranks {first}–{last}", "small title"))
-        for local in range(g):
+        for local in range(min(g, world - node * g)):
             r = node * g + local
-            if r >= world:
-                break
             gx = pad + (local % per_row) * (gw + gap)
-            gy = head + (local // per_row) * (gh + gap)
+            gy = box["head"] + (local // per_row) * (gh + gap)
             c = {a: int(coords[a][r]) for a in ("pp", "dp", "cp", "tp")}
             grp = uniq[int(tp_group_key[r])]
             fill = PALETTE[grp % len(PALETTE)] if tp > 1 else "#8fa9c4"
@@ -146,10 +146,13 @@ def mesh(plan, max_nodes: int = 16) -> str:
                 + _text(gw / 2, 30, f"({c['pp']},{c['dp']},{c['cp']},{c['tp']})", "tiny", "middle")
                 + "</g>")
         body.append("</g>")
-        y += node_h + vgap
-    height = y + 10
+        y += node_h + 14
+    return node_y, y + 10
 
-    # links between nodes: the node pairs that consecutive members of a group sit on
+
+def _mesh_links(plan, rm, shown, box, node_y, height, body) -> tuple[float, float]:
+    """Draw the links between nodes into ``body``: arcs between drawn nodes, dashed stubs to
+    nodes not drawn, and the legend of crossing axes; returns the width and height."""
     all_links = _node_links(rm)
     drawn = set(shown)
     links = {k: v for k, v in all_links.items() if k[0] in drawn and k[1] in drawn}
@@ -160,18 +163,15 @@ def mesh(plan, max_nodes: int = 16) -> str:
                 stubs.setdefault((a, ax), b)
             elif b in drawn and a not in drawn:
                 stubs.setdefault((b, ax), a)
-    arc_x0 = left + node_w
-    max_span = 1
-    for (a, b) in links:
-        max_span = max(max_span, shown.index(b) - shown.index(a))
+    arc_x0, node_h = box["left"] + box["node_w"], box["node_h"]
+    max_span = max([1] + [shown.index(b) - shown.index(a) for (a, b) in links])
     width = arc_x0 + 40 + 26 * min(max_span, 12) + 90 + (130 if stubs else 0)
     link = rm_link_name(plan)
     for (a, b), axes in sorted(links.items()):
         off = ("pp", "dp", "cp", "ep", "tp").index(axes[0]) * 6 - 9
         ya = node_y[a] + node_h / 2 + off
         yb = node_y[b] + node_h / 2 + off
-        span = shown.index(b) - shown.index(a)
-        bulge = 30 + 26 * min(span, 12)
+        bulge = 30 + 26 * min(shown.index(b) - shown.index(a), 12)
         color = AXIS_COLORS.get(axes[0], "#555")
         label = ", ".join(axes)
         body.append(
@@ -193,22 +193,20 @@ def mesh(plan, max_nodes: int = 16) -> str:
                     f'<line x1="{arc_x0}" y1="{yy:.1f}" x2="{sx:.1f}" y2="{yy:.1f}" stroke="{color}" '
                     f'stroke-width="1.4" stroke-dasharray="4 3"/>'
                     + _text(sx + 4, yy + 3, f"{ax} ↔ node {other}", "small", extra=f' fill="{color}"') + "</g>")
-    if not all_links and n_nodes > 1:
-        body.append(_text(left, height - 4, "no group crosses a node: nodes exchange nothing but "
-                                            "what the data loader sends", "muted small"))
+    if not all_links and rm.nodes > 1:
+        body.append(_text(box["left"], height - 4, "no group crosses a node: nodes exchange nothing but "
+                                                   "what the data loader sends", "muted small"))
         height += 8
-    legend_y = 48
     if all_links:
+        legend_y = 48
         crossing = sorted({a for axes in all_links.values() for a in axes}, key=lambda a: "pp dp cp tp ep".find(a))
         x = arc_x0 + 8
-        body.append(_text(x, legend_y - 8, f"between nodes ({rm_link_name(plan)}):", "small muted"))
+        body.append(_text(x, legend_y - 8, f"between nodes ({link}):", "small muted"))
         for ax in crossing:
             body.append(f'<rect x="{x}" y="{legend_y - 2}" width="10" height="4" fill="{AXIS_COLORS.get(ax, "#555")}"/>'
                         + _text(x + 14, legend_y + 3, ax, "small"))
             x += 40
-    width = max(width, left + node_w + 20, 560, _min_width(title))
-    return _svg("mesh", width, height, body, title,
-                attrs=f' data-world="{world}" data-nodes="{n_nodes}" data-nodes-drawn="{len(shown)}"')
+    return width, height
 
 
 def rm_link_name(plan) -> str:
@@ -404,12 +402,12 @@ def memory(plan, estimate=None) -> str:
     body: list[str] = []
     gpu = plan.cluster.gpu.name
     title = (f"Memory per GPU by pipeline stage ({count(n, 'stage')}) against the "
-             f"{gpu}'s {cap / 1e9:.1f} GB")
+             f"{gpu}'s {nbytes(cap)}")
     body.append(_text(16, 22, title, "title"))
     most = est.get("most_loaded_stage", 0)
     body.append(_text(16, 40, f"the most loaded is stage {most}: "
-                              f"{stages[most]['memory']['total'] / 1e9:.1f} GB "
-                              f"({stages[most]['memory']['total'] / cap * 100:.0f}% of capacity)", "muted small"))
+                              f"{nbytes(stages[most]['memory']['total'])} "
+                              f"({percent(stages[most]['memory']['total'] / cap)} of capacity)", "muted small"))
 
     def ypos(v):
         return top + plot_h - v / top_val * plot_h
@@ -436,7 +434,7 @@ def memory(plan, estimate=None) -> str:
             y1, y0 = ypos(base + v), ypos(base)
             body.append(f'<rect class="segment {p}" data-part="{p}" data-bytes="{v:.0f}" x="{x:.1f}" '
                         f'y="{y1:.1f}" width="{bar_w}" height="{max(y0 - y1, 0.5):.1f}" fill="{PART_COLORS[p]}">'
-                        f"<title>{_t(f'stage {stage}: {p} {v / 1e9:.2f} GB')}</title></rect>")
+                        f"<title>{_t(f'stage {stage}: {p} {nbytes(v)}')}</title></rect>")
             base += v
         body.append(_text(x + bar_w / 2, ypos(base) - 4, f"{base / 1e9:.0f}", "tiny", "middle")
                     if bar_w >= 14 else "")
@@ -447,7 +445,7 @@ def memory(plan, estimate=None) -> str:
     body.append(f'<line class="capacity" data-bytes="{cap:.0f}" x1="{left - 2}" y1="{cy:.1f}" '
                 f'x2="{left + n * (bar_w + gap) + 2:.1f}" y2="{cy:.1f}" stroke="#d62728" stroke-width="1.5" '
                 f'stroke-dasharray="6 3"/>'
-                + _text(left + n * (bar_w + gap) + 6, cy + 3, f"capacity {cap / 1e9:.1f} GB", "small",
+                + _text(left + n * (bar_w + gap) + 6, cy + 3, f"capacity {nbytes(cap)}", "small",
                         extra=' fill="#d62728" style="fill:#d62728"'))
     body.append(_text(left + n * (bar_w + gap) / 2, top + plot_h + 30, "pipeline stage", "small muted", "middle"))
     lx, ly = left + n * (bar_w + gap) + 16, max(top + 30, cy + 24)

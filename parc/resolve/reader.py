@@ -174,3 +174,15 @@ def read_stdin_bytes(stream=None) -> bytes:
     if len(data) > MAX_SPEC_BYTES:
         raise _too_large(STDIN_NAME, None)
     return data
+
+
+def source_text(sources: dict[str, str], file: str) -> str | None:
+    """A file's text from ``sources``, read (and kept there) on first use; None if unreadable."""
+    text = sources.get(file)
+    if text is None:
+        try:  # the spec reader: never a device, a FIFO or a file over the size limit
+            text = read_spec(file)
+        except OSError:
+            return None
+        sources[file] = text
+    return text

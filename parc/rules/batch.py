@@ -6,9 +6,11 @@ count the plan would really run.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from parc.rules import TARGET_FAMILIES, WARNING, rule
-from parc.rules.util import (at_given, batch_span, bubble_fraction, divisors, dp_terms, given, global_batches_for, join,
-                   microbatch_terms, microbatches, nearest, nearest_multiples, plural, target_name)
+from parc.rules.util import (at_given, batch_span, bubble_fraction, dims, divisors, dp_terms, given,
+                             global_batches_for, join, microbatch_terms, microbatches, nearest, plural, target_name)
 from parc.words import count
 
 BUBBLE_WARN = 0.25   # idle share of a step above which the bubble is worth a warning
@@ -26,15 +28,15 @@ def _train_pipeline(plan) -> bool:
 
 
 def _gb_help(plan, ok, what: str) -> str:
-    s = plan.schedule
-    per = s.micro_batch * plan.mesh.dp
+    s, per = plan.schedule, dims(plan).per_microbatch
     gbs = global_batches_for(plan, ok)
     if not gbs:
         return ""
     out = f"use global_batch = {join(gbs)} ({join([g // per for g in gbs])} microbatches{what})"
     if s.micro_batch > 1:
-        m1 = [k for k in range(1, s.micro_batch) if s.micro_batch % k == 0 and s.global_batch % (k * plan.mesh.dp) == 0
-              and ok(s.global_batch // (k * plan.mesh.dp))]
+        d = dims(plan)
+        m1 = [k for k in range(1, s.micro_batch) if s.micro_batch % k == 0
+              and (n := replace(d, micro_batch=k).microbatches) is not None and ok(n)]
         if m1:
             out += f", or keep global_batch = {s.global_batch} with micro_batch = {m1[-1]}"
     return out
@@ -47,10 +49,10 @@ def global_batch(plan, c):
     s, m = plan.schedule, plan.mesh
     if plan.mode != "train" or m.dp <= 0:
         return
-    per = s.micro_batch * m.dp
-    if s.global_batch % per == 0:
+    fact = next((f for f in dims(plan).violations(plan.model, plan.mode) if f.code == "batch"), None)
+    if fact is None:
         return
-    near = nearest_multiples(s.global_batch, per)
+    per, near = dims(plan).per_microbatch, list(fact.alternatives)
     mbs = [k for k in divisors(s.global_batch // m.dp) if k != s.micro_batch] if s.global_batch % m.dp == 0 else []
     helps = [f"the nearest global batches that work are {join(near)} "
              f"({join([n // per for n in near])} microbatches of {s.micro_batch} per data-parallel rank)"]
@@ -289,9 +291,8 @@ def bubble(plan, c):
         need = -(-need // p) * p
     helps = []
     if need > n:
-        per = s.micro_batch * m.dp
         helps.append(f"{need} microbatches bring it to about {bubble_fraction(s.pipeline, p, need, v):.0%}: "
-                      f"global_batch = {need * per}")
+                      f"global_batch = {dims(plan).global_batch_for(need)}")
         if s.micro_batch > 1:
             helps.append("or a smaller micro_batch for more microbatches in the same global batch")
     if s.pipeline in ("gpipe", "1f1b") and m.pp > 1:
@@ -315,10 +316,10 @@ def microbatches_mismatch(plan, c):
         return
     if plan.spans.get("schedule.global_batch") == plan.spans.get("schedule.microbatches"):
         return  # global_batch was derived from microbatches
-    per = s.micro_batch * m.dp
+    want = dims(plan).global_batch_for(s.microbatches)
     c.report(c.at("schedule.microbatches"),
              f"microbatches = {s.microbatches} disagrees with the batch sizes: {microbatch_terms(plan)}",
-             help=(f"remove `microbatches` (parc derives it), or set global_batch = {s.microbatches * per} "
+             help=(f"remove `microbatches` (parc derives it), or set global_batch = {want} "
                    f"for {s.microbatches} microbatches of {s.micro_batch} on each of dp = {count(m.dp, 'rank')}"),
              related=[(c.at("schedule.global_batch"), f"global_batch = {s.global_batch}"),
                       (c.at("mesh.dp"), dp_terms(plan))])

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from parc.rules import WARNING, rule
-from parc.rules.util import divisors, gb, join
+from parc.model.dims import auto_degree
+from parc.rules.util import dims, divisors, gb, join
 from parc.words import count
 
 HEADROOM = 0.10          # warn when less than this share of GPU memory stays free in training
@@ -38,10 +39,9 @@ def _variant(plan, mesh=None, train=None):
     when the batch would not divide."""
     m = mesh or plan.mesh
     sch = plan.schedule
-    per = sch.micro_batch * m.dp
-    if per <= 0 or sch.global_batch % per:
+    mb = dims(plan, m).microbatches
+    if mb is None:
         return None
-    mb = sch.global_batch // per
     if m.pp > 1 and mb < m.pp and sch.pipeline != "gpipe":
         return None
     pl = plan.placement if m.pp == plan.mesh.pp else replace(plan.placement, layers=None)
@@ -55,14 +55,15 @@ def _train_total(plan) -> float:
     return estimate(plan, cache=False).memory.total
 
 
+_MESH_FACTS = ("heads_tp", "kv_tp", "width_tp", "expert_grid")
+
+
 def _mesh_ok(plan, m) -> bool:
-    md = plan.model
-    if m.tp > 1 and (md.heads % m.tp or md.ffn_hidden % m.tp
-                     or (md.kv_heads % m.tp and m.tp % md.kv_heads)):
+    """Whether mesh ``m`` splits the model's widths, layers (over pp) and expert grid."""
+    d = dims(plan, m)
+    if m.pp > 1 and plan.model.layers % m.pp:
         return False
-    if m.pp > 1 and md.layers % m.pp:
-        return False
-    return (m.dp * m.cp * m.tp) % (m.ep * m.etp) == 0
+    return not any(f.code in _MESH_FACTS for f in d.violations(plan.model, plan.mode))
 
 
 def training_fixes(plan, limit: float, n: int = 3) -> list[tuple[str, str, float]]:
@@ -99,8 +100,8 @@ def training_fixes(plan, limit: float, n: int = 3) -> list[tuple[str, str, float
         for d in divisors(world):
             if d <= cur or (ax == "tp" and d > g):
                 continue
-            rest = world // (d * (mesh.cp * (mesh.pp if ax == "tp" else mesh.tp)))
-            if rest < 1 or world % (d * mesh.cp * (mesh.pp if ax == "tp" else mesh.tp)):
+            rest = auto_degree(world, d * mesh.cp * (mesh.pp if ax == "tp" else mesh.tp))   # dp = auto
+            if rest < 1:
                 continue
             m2 = replace(mesh, **{ax: d, "dp": rest})
             if not _mesh_ok(plan, m2):
@@ -213,9 +214,8 @@ def _serve_fit(plan, tp: int, pp: int | None = None):
 
 
 def _tp_candidates(plan) -> list[int]:
-    md = plan.model
-    return [d for d in divisors(md.heads)
-            if d > 1 and (md.kv_heads % d == 0 or d % md.kv_heads == 0) and md.ffn_hidden % d == 0]
+    """Tensor-parallel degrees above 1 that split every width of the model."""
+    return [t for t, _ in dims(plan).tp_degrees(plan.model) if t > 1]
 
 
 def smallest_serving_mesh(plan) -> tuple[int, int] | None:

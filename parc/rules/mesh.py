@@ -7,8 +7,9 @@ them (one mistake, one error).
 from __future__ import annotations
 
 from parc.rules import WARNING, rule
-from parc.rules.util import (axes_product, common_divisors, describe_tp_options, divisors, given, join, lcm,
-                   nearest, plural, ratio, target_name, tp_options, tp_widths)
+from parc.rules.util import (axes_product, describe_tp_options, dims, divisors, given, join,
+                   nearest, plural, ratio, target_name, tp_options)
+from parc.model.dims import grid_fits, splits
 from parc.words import count
 
 
@@ -17,20 +18,31 @@ def _mesh_desc(m, axes=None) -> str:
     return " · ".join(f"{ax}={m.size(ax)}" for ax in axes) or "all axes 1"
 
 
+def _fact(plan, code: str):
+    """The fact ``code`` of :meth:`ParallelDims.violations` for this plan, or None."""
+    return next((f for f in dims(plan).violations(plan.model, plan.mode, replicate_kv=False) if f.code == code), None)
+
+
+def _tp_facts(plan) -> list:
+    """The tensor-parallel facts of :meth:`ParallelDims.violations` for this plan."""
+    return [f for f in dims(plan).violations(plan.model, plan.mode, replicate_kv=False)
+            if f.code in ("heads_tp", "kv_tp", "width_tp", "kv_tp_replicated", "vocab_tp")]
+
+
+def _fails(plan, code: str) -> bool:
+    return any(f.code == code for f in _tp_facts(plan))
+
+
 def _heads_fail(plan) -> bool:
-    return plan.mesh.tp > 1 and plan.model.heads % plan.mesh.tp != 0
+    return _fails(plan, "heads_tp")
 
 
 def _kv_fail(plan) -> bool:
-    md, t = plan.model, plan.mesh.tp
-    return t > 1 and md.kv_heads % t != 0 and t % md.kv_heads != 0
+    return _fails(plan, "kv_tp")
 
 
 def _tp_widths_fail(plan) -> list[tuple[str, int]]:
-    t = plan.mesh.tp
-    if t <= 1:
-        return []
-    return [(n, w) for n, w in tp_widths(plan) if n not in ("heads", "kv_heads") and w % t]
+    return [(f.values["name"], f.values["width"]) for f in _tp_facts(plan) if f.code == "width_tp"]
 
 
 def _keep_gpus_hint(plan) -> str:
@@ -139,11 +151,11 @@ def kv_heads_tp(plan, c):
 
 @rule("P104", "layers-divisible-by-stages")
 def layers_stages(plan, c):
-    m, md, s, pl = plan.mesh, plan.model, plan.schedule, plan.placement
-    v = s.virtual_stages if plan.mode == "train" else 1
-    stages = m.pp * v
-    if pl.layers_mode != "even" or stages <= 1 or md.layers % stages == 0:
+    m, md, pl = plan.mesh, plan.model, plan.placement
+    fact = _fact(plan, "layers_stages")
+    if pl.layers_mode != "even" or not fact:
         return
+    v, stages = fact.values["virtual_stages"], dims(plan).stages
     if plan.mode == "serve" and "vllm" in plan.targets and set(plan.targets) <= {"vllm", "json"} \
             and not given(plan, "placement.layers"):
         return  # vLLM splits layers unevenly by itself when the spec does not ask for `even`
@@ -151,8 +163,7 @@ def layers_stages(plan, c):
 
     what = f"pp = {m.pp}" + (f" × virtual_stages = {v} = {count(stages, 'stage')}" if v > 1 else " stages")
     w, inner = plan.cluster.world, m.cp * m.tp
-    ok = sorted({d // v for d in divisors(md.layers) if d % v == 0 and d // v != m.pp
-                 and w % (d // v * inner) == 0})
+    ok = sorted({p for p in fact.alternatives if p != m.pp and w % (p * inner) == 0})
     split = balanced_split(md, stages)
     helps = []
     if split:
@@ -172,9 +183,8 @@ def layers_stages(plan, c):
 
 @rule("P105", "layer-split-matches-stages")
 def explicit_split(plan, c):
-    m, md, s, pl = plan.mesh, plan.model, plan.schedule, plan.placement
-    v = s.virtual_stages if plan.mode == "train" else 1
-    stages = m.pp * v
+    m, md, pl = plan.mesh, plan.model, plan.placement
+    v, stages = dims(plan).virtual_stages, dims(plan).stages
     from parc.cost.estimate import balanced_split
 
     span = c.at("placement.layers")
@@ -235,8 +245,7 @@ def mlp_width_tp(plan, c):
 # ------------------------------------------------------------------------------------ P107/P108
 
 def _vocab_fail(plan) -> bool:
-    return plan.mesh.tp > 1 and plan.model.vocab % plan.mesh.tp != 0 and not _heads_fail(plan) \
-        and not _kv_fail(plan)
+    return _fails(plan, "vocab_tp") and not _heads_fail(plan) and not _kv_fail(plan)
 
 
 @rule("P107", "vocab-padded-for-tp", severity=WARNING, targets=("megatron",))
@@ -283,9 +292,10 @@ def experts_ep(plan, c):
         c.report(c.at(f"mesh.{ax}"), f"{ax} = {m.size(ax)} but model \"{md.name}\" has no experts",
                  help=f"remove `{ax}` from the mesh, or give the model `experts` (and `top_k`)")
         return
-    if m.ep > 1 and md.experts % m.ep:
-        region = m.dp * m.cp * m.tp
-        ok = [d for d in common_divisors(md.experts, region) if d > 1 and region % (d * m.etp) == 0]
+    fact = _fact(plan, "experts_ep")
+    if fact:
+        region = dims(plan).region
+        ok = fact.alternatives
         helps = (f"expert-parallel degrees that divide {count(md.experts, 'expert')} and fit the dp·cp·tp = {region} "
                  f"ranks of a stage: ep = {join(ok)}" if ok else f"ep must divide experts = {md.experts}")
         related = [(c.at("model.experts"), f"experts = {md.experts}")]
@@ -334,7 +344,7 @@ def hidden_heads(plan, c):
 def kv_replicated(plan, c):
     m, md = plan.mesh, plan.model
     t, kv = m.tp, md.kv_heads
-    if t <= 1 or _heads_fail(plan) or _kv_fail(plan) or kv % t == 0:
+    if _heads_fail(plan) or not _fails(plan, "kv_tp_replicated"):
         return
     opts = describe_tp_options(plan, strict_kv=True)
     c.report(c.at("mesh.tp"),
@@ -352,18 +362,17 @@ def expert_grid(plan, c):
     m, md = plan.mesh, plan.model
     if not md.is_moe or (m.ep <= 1 and m.etp <= 1):
         return
-    if m.ep > 1 and md.experts % m.ep:
-        return  # P109
-    region = m.dp * m.cp * m.tp
-    grid = m.ep * m.etp
-    if region % grid == 0:
+    fact = _fact(plan, "expert_grid")   # quiet while P109 reports experts % ep
+    if not fact:
         return
+    region = fact.values["region"]
+    grid = m.ep * m.etp
     world = m.product
-    ok = [e for e in divisors(md.experts) if region % (e * m.etp) == 0 and e > 1]
+    ok = fact.alternatives
     helps = []
     if ok:
         helps.append(f"ep = {join(nearest(ok, m.ep, 4))} with etp = {m.etp}")
-    etps = [e for e in divisors(region) if region % (e * m.ep) == 0 and md.moe_ffn_hidden % e == 0]
+    etps = [e for e in divisors(region) if grid_fits(region, m.ep, e) and splits(md.moe_ffn_hidden, e)]
     if etps and m.ep > 1 and md.experts % m.ep == 0:
         helps.append(f"etp = {join(etps)} with ep = {m.ep}")
     c.report(c.at("mesh.ep" if m.ep > 1 else "mesh.etp"),
@@ -379,10 +388,10 @@ def expert_grid(plan, c):
 @rule("P113", "moe-ffn-divisible-by-etp")
 def moe_ffn_etp(plan, c):
     m, md = plan.mesh, plan.model
-    if not md.is_moe or m.etp <= 1 or md.moe_ffn_hidden % m.etp == 0:
+    fact = _fact(plan, "moe_ffn_etp")
+    if not fact:
         return
-    ok = [d for d in divisors(md.moe_ffn_hidden) if 1 <= d <= max(8, m.etp) and
-          (m.dp * m.cp * m.tp) % (d * m.ep) == 0]
+    ok = fact.alternatives
     c.report(c.at("mesh.etp"),
              f"etp = {m.etp} does not divide moe_ffn_hidden = {md.moe_ffn_hidden}: each expert's MLP would "
              f"need {ratio(md.moe_ffn_hidden, m.etp)} columns per GPU",
@@ -392,32 +401,18 @@ def moe_ffn_etp(plan, c):
 
 # ------------------------------------------------------------------------------------ P114/P115
 
-def _seq_ok(seq, cp, tp, sp):
-    if cp > 1 and seq % (2 * cp):
-        return False
-    if sp and tp > 1 and (seq % cp or (seq // cp) % tp):
-        return False
-    return True
-
-
-def _seq_choices(seq, step):
-    lo = (seq // step) * step
-    return [x for x in (lo, lo + step) if x > 0]
-
-
 @rule("P114", "seq-len-divisible-by-2cp")
 def seq_cp(plan, c):
     m, md = plan.mesh, plan.model
-    if plan.mode != "train" or m.cp <= 1 or md.seq_len % (2 * m.cp) == 0:
+    fact = _fact(plan, "seq_cp")
+    if not fact:
         return
-    sp = bool(plan.train and plan.train.sequence_parallel)
-    step = lcm(2 * m.cp, m.cp * m.tp) if sp and m.tp > 1 else 2 * m.cp
     ok_cp = [d for d in divisors(md.seq_len // 2 if md.seq_len % 2 == 0 else 1) if 1 < d <= max(16, m.cp)]
     c.report(c.at("model.seq_len"),
              f"seq_len = {md.seq_len} is not divisible by 2 · cp = {2 * m.cp}: context parallelism cuts each "
              f"sequence into 2·cp chunks and gives every rank one from the head and one from the tail, "
              f"to balance causal attention (Megatron-LM refuses it in validate_args)",
-             help=f"use seq_len = {join(_seq_choices(md.seq_len, step))}"
+             help=f"use seq_len = {join(fact.alternatives)}"
                   + (f", or cp = {join(ok_cp)}" if ok_cp else ""),
              related=[(c.at("mesh.cp"), f"cp = {m.cp}")])
 
@@ -425,20 +420,16 @@ def seq_cp(plan, c):
 @rule("P115", "seq-len-divisible-by-tp-with-sp")
 def seq_sp(plan, c):
     m, md = plan.mesh, plan.model
-    if plan.mode != "train" or not (plan.train and plan.train.sequence_parallel) or m.tp <= 1:
+    fact = _fact(plan, "seq_sp")   # quiet while P114 reports seq_len % 2·cp
+    if not fact:
         return
-    if m.cp > 1 and md.seq_len % (2 * m.cp):
-        return  # P114
     local = md.seq_len // m.cp
-    if local % m.tp == 0:
-        return
-    step = m.cp * m.tp if m.cp == 1 else lcm(2 * m.cp, m.cp * m.tp)
     per = f"seq_len / cp = {md.seq_len} / {m.cp} = {local}" if m.cp > 1 else f"seq_len = {md.seq_len}"
     c.report(c.at("model.seq_len"),
              f"sequence parallelism splits each sequence over tp = {m.tp}, but {per} is not divisible by {m.tp} "
              f"(Megatron-LM only finds out in the first forward pass, on every rank: \"First dimension of the "
              f"tensor should be divisible by tensor parallel size\")",
-             help=f"use seq_len = {join(_seq_choices(md.seq_len, step))}, or turn `sequence_parallel` off",
+             help=f"use seq_len = {join(fact.alternatives)}, or turn `sequence_parallel` off",
              related=[(c.at("train.sequence_parallel"), "sequence_parallel = true"), (c.at("mesh.tp"), f"tp = {m.tp}")])
 
 

@@ -11,8 +11,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from fractions import Fraction
 
-from parc.language.diagnostics import WARNING, Diagnostic, Span, source_text
+from parc.language.diagnostics import WARNING, Diagnostic, Span
+from parc.resolve.reader import source_text
 from parc.rules import rule
+from parc.rules.util import dims
 
 # While set, the style rules run; the dict maps shown file names to their text.
 _LINTING: ContextVar[dict | None] = ContextVar("parc_linting", default=None)
@@ -90,7 +92,7 @@ def derived_value_restated(plan, c):
     """A field that parc derives, written out with the value it would derive anyway."""
     if _LINTING.get() is None:
         return
-    md, s, m = plan.model, plan.schedule, plan.mesh
+    md, s = plan.model, plan.schedule
     derived = []
     if md.heads and md.hidden % md.heads == 0:
         derived.append(("model.head_dim", "head_dim", md.head_dim, md.hidden // md.heads,
@@ -102,10 +104,9 @@ def derived_value_restated(plan, c):
             derived.append(("model.params", "params", md.params, param_count(md), "the model's shapes"))
         except (ZeroDivisionError, ValueError):
             pass
-    per = s.micro_batch * m.dp
-    if plan.mode == "train" and per and s.global_batch % per == 0:
-        derived.append(("schedule.microbatches", "microbatches", s.microbatches, s.global_batch // per,
-                        "global_batch / (micro_batch · dp)"))
+    n = dims(plan).microbatches
+    if plan.mode == "train" and n is not None:
+        derived.append(("schedule.microbatches", "microbatches", s.microbatches, n, "global_batch / (micro_batch · dp)"))
     for path, key, have, want, how in derived:
         if have is None or not _same(have, want):
             continue

@@ -3,7 +3,10 @@ terms (``dp = world / (pp·cp·tp) = 64 / (4·1·8) = 2``), the rank map and the
 from __future__ import annotations
 
 from math import gcd
+# divisors: the rules import it from here
+from parc.model.dims import ParallelDims, divisors, tp_fits_model, tp_widths as _model_tp_widths  # noqa: F401
 from parc.words import count as plural  # "1 node", "2 nodes": the one plural helper
+from parc.units import gb  # noqa: F401  bytes in messages ("80.0 GB"): the one number formatter
 
 # How each target is named in messages.
 TARGET_NAMES = {
@@ -19,20 +22,6 @@ TARGET_NAMES = {
 
 def target_name(t: str | None) -> str:
     return TARGET_NAMES.get(t or "", t or "")
-
-
-def divisors(n: int) -> list[int]:
-    if n <= 0:
-        return []
-    small, large = [], []
-    i = 1
-    while i * i <= n:
-        if n % i == 0:
-            small.append(i)
-            if i != n // i:
-                large.append(n // i)
-        i += 1
-    return small + large[::-1]
 
 
 def common_divisors(*ns: int) -> list[int]:
@@ -73,22 +62,18 @@ def ratio(a: int, b: int) -> str:
     return str(a // b) if b and a % b == 0 else f"{a / b:.2f}"
 
 
-def gb(n: float) -> str:
-    """Bytes as GB (1e9) with enough digits to read."""
-    v = n / 1e9
-    if v >= 100:
-        return f"{v:.0f} GB"
-    if v >= 10:
-        return f"{v:.1f} GB"
-    return f"{v:.2f} GB"
-
-
 # ---------------------------------------------------------------- the plan in the user's terms
 
+def dims(plan, mesh=None) -> ParallelDims:
+    """The plan's :class:`ParallelDims` (with ``mesh`` in place of its own, when given)."""
+    return ParallelDims.from_plan(plan, mesh)
+
+
 def axes_product(plan, axes) -> int:
+    d = dims(plan)
     out = 1
     for ax in axes:
-        out *= plan.mesh.size(ax)
+        out *= d.size(ax)
     return out
 
 
@@ -102,20 +87,16 @@ def dp_terms(plan) -> str:
 
 def microbatch_terms(plan) -> str:
     """``global_batch / (micro_batch · dp) = 12 / (1 · 2) = 6``."""
-    s, m = plan.schedule, plan.mesh
-    per = s.micro_batch * m.dp
-    mb = s.global_batch // per if per and s.global_batch % per == 0 else s.global_batch / max(per, 1)
-    mbs = str(mb) if isinstance(mb, int) else f"{mb:.2f}"
-    return f"global_batch / (micro_batch · dp) = {s.global_batch} / ({s.micro_batch} · {m.dp}) = {mbs}"
+    d = dims(plan)
+    per = d.per_microbatch
+    mb = d.microbatches
+    mbs = str(mb) if mb is not None else f"{d.global_batch / max(per, 1):.2f}"
+    return f"global_batch / (micro_batch · dp) = {d.global_batch} / ({d.micro_batch} · {d.dp}) = {mbs}"
 
 
 def microbatches(plan) -> int | None:
     """The microbatch count the batch sizes give (None when global_batch does not divide)."""
-    s, m = plan.schedule, plan.mesh
-    per = s.micro_batch * m.dp
-    if per <= 0 or s.global_batch % per:
-        return None
-    return s.global_batch // per
+    return dims(plan).microbatches
 
 
 def batch_span(plan):
@@ -150,66 +131,31 @@ def at_given(plan, *paths: str):
 
 def global_batches_for(plan, ok) -> list[int]:
     """Global batches near the current one whose microbatch count satisfies ``ok(m)``."""
-    s, m = plan.schedule, plan.mesh
-    per = s.micro_batch * m.dp
-    if per <= 0:
+    d = dims(plan)
+    if d.per_microbatch <= 0:
         return []
-    cur = max(1, s.global_batch // per)
+    cur = max(1, d.global_batch // d.per_microbatch)
     cands = [k for k in range(1, max(4 * cur, 64) + 1) if ok(k)]
-    return [k * per for k in nearest(cands, cur, 3)]
+    return [d.global_batch_for(k) for k in nearest(cands, cur, 3)]
 
 
 # ---------------------------------------------------------------- tensor-parallel alternatives
 
 def tp_widths(plan) -> list[tuple[str, int]]:
     """The model widths a tensor-parallel degree must divide, in the user's names."""
-    md = plan.model
-    out = [("heads", md.heads)]
-    if md.kv_heads != md.heads:
-        out.append(("kv_heads", md.kv_heads))
-    if dense_layers(md):
-        out.append(("ffn_hidden", md.ffn_hidden))
-    if md.is_moe and md.shared_experts:
-        out.append(("shared expert width (shared_experts · moe_ffn_hidden)", md.shared_experts * md.moe_ffn_hidden))
-    return out
-
-
-def dense_layers(md) -> int:
-    return md.layers - md.moe_layers
+    return _model_tp_widths(plan.model)
 
 
 def tp_ok(plan, t: int, strict_kv: bool = False) -> bool:
     """Whether tensor-parallel degree ``t`` splits every width of the model (KV heads may be
     replicated unless ``strict_kv``)."""
-    md = plan.model
-    if md.heads % t:
-        return False
-    kv = md.kv_heads
-    if kv % t and (strict_kv or t % kv):
-        return False
-    for name, w in tp_widths(plan):
-        if name in ("heads", "kv_heads"):
-            continue
-        if w % t:
-            return False
-    return True
+    return tp_fits_model(plan.model, t, replicate_kv=not strict_kv)
 
 
 def tp_options(plan, strict_kv: bool = False, limit: int | None = None) -> list[tuple[int, int | None]]:
-    """Valid tp degrees for this model and cluster, each with the dp that ``dp = auto`` would give
-    (None where dp is fixed)."""
-    m = plan.mesh
-    w = plan.cluster.world
-    rest = m.pp * m.cp
-    cap = limit or max(plan.cluster.gpus_per_node, m.tp)
-    out = []
-    for t in divisors(plan.model.heads):
-        if t > cap or not tp_ok(plan, t, strict_kv):
-            continue
-        if w % (rest * t):
-            continue
-        out.append((t, w // (rest * t)))
-    return out
+    """Valid tp degrees for this model and cluster, each with the dp that ``dp = auto`` would give."""
+    cap = limit or max(plan.cluster.gpus_per_node, plan.mesh.tp)
+    return dims(plan).tp_degrees(plan.model, not strict_kv, plan.cluster.world, cap)
 
 
 def describe_tp_options(plan, strict_kv: bool = False) -> str:

@@ -2,9 +2,9 @@
 
 ::
 
-    from parc.runtime.api import Session
+    from parc.api import session
 
-    with Session("plan.par") as s:              # under torchrun, or a world of one
+    with session("plan.par") as s:              # under torchrun, or a world of one
         model = s.parallelize(MyModel())         # the spec's `placement` patterns, then ZeRO
         opt = torch.optim.AdamW(s.owned(model.parameters()))
         for x, y in data:
@@ -38,11 +38,22 @@ from parc.runtime.pipeline import Layout, build_schedule, layout
 
 
 def _load(spec) -> Plan:
+    """The plan itself, or one read back from the ``plan.json`` a compiled launch carries.
+
+    A ``.par`` spec is resolved above the runtime: :func:`parc.api.session` does it and
+    hands the plan here, so the runtime depends on the plan model only."""
     if isinstance(spec, Plan):
         return spec
-    from parc.api import load_plan
+    path = os.fspath(spec)
+    if not path.endswith(".json"):
+        raise TypeError(f"Session takes a resolved Plan or a plan.json; for the spec {path!r} "
+                        "use parc.api.session(path), which resolves and checks it first")
+    import json
 
-    return load_plan(spec)
+    from parc.model.plan import plan_from_dict
+
+    with open(path, encoding="utf-8") as f:
+        return plan_from_dict(json.load(f))
 
 
 class Session:

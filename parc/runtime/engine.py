@@ -11,6 +11,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from parc.model import schedules
+from parc.model.dims import ParallelDims
 from parc.model.plan import Plan
 from parc.runtime.options import Options, RunError  # noqa: F401 - re-exported
 from parc.runtime import mesh as M
@@ -20,33 +21,42 @@ from parc.runtime.model import Config, Transformer, loss_fn, set_parallel
 from parc.runtime.pipeline import build_schedule, layout
 
 
+# How the runtime words each fact of ParallelDims.violations that stops it.
+_REFUSES = {
+    "heads_tp": lambda v, m: f"heads = {m.heads} and kv_heads = {m.kv_heads} must both be divisible by tp = {v['tp']}",
+    "width_tp": lambda v, m: f"{v['name']} = {v['width']} must be divisible by tp = {v['tp']}",
+    "ep_without_experts": lambda v, m: f"{', '.join(f'{k} = {x}' for k, x in v.items())} but the model has no experts",
+    "experts_ep": lambda v, m: f"experts = {v['experts']} must be divisible by ep = {v['ep']}",
+    "expert_grid": lambda v, m: (f"ep · etp = {v['ep']} · {v['etp']} must divide the dp·cp·tp = {v['region']} "
+                                 f"ranks of a pipeline stage"),
+    "moe_ffn_etp": lambda v, m: f"moe_ffn_hidden = {v['moe_ffn_hidden']} must be divisible by etp = {v['etp']}",
+    "seq_cp": lambda v, m: f"seq_len = {v['seq_len']} must be divisible by 2·cp = {2 * v['cp']}",
+    "seq_sp": lambda v, m: (f"seq_len / cp = {v['seq_len'] // v['cp']} must be divisible by tp = {v['tp']} "
+                            f"for sequence parallel"),
+    "batch": lambda v, m: (f"global_batch = {v['global_batch']} must split into dp = {v['dp']} × "
+                           f"micro_batch = {v['micro_batch']} × a whole number of microbatches"),
+}
+_REFUSES["kv_tp"] = _REFUSES["kv_tp_replicated"] = _REFUSES["heads_tp"]
+
+
 def check_plan(plan: Plan) -> None:
     """What the runtime needs beyond `parc check` (the rules catch these first; a plan built in
-    Python can still get here)."""
-    m, mesh, s = plan.model, plan.mesh, plan.schedule
-    tp, cp = mesh.tp, mesh.cp
-    sp = bool(plan.train and plan.train.sequence_parallel) and tp > 1
+    Python can still get here): the invariants of :class:`ParallelDims` that it cannot run
+    without (it splits KV heads and does not replicate them), then the schedule."""
+    d, s = ParallelDims.from_plan(plan), plan.schedule
     problems = []
-    if m.heads % tp or m.kv_heads % tp:
-        problems.append(f"heads = {m.heads} and kv_heads = {m.kv_heads} must both be divisible by tp = {tp}")
-    if m.ffn_hidden % tp:
-        problems.append(f"ffn_hidden = {m.ffn_hidden} must be divisible by tp = {tp}")
-    if m.seq_len % (2 * cp) and cp > 1:
-        problems.append(f"seq_len = {m.seq_len} must be divisible by 2·cp = {2 * cp}")
-    if sp and (m.seq_len // cp) % tp:
-        problems.append(f"seq_len / cp = {m.seq_len // cp} must be divisible by tp = {tp} for sequence parallel")
-    if m.is_moe:
-        if m.experts % mesh.ep:
-            problems.append(f"experts = {m.experts} must be divisible by ep = {mesh.ep}")
-        if m.moe_ffn_hidden % mesh.etp:
-            problems.append(f"moe_ffn_hidden = {m.moe_ffn_hidden} must be divisible by etp = {mesh.etp}")
-        if m.shared_experts and (m.shared_experts * m.moe_ffn_hidden) % tp:
-            problems.append("shared experts' width must be divisible by tp")
-    if not s.microbatches or s.global_batch % (s.microbatches * mesh.dp):
-        problems.append(f"global_batch = {s.global_batch} must split into dp = {mesh.dp} × "
-                        f"microbatches = {s.microbatches}")
-    elif mesh.pp > 1 and plan.mode == "train":
-        why = schedules.check(s.pipeline, mesh.pp, s.microbatches, s.virtual_stages)
+    # judged as training whatever the mode: serving splits sequences over cp and feeds
+    # microbatches through the stages just the same
+    for f in d.violations(plan.model, "train", replicate_kv=False):
+        text = _REFUSES.get(f.code, lambda v, m: None)(f.values, plan.model)
+        if text and text not in problems:
+            problems.append(text)
+    n = d.microbatches
+    if n is not None and s.microbatches != n:
+        problems.append(f"microbatches = {s.microbatches} disagrees with global_batch / (micro_batch · dp) = "
+                        f"{d.global_batch} / ({d.micro_batch} · {d.dp}) = {n}")
+    elif n is not None and d.pp > 1 and plan.mode == "train":
+        why = schedules.check(s.pipeline, d.pp, n, s.virtual_stages)
         if why:
             problems.append(why)
     if problems:

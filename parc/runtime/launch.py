@@ -115,10 +115,9 @@ def _child(rank: int, world: int, body, folder: str, backend: str, timeout: floa
 
 
 def _write_json(path: str, data) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    from parc.files import write_atomic
+
+    write_atomic(path, json.dumps(data))
 
 
 class Stopped(BaseException):

@@ -8,50 +8,17 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Optional
 
 from parc.model.plan import Plan
+from parc.progress import Progress  # noqa: F401  (the one progress line; `parc run` draws it)
 from parc.runtime import shrink
 from parc.runtime.launch import Job, RunFailed, prepare_env
 
 
 def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
-
-
-class Progress:
-    """One line on stderr, only when stderr is a terminal: the phase a run is in from its first
-    second (checking, importing torch, spawning ranks, building), then ``step k/N``."""
-
-    def __init__(self, total: int, label: str, stream=None):
-        self.stream = stream or sys.stderr
-        self.total, self.label = total, label
-        self.on = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.t0 = time.time()
-        self.steps_on = bool(total)
-
-    def _write(self, text: str) -> None:
-        self.stream.write(f"\r{text:<72.72}")
-        self.stream.flush()
-
-    def phase(self, what: str) -> None:
-        if self.on:
-            self._write(f"{self.label}: {what}… {time.time() - self.t0:5.1f}s")
-
-    def __call__(self, done: int) -> None:
-        if not self.on or not self.steps_on:
-            return
-        width = 24
-        fill = int(width * min(done, self.total) / self.total)
-        self._write(f"{self.label} [{'#' * fill}{'.' * (width - fill)}] step {done}/{self.total} "
-                    f"{time.time() - self.t0:5.1f}s")
-
-    def close(self) -> None:
-        if self.on:
-            self.stream.write("\r" + " " * 72 + "\r")
-            self.stream.flush()
 
 
 MAX_RANKS = 64
@@ -72,21 +39,10 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
     ``t_start``: when the command started (the report's timing counts from there); ``bar``: a
     :class:`Progress` already showing (else one is made when ``progress``); ``deadline_s``: the
     whole run's limit for forked ranks (default :func:`default_deadline`)."""
-    from parc.runtime.options import RunError
-
     t0 = time.perf_counter()
     t_start = t_start if t_start is not None else t0
     world = plan.world_size
-    if opts.verify and opts.steps < 1:
-        raise RunError("--verify needs at least one step (--steps 0 would compare nothing)")
-    if not under_torchrun() and world > 1 and not rehearse:
-        raise RunFailed(f"this plan needs {world} processes: launch it with the emitted torchrun script "
-                        "(`parc compile SPEC --target torchrun`), or rehearse it here with --rehearse")
-    forked = rehearse and world > 1 and not under_torchrun()
-    if forked and world > max_ranks:
-        raise RunFailed(f"a rehearsal runs every rank as a process on this machine, and this mesh has {world} "
-                        f"ranks (more than {max_ranks}); rehearse a smaller mesh with the same axes, launch the "
-                        "rehearsal across machines with the torchrun script, or raise --max-ranks")
+    forked = _how_to_run(world, opts, rehearse, max_ranks)
     if bar is None and progress:
         bar = Progress(opts.steps, "parc run")
     phase = bar.phase if bar is not None else (lambda what: None)
@@ -112,14 +68,7 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
         opts.device = "cuda" if cuda else "cpu"
         backend = "nccl" if cuda else "gloo"
         engine.check_plan(plan)
-        resume = opts.checkpoint if opts.checkpoint and CK.exists(opts.checkpoint) else None
-        if opts.checkpoint and os.path.exists(opts.checkpoint) and not os.path.isdir(opts.checkpoint):
-            raise CK.CheckpointError(f"--checkpoint names {opts.checkpoint}, which is a file: give a folder")
-        if resume:
-            phase("checking the checkpoint")
-            from parc.runtime.model import Config
-
-            CK.validate(resume, Config.from_model(plan.model))
+        resume = _resume_from(plan, opts, phase)
         ref, t_ref = None, 0.0
         if opts.verify:
             phase("computing the one-process reference")
@@ -146,6 +95,38 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
     rep["timing"] = {"check": t_check, "imports": t_imports, "reference": t_ref, "run": t_run, "steps": steps,
                      "launch_and_build": max(0.0, t_run - steps), "total": time.perf_counter() - t_start}
     return rep
+
+
+def _how_to_run(world: int, opts, rehearse: bool, max_ranks: int) -> bool:
+    """Refuse what cannot run here (RunError, RunFailed); True when the ranks are forked here."""
+    from parc.runtime.options import RunError
+
+    if opts.verify and opts.steps < 1:
+        raise RunError("--verify needs at least one step (--steps 0 would compare nothing)")
+    if not under_torchrun() and world > 1 and not rehearse:
+        raise RunFailed(f"this plan needs {world} processes: launch it with the emitted torchrun script "
+                        "(`parc compile SPEC --target torchrun`), or rehearse it here with --rehearse")
+    forked = rehearse and world > 1 and not under_torchrun()
+    if forked and world > max_ranks:
+        raise RunFailed(f"a rehearsal runs every rank as a process on this machine, and this mesh has {world} "
+                        f"ranks (more than {max_ranks}); rehearse a smaller mesh with the same axes, launch the "
+                        "rehearsal across machines with the torchrun script, or raise --max-ranks")
+    return forked
+
+
+def _resume_from(plan: Plan, opts, phase) -> Optional[str]:
+    """The checkpoint folder to resume from (validated against the plan's model), or None."""
+    from parc.runtime import checkpoint as CK
+
+    if opts.checkpoint and os.path.exists(opts.checkpoint) and not os.path.isdir(opts.checkpoint):
+        raise CK.CheckpointError(f"--checkpoint names {opts.checkpoint}, which is a file: give a folder")
+    resume = opts.checkpoint if opts.checkpoint and CK.exists(opts.checkpoint) else None
+    if resume:
+        phase("checking the checkpoint")
+        from parc.runtime.model import Config
+
+        CK.validate(resume, Config.from_model(plan.model))
+    return resume
 
 
 def _in_process(job: Job, backend: str, bar) -> Optional[dict]:

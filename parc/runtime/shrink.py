@@ -14,6 +14,7 @@ import copy
 from math import gcd
 
 from parc.model import schedules
+from parc.model.dims import ParallelDims
 from parc.model.plan import Plan
 
 
@@ -91,7 +92,7 @@ def rehearse(plan: Plan, seq_len: int | None = None) -> Plan:
 
     s.micro_batch = 1
     s.microbatches = rehearsal_microbatches(s.pipeline, mesh.pp, s.microbatches, s.virtual_stages)
-    s.global_batch = s.micro_batch * mesh.dp * s.microbatches
+    s.global_batch = ParallelDims(dp=mesh.dp, micro_batch=s.micro_batch).global_batch_for(s.microbatches)
     if p.train is not None:
         p.train.precision = "fp32"
     return p

@@ -2,7 +2,7 @@
 script exports as ``PARC_PLAN`` (plan.json beside the script), one process per rank.
 
 In a spec: ``target torchrun { entrypoint = "<path to this file>"  args = ["--steps", "10"] }``;
-``python -c "import parc.runtime.torchrun_entry as m; print(m.__file__)"`` prints the path.
+``python -c "import parc.cli.torchrun_entry as m; print(m.__file__)"`` prints the path.
 """
 import os
 import sys

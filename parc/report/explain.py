@@ -1,0 +1,176 @@
+"""What ``parc explain`` prints: the numbers behind a plan as text (rank map, memory,
+communication, schedule and time) and as JSON. The HTML page is ``parc.report.html``."""
+from __future__ import annotations
+
+import json
+
+from parc.report.term import indent, rows as aligned, table
+from parc.units import flops, nbytes, number, percent, rate, seconds
+from parc.words import count, plural
+
+
+# --- JSON ------------------------------------------------------------------------------------------
+
+def render_json(est, file: str, diagnostics) -> str:
+    """The estimate as JSON, with the spec's file and its (non-error) diagnostics."""
+    out = est.to_json()
+    out["file"] = file
+    out["diagnostics"] = [d.to_json() for d in diagnostics]
+    return json.dumps(out, indent=2)
+
+
+# --- text ------------------------------------------------------------------------------------------
+
+def rank_map_rows(axes: dict) -> list[list]:
+    """One row per mesh axis: size, stride, groups, nodes per group, link, first group."""
+    out = []
+    for ax, a in axes.items():
+        first = a.get("first_group") or []
+        shown = ", ".join(str(x) for x in first) + (", …" if a.get("size", 0) > len(first) else "")
+        out.append([ax, a.get("size"), a.get("stride") if a.get("stride") is not None else "-", a.get("groups"),
+                    a.get("nodes_spanned"), a.get("link") if a.get("size", 1) > 1 else "-", shown])
+    return out
+
+
+def render_text(plan, est, file: str) -> str:
+    """The report: the plan in one line, then the rank map, memory, communication and (for
+    training) the schedule and step time."""
+    m, cl = plan.model, plan.cluster
+    what = "training" if plan.mode == "train" else "serving"
+    out = [f"{file}: {what} {m.name} ({number(est.params_total)} parameters) on {cl.nodes} × "
+           f"{cl.gpus_per_node} {cl.gpu.name} ({count(est.world_size, 'GPU')}, {nbytes(cl.gpu.memory)} each)", ""]
+    out += _mesh(est) + _memory(plan, est) + _communication(plan, est)
+    if plan.mode == "train":
+        out += _time(plan, est)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _mesh(est) -> list[str]:
+    rm = est.rank_map
+    out = [f"Mesh and rank map (order {', '.join(rm['order'])}; the last axis is innermost; "
+           f"node = rank // {rm['gpus_per_node']})",
+           indent(table(["axis", "size", "stride", "groups", "nodes/group", "link", "first group"],
+                        rank_map_rows(rm["axes"]), "lrrrrll"))]
+    inside = [ax for ax, a in rm["axes"].items() if a["size"] > 1 and a["nodes_spanned"] == 1]
+    across = [ax for ax, a in rm["axes"].items() if a["size"] > 1 and a["nodes_spanned"] > 1]
+    line = []
+    if inside:
+        line.append(f"{', '.join(x.upper() for x in inside)} {plural(len(inside), 'stays', 'stay')} inside a node")
+    if across:
+        line.append(f"{', '.join(x.upper() for x in across)} {plural(len(across), 'crosses', 'cross')} nodes")
+    if line:
+        out.append("  " + "; ".join(line) + ".")
+    return out + [""]
+
+
+def _memory(plan, est) -> list[str]:
+    mesh = plan.mesh
+    st = est.stages[est.most_loaded_stage]
+    where = f"pipeline stage {st.stage} of {mesh.pp}, " if mesh.pp > 1 else ""
+    out = [f"Memory per GPU ({where}the most loaded: {count(st.layers, 'layer')}, "
+           f"{number(st.params)} parameters)"]
+    mem = st.memory
+    cells = [["weights", nbytes(mem.weights), _weights_note(plan)]] + _state_rows(plan, est, st)
+    free = mem.capacity - mem.total
+    cells.append(["total", nbytes(mem.total),
+                  f"of {nbytes(mem.capacity)} ({percent(mem.total / mem.capacity)}), "
+                  + (f"{nbytes(free)} free" if free >= 0 else f"{nbytes(-free)} OVER")])
+    out.append(indent(aligned(cells, "lrl")))
+    if len(est.stages) > 1:
+        cells = [[s.stage, s.layers, number(s.params), nbytes(s.memory.total),
+                  f"{s.inflight:g}" if plan.mode == "train" else "-"] for s in est.stages]
+        out += ["", indent(table(["stage", "layers", "params", "memory", "in flight"], cells, "rrrrr"))]
+    if plan.mode == "serve":
+        srv = plan.serve
+        out += ["", f"KV cache: {est.kv_bytes_per_token:,} bytes per token per GPU; "
+                    f"{count(est.kv_capacity_tokens, 'token', sep=True)} fit at gpu_memory_utilization = "
+                    f"{srv.gpu_memory_utilization:g}, i.e. {count(est.max_concurrent_seqs, 'concurrent sequence')} "
+                    f"of max_model_len = {srv.max_model_len:,}"]
+    return out + [""]
+
+
+def _state_rows(plan, est, st) -> list[list]:
+    """The rows between weights and total: training state, or the serving KV cache."""
+    mem = st.memory
+    if plan.mode != "train":
+        return [["kv cache", nbytes(mem.kv_cache),
+                 f"{count(est.kv_capacity_tokens, 'token', sep=True)} × {est.kv_bytes_per_token:,} B/token"]]
+    sb, t = est.state_bytes, plan.train
+    sp = ", SP" if t.sequence_parallel and plan.mesh.tp > 1 else ""
+    return [
+        ["grads", nbytes(mem.grads),
+         f"{t.main_grads} main grads, {sb.grads:g} B/param" + (" / dp (zero ≥ 2)" if t.zero >= 2 else "")],
+        ["optimizer", nbytes(mem.optimizer),
+         f"{t.optimizer}, {sb.optimizer:g} B/param" + (" / dp (zero ≥ 1)" if t.zero >= 1 else "")],
+        ["activations", nbytes(mem.activations),
+         f"{nbytes(est.activation_bytes_per_layer)}/layer × {count(st.layers, 'layer')} × "
+         f"{st.inflight:g} {plural(st.inflight, 'microbatch')} in flight ({t.recompute} recompute{sp})"],
+    ]
+
+
+def _communication(plan, est) -> list[str]:
+    per = "per step" if plan.mode == "train" else "per decoded token"
+    out = [f"Communication per GPU {per}"]
+    cells = []
+    for ax in ("tp", "cp", "ep", "pp", "dp"):
+        ln = est.comm_link.get(ax)
+        if ln is None:
+            continue
+        bw = est.link_bandwidth.get(ln, 0)
+        cells.append([ax, _comm_what(plan, ax), nbytes(est.comm_bytes[ax]),
+                      f"{ln} ({est.link_kind.get(ln)})", rate(bw), seconds(est.comm_time[ax])])
+    if cells:
+        out.append(indent(table(["axis", "collective", "bytes", "link", "bandwidth", "time"], cells, "llrlrr")))
+    else:
+        out.append("  none: every axis has size 1")
+    notes = list(est.notes)
+    if plan.mode == "train" and "train" not in plan.spans:
+        t = plan.train
+        notes.append(f"the spec has no `train` block; memory and time assume the defaults (optimizer = "
+                     f"{t.optimizer}, zero = {t.zero}, recompute = {t.recompute}) and `parc check` does "
+                     f"not judge them")
+    out += [f"  note: {n}" for n in notes]
+    return out + [""]
+
+
+def _time(plan, est) -> list[str]:
+    sch, mesh, cl = plan.schedule, plan.mesh, plan.cluster
+    v = f", {sch.virtual_stages} virtual stages" if sch.virtual_stages > 1 else ""
+    cells = [
+        ["pipeline", f"{sch.pipeline}{v}, {count(est.microbatches, 'microbatch')} of {sch.micro_batch}"],
+        ["bubble", f"{percent(est.bubble_fraction)} of the step idle"
+                   + (f" (pp = {mesh.pp})" if mesh.pp > 1 else " (no pipeline)")],
+        ["tokens/step", f"{est.tokens_per_step:,}"],
+        ["FLOPs/step", f"{flops(est.model_flops_per_step)} model, "
+                       f"{flops(est.hardware_flops_per_step)} with recompute"],
+        ["compute", f"{seconds(est.compute_time)} at {percent(est.efficiency)} of "
+                    f"{number(cl.gpu.flops)}FLOP/s per GPU"],
+        ["step time", seconds(est.step_time)],
+        ["MFU", percent(est.mfu)],
+        ["tokens/s", f"{est.tokens_per_second:,.0f} ({est.tokens_per_second / est.world_size:,.0f} per GPU)"],
+    ]
+    return ["Schedule and time", indent(aligned(cells, "ll"))]
+
+
+def _weights_note(plan) -> str:
+    from parc.cost.estimate import dtype_bytes
+
+    dt = plan.train.precision if plan.mode == "train" else plan.model.dtype
+    z3 = " / dp (zero 3)" if plan.mode == "train" and plan.train.zero >= 3 else ""
+    return f"{dt}, {dtype_bytes(dt)} B/param{z3}"
+
+
+def _comm_what(plan, ax: str) -> str:
+    """The collective an axis runs, in words."""
+    sp = plan.mode == "train" and plan.train.sequence_parallel
+    if ax == "tp":
+        return "all-gather + reduce-scatter per layer" if sp else "all-reduce per layer"
+    if ax == "cp":
+        return "ring K/V exchange per layer"
+    if ax == "ep":
+        return "all-to-all per MoE layer"
+    if ax == "pp":
+        return "send/recv per microbatch" if plan.mode == "train" else "send/recv of activations"
+    z = plan.train.zero if plan.mode == "train" else 0
+    return {0: "gradient all-reduce", 1: "grad reduce-scatter + param all-gather",
+            2: "grad reduce-scatter + param all-gather", 3: "param all-gather ×2 + grad reduce-scatter"}[z]
