@@ -210,7 +210,7 @@ def check_fmt(text: str, folder, lint: bool = False) -> str:
     suppression); returns "formatted", or "refused" when the text has a syntax error."""
     from parc.language.diagnostics import ParcError
     from parc.language.fmt import format_text
-    from parc.language.parser import comments
+    from parc.language.parser import comments_of as comments
 
     try:
         once = format_text(text)

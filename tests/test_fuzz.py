@@ -100,7 +100,7 @@ FOUND = [
 @pytest.mark.parametrize("data", FOUND, ids=range(len(FOUND)))
 def test_found_inputs_keep_every_comment_through_fmt(tmp_path, data):
     from parc.language.fmt import format_text
-    from parc.language.parser import comments
+    from parc.language.parser import comments_of as comments
 
     text = data.decode("utf-8")
     with time_limit(10):

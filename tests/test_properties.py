@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from parc.api import check_file
 from parc.language.diagnostics import ParcError
 from parc.language.fmt import format_text
-from parc.language.parser import comments
+from parc.language.parser import comments_of as comments
 from spec_strategies import lint_findings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,6 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from parc.language import syntax as S
-from parc.language.parser import comments as find_comments
 from parc.language.parser import parse_text
 
 INDENT = "  "
@@ -103,8 +102,7 @@ class _Formatter:
         self.text = text
         self.lines_src = text.split("\n")  # the lexer's lines: only \n ends one
         self.doc = doc
-        cs = find_comments(text)
-        self.comments = {line: (col, body) for line, col, body in cs}
+        self.comments = {line: (col, body) for line, col, body in doc.comments}  # the lexer's
         self.comment_lines = sorted(self.comments)
         self.used: set[int] = set()
         self.out: list[_Line] = []
