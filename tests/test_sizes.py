@@ -54,18 +54,11 @@ def long_functions() -> list[str]:
             for f in long_functions_in(p.read_text(encoding="utf-8"), p.relative_to(ROOT).as_posix())]
 
 
-# Over the limits at the move to the pipeline layout (commit e8bc3d3); the rest of the issue #12
-# refactor splits them, and then these tests pass and their xfail marks go:
-#   functions: lint/engine.py lint_files (97)
-
-
 def test_no_module_over_600_lines():
     bad = long_modules()
     assert not bad, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(bad)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue #12, over 80 lines without a reason today: lint/engine.py lint_files 97"))
 def test_no_function_over_80_lines_without_a_reason():
     bad = long_functions()
     assert not bad, (f"functions over {MAX_FUNCTION_LINES} lines whose docstring has no line starting "
