@@ -3,7 +3,7 @@ Table 4: 8K tokens, 2,048-sequence batches).
 
 Targets (issue: `parc plan`):
 * the whole search (enumerate, bound, cost, rank, check the top 10 with the full rules): at
-  most 2 s wall, in process and as a `parc plan` process;
+  most 1 s wall in process (issue: one core), and at most 2 s as a `parc plan` process;
 * at least 50,000 candidate plans evaluated per second.
 
 Side by side, the same candidates costed one at a time by ``costmodel.estimate`` (a sample, scaled),
@@ -96,7 +96,7 @@ def main():
     print(f"  candidates evaluated     {res.candidates_evaluated:>10,}  (refused by the memory bound "
           f"{res.candidates_evaluated - res.costed:,}, costed in full {res.costed:,}, fit {res.valid:,})")
     print(f"  search wall, in process  {wall:>10.3f} s   (median of {len(walls)}; min {min(walls):.3f} s)"
-          f"   target <= 2 s: {'ok' if wall <= 2 else 'MISSED'}")
+          f"   target <= 1 s: {'ok' if wall <= 1 else 'MISSED'}")
     print(f"  `parc plan` process      {statistics.median(proc):>10.3f} s   (median of {len(proc)})")
     print(f"  candidates per second    {rate:>10,.0f}       target >= 50,000: {'ok' if rate >= 50_000 else 'MISSED'}")
     print(f"  costed in full per sec.  {res.costed / wall:>10,.0f}")
