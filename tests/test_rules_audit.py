@@ -67,3 +67,23 @@ def test_error_says_when_a_target_would_fail_late(check_spec):
     # no target: no target to speak of
     d = [x for x in check_spec(text.split("target megatron")[0]).errors if x.code == "P106"][0]
     assert "refuses it only" not in d.message
+
+
+def test_a_target_keeps_its_audit_in_its_own_folder():
+    """Each target folder's rules.toml holds that target's audit entries for the generic rules, and
+    the docs gather every folder's entries for one rule without one folder hiding another's."""
+    import tomllib
+    from pathlib import Path
+
+    import parc.targets
+    from parc.model.targets import audit_targets
+    from parc.rules import rule_docs
+
+    folder = Path(parc.targets.__file__).parent
+    for t in audit_targets():
+        own = folder / t / "rules.toml"
+        if not (folder / t / "target.toml").exists():
+            continue   # a rule family without a folder (deepspeed) keeps its entries in parc/rules
+        doc = tomllib.loads(own.read_text())
+        assert doc["P101"]["targets"].keys() == {t}, t
+    assert set(rule_docs()["P101"]["targets"]) == set(audit_targets())

@@ -183,5 +183,9 @@ def rule_docs() -> dict[str, dict]:
     for path in [FOLDER / "rules.toml"] + [FOLDER / t / "rules.toml" for t in names()]:
         if path.is_file():
             with open(path, "rb") as f:
-                out.update(tomllib.load(f))
+                for code, doc in tomllib.load(f).items():   # several folders audit one generic rule
+                    entry = out.setdefault(code, {})
+                    if "targets" in doc:
+                        entry.setdefault("targets", {}).update(doc.pop("targets"))
+                    entry.update(doc)
     return out

@@ -91,8 +91,13 @@ def rule_docs() -> dict[str, dict]:
     path = Path(__file__).resolve().parent / "rules.toml"
     with open(path, "rb") as f:
         docs = tomllib.load(f)
-    for code, doc in T.rule_docs().items():   # the rules that live in target folders
-        docs.setdefault(code, {}).update(doc)
+    for code, doc in T.rule_docs().items():   # target folders: their rules, and their audit entries
+        entry = docs.setdefault(code, {})
+        for key, value in doc.items():
+            if key == "targets":
+                entry.setdefault("targets", {}).update(value)
+            else:
+                entry[key] = value
     return dict(sorted(docs.items()))
 
 
