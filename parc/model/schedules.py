@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v")
+from parc.model.fields import PIPELINES
 
 
 @dataclass(frozen=True, slots=True)

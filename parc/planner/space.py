@@ -28,10 +28,10 @@ from dataclasses import replace
 
 from parc.model.dims import (ParallelDims, auto_degree, divisors, grid_fits, seq_cp_ok, seq_sp_ok, splits,
                              tp_fits_model)
+from parc.model.fields import PIPELINES
 from parc.model.rankmap import RankMap
 from parc.planner.inputs import Problem
 
-PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v")
 RECOMPUTE = ("none", "selective", "full")
 SPLITS = ("even", "balanced", "explicit")
 
