@@ -79,7 +79,10 @@ def flops(n: float) -> str:
 
 
 def percent(x: float) -> str:
-    """A share as a percentage with three significant digits: ``"43.2%"``, ``"0.29%"``."""
+    """A share as a percentage with three significant digits: ``"43.2%"``, ``"0.29%"``; from
+    1000% on, whole percents (``"1,713%"``: a plan far over its memory), never an exponent."""
+    if abs(x) >= 10:
+        return f"{100 * x:,.0f}%"
     return f"{100 * x:.3g}%"
 
 

@@ -8,7 +8,7 @@ import types
 import pytest
 
 from conftest import ROOT
-from parc.api import load_plan
+from parc.api import check_file, load_plan
 from parc.cli.main import main
 from parc.cost import estimate as cm
 
@@ -109,17 +109,34 @@ def test_text_report(capsys):
     assert f"MFU          {100 * cm.estimate(load_plan(TRAIN)).mfu:.3g}%" in out
 
 
-def test_refuses_spec_with_errors(capsys):
+def test_explains_a_spec_with_errors_and_names_the_overflow(capsys):
+    """A plan that does not fit is explained as written (exit 1): its errors first, then the
+    numbers, with the memory error's fix under the memory table; JSON carries the full estimate
+    with the errors among its diagnostics."""
     bad = DATA / "train-memory-too-big.par"
     assert main(["explain", str(bad)]) == 1
     cap = capsys.readouterr()
-    assert cap.out == ""
-    assert "P401" in cap.err and "cannot explain" in cap.err
-    # JSON is JSON on stdout whatever the spec holds: the errors as its diagnostics
+    assert "P401" in cap.err and "cannot explain" not in cap.err
+    p401 = next(d for d in check_file(bad).diagnostics if d.code == "P401")
+    assert "The spec has 1 error (P401, listed above); the numbers below are the plan as written." in cap.out
+    memory = cap.out[cap.out.index("Memory per GPU"):cap.out.index("Communication per GPU")]
+    assert "OVER" in memory and f"does not fit (P401): {p401.help}" in memory
     assert main(["explain", str(bad), "--format", "json"]) == 1
     cap = capsys.readouterr()
     assert cap.err == ""
-    assert [d["code"] for d in json.loads(cap.out)["diagnostics"] if d["severity"] == "error"] == ["P401"]
+    j = json.loads(cap.out)
+    assert [d["code"] for d in j["diagnostics"] if d["severity"] == "error"] == ["P401"]
+    mem = j["memory_per_gpu"]
+    assert mem["total"] > mem["capacity"] and j["step_time"] > 0
+
+
+def test_refuses_only_what_does_not_resolve(capsys, tmp_path):
+    """No numbers follow from a spec whose mesh does not resolve (here: no cluster to place it)."""
+    spec = tmp_path / "nocluster.par"
+    spec.write_text('model "m" { from = llama3_8b }\nmesh { tp = 2 }\n')
+    assert main(["explain", str(spec)]) == 1
+    cap = capsys.readouterr()
+    assert cap.out == "" and "cannot explain" in cap.err
 
 
 def test_target_rules_apply(capsys):

@@ -35,6 +35,7 @@ def test_units_prose_style():
     assert units.number(512) == "512"
     assert units.flops(4.039e18) == "4.04 EFLOP"
     assert units.percent(0.00292) == "0.292%"
+    assert units.percent(17.13) == "1,713%" and units.percent(2.5) == "250%"  # never an exponent
 
 
 def test_units_rule_table_and_comparison_styles():

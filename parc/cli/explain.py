@@ -7,8 +7,10 @@ from parc.words import count
 
 DESCRIPTION = ("Show the numbers behind a plan: where ranks land, what each GPU holds, what each axis "
                "sends and on which link, the pipeline bubble, step time and MFU.")
-EPILOG = """exit status: 0 shown, 1 the spec has errors (printed instead; with --format json, as the
-`diagnostics` of a JSON object without the estimate), 2 usage or I/O failure
+EPILOG = """exit status: 0 shown; 1 the spec has errors: they are listed first, then the numbers of
+the plan as written wherever its mesh resolves (with --format json, the full object with the
+errors among its `diagnostics`; without an estimate only where nothing can be computed); 2 usage
+or I/O failure
 
 examples:
   parc explain examples/llama3-70b-train.par
@@ -40,14 +42,16 @@ def run(args) -> int:
     if (code := unread(r)) is not None:
         return code
     errors = [d for d in r.diagnostics if d.severity == ERROR]
-    if (errors or r.plan is None) and args.format == "json":
+    est = _estimate(r.plan)
+    if est is None and args.format == "json":
         from parc.report.diagnostics.json import render_file_errors
 
         print(render_file_errors(r.file, r.diagnostics))
         return 1
-    if errors or r.plan is None:
+    if est is None:
         write(r.diagnostics, r.sources, sys.stderr)
-        sys.stderr.write(f"parc: cannot explain {args.spec}: it has {count(len(errors), 'error')}\n")
+        sys.stderr.write(f"parc: cannot explain {args.spec}: it has {count(len(errors), 'error')}, "
+                         "and no numbers follow from a plan whose mesh does not resolve\n")
         return 1
     if args.html:
         try:
@@ -57,10 +61,8 @@ def run(args) -> int:
                 raise
             print("parc: --html needs parc.report.html, which this installation lacks", file=sys.stderr)
             return 2
-    from parc.cost.estimate import estimate
     from parc.report import explain
 
-    est = estimate(r.plan)
     if args.html:
         try:
             with open(args.html, "w", encoding="utf-8") as f:
@@ -73,7 +75,20 @@ def run(args) -> int:
     else:
         if r.diagnostics:
             write(r.diagnostics, r.sources, sys.stderr)
-        print(explain.render_text(r.plan, est, r.file))
+        print(explain.render_text(r.plan, est, r.file, r.diagnostics))
     if args.html:
         print(f"wrote {args.html}", file=sys.stderr)
-    return 0
+    return 1 if errors else 0
+
+
+def _estimate(plan):
+    """The estimate of ``plan`` as written, errors and all; None when there is no plan (its mesh
+    or model did not resolve) or the errors leave a quantity undefined."""
+    if plan is None:
+        return None
+    from parc.cost.estimate import estimate
+
+    try:
+        return estimate(plan)
+    except (ArithmeticError, ValueError, IndexError, KeyError, TypeError):
+        return None

@@ -32,14 +32,29 @@ def rank_map_rows(axes: dict) -> list[list]:
     return out
 
 
-def render_text(plan, est, file: str) -> str:
+# The memory errors whose help names the smallest change that fits.
+MEMORY_CODES = ("P401", "P402", "P403")
+
+
+def render_text(plan, est, file: str, diagnostics=()) -> str:
     """The report: the plan in one line, then the rank map, memory, communication and (for
-    training) the schedule and step time."""
+    training) the schedule and step time. A plan with errors is explained as written, under a
+    line that says so; a memory error's fix is shown under the memory table."""
     m, cl = plan.model, plan.cluster
     what = "training" if plan.mode == "train" else "serving"
     out = [f"{file}: {what} {m.name} ({number(est.params_total)} parameters) on {cl.nodes} × "
-           f"{cl.gpus_per_node} {cl.gpu.name} ({count(est.world_size, 'GPU')}, {nbytes(cl.gpu.memory)} each)", ""]
-    out += _mesh(est) + _memory(plan, est) + _communication(plan, est)
+           f"{cl.gpus_per_node} {cl.gpu.name} ({count(est.world_size, 'GPU')}, {nbytes(cl.gpu.memory)} each)"]
+    errors = [d for d in diagnostics if d.severity == "error"]
+    if errors:
+        out.append(f"The spec has {count(len(errors), 'error')} ({', '.join(sorted({d.code for d in errors}))}, "
+                   "listed above); the numbers below are the plan as written.")
+    out.append("")
+    memory = _memory(plan, est)
+    fixes = [d for d in errors if d.code in MEMORY_CODES]
+    if fixes:
+        memory[-1:-1] = [f"  does not fit ({d.code}): {d.help}" if d.help else f"  does not fit ({d.code})"
+                         for d in fixes]
+    out += _mesh(est) + memory + _communication(plan, est)
     if plan.mode == "train":
         out += _time(plan, est)
     return "\n".join(out).rstrip() + "\n"
