@@ -109,7 +109,7 @@ def test_text_report(capsys):
     assert f"MFU          {100 * cm.estimate(load_plan(TRAIN)).mfu:.3g}%" in out
 
 
-def test_explains_a_spec_with_errors_and_names_the_overflow(capsys):
+def test_explains_a_spec_with_errors_and_names_the_overflow(capsys, tmp_path):
     """A plan that does not fit is explained as written (exit 1): its errors first, then the
     numbers, with the memory error's fix under the memory table; JSON carries the full estimate
     with the errors among its diagnostics."""
@@ -128,6 +128,11 @@ def test_explains_a_spec_with_errors_and_names_the_overflow(capsys):
     assert [d["code"] for d in j["diagnostics"] if d["severity"] == "error"] == ["P401"]
     mem = j["memory_per_gpu"]
     assert mem["total"] > mem["capacity"] and j["step_time"] > 0
+    page = tmp_path / "page.html"
+    assert main(["explain", str(bad), "--html", str(page)]) == 1
+    html = page.read_text()
+    assert "The spec has 1 error; the numbers below are the plan as written." in html
+    assert "Does not fit (P401): " in html and 'class="card bad"' in html
 
 
 def test_refuses_only_what_does_not_resolve(capsys, tmp_path):
@@ -161,7 +166,7 @@ def test_html_without_module(capsys, tmp_path, monkeypatch):
 def test_html_with_module(capsys, tmp_path, monkeypatch):
     seen = {}
 
-    def explain_page(plan, est):
+    def explain_page(plan, est, diagnostics=()):
         seen["args"] = (plan, est)
         return f"<html>{est.world_size}</html>"
 
@@ -181,3 +186,17 @@ def test_json_serving_comm_is_per_token(capsys):
     # two all-reduces of one token's hidden state per layer, 80 layers, tp = 4
     assert j["comm_per_token"]["tp"] == 80 * 2 * cm.allreduce_bytes(8192 * 2, 4)
     assert j["comm_time_per_token"]["tp"] == pytest.approx(j["comm_per_token"]["tp"] / 300e9)
+
+
+def test_a_serving_plan_that_does_not_fit_names_the_smallest_mesh(capsys, tmp_path):
+    spec = tmp_path / "big.par"
+    spec.write_text('model "llama3-70b" { from = llama3_70b }\n'
+                    'cluster "one" {\n  nodes = 1\n  gpus_per_node = 1\n  gpu = a100_sxm_80gb\n}\n'
+                    'mesh { tp = 1 }\nserve { max_model_len = 4096 }\n')
+    assert main(["explain", str(spec)]) == 1
+    out = capsys.readouterr().out
+    table = out[out.index("Memory per GPU"):]
+    lines = table.splitlines()
+    total = next(i for i, ln in enumerate(lines) if ln.strip().startswith("total"))
+    assert lines[total].endswith("OVER")
+    assert lines[total + 1].startswith("  does not fit (P402): the smallest mesh that holds the weights")

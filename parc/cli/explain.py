@@ -66,7 +66,7 @@ def run(args) -> int:
     if args.html:
         try:
             with open(args.html, "w", encoding="utf-8") as f:
-                f.write(explain_page(r.plan, est))
+                f.write(explain_page(r.plan, est, r.diagnostics))
         except OSError as e:
             print(f"parc: cannot write {args.html}: {e.strerror or e}", file=sys.stderr)
             return 2

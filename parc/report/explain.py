@@ -52,8 +52,8 @@ def render_text(plan, est, file: str, diagnostics=()) -> str:
     memory = _memory(plan, est)
     fixes = [d for d in errors if d.code in MEMORY_CODES]
     if fixes:
-        memory[-1:-1] = [f"  does not fit ({d.code}): {d.help}" if d.help else f"  does not fit ({d.code})"
-                         for d in fixes]
+        memory[2:2] = [f"  does not fit ({d.code}): {d.help}" if d.help else f"  does not fit ({d.code})"
+                       for d in fixes]   # right under the table (heading, table, ...)
     out += _mesh(est) + memory + _communication(plan, est)
     if plan.mode == "train":
         out += _time(plan, est)

@@ -8,7 +8,7 @@ from html import escape
 from parc.words import count
 
 from parc.report import svg
-from parc.report.explain import rank_map_rows
+from parc.report.explain import MEMORY_CODES, rank_map_rows
 from parc.units import flops, nbytes, number, percent, rate, seconds
 
 _CSS = """
@@ -31,6 +31,7 @@ th, td { border: 1px solid #d0d7de; padding: 4px 10px; }
 th { background: #f6f8fa; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.over td { color: #cf222e; }
+.errors, .fix { color: #cf222e; }
 ul.notes { color: #57606a; font-size: 13px; }
 footer { margin-top: 32px; color: #8c959f; font-size: 12px; }
 """
@@ -71,21 +72,23 @@ def _table(headers: list[str], rows: list[list], num: str = "", cls: str = "", r
     return "".join(out)
 
 
-def explain_page(plan, estimate) -> str:
+def explain_page(plan, estimate, diagnostics=()) -> str:
     """The page: summary cards, then the rank map, the schedule and memory, each with its table,
-    then communication and time."""
+    then communication and time. A plan with errors is shown as written, under the list of its
+    errors; a memory error's fix stands under the memory table."""
     from parc import __version__
 
     est = svg._as_dict(estimate)
+    errors = [d for d in diagnostics if d.severity == "error"]
     title = f"parc explain: {plan.file}"
     parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
              f"<meta name=\"generator\" content=\"parc {_e(__version__)}\">"
              f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>",
-             f"<h1>{_e(title)}</h1>", _lead(plan, est), _cards(plan, est), _rank_map(plan, est)]
+             f"<h1>{_e(title)}</h1>", _lead(plan, est), _errors(errors), _cards(plan, est), _rank_map(plan, est)]
     if plan.mode == "train":
         parts.append(_schedule(plan, est))
-    parts += [_memory(plan, est), _communication(plan, est)]
+    parts += [_memory(plan, est, errors), _communication(plan, est)]
     if plan.mode == "train":
         parts.append(_step_time(est))
     notes = est.get("notes") or []
@@ -147,7 +150,18 @@ def _schedule(plan, est) -> str:
             + "</section>")
 
 
-def _memory(plan, est) -> str:
+def _errors(errors) -> str:
+    if not errors:
+        return ""
+    items = "".join(f"<li><b>{_e(d.code)}</b> {_e(d.message)}" + (f" <i>Fix:</i> {_e(d.help)}" if d.help else "")
+                    + "</li>" for d in errors)
+    return (f'<div class="errors"><p>The spec has {_e(count(len(errors), "error"))}; the numbers below are '
+            f"the plan as written.</p><ul>{items}</ul></div>")
+
+
+def _memory(plan, est, errors=()) -> str:
+    fixes = "".join(f'<p class="fix">Does not fit ({_e(d.code)}): {_e(d.help)}</p>'
+                    for d in errors if d.code in MEMORY_CODES and d.help)
     stages = est.get("stages") or []
     cols = ["weights", "grads", "optimizer", "activations", "kv_cache"]
     cols = [c for c in cols if any((s["memory"].get(c) or 0) > 0 for s in stages)] or ["weights"]
@@ -160,7 +174,7 @@ def _memory(plan, est) -> str:
                      rows, "r" * (len(cols) + 5),
                      row_cls=lambda i: "over" if stages[i]["memory"]["total"] > stages[i]["memory"]["capacity"]
                      else "")
-            + "</section>")
+            + fixes + "</section>")
 
 
 def _communication(plan, est) -> str:
