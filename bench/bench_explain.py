@@ -76,7 +76,7 @@ def median_time(fn, runs: int) -> float:
 
 def bench_explain(runs: int) -> None:
     from parc.api import check_file
-    from parc.cli.explain import render
+    from parc.report.explain import render_text as render
     from parc.cost.estimate import estimate
 
     d = Path(tempfile.mkdtemp())

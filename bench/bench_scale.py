@@ -54,7 +54,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from parc.api import check_file
-    from parc.language.diagnostics import ParcError, render_text
+    from parc.language.diagnostics import ParcError
+    from parc.report.diagnostics.text import render_text
     from parc.language.fmt import format_text
     from parc.language.parser import MAX_INPUT, get_parser, parse_text
 
