@@ -71,3 +71,28 @@ def _inside_function(tree: ast.Module, line: int) -> bool:
                         and call.lineno < line):
                     return True
     return False
+
+
+def test_benchmarks_import_what_exists():
+    """Every `from parc... import name` in bench/ (module or function level) names a module and
+    attributes that exist: a benchmark is not run by the suite, so a moved module would break it
+    silently."""
+    import importlib
+
+    bad = []
+    for p in sorted((Path(__file__).resolve().parent.parent / "bench").glob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("parc"):
+                try:
+                    mod = importlib.import_module(node.module)
+                except ImportError as e:
+                    if getattr(e, "name", None) not in ("torch", "cairosvg"):   # optional extras
+                        bad.append(f"{p.name}:{node.lineno}: {node.module} ({e})")
+                    continue
+                for alias in node.names:
+                    if not hasattr(mod, alias.name):
+                        try:
+                            importlib.import_module(f"{node.module}.{alias.name}")
+                        except ImportError:
+                            bad.append(f"{p.name}:{node.lineno}: {node.module} has no {alias.name}")
+    assert not bad, "benchmarks import what does not exist:\n" + "\n".join(bad)
