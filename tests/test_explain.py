@@ -135,13 +135,19 @@ def test_explains_a_spec_with_errors_and_names_the_overflow(capsys, tmp_path):
     assert "Does not fit (P401): " in html and 'class="card bad"' in html
 
 
-def test_refuses_only_what_does_not_resolve(capsys, tmp_path):
-    """No numbers follow from a spec whose mesh does not resolve (here: no cluster to place it)."""
-    spec = tmp_path / "nocluster.par"
-    spec.write_text('model "m" { from = llama3_8b }\nmesh { tp = 2 }\n')
+@pytest.mark.parametrize("text", [
+    'model "m" { from = llama3_8b }\nmesh { tp = 2 }\n',    # no cluster to place it on
+    'model "m" { from = llama3_8b }\ncluster "c" {\n  nodes = 1\n  gpus_per_node = 8\n  gpu = h100_sxm\n}\n'
+    'mesh {\n  tp = 3\n  dp = auto\n}\ntrain {}\n',          # dp = 8 / 3 is no whole size
+], ids=["no-cluster", "auto-not-whole"])
+def test_refuses_only_a_mesh_that_cannot_be_laid_out(capsys, tmp_path, text):
+    """No numbers follow from a spec whose mesh cannot be laid out on ranks: it is refused with
+    its errors, not explained and not a traceback."""
+    spec = tmp_path / "spec.par"
+    spec.write_text(text)
     assert main(["explain", str(spec)]) == 1
     cap = capsys.readouterr()
-    assert cap.out == "" and "cannot explain" in cap.err
+    assert cap.out == "" and "cannot explain" in cap.err and "Traceback" not in cap.err
 
 
 def test_target_rules_apply(capsys):

@@ -51,7 +51,7 @@ def run(args) -> int:
     if est is None:
         write(r.diagnostics, r.sources, sys.stderr)
         sys.stderr.write(f"parc: cannot explain {args.spec}: it has {count(len(errors), 'error')}, "
-                         "and no numbers follow from a plan whose mesh does not resolve\n")
+                         "and no numbers follow from a mesh that cannot be laid out on ranks\n")
         return 1
     if args.html:
         try:
@@ -83,12 +83,14 @@ def run(args) -> int:
 
 def _estimate(plan):
     """The estimate of ``plan`` as written, errors and all; None when there is no plan (its mesh
-    or model did not resolve) or the errors leave a quantity undefined."""
+    or model did not resolve) or its mesh cannot be laid out on ranks (an axis of size 0 from an
+    ``auto`` that does not divide the world, an expert grid that does not divide a stage's
+    ranks): the rank map refuses those with ValueError, and every number rests on it."""
     if plan is None:
         return None
     from parc.cost.estimate import estimate
 
     try:
         return estimate(plan)
-    except (ArithmeticError, ValueError, IndexError, KeyError, TypeError):
+    except ValueError:
         return None
