@@ -77,3 +77,12 @@ def test_a_typo_in_recompute_does_not_hide_the_other_mistakes(check_spec):
     # a bad value in the mesh still stops the rules: everything reads the mesh
     bad_mesh = text.replace("tp = 16", 'tp = "16"')
     assert {d.code[:2] for d in check_spec(bad_mesh).errors} == {"P0"}
+
+
+def test_an_expert_grid_that_does_not_fit_its_stage_is_reported_beside_idle_gpus(check_spec):
+    # 8 of 16 GPUs used (P302), and an expert grid of 16 carved from a stage of dp · tp = 8 ranks
+    # (P112): the grid is judged against the stage's own ranks, which the idle GPUs do not change
+    text = spec("from = mixtral_8x7b", nodes=2, mesh="dp = 4; tp = 2; ep = 8; etp = 2",
+                schedule="micro_batch = 1; global_batch = 8")
+    r = check_spec(text)
+    assert codes(r) == ["P112", "P302"], [(d.code, d.message) for d in r.diagnostics]

@@ -181,7 +181,7 @@ DEPENDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "P109": (("ep",), ("ep",)),
     "P110": (("tp",), ("tp",)),
     "P111": ((), ("head_dim",)),
-    "P112": (COUNTS, ("ep",)),
+    "P112": (("dp", "cp", "tp", "ep", "etp"), ("ep",)),   # the grid against a stage, not the cluster
     "P113": (("etp",), ("etp",)),
     "P114": (("cp",), ("seq",)),
     "P115": (("tp", "cp", "seq", "train"), ("seq",)),
