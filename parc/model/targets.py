@@ -183,9 +183,18 @@ def rule_docs() -> dict[str, dict]:
     for path in [FOLDER / "rules.toml"] + [FOLDER / t / "rules.toml" for t in names()]:
         if path.is_file():
             with open(path, "rb") as f:
-                for code, doc in tomllib.load(f).items():   # several folders audit one generic rule
-                    entry = out.setdefault(code, {})
-                    if "targets" in doc:
-                        entry.setdefault("targets", {}).update(doc.pop("targets"))
-                    entry.update(doc)
+                merge_docs(out, tomllib.load(f))
     return out
+
+
+def merge_docs(into: dict[str, dict], docs: dict[str, dict]) -> dict[str, dict]:
+    """Add ``docs`` (code -> entry) to ``into``: an entry's fields replace, its per-target audit
+    (``targets``) adds to what other files recorded for the same rule."""
+    for code, doc in docs.items():
+        entry = into.setdefault(code, {})
+        for key, value in doc.items():
+            if key == "targets":
+                entry.setdefault("targets", {}).update(value)
+            else:
+                entry[key] = value
+    return into

@@ -91,13 +91,7 @@ def rule_docs() -> dict[str, dict]:
     path = Path(__file__).resolve().parent / "rules.toml"
     with open(path, "rb") as f:
         docs = tomllib.load(f)
-    for code, doc in T.rule_docs().items():   # target folders: their rules, and their audit entries
-        entry = docs.setdefault(code, {})
-        for key, value in doc.items():
-            if key == "targets":
-                entry.setdefault("targets", {}).update(value)
-            else:
-                entry[key] = value
+    T.merge_docs(docs, T.rule_docs())   # target folders: their rules, and their audit entries
     return dict(sorted(docs.items()))
 
 
