@@ -206,10 +206,13 @@ def _latest(key: _Same, efficiency: float) -> "Estimate":
     return _estimate(key.plan, efficiency)
 
 
-def estimate(plan, efficiency: float = DEFAULT_EFFICIENCY, cache: bool = True) -> Estimate:
-    """Everything ``parc explain`` shows for a plan that checks; pure in the plan. With ``cache``
+def estimate(plan, efficiency: float | None = None, cache: bool = True) -> Estimate:
+    """Everything ``parc explain`` shows for a plan that checks; pure in the plan. ``efficiency``
+    (the sustained fraction of peak FLOP/s) defaults to the plan's profile. With ``cache``
     the latest result is reused when called again with the same plan object (the P4 rules and
     ``parc explain`` share one estimate); the plan must not be changed in between."""
+    if efficiency is None:
+        efficiency = plan.profile.gemm_efficiency
     return _latest(_Same(plan), efficiency) if cache else _estimate(plan, efficiency)
 
 

@@ -83,12 +83,25 @@ BLOCKS: dict[str, dict[str, F]] = {
         "max_num_seqs": F("int", 1, 10**7),
         "kv_cache_dtype": F("enum", choices=("auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")),
     },
+    "profile": {
+        "gemm_efficiency": F("frac", 0.01, 1.0, doc="the fraction of peak FLOP/s the largest GEMMs sustain",
+                             hint="a fraction of the GPU's peak: 0.6 means 60%"),
+        "hbm_efficiency": F("frac", 0.01, 1.0, doc="the fraction of HBM bandwidth memory-bound kernels reach",
+                            hint="a fraction of the datasheet's bandwidth: 0.6 means 60%"),
+        "intra_node_efficiency": F("frac", 0.01, 1.0, doc="the fraction of the intra-node link's bandwidth a "
+                                   "collective reaches", hint="a fraction of the link's bandwidth"),
+        "inter_node_efficiency": F("frac", 0.01, 1.0, doc="the fraction of the inter-node link's bandwidth a "
+                                   "collective reaches", hint="a fraction of the link's bandwidth"),
+        "overlap": F("frac", 0.0, 1.0, doc="the share of the communication the plan overlaps that is hidden",
+                     hint="0 hides nothing, 1 hides all of it"),
+    },
 }
 
 # Blocks that take a label, and whether it is required.
 LABELS = {"model": "optional", "cluster": "optional", "target": "required", "gpu": "none",
-          "mesh": "none", "placement": "none", "schedule": "none", "train": "none", "serve": "none"}
-TOP_BLOCKS = ("model", "cluster", "mesh", "placement", "schedule", "train", "serve", "target")
+          "mesh": "none", "placement": "none", "schedule": "none", "train": "none", "serve": "none",
+          "profile": "optional"}
+TOP_BLOCKS = ("model", "cluster", "mesh", "placement", "schedule", "train", "serve", "profile", "target")
 
 # Placement styles for module patterns: "layers.*.attention.wq" = colwise(tp)
 PLACEMENT_STYLES = {"colwise": "tp", "rowwise": "tp", "sequence": "tp", "experts": "ep",

@@ -147,6 +147,24 @@ class Serve:
 
 
 @dataclass(slots=True)
+class Profile:
+    """How close a cluster comes to its datasheet: the efficiency factors the step-time model
+    applies, fitted to measured runs by ``parc calibrate`` and kept in a `profile` block a cluster
+    file can ``use``. These defaults stand for a cluster nobody has measured; docs/language.md
+    gives each its source.
+
+    ``gemm_efficiency``: measured hardware-FLOPs utilisation of well-tuned runs sits at 0.44-0.57
+    (Korthikanti et al. 2022 Table 5; Narayanan et al. 2021 Table 1), of which communication and
+    bubbles take a part; 0.6 for the kernels alone."""
+    name: Optional[str] = None
+    gemm_efficiency: float = 0.6          # fraction of peak FLOP/s the largest GEMMs sustain
+    hbm_efficiency: float = 0.6           # fraction of HBM bandwidth memory-bound kernels reach
+    intra_node_efficiency: float = 1.0    # fraction of the intra-node link's bandwidth a collective reaches
+    inter_node_efficiency: float = 1.0    # likewise between nodes
+    overlap: float = 1.0                  # fraction of the communication the plan overlaps that is hidden
+
+
+@dataclass(slots=True)
 class Target:
     name: str
     settings: dict[str, Any] = field(default_factory=dict)
@@ -164,6 +182,7 @@ class Plan:
     train: Optional[Train] = None
     serve: Optional[Serve] = None
     targets: dict[str, Target] = field(default_factory=dict)
+    profile: Profile = field(default_factory=Profile)
     spans: dict[str, Span] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)   # the spec and every file it imports
     # the spec's path relative to the root, '/'-separated: the same however the path was spelled
@@ -231,13 +250,15 @@ class _PlanData:
     train: Optional[Train] = None
     serve: Optional[Serve] = None
     targets: dict[str, Target] = field(default_factory=dict)
+    profile: Profile = field(default_factory=Profile)
 
 
 def plan_from_dict(data: dict) -> Plan:
     """Validate plan data (for example from a compiled ``plan.json``) and rebuild the plan."""
     p = plan_adapter().validate_python(data)
     plan = Plan(file=p.file, model=p.model, cluster=p.cluster, mesh=p.mesh, placement=p.placement,
-                schedule=p.schedule, mode=p.mode, train=p.train, serve=p.serve, targets=p.targets)
+                schedule=p.schedule, mode=p.mode, train=p.train, serve=p.serve, targets=p.targets,
+                profile=p.profile)
     if plan.world_size != p.world_size:
         raise ValueError(f"world_size {p.world_size} does not match the mesh ({plan.world_size})")
     return plan

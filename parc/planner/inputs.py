@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from parc.language.diagnostics import Diagnostic
-from parc.model.plan import Cluster, Model, Placement, Serve, Target, Train
+from parc.model.plan import Cluster, Model, Placement, Profile, Serve, Target, Train
 
 # Fields the planner searches, by mode; a partial spec fixes any of them by giving a value.
 TRAIN_FIELDS = ("mesh.pp", "mesh.dp", "mesh.cp", "mesh.tp", "mesh.ep", "mesh.etp",
@@ -53,6 +53,7 @@ class Problem:
     train: Train = field(default_factory=Train)
     serve: Serve = field(default_factory=Serve)
     targets: dict[str, Target] = field(default_factory=dict)
+    profile: Profile = field(default_factory=Profile)   # the cluster's efficiency factors
     file: str = "plan.par"
     # source text of blocks written back unchanged into the best plan (targets, say)
     block_text: dict[str, str] = field(default_factory=dict)
@@ -209,7 +210,7 @@ def load_spec(path: str, root=None, text: str | None = None, *, model: str | Non
     return Problem(model=plan.model, cluster=plan.cluster, mode=mode, global_batch=gb, microbatches=mbs,
                    fixed=fixed, order=plan.mesh.order if mesh_given else ["pp", "dp", "cp", "tp"],
                    placement=placement, train=plan.train or Train(), serve=plan.serve or Serve(),
-                   targets=plan.targets, file=shown, block_text=block_text)
+                   targets=plan.targets, profile=plan.profile, file=shown, block_text=block_text)
 
 
 def problem(model, cluster, mode: str = "train", *, seq_len: int | None = None,

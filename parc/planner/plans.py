@@ -168,4 +168,4 @@ def build_plan(pr: Problem, c: Candidate) -> Plan:
         serve = replace(pr.serve, max_num_seqs=max(1, c.max_num_seqs))
     return Plan(file=pr.file, model=pr.model, cluster=pr.cluster, mesh=mesh, placement=placement,
                 schedule=sched, mode=pr.mode, train=train, serve=serve, targets=dict(pr.targets),
-                spans=written_spans(pr, c))
+                profile=pr.profile, spans=written_spans(pr, c))

@@ -191,10 +191,12 @@ def candidate_from(cols: dict, i: int, rank: int, mode: str) -> Candidate:
                      recompute=RECOMPUTE[g["recompute"]], sequence_parallel=bool(g["sp"]))
 
 
-def fill_costs(pr: Problem, c: Candidate, plan=None, est=None, efficiency: float = cm.DEFAULT_EFFICIENCY
+def fill_costs(pr: Problem, c: Candidate, plan=None, est=None, efficiency: Optional[float] = None
                ) -> Candidate:
     """Set ``c``'s costs from the cost model's ``estimate`` of its plan."""
     plan = plan or build_plan(pr, c)
+    if efficiency is None:
+        efficiency = pr.profile.gemm_efficiency
     est = est or cm.estimate(plan, efficiency)
     c.memory_total = est.memory.total
     c.memory_capacity = est.memory.capacity
@@ -271,10 +273,13 @@ def _serve_columns(pr: Problem, progress, efficiency):
 
 
 def search_problem(pr: Problem, *, top: Optional[int] = 10, targets: Iterable[str] = (),
-                   progress: Optional[Progress] = None, efficiency: float = cm.DEFAULT_EFFICIENCY) -> SearchResult:
+                   progress: Optional[Progress] = None, efficiency: Optional[float] = None) -> SearchResult:
     """Search the plans of ``pr``. ``top`` plans are checked by the full rules and reported
-    (``None``: every candidate that fits). See :func:`search`."""
+    (``None``: every candidate that fits). See :func:`search`. ``efficiency`` defaults to the
+    problem's profile."""
     t0 = time.perf_counter()
+    if efficiency is None:
+        efficiency = pr.profile.gemm_efficiency
     tnames = list(dict.fromkeys(list(pr.extra_targets) + list(targets)))
     if tnames != list(pr.extra_targets):
         pr = replace(pr, extra_targets=tuple(tnames))
@@ -315,7 +320,7 @@ def search_problem(pr: Problem, *, top: Optional[int] = 10, targets: Iterable[st
 
 def search(model, cluster=None, mode: str = "train", *, seq_len: Optional[int] = None,
            global_batch: Optional[int] = None, top: Optional[int] = 10, targets: Iterable[str] = (),
-           progress: Optional[Progress] = None, efficiency: float = cm.DEFAULT_EFFICIENCY, root=None,
+           progress: Optional[Progress] = None, efficiency: Optional[float] = None, root=None,
            **problem_fields) -> SearchResult:
     """Search every valid plan for ``model`` on ``cluster`` and rank them by the cost model.
 

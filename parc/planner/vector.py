@@ -124,8 +124,11 @@ def _layouts(pr: Problem, meshes):
     return lo_mesh, lo_pipe, lo_v, lo_split, (*ints, *flags, c_par)
 
 
-def train_costs(pr: Problem, efficiency: float = cm.DEFAULT_EFFICIENCY, progress=None) -> TrainCosts:
-    """Every training candidate of ``pr`` that fits in memory, with its estimate (see the module doc)."""
+def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> TrainCosts:
+    """Every training candidate of ``pr`` that fits in memory, with its estimate (see the module doc).
+    ``efficiency`` defaults to the problem's profile."""
+    if efficiency is None:
+        efficiency = pr.profile.gemm_efficiency
     cl = pr.cluster
     out = TrainCosts()
     meshes = mesh_shapes(pr)

@@ -11,7 +11,7 @@ from parc.language.diagnostics import ParcError, Related, Span
 from parc.model import fields as SC
 from parc.model.dims import AXES, ParallelDims, auto_degree
 from parc.model.params import balanced_split, param_count
-from parc.model.plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, Placement, Plan, Schedule,
+from parc.model.plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, Placement, Plan, Profile, Schedule,
                              Serve, Target, Train)
 from parc.resolve.catalog import presets, target_spec
 from parc.resolve.evaluate import Evaluator, Poison, check_range, describe, did_you_mean
@@ -403,7 +403,10 @@ def resolve_document(loader, main_file: str, partial: bool = False) -> Plan | No
     plan = Plan(file=main_file, model=parts["model"], cluster=parts["cluster"], mesh=mesh,
                 placement=parts["placement"], schedule=sched, mode=mode, train=train, serve=parts["serve"],
                 targets=parts["targets"], spans=r.spans, files=loader.files)
-    for kind in ("model", "cluster", "mesh", "placement", "schedule", "train", "serve"):
+    if parts["profile"] is not None:
+        plan.profile = parts["profile"]
+        plan.profile.name = r.blocks["profile"].label
+    for kind in ("model", "cluster", "mesh", "placement", "schedule", "train", "serve", "profile"):
         if kind in r.blocks:
             r.spans[kind] = _head(r, kind, top)
     _resolve_split(plan)
@@ -427,7 +430,7 @@ def _build_parts(r: Evaluator, top: Span, partial: bool) -> dict[str, Any] | Non
     attempt("cluster", lambda: build_cluster(r, top))
     attempt("mesh", lambda: build_mesh(r, parts["cluster"], top))
     attempt("placement", lambda: build_placement(r, top))
-    for kind, cls in (("schedule", Schedule), ("train", Train), ("serve", Serve)):
+    for kind, cls in (("schedule", Schedule), ("train", Train), ("serve", Serve), ("profile", Profile)):
         attempt(kind, lambda kind=kind, cls=cls: _section(r, kind, cls, top, partial and kind in PARTIAL_BLOCKS))
     attempt("targets", lambda: build_targets(r))
     if "train" in r.blocks and "serve" in r.blocks:
