@@ -249,7 +249,11 @@ def fit(runs: Sequence, start: Profile | None = None, regularization: float = RE
     lo, hi = np.array([s[1] for s in spec]), np.array([s[2] for s in spec])
     start = replace(start, **{n: float(min(max(getattr(start, n), a), b)) for n, a, b in spec})
     for plan, *_, label in rows:
-        if predict(plan, start)[0] <= 0:
+        try:
+            step = predict(plan, start)[0]
+        except ValueError as e:   # the rank map refuses a mesh it cannot lay out
+            raise FitError(f"{label}: parc cannot lay this plan out on ranks: {e}") from None
+        if step <= 0:
             raise FitError(f"{label}: parc predicts no step time for this plan (a serving plan, or no "
                            "microbatches), so it cannot be fitted to")
     pb = _Problem([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], start, names, lo, hi,

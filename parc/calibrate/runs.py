@@ -95,6 +95,10 @@ def plan_of_run(spec: str, base, run: Run, root=None):
         first = errors[0].message if errors else "it does not resolve"
         shown = ", ".join(f"{k} = {v}" for k, v in _with_mesh(base, run).items())
         raise RunError(f"{run.label}: the run's settings ({shown}) do not make a plan of {spec}: {first}")
+    mesh, world = res.plan.mesh, res.plan.cluster.world
+    if min(mesh.pp, mesh.dp, mesh.cp, mesh.tp) < 1 or mesh.product != world:
+        raise RunError(f"{run.label}: the run's mesh (pp {mesh.pp} × dp {mesh.dp} × cp {mesh.cp} × tp {mesh.tp}) "
+                       f"does not span the cluster's {world} GPUs")
     if run.world_size and res.plan.world_size != run.world_size:
         raise RunError(f"{run.label}: the log ran on {run.world_size} GPUs but its mesh spans "
                        f"{res.plan.world_size}")
