@@ -331,3 +331,19 @@ def test_accuracy_calibration_rows(base, synthetic):
     for r in rows[2:]:
         assert abs(r["error_after"]) < abs(r["error_before"])
     assert math.isclose(rows[0]["measured"], synthetic[0][2])
+
+
+def test_plan_searches_with_the_profile_a_cluster_file_uses(tmp_path):
+    """`parc plan --cluster FILE` predicts with the profile FILE uses: a measured GEMM efficiency
+    of 0.3 (half the default 0.6) makes the best plan's step time longer."""
+    cluster = BASE.read_text().split("model ")[0]
+    (tmp_path / "measured.par").write_text('profile "lab" {\n  gemm_efficiency = 0.3\n}\n')
+    (tmp_path / "plain.par").write_text(cluster)
+    (tmp_path / "measured-cluster.par").write_text('use "measured.par"\n' + cluster)
+    times = {}
+    for name in ("plain", "measured-cluster"):
+        r = _parc("plan", "--model", "llama3_8b", "--cluster", tmp_path / f"{name}.par", "--top", "1",
+                  "--format", "json", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        times[name] = json.loads(r.stdout)["plans"][0]["step_time"]
+    assert times["measured-cluster"] > 1.5 * times["plain"]
