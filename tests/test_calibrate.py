@@ -122,15 +122,30 @@ def test_megatron_log_settings_warmup_and_memory():
     assert run.measured["tflops_per_gpu"] == pytest.approx(476.0)   # median of 476.0, 462.8, 482.9
 
 
+def test_megatron_fp8_and_interleaving(tmp_path):
+    path = tmp_path / "fp8.log"
+    path.write_text("------------------------ arguments ------------------------\n"
+                    "  fp8 ............................................. hybrid\n"
+                    "  virtual_pipeline_model_parallel_size ............ 2\n"
+                    "  recompute_granularity ........................... None\n"
+                    "-------------------- end of arguments ---------------------\n"
+                    " iteration        1/      10 | elapsed time per iteration (ms): 1500.0 |\n")
+    (run,) = read_log(str(path))
+    assert run.settings == {"train.precision": "fp8", "schedule.virtual_stages": 2,
+                            "schedule.pipeline": "interleaved_1f1b", "train.recompute": "none"}
+    assert run.measured["step_time"] == 1.5 and run.steps == 1   # only a warm-up step: it is used
+
+
 def test_torchtitan_log_with_colour_codes_and_mesh():
     (run,) = read_log(str(LOGS / "torchtitan-pp2-fsdp4-tp2.log"))
     # ['pp', 'dp_shard', 'tp'], [2, 4, 2]: dp 4 sharded with FSDP (zero 3), 16 GPUs
-    assert run.settings == {"mesh.pp": 2, "mesh.dp": 4, "mesh.cp": 1, "mesh.tp": 2, "train.zero": 3}
+    assert run.settings == {"mesh.pp": 2, "mesh.dp": 4, "mesh.cp": 1, "mesh.tp": 2, "train.zero": 3,
+                            "schedule.global_batch": 256, "model.seq_len": 4096}   # from `Training starts`
     assert run.world_size == 16
     # steps 4-6 give 9,000, 9,200, 8,950 tokens/s/GPU: median 9,000; mfu 47.17% -> 0.4717
     assert run.measured["tokens_per_second_per_gpu"] == 9000 and run.measured["mfu"] == pytest.approx(0.4717)
     assert run.measured["memory"] == pytest.approx(48.60 * 2 ** 30)     # the largest peak: 48.60GiB
-    assert run.source.endswith(":9")
+    assert run.source.endswith(":10")
 
 
 def test_csv_runs_units_and_settings(base):

@@ -117,6 +117,8 @@ def _megatron_value(name: str, value: str) -> Any:
         return 1 if value == "None" else int(value)
     if name == "use_distributed_optimizer":
         return 1 if value == "True" else 0
+    if name == "fp8":   # the FP8 recipe (e4m3, hybrid), or None for BF16 training
+        return None if value == "None" else "fp8"
     if value in ("True", "False"):
         return value == "True"
     if value == "None":
@@ -198,6 +200,8 @@ _TT_FIELDS = {
     "memory": (re.compile(r"\bmemory:\s*([\d.]+)GiB"), GiB),
 }
 _TT_MESH = re.compile(r"Building \d+-D device mesh with [\[(]([^\])]*)[\])],\s*\[([^\]]*)\]")
+_TT_START = re.compile(r"Training starts at step \d+, with local batch size \d+, global batch size (\d+)"
+                       r"(?:, (?:gradient accumulation steps \d+, )?sequence length (\d+))?")
 
 
 def _torchtitan_mesh(path: str, no: int, m: re.Match) -> tuple[dict, int]:
@@ -226,13 +230,20 @@ def _torchtitan_mesh(path: str, no: int, m: re.Match) -> tuple[dict, int]:
 
 def read_torchtitan(path: str, text: str) -> Run:
     """A torchtitan log: the step lines of its metrics logger (torchtitan/components/metrics.py:
-    `tps` is tokens per second per GPU, `memory` the peak reserved GiB) and the device mesh it
-    builds at start, when printed (without it the spec's mesh stands)."""
+    `tps` is tokens per second per GPU, `memory` the peak reserved GiB), the device mesh it
+    builds at start and the batch and sequence length of its `Training starts at step` line
+    (torchtitan/train.py), where printed (without them the spec's settings stand)."""
     series: dict[str, list] = {k: [] for k in _TT_FIELDS}
     settings, world = {}, None
     for no, ln in enumerate(text.splitlines(), 1):
         if (mm := _TT_MESH.search(ln)):
-            settings, world = _torchtitan_mesh(path, no, mm)
+            mesh, world = _torchtitan_mesh(path, no, mm)
+            settings.update(mesh)
+            continue
+        if (mm := _TT_START.search(ln)):
+            settings["schedule.global_batch"] = int(mm.group(1))
+            if mm.group(2):
+                settings["model.seq_len"] = int(mm.group(2))
             continue
         st = _TT_STEP.search(ln)
         if not st or "loss:" not in ln:
