@@ -197,9 +197,12 @@ def test_the_fit_recovers_the_factors_the_runs_identify(synthetic):
     runs = [(plan, {"step_time": step}) for _, plan, step in synthetic[:-1]]
     prof, rep = fit(runs, start=Profile())
     assert "gemm_efficiency" in rep.fitted
+    # printed step times are rounded to 0.1 ms: gemm_efficiency comes back to 0.5%, and any other
+    # field the fit reports as fitted to 1% (the pull toward the start moves a fitted field back
+    # by at most 1% of the distance the runs moved it)
+    assert prof.gemm_efficiency == pytest.approx(TRUTH.gemm_efficiency, rel=5e-3)
     for name in rep.fitted:
-        # printed step times are rounded to 0.1 ms: recovered to 0.5%
-        assert getattr(prof, name) == pytest.approx(getattr(TRUTH, name), rel=5e-3), name
+        assert getattr(prof, name) == pytest.approx(getattr(TRUTH, name), rel=1e-2), name
     for name in rep.unidentified:
         assert getattr(prof, name) == getattr(Profile(), name)
     assert rep.summary()["step_time"]["worst_after"] < 1e-3
@@ -263,6 +266,18 @@ def test_the_fit_is_generic_over_the_fields(monkeypatch):
     assert fit([(p, m) for p, m in runs], start=start)[0] == prof   # deterministic
 
 
+def test_a_field_that_barely_moves_predictions_is_weak(monkeypatch):
+    """overlap adds at most 0.1 ms to a 20 s step: the runs cannot tell its value from noise, so
+    it is reported weak and stays within a hair of where it started, while the measured 10%
+    slowdown goes to gemm_efficiency: 1.1 * (10 / 0.6 + 2) = 20.533 s = 10 / g + 2 -> g = 0.5396."""
+    monkeypatch.setattr(fit_module, "predict", lambda plan, p: (10 / p.gemm_efficiency + 2 + 1e-4 * (1 - p.overlap), 1.0))
+    monkeypatch.setattr(fit_module, "measured_step_time", lambda plan, m: m["step_time"])
+    prof, rep = fit([(None, {"step_time": 1.1 * (10 / 0.6 + 2)})], start=Profile())
+    assert rep.fitted == ["gemm_efficiency"] and rep.weak == ["overlap"]
+    assert prof.gemm_efficiency == pytest.approx(0.5396, rel=1e-3)
+    assert prof.overlap == pytest.approx(1.0, abs=1e-3)
+
+
 def test_the_fit_stays_in_each_fields_range(monkeypatch):
     _toy(monkeypatch)
     # measured faster than peak allows: gemm_efficiency stops at its ceiling of 1.0
@@ -298,7 +313,7 @@ def test_json_shape():
               "--format", "json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert set(d) == {"spec", "profile", "start", "fitted", "confounded", "unidentified", "at_bound",
+    assert set(d) == {"spec", "profile", "start", "fitted", "confounded", "weak", "unidentified", "at_bound",
                       "iterations", "runs", "summary", "written_fields", "output", "profile_text"}
     assert set(d["profile"]) == {"name", *[n for n, _, _ in profile_fields(Profile())]}
     row = d["runs"][1]

@@ -10,10 +10,13 @@ as little as possible. Levenberg-Marquardt on forward-difference derivatives of
 :func:`parc.cost.estimate.estimate`, each step clipped to the fields' ranges; numpy only and
 deterministic (no random start, a fixed iteration order).
 
-A field is *fitted* when the runs determine it alone: the data leave at most a tenth of the
-variance the pull allows it (diag of (JᵀJ + λI)⁻¹ · λ ≤ 0.1, J the derivatives per range).
-A field that moves predictions but only together with another is *confounded* with it; one
-that moves no prediction is *unidentified*, and stays at its starting value.
+A field is *fitted* when the runs determine it alone: the data leave it at most a hundredth
+of the variance the pull allows (diag of (JᵀJ + λI)⁻¹ · λ ≤ 0.01, J the derivatives per range),
+so the pull moves it back by at most 1% of the distance the data moved it. A field that moves
+predictions only together with another is *confounded* with it (the runs fit their
+combination); one that moves predictions too little to be told from the pull is *weak* (it
+moves part of the way); one that moves no prediction is *unidentified*, and keeps its
+starting value.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from parc.model.fields import BLOCKS
 from parc.model.plan import Profile
 
 REGULARIZATION = 1e-4   # the pull toward the starting values, per range squared
-DETERMINED = 0.1        # a fitted field keeps at most this share of its prior variance
+DETERMINED = 0.01       # a fitted field keeps at most this share of its prior variance
 MAX_ITERATIONS = 100
 
 
@@ -75,6 +78,7 @@ class FitReport:
     fields: list[str]
     fitted: list[str] = field(default_factory=list)
     confounded: list[list[str]] = field(default_factory=list)
+    weak: list[str] = field(default_factory=list)
     unidentified: list[str] = field(default_factory=list)
     at_bound: list[str] = field(default_factory=list)
     runs: list[RunFit] = field(default_factory=list)
@@ -98,7 +102,8 @@ class FitReport:
     def to_json(self) -> dict:
         return {"profile": {"name": self.profile.name, **self.values()},
                 "start": self.values(self.start), "fitted": list(self.fitted),
-                "confounded": [list(g) for g in self.confounded], "unidentified": list(self.unidentified),
+                "confounded": [list(g) for g in self.confounded], "weak": list(self.weak),
+                "unidentified": list(self.unidentified),
                 "at_bound": list(self.at_bound), "iterations": self.iterations,
                 "runs": [r.to_json() for r in self.runs], "summary": self.summary()}
 
@@ -196,7 +201,7 @@ def _solve(pb: _Problem) -> tuple[np.ndarray, np.ndarray, int]:
 
 
 def _identify(pb: _Problem, u, J, report: FitReport) -> None:
-    """Sort the fields into fitted, confounded and unidentified from the derivatives at the fit."""
+    """Sort the fields into fitted, confounded, weak and unidentified from the derivatives at the fit."""
     n = len(pb.names)
     sens = np.sqrt((J * J).sum(axis=0))
     cov = np.linalg.inv(J.T @ J + pb.reg * np.eye(n)) * pb.reg
@@ -216,7 +221,10 @@ def _identify(pb: _Problem, u, J, report: FitReport) -> None:
             continue
         group = [k for k in loose if k == j or abs(J[:, j] @ J[:, k]) > 0.95 * sens[j] * sens[k]]
         seen.update(group)
-        report.confounded.append([pb.names[k] for k in group])
+        if len(group) > 1:
+            report.confounded.append([pb.names[k] for k in group])
+        else:
+            report.weak.append(pb.names[j])
 
 
 def _runs(runs: Iterable) -> list[tuple]:

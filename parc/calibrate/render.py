@@ -26,7 +26,7 @@ def written_fields(report: FitReport) -> list[str]:
     """The fields the block sets: those the fit moved, and those the start already set apart
     from parc's defaults (the rest are left to the defaults, or to a later `profile` block)."""
     default = Profile()
-    moved = set(report.fitted) | {f for g in report.confounded for f in g}
+    moved = set(report.fitted) | set(report.weak) | {f for g in report.confounded for f in g}
     return [f for f in report.fields
             if f in moved or getattr(report.start, f) != getattr(default, f)]
 
@@ -54,6 +54,8 @@ def profile_text(report: FitReport, spec: str, name: str, sources: list[str]) ->
     head.append(f"# fitted: {', '.join(report.fitted) or 'none'}")
     for g in report.confounded:
         head.append(f"# only together (these runs do not tell them apart): {', '.join(g)}")
+    if report.weak:
+        head.append(f"# barely moved by these runs (kept near where they were): {', '.join(report.weak)}")
     if report.unidentified:
         head.append(f"# not moved by these runs, left as they were: {', '.join(report.unidentified)}")
     body = [f"  {f} = {_rounded(getattr(report.profile, f))}" for f in written_fields(report)]
@@ -82,6 +84,7 @@ def render_text(report: FitReport, sources: list[str]) -> str:
         before, after = getattr(report.start, f), getattr(report.profile, f)
         how = ("fitted" if f in report.fitted else
                "not identified: left as it was" if f in report.unidentified else
+               "weakly determined: kept near where it was" if f in report.weak else
                "set together with " + ", ".join(x for g in report.confounded if f in g for x in g if x != f))
         if f in report.at_bound:
             how += " (at the end of its range)"
