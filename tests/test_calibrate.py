@@ -337,6 +337,15 @@ def test_exit_codes(args, code, words):
     assert "Traceback" not in r.stderr
 
 
+def test_json_names_the_line_a_log_fails_on(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("label,step_time\na,slow\n")
+    r = _parc("calibrate", BASE, bad, "--format", "json")
+    assert r.returncode == 1
+    assert json.loads(r.stdout) == {"spec": "tests/data/logs/base.par", "file": str(bad), "line": 2,
+                                    "error": f"{bad}:2: `step_time` should be a number, not `slow`"}
+
+
 def test_runs_that_do_not_make_a_plan_are_named(tmp_path):
     csv = tmp_path / "bad.csv"
     csv.write_text("label,mesh.tp,step_time\nodd,3,1.0\n")

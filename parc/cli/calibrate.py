@@ -13,6 +13,7 @@ files with a header (one run per row: step_time, tokens_per_second, tokens_per_s
 tflops_per_gpu, mfu, memory_gb, memory_gib, and spec fields such as mesh.tp, schedule.global_batch,
 train.recompute). The settings a log prints (mesh, batch, recompute) replace the spec's for that
 run; the first logged step and steps 1-3 are warm-up and left out; the median of the rest counts.
+Without -o the block goes to standard output and the report to standard error.
 
 exit status: 0 fitted; 1 the spec has errors, or a log or run cannot be used (the message names
 the file and line); 2 usage or I/O failure
@@ -62,6 +63,11 @@ def run(args) -> int:
         return 2
     except (LogError, RunError, FitError) as e:
         print(f"parc: {e}", file=sys.stderr)
+        if args.format == "json":
+            import json
+
+            where = {"file": e.file, "line": e.line} if isinstance(e, LogError) else {}
+            print(json.dumps({"spec": r.file, "error": str(e), **where}, indent=2))
         return 1
     if args.output:
         from parc.files import write_atomic
