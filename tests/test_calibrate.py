@@ -160,6 +160,15 @@ def test_csv_runs_units_and_settings(base):
     assert plan.train.recompute == "none"
 
 
+def test_a_run_on_more_gpus_gets_more_nodes(base):
+    # 32 GPUs with tp 2, pp 2: 4 nodes of 8, and dp = 32 / (2 · 2) = 8
+    plan = plan_of_run(str(BASE), base, Run("big", "-", {"mesh.tp": 2, "mesh.pp": 2}, world_size=32))
+    assert plan.cluster.nodes == 4 and plan.mesh.dp == 8 and plan.world_size == 32
+    # 4 GPUs: one node of 4
+    plan = plan_of_run(str(BASE), base, Run("small", "-", {"mesh.tp": 4, "mesh.pp": 1}, world_size=4))
+    assert (plan.cluster.nodes, plan.cluster.gpus_per_node, plan.mesh.dp) == (1, 4, 1)
+
+
 def test_throughputs_become_step_times(base):
     # 256 sequences of 4096 tokens = 1,048,576 tokens per step on 16 GPUs
     assert measured_step_time(base, {"tokens_per_second": 1048576 / 8}) == pytest.approx(8.0)
@@ -351,6 +360,9 @@ def test_runs_that_do_not_make_a_plan_are_named(tmp_path):
     csv.write_text("label,mesh.tp,step_time\nodd,3,1.0\n")
     r = _parc("calibrate", BASE, csv)
     assert r.returncode == 1 and "odd:" in r.stderr and "Traceback" not in r.stderr
+    csv.write_text("label,mesh.tp,mesh.pp,mesh.dp,world_size,step_time\nhalf,2,2,2,16,1.0\n")
+    r = _parc("calibrate", BASE, csv)
+    assert r.returncode == 1 and "half:" in r.stderr and "does not span the cluster's 16 GPUs" in r.stderr
     spec = tmp_path / "bad.par"
     spec.write_text('model { from = llama3_8b\n  layers = -1 }\n')
     r = _parc("calibrate", spec, LOGS / "runs.csv")
