@@ -189,6 +189,14 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
+def _fits(r: dict) -> str:
+    """Predicted peak of the most loaded GPU against its capacity, and whether it fits."""
+    if r["peak"] is None:
+        return "—"
+    share = r["peak"] / r["capacity"]
+    return f"{r['peak'] / 2**30:.1f} GiB, {share:.0%} of {r['capacity'] / 2**30:.0f}: " + ("fits" if share <= 1 else "**does not fit**")
+
+
 def _config(case: dict) -> str:
     mesh = " ".join(f"{k}{v}" for k, v in case["mesh"].items() if v != 1 or k == "tp")
     sch = case["schedule"]
@@ -246,9 +254,9 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
             table.append([c["id"], _config(c), f"{fmt.format(c['measured'])} {unit}" + (" (derived)" if c.get("derived") else ""),
                           fmt.format(r["value"]) if r["value"] is not None else "—",
                           _cell(r["error"]) if r["error"] is not None else "—",
-                          f"{r['peak'] / 2**30:.1f} / {r['capacity'] / 2**30:.0f} GiB" if r["peak"] is not None else "—",
+                          _fits(r),
                           why_not(r) or "", r["spec"]])
-        out += _table(["case", "configuration", "measured", "parc", "error", "peak / capacity", "why not", "spec"], table)
+        out += _table(["case", "configuration", "measured", "parc", "error", "predicted peak memory", "why not", "spec"], table)
         out += ["", "Sources and assumptions:", ""]
         out += [f"- `{r['case']['id']}`: {r['case']['source']}." + (f" Assumed: {r['case']['assumed']}." if r["case"].get("assumed") else "")
                 for r in rows]
@@ -264,7 +272,10 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
             "the pipeline bubble (p−1)/m and (1/v)(p−1)/m (parc reports idle over the whole step, b; the "
             "papers' idle over ideal time is b/(1−b)).", ""]
     out += _table(["test", "outcome"], [[f"`{n}`", o] for n, o in closed])
-    out += ["", "## Calibration", ""] + calib + [""]
+    out += ["", "## Calibration", "",
+            "Korthikanti et al. 2022 Table 5's selective rows: the cluster's profile is fitted on two rows "
+            "and the others are predicted with it (`bench/accuracy_calibration.py`); the error of each "
+            "held-out row before and after the fit.", ""] + calib + [""]
     return "\n".join(out)
 
 
