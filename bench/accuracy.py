@@ -241,10 +241,14 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
         ["no measured row beyond 25%", f"worst {s['worst']:.1%}", met(s["worst"] <= WORST_TARGET)],
         ["every published run fits in memory", f"{s['fit']} of {s['ran']}", met(s["fit"] == s["ran"])],
     ])
-    out += ["", f"Mean absolute error: {s['mean']:.1%}.", "", "## Measured rows", ""]
     groups: dict[str, list[dict]] = {}
     for r in results:
         groups.setdefault(r["case"]["group"], []).append(r)
+    by = {g: [abs(r["error"]) for r in rows if r["error"] is not None] for g, rows in groups.items()}
+    out += ["", f"Mean absolute error: {s['mean']:.1%}.", ""]
+    out += _table(["source", "rows", "median abs. error", "worst abs. error"],
+                  [[g, str(len(e)), f"{statistics.median(e):.1%}", f"{max(e):.1%}"] for g, e in by.items() if e])
+    out += ["", "## Measured rows", ""]
     for group, rows in groups.items():
         out += [f"### {group}", ""]
         table = []
