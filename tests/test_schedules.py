@@ -100,15 +100,17 @@ def test_multi_stage_orders_match_torch(pipeline, v, pp, n):
 
 def test_every_action_once_and_dependencies_respected():
     for pipeline in S.PIPELINES:
-        for pp, n, v in [(2, 4, 2), (4, 8, 2), (3, 6, 2)]:
+        for pp, n, v in [(2, 4, 2), (4, 8, 2), (3, 6, 2), (6, 14, 1)]:
+            if S.check(pipeline, pp, n, v):
+                continue
             order = S.actions(pipeline, pp, n, v)
-            stages = pp * S.stages_per_rank(pipeline, v)
+            stages = S.model_stages(pipeline, pp, v)
             flat = [a for rank in order for a in rank]
             fb = [(a.kind, a.microbatch, a.stage) for a in flat if a.kind in "FB"]
             assert sorted(fb) == sorted((k, m, s) for k in "FB" for m in range(n) for s in range(stages))
-            owner = S.stage_rank(pipeline, pp, v)
+            held = S.rank_stages(pipeline, pp, v)
             for r, rank in enumerate(order):
-                assert all(owner[a.stage] == r for a in rank)
+                assert all(a.stage in held[r] for a in rank)
             # a split backward is always followed by its weight step on the same rank
             for rank in order:
                 for i, a in enumerate(rank):
@@ -189,7 +191,7 @@ def test_closed_forms_equal_the_simulated_timeline(pipeline):
             continue
         idle, frac = _simulated(pipeline, pp, n, v)
         assert idle == {S.idle_units(pipeline, pp, n, v)}, (pipeline, pp, n, v)
-        busy = 3 * S.stages_per_rank(pipeline, v) * n
+        busy = 3 * S.stage_passes(pipeline, v) * n
         assert Fraction(S.idle_units(pipeline, pp, n, v), busy + S.idle_units(pipeline, pp, n, v)) == frac
         assert S.bubble(pipeline, pp, n, v) == pytest.approx(float(frac), rel=1e-15)
 
@@ -221,3 +223,69 @@ def test_bubble_array_evaluates_each_triple_once():
 def test_warmup_depth_follows_torch_order():
     assert [S.warmup("1f1b", 4, 8, 1, r) for r in range(4)] == [4, 3, 2, 1]
     assert S.warmup("gpipe", 4, 8, 1, 0) == 8
+
+
+# --- DualPipe (deepseek-ai/DualPipe dualpipe/dualpipe.py; DeepSeek-V3, arXiv:2412.19437 §3.2.1) ---
+
+def test_dualpipe_runs_two_directions_over_two_stages_per_rank():
+    # pp 4: rank r holds stage r (microbatches 0 … m/2−1, fed at rank 0) and stage 3−r (m/2 … m−1,
+    # fed at rank 3); the model is cut into 4 stages, not 8
+    assert S.rank_stages("dualpipe", 4) == [[0, 3], [1, 2], [1, 2], [0, 3]]
+    assert S.model_stages("dualpipe", 4) == 4 and S.stages_per_rank("dualpipe") == 2
+    order = S.actions("dualpipe", 4, 8)
+    # DualPipe.step on rank 0 (half_rank 0, 2 half ranks): step 1 runs (2−0−1)·2 = 2 forwards of
+    # phase 0, step 2 one F0 F1 pair, step 3 one B1 (zero bubble) W F1, …
+    assert " ".join(str(a) for a in order[0][:8]) == "0F0 0F1 0F2 3F4 3I4 3W4 3F5 0F3"
+    # the mirror rank runs the mirror order: rank 3's phase 0 is the reverse direction
+    assert " ".join(str(a) for a in order[3][:4]) == "0F4 0F5 0F6 3F0"
+    for r, acts in enumerate(order):
+        assert sum(a.kind == "F" for a in acts) == 8           # every microbatch passes every rank once
+
+
+def test_dualpipe_refusals_are_the_asserts_of_dualpipe_step():
+    # assert num_ranks % 2 == 0; assert num_chunks > 0 and num_chunks % 2 == 0 and num_chunks >= num_ranks * 2
+    assert "even number of pipeline ranks" in S.check("dualpipe", 3, 6)
+    assert "at least 2·pp = 8" in S.check("dualpipe", 4, 6)
+    assert "even number of microbatches" in S.check("dualpipe", 4, 9)
+    assert S.check("dualpipe", 4, 8) is None and S.check("dualpipe", 4, 10) is None
+    assert not S.in_torch("dualpipe") and S.in_torch("dualpipe_v")
+
+
+@pytest.mark.parametrize("pp", [2, 4, 6, 8, 10, 16])
+def test_dualpipe_bubble_closed_form_equals_its_timeline(pp):
+    """Each rank idles pp/2 − 1 units of a 3m-unit step: for pp 16 and m 32, 7/103 of the step
+    (1F1B on the same ranks: 45/141)."""
+    for n in range(2 * pp, 2 * pp + 20, 2):
+        idle, frac = _simulated("dualpipe", pp, n, 1)
+        assert idle == {pp // 2 - 1} == {S.idle_units("dualpipe", pp, n)}
+        assert S.bubble("dualpipe", pp, n) == pytest.approx(float(frac), rel=1e-15)
+    if pp == 16:
+        assert S.bubble("dualpipe", 16, 32) == 7 / (3 * 32 + 7)
+        assert S.bubble("1f1b", 16, 32) == 45 / (3 * 32 + 45)
+
+
+@pytest.mark.parametrize("pp,n", [(2, 4), (4, 8), (4, 20), (8, 16), (8, 40)])
+def test_dualpipe_holds_pp_plus_one_stage_activations_on_every_rank(pp, n):
+    """DeepSeek's table: PP+1 activations per device; in units of a rank's layers (two stages),
+    (pp+1)/2. DualPipe's own order peaks there on every rank."""
+    for r, acts in enumerate(S.actions("dualpipe", pp, n)):
+        live = peak = 0
+        for a in acts:
+            live += (a.kind == "F") - (a.kind == "B")
+            peak = max(peak, live)
+        assert peak == pp + 1
+        assert S.inflight("dualpipe", pp, n, 1, r) == (pp + 1) / 2
+        # steps 1 and 2 run 2(pp/2−h−1) + 2(h+1) = pp forwards (h = min(r, pp−1−r)); where step 3 is
+        # empty (h = pp/2−1) step 4's forward comes before the first backward too
+        assert S.warmup("dualpipe", pp, n, 1, r) == pp + (min(r, pp - 1 - r) == pp // 2 - 1)
+
+
+def test_dualpipe_microbatch_share_and_arrays():
+    import numpy as np
+
+    assert S.microbatch_share("dualpipe") == 0.5 and S.microbatch_share("1f1b") == 1.0
+    pipe = np.array([S.PIPELINES.index("dualpipe"), S.PIPELINES.index("1f1b")])
+    assert S.microbatch_share_array(pipe).tolist() == [0.5, 1.0]
+    assert S.bubble_array(pipe, np.array([4, 4]), np.array([8, 8]), np.array([1, 1])).tolist() == \
+        [S.bubble("dualpipe", 4, 8), S.bubble("1f1b", 4, 8)]
+    assert "1/25" in S.bubble_formula("dualpipe", 4, 8)

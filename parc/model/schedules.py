@@ -12,10 +12,16 @@ per-rank action order that ``torch.distributed.pipelining`` executes (torch 2.13
 ``zero_bubble``     ``ScheduleZBVZeroBubble`` (virtual_stages=2) V           2
 ``zero_bubble``     ``ScheduleInterleavedZeroBubble`` (others)  loop        ``virtual_stages``
 ``dualpipe_v``      ``ScheduleDualPipeV``                       V           2
+``dualpipe``        none (deepseek-ai/DualPipe's ``DualPipe``)  dual        2 (of pp stages)
 =================== =========================================== =========== ==================
 
 Loop placement gives rank ``r`` the virtual stages ``r, r+pp, r+2pp, …``; V placement gives
-it ``r`` and ``2pp-1-r``, so the first and the last stage share rank 0.
+it ``r`` and ``2pp-1-r``, so the first and the last stage share rank 0. DualPipe (DeepSeek-V3,
+arXiv:2412.19437 §3.2.1) cuts the model into pp stages only and runs two copies of the
+pipeline in opposite directions: rank ``r`` holds stage ``r`` for the microbatches fed at rank 0
+and stage ``pp-1-r`` for those fed at rank pp−1 ("dual" placement), so every rank holds the
+parameters of two stages and ranks 0 and pp−1 both hold the embedding and the output head.
+Each microbatch passes one of a rank's two stages (:func:`microbatch_share` is 1/2).
 
 :func:`timeline` places each action on a clock under unit costs (F = 1, a full B = 2, or
 B = 1 and W = 1 when the backward is split into its input and weight parts), starting every
@@ -68,12 +74,36 @@ def torch_schedule_name(pipeline: str, virtual_stages: int = 1) -> str:
     if pipeline == "zero_bubble":
         return "ZBVZeroBubble" if virtual_stages == 2 else "InterleavedZeroBubble"
     return {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B",
-            "dualpipe_v": "DualPipeV"}[pipeline]
+            "dualpipe_v": "DualPipeV", "dualpipe": "DualPipe"}[pipeline]
+
+
+def in_torch(pipeline: str) -> bool:
+    """Whether torch.distributed.pipelining (torch 2.13) has a schedule class for ``pipeline``:
+    every one but ``dualpipe``, which only deepseek-ai/DualPipe implements."""
+    _check_name(pipeline)
+    return pipeline != "dualpipe"
 
 
 def placement_style(pipeline: str, virtual_stages: int = 1) -> str:
-    """``"v"`` for the V-shaped schedules, else ``"loop"``."""
-    return "v" if torch_schedule_name(pipeline, virtual_stages) in ("ZBVZeroBubble", "DualPipeV") else "loop"
+    """``"v"`` for the V-shaped schedules, ``"dual"`` for DualPipe (rank r holds stages r and
+    pp−1−r of a pp-stage model), else ``"loop"``."""
+    name = torch_schedule_name(pipeline, virtual_stages)
+    return "dual" if name == "DualPipe" else "v" if name in ("ZBVZeroBubble", "DualPipeV") else "loop"
+
+
+def microbatch_share(pipeline: str) -> float:
+    """The share of the layers a rank holds that each microbatch runs through: 1/2 for DualPipe
+    (each microbatch passes one of the rank's two stages, one per direction), else 1. A rank's
+    FLOPs and per-layer communication per microbatch scale by it; its parameters do not."""
+    _check_name(pipeline)
+    return 0.5 if pipeline == "dualpipe" else 1.0
+
+
+def microbatch_share_array(pipeline):
+    """:func:`microbatch_share` over a numpy array of :data:`PIPELINES` indices."""
+    import numpy as np
+
+    return np.where(np.asarray(pipeline) == PIPELINES.index("dualpipe"), 0.5, 1.0)
 
 
 def is_multi_stage(pipeline: str) -> bool:
@@ -87,21 +117,32 @@ def stages_per_rank(pipeline: str, virtual_stages: int = 1) -> int:
     _check_name(pipeline)
     if pipeline in ("gpipe", "1f1b"):
         return 1
-    if pipeline == "dualpipe_v":
+    if pipeline in ("dualpipe_v", "dualpipe"):
         return 2
     return max(1, virtual_stages)
+
+
+def model_stages(pipeline: str, pp: int, virtual_stages: int = 1) -> int:
+    """How many stages the model is cut into: pp · stages per rank, or pp for DualPipe (whose two
+    stages per rank are two copies of the same pp-stage cut)."""
+    return pp if pipeline == "dualpipe" else pp * stages_per_rank(pipeline, virtual_stages)
 
 
 def rank_stages(pipeline: str, pp: int, virtual_stages: int = 1) -> list[list[int]]:
     """The virtual stage indices each pipeline rank holds, ascending."""
     v = stages_per_rank(pipeline, virtual_stages)
-    if placement_style(pipeline, virtual_stages) == "v":
+    style = placement_style(pipeline, virtual_stages)
+    if style == "dual":
+        return [sorted({r, pp - 1 - r}) for r in range(pp)]
+    if style == "v":
         return [sorted((r, 2 * pp - 1 - r)) for r in range(pp)]
     return [[r + k * pp for k in range(v)] for r in range(pp)]
 
 
 def stage_rank(pipeline: str, pp: int, virtual_stages: int = 1) -> dict[int, int]:
-    """Virtual stage index -> pipeline rank."""
+    """Virtual stage index -> pipeline rank (for DualPipe, the rank of the first direction)."""
+    if pipeline == "dualpipe":
+        return {s: s for s in range(pp)}
     return {s: r for r, ss in enumerate(rank_stages(pipeline, pp, virtual_stages)) for s in ss}
 
 
@@ -121,6 +162,20 @@ def check(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) ->
                     f"{microbatches} is not a multiple of {rounds}")
     if name == "DualPipeV" and microbatches < pp * v:
         return f"dualpipe_v needs at least 2·pp = {pp * v} microbatches, got {microbatches}"
+    if name == "DualPipe":
+        return dualpipe_check(pp, microbatches)
+    return None
+
+
+def dualpipe_check(pp: int, microbatches: int) -> Optional[str]:
+    """Why DualPipe.step refuses pp ranks and this many microbatches ("chunks"), or ``None``. It
+    asserts ``num_ranks % 2 == 0`` and ``num_chunks > 0 and num_chunks % 2 == 0 and num_chunks >=
+    num_ranks * 2`` (deepseek-ai/DualPipe dualpipe/dualpipe.py): half the microbatches enter at each
+    end of the pipeline."""
+    if pp % 2:
+        return f"dualpipe needs an even number of pipeline ranks, got pp = {pp}"
+    if microbatches % 2 or microbatches < 2 * pp:
+        return f"dualpipe needs an even number of microbatches, at least 2·pp = {2 * pp}, got {microbatches}"
     return None
 
 
@@ -142,8 +197,10 @@ def actions(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) 
         raw = [_interleaved(r, pp, n, v, zero_bubble=True) for r in range(pp)]
     elif name == "ZBVZeroBubble":
         raw = [_zbv(r, pp, n) for r in range(pp)]
-    else:
+    elif name == "DualPipeV":
         raw = [_dualpipe_v(r, pp, n) for r in range(pp)]
+    else:
+        raw = [_dualpipe(r, pp, n) for r in range(pp)]
     return [[Action("B", m, s, split=True) if k == "I" else Action(k, m, s) for k, m, s in ops]
             for ops in raw]
 
@@ -159,7 +216,7 @@ def timeline(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1,
     """
     cost = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, **(costs or {})}
     order = actions(pipeline, pp, microbatches, virtual_stages)
-    last = pp * stages_per_rank(pipeline, virtual_stages) - 1
+    last = model_stages(pipeline, pp, virtual_stages) - 1
     done: dict[tuple[str, int, int], float] = {}
     free = [0.0] * pp
     pos = [0] * pp
@@ -218,7 +275,7 @@ def bubble_fraction(slots: list[list[Slot]]) -> float:
 # -- the facts every command reads: idle share, warm-up depth, microbatches in flight ----------
 #
 # Under unit costs every rank computes 3·V time units per microbatch (V chunks, F = 1 and a
-# backward of 2), so a step lasts 3·V·m + I where I is the idle time of a rank (every rank idles
+# backward of 2; DualPipe's microbatches pass one of a rank's two stages, V = 1), so a step lasts 3·V·m + I where I is the idle time of a rank (every rank idles
 # the same I: each one is busy 3·V·m and they all end at the makespan). The bubble is I over the
 # step. I has a closed form where it is exact (tests/test_schedules.py compares it with the
 # simulated timeline over a grid of pp, m and v); elsewhere the timeline itself is run, cached.
@@ -232,6 +289,10 @@ def idle_units(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 
     * zero_bubble with two chunks per rank (ZBV): max(pp−1, 2(2pp−1−m)).
     * zero_bubble with other chunk counts V: pp−1 + V·max(0, pp−m) + (V−1)·max(0, pp−2m).
     * dualpipe_v: pp−1 (it needs m ≥ 2pp).
+    * dualpipe: pp/2 − 1 (it needs an even pp and an even m ≥ 2pp). DeepSeek's table gives the
+      bubble as (PP/2 − 1)(F&B + B − 3W), which under these costs (F&B = F + B = 3, B = 2,
+      W = 1) is 2(pp/2 − 1): its cells stand for overlapped pairs and their communication, which
+      this timeline takes as free; the order itself, run under unit costs, idles pp/2 − 1.
 
     Each form is checked against :func:`timeline` for pp ≤ 8, m ≤ 24 and V ≤ 4, and for pp ≤ 5,
     m ≤ 12 and V ≤ 8; beyond V = 8 (more than the planner tries) the timeline is run instead.
@@ -245,6 +306,8 @@ def idle_units(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 
         return 3 * (p - 1)
     if pipeline == "dualpipe_v":
         return p - 1
+    if pipeline == "dualpipe":
+        return max(0, p // 2 - 1)
     if v > 8:
         return _simulated_idle(pipeline, p, m, virtual_stages)
     if pipeline == "interleaved_1f1b":
@@ -256,8 +319,13 @@ def idle_units(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 
 
 @lru_cache(maxsize=4096)
 def _simulated_idle(pipeline: str, pp: int, microbatches: int, virtual_stages: int) -> int:
-    v = stages_per_rank(pipeline, virtual_stages)
+    v = stage_passes(pipeline, virtual_stages)
     return int(round(makespan(timeline(pipeline, pp, microbatches, virtual_stages)))) - 3 * v * microbatches
+
+
+def stage_passes(pipeline: str, virtual_stages: int) -> int:
+    """Stages a microbatch passes on each rank: the stages per rank, 1 for DualPipe."""
+    return 1 if pipeline == "dualpipe" else stages_per_rank(pipeline, virtual_stages)
 
 
 def bubble(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) -> float:
@@ -267,19 +335,21 @@ def bubble(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) -
     idle = idle_units(pipeline, pp, microbatches, virtual_stages)
     if idle <= 0:
         return 0.0
-    busy = 3 * stages_per_rank(pipeline, virtual_stages) * microbatches
+    busy = 3 * stage_passes(pipeline, virtual_stages) * microbatches
     return idle / (busy + idle)
 
 
 def bubble_formula(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) -> str:
     """How :func:`bubble` comes about, for messages (``(pp−1)/(m+pp−1) = 3/5``)."""
     p, m = pp, microbatches
-    v = stages_per_rank(pipeline, virtual_stages)
+    v = stage_passes(pipeline, virtual_stages)
     idle = idle_units(pipeline, p, m, virtual_stages)
     if pipeline in ("gpipe", "1f1b"):
         return f"(pp−1)/(m+pp−1) = {p - 1}/{m + p - 1}"
     if pipeline == "interleaved_1f1b" and m >= p:
         return f"(pp−1)/(v·m+pp−1) = {p - 1}/{v * m + p - 1}"
+    if pipeline == "dualpipe":
+        return f"(pp/2−1)/(3m+pp/2−1) = {idle}/{3 * m + idle} (DualPipe's order under F = 1, B = 2, B = W = 1 when split)"
     return (f"each rank idles {idle} of {3 * v * m + idle} time units in torch's "
             f"{torch_schedule_name(pipeline, virtual_stages)} order (F = 1, B = 2 or B = W = 1 when split)")
 
@@ -333,6 +403,9 @@ def inflight(pipeline: str, p: int, m: int, v: int = 1, stage: int = 0) -> float
     * zero_bubble (ZB-H1, Qi et al. 2023): 1F1B's peak, p - stage (p on every rank when V-placed).
     * dualpipe_v: PP+1 chunk activations per device with PP = 2p chunks of half a device's layers
       (DeepSeek-V3 §3.2.1, DualPipe table), i.e. p + 1/2.
+    * dualpipe: PP+1 stage activations per device with PP = p stages, each half a device's layers
+      (the same table), i.e. (p + 1)/2 on every rank; DualPipe's own order (:func:`actions`)
+      peaks at p + 1 forwards without their backward on every rank.
 
     These are the published schedules' peaks; torch's own orders (:func:`actions`) can hold more
     on some ranks (its interleaved warm-up with one chunk per rank is 2(p−1−stage)+1).
@@ -346,6 +419,8 @@ def inflight(pipeline: str, p: int, m: int, v: int = 1, stage: int = 0) -> float
         return min((2 * (p - stage - 1) + (v - 1) * p + 1) / v, float(m))
     if pipeline == "dualpipe_v":
         return min(p + 0.5, float(m))
+    if pipeline == "dualpipe":
+        return min(p + 1, m) / 2
     if pipeline == "zero_bubble" and v == 2:
         return min(float(p), float(m))
     if pipeline == "zero_bubble" and v > 2:
@@ -583,3 +658,71 @@ def _dualpipe_v(rank: int, pp: int, n: int) -> Raw:
         add_w()
     return ops
 
+
+
+def _dualpipe(rank: int, pp: int, n: int) -> Raw:
+    # DualPipe.step (deepseek-ai/DualPipe dualpipe/dualpipe.py), steps 1-8. Half the microbatches
+    # (0 … n/2−1) enter at rank 0 and pass the model's stages 0 … pp−1 on ranks 0 … pp−1; the other
+    # half (n/2 … n−1) enter at rank pp−1 and pass them on ranks pp−1 … 0. On the first half of the
+    # ranks "phase 0" is the first direction, on the second half the reverse one. An overlapped
+    # F&B pair runs its forward, then its (full) backward; a zero-bubble backward ("I") leaves its
+    # weight part to a later "W", first in first out.
+    half, h = pp // 2, min(rank, pp - 1 - rank)
+    second = rank >= half
+    count = {(p, k): 0 for p in (0, 1) for k in "FB"}
+    wq: list[tuple[int, int]] = []
+    ops: Raw = []
+
+    def where(phase: int) -> tuple[int, int]:          # (stage, first microbatch) of a phase
+        direction = phase ^ second
+        return (rank, 0) if direction == 0 else (pp - 1 - rank, n // 2)
+
+    def f(phase: int) -> None:
+        s, base = where(phase)
+        ops.append(("F", base + count[(phase, "F")], s))
+        count[(phase, "F")] += 1
+
+    def b(phase: int, zb: bool = False) -> None:
+        s, base = where(phase)
+        m = base + count[(phase, "B")]
+        count[(phase, "B")] += 1
+        ops.append(("I" if zb else "B", m, s))
+        if zb:
+            wq.append((m, s))
+
+    def w() -> None:
+        m, s = wq.pop(0)
+        ops.append(("W", m, s))
+
+    for _ in range((half - h - 1) * 2):                 # 1: nF0
+        f(0)
+    for _ in range(h + 1):                              # 2: nF0F1
+        f(0)
+        f(1)
+    for _ in range(half - h - 1):                       # 3: nB1W1F1
+        b(1, zb=True)
+        w()
+        f(1)
+    for _ in range(n // 2 - pp + h + 1):                # 4: nF0B1F1B0
+        f(0)
+        b(1)
+        f(1)
+        b(0)
+    for _ in range(half - h - 1):                       # 5: nB1F1B0
+        b(1)
+        f(1)
+        b(0)
+    zb = False
+    for i in range(h + 1):                              # 6: nB1B0, the second half zero-bubble
+        if i == (h + 1) // 2 and h % 2 == 1:
+            zb = True
+        b(1, zb)
+        if i == (h + 1) // 2 and h % 2 == 0:
+            zb = True
+        b(0, zb)
+    for _ in range(half - h - 1):                       # 7: nWB0
+        w()
+        b(0, zb=True)
+    for _ in range(h + 1):                              # 8: nW
+        w()
+    return ops
