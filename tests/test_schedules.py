@@ -289,3 +289,29 @@ def test_dualpipe_microbatch_share_and_arrays():
     assert S.bubble_array(pipe, np.array([4, 4]), np.array([8, 8]), np.array([1, 1])).tolist() == \
         [S.bubble("dualpipe", 4, 8), S.bubble("1f1b", 4, 8)]
     assert "1/25" in S.bubble_formula("dualpipe", 4, 8)
+
+
+def test_the_runtime_refuses_dualpipe_and_names_what_runs_it(tmp_path):
+    from support.specs import load, spec_text
+
+    from parc.runtime.engine import RunError, check_plan
+
+    plan = load(tmp_path, "dp", spec_text(4, "pp = 4", schedule="pipeline = dualpipe", global_batch=8))
+    with pytest.raises(RunError, match="no dualpipe schedule .ScheduleDualPipeV only.*deepseek-ai/DualPipe"):
+        check_plan(plan)
+    plan.schedule.pipeline, plan.schedule.virtual_stages = "dualpipe_v", 2
+    check_plan(plan)
+
+
+def test_dualpipe_is_drawn_with_both_directions(tmp_path):
+    from support.specs import load, spec_text
+
+    from parc.report import svg
+
+    plan = load(tmp_path, "dp", spec_text(4, "pp = 4", schedule="pipeline = dualpipe", global_batch=8))
+    pic = svg.schedule(plan)
+    assert "deepseek-ai/DualPipe" in pic and "2 stages per rank" in pic
+    assert f'data-blocks="{sum(len(r) for r in S.actions("dualpipe", 4, 8))}"' in pic
+    assert "darker: microbatches 4–7, fed at rank 3" in pic
+    # the picture's idle share is the plan's: 1 idle unit of 3·8 + 1 on each rank
+    assert 'data-bubble="0.04"' in pic
