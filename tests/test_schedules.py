@@ -315,3 +315,54 @@ def test_dualpipe_is_drawn_with_both_directions(tmp_path):
     assert "darker: microbatches 4–7, fed at rank 3" in pic
     # the picture's idle share is the plan's: 1 idle unit of 3·8 + 1 on each rank
     assert 'data-bubble="0.04"' in pic
+
+
+def test_dualpipe_layout_holds_stages_r_and_pp_minus_1_minus_r():
+    """A uniform 8-layer model (h 1024, 8 heads of 128, 2 KV heads, SwiGLU 2816, vocab 32000, RMSNorm,
+    untied) on pp 4. Per layer: q and o 2·1024·1024 = 2,097,152, k and v 2·256·1024 = 524,288, MLP
+    3·2816·1024 = 8,650,752, norms 2·1024: 11,274,240. DualPipe cuts it into 4 stages of 2 layers and
+    rank r holds stages r and 3−r: 4 layers = 45,096,960 on every rank, twice 1F1B's 2 layers;
+    ranks 0 and 3 add the embedding (32000·1024 = 32,768,000), the head (as much) and the final
+    norm (1024): 110,633,984, which is 1F1B's rank 0 plus its rank 3."""
+    from parc.cost import params as P
+    from parc.model.plan import Model
+
+    m = Model(name="u", layers=8, hidden=1024, ffn_hidden=2816, heads=8, kv_heads=2, head_dim=128, vocab=32000,
+              params=0, seq_len=2048)
+    split = P.split_layers(8, 4, 1)
+    dual = P.layouts_of(m, "dualpipe", 4, split)
+    plain = P.layouts_of(m, "1f1b", 4, split)
+    assert [lay.chunks for lay in dual] == [[0, 3], [1, 2], [1, 2], [0, 3]]
+    assert [(lay.embedding, lay.head) for lay in dual] == [(True, True), (False, False), (False, False), (True, True)]
+
+    def count(lay):
+        return sum(P.stage_parts(m, lay, 1, 1, 1, 1, 1).values())
+
+    assert [count(lay) for lay in dual] == [110_633_984, 45_096_960, 45_096_960, 110_633_984]
+    assert [count(lay) for lay in plain] == [55_316_480, 22_548_480, 22_548_480, 55_317_504]
+    assert sum(count(lay) for lay in dual) == 2 * P.param_count(m)
+
+
+def test_dualpipe_memory_counts_both_stages_through_the_ordinary_model(tmp_path):
+    """estimate() has no DualPipe case in its memory: the layout gives the middle ranks twice 1F1B's
+    weights and activations of (pp+1)/2 = 2.5 microbatches over twice the layers (1F1B's rank 1: 3)."""
+    from support.specs import load, spec_text
+
+    from parc.cost.estimate import estimate
+
+    plans = {p: load(tmp_path, p, spec_text(4, "pp = 4", schedule=f"pipeline = {p}", global_batch=8))
+             for p in ("dualpipe", "1f1b")}
+    dual, plain = (estimate(plans[p], cache=False) for p in ("dualpipe", "1f1b"))
+    assert dual.stages[1].memory.weights == 2 * plain.stages[1].memory.weights
+    assert dual.stages[0].memory.weights == plain.stages[0].memory.weights + plain.stages[3].memory.weights
+    assert dual.stages[1].inflight == 2.5 and plain.stages[1].inflight == 3
+    # 2.5 microbatches of 4 layers against 3 of 2 layers
+    assert dual.stages[1].memory.activations == pytest.approx(plain.stages[1].memory.activations * 10 / 6)
+    # each microbatch passes one of a rank's two stages: per microbatch a rank computes the mean of
+    # 1F1B's stages r and 3−r, so the output head's work is shared by ranks 0 and 3
+    for r in range(4):
+        assert dual.stages[r].flops_per_microbatch == pytest.approx(
+            (plain.stages[r].flops_per_microbatch + plain.stages[3 - r].flops_per_microbatch) / 2)
+    assert dual.compute_time == pytest.approx(plain.compute_time * max(s.flops_per_microbatch for s in dual.stages)
+                                              / max(s.flops_per_microbatch for s in plain.stages))
+    assert dual.bubble_fraction == 1 / 25 and plain.bubble_fraction == 3 / 11
