@@ -1,6 +1,8 @@
 """P2xx batch and schedule rules: a spec that triggers each, and the same spec made valid."""
 from __future__ import annotations
 
+import pytest
+
 from support.specs import assert_fires, assert_quiet, spec
 
 L70 = "from = llama3_70b; seq_len = 4096"
@@ -176,8 +178,7 @@ def test_serving_has_no_schedule_rules(check_spec):
 
 def test_p616_torch_runtime_refuses_dualpipe_and_names_what_runs_it(check_spec):
     # torch.distributed.pipelining (torch 2.13) has ScheduleDualPipeV and nothing named DualPipe
-    import torch.distributed.pipelining as tp_
-
+    tp_ = pytest.importorskip("torch.distributed.pipelining")
     assert hasattr(tp_, "ScheduleDualPipeV") and not [n for n in dir(tp_) if n.lower().replace("_", "") == "scheduledualpipe"]
     d = assert_fires(check_spec, pipe("dualpipe", 16, target=TORCH), "P616", "pipeline = dualpipe", target="torch")
     assert "deepseek-ai/DualPipe" in d.message and "ScheduleDualPipeV" in d.message

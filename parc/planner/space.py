@@ -246,8 +246,8 @@ def few_microbatches_refused(pr: Problem) -> bool:
 
 def schedule_ok(pr: Problem, name: str, p: int, n: int, v: int) -> bool:
     """P202 (1f1b needs m ≥ pp where torch's Schedule1F1B runs it), P207 (dualpipe_v m ≥ 2pp), P211
-    (dualpipe: even pp, even m ≥ 2pp), P208 (zero_bubble rounds), and for the targets P203 (Megatron-LM: interleaved m a multiple of pp) and
-    P205 (torch: rounds)."""
+    (dualpipe: even pp, even m ≥ 2pp), P208 (zero_bubble rounds), and for the targets P203
+    (Megatron-LM: interleaved m a multiple of pp) and P205 (torch: rounds)."""
     if p <= 1:
         return True
     if name == "1f1b":
