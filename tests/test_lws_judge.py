@@ -1,0 +1,219 @@
+"""Kubernetes and the LeaderWorkerSet controller judge parc's LeaderWorkerSets: every `lws.yaml`
+parc emits for the examples and test specs goes through the LWS CRD's own OpenAPI schema (LWS
+v0.10.0, tests/data/lws; unknown fields refused), the checks of LWS's validating webhook, and
+kubernetes-validate (strict) for the Service and the pod templates; then each pod of a group runs
+its command as the kubelet would, with LWS's environment, and the judge reports the sizes and the
+`vllm serve` argv it found, which must be the plan's. All in an isolated virtual environment that
+tests/judges/lws_env.sh creates (never parc's own). Without a reachable package registry the
+tests skip with the reason; PARC_JUDGES=required makes that a failure. PARC_LWS_PYTHON names an
+existing environment's python instead."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from backends_support import ROOT, accepted_cases
+
+JUDGES = ROOT / "tests" / "judges"
+MARK = "@@lws-judge "
+
+
+def _missing(reason: str):
+    if os.environ.get("PARC_JUDGES") == "required":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def lws_python(tmp_path_factory):
+    """A judge: one lws_judge.py process for the module, fed one batch of manifests a call."""
+    py = os.environ.get("PARC_LWS_PYTHON")
+    if not py:
+        try:
+            r = subprocess.run(["bash", str(JUDGES / "lws_env.sh")], capture_output=True, text=True, timeout=600,
+                               env={**os.environ, "PYTHON": sys.executable})
+        except subprocess.TimeoutExpired:
+            _missing("creating the LeaderWorkerSet judge's environment took more than 10 minutes")
+        if r.returncode:
+            _missing("no LeaderWorkerSet judge environment: "
+                     + (r.stderr.strip().splitlines() or ["lws_env.sh failed"])[-1])
+        py = r.stdout.strip().splitlines()[-1]
+    if not os.access(py, os.X_OK):
+        _missing(f"no LeaderWorkerSet judge environment: {py} (PARC_LWS_PYTHON) is not an executable python")
+    err = open(tmp_path_factory.mktemp("judge") / "stderr", "w+")
+    proc = subprocess.Popen([py, str(JUDGES / "lws_judge.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=err, text=True)
+    proc.stderr_file = err
+    yield proc
+    proc.stdin.close()
+    proc.wait(timeout=60)
+    err.close()
+
+
+def judge(proc, texts: list[str]) -> list[dict]:
+    proc.stdin.write(json.dumps(texts) + "\n")
+    proc.stdin.flush()
+    for line in proc.stdout:
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):])
+    proc.stderr_file.seek(0)
+    raise AssertionError("lws_judge.py stopped: " + proc.stderr_file.read()[-3000:])
+
+
+def option(argv: list[str], flag: str, default=None):
+    return argv[argv.index(flag) + 1] if flag in argv else default
+
+
+def manifests():
+    """(spec, plan as JSON, lws.yaml) for every example and test spec parc compiles for lws."""
+    out = []
+    for spec, t, files in accepted_cases():
+        if t == "lws":
+            by = {f.path: f.text for f in files}
+            out.append((spec, json.loads(by["plan.json"]), by["lws.yaml"]))
+    return out
+
+
+def check_degrees(spec: str, plan: dict, v: dict) -> None:
+    """The sizes the judge derived from the manifest and the argv the pods ran are the plan's.
+
+    A group is one engine: tp·pp·cp GPUs (times dp when expert parallelism spans dp, which makes
+    the whole plan one engine); the groups are the data-parallel replicas."""
+    m, cl = plan["mesh"], plan["cluster"]
+    one_engine = plan["model"]["experts"] > 0 and m["ep"] > 1 and m["dp"] > 1
+    engine_dp = m["dp"] if one_engine else 1
+    assert v["replicas"] * engine_dp == m["dp"], spec
+    pods = v["pods"]
+    assert len(pods) == v["size"] and all(p["gpus"] == p["gpus_limit"] == pods[0]["gpus"] for p in pods), spec
+    # the GPUs of one group are one engine's (a replica that fills whole nodes, or one pod)
+    replica = m["tp"] * m["pp"] * m["cp"] * engine_dp
+    assert v["size"] * pods[0]["gpus"] == replica, (spec, v["size"], pods[0]["gpus"], replica)
+    assert v["size"] == 1 or pods[0]["gpus"] == cl["gpus_per_node"], spec
+    assert v["replicas"] * replica == plan["world_size"], spec
+    settings = plan["targets"].get("vllm", {}).get("settings", {})
+    port = settings.get("port", 8000)
+    leader = pods[0]
+    assert leader["probe"] == {"path": "/health", "port": port} and leader["ports"] == [port], spec
+    [svc] = v["services"]
+    assert svc["selector"] == {"leaderworkerset.sigs.k8s.io/name": v["name"],
+                               "leaderworkerset.sigs.k8s.io/worker-index": "0"} and svc["ports"] == [[port, port]], spec
+    assert v["startup"] == "LeaderCreated" and v["restart"] == "RecreateGroupOnPodRestart", spec
+    for p in pods:
+        assert p["returncode"] == 0, (spec, p["stderr"])
+        assert p["shm"]["medium"] == "Memory", spec
+    ray = "ray" in leader["runs"]
+    if ray:   # the leader starts the Ray head, every worker joins it at the leader's address
+        assert leader["runs"]["ray"] == [["start", "--head", "--port", "6379"]], spec
+        for p in pods[1:]:
+            assert p["runs"] == {"ray": [["start", "--address", v["leader_address"] + ":6379", "--block"]]}, spec
+    serving = [p for p in pods if "vllm" in p["runs"]]
+    assert serving and serving[0] is leader and (ray or len(serving) == len(pods)), spec
+    for p in serving:
+        [argv] = p["runs"]["vllm"]
+        assert argv[:2] == ["serve", settings["model"]], spec
+        assert int(option(argv, "--tensor-parallel-size")) == m["tp"], spec
+        assert int(option(argv, "--pipeline-parallel-size")) == m["pp"], spec
+        assert int(option(argv, "--prefill-context-parallel-size", 1)) == m["cp"], spec
+        assert int(option(argv, "--data-parallel-size", 1)) == engine_dp, spec
+        assert ("--enable-expert-parallel" in argv) == (m["ep"] > 1), spec
+        assert ("--headless" in argv) == (p["index"] > 0), spec
+        if v["size"] > 1 and not ray:
+            # vLLM's own multi-node launch: the group is its nodes, the worker index its node rank
+            assert int(option(argv, "--nnodes")) == v["size"], spec
+            assert int(option(argv, "--node-rank")) == p["index"], spec
+            assert option(argv, "--master-addr") == v["leader_address"], spec
+        else:
+            assert "--nnodes" not in argv, spec
+
+
+def test_kubernetes_accepts_what_parc_emits_with_the_plans_degrees(lws_python):
+    cases = manifests()
+    assert len(cases) >= 8
+    for (spec, plan, _), v in zip(cases, judge(lws_python, [text for _, _, text in cases])):
+        assert v["ok"], f"{spec}: {v.get('stage')}: {v.get('errors')}"
+        check_degrees(spec, plan, v)
+
+
+def test_the_judge_refuses_what_kubernetes_refuses(lws_python):
+    """The judge itself refuses wrong manifests at each stage, so an accepting verdict means
+    something: a misspelt field (the CRD's structural schema), a field one level too deep, a size
+    of 0 and a name with capitals (LWS's webhook), a Service port that is not a number
+    (kubernetes-validate)."""
+    import yaml
+
+    spec, plan, text = next(c for c in manifests() if "vllm-nnodes" in c[0])
+    docs = list(yaml.safe_load_all(text))
+
+    def dump(lws=None, svc=None):
+        return yaml.safe_dump_all([lws or docs[0], svc or docs[1]])
+
+    def edited(path, fn):
+        import copy
+
+        d = copy.deepcopy(docs[0] if path == "lws" else docs[1])
+        fn(d)
+        return dump(**{path: d})
+
+    bad = [
+        edited("lws", lambda d: d["spec"]["leaderWorkerTemplate"].update(sizee=2)),
+        edited("lws", lambda d: d["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["volumes"][0]["emptyDir"]
+               .update(sizeLimt="1Gi")),
+        edited("lws", lambda d: d["spec"]["leaderWorkerTemplate"].update(size=0)),
+        edited("lws", lambda d: d["metadata"].update(name="Llama3-70B")),
+        edited("svc", lambda d: d["spec"]["ports"][0].update(port="eighty")),
+    ]
+    got = judge(lws_python, [dump()] + bad)
+    assert got[0]["ok"], got[0]
+    assert [v.get("stage") for v in got[1:]] == ["schema", "schema", "webhook", "webhook", "built-in objects"], got
+    assert "sizee" in got[1]["errors"][0] and "sizeLimt" in got[2]["errors"][0]
+
+
+# ----------------------------------------------------------------------------------------------
+# The same verdicts both ways: what parc refuses for a LeaderWorkerSet, the API server refuses
+# (the manifest built from the refused plan); what parc accepts, it accepts.
+
+REFUSED = [("name", "7b-serve"), ("name", "serve-"), ("namespace", "Serving"), ("name", "a" * 41)]
+
+
+def test_kubernetes_refuses_the_names_parc_refuses(lws_python, check_spec):
+    """P677: names the webhook (LWS's NameIsDNS1035Label) or the API server (namespaces) refuse.
+    parc keeps names to 40 characters where Kubernetes allows 63: the pods and StatefulSets add
+    suffixes, so a 41-character name is refused by parc alone, as its message says."""
+    from parc.targets import lws
+    from support.specs import spec
+
+    texts = []
+    for key, value in REFUSED:
+        r = check_spec(spec(mesh="tp = 8", serve="max_model_len = 4096",
+                            target={"vllm": 'model = "m"', "lws": f'{key} = "{value}"'}), ("lws",))
+        assert [d.code for d in r.errors] == ["P677"], [(d.code, d.message) for d in r.diagnostics]
+        texts.append(next(f.text for f in lws.build(r.plan) if f.path == "lws.yaml"))
+    got = judge(lws_python, texts)
+    for (key, value), v in zip(REFUSED, got):
+        if len(value) > 40 and value.isalpha():
+            assert v["ok"], v   # Kubernetes takes it; parc leaves room for the controller's suffixes
+        else:
+            assert not v["ok"] and v["stage"] == "webhook" and key in " ".join(v["errors"]), (key, value, v)
+
+
+def test_kubernetes_accepts_the_settings_parc_accepts(lws_python, check_spec):
+    from parc.targets import lws
+    from support.specs import spec
+
+    r = check_spec(spec(nodes=4, gpn=8, mesh="dp = 2; tp = 8; pp = 2", serve="max_model_len = 4096",
+                        target={"vllm": 'model = "meta-llama/Meta-Llama-3-8B-Instruct"; port = 8080',
+                                "lws": 'name = "llm-serve"; namespace = "serving"; cpu = 96; memory = 1TiB; '
+                                       'shm_size = 64GiB; rdma_resource = "rdma/rdma_shared_device_a"; '
+                                       'image = "registry.local/vllm:v0.33.0"'}), ("lws",))
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    text = next(f.text for f in lws.build(r.plan) if f.path == "lws.yaml")
+    [v] = judge(lws_python, [text])
+    assert v["ok"], v
+    # 4 nodes of 8: two replicas of tp 8 · pp 2 = 16 GPUs, each a group of 2 whole nodes
+    assert (v["replicas"], v["size"], v["name"]) == (2, 2, "llm-serve")
+    assert v["leader_address"] == "llm-serve-0.llm-serve.serving"
+    check_degrees("settings", {**r.plan.to_dict(), "world_size": r.plan.world_size}, v)
