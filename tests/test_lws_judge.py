@@ -121,11 +121,18 @@ def check_degrees(spec: str, plan: dict, v: dict) -> None:
         assert int(option(argv, "--data-parallel-size", 1)) == engine_dp, spec
         assert ("--enable-expert-parallel" in argv) == (m["ep"] > 1), spec
         assert ("--headless" in argv) == (p["index"] > 0), spec
-        if v["size"] > 1 and not ray:
+        if v["size"] > 1 and not ray and "--nnodes" in argv:
             # vLLM's own multi-node launch: the group is its nodes, the worker index its node rank
             assert int(option(argv, "--nnodes")) == v["size"], spec
             assert int(option(argv, "--node-rank")) == p["index"], spec
             assert option(argv, "--master-addr") == v["leader_address"], spec
+        elif v["size"] > 1 and not ray:
+            # vLLM's data parallelism over the group's nodes: each pod holds dp_local replicas,
+            # numbered from its worker index times dp_local
+            local = int(option(argv, "--data-parallel-size-local"))
+            assert local * v["size"] == engine_dp and local * m["tp"] * m["pp"] * m["cp"] == p["gpus"], spec
+            assert int(option(argv, "--data-parallel-start-rank", 0)) == p["index"] * local, spec
+            assert option(argv, "--data-parallel-address") == v["leader_address"], spec
         else:
             assert "--nnodes" not in argv, spec
 
@@ -217,3 +224,36 @@ def test_kubernetes_accepts_the_settings_parc_accepts(lws_python, check_spec):
     assert (v["replicas"], v["size"], v["name"]) == (2, 2, "llm-serve")
     assert v["leader_address"] == "llm-serve-0.llm-serve.serving"
     check_degrees("settings", {**r.plan.to_dict(), "world_size": r.plan.world_size}, v)
+
+
+MOE_NODES = """model "mixtral" { from = mixtral_8x7b }
+cluster "two" {
+  nodes         = 2
+  gpus_per_node = 8
+  gpu           = h100_sxm
+  intra_node    = nvlink(450GB/s)
+  inter_node    = ethernet(200Gb/s)
+}
+mesh {
+  dp = 8
+  tp = 2
+  ep = 16
+}
+serve { max_model_len = 8192 }
+target vllm { model = "mistralai/Mixtral-8x7B-Instruct-v0.1" }
+"""
+
+
+def test_one_engine_over_two_nodes_is_one_group(lws_python, check_spec):
+    """Expert parallelism over dp makes the plan one vLLM engine: one group of both nodes, vLLM's
+    data parallelism inside it, the worker's first rank computed by its shell from LWS_WORKER_INDEX
+    (dp 8 over 2 pods: 4 replicas of tp 2 each, ranks 0-3 on the leader and 4-7 on the worker)."""
+    from parc.targets import lws
+
+    r = check_spec(MOE_NODES, ("lws",))
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    [v] = judge(lws_python, [next(f.text for f in lws.build(r.plan) if f.path == "lws.yaml")])
+    assert v["ok"], v
+    assert (v["replicas"], v["size"], [p["gpus"] for p in v["pods"]]) == (1, 2, [8, 8])
+    assert option(v["pods"][1]["runs"]["vllm"][0], "--data-parallel-start-rank") == "4"
+    check_degrees("moe", {**r.plan.to_dict(), "world_size": r.plan.world_size}, v)
