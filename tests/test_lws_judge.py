@@ -153,21 +153,22 @@ def test_the_judge_refuses_what_kubernetes_refuses(lws_python):
     import yaml
 
     spec, plan, text = next(c for c in manifests() if "vllm-nnodes" in c[0])
-    docs = list(yaml.safe_load_all(text))
+    docs = {d["kind"]: d for d in yaml.safe_load_all(text)}
+    assert list(docs) == ["ConfigMap", "LeaderWorkerSet", "Service"]
 
     def dump(lws=None, svc=None):
-        return yaml.safe_dump_all([lws or docs[0], svc or docs[1]])
+        return yaml.safe_dump_all([docs["ConfigMap"], lws or docs["LeaderWorkerSet"], svc or docs["Service"]])
 
     def edited(path, fn):
         import copy
 
-        d = copy.deepcopy(docs[0] if path == "lws" else docs[1])
+        d = copy.deepcopy(docs["LeaderWorkerSet"] if path == "lws" else docs["Service"])
         fn(d)
         return dump(**{path: d})
 
     bad = [
         edited("lws", lambda d: d["spec"]["leaderWorkerTemplate"].update(sizee=2)),
-        edited("lws", lambda d: d["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["volumes"][0]["emptyDir"]
+        edited("lws", lambda d: d["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["volumes"][1]["emptyDir"]
                .update(sizeLimt="1Gi")),
         edited("lws", lambda d: d["spec"]["leaderWorkerTemplate"].update(size=0)),
         edited("lws", lambda d: d["metadata"].update(name="Llama3-70B")),

@@ -50,7 +50,8 @@ def test_groups(check_spec, kw, executor, want):
     assert not [d for d in r.errors if d.code.startswith("P6")], [(d.code, d.message) for d in r.errors]
     g = groups(r.plan)
     assert (g.size, g.replicas, g.gpus) == want
-    [lws, svc] = manifest(r)
+    [cm, lws, svc] = manifest(r)
+    assert cm["kind"] == "ConfigMap" and "plan.json" in cm["data"]
     assert (lws["spec"]["leaderWorkerTemplate"]["size"], lws["spec"]["replicas"]) == want[:2]
     for c in containers(lws).values():
         assert c["resources"]["limits"]["nvidia.com/gpu"] == want[2]
@@ -59,7 +60,7 @@ def test_groups(check_spec, kw, executor, want):
 
 def test_multi_node_group_takes_its_rank_and_leader_from_lws(check_spec):
     r = check_spec(spec(nodes=2, mesh="pp = 2; tp = 8", serve=SERVE, target={"vllm": VLLM}), ("lws",))
-    c = containers(manifest(r)[0])
+    c = containers(manifest(r)[1])
     leader, worker = c["leaderTemplate"]["command"], c["workerTemplate"]["command"]
     assert leader[:3] == ["vllm", "serve", "m"] and worker[:3] == ["vllm", "serve", "m"]
     at = (lambda argv, flag: argv[argv.index(flag) + 1])
@@ -75,10 +76,10 @@ def test_a_dollar_in_a_value_stays_literal(check_spec):
     """Kubernetes substitutes $(NAME) in a command; parc writes a value's own `$` as `$$`, in a
     plain command and in a `sh -c` script (where the shell's quoting keeps it literal too)."""
     r = check_spec(spec(mesh="tp = 8", serve=SERVE, target={"vllm": 'model = "org/m$(HOME)"'}), ("lws",))
-    assert containers(manifest(r)[0])["workerTemplate"]["command"][2] == "org/m$$(HOME)"
+    assert containers(manifest(r)[1])["workerTemplate"]["command"][2] == "org/m$$(HOME)"
     r = check_spec(spec(nodes=2, mesh="pp = 2; tp = 8", serve=SERVE,
                         target={"vllm": 'model = "org/m$(HOME)"; executor = ray'}), ("lws",))
-    script = containers(manifest(r)[0])["leaderTemplate"]["command"][2]
+    script = containers(manifest(r)[1])["leaderTemplate"]["command"][2]
     assert script.startswith("ray start --head --port 6379 && exec vllm serve 'org/m$$(HOME)' ")
 
 

@@ -9,8 +9,8 @@ for each what Kubernetes and the LeaderWorkerSet controller make of it:
   refuses them under `kubectl apply --validate=strict`), and the checks of LWS's validating
   webhook (pkg/webhooks/leaderworkerset_webhook.go, generalValidate: the name a DNS-1035 label,
   0 <= replicas <= 1000000, size >= 1, replicas · size within int32), transcribed from its Go;
-* the built-in objects with kubernetes-validate, strict: the Service, and each pod template as
-  a v1 PodTemplate;
+* the built-in objects with kubernetes-validate, strict: the Service, the plan's ConfigMap, and
+  each pod template as a v1 PodTemplate;
 * what each pod of group 0 runs: LWS puts LWS_LEADER_ADDRESS (`<name>-<group>.<name>.<namespace>`),
   LWS_GROUP_SIZE and LWS_WORKER_INDEX first in every container's environment
   (pkg/utils/pod/pod_utils.go, AddLWSVariables), the kubelet substitutes `$(NAME)` in the command
@@ -188,7 +188,10 @@ def judge(text):
         errors += builtin_errors({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": t},
                                  f"{role} PodTemplate")
     for s in svcs:
-        errors += builtin_errors(s, "Service") + name_errors(s["metadata"], "Service")
+        errors += name_errors(s["metadata"], "Service")
+    for d in docs:
+        if d.get("kind") != "LeaderWorkerSet":
+            errors += builtin_errors(d, d.get("kind", "?"))
     if errors:
         return {"ok": False, "stage": "built-in objects", "errors": errors}
     name, ns = lws["metadata"]["name"], lws["metadata"].get("namespace", "default")

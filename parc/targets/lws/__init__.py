@@ -17,7 +17,9 @@ Service sends requests only to groups that have loaded the model. ``startupPolic
 LeaderCreated: vLLM's leader waits for its workers, so a LeaderReady start would never come.
 ``restartPolicy`` RecreateGroupOnPodRestart restarts a group whole, as a lost worker breaks the
 group's NCCL world. Every pod asks for its GPUs (``nvidia.com/gpu``), CPUs and memory, with a
-size-limited in-memory ``/dev/shm`` for NCCL and the engine's shared buffers.
+size-limited in-memory ``/dev/shm`` for NCCL and the engine's shared buffers. The plan travels
+in a ConfigMap mounted at ``/etc/parc`` (``PARC_PLAN`` points at ``plan.json``), as with the
+kubernetes target.
 
 The engine is the target key ``engine`` (vllm; sglang arrives with the sglang target and is
 refused until then, P676); each engine's image and health path are data in target.toml.
@@ -130,18 +132,19 @@ def commands(plan, grp: Groups) -> tuple[list[str], list[str] | None]:
 
 
 def _env(plan) -> list[Env]:
-    from parc.targets.kubernetes import literal
+    from parc.targets.kubernetes import PLAN_DIR, literal
     from parc.targets.vllm import uneven_partition
 
     env = []
     part = uneven_partition(plan)
     if part:
         env.append(Env("VLLM_PP_LAYER_PARTITION", ",".join(map(str, part))))
-    return [Env(e.name, literal(e.value)) for e in env + nccl_env(plan)]
+    plan_env = Env("PARC_PLAN", f"{PLAN_DIR}/plan.json")
+    return [Env(e.name, literal(e.value)) for e in [plan_env] + env + nccl_env(plan)]
 
 
 def build(plan) -> list[File]:
-    from parc.targets.kubernetes import CPU_PER_GPU, MEMORY_PER_GPU, SHM_DEFAULT, quantity
+    from parc.targets.kubernetes import CPU_PER_GPU, MEMORY_PER_GPU, PLAN_DIR, SHM_DEFAULT, quantity
     from parc.targets.render import render
 
     s = settings(plan, TARGET)
@@ -163,5 +166,6 @@ def build(plan) -> list[File]:
                   port=port, replicas=grp.replicas, size=grp.size, gpus=grp.gpus, roles=roles, env=_env(plan),
                   cpu=str(s.get("cpu", CPU_PER_GPU * grp.gpus)), memory=quantity(memory),
                   shm=quantity(s.get("shm_size", min(SHM_DEFAULT, memory))), rdma=s.get("rdma_resource"),
-                  rdma_devices=s.get("rdma_devices", 1), name_label=NAME_LABEL, worker_label=WORKER_LABEL)
+                  rdma_devices=s.get("rdma_devices", 1), name_label=NAME_LABEL, worker_label=WORKER_LABEL,
+                  plan_json=plan_json(plan), plan_dir=PLAN_DIR)
     return [File("lws.yaml", text), File("plan.json", plan_json(plan))]
