@@ -258,3 +258,28 @@ def test_one_engine_over_two_nodes_is_one_group(lws_python, check_spec):
     assert (v["replicas"], v["size"], [p["gpus"] for p in v["pods"]]) == (1, 2, [8, 8])
     assert option(v["pods"][1]["runs"]["vllm"][0], "--data-parallel-start-rank") == "4"
     check_degrees("moe", {**r.plan.to_dict(), "world_size": r.plan.world_size}, v)
+
+
+# ----------------------------------------------------------------------------------------------
+# vLLM's own parser and ParallelConfig judge what the pods run (the vLLM judge's environment,
+# tests/judges/vllm_env.sh): the argv each pod of group 0 recorded, with the degrees of one engine.
+
+from test_vllm_judge import _judge as vllm_judge, vllm_python  # noqa: E402,F401  (the fixture)
+
+
+@pytest.mark.vllm
+def test_vllm_accepts_what_the_pods_run(lws_python, vllm_python):
+    cases = manifests()
+    found = []
+    for (spec, plan, _), v in zip(cases, judge(lws_python, [text for _, _, text in cases])):
+        for p in v["pods"]:
+            for argv in p["runs"].get("vllm", []):
+                found.append((spec, plan, p["index"], argv[1:]))
+    assert len({spec for spec, *_ in found}) == len(cases)
+    for (spec, plan, k, argv), got in zip(found, vllm_judge(vllm_python, [a for *_, a in found])):
+        assert got["ok"], f"{spec} pod {k}: vLLM refuses {argv}: {got.get('error')}"
+        m = plan["mesh"]
+        one_engine = plan["model"]["experts"] > 0 and m["ep"] > 1 and m["dp"] > 1
+        assert (got["tp"], got["pp"], got["pcp"]) == (m["tp"], m["pp"], m["cp"]), spec
+        assert got["dp"] == (m["dp"] if one_engine else 1), spec
+        assert got["headless"] == (k > 0), spec
