@@ -132,3 +132,11 @@ def test_parc_rules_lists_lws_and_vllm_rules(capsys):
     codes = {line.split()[0] for line in capsys.readouterr().out.splitlines()[1:] if line.strip()}
     assert {"P675", "P676", "P677", "P678", "P651", "P606"} <= codes
     assert "P661" not in codes and "P610" not in codes
+
+
+def test_p679_multi_node_groups_on_infiniband_ask_for_rdma(check_spec):
+    bad = spec(nodes=2, mesh="pp = 2; tp = 8", serve=SERVE, target={"vllm": VLLM, "lws": 'name = "x"'})
+    assert_fires(check_spec, bad, "P679", "inter_node", severity="warning", target="lws")
+    assert_quiet(check_spec, bad.replace('name = "x"', 'rdma_resource = "rdma/hca"'), "P679")
+    # groups of one pod (dp 2 replicas of tp 8, one node each) need no InfiniBand
+    assert_quiet(check_spec, bad.replace("pp = 2", "dp = 2"), "P679")

@@ -2,7 +2,7 @@
 settings the API server would refuse."""
 from __future__ import annotations
 
-from parc.rules import rule
+from parc.rules import WARNING, rule
 from parc.targets.base import settings, target_span
 from parc.targets.kubernetes.rules import check_names
 from parc.targets.lws import NAME_MAX, TARGET, engine, engine_facts
@@ -64,3 +64,25 @@ def lws_groups_fit(plan, c):
              f"{cl.nodes}: Kubernetes accepts it, and the last groups' pods stay Pending",
              help="choose tp·pp·cp that is a multiple of gpus_per_node, or fewer replicas (dp)",
              related=[(c.at("cluster.nodes"), f"nodes = {cl.nodes}")])
+
+
+# ------------------------------------------------------------------------------------ P679
+
+@rule("P679", "lws-infiniband-unreachable", severity=WARNING, targets=(TARGET,))
+def lws_infiniband(plan, c):
+    """A group's pods on different nodes talk over NCCL; a pod sees the nodes' InfiniBand
+    adapters only through an RDMA device plugin's resource (as P663 says for the PyTorchJob)."""
+    from parc.targets.lws import groups
+
+    cl = plan.cluster
+    if plan.mode != "serve" or cl.inter_node is None or cl.inter_node.kind != "infiniband":
+        return
+    if settings(plan, TARGET).get("rdma_resource") or plan.world_size > cl.world or groups(plan).size == 1:
+        return
+    c.report(c.at("cluster.inter_node", "cluster"),
+             f"each group of the LeaderWorkerSet spans {count(groups(plan).size, 'node')} linked by InfiniBand, but a "
+             "pod sees no InfiniBand device unless it asks for one: NCCL would fall back to TCP sockets over the pod "
+             "network",
+             help="add `rdma_resource = \"rdma/rdma_shared_device_a\"` (the resource your RDMA device plugin "
+                  "advertises) to `target lws`",
+             related=[(c.at("target.lws"), "target lws")] if "target.lws" in plan.spans else [])
