@@ -10,58 +10,25 @@ existing environment's python instead."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from backends_support import ROOT, accepted_cases
+from backends_support import accepted_cases
+from support import judges
 
-JUDGES = ROOT / "tests" / "judges"
 MARK = "@@lws-judge "
-
-
-def _missing(reason: str):
-    if os.environ.get("PARC_JUDGES") == "required":
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
 def lws_python(tmp_path_factory):
     """A judge: one lws_judge.py process for the module, fed one batch of manifests a call."""
-    py = os.environ.get("PARC_LWS_PYTHON")
-    if not py:
-        try:
-            r = subprocess.run(["bash", str(JUDGES / "lws_env.sh")], capture_output=True, text=True, timeout=600,
-                               env={**os.environ, "PYTHON": sys.executable})
-        except subprocess.TimeoutExpired:
-            _missing("creating the LeaderWorkerSet judge's environment took more than 10 minutes")
-        if r.returncode:
-            _missing("no LeaderWorkerSet judge environment: "
-                     + (r.stderr.strip().splitlines() or ["lws_env.sh failed"])[-1])
-        py = r.stdout.strip().splitlines()[-1]
-    if not os.access(py, os.X_OK):
-        _missing(f"no LeaderWorkerSet judge environment: {py} (PARC_LWS_PYTHON) is not an executable python")
-    err = open(tmp_path_factory.mktemp("judge") / "stderr", "w+")
-    proc = subprocess.Popen([py, str(JUDGES / "lws_judge.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=err, text=True)
-    proc.stderr_file = err
+    proc = judges.start("lws", "PARC_LWS_PYTHON", tmp_path_factory.mktemp("judge") / "stderr", timeout=600)
     yield proc
-    proc.stdin.close()
-    proc.wait(timeout=60)
-    err.close()
+    judges.stop(proc)
 
 
 def judge(proc, texts: list[str]) -> list[dict]:
-    proc.stdin.write(json.dumps(texts) + "\n")
-    proc.stdin.flush()
-    for line in proc.stdout:
-        if line.startswith(MARK):
-            return json.loads(line[len(MARK):])
-    proc.stderr_file.seek(0)
-    raise AssertionError("lws_judge.py stopped: " + proc.stderr_file.read()[-3000:])
+    return judges.ask(proc, MARK, texts)
 
 
 def option(argv: list[str], flag: str, default=None):
@@ -264,7 +231,15 @@ def test_one_engine_over_two_nodes_is_one_group(lws_python, check_spec):
 # vLLM's own parser and ParallelConfig judge what the pods run (the vLLM judge's environment,
 # tests/judges/vllm_env.sh): the argv each pod of group 0 recorded, with the degrees of one engine.
 
-from test_vllm_judge import _judge as vllm_judge, vllm_python  # noqa: E402,F401  (the fixture)
+@pytest.fixture(scope="module")
+def vllm_python(tmp_path_factory):
+    proc = judges.start("vllm", "PARC_VLLM_PYTHON", tmp_path_factory.mktemp("vllm-judge") / "stderr")
+    yield proc
+    judges.stop(proc)
+
+
+def vllm_judge(proc, argvs: list) -> list[dict]:
+    return judges.ask(proc, "@@vllm-judge ", argvs)
 
 
 @pytest.mark.vllm
