@@ -30,6 +30,9 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from support.structural import strict  # noqa: E402  (Kubernetes' pruning, shared with the PyTorchJob test)
+
 K8S_VERSION = "1.37.0"
 CRD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "lws",
                    "leaderworkerset.x-k8s.io_leaderworkersets.yaml")
@@ -38,20 +41,6 @@ DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 OBJECT_META = {"name", "namespace", "labels", "annotations"}
 INT32_MAX = 2**31 - 1
 RECORDERS = ("vllm", "ray")
-
-
-def strict(node):
-    """``additionalProperties: false`` on every object that lists its properties and neither
-    admits other keys nor keeps unknown fields: Kubernetes' structural-schema pruning."""
-    if isinstance(node, list):
-        return [strict(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: strict(v) for k, v in node.items()}
-    if ("properties" in out and "additionalProperties" not in out
-            and not out.get("x-kubernetes-preserve-unknown-fields")):
-        out["additionalProperties"] = False
-    return out
 
 
 def _crd_validator():
