@@ -166,6 +166,7 @@ def test_kubernetes_refuses_the_names_parc_refuses(lws_python, check_spec):
         r = check_spec(spec(mesh="tp = 8", serve="max_model_len = 4096",
                             target={"vllm": 'model = "m"', "lws": f'{key} = "{value}"'}), ("lws",))
         assert [d.code for d in r.errors] == ["P677"], [(d.code, d.message) for d in r.diagnostics]
+        assert ("parc is stricter" in r.errors[0].message) == (len(value) > 40), r.errors[0].message
         texts.append(next(f.text for f in lws.build(r.plan) if f.path == "lws.yaml"))
     got = judge(lws_python, texts)
     for (key, value), v in zip(REFUSED, got):

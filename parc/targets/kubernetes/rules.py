@@ -30,7 +30,13 @@ def check_names(plan, c, target: str, name_max: int) -> None:
     for key, limit, rfc, first in (("name", name_max, 1035, "a letter"), ("namespace", NAMESPACE_MAX, 1123,
                                                                          "a letter or digit")):
         v = s.get(key)
-        if v is not None and not is_dns_label(v, limit, rfc):
+        if v is not None and limit < len(v) <= NAMESPACE_MAX and is_dns_label(v, NAMESPACE_MAX, rfc):
+            c.report(c.at(f"target.{target}.{key}", f"target.{target}"),
+                     f"`{key}` has {len(v)} characters, more than the {limit} parc allows: the API server accepts "
+                     f"names of up to {NAMESPACE_MAX}, but the pods and services named after it add suffixes and "
+                     f"fail when they start once those names pass {NAMESPACE_MAX} characters (parc is stricter here)",
+                     help=f"for example `{key} = \"{dns_label(v, limit)}\"`")
+        elif v is not None and not is_dns_label(v, limit, rfc):
             c.report(c.at(f"target.{target}.{key}", f"target.{target}"),
                      f"`{key}` must be a Kubernetes name: lowercase letters, digits and '-', starting with "
                      f"{first} and ending with a letter or digit, at most {limit} characters (no newline)",
