@@ -36,8 +36,9 @@ from parc.words import count
 TARGET = "lws"
 NAME_MAX = 40            # pods are <name>-<group>-<worker>; the Service <name>-leader
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
-# what LeaderWorkerSet sets in every container (api/leaderworkerset/v1/leaderworkerset_types.go)
-LEADER_ADDRESS, GROUP_SIZE, WORKER_INDEX = "LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"
+# what LeaderWorkerSet sets in every container (api/leaderworkerset/v1/leaderworkerset_types.go;
+# its LWS_GROUP_SIZE is the group's size, which the commands write as a number)
+LEADER_ADDRESS, WORKER_INDEX = "LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX"
 # the labels LeaderWorkerSet puts on every pod: the set's name and the pod's index in its group
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 WORKER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
