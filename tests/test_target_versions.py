@@ -357,3 +357,19 @@ def test_new_folder_rule_holds_from_its_release(package, tmp_path):
     r = parc(package, tmp_path, "check", "--format", "json", settings="split = true")
     found = [d for d in json.loads(r.stdout)["diagnostics"] if d["code"] == "P698"]
     assert r.returncode == 1 and found[0]["message"] == "Relay 2.0 removed splitting the experts"
+
+
+def test_docs_have_a_section_per_target():
+    """docs/targets.md: one `## name` section per target folder, naming each of its keys and,
+    where it lists releases, every one of them."""
+    text = (ROOT / "docs" / "targets.md").read_text()
+    sections = {}
+    for part in text.split("\n## ")[1:]:
+        head, _, body = part.partition("\n")
+        sections[head.strip()] = body
+    for t in T.names():
+        assert t in sections, f"docs/targets.md has no section `## {t}`"
+        for key in T.spec(t).get("keys", {}):
+            assert f"`{key}`" in sections[t], (t, key)
+        for v in (T.versions(t)[0], T.newest(t)) if T.versions(t) else ():
+            assert f"`{v}`" in sections[t], (t, v)
