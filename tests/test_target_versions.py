@@ -19,6 +19,7 @@ import pytest
 from parc.cli.main import main
 from parc.model import targets as T
 from support.specs import spec
+from test_target_folder import SPEC as ECHO_SPEC
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -294,30 +295,8 @@ FOLDER = {
         ''',
 }
 
-SPEC = """
-model "tiny" {{
-  layers = 4
-  hidden = 64
-  ffn_hidden = 128
-  heads = 4
-  kv_heads = 4
-  vocab = 256
-  seq_len = 32
-}}
-cluster "one" {{
-  nodes = 1
-  gpus_per_node = 2
-  gpu = h100_sxm
-  intra_node = nvlink(450GB/s)
-}}
-mesh {{ dp = 2 }}
-schedule {{
-  micro_batch = 1
-  global_batch = 8
-}}
-train {{ zero = 0 }}
-target relay {{ {settings} }}
-"""
+# the echo folder's spec, with this folder's block
+SPEC = ECHO_SPEC.replace("target echo", "target relay")
 
 
 @pytest.fixture(scope="module")
