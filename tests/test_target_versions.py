@@ -19,7 +19,6 @@ import pytest
 from parc.cli.main import main
 from parc.model import targets as T
 from support.specs import spec
-from test_target_folder import SPEC as ECHO_SPEC
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -295,8 +294,14 @@ FOLDER = {
         ''',
 }
 
-# the echo folder's spec, with this folder's block
-SPEC = ECHO_SPEC.replace("target echo", "target relay")
+SPEC = """
+model "tiny" {{ layers = 4; hidden = 64; ffn_hidden = 128; heads = 4; kv_heads = 4; vocab = 256; seq_len = 32 }}
+cluster "one" {{ nodes = 1; gpus_per_node = 2; gpu = h100_sxm; intra_node = nvlink(450GB/s) }}
+mesh {{ dp = 2 }}
+schedule {{ micro_batch = 1; global_batch = 8 }}
+train {{ zero = 0 }}
+target relay {{ {settings} }}
+"""
 
 
 @pytest.fixture(scope="module")

@@ -131,7 +131,7 @@ def _audit_entry(code: str, target: str, version: str | None = None) -> tuple[st
     if key not in entries:
         return None
     e = entries[key]
-    if version is not None and T.versions(key) and not T.holds(key, version, e.get("since"), e.get("until")):
+    if version in T.versions(key) and not T.holds(key, version, e.get("since"), e.get("until")):
         return None
     return key, e
 
