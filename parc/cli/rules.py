@@ -8,6 +8,8 @@ EPILOG = """examples:
   parc rules                    every code
   parc rules P1                 the mesh-divisibility family
   parc rules --target megatron  the codes that apply when compiling for Megatron-LM
+  parc rules --target vllm --version 0.29
+                                the codes in force for vLLM 0.29 (default: the newest)
   parc rules P102               one code's page
   parc rules --format json"""
 
@@ -28,6 +30,8 @@ def add_arguments(p):
     from parc.cli.targets import add_target
 
     add_target(p, repeatable=False, help="only codes that apply for this target (generic ones included)")
+    p.add_argument("--version", metavar="V", help="with --target: the codes in force for this release of the "
+                                                    "target (default: the newest parc knows)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
 
 
@@ -53,6 +57,8 @@ def catalog() -> list[dict]:
             "doc": d.get("doc", ""),
             "source": d.get("source"),
             "targets_audit": d.get("targets", {}),
+            "since": d.get("since"),
+            "until": d.get("until"),
             "defined_in": _where(r.fn) if r else None,
         })
     return out
@@ -90,9 +96,13 @@ def _page(e: dict) -> str:
                 lines.append(_wrap(f"{t}: as {a['same_as']} (it launches {a['same_as']})", indent="  "))
                 continue
             text = f"{t}: {a.get('fails', '')} ({a.get('source', '')}): {a.get('check', '')}"
+            if a.get("since") or a.get("until"):
+                text += f" [{_releases({**a, 'targets': [t]})}]"
             if a.get("note"):
                 text += f"; {a['note']}"
             lines.append(_item(text))
+    if e.get("since") or e.get("until"):
+        lines.append(f"releases: {_releases(e)}")
     if e.get("defined_in"):
         lines.append(f"check: {e['defined_in']}")
     return "\n".join(lines)
@@ -104,6 +114,14 @@ def _item(text: str) -> str:
     return textwrap.fill(text, width=88, initial_indent="  ", subsequent_indent="    ")
 
 
+def _releases(e: dict) -> str:
+    """``vLLM before 0.30``: the releases of its target a version-bound rule holds for."""
+    from parc.model.targets import span_text, versions
+
+    target = next((t for t in e["targets"] if versions(t)), e["targets"][0])
+    return span_text(target, e.get("since"), e.get("until"))
+
+
 def _table(entries: list[dict]) -> str:
     if not entries:
         return "no codes match"
@@ -111,13 +129,58 @@ def _table(entries: list[dict]) -> str:
     rows = [f"{'CODE':<5} {'NAME':<{w}}  {'FAMILY':<21} {'SEVERITY':<8} TARGETS"]
     for e in entries:
         fam = f"{e['family']} {e['family_name']}"
-        rows.append(f"{e['code']:<5} {e['name']:<{w}}  {fam:<21} {e['severity']:<8} {', '.join(e['targets'])}")
+        bound = f" ({_releases(e)})" if e.get("since") or e.get("until") else ""
+        rows.append(f"{e['code']:<5} {e['name']:<{w}}  {fam:<21} {e['severity']:<8} {', '.join(e['targets'])}{bound}")
     return "\n".join(rows)
+
+
+def _for_release(entries: list[dict], target: str, version: str | None) -> tuple[list[dict], str | None]:
+    """The entries in force for ``version`` of ``target`` (default: the newest), and the line that
+    says which release the list is for (None for a target without releases)."""
+    from parc.model.targets import display, holds, newest, versions
+
+    known = versions(target)
+    version = version or newest(target)
+
+    def in_force(e: dict) -> bool:   # a family's rules (vLLM's under slurm) follow its newest release
+        bound = [t for t in e["targets"] if versions(t)]
+        return not bound or any(holds(t, version if t == target else newest(t), e.get("since"), e.get("until"))
+                                for t in bound)
+
+    kept = [e for e in entries if in_force(e)]
+    if not known:
+        return kept, None
+    which = "the newest parc knows" if version == known[-1] else f"the newest parc knows is {known[-1]}"
+    return kept, f"in force for {display(target)} {version} ({which}; --version picks one of {', '.join(known)})"
+
+
+def _version_error(args) -> str | None:
+    """Why ``--version`` cannot be honoured (no --target, a target without releases, an unknown
+    release), or None."""
+    from parc.model.targets import display, versions
+    from parc.resolve.evaluate import did_you_mean
+
+    if args.version is None:
+        return None
+    if not args.target:
+        return "--version needs --target (the release of which target?)"
+    known = versions(args.target)
+    if not known:
+        return f"parc knows no releases of {display(args.target)}: leave --version out"
+    if args.version not in known:
+        near = did_you_mean(args.version, known)
+        return (f"{display(args.target)} {args.version} is not a release parc knows"
+                + (f"; did you mean {near}?" if near else "") + f" (it knows {', '.join(known)})")
+    return None
 
 
 def run(args) -> int:
     import json
 
+    problem = _version_error(args)
+    if problem:
+        print(f"parc: {problem}", file=sys.stderr)
+        return 2
     entries = catalog()
     by_code = {e["code"]: e for e in entries}
     wanted = [c.upper() for c in args.codes]
@@ -137,6 +200,9 @@ def run(args) -> int:
 
         implied = with_families([t])   # the rule families it brings in any mode
         entries = [e for e in entries if "generic" in e["targets"] or implied & set(e["targets"])]
+        entries, release = _for_release(entries, t, args.version)
+    else:
+        release = None
     single = len(wanted) == 1 and wanted[0] in by_code
     if args.format == "json":
         print(json.dumps(entries[0] if single else entries, indent=2, ensure_ascii=False))
@@ -145,4 +211,6 @@ def run(args) -> int:
         print(_page(entries[0]))
     else:
         print(_table(entries))
+        if release and entries:
+            print(release)
     return 0

@@ -147,7 +147,7 @@ KIND_WORDS = {
     "str": "a string in double quotes", "enum": "one of the names listed",
     "preset": "a preset name", "link": "a link like nvlink(450GB/s)",
     "int_or_auto": "a whole number or `auto`", "split": "`even`, `balanced` or a list of layer counts",
-    "strlist": "a list of strings", "any": "a value",
+    "strlist": "a list of strings", "any": "a value", "version": "a release in double quotes",
 }
 
 

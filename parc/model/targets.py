@@ -16,7 +16,13 @@ target facts here without importing any target's code:
   the mesh lists; ``rank_orders``: the layouts it can express, with the argument that picks each;
 * ``[keys]``: every key a ``target`` block takes (``kind``, ``doc``, ``min``/``max``/``choices``,
   ``leading_dash``), with ``required`` (what the key is, for P602's message), ``required_modes``
-  and ``example`` on the keys it cannot do without.
+  and ``example`` on the keys it cannot do without; the keys every target takes (``version``)
+  are declared once, in ``parc/targets/keys.toml``;
+* ``[versions]``: ``known``, the releases of the tool parc can launch (oldest first, newest
+  last: the default), and ``released``, each one's date and source. A rule or audit entry in
+  ``rules.toml`` holds from ``since`` (included) to ``until`` (excluded), and ``flags.toml``
+  beside ``target.toml`` names the options a release spells differently: both are compared by
+  their place in ``known``, never by parsing version numbers.
 
 Rule families without a folder of their own (``torch``, parc's runtime; ``deepspeed``) are
 declared in ``parc/targets/families.toml``. The folders are read once (one glob), on first use.
@@ -46,10 +52,27 @@ def _families() -> dict[str, dict]:
         return tomllib.load(f)
 
 
+@lru_cache(maxsize=1)
+def _common_keys() -> dict[str, dict]:
+    with open(FOLDER / "keys.toml", "rb") as f:
+        return tomllib.load(f)["keys"]
+
+
+@lru_cache(maxsize=None)
+def _flags(name: str) -> dict[str, list[dict]]:
+    path = FOLDER / name / "flags.toml"
+    if not path.is_file():
+        return {}
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
 def clear_cache() -> None:
     """Forget what was read (for a test that adds a folder)."""
     _targets.cache_clear()
     _families.cache_clear()
+    _common_keys.cache_clear()
+    _flags.cache_clear()
 
 
 def names() -> list[str]:
@@ -77,8 +100,98 @@ def display(name: str | None) -> str:
 
 
 def keys(name: str) -> dict[str, dict]:
-    """The keys a ``target name { ... }`` block takes, with their definitions."""
-    return (spec(name) or {}).get("keys", {})
+    """The keys a ``target name { ... }`` block takes, with their definitions: its own, then the
+    keys every target takes (``version``, whose choices are the releases target.toml knows)."""
+    if spec(name) is None:
+        return {}
+    own = dict(spec(name).get("keys", {}))
+    for key, d in _common_keys().items():
+        if key == "version":
+            d = {**d, "choices": versions(name), "hint": _versions_hint(name)}
+        own.setdefault(key, d)
+    return own
+
+
+# --- versions ---------------------------------------------------------------------------------
+def versions(name: str | None) -> list[str]:
+    """The releases of target ``name`` that parc knows, oldest first (empty: none declared)."""
+    return list(_entry(name).get("versions", {}).get("known", []))
+
+
+def newest(name: str | None) -> str | None:
+    """The release a target block without ``version`` launches: the newest parc knows."""
+    known = versions(name)
+    return known[-1] if known else None
+
+
+def released(name: str, version: str) -> dict:
+    """``{date, source}`` of a known release of target ``name``."""
+    return _entry(name).get("versions", {}).get("released", {}).get(version, {})
+
+
+def _versions_hint(name: str) -> str:
+    known = versions(name)
+    if not known:
+        return f"parc knows no releases of {display(name)}: leave `version` out"
+    return f"parc knows {display(name)} " + ", ".join(known) + f" (default: the newest, {known[-1]})"
+
+
+def pinned(plan, name: str | None) -> str | None:
+    """The release of target ``name`` the plan launches: its block's ``version``, else the
+    newest parc knows; None for a target or family without versions."""
+    if not versions(name):
+        return None
+    return plan.target_settings(name).get("version") or newest(name)
+
+
+def _place(name: str, version: str) -> int:
+    known = versions(name)
+    if version not in known:
+        raise ValueError(f"{display(name)} {version} is not among the releases parc knows ({', '.join(known)})")
+    return known.index(version)
+
+
+def holds(name: str | None, version: str | None, since: str | None = None, until: str | None = None) -> bool:
+    """Whether a fact marked ``since`` (included) and ``until`` (excluded) holds for ``version``
+    of target ``name``; a target without versions (``version`` None) holds every fact."""
+    if version is None:
+        return True
+    at = _place(name, version)
+    return (since is None or _place(name, since) <= at) and (until is None or at < _place(name, until))
+
+
+def span_text(name: str, since: str | None, until: str | None) -> str:
+    """``vLLM 0.31 and later``, ``vLLM before 0.33``, ``vLLM 0.31 to 0.32``: the releases a
+    fact holds for, as messages and ``parc rules`` say it."""
+    tool = display(name)
+    if since and until:
+        known = versions(name)
+        last = known[_place(name, until) - 1]
+        return f"{tool} {since}" if last == since else f"{tool} {since} to {last}"
+    if since:
+        return f"{tool} {since} and later"
+    if until:
+        return f"{tool} before {until}"
+    return f"every {tool} release parc knows"
+
+
+def flag(name: str, what: str, version: str | None) -> str | None:
+    """The option target ``name``'s release ``version`` spells ``what`` with (flags.toml beside
+    target.toml: one entry per spelling, each with the releases it holds for); None where that
+    release has no such option. ``version`` None: the newest."""
+    version = version or newest(name)
+    entries = _flags(name).get(what)
+    if entries is None:
+        raise KeyError(f"{name}/flags.toml has no `{what}`")
+    for e in entries["names"]:
+        if holds(name, version, e.get("since"), e.get("until")):
+            return e["name"]
+    return None
+
+
+def flag_table(name: str) -> dict[str, list[dict]]:
+    """Target ``name``'s flags.toml: what -> ``{names = [{name, since, until}], doc}``."""
+    return _flags(name)
 
 
 def is_launch(name: str) -> bool:

@@ -13,7 +13,7 @@ from parc.model.dims import AXES, ParallelDims, auto_degree
 from parc.model.params import balanced_split, param_count
 from parc.model.plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, Placement, Plan, Profile, Schedule,
                              Serve, Target, Train)
-from parc.resolve.catalog import presets, target_spec
+from parc.resolve.catalog import presets, target_keys
 from parc.resolve.evaluate import Evaluator, Poison, check_range, describe, did_you_mean
 from parc.resolve.merge import PARTIAL_BLOCKS
 
@@ -356,11 +356,11 @@ def build_targets(r: Evaluator) -> dict[str, Target]:
     out = {}
     failed = False
     for name, blk in r.doc.targets.items():
-        keys = target_spec(name)["keys"]
+        keys = target_keys(name)
         settings = {}
         for key, a in blk.assigns.items():
             f = SC.F(keys[key].get("kind", "any"), keys[key].get("min"), keys[key].get("max"),
-                     tuple(keys[key].get("choices", ())))
+                     tuple(keys[key].get("choices", ())), hint=keys[key].get("hint", ""))
             try:
                 v = r.eval(a.value, f, key, "target")
                 v = check_range(v, f, key, a.value.span)

@@ -28,6 +28,13 @@ def target_spec(name: str) -> dict | None:
     return spec(name)
 
 
+def target_keys(name: str) -> dict[str, dict]:
+    """The keys a ``target name { ... }`` block takes: its own and those every target takes."""
+    from parc.model.targets import keys
+
+    return keys(name)
+
+
 def _known_targets() -> tuple[str, ...]:
     from parc.model.targets import names
 

@@ -189,7 +189,19 @@ def _strlist(node, f: SC.F, key: str):
     fail("P016", f"`{key}` expects a list of strings, got {describe(node)}", node.span)
 
 
-_SIMPLE = {"enum": _enum, "preset": _enum, "bool": _bool, "str": _str, "strlist": _strlist,
+def _version(node, f: SC.F, key: str):
+    """A release a target block pins: a string among the field's choices (the releases the
+    target's target.toml knows; the hint names them and the tool)."""
+    if not isinstance(node, S.String):
+        fail("P016", f"`{key}` expects a release in double quotes, got {describe(node)}", node.span,
+             help=f'write `{key} = "{f.choices[-1] if f.choices else "..."}"`; {f.hint}')
+    if node.value not in f.choices:
+        fail("P016", f"`{node.value}` is not a release parc knows for this target", node.span,
+             help=_maybe(did_you_mean(node.value, f.choices)) + f.hint)
+    return node.value
+
+
+_SIMPLE = {"enum": _enum, "preset": _enum, "bool": _bool, "str": _str, "strlist": _strlist, "version": _version,
            "any": lambda node, f, key: literal(node, key)}
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from parc.language import syntax as S
 from parc.language.diagnostics import ERROR, Diagnostic, Related, Span
 from parc.model import fields as SC
-from parc.resolve.catalog import known_targets, near_target, target_spec
+from parc.resolve.catalog import known_targets, near_target, target_keys, target_spec
 from parc.resolve.evaluate import did_you_mean
 
 # Blocks whose fields nothing else in the plan is computed from: a bad value there leaves the
@@ -95,7 +95,7 @@ class Document:
     def merge_items(self, merged: Block, b: S.Block, kind: str) -> None:
         fields = SC.BLOCKS.get(kind)
         if kind == "target":
-            fields = {k: SC.F(v.get("kind", "any")) for k, v in target_spec(b.label)["keys"].items()}
+            fields = {k: SC.F(v.get("kind", "any")) for k, v in target_keys(b.label).items()}
         seen: dict[str, S.Assign] = {}
         seen_rules: dict[str, S.OnRule] = {}
         for st in b.items:

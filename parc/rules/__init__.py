@@ -10,6 +10,12 @@ when a rule reports an error, the quantity it judges is wrong, and every later r
 it is skipped (a tp that does not divide the heads is one error, not one per rule that divides
 by tp). A degree that is ``auto`` is computed from the others, so it is wrong when they are. The
 rules that judge the mesh against the cluster (P101, P302) run first; the rest run in code order.
+
+Releases: a target rule whose ``rules.toml`` entry carries ``since`` (included) and/or ``until``
+(excluded) runs only for the releases of its target in that range (the target block's
+``version``, default the newest its target.toml knows); an audit entry (``[CODE.targets.T]``)
+with them says how T refuses the plan only in those releases. A rule whose outcome changed
+between releases is two entries in data, each with its range, never a version test in code.
 """
 from __future__ import annotations
 
@@ -72,6 +78,12 @@ class Check:
     target: str | None = None
     active: frozenset = frozenset()   # every target whose rules run (torch implied by torchrun, ...)
     out: list[Diagnostic] = field(default_factory=list)
+    version: str | None = None        # the release of ``target`` the plan launches (None: unversioned)
+
+    @property
+    def release(self) -> str:
+        """``vLLM 0.32``: the tool and release a version-bound message names."""
+        return f"{T.display(self.target)} {self.version}" if self.version else T.display(self.target)
 
     def report(self, span: Span, message: str, help: str | None = None, *, severity: str | None = None,
                related: list[tuple[Span, str]] | None = None) -> Diagnostic:
@@ -101,29 +113,46 @@ LATE = {"initialisation": "only when it sets up its process groups", "model buil
         "first step": "only in its first step"}
 
 
-def audit(code: str, target: str) -> dict | None:
+def audit(code: str, target: str, version: str | None = None) -> dict | None:
     """Where ``target`` itself refuses what rule ``code`` refuses (``fails``, ``source``, ``check``,
-    ``note``), following ``same_as``; the torch runtime's rules are audited as "torch"."""
-    found = _audit_entry(code, target)
+    ``note``), following ``same_as``; the torch runtime's rules are audited as "torch". With
+    ``version``, an entry that carries ``since``/``until`` counts only for releases in its range."""
+    found = _audit_entry(code, target, version)
     return found[1] if found else None
 
 
-def _audit_entry(code: str, target: str) -> tuple[str, dict] | None:
+def _audit_entry(code: str, target: str, version: str | None = None) -> tuple[str, dict] | None:
     entries = rule_docs().get(code, {}).get("targets", {})
     key = target if target in entries else T.audit_name(target) or target
     seen = set()
     while key in entries and "same_as" in entries[key] and key not in seen:
         seen.add(key)
         key = entries[key]["same_as"]
-    return (key, entries[key]) if key in entries else None
+    if key not in entries:
+        return None
+    e = entries[key]
+    if version in T.versions(key) and not T.holds(key, version, e.get("since"), e.get("until")):
+        return None
+    return key, e
 
 
-def when_targets_fail(code: str, targets: Iterable[str]) -> str:
+def in_force(code: str, target: str | None, version: str | None) -> bool:
+    """Whether rule ``code`` holds for release ``version`` of ``target`` (its rules.toml entry's
+    ``since``/``until``); a generic rule, or a target without versions, always."""
+    doc = rule_docs().get(code, {})
+    if target is None or version is None:
+        return True
+    return T.holds(target, version, doc.get("since"), doc.get("until"))
+
+
+def when_targets_fail(code: str, targets: Iterable[str], plan: Plan | None = None) -> str:
     """`` (Megatron-LM refuses it only when it builds the model: megatron/...)`` for the targets that
-    refuse the plan late (process groups, model build, first step), from the audit; else ""."""
+    refuse the plan late (process groups, model build, first step), from the audit of the
+    releases ``plan`` launches (the newest without a plan); else ""."""
     parts, seen = [], set()
     for t in targets:
-        found = _audit_entry(code, t)
+        version = T.pinned(plan, t) if plan is not None else T.newest(t)
+        found = _audit_entry(code, t, version)
         if not found or found[0] in seen:
             continue
         key, e = found
@@ -233,6 +262,8 @@ DEPENDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "P653": ((), ()),
     "P660": ((), ()),
     "P661": ((), ()),
+    "P664": (("dp", "cp"), ()),
+    "P665": ((), ()),
 }
 # Rules that judge the mesh against the cluster run before the others.
 FIRST = ("P101", "P302")
@@ -281,7 +312,10 @@ def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
             continue  # it reads a quantity another error already reports
         runs = [None] if GENERIC in r.targets else [t for t in r.targets if t in implied]
         for t in runs:
-            chk = Check(r, plan, t, active=frozenset(implied))
+            version = T.pinned(plan, t) if t is not None else None
+            if not in_force(code, t, version):
+                continue   # the release the plan launches has no such rule (rules.toml since/until)
+            chk = Check(r, plan, t, active=frozenset(implied), version=version)
             res = r.fn(plan, chk)
             if res is not None:
                 for d in res:
@@ -292,10 +326,10 @@ def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
             for d in chk.out:
                 if d.severity == ERROR:
                     named = [d.target] if d.target else T.audit_order(implied)
-                    d.message += when_targets_fail(code, named)
+                    d.message += when_targets_fail(code, named, plan)
             out.extend(chk.out)
     return out
 
 
-__all__ = ["audit", "when_targets_fail", "rule", "Rule", "Check", "run_rules", "registry", "rule_docs", "ERROR", "WARNING", "NOTE",
+__all__ = ["audit", "in_force", "when_targets_fail", "rule", "Rule", "Check", "run_rules", "registry", "rule_docs", "ERROR", "WARNING", "NOTE",
            "GENERIC"]

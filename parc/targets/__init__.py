@@ -5,11 +5,15 @@ A target is a folder ``parc/targets/<name>/`` and nothing else:
 * ``target.toml``: what the rest of parc knows about it (its keys, modes, display name, rule
   families, inherited keys, rank order, audit name), read as data by :mod:`parc.model.targets`;
 * ``__init__.py``: ``build(plan) -> list[File]``, the files it emits;
-* ``rules.py`` (optional): its own P6 rules, with their documentation in ``rules.toml`` beside it;
+* ``rules.py`` (optional): its own P6 rules, with their documentation in ``rules.toml`` beside it
+  (an entry with ``since``/``until`` holds only for those releases of the target);
+* ``flags.toml`` (optional): the options it emits whose spelling depends on the release, which
+  the builder asks :func:`parc.model.targets.flag` for;
 * its Jinja2 templates (``*.j2``), rendered as ``<name>/<template>``.
 
 The folders are discovered (every sub-folder with a ``target.toml``); rules that span several
-targets live in :mod:`parc.targets.rules`. The rule registry never imports a target: whoever
+targets live in :mod:`parc.targets.rules`, the checks of options against the pinned release
+in :mod:`parc.targets.releases`. The rule registry never imports a target: whoever
 checks a plan for targets calls :func:`load_rules`. Importing this package imports no template
 engine: jinja2 is loaded by :mod:`parc.targets.render` when files are built.
 """
@@ -36,6 +40,7 @@ def load_rules() -> dict:
     from parc.rules import registry
 
     importlib.import_module(f"{__name__}.rules")
+    importlib.import_module(f"{__name__}.releases")
     for name in names():
         if (FOLDER / name / "rules.py").is_file():
             importlib.import_module(f"{__name__}.{name}.rules")

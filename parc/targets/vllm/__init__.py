@@ -25,6 +25,7 @@ here add the multi-node layout and the rank order.
 """
 from __future__ import annotations
 
+from parc.model.targets import flag, pinned
 from parc.targets.base import (Cat, Env, File, Var, settings, mesh_text, nccl_env, plain_ifname, plan_json,
                     spec_name)
 from parc.words import count
@@ -59,54 +60,61 @@ def uneven_partition(plan) -> list[int] | None:
     return None
 
 
+def options(plan):
+    """``F(what)``: the option the release the plan launches spells ``what`` with (flags.toml)."""
+    version = pinned(plan, TARGET)
+    return lambda what: flag(TARGET, what, version)
+
+
 def _lines(plan, node_rank) -> tuple[list[list], list[list], list[list], list[list]]:
     """The options of ``vllm serve`` in four parts: (every node's, node 0's own, the other nodes'
     own, the spec's extra_args); ``node_rank`` is the node's rank, an int or a shell variable."""
     s = settings(plan, TARGET)
     me, sv, m, cl = plan.mesh, plan.serve, plan.model, plan.cluster
+    F = options(plan)
     mode = launch_mode(plan)
     out: list[list] = []
     a = out.append
-    a(["--tensor-parallel-size", me.tp])
-    a(["--pipeline-parallel-size", me.pp])
+    a([F("tensor_parallel_size"), me.tp])
+    a([F("pipeline_parallel_size"), me.pp])
     if me.cp > 1:
-        a(["--prefill-context-parallel-size", me.cp])
+        a([F("prefill_context_parallel_size"), me.cp])
     if me.dp > 1:
-        a(["--data-parallel-size", me.dp])
+        a([F("data_parallel_size"), me.dp])
     if me.ep > 1:
-        a(["--enable-expert-parallel"])
-    a(["--max-model-len", sv.max_model_len])
-    a(["--gpu-memory-utilization", repr(float(sv.gpu_memory_utilization))])
-    a(["--max-num-seqs", sv.max_num_seqs])
-    a(["--kv-cache-dtype", KV_DTYPES[sv.kv_cache_dtype]])
-    a(["--dtype", DTYPES[m.dtype]])
+        a([F("enable_expert_parallel")])
+    a([F("max_model_len"), sv.max_model_len])
+    a([F("gpu_memory_utilization"), repr(float(sv.gpu_memory_utilization))])
+    a([F("max_num_seqs"), sv.max_num_seqs])
+    a([F("kv_cache_dtype"), KV_DTYPES[sv.kv_cache_dtype]])
+    a([F("dtype"), DTYPES[m.dtype]])
     if m.dtype == "fp8":
-        a(["--quantization", "fp8"])
+        a([F("quantization"), "fp8"])
     others: list[list] = []
     if mode == "ray":
-        a(["--distributed-executor-backend", "ray"])
+        a([F("distributed_executor_backend"), "ray"])
         if me.dp > 1:
-            a(["--data-parallel-backend", "ray"])
+            a([F("data_parallel_backend"), "ray"])
             if replica(plan) <= cl.gpus_per_node:
                 # without it vLLM places every DP engine on the head node
-                a(["--data-parallel-size-local", min(me.dp, cl.gpus_per_node // replica(plan))])
+                a([F("data_parallel_size_local"), min(me.dp, cl.gpus_per_node // replica(plan))])
     elif mode == "single" and s.get("executor"):
-        a(["--distributed-executor-backend", s["executor"]])
+        a([F("distributed_executor_backend"), s["executor"]])
     elif mode == "nnodes":
-        a(["--distributed-executor-backend", "mp"])
-        a(["--nnodes", cl.nodes])
-        a(["--node-rank", node_rank])
-        a(["--master-addr", Var("master_addr")])
-        a(["--master-port", MASTER_PORT])
+        a([F("distributed_executor_backend"), "mp"])
+        a([F("nnodes"), cl.nodes])
+        a([F("node_rank"), node_rank])
+        a([F("master_addr"), Var("master_addr")])
+        a([F("master_port"), MASTER_PORT])
     elif mode == "dp":
         local = cl.gpus_per_node // replica(plan)
-        a(["--data-parallel-size-local", local])
-        a(["--data-parallel-address", Var("master_addr")])
-        a(["--data-parallel-rpc-port", DP_RPC_PORT])
+        a([F("data_parallel_size_local"), local])
+        a([F("data_parallel_address"), Var("master_addr")])
+        a([F("data_parallel_rpc_port"), DP_RPC_PORT])
         start = node_rank * local if isinstance(node_rank, int) else Var("start_rank")
-        others.append(["--data-parallel-start-rank", start])
-    others.append(["--headless"])
-    return out, [["--port", s.get("port", 8000)]], others, [[x] for x in s.get("extra_args") or []]
+        others.append([F("data_parallel_start_rank"), start])
+    others.append([F("headless")])
+    return out, [[F("port"), s.get("port", 8000)]], others, [[x] for x in s.get("extra_args") or []]
 
 
 def serve_lines(plan, node: int | Var | None) -> list[list]:

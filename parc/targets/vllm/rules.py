@@ -1,6 +1,7 @@
 """vLLM's own rules: the plans vLLM cannot serve, or serves otherwise than the spec says."""
 from __future__ import annotations
 
+from parc.model.targets import newest, span_text
 from parc.model.targets import rank_order as imposed_order
 from parc.rules import NOTE, WARNING, rule
 from parc.rules.util import dims, divisors, join
@@ -49,6 +50,23 @@ def vllm_pcp_mla(plan, c):
              f"multi-head attention the engine refuses to start (\"MRV2 PCP currently supports MLA models only\"; "
              f"the V1 model runner refuses prefill context parallel at argument check)",
              help="keep cp only if the model uses MLA; otherwise use cp = 1 and give the GPUs to tp or dp")
+
+
+# ------------------------------------------------------------------------------------ P664
+
+@rule("P664", "vllm-context-parallel-with-data-parallel", targets=(TARGET,))
+def vllm_pcp_dp(plan, c):
+    """Releases before 0.30 refuse prefill context parallel with data parallelism; rules.toml's
+    `until` keeps this rule to them."""
+    m = plan.mesh
+    if plan.mode != "serve" or m.cp <= 1 or m.dp <= 1:
+        return
+    c.report(c.at("mesh.cp"),
+             f"{c.release} refuses prefill context parallel (cp = {m.cp}) with data parallelism (dp = {m.dp}) "
+             f"(\"PCP does not support data parallelism yet.\"); {span_text(TARGET, '0.30', None)} accept it",
+             help=f"pin a release that accepts it (`version = \"{newest(TARGET)}\"` in `target vllm`), or use "
+                  f"dp = 1 and serve the replicas as separate deployments",
+             related=[(c.at("mesh.dp"), f"dp = {m.dp}")])
 
 
 # ------------------------------------------------------------------------------------ P606

@@ -1,0 +1,40 @@
+"""Rules about the release a target block pins (``version``): options in ``extra_args`` that the
+pinned release spells otherwise (P665), read from each target's ``flags.toml``. The releases a
+rule holds for are data (``since``/``until`` in rules.toml), which the registry applies; this
+module holds only the checks that read a versioned fact from a target's flags table."""
+from __future__ import annotations
+
+from parc.model.targets import flag_table, holds, names, span_text
+from parc.rules import rule
+from parc.targets.base import option_lists, settings
+
+
+def _spellings(target: str, version: str) -> dict[str, tuple[dict, str | None]]:
+    """Every spelling in target's flags.toml that ``version`` does not know -> (its entry, the
+    spelling ``version`` uses for the same option, None if it has none)."""
+    out = {}
+    for entry in flag_table(target).values():
+        known = [e["name"] for e in entry["names"] if holds(target, version, e.get("since"), e.get("until"))]
+        for e in entry["names"]:
+            if e["name"] not in known:
+                out[e["name"]] = (e, known[0] if known else None)
+    return out
+
+
+@rule("P665", "target-option-not-in-release", targets=tuple(t for t in names() if flag_table(t)))
+def option_not_in_release(plan, c):
+    if c.version is None:
+        return
+    unknown = _spellings(c.target, c.version)
+    for key in option_lists(c.target):
+        for i, arg in enumerate(settings(plan, c.target).get(key) or []):
+            word = str(arg).split("=", 1)[0]
+            if word not in unknown:
+                continue
+            e, other = unknown[word]
+            holds_for = span_text(c.target, e.get("since"), e.get("until"))
+            msg = (f"{c.release} has no option `{word}` ({holds_for} only): "
+                   f"{'it spells it `' + other + '`' if other else 'it has no such option'}")
+            c.report(c.at(f"target.{c.target}.{key}.value.{i}", f"target.{c.target}.{key}"), msg,
+                     help=(f"write `{other}`" if other else f"remove `{word}`")
+                     + f", or pin the release it belongs to with `version` in `target {c.target}`")
