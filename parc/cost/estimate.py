@@ -12,7 +12,8 @@ from parc.cost.comm import (allgather_bytes, allreduce_bytes, cp_bytes_per_layer
 from parc.cost.flops import (active_matmul_params, model_flops, recompute_factors, recompute_flops,
                              stage_flops_per_microbatch)
 from parc.cost.memory import (StateBytes, activation_bytes_per_layer, fp8_weight_cache_bytes, kv_bytes_per_token,
-                              kv_capacity_tokens, layer_activation_bytes, linear_params, model_kv_bytes_per_token,
+                              kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
+                              model_kv_bytes_per_token,
                               model_state_bytes, nccl_communicators, overhead_bytes, stage_activation_bytes,
                               state_bytes_per_param, zero_state_bytes, _train_state)
 from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, DTYPE_BYTES, PARTS,
@@ -32,7 +33,7 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
     "recompute_factors", "recompute_flops", "stage_flops_per_microbatch", "StateBytes",
     "activation_bytes_per_layer", "kv_bytes_per_token", "kv_capacity_tokens", "layer_activation_bytes",
     "model_state_bytes", "stage_activation_bytes", "state_bytes_per_param", "zero_state_bytes",
-    "fp8_weight_cache_bytes", "linear_params", "model_kv_bytes_per_token", "nccl_communicators", "overhead_bytes",
+    "fp8_weight_cache_bytes", "linear_params", "model_activation_options", "model_kv_bytes_per_token", "nccl_communicators", "overhead_bytes",
     "ASSUMED_INTER_NODE_BW", "AXES", "DEFAULT_EFFICIENCY", "DTYPE_BYTES", "PARTS",
     "StageLayout", "attention_params", "balanced_split", "chunks_of_rank", "dtype_bytes", "embedding_params",
     "expert_params", "head_dim", "is_moe_layer", "kv_heads_per_gpu", "layer_params", "layer_split",

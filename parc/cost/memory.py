@@ -32,8 +32,11 @@ def state_bytes_per_param(precision: str = "bf16", main_grads: str = "fp32", opt
     * ``optimizer_state = bf16`` keeps Adam's moments in bf16 with fp32 master weights
       (DeepSeek-V3 §3.3.3): 4 + 2 + 2 = 8 optimizer bytes.
     * ``precision = fp32`` needs no master copy; SGD keeps one moment instead of two.
+    * ``precision = fp8`` keeps the module weights in bf16, as Megatron-LM with Transformer Engine
+      and torchtitan with torchao's float8 do, and runs the GEMMs on FP8 copies
+      (:func:`fp8_weight_cache_bytes`); gradients and optimizer state are as for bf16.
     """
-    w = dtype_bytes(precision)
+    w = 2 if precision == "fp8" else dtype_bytes(precision)
     g = 4 if main_grads == "fp32" else w
     moment = 4 if optimizer_state == "fp32" else 2
     moments = 1 if optimizer == "sgd" else 2

@@ -196,6 +196,8 @@ def _weights_note(plan) -> str:
 
     dt = plan.train.precision if plan.mode == "train" else plan.model.dtype
     z3 = " / dp (zero 3)" if plan.mode == "train" and plan.train.zero >= 3 else ""
+    if dt == "fp8":
+        return f"bf16, 2 B/param{z3} (FP8 GEMMs on copies)"
     return f"{dt}, {dtype_bytes(dt)} B/param{z3}"
 
 
