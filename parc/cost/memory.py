@@ -225,10 +225,13 @@ def stage_activation_bytes(dense_layers, moe_layers, act_dense, act_moe, infligh
     ``--cpu-offloading-num-layers``): :func:`offloaded_bytes`. Scalars or numpy arrays
     (``embedding`` and ``head`` booleans)."""
     act = (dense_layers * act_dense + moe_layers * act_moe) * inflight
-    act = act - offloaded_bytes(dense_layers, moe_layers, act_dense, act_moe, inflight, offload)
+    if offload:
+        act = act - offloaded_bytes(dense_layers, moe_layers, act_dense, act_moe, inflight, offload)
     act = act + embedding * (s_local * micro_batch * m.hidden * inflight / tp)
     logits = 4 * s_local * micro_batch * m.hidden * (1 + m.vocab / m.hidden) / tp
-    return act + head * (logits + mtp_activation_bytes(m, act_dense, act_moe, logits, s_local * micro_batch, tp))
+    if m.mtp_layers:
+        logits = logits + mtp_activation_bytes(m, act_dense, act_moe, logits, s_local * micro_batch, tp)
+    return act + head * logits
 
 
 def mtp_activation_bytes(m: Model, act_dense, act_moe, logits, tokens, tp):
@@ -249,6 +252,8 @@ def offloaded_bytes(dense_layers, moe_layers, act_dense, act_moe, inflight, offl
     stage's layers (an average layer) for every microbatch in flight, less the one layer's
     activations being copied back at a time (Megatron-LM's offload context reloads a layer ahead
     of its backward). Nothing when ``offload`` is 0. Scalars or numpy arrays."""
+    if isinstance(offload, int) and offload == 0:
+        return 0.0
     layers = dense_layers + moe_layers
     n = offload + (layers < offload) * (layers - offload)               # min(offload, layers)
     avg = (dense_layers * act_dense + moe_layers * act_moe) / (layers + (layers == 0))
