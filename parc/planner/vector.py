@@ -247,17 +247,18 @@ def _memory(ctx: _Context, r: dict):
                                     ctx.c_head[lo], (m.seq_len / r["cp"])[:, None], r["mb"][:, None], m,
                                     tp[:, None], tr.offload_layers)
     comms = cm.nccl_communicators(r["pp"], r["dp"], r["cp"], tp, r["ep"], r["etp"], m.is_moe)
-    ctx_b, nccl, frag = cm.overhead_bytes(ctx.pr.cluster, comms, 1.0)     # frag: bytes per activation byte
-    total = w                           # w, g, o and act are this call's own arrays: summed in place
+    ctx_b, nccl, frag = cm.overhead_bytes(ctx.pr.cluster, comms[:, None], act)
+    total = w                           # w, g and o are this call's own arrays: summed in place
     total += g
     total += o
-    act *= 1.0 + frag
     total += act
     if tr.precision == "fp8":
-        total = total + cm.fp8_weight_cache_bytes(np.where((zero >= 3)[:, None], ctx.c_lin[1][lo], ctx.c_lin[0][lo]))
-    most = np.argmax(np.where(ctx.c_valid[lo], total, -np.inf), axis=1)
-    # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most loaded
-    return most, total[np.arange(n), most] + ctx_b + nccl
+        total += cm.fp8_weight_cache_bytes(np.where((zero >= 3)[:, None], ctx.c_lin[1][lo], ctx.c_lin[0][lo]))
+    most = np.argmax(np.where(ctx.c_valid[lo], total + frag, -np.inf), axis=1)
+    # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most
+    # loaded one, in the order Memory.total adds them
+    rows = np.arange(n)
+    return most, total[rows, most] + ((ctx_b + nccl[:, 0]) + frag[rows, most])
 
 
 _FACTORS = np.array([cm.recompute_factors(name) for name in RECOMPUTE])   # (matmul, attention) per code
