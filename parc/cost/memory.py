@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parc.cost.params import Model, dtype_bytes, head_dim, is_moe_layer, kv_heads_per_gpu
+from parc.model.dims import expert_dp_of
+from parc.model.overheads import table as overheads_table
 
 
 # --- model state bytes (weights, grads, optimizer) ------------------------------------------------
@@ -265,9 +267,7 @@ def offloaded_bytes(dense_layers, moe_layers, act_dense, act_moe, inflight, offl
 
 def overheads() -> dict:
     """The constants of ``parc/model/data/overheads.toml`` (each with its source there)."""
-    from parc.model.overheads import table
-
-    return table()
+    return overheads_table()
 
 
 def nccl_communicators(pp, dp, cp, tp, ep, etp, moe: bool):
@@ -276,8 +276,6 @@ def nccl_communicators(pp, dp, cp, tp, ep, etp, moe: bool):
     model-parallel group tp·pp (the gradient norm) when it differs from tp and pp, and for a MoE
     model ep and the expert-data-parallel group, each counted when it has more than one rank.
     Scalars or numpy arrays."""
-    from parc.model.dims import expert_dp_of
-
     n = 1 + (tp > 1) + (cp > 1) + (dp * cp > 1) + (pp > 1) + ((tp > 1) & (pp > 1))
     if moe:
         n = n + (ep > 1) + (expert_dp_of(dp, cp, tp, ep, etp) > 1)

@@ -282,10 +282,10 @@ def stage_parts(m: Model, layout: StageLayout, dp: int, cp: int, tp: int, ep: in
     """Parameters by part on one GPU of stage ``layout``: shard ``k_dense`` of the dense tensors and
     ``k_exp`` of the expert ones under ZeRO-3 (``zero3``), else everything it holds."""
     n_dense, n_exp = shard_groups(dp, cp, tp, ep, etp) if zero3 else (1, 1)
-    parts = dict.fromkeys(PARTS, 0)
+    parts = dict.fromkeys(PARTS + (("mtp",) if m.mtp_layers else ()), 0)
     for part, expert, count, dim0, numel in layout_tensors(m, layout, tp, ep, etp):
         n, k = (n_exp, k_exp) if expert else (n_dense, k_dense)
-        parts[part] = parts.get(part, 0) + count * _chunk_numel(dim0, numel, n, k)
+        parts[part] += count * _chunk_numel(dim0, numel, n, k)
     return parts
 
 
