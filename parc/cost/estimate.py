@@ -259,7 +259,8 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int) -> Sta
     comms = nccl_communicators(mesh.pp, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp, m.is_moe)
     mem.cuda_context, mem.nccl_buffers, mem.fragmentation = overhead_bytes(plan.cluster, comms, mem.activations)
     rec_mult, rec_attn = recompute_factors(plan.train.recompute)
-    st.flops_per_microbatch = stage_flops_per_microbatch(
+    # a DualPipe microbatch passes one of the rank's two stages: half its layers (and heads) on average
+    st.flops_per_microbatch = schedules.microbatch_share(sch.pipeline) * stage_flops_per_microbatch(
         m, sch.micro_batch * m.seq_len / (mesh.tp * mesh.cp), dense_layers, lay.moe_layers, lay.head,
         rec_mult, rec_attn)
     return st
@@ -311,8 +312,10 @@ def _comm(plan, stages, most: int, train: bool, per) -> dict:
     tr = plan.train
     full = _stage_parts(plan, stage_layouts(plan)[most], sharded=False)
     _, n_exp = _shard_groups(plan)
+    share = schedules.microbatch_share(sch.pipeline)          # the layers each microbatch passes
     return train_comm_bytes(
-        m, sch.micro_batch * (m.seq_len / cp), crit.layers, crit.moe_layers, pp=mesh.pp, tp=t, cp=cp, ep=mesh.ep,
+        m, sch.micro_batch * (m.seq_len / cp), crit.layers * share, crit.moe_layers * share, pp=mesh.pp, tp=t,
+        cp=cp, ep=mesh.ep,
         v=sch.virtual_stages, microbatches=sch.microbatches or 0, wbytes=wbytes, recompute=tr.recompute,
         sp=bool(tr.sequence_parallel), dense_params=sum(full.values()) - full["experts"],
         expert_params_=full["experts"], zero=tr.zero, n_dp=mesh.dp * cp, n_exp=n_exp, per=per)

@@ -56,8 +56,7 @@ class _Shapes:
         """The distinct stages of a layout, first stage of each kind, by stage index: pipeline rank
         ``i`` and the next ranks that hold the same layers, embedding and head have the same
         memory and FLOPs except for fewer microbatches in flight, so the first one bounds them."""
-        vstyle = cm.uses_v_placement(pipeline, v)
-        key = (pp, v, vstyle, split)
+        key = (pp, v, schedules.placement_style(pipeline, v), split)
         got = self.layouts.get(key)
         if got is None:
             m = self.pr.model
@@ -125,8 +124,7 @@ def _layouts(pr: Problem, meshes):
 
 
 def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> TrainCosts:
-    """Every training candidate of ``pr`` that fits in memory, with its estimate (see the module doc).
-    ``efficiency`` defaults to the problem's profile."""
+    """Every training candidate of ``pr`` that fits in memory (``efficiency``: the profile's)."""
     efficiency = pr.profile.gemm_efficiency if efficiency is None else efficiency
     out = TrainCosts()
     out.meshes = meshes = mesh_shapes(pr)
@@ -293,10 +291,11 @@ def _cost_rows(ctx: _Context, r: dict) -> dict:
     layers, moe, head = ctx.c_layers[lo], ctx.c_moe[lo], ctx.c_head[lo]
     # FLOPs per microbatch of every stage class, the slowest one
     f = _FACTORS[r["recompute"]]
-    flops = cm.stage_flops_per_microbatch(m, ((r["mb"] * m.seq_len) / (r["tp"] * r["cp"]))[:, None],
-                                          layers - moe, moe, head, f[:, 0:1], f[:, 1:2])
+    share = schedules.microbatch_share_array(r["pipeline"])       # DualPipe: half a rank's layers
+    flops = share[:, None] * cm.stage_flops_per_microbatch(
+        m, ((r["mb"] * m.seq_len) / (r["tp"] * r["cp"]))[:, None], layers - moe, moe, head, f[:, 0:1], f[:, 1:2])
     crit = np.argmax(np.where(ctx.c_valid[lo], flops, -np.inf), axis=1)
-    comm = _comm(ctx, r, layers[rows, crit], moe[rows, crit], most)
+    comm = _comm(ctx, r, layers[rows, crit] * share, moe[rows, crit] * share, most)
     bw = {ax: t[r["mesh"]] for ax, t in ctx.bw.items()}
     sizes = {"tp": r["tp"], "cp": r["cp"], "pp": r["pp"], "ep": r["ep"], "dp": r["dp"] * r["cp"]}
     ctime = {ax: np.where((sizes[ax] > 1) & (ax != "ep" or m.is_moe), comm[ax] / bw[ax], 0.0) for ax in AXES}
@@ -399,6 +398,7 @@ def schedule_ok_vec(pr: Problem, pipe, p, n, v):
     """:func:`parc.planner.space.schedule_ok` over arrays."""
     ok = (pipe != _PIPE["1f1b"]) | (n >= p) | (not few_microbatches_refused(pr))
     ok &= (pipe != _PIPE["dualpipe_v"]) | (n >= 2 * p)
+    ok &= (pipe != _PIPE["dualpipe"]) | ((n >= 2 * p) & (n % 2 == 0) & (p % 2 == 0))
     rounds_ok = n % np.maximum(1, n // np.maximum(p, 1)) == 0
     ok &= ~((pipe == _PIPE["zero_bubble"]) & (v > 2)) | rounds_ok
     inter = (pipe == _PIPE["interleaved_1f1b"]) & (v > 1)
