@@ -298,7 +298,7 @@ def test_planner_memory_matches_the_estimate_with_the_new_terms(check_spec, writ
 
 # --- 9. published configurations that ran -------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["llama3-405b-8k", "deepseek-v3"])
+@pytest.mark.parametrize("name", ["llama3_405b_8k", "deepseek_v3"])
 def test_published_configurations_fit(name):
     from parc.api import check_file
 
