@@ -56,7 +56,8 @@ def test_json_training_values(capsys):
     mem = j["memory_per_gpu"]
     assert mem["capacity"] == 85520809984
     assert mem["total"] <= mem["capacity"] and mem["kv_cache"] == 0
-    parts = ("weights", "grads", "optimizer", "activations", "kv_cache")
+    parts = ("weights", "grads", "optimizer", "activations", "kv_cache", "fp8_weights", "cuda_context",
+             "nccl_buffers", "fragmentation")
     assert abs(mem["total"] - sum(mem[k] for k in parts)) <= len(parts)
     # bf16 weights, fp32 main grads: grads are exactly twice the weights; Adam's 12 B over dp = 2
     assert mem["grads"] == pytest.approx(2 * mem["weights"], abs=2)

@@ -48,9 +48,11 @@ def test_p401_training_memory(check_spec):
     assert d.severity == "error"
     assert d.span.line == line_of(text, "zero =")
     assert "weights" in d.message and "optimizer" in d.message and "activations" in d.message
-    # zero 1 does not fit (103 GB); zero 2 fits (75 GB) but leaves under the 20% P405 asks for, so
-    # the help names zero 3 (61 GB, 71%), the first that fits with that headroom
-    assert "`zero = 3` (61.1 GB)" in d.help
+    # zero 1 does not fit (107 GB); zero 2 fits (78.6 GB) but leaves under the 20% P405 asks for, so
+    # the help names zero 3, the first that fits with that headroom: 61.1 GB of state and activations
+    # (43.0 GB of them activations) + CUDA context 0.8 GB + NCCL buffers for 2 communicators (world,
+    # dp) 2 × 0.268 GB + fragmentation 5% × 43.0 GB = 61.1 + 0.8 + 0.537 + 2.15 = 64.6 GB (76%)
+    assert "`zero = 3` (64.6 GB)" in d.help
     assert "`zero = 1`" not in d.help and "`zero = 2`" not in d.help
     assert "`tp = 4` with dp = 2" in d.help       # the smallest tp that fits
     assert "`tp = 2`" not in d.help
@@ -98,7 +100,7 @@ def test_p405_headroom(check_spec):
     assert d.span.line == line_of(text, "train {")
     assert "5% free" in d.message
     assert "recompute = full" in d.help
-    roomy = round(need / 0.8 / 1e9, 1)            # 20% free: the valid twin
+    roomy = round(need / 0.79 / 1e9, 1)           # 21% free: the valid twin
     assert p4(check_spec(headroom_spec(roomy))) == []
     over = round(need / 1.05 / 1e9, 1)            # over capacity: P401, not also P405
     only(check_spec(headroom_spec(over)), "P401")
@@ -181,9 +183,12 @@ def test_layout_only_spec_is_not_judged(check_spec, write_spec, capsys):
 
 
 def test_p405_follows_the_published_80_percent_rule(check_spec):
-    """Estimated at 88% of capacity (zero 2: 75 GB of 85.5 GB) is a warning, not silence: no run
-    estimated under 80% ran out of memory, above it some did. 71% (zero 3) is quiet."""
+    """Estimated at 92% of capacity (zero 2: 75.1 GB of state and activations + 3.5 GB of CUDA
+    context, NCCL buffers and fragmentation = 78.6 GB of 85.5 GB) is a warning, once, not silence
+    and not an error: no run estimated under 80% ran out of memory, above it some did. 76% (zero 3)
+    is quiet."""
     d = only(check_spec(TRAIN_8B.replace("ZERO", "2")), "P405")
-    assert d.severity == "warning" and "75.1 GB of 85.5 GB" in d.message
+    assert d.severity == "warning" and "78.6 GB of 85.5 GB" in d.message
+    assert "CUDA context, NCCL buffers and fragmentation 3.49 GB" in d.message
     assert "under 80% of memory" in d.help
     assert p4(check_spec(TRAIN_8B.replace("ZERO", "3"))) == []

@@ -193,8 +193,7 @@ def test_memory_has_one_stacked_bar_per_stage_against_capacity():
     assert [int(b.get("data-stage")) for b in bars] == list(range(plan.mesh.pp))
     for b, st in zip(bars, est["stages"]):
         segs = {s.get("data-part"): float(s.get("data-bytes")) for s in by_class(b, "rect", "segment")}
-        want = {k: v for k, v in st["memory"].items() if k in ("weights", "grads", "optimizer", "activations",
-                                                               "kv_cache") and v}
+        want = {k: v for k, v in st["memory"].items() if k in svg.MEMORY_PARTS and v}   # every part, overheads too
         assert segs == pytest.approx(want)
         assert sum(segs.values()) == pytest.approx(st["memory"]["total"])
         # stacked: each segment starts where the one below ends

@@ -41,9 +41,12 @@ def tiny_model(**kw) -> Model:
 
 
 def small_cluster(nodes: int, gpn: int, memory: float) -> Cluster:
-    """GPUs small enough that memory decides: the bound and the full model both prune."""
+    """GPUs small enough that memory decides: the bound and the full model both prune. The
+    framework overheads are scaled down with the GPU (the defaults alone would fill it), not left
+    out, so the search and the brute force are compared with them."""
     return Cluster("lab", nodes, gpn, GPU("small", int(memory), 100e12, 1e12), Link("nvlink", 100e9),
-                   Link("infiniband", 25e9) if nodes > 1 else None)
+                   Link("infiniband", 25e9) if nodes > 1 else None, cuda_context=int(memory * 0.02),
+                   nccl_buffers=int(memory * 0.005))
 
 
 def h100_cluster(nodes: int) -> Cluster:

@@ -11,9 +11,11 @@ from parc.cost.comm import (allgather_bytes, allreduce_bytes, cp_bytes_per_layer
                             ep_bytes_per_layer, pp_bytes_per_microbatch, tp_bytes_per_layer)
 from parc.cost.flops import (active_matmul_params, model_flops, recompute_factors, recompute_flops,
                              stage_flops_per_microbatch)
-from parc.cost.memory import (StateBytes, activation_bytes_per_layer, kv_bytes_per_token,
-                              kv_capacity_tokens, layer_activation_bytes, model_state_bytes,
-                              stage_activation_bytes, state_bytes_per_param, zero_state_bytes, _train_state)
+from parc.cost.memory import (StateBytes, activation_bytes_per_layer, fp8_weight_cache_bytes, kv_bytes_per_token,
+                              kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
+                              model_kv_bytes_per_token,
+                              model_state_bytes, nccl_communicators, overhead_bytes, stage_activation_bytes,
+                              state_bytes_per_param, zero_state_bytes, _train_state)
 from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, DTYPE_BYTES, PARTS,
                               StageLayout, attention_params, balanced_split, chunks_of_rank, dtype_bytes,
                               embedding_params, expert_params, head_dim, is_moe_layer, kv_heads_per_gpu,
@@ -31,6 +33,7 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
     "recompute_factors", "recompute_flops", "stage_flops_per_microbatch", "StateBytes",
     "activation_bytes_per_layer", "kv_bytes_per_token", "kv_capacity_tokens", "layer_activation_bytes",
     "model_state_bytes", "stage_activation_bytes", "state_bytes_per_param", "zero_state_bytes",
+    "fp8_weight_cache_bytes", "linear_params", "model_activation_options", "model_kv_bytes_per_token", "nccl_communicators", "overhead_bytes",
     "ASSUMED_INTER_NODE_BW", "AXES", "DEFAULT_EFFICIENCY", "DTYPE_BYTES", "PARTS",
     "StageLayout", "attention_params", "balanced_split", "chunks_of_rank", "dtype_bytes", "embedding_params",
     "expert_params", "head_dim", "is_moe_layer", "kv_heads_per_gpu", "layer_params", "layer_split",
@@ -44,20 +47,33 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
 
 @dataclass(slots=True)
 class Memory:
+    """One GPU's memory by part. Training also pays the FP8 weight copies (``precision = fp8``)
+    and the framework overheads (:func:`parc.cost.memory.overhead_bytes`)."""
     weights: float = 0.0
     grads: float = 0.0
     optimizer: float = 0.0
     activations: float = 0.0
     kv_cache: float = 0.0
     capacity: float = 0.0
+    fp8_weights: float = 0.0     # FP8 copies of the linear weights and their transposes
+    cuda_context: float = 0.0
+    nccl_buffers: float = 0.0
+    fragmentation: float = 0.0
+
+    @property
+    def overheads(self) -> float:
+        return self.cuda_context + self.nccl_buffers + self.fragmentation
 
     @property
     def total(self) -> float:
-        return self.weights + self.grads + self.optimizer + self.activations + self.kv_cache
+        return (self.weights + self.grads + self.optimizer + self.activations + self.kv_cache + self.fp8_weights
+                + self.overheads)
 
     def to_json(self) -> dict:
         return {"weights": int(self.weights), "grads": int(self.grads), "optimizer": int(self.optimizer),
                 "activations": int(self.activations), "kv_cache": int(self.kv_cache),
+                "fp8_weights": int(self.fp8_weights), "cuda_context": int(self.cuda_context),
+                "nccl_buffers": int(self.nccl_buffers), "fragmentation": int(self.fragmentation),
                 "total": int(self.total), "capacity": int(self.capacity)}
 
 
@@ -225,7 +241,7 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int) -> Sta
     st = StageEstimate(lay.stage, lay.layers, lay.moe_layers, nparams, parts, mem, 0.0, 0.0)
     if not train:
         mem.weights = nparams * dtype_bytes(_weight_dtype(plan))
-        st.kv_bytes_per_token = kv_bytes_per_token(lay.layers, m.kv_heads, head_dim(m), kv_nbytes, mesh.tp)
+        st.kv_bytes_per_token = model_kv_bytes_per_token(m, lay.layers, kv_nbytes, mesh.tp)
         return st
     full = _stage_parts(plan, lay, sharded=False)
     n_dense, n_exp = _shard_groups(plan)
@@ -237,7 +253,11 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int) -> Sta
     dense_layers = lay.layers - lay.moe_layers
     mem.activations = stage_activation_bytes(dense_layers, lay.moe_layers, act[0], act[1], st.inflight,
                                              lay.embedding, lay.head, m.seq_len / mesh.cp, sch.micro_batch, m,
-                                             mesh.tp)
+                                             mesh.tp, plan.train.offload_layers)
+    if plan.train.precision == "fp8":
+        mem.fp8_weights = fp8_weight_cache_bytes(linear_params(parts))
+    comms = nccl_communicators(mesh.pp, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp, m.is_moe)
+    mem.cuda_context, mem.nccl_buffers, mem.fragmentation = overhead_bytes(plan.cluster, comms, mem.activations)
     rec_mult, rec_attn = recompute_factors(plan.train.recompute)
     # a DualPipe microbatch passes one of the rank's two stages: half its layers (and heads) on average
     st.flops_per_microbatch = schedules.microbatch_share(sch.pipeline) * stage_flops_per_microbatch(

@@ -2,7 +2,8 @@
 of a pipeline stage runs per microbatch."""
 from __future__ import annotations
 
-from parc.cost.params import Model, attention_params, head_dim, mlp_params
+from parc.cost.params import Model, attention_params, mlp_params, mtp_params
+from parc.cost.params import attention_core_dim as head_dim   # MLA: (d_qk + d_v)/2
 
 
 def active_matmul_params(m: Model) -> int:
@@ -56,4 +57,20 @@ def stage_flops_per_microbatch(m: Model, tokens, dense_layers, moe_layers, head,
     attn_tok = 12 * m.seq_len * m.heads * head_dim(m)
     layers = dense_layers + moe_layers
     f = tokens * (6 * rec_mult * (dense_layers * dense_lp + moe_layers * moe_lp) + layers * attn_tok * rec_attn)
-    return f + head * (6 * m.vocab * m.hidden * tokens)
+    # the last stage also runs the multi-token-prediction modules: their matmuls, attention and logits
+    mtp = m.mtp_layers * (attn_tok * rec_attn + 6 * m.vocab * m.hidden) + 6 * rec_mult * _mtp_matmul(m)
+    return f + head * (6 * m.vocab * m.hidden * tokens + tokens * mtp)
+
+
+def _mtp_matmul(m: Model) -> float:
+    """Parameters a token passes through in matmuls in the MTP modules: top_k of the routed
+    experts as in :func:`active_matmul_params`, everything else but the five norms of each."""
+    if not m.mtp_layers:
+        return 0.0
+    skipped = (m.experts - (m.top_k or 1)) * mlp_params(m, m.moe_ffn_hidden) if m.is_moe else 0
+    from parc.cost.params import is_moe_layer
+
+    moe = sum(is_moe_layer(m, m.layers + k) for k in range(m.mtp_layers))
+    from parc.cost.params import norm_params
+
+    return mtp_params(m) - moe * skipped - 5 * m.mtp_layers * norm_params(m)

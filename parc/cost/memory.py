@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parc.cost.params import Model, dtype_bytes, head_dim, kv_heads_per_gpu
+from parc.cost.params import Model, dtype_bytes, head_dim, is_moe_layer, kv_heads_per_gpu
+from parc.model.dims import expert_dp_of
+from parc.model.overheads import table as overheads_table
 
 
 # --- model state bytes (weights, grads, optimizer) ------------------------------------------------
@@ -32,8 +34,11 @@ def state_bytes_per_param(precision: str = "bf16", main_grads: str = "fp32", opt
     * ``optimizer_state = bf16`` keeps Adam's moments in bf16 with fp32 master weights
       (DeepSeek-V3 §3.3.3): 4 + 2 + 2 = 8 optimizer bytes.
     * ``precision = fp32`` needs no master copy; SGD keeps one moment instead of two.
+    * ``precision = fp8`` keeps the module weights in bf16, as Megatron-LM with Transformer Engine
+      and torchtitan with torchao's float8 do, and runs the GEMMs on FP8 copies
+      (:func:`fp8_weight_cache_bytes`); gradients and optimizer state are as for bf16.
     """
-    w = dtype_bytes(precision)
+    w = 2 if precision == "fp8" else dtype_bytes(precision)
     g = 4 if main_grads == "fp32" else w
     moment = 4 if optimizer_state == "fp32" else 2
     moments = 1 if optimizer == "sgd" else 2
@@ -72,7 +77,9 @@ def _train_state(plan) -> StateBytes:
 def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp: bool = False,
                                recompute: str = "none", cp: int = 1, ffn: int | None = None,
                                mlp: str = "gelu", kv_heads: int | None = None, head_dim: int | None = None,
-                               moe: tuple[int, int, int, int] | None = None, flash: bool = False) -> float:
+                               moe: tuple[int, int, int, int] | None = None, flash: bool = False,
+                               mla: tuple[int, int, int, int, int] | None = None, fp8: bool = False,
+                               modules=()) -> float:
     """Activation bytes one transformer layer stores for one microbatch on one GPU, in 16-bit
     precision (Korthikanti et al. 2022, arXiv:2205.05198, §4 and Table 2):
 
@@ -93,27 +100,84 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp
     (``moe = (top_k, moe_ffn, etp, shared)``) stores each token's routed copy (2h per top-k) and
     its experts' inner activations. ``flash = True`` drops the stored s×s scores (5as²b) as flash
     attention does, which never materialises them; selective recompute then saves nothing more.
+
+    ``mla = (q_lora_rank, kv_lora_rank, rope, nope, v)``: multi-head latent attention
+    (:func:`mla_activation_terms`). ``fp8``: every linear layer keeps its input for the weight
+    gradient as an FP8 copy, 1 byte an element (Transformer Engine's ``Linear``, torchao's
+    ``Float8Linear``): the QKV, output-projection, MLP and expert inputs; norms, attention and
+    the activation function stay 16-bit. ``modules``: what ``recompute = selective`` recomputes
+    (Megatron-LM ``--recompute-modules``; :data:`RECOMPUTE_MODULE_TERMS`), ``core_attn`` alone
+    when empty, as Megatron-LM's default.
     """
     s = s / cp
-    d = head_dim or h // a
-    kv = kv_heads or a
-    ffn = ffn if ffn is not None else 4 * h
     if recompute == "full":
         return 2 * s * b * h / (t if sp else 1)
-    inner = 4 if mlp == "gelu" else 6
-    replicated = 10 * s * b * h
-    attn = 2 * s * b * (2 * a * d + 2 * kv * d)
-    if moe:
-        top_k, f_moe, etp, shared = moe
-        mlp_part = (top_k * (inner * s * b * f_moe + 2 * s * b * h) * t / max(1, etp)
-                    + shared * inner * s * b * f_moe)
+    sb, lin = s * b, (1 if fp8 else 2)
+    mods = set(modules or ("core_attn",)) if recompute == "selective" else set()
+    d, kv = head_dim or h // a, kv_heads or a
+    ffn = ffn if ffn is not None else 4 * h
+    # replicated over TP (split only by SP): norm inputs 4h, dropout masks 2h, the QKV and MLP inputs
+    replicated = sb * (6 * h + (0 if "layernorm" in mods else 2 * lin * h))
+    if mla:
+        latent, qkv, proj = mla_activation_terms(a, *mla, lin=lin)
     else:
-        mlp_part = inner * s * b * ffn
-    parallel = attn + mlp_part
-    scores = 0.0 if (recompute == "selective" or flash) else 5 * a * s * s * b
+        latent, qkv, proj = 0, 2 * (a * d + 2 * kv * d), lin * a * d
+    replicated += sb * latent
+    attn = sb * ((0 if "mla_up_proj" in mods else qkv) + proj)
+    scores = 0.0 if ("core_attn" in mods or flash) else 5 * a * s * s * b
+    parallel = attn + sb * _mlp_terms(h, ffn, mlp, lin, moe, t, mods)
     if sp:
         return (replicated + parallel + scores) / t
     return replicated + (parallel + scores) / t
+
+
+def mla_activation_terms(a: int, q_lora: int, kv_lora: int, rope: int, nope: int, v: int, lin: int = 2
+                         ) -> tuple[float, float, float]:
+    """Bytes per token multi-head latent attention stores, as Megatron-LM's ``MLASelfAttention``
+    runs it (DeepSeek-V2 arXiv:2405.04434 §2.1 for the shapes): (latent, q·k·v, projection input).
+
+    * latent, replicated over TP like the layer input: the query latent's norm input and the
+      up-projection's input (2 + lin bytes · q_lora_rank), the same for the key/value latent
+      (kv_lora_rank), and the shared rotary key (2·rope);
+    * Q, K and V after the up-projections and RoPE, split over TP by head: 2·a·(2·(nope + rope) +
+      v) — what ``mla_up_proj`` recompute discards;
+    * the attention output, the output projection's input: lin·a·v.
+
+    Assumed, not read from Megatron's code: the latents are stored once per TP rank (split by
+    sequence parallelism like the layer's other replicated tensors). DeepSeek-V3 in bf16: latent
+    4·1536 + 4·512 + 2·64 = 8,320 B per token; Q, K, V 2·128·(2·192 + 128) = 131,072; output
+    2·128·128 = 32,768."""
+    latent = (2 + lin) * q_lora + (2 + lin) * kv_lora + 2 * rope
+    return latent, 2 * a * (2 * (nope + rope) + v), lin * a * v
+
+
+def _mlp_terms(h, ffn, mlp, lin, moe, t, mods) -> float:
+    """Bytes per token the MLP of a layer stores before the TP split: a dense MLP's inner
+    activations (GELU: its input 2f and fc2's input; SwiGLU: gate and up 4f and fc2's input), or a
+    MoE layer's routed copies and experts (scaled by t/etp: the experts split over etp, not tp) and
+    its shared experts. ``mlp``, ``moe``, ``shared_experts`` and ``moe_act`` recompute drop theirs."""
+    act_in = 2 if mlp == "gelu" else 4
+    if not moe:
+        return 0.0 if "mlp" in mods else (act_in + lin) * ffn
+    if "moe" in mods:
+        return 0.0
+    top_k, f_moe, etp, shared = moe
+    fc2_in = 0 if "moe_act" in mods else lin
+    routed = top_k * ((act_in + fc2_in) * f_moe + lin * h) * t / max(1, etp)
+    return routed + (0 if "shared_experts" in mods else shared * (act_in + lin) * f_moe)
+
+
+# Each --recompute-modules name and what it removes (Megatron-LM transformer_config.py documents
+# the names); the FLOPs each adds are the forward of what it removes.
+RECOMPUTE_MODULE_TERMS = {
+    "core_attn": "the attention scores (nothing more under flash attention)",
+    "mlp": "a dense layer's MLP activations (its input stays)",
+    "layernorm": "the two norms' outputs, the attention and MLP inputs",
+    "moe": "a MoE layer's routed copies, experts and shared experts",
+    "moe_act": "the experts' activation-function outputs (fc2 inputs)",
+    "shared_experts": "the shared experts' activations",
+    "mla_up_proj": "MLA's Q, K and V after the up-projections and RoPE",
+}
 
 
 def layer_activation_bytes(plan, moe: bool = False) -> float:
@@ -126,7 +190,17 @@ def layer_activation_bytes(plan, moe: bool = False) -> float:
         m.seq_len, plan.schedule.micro_batch, m.hidden, m.heads, t=mesh.tp,
         sp=bool(tr and tr.sequence_parallel and mesh.tp > 1), recompute=tr.recompute if tr else "none",
         cp=mesh.cp, ffn=m.ffn_hidden, mlp=m.mlp, kv_heads=m.kv_heads, head_dim=head_dim(m),
-        moe=(m.top_k or 1, m.moe_ffn_hidden, mesh.etp, m.shared_experts) if moe else None, flash=True)
+        moe=(m.top_k or 1, m.moe_ffn_hidden, mesh.etp, m.shared_experts) if moe else None, flash=True,
+        **model_activation_options(m, tr))
+
+
+def model_activation_options(m: Model, tr) -> dict:
+    """The keyword arguments of :func:`activation_bytes_per_layer` that come from the model (MLA)
+    and the train block (FP8, recompute modules), shared by the estimate and the planner."""
+    return {"mla": ((m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim)
+                    if m.is_mla else None),
+            "fp8": bool(tr and tr.precision == "fp8"),
+            "modules": tuple(tr.recompute_modules) if tr else ()}
 
 
 def model_state_bytes(dense, expert, dense_z3, expert_z3, zero: int, n_dense, n_exp, per: StateBytes):
@@ -144,14 +218,94 @@ def model_state_bytes(dense, expert, dense_z3, expert_z3, zero: int, n_dense, n_
 
 
 def stage_activation_bytes(dense_layers, moe_layers, act_dense, act_moe, inflight, embedding, head,
-                           s_local, micro_batch, m: Model, tp):
+                           s_local, micro_batch, m: Model, tp, offload=0):
     """Activation bytes one GPU of a pipeline stage holds at its peak: its layers' activations for
     ``inflight`` microbatches, the embedding output (sbh/t, Korthikanti §4.3) for each of them on
     the first stage, and on the last the final norm, the output layer's input and the fp32 logits
-    of one microbatch. Scalars or numpy arrays (``embedding`` and ``head`` booleans)."""
+    of one microbatch, and the multi-token-prediction modules' (:func:`mtp_activation_bytes`).
+    ``offload`` layers keep their activations in host memory (Megatron-LM
+    ``--cpu-offloading-num-layers``): :func:`offloaded_bytes`. Scalars or numpy arrays
+    (``embedding`` and ``head`` booleans)."""
     act = (dense_layers * act_dense + moe_layers * act_moe) * inflight
+    if offload:
+        act = act - offloaded_bytes(dense_layers, moe_layers, act_dense, act_moe, inflight, offload)
     act = act + embedding * (s_local * micro_batch * m.hidden * inflight / tp)
-    return act + head * (4 * s_local * micro_batch * m.hidden * (1 + m.vocab / m.hidden) / tp)
+    logits = 4 * s_local * micro_batch * m.hidden * (1 + m.vocab / m.hidden) / tp
+    if m.mtp_layers:
+        logits = logits + mtp_activation_bytes(m, act_dense, act_moe, logits, s_local * micro_batch, tp)
+    return act + head * logits
+
+
+def mtp_activation_bytes(m: Model, act_dense, act_moe, logits, tokens, tp):
+    """What the multi-token-prediction modules on the last stage store for one microbatch
+    (DeepSeek-V3 §2.2; Megatron-LM runs them after the main layers, so one microbatch's worth at
+    the peak): per module its transformer layer (dense or MoE by :func:`is_moe_layer`), the two
+    norms' inputs and the 2h projection's input (2h + 2h + 4h bytes per token, split over TP), and
+    its own logits, as large as the main head's."""
+    if not m.mtp_layers:
+        return 0.0
+    moe = sum(is_moe_layer(m, m.layers + k) for k in range(m.mtp_layers))
+    per = 8 * tokens * m.hidden / tp + logits
+    return moe * act_moe + (m.mtp_layers - moe) * act_dense + m.mtp_layers * per
+
+
+def offloaded_bytes(dense_layers, moe_layers, act_dense, act_moe, inflight, offload):
+    """Activation bytes ``offload`` layers of a stage move to host memory: their share of the
+    stage's layers (an average layer) for every microbatch in flight, less the one layer's
+    activations being copied back at a time (Megatron-LM's offload context reloads a layer ahead
+    of its backward). Nothing when ``offload`` is 0. Scalars or numpy arrays."""
+    if isinstance(offload, int) and offload == 0:
+        return 0.0
+    layers = dense_layers + moe_layers
+    n = offload + (layers < offload) * (layers - offload)               # min(offload, layers)
+    avg = (dense_layers * act_dense + moe_layers * act_moe) / (layers + (layers == 0))
+    moved = n * avg * inflight - (n > 0) * avg
+    return moved * (moved > 0)
+
+
+# --- framework overheads ------------------------------------------------------------------------------
+
+def overheads() -> dict:
+    """The constants of ``parc/model/data/overheads.toml`` (each with its source there)."""
+    return overheads_table()
+
+
+def nccl_communicators(pp, dp, cp, tp, ep, etp, moe: bool):
+    """NCCL communicators one rank joins and uses in training with Megatron-LM's groups: the world
+    (initialisation and barriers), and each of tp, cp, the gradient group dp·cp, pp, the
+    model-parallel group tp·pp (the gradient norm) when it differs from tp and pp, and for a MoE
+    model ep and the expert-data-parallel group, each counted when it has more than one rank.
+    Scalars or numpy arrays."""
+    n = 1 + (tp > 1) + (cp > 1) + (dp * cp > 1) + (pp > 1) + ((tp > 1) & (pp > 1))
+    if moe:
+        n = n + (ep > 1) + (expert_dp_of(dp, cp, tp, ep, etp) > 1)
+    return n
+
+
+def overhead_bytes(cluster, communicators, activations) -> tuple[float, float, float]:
+    """(CUDA context, NCCL buffers, allocator fragmentation) bytes on one GPU: the cluster's
+    ``cuda_context``, ``nccl_buffers`` per communicator × ``communicators`` and ``fragmentation``
+    × ``activations``, each defaulting to ``overheads.toml``. Scalars or numpy arrays."""
+    d = overheads()
+    ctx = cluster.cuda_context if cluster.cuda_context is not None else d["cuda_context"]
+    nccl = cluster.nccl_buffers if cluster.nccl_buffers is not None else d["nccl_buffers"]
+    frag = cluster.fragmentation if cluster.fragmentation is not None else d["fragmentation"]
+    return float(ctx), nccl * communicators, frag * activations
+
+
+def linear_params(parts: dict):
+    """The parameters of a stage's parts that FP8 training runs in FP8 GEMMs: attention, MLPs,
+    experts and the MTP projection (Megatron-LM keeps the embedding, output head, router and norms
+    in 16 bits)."""
+    return parts["attention"] + parts["mlp"] + parts["experts"] + parts.get("mtp", 0)
+
+
+def fp8_weight_cache_bytes(linear_params) -> float:
+    """FP8 training keeps an FP8 copy of each linear layer's weight and of its transpose for the
+    step (Transformer Engine caches both across microbatches, Hopper's FP8 GEMM needs the
+    transpose for the data gradient): 2 bytes per linear parameter on top of the 16-bit weights.
+    torchtitan's float8 casts per use and keeps none; parc counts Megatron-LM's (the larger)."""
+    return 2.0 * linear_params
 
 
 # --- serving -----------------------------------------------------------------------------------------
@@ -162,6 +316,16 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim_: int, nbytes: int, 
     tp > kv_heads (Kwon et al. 2023, the vLLM paper; vLLM ``get_num_kv_heads``). A 70B with 80
     layers and 8 KV heads of 128 in fp16 stores 327,680 B per token."""
     return 2 * layers * kv_heads_per_gpu(kv_heads, tp) * head_dim_ * nbytes
+
+
+def model_kv_bytes_per_token(m: Model, layers: int, nbytes: int, tp: int = 1) -> int:
+    """:func:`kv_bytes_per_token` of ``layers`` layers of ``m``; with multi-head latent attention
+    the cache holds the latent and the rotary key, (kv_lora_rank + qk_rope_head_dim) · layers ·
+    bytes per token, the same on every TP rank (vLLM's MLA backends replicate it): DeepSeek-V3
+    in bf16 stores (512 + 64) · 61 · 2 = 70,272 B per token."""
+    if m.is_mla:
+        return (m.kv_lora_rank + m.qk_rope_head_dim) * layers * nbytes
+    return kv_bytes_per_token(layers, m.kv_heads, head_dim(m), nbytes, tp)
 
 
 def kv_capacity_tokens(capacity: float, utilization: float, weights: float, per_token: float) -> int:

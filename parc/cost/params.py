@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from parc.model.dims import expert_dp_of
 from parc.model.params import (  # noqa: F401 - the counts, re-exported for the cost model's users
-    attention_params, balanced_split, embedding_params, expert_params, is_moe_layer, layer_params,
-    mlp_params, moe_layer_mlp_params, norm_params, output_params, param_count)
+    attention_core_dim, attention_params, balanced_split, embedding_params, expert_params, is_moe_layer,
+    layer_params, mla_params, mlp_params, moe_layer_mlp_params, moe_layers_between, mtp_params, norm_params,
+    output_params, param_count)
 from parc.model.plan import Model
 
 
@@ -36,7 +37,7 @@ ASSUMED_INTER_NODE_BW = 100e9 / 8
 DEFAULT_EFFICIENCY = 0.6
 
 AXES = ("tp", "cp", "dp", "pp", "ep")
-PARTS = ("embedding", "attention", "mlp", "experts", "router", "norms", "output")
+PARTS = ("embedding", "attention", "mlp", "experts", "router", "norms", "output")   # + "mtp" where present
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -107,11 +108,8 @@ def _chunk_ranges(split: list[int]) -> list[tuple[int, int]]:
 
 
 def _moe_in_range(m: Model, a: int, b: int) -> int:
-    """How many of layers a..b-1 are MoE layers ((i+1) % moe_every == 0)."""
-    if not m.is_moe:
-        return 0
-    e = m.moe_every
-    return b // e - a // e
+    """How many of layers a..b-1 are MoE layers (:func:`parc.model.params.is_moe_layer`)."""
+    return moe_layers_between(m, a, b)
 
 
 @dataclass(slots=True)
@@ -176,7 +174,10 @@ def layout_tensors(m: Model, layout: StageLayout, tp: int, ep: int, etp: int) ->
     out: list[tuple] = []
     L, moe = layout.layers, layout.moe_layers
     dense = L - moe
-    if L:
+    if L and m.is_mla:
+        out += _mla_tensors(m, L, t)
+        out += _norm_tensors(m, 2 * L)
+    elif L:
         out += [("attention", False, L, aq, aq * h),            # q: [a/tp·d, h]
                 ("attention", False, 2 * L, kvq, kvq * h),      # k, v: [kv/tp·d, h]
                 ("attention", False, L, h, h * aq)]             # o: [h, a/tp·d]
@@ -199,9 +200,40 @@ def layout_tensors(m: Model, layout: StageLayout, tp: int, ep: int, etp: int) ->
             out.append(("embedding", False, 1, m.seq_len, m.seq_len * h))
     if layout.head:
         out += _norm_tensors(m, 1)
+        out += _mtp_tensors(m, tp, ep, etp)
         # the output head is the embedding itself only when one rank holds both and they are tied
         if not (m.tied_embeddings and layout.embedding):
             out.append(("output", False, 1, vrows, vrows * h))
+    return out
+
+
+def _mla_tensors(m: Model, L: int, t: int) -> list[tuple]:
+    """Multi-head latent attention of ``L`` layers on one TP rank (:func:`parc.model.params.mla_params`),
+    as Megatron-LM's ``MLASelfAttention`` splits it: the down-projections and their norms replicated,
+    the up-projections column-parallel over the heads, the output row-parallel."""
+    h, a = m.hidden, _cdiv(m.heads, t)
+    dq, rq, rkv = m.qk_nope_head_dim + m.qk_rope_head_dim, m.q_lora_rank, m.kv_lora_rank
+    if rq:
+        q = [("attention", False, L, rq, rq * h), ("norms", False, L, rq, rq),
+             ("attention", False, L, a * dq, a * dq * rq)]
+    else:
+        q = [("attention", False, L, a * dq, a * dq * h)]
+    kv_up = a * (m.qk_nope_head_dim + m.v_head_dim)
+    return q + [("attention", False, L, rkv + m.qk_rope_head_dim, (rkv + m.qk_rope_head_dim) * h),
+                ("norms", False, L, rkv, rkv), ("attention", False, L, kv_up, kv_up * rkv),
+                ("attention", False, L, h, h * a * m.v_head_dim)]
+
+
+def _mtp_tensors(m: Model, tp: int, ep: int, etp: int) -> list[tuple]:
+    """The multi-token-prediction modules on the last pipeline stage, as Megatron-LM places them
+    (:func:`parc.model.params.mtp_params`): per module one transformer layer, the 2h → h projection
+    (column-parallel) and three norms; the embedding and head are the main model's."""
+    out: list[tuple] = []
+    for k in range(m.mtp_layers):
+        moe = is_moe_layer(m, m.layers + k)
+        out += layout_tensors(m, StageLayout(-1, [], 1, int(moe), False, False), tp, ep, etp)
+        w = _cdiv(m.hidden, tp)
+        out += [("mtp", False, 1, w, w * 2 * m.hidden)] + _norm_tensors(m, 3)
     return out
 
 
@@ -255,7 +287,7 @@ def stage_parts(m: Model, layout: StageLayout, dp: int, cp: int, tp: int, ep: in
     """Parameters by part on one GPU of stage ``layout``: shard ``k_dense`` of the dense tensors and
     ``k_exp`` of the expert ones under ZeRO-3 (``zero3``), else everything it holds."""
     n_dense, n_exp = shard_groups(dp, cp, tp, ep, etp) if zero3 else (1, 1)
-    parts = dict.fromkeys(PARTS, 0)
+    parts = dict.fromkeys(PARTS + (("mtp",) if m.mtp_layers else ()), 0)
     for part, expert, count, dim0, numel in layout_tensors(m, layout, tp, ep, etp):
         n, k = (n_exp, k_exp) if expert else (n_dense, k_dense)
         parts[part] += count * _chunk_numel(dim0, numel, n, k)

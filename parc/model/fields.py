@@ -4,7 +4,7 @@ This table drives unknown-key errors (with did-you-mean), unit checks and range 
 Kinds: ``int`` (a count; ``8k`` and ``70B`` allowed), ``frac`` (a plain decimal), ``bytes``,
 ``bandwidth``, ``flops``, ``bool``, ``str``, ``enum`` (one of ``choices``), ``preset``,
 ``link`` (``nvlink(450GB/s)``), ``int_or_auto``, ``split`` (``even``, ``balanced`` or a list
-of integers), ``strlist`` (a list of strings), ``any``.
+of integers), ``strlist`` (a list of strings), ``enumlist`` (a list of ``choices``), ``any``.
 """
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ DTYPES = ("bf16", "fp16", "fp32", "fp8")
 PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v", "dualpipe")
 MESH_AXES = ("pp", "dp", "cp", "tp")          # rank order, outermost first
 MOE_AXES = ("ep", "etp")                      # carved out of dp·cp·tp
+# Megatron-LM's --recompute-modules (megatron/core/transformer/transformer_config.py)
+RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe", "moe_act", "shared_experts", "mla_up_proj")
 LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce")
 
 BLOCKS: dict[str, dict[str, F]] = {
@@ -41,6 +43,15 @@ BLOCKS: dict[str, dict[str, F]] = {
         "bias": F("bool"),
         "experts": F("int", 0, 10**6), "top_k": F("int", 1, 10**6), "moe_ffn_hidden": F("int", 1, 10**8),
         "shared_experts": F("int", 0, 10**6), "moe_every": F("int", 1, 10**5),
+        "first_k_dense": F("int", 0, 10**5, doc="the first k layers keep a dense MLP of ffn_hidden "
+                                                "(first_k_dense_replace in a DeepSeek config)"),
+        "q_lora_rank": F("int", 1, 10**7, doc="MLA: the query's latent width (q_lora_rank)"),
+        "kv_lora_rank": F("int", 1, 10**7, doc="MLA: the latent key/value width; set, the model uses "
+                                                "multi-head latent attention (kv_lora_rank)"),
+        "qk_rope_head_dim": F("int", 1, 10**6, doc="MLA: the rotary part of each query/key head"),
+        "qk_nope_head_dim": F("int", 1, 10**6, doc="MLA: the non-rotary part of each query/key head"),
+        "v_head_dim": F("int", 1, 10**6, doc="MLA: the width of each value head"),
+        "mtp_layers": F("int", 0, 100, doc="multi-token-prediction modules (num_nextn_predict_layers)"),
         "rope_theta": F("int", 1, 10**12, doc="the RoPE base frequency (rope_theta in a Hugging Face config)"),
         "max_positions": F("int", 1, 10**9, doc="the longest sequence the model supports "
                                                  "(max_position_embeddings in a Hugging Face config)"),
@@ -49,6 +60,11 @@ BLOCKS: dict[str, dict[str, F]] = {
         "nodes": F("int", 1, 2**17), "gpus_per_node": F("int", 1, 2**10),
         "gpu": F("preset", doc="a GPU preset or a `gpu { ... }` block"),
         "intra_node": F("link"), "inter_node": F("link"),
+        "cuda_context": F("bytes", 0, doc="memory the CUDA context, loaded kernels and library workspaces "
+                                          "take on every GPU"),
+        "nccl_buffers": F("bytes", 0, doc="memory each NCCL communicator a GPU joins takes"),
+        "fragmentation": F("frac", 0.0, 1.0, doc="allocator fragmentation, a fraction of the activations",
+                           hint="a fraction: 0.05 means 5% of the activations"),
         "socket_ifname": F("str", doc="the network interface(s) NCCL and Gloo use between nodes "
                                       "(NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), like \"eth0\" or \"^lo,docker\""),
     },
@@ -76,6 +92,10 @@ BLOCKS: dict[str, dict[str, F]] = {
         "precision": F("enum", choices=DTYPES),
         "main_grads": F("enum", choices=("fp32", "bf16")),
         "optimizer_state": F("enum", choices=("fp32", "bf16")),
+        "recompute_modules": F("enumlist", choices=RECOMPUTE_MODULES,
+                               doc="what `recompute = selective` recomputes (Megatron-LM --recompute-modules)"),
+        "offload_layers": F("int", 0, 10**5, doc="layers per pipeline stage whose activations go to host "
+                                                "memory (Megatron-LM --cpu-offloading-num-layers)"),
     },
     "serve": {
         "max_model_len": F("int", 1, 10**9), "gpu_memory_utilization": F(
@@ -123,6 +143,8 @@ ALIASES = {
     "zero_stage": "zero", "recompute_granularity": "recompute", "activation_checkpointing": "recompute",
     "num_nodes": "nodes", "nnodes": "nodes", "nproc_per_node": "gpus_per_node",
     "max_seq_len_to_capture": "max_model_len",
+    "first_k_dense_replace": "first_k_dense", "num_nextn_predict_layers": "mtp_layers",
+    "mtp_num_layers": "mtp_layers", "cpu_offloading_num_layers": "offload_layers",
 }
 
 UNITS = {
@@ -147,7 +169,8 @@ KIND_WORDS = {
     "str": "a string in double quotes", "enum": "one of the names listed",
     "preset": "a preset name", "link": "a link like nvlink(450GB/s)",
     "int_or_auto": "a whole number or `auto`", "split": "`even`, `balanced` or a list of layer counts",
-    "strlist": "a list of strings", "any": "a value", "version": "a release in double quotes",
+    "strlist": "a list of strings", "enumlist": "a list of the names listed", "any": "a value",
+    "version": "a release in double quotes",
 }
 
 

@@ -10,13 +10,47 @@ from parc.model.plan import Model
 def attention_params(m: Model) -> int:
     """Q, K, V and output projections of one layer: h·d·(2a + 2·kv) (+ biases).
 
-    GQA shrinks K and V to ``kv_heads`` heads (Ainslie et al. 2023).
+    GQA shrinks K and V to ``kv_heads`` heads (Ainslie et al. 2023); multi-head latent attention
+    is :func:`mla_params`. FLOPs count these matmuls (:mod:`parc.cost.flops`).
     """
+    if m.is_mla:
+        return mla_params(m)
     d = m.head_dim or m.hidden // m.heads
     p = m.hidden * d * (2 * m.heads + 2 * m.kv_heads)
     if m.bias:
         p += d * (m.heads + 2 * m.kv_heads) + m.hidden
     return p
+
+
+def mla_params(m: Model) -> int:
+    """Multi-head latent attention of one layer (DeepSeek-V2, arXiv:2405.04434 §2.1; the
+    Hugging Face ``modeling_deepseek.py`` tensors), with h hidden, a heads, r_q = q_lora_rank,
+    r_kv = kv_lora_rank, d_r = qk_rope_head_dim, d_n = qk_nope_head_dim, d_v = v_head_dim:
+
+    * queries: down h·r_q, its RMSNorm r_q, up r_q·a·(d_n + d_r); without q_lora_rank one
+      projection h·a·(d_n + d_r) (DeepSeek-V2-Lite);
+    * keys and values: down h·(r_kv + d_r) (the latent and the shared rotary key), its RMSNorm
+      r_kv, up r_kv·a·(d_n + d_v) (the no-rotary keys and the values);
+    * output a·d_v·h.
+
+    DeepSeek-V3 (h 7168, a 128, r_q 1536, r_kv 512, d_r 64, d_n 128, d_v 128): 11,010,048 +
+    1,536 + 37,748,736 + 4,128,768 + 512 + 16,777,216 + 117,440,512 = 187,107,328 per layer.
+    """
+    h, a = m.hidden, m.heads
+    dq = m.qk_nope_head_dim + m.qk_rope_head_dim
+    q = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * dq) if m.q_lora_rank else h * a * dq
+    kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank \
+        + m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+    return q + kv + a * m.v_head_dim * h
+
+
+def attention_core_dim(m: Model) -> float:
+    """The mean of the query/key and the value head widths, so that attention's QKᵀ and AV
+    cost 2·2·s·a·this FLOPs per token each pass: the head dim, or for MLA (d_n + d_r + d_v)/2
+    (QKᵀ over d_n + d_r, AV over d_v)."""
+    if m.is_mla:
+        return (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2
+    return m.head_dim or m.hidden // m.heads
 
 
 def mlp_params(m: Model, width: int) -> int:
@@ -61,17 +95,40 @@ def output_params(m: Model) -> int:
 
 
 def is_moe_layer(m: Model, i: int) -> bool:
-    """Layer ``i`` (0-based) is MoE when the model has experts and (i+1) % moe_every == 0."""
-    return m.experts > 0 and (i + 1) % m.moe_every == 0
+    """Layer ``i`` (0-based) is MoE when the model has experts, it is not one of the first
+    ``first_k_dense`` (DeepSeek's ``first_k_dense_replace``) and (i+1) % moe_every == 0. Counts,
+    stage layouts, FLOPs and memory all go through this (:func:`moe_layers_between`)."""
+    return m.experts > 0 and i >= m.first_k_dense and (i + 1) % m.moe_every == 0
 
 
-def param_count(m: Model) -> int:
+def moe_layers_between(m: Model, a: int, b: int) -> int:
+    """How many of layers a..b-1 are MoE (:func:`is_moe_layer`), in closed form."""
+    if m.experts <= 0:
+        return 0
+    a = max(a, m.first_k_dense)
+    e = m.moe_every
+    return max(0, b // e - a // e) if b > a else 0
+
+
+def mtp_params(m: Model) -> int:
+    """One multi-token-prediction module (DeepSeek-V3, arXiv:2412.19437 §2.2; Megatron-LM
+    ``multi_token_prediction.py``): a transformer layer (MoE when :func:`is_moe_layer` says so for
+    its index after the main layers), the projection of the two normalised inputs 2h → h, and
+    three RMSNorms (the embedding's, the hidden state's and the final one); the embedding and
+    output head are shared with the main model and not counted again."""
+    extra = 2 * m.hidden * m.hidden + 3 * norm_params(m)
+    return sum(layer_params(m, is_moe_layer(m, m.layers + k)) + extra for k in range(m.mtp_layers))
+
+
+def param_count(m: Model, mtp: bool = True) -> int:
     """Total parameters. For GPT-3-style models this is Narayanan et al. 2021 (arXiv:2104.04473)
-    eq. P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)) plus the final norm."""
-    moe_layers = m.layers // m.moe_every if m.experts else 0
+    eq. P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)) plus the final norm. DeepSeek-V3 comes out
+    at 671B without its MTP module and 685B with it (the report and its model card).
+    ``mtp = False`` leaves the multi-token-prediction modules out."""
+    moe_layers = moe_layers_between(m, 0, m.layers)
     dense_layers = m.layers - moe_layers
     return (dense_layers * layer_params(m) + moe_layers * layer_params(m, moe=True)
-            + embedding_params(m) + output_params(m))
+            + embedding_params(m) + output_params(m) + (mtp_params(m) if mtp else 0))
 
 
 def balanced_split(m: Model, stages: int) -> list[int] | None:

@@ -38,6 +38,14 @@ class Model:
     moe_ffn_hidden: int = 0
     shared_experts: int = 0
     moe_every: int = 1
+    first_k_dense: int = 0                # the first k layers keep a dense MLP (DeepSeek first_k_dense_replace)
+    # multi-head latent attention (DeepSeek-V2/V3), named as the Hugging Face config: MLA when kv_lora_rank > 0
+    q_lora_rank: int = 0                  # 0: queries come from one h × heads·(nope + rope) projection
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    mtp_layers: int = 0                   # multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers)
     rope_theta: int = 10000               # RoPE base frequency (Megatron-LM --rotary-base)
     max_positions: Optional[int] = None   # the longest sequence the model was built for, when known
     preset: Optional[str] = None
@@ -47,9 +55,16 @@ class Model:
         return self.experts > 0
 
     @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank > 0
+
+    @property
     def moe_layers(self) -> int:
-        """Layers whose MLP is a mixture of experts (every ``moe_every``-th layer)."""
-        return self.layers // self.moe_every if self.is_moe else 0
+        """Layers whose MLP is a mixture of experts (:func:`parc.model.params.is_moe_layer`)."""
+        from parc.model.params import moe_layers_between
+
+        return moe_layers_between(self, 0, self.layers)
 
 
 @dataclass(slots=True)
@@ -77,6 +92,10 @@ class Cluster:
     intra_node: Optional[Link] = None
     inter_node: Optional[Link] = None
     socket_ifname: Optional[str] = None   # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
+    # framework overheads a run pays on every GPU; None takes parc/model/data/overheads.toml
+    cuda_context: Optional[int] = None    # bytes: CUDA context, loaded kernels, library workspaces
+    nccl_buffers: Optional[int] = None    # bytes per NCCL communicator the rank joins
+    fragmentation: Optional[float] = None  # allocator fragmentation, a fraction of the activations
 
     @property
     def world(self) -> int:
@@ -136,6 +155,8 @@ class Train:
     precision: str = "bf16"
     main_grads: str = "fp32"
     optimizer_state: str = "fp32"
+    recompute_modules: list[str] = field(default_factory=list)   # Megatron-LM --recompute-modules
+    offload_layers: int = 0               # layers whose activations go to host memory (--cpu-offloading-num-layers)
 
 
 @dataclass(slots=True)

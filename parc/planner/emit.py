@@ -47,6 +47,8 @@ def _label(s: str) -> str:
 
 
 def _val(v) -> str:
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_val(x) for x in v) + "]"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float) and v.is_integer():
@@ -94,7 +96,9 @@ def model_block(m: Model) -> list[str]:
 
 
 _MODEL_DEFAULTS = {"dtype": "bf16", "tied_embeddings": False, "mlp": "swiglu", "norm": "rmsnorm",
-                   "position": "rope", "bias": False, "experts": 0, "shared_experts": 0, "moe_every": 1}
+                   "position": "rope", "bias": False, "experts": 0, "shared_experts": 0, "moe_every": 1,
+                   **dict.fromkeys(("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+                                    "qk_nope_head_dim", "v_head_dim", "mtp_layers"), 0)}
 
 
 def _gpu_preset(g: GPU) -> bool:
@@ -126,6 +130,11 @@ def cluster_block(pr: Problem) -> list[str]:
         ln = getattr(cl, k)
         if ln is not None:
             lines.append(f"  {k} = {ln.kind}({quantity(ln.bandwidth, _BW, 'B/s')})")
+    for k in ("cuda_context", "nccl_buffers"):     # the framework overheads the cluster overrides
+        if getattr(cl, k, None) is not None:
+            lines.append(f"  {k} = {quantity(getattr(cl, k), _BYTES, 'B')}")
+    if getattr(cl, "fragmentation", None) is not None:
+        lines.append(f"  fragmentation = {cl.fragmentation:g}")
     lines.append("}")
     return lines
 

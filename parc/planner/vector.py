@@ -50,7 +50,7 @@ class _Shapes:
     def __init__(self, pr: Problem):
         self.pr = pr
         self.layouts: dict[tuple, list] = {}
-        self.params: dict[tuple, tuple[int, int, int, int]] = {}
+        self.params: dict[tuple, tuple[int, ...]] = {}
 
     def classes(self, pp: int, v: int, pipeline: str, split: int) -> list:
         """The distinct stages of a layout, first stage of each kind, by stage index: pipeline rank
@@ -70,9 +70,9 @@ class _Shapes:
             self.layouts[key] = got
         return got
 
-    def stage_params(self, mesh: tuple, st) -> tuple[int, int, int, int]:
+    def stage_params(self, mesh: tuple, st) -> tuple[int, ...]:
         """(dense, expert) parameters of one GPU of stage ``st`` before ZeRO-3, and after it (the
-        first, largest torch.chunk shard)."""
+        first, largest torch.chunk shard), then the linear parameters FP8 copies (before and after)."""
         pp, dp, cp, tp, ep, etp = mesh
         key = (dp, cp, tp, ep, etp, st.layers, st.moe_layers, st.embedding, st.head)
         got = self.params.get(key)
@@ -80,7 +80,7 @@ class _Shapes:
             full = cm.stage_parts(self.pr.model, st, dp, cp, tp, ep, etp)
             z3 = cm.stage_parts(self.pr.model, st, dp, cp, tp, ep, etp, zero3=True)
             got = (sum(full.values()) - full["experts"], full["experts"],
-                   sum(z3.values()) - z3["experts"], z3["experts"])
+                   sum(z3.values()) - z3["experts"], z3["experts"], cm.linear_params(full), cm.linear_params(z3))
             self.params[key] = got
         return got
 
@@ -114,21 +114,20 @@ def _layouts(pr: Problem, meshes):
     n_lo, K = len(lo_mesh), max((len(c) for c in lo_cls), default=0)
     ints = [np.zeros((n_lo, K), dtype=np.int64) for _ in range(3)]        # stage, layers, MoE layers
     flags = [np.zeros((n_lo, K), dtype=bool) for _ in range(3)]           # embedding, head, valid
-    c_par = np.zeros((4, n_lo, K), dtype=np.float64)    # dense, expert, dense ZeRO-3, expert ZeRO-3
+    c_par = np.zeros((6, n_lo, K), dtype=np.float64)    # dense, expert, their ZeRO-3 shards, linear (both)
     for i, cls in enumerate(lo_cls):
         for k, st in enumerate(cls):
             ints[0][i, k], ints[1][i, k], ints[2][i, k] = st.stage, st.layers, st.moe_layers
             flags[0][i, k], flags[1][i, k], flags[2][i, k] = st.embedding, st.head, True
             c_par[:, i, k] = shapes.stage_params(meshes[lo_mesh[i]], st)
-    return lo_mesh, lo_pipe, lo_v, lo_split, (*ints, *flags, c_par)
+    return lo_mesh, lo_pipe, lo_v, lo_split, (*ints, *flags, c_par[:4], c_par[4:])
 
 
 def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> TrainCosts:
     """Every training candidate of ``pr`` that fits in memory (``efficiency``: the profile's)."""
     efficiency = pr.profile.gemm_efficiency if efficiency is None else efficiency
     out = TrainCosts()
-    meshes = mesh_shapes(pr)
-    out.meshes = meshes
+    out.meshes = meshes = mesh_shapes(pr)
     if not meshes:
         return out
     per = cm.state_bytes_per_param(pr.train.precision, pr.train.main_grads, pr.train.optimizer_state,
@@ -139,7 +138,7 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> 
     lo_mesh, lo_pipe, lo_v, lo_split, tables = _layouts(pr, meshes)
     if not lo_mesh:
         return out
-    c_stage, c_layers, c_moe, c_emb, c_head, c_valid, c_par = tables
+    c_stage, c_layers, c_moe, c_emb, c_head, c_valid, c_par, c_lin = tables
     lo_mesh_a = np.asarray(lo_mesh, dtype=np.int64)
     mesh_a = np.asarray(meshes, dtype=np.int64)
     lo_dp = mesh_a[lo_mesh_a, 1]
@@ -191,7 +190,7 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> 
 
     # 5. the full model, in chunks (a progress callback sees each one)
     ctx = _Context(pr=pr, per=per, cap=cap, zeros=zeros, state=state, c_stage=c_stage, c_layers=c_layers,
-                   c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par,
+                   c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par, c_lin=c_lin,
                    bw=_axis_bandwidths(pr, meshes), efficiency=efficiency)
     rows = dict(lo=lo, zero=zero, mb=mb, m=nmb, gb=gb, recompute=rc, sp=sp, mesh=mi, pp=pp, dp=dp, cp=cp,
                 tp=tp, ep=ep, etp=etp, pipeline=pipe, v=v, split=split)
@@ -220,6 +219,7 @@ class _Context:
     c_head: np.ndarray
     c_valid: np.ndarray
     c_par: np.ndarray
+    c_lin: np.ndarray
     bw: dict
     efficiency: float
 
@@ -237,12 +237,23 @@ def _memory(ctx: _Context, r: dict):
     inflight = schedules.inflight_array(r["pipeline"][:, None], r["pp"][:, None], r["m"][:, None], r["v"][:, None],
                                         ctx.c_stage[lo])
     layers, moe = ctx.c_layers[lo], ctx.c_moe[lo]
+    tr = ctx.pr.train
     act = cm.stage_activation_bytes(layers - moe, moe, act_d[:, None], act_m[:, None], inflight, ctx.c_emb[lo],
                                     ctx.c_head[lo], (m.seq_len / r["cp"])[:, None], r["mb"][:, None], m,
-                                    tp[:, None])
-    total = w + g + o + act
-    most = np.argmax(np.where(ctx.c_valid[lo], total, -np.inf), axis=1)
-    return most, total[np.arange(n), most]
+                                    tp[:, None], tr.offload_layers)
+    comms = cm.nccl_communicators(r["pp"], r["dp"], r["cp"], tp, r["ep"], r["etp"], m.is_moe)
+    ctx_b, nccl, frag = cm.overhead_bytes(ctx.pr.cluster, comms[:, None], act)
+    total = w                           # w, g and o are this call's own arrays: summed in place
+    total += g
+    total += o
+    total += act
+    if tr.precision == "fp8":
+        total += cm.fp8_weight_cache_bytes(np.where((zero >= 3)[:, None], ctx.c_lin[1][lo], ctx.c_lin[0][lo]))
+    most = np.argmax(np.where(ctx.c_valid[lo], total + frag, -np.inf), axis=1)
+    # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most
+    # loaded one, in the order Memory.total adds them
+    rows = np.arange(n)
+    return most, total[rows, most] + ((ctx_b + nccl[:, 0]) + frag[rows, most])
 
 
 _FACTORS = np.array([cm.recompute_factors(name) for name in RECOMPUTE])   # (matmul, attention) per code
@@ -356,7 +367,8 @@ def _layer_activations(pr: Problem, mb, tp, cp, etp, rc, sp):
         r = RECOMPUTE[int(rc[sel][0])]
         s_on = bool(spe[sel][0])
         kw = dict(t=tp[sel], sp=s_on, recompute=r, cp=cp[sel], ffn=m.ffn_hidden, mlp=m.mlp,
-                  kv_heads=m.kv_heads, head_dim=cm.head_dim(m), flash=True)
+                  kv_heads=m.kv_heads, head_dim=cm.head_dim(m), flash=True,
+                  **cm.model_activation_options(m, pr.train))
         act_d[sel] = cm.activation_bytes_per_layer(m.seq_len, mb[sel], m.hidden, m.heads, **kw)
         if m.is_moe:
             e = int(etp[sel][0])

@@ -112,6 +112,30 @@ def _state_rows(plan, est, st) -> list[list]:
                  f"{count(est.kv_capacity_tokens, 'token', sep=True)} × {est.kv_bytes_per_token:,} B/token"]]
     sb, t = est.state_bytes, plan.train
     sp = ", SP" if t.sequence_parallel and plan.mesh.tp > 1 else ""
+    return _training_rows(plan, est, st, sb, t, sp) + _overhead_rows(plan, st)
+
+
+def _overhead_rows(plan, st) -> list[list]:
+    """FP8 weight copies and the framework overheads (parc/model/data/overheads.toml)."""
+    from parc.cost.estimate import nccl_communicators
+
+    mem, mesh = st.memory, plan.mesh
+    rows = [["fp8 weights", nbytes(mem.fp8_weights), "FP8 copies of the linear weights and their transposes"]] \
+        if mem.fp8_weights else []
+    comms = int(nccl_communicators(mesh.pp, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp, plan.model.is_moe))
+    frag = mem.fragmentation / mem.activations if mem.activations else 0.0
+    return rows + [
+        ["cuda context", nbytes(mem.cuda_context), "context, kernels and library workspaces"],
+        ["nccl buffers", nbytes(mem.nccl_buffers), f"{count(comms, 'communicator')} × {nbytes(mem.nccl_buffers / comms)}"],
+        ["fragmentation", nbytes(mem.fragmentation), f"{percent(frag)} of the activations"],
+    ]
+
+
+def _training_rows(plan, est, st, sb, t, sp) -> list[list]:
+    mem = st.memory
+    off = f", {t.offload_layers} offloaded" if t.offload_layers else ""
+    rc = t.recompute + (f" ({', '.join(t.recompute_modules)})" if t.recompute == "selective" and t.recompute_modules
+                        else "")
     return [
         ["grads", nbytes(mem.grads),
          f"{t.main_grads} main grads, {sb.grads:g} B/param" + (" / dp (zero ≥ 2)" if t.zero >= 2 else "")],
@@ -119,7 +143,7 @@ def _state_rows(plan, est, st) -> list[list]:
          f"{t.optimizer}, {sb.optimizer:g} B/param" + (" / dp (zero ≥ 1)" if t.zero >= 1 else "")],
         ["activations", nbytes(mem.activations),
          f"{nbytes(est.activation_bytes_per_layer)}/layer × {count(st.layers, 'layer')} × "
-         f"{st.inflight:g} {plural(st.inflight, 'microbatch')} in flight ({t.recompute} recompute{sp})"],
+         f"{st.inflight:g} {plural(st.inflight, 'microbatch')} in flight ({rc} recompute{sp}{off})"],
     ]
 
 
@@ -172,6 +196,8 @@ def _weights_note(plan) -> str:
 
     dt = plan.train.precision if plan.mode == "train" else plan.model.dtype
     z3 = " / dp (zero 3)" if plan.mode == "train" and plan.train.zero >= 3 else ""
+    if dt == "fp8":
+        return f"bf16, 2 B/param{z3} (FP8 GEMMs on copies)"
     return f"{dt}, {dtype_bytes(dt)} B/param{z3}"
 
 

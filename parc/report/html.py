@@ -163,8 +163,7 @@ def _memory(plan, est, errors=()) -> str:
     fixes = "".join(f'<p class="fix">Does not fit ({_e(d.code)}): {_e(d.help)}</p>'
                     for d in errors if d.code in MEMORY_CODES and d.help)
     stages = est.get("stages") or []
-    cols = ["weights", "grads", "optimizer", "activations", "kv_cache"]
-    cols = [c for c in cols if any((s["memory"].get(c) or 0) > 0 for s in stages)] or ["weights"]
+    cols = [c for c in svg.MEMORY_PARTS if any((s["memory"].get(c) or 0) > 0 for s in stages)] or ["weights"]
     rows = [[s["stage"], s.get("layers"), _count(s.get("params"))] + [_bytes(s["memory"].get(c)) for c in cols]
             + [_bytes(s["memory"]["total"]), _pct(s["memory"]["total"] / (s["memory"]["capacity"] or 1))]
             for s in stages]

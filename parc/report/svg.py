@@ -25,7 +25,11 @@ AXIS_COLORS = {"pp": "#e15759", "dp": "#4e79a7", "cp": "#59a14f", "tp": "#f28e2b
                "etp": "#9c755f"}
 KIND_COLORS = {"F": "#4e79a7", "B": "#59a14f", "W": "#f28e2b"}
 PART_COLORS = {"weights": "#4e79a7", "grads": "#f28e2b", "optimizer": "#e15759", "activations": "#59a14f",
-               "kv_cache": "#b07aa1"}
+               "kv_cache": "#b07aa1", "fp8_weights": "#76b7b2", "cuda_context": "#9c755f", "nccl_buffers": "#bab0ac",
+               "fragmentation": "#edc948"}
+# the memory parts in the order they stack (Memory.to_json's keys)
+MEMORY_PARTS = ("weights", "grads", "optimizer", "activations", "kv_cache", "fp8_weights", "cuda_context",
+                "nccl_buffers", "fragmentation")
 FONT = "font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"
 
 _BASE_CSS = (f"text {{ {FONT}; fill: #222; font-size: 11px; }} .muted {{ fill: #666; }} "
@@ -419,8 +423,7 @@ def memory(plan, estimate=None) -> str:
         estimate = _estimate(plan)
     est = _as_dict(estimate)
     stages = est.get("stages") or [{"stage": 0, "memory": est["memory_per_gpu"], "layers": plan.model.layers}]
-    parts = ["weights", "grads", "optimizer", "activations", "kv_cache"]
-    parts = [p for p in parts if any((s["memory"].get(p) or 0) > 0 for s in stages)]
+    parts = [p for p in MEMORY_PARTS if any((s["memory"].get(p) or 0) > 0 for s in stages)]
     cap = max(s["memory"]["capacity"] for s in stages)
     top_val = max(cap, max(s["memory"]["total"] for s in stages)) * 1.08
     n = len(stages)

@@ -89,6 +89,13 @@ def build_model(r: Evaluator, top: Span) -> Model:
     if vals.get("head_dim") is None and h % a == 0:
         vals["head_dim"] = h // a
         r.spans["model.head_dim"] = r.spans.get("model.hidden", head)
+    if vals.get("kv_lora_rank"):
+        need = [k for k in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim") if not vals.get(k)]
+        if need:
+            r.err("P018", "multi-head latent attention (`kv_lora_rank`) needs " + ", ".join(f"`{k}`" for k in need),
+                  r.spans.get("model.kv_lora_rank", head),
+                  help="DeepSeek-V3 has qk_rope_head_dim = 64, qk_nope_head_dim = 128, v_head_dim = 128")
+            raise _Incomplete()
     experts = vals.get("experts") or 0
     if experts:
         if vals.get("top_k") is None:
@@ -106,13 +113,19 @@ def build_model(r: Evaluator, top: Span) -> Model:
         bias=bool(vals.get("bias")), experts=experts, top_k=vals.get("top_k") or 0,
         moe_ffn_hidden=vals.get("moe_ffn_hidden") or 0, shared_experts=vals.get("shared_experts") or 0,
         moe_every=vals.get("moe_every") or 1, rope_theta=vals.get("rope_theta") or 10000,
-        max_positions=vals.get("max_positions"), preset=r.values.get("model.from"))
+        max_positions=vals.get("max_positions"), preset=r.values.get("model.from"),
+        **{k: vals.get(k) or 0 for k in _MODEL_COUNTS})
     if vals.get("seq_len") is None:
         r.spans["model.seq_len"] = head
     m.params = vals["params"] if vals.get("params") is not None else param_count(m)
     if vals.get("params") is None:
         r.spans["model.params"] = from_span
     return m
+
+
+# Model keys that default to 0 (absent): the first dense layers, MLA widths, MTP modules.
+_MODEL_COUNTS = ("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+                 "v_head_dim", "mtp_layers")
 
 
 def build_gpu(r: Evaluator, top: Span) -> GPU:
@@ -187,6 +200,7 @@ def build_cluster(r: Evaluator, top: Span) -> Cluster:
     intra = _get(r, "cluster", "intra_node")
     inter = _get(r, "cluster", "inter_node")
     ifname = _get(r, "cluster", "socket_ifname")
+    overheads = {k: _get(r, "cluster", k) for k in ("cuda_context", "nccl_buffers", "fragmentation")}
     try:
         gpu = build_gpu(r, top)
     except _Incomplete:
@@ -194,7 +208,7 @@ def build_cluster(r: Evaluator, top: Span) -> Cluster:
     if gpn is None:
         r.err("P018", "the cluster needs `gpus_per_node`", head, help="for example `gpus_per_node = 8`")
         raise _Incomplete()
-    if _FAILED in (nodes, gpn, intra, inter, ifname) or gpu is None:
+    if _FAILED in (nodes, gpn, intra, inter, ifname, *overheads.values()) or gpu is None:
         raise _Incomplete()
     r.spans.setdefault("cluster.nodes", head)
 
@@ -221,7 +235,7 @@ def build_cluster(r: Evaluator, top: Span) -> Cluster:
         r.err("P017", f"a cluster of {nodes * gpn:,} GPUs is larger than parc plans for ({MAX_WORLD:,})",
               r.spans.get("cluster.nodes", head))
         raise _Incomplete()
-    return Cluster(label, nodes, gpn, gpu, intra_l, inter_l, ifname)
+    return Cluster(label, nodes, gpn, gpu, intra_l, inter_l, ifname, **overheads)
 
 
 def build_mesh(r: Evaluator, cluster: Cluster | None, top: Span) -> Mesh:

@@ -201,7 +201,16 @@ def _version(node, f: SC.F, key: str):
     return node.value
 
 
-_SIMPLE = {"enum": _enum, "preset": _enum, "bool": _bool, "str": _str, "strlist": _strlist, "version": _version,
+def _enumlist(node, f: SC.F, key: str):
+    """A list of names from ``f.choices`` (quoted or bare); each unknown one is an error with a
+    did-you-mean, as for an enum key."""
+    items = node.items if isinstance(node, S.List) else [node]
+    return [_enum(i if not isinstance(i, S.String) else S.Ref([i.value], i.span), SC.F("enum", choices=f.choices),
+                  key) for i in items]
+
+
+_SIMPLE = {"enum": _enum, "preset": _enum, "bool": _bool, "str": _str, "strlist": _strlist, "enumlist": _enumlist,
+           "version": _version,
            "any": lambda node, f, key: literal(node, key)}
 
 

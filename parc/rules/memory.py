@@ -12,8 +12,10 @@ from parc.model.dims import auto_degree
 from parc.rules.util import dims, divisors, gb, join
 from parc.words import count
 
-# Warn when less than this share of GPU memory stays free in training: of 454 published 4D runs
-# (Fujii et al. 2024, arXiv:2411.06465), none whose estimate stayed under 80% of capacity ran out.
+# The headroom rule: of 454 published 4D runs (Fujii et al. 2024, arXiv:2411.06465), none whose
+# estimate stayed under 80% of capacity ran out of memory. Above capacity P401 is an error; between
+# 80% and 100% P405 warns, once, with the change that brings the plan back under 80%. The estimate
+# includes the CUDA context, NCCL buffers and fragmentation (parc/model/data/overheads.toml).
 HEADROOM = 0.20
 
 
@@ -131,8 +133,10 @@ def _scale_out(plan, limit: float) -> tuple[int, float] | None:
 
 
 def _breakdown(mem) -> str:
+    fp8 = f" + fp8 weights {gb(mem.fp8_weights)}" if mem.fp8_weights else ""
+    over = (f" + CUDA context, NCCL buffers and fragmentation {gb(mem.overheads)}" if mem.overheads else "")
     return (f"weights {gb(mem.weights)} + grads {gb(mem.grads)} + optimizer {gb(mem.optimizer)} + "
-            f"activations {gb(mem.activations)} = {gb(mem.total)}")
+            f"activations {gb(mem.activations)}{fp8}{over} = {gb(mem.total)}")
 
 
 def _where(plan, e) -> str:
@@ -197,8 +201,8 @@ def memory_headroom(plan, c):
     fixes = training_fixes(plan, (1 - HEADROOM) * cap)
     c.report(c.at("train"),
              f"training uses {gb(mem.total)} of {gb(cap)} {_where(plan, e)}, leaving {_pct(free)} free "
-             f"({_breakdown(mem)}); the CUDA context, NCCL buffers and allocator fragmentation usually "
-             f"need more",
+             f"({_breakdown(mem)}); runs estimated above {_pct(1 - HEADROOM)} of memory have run out, "
+             f"none below",
              help=(_fix_help(fixes) + f", under {_pct(1 - HEADROOM)} of memory") if fixes else
              "lower micro_batch, or add GPUs")
 

@@ -44,7 +44,7 @@ def check_plan(plan: Plan) -> None:
     Python can still get here): the invariants of :class:`ParallelDims` that it cannot run
     without (it splits KV heads and does not replicate them), then the schedule."""
     d, s = ParallelDims.from_plan(plan), plan.schedule
-    problems = []
+    problems = unbuilt_features(plan.model)
     # judged as training whatever the mode: serving splits sequences over cp and feeds
     # microbatches through the stages just the same
     for f in d.violations(plan.model, "train", replicate_kv=False):
@@ -64,6 +64,20 @@ def check_plan(plan: Plan) -> None:
             problems.append(why)
     if problems:
         raise RunError("the runtime cannot run this plan: " + "; ".join(problems))
+
+
+def unbuilt_features(m) -> list[str]:
+    """Model features parc costs but the runtime does not build: running without them would train
+    another model than the plan describes."""
+    out = []
+    if m.first_k_dense:
+        out.append(f"first_k_dense = {m.first_k_dense} (dense first layers before the MoE ones) is not built "
+                   "by the runtime; every layer follows moe_every")
+    if m.is_mla:
+        out.append("multi-head latent attention (kv_lora_rank) is not built by the runtime")
+    if m.mtp_layers:
+        out.append(f"mtp_layers = {m.mtp_layers} (multi-token prediction) is not built by the runtime")
+    return out
 
 
 def param_bytes(modules) -> int:
