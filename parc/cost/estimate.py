@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from parc.cost.comm import (allgather_bytes, allreduce_bytes, cp_bytes_per_layer, dp_bytes,
-                            ep_bytes_per_layer, pp_bytes_per_microbatch, tp_bytes_per_layer)
+from parc.cost.comm import (ALGORITHMS, allgather_bytes, allreduce_bytes, axis_time, comm_calls,
+                            cp_bytes_per_layer, dp_bytes, dp_bytes_parts, ep_bytes_per_layer, link_latency,
+                            pp_bytes_per_microbatch, tp_bytes_per_layer)
 from parc.cost.flops import (active_matmul_params, model_flops, recompute_factors, recompute_flops,
                              stage_flops_per_microbatch)
 from parc.cost.memory import (StateBytes, activation_bytes_per_layer, kv_bytes_per_token,
@@ -22,7 +23,8 @@ from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, D
                               param_count, params_by_part, params_on_rank, shard_groups, split_layers,
                               stage_chunks, stage_layouts, stage_parts, stage_tensors, uses_v_placement,
                               _shard_groups, _stage_parts, _weight_dtype, _zero)
-from parc.cost.timing import BACKWARD_SHARE, step_time
+from parc.cost.gemm import stage_compute_time
+from parc.cost.timing import BACKWARD_SHARE, exposed_comm, step_time
 from parc.model import schedules
 
 __all__ = [  # the kernels, re-exported where callers have found them, and the estimate
@@ -37,7 +39,8 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
     "layout_tensors", "layouts_of", "mlp_params", "moe_layer_mlp_params", "norm_params", "output_params",
     "param_bytes_on_rank", "param_count", "params_by_part", "params_on_rank", "shard_groups", "split_layers",
     "stage_chunks", "stage_layouts", "stage_parts", "stage_tensors", "uses_v_placement",
-    "BACKWARD_SHARE", "step_time", "Memory", "StageEstimate",
+    "BACKWARD_SHARE", "step_time", "exposed_comm", "stage_compute_time", "axis_time", "comm_calls",
+    "dp_bytes_parts", "link_latency", "ALGORITHMS", "Memory", "StageEstimate",
     "Estimate", "estimate", "links", "axis_groups", "train_comm_bytes",
 ]
 
@@ -73,6 +76,12 @@ class StageEstimate:
     flops_per_microbatch: float  # hardware FLOPs per GPU per microbatch
     kv_bytes_per_token: int = 0
     kv_capacity_tokens: int = 0
+    gemm_time_per_microbatch: float = 0.0       # seconds of its GEMMs (:mod:`parc.cost.gemm`)
+    attention_time_per_microbatch: float = 0.0  # seconds of attention's core
+
+    @property
+    def time_per_microbatch(self) -> float:
+        return self.gemm_time_per_microbatch + self.attention_time_per_microbatch
 
 
 @dataclass(slots=True)
@@ -103,6 +112,9 @@ class Estimate:
     assumed_inter_node: bool
     efficiency: float
     state_bytes: StateBytes | None = None
+    comm_algorithm: dict = field(default_factory=dict)   # axis -> ring | tree | nvls | all_to_all | p2p
+    comm_exposed: dict = field(default_factory=dict)     # axis -> seconds compute does not hide
+    gemm_peak: float = 0.0                               # FLOP/s the GEMMs' rate is a fraction of
     kv_bytes_per_token: int = 0
     kv_capacity_tokens: int = 0
     max_concurrent_seqs: int = 0
@@ -142,6 +154,9 @@ class Estimate:
             "comm_per_step": {ax: int(self.comm_bytes.get(ax, 0)) if train else 0 for ax in AXES},
             ("comm_time" if train else "comm_time_per_token"): {ax: self.comm_time.get(ax, 0.0) for ax in AXES},
             "comm_link": {ax: self.comm_link.get(ax) for ax in AXES},
+            "comm_algorithm": {ax: self.comm_algorithm.get(ax) for ax in AXES},
+            "comm_exposed": {ax: self.comm_exposed.get(ax, 0.0) for ax in AXES},
+            "gemm_peak": self.gemm_peak,
             "links": {k: {"kind": self.link_kind.get(k), "bandwidth": self.link_bandwidth.get(k)}
                       for k in ("intra_node", "inter_node") if k in self.link_bandwidth},
             "assumed_inter_node": self.assumed_inter_node,
@@ -216,7 +231,7 @@ def estimate(plan, efficiency: float | None = None, cache: bool = True) -> Estim
     return _latest(_Same(plan), efficiency) if cache else _estimate(plan, efficiency)
 
 
-def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int) -> StageEstimate:
+def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, efficiency: float) -> StageEstimate:
     """One pipeline stage's parameters, memory, microbatches in flight and FLOPs per microbatch."""
     m, mesh, sch = plan.model, plan.mesh, plan.schedule
     parts = _stage_parts(plan, lay)
@@ -239,9 +254,12 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int) -> Sta
                                              lay.embedding, lay.head, m.seq_len / mesh.cp, sch.micro_batch, m,
                                              mesh.tp)
     rec_mult, rec_attn = recompute_factors(plan.train.recompute)
+    tokens = sch.micro_batch * m.seq_len / mesh.cp
     st.flops_per_microbatch = stage_flops_per_microbatch(
-        m, sch.micro_batch * m.seq_len / (mesh.tp * mesh.cp), dense_layers, lay.moe_layers, lay.head,
-        rec_mult, rec_attn)
+        m, tokens / mesh.tp, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn)
+    st.gemm_time_per_microbatch, st.attention_time_per_microbatch = stage_compute_time(
+        m, tokens, mesh.tp, mesh.etp, mesh.ep, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn,
+        plan.cluster.gpu, plan.train.precision, plan.profile, efficiency)
     return st
 
 
@@ -266,6 +284,8 @@ def train_comm_bytes(m, tokens_local, layers, moe_layers, *, pp, tp, cp, ep, v, 
     them MoE) over ``tokens_local`` tokens per microbatch; ``n_dp`` is the dense gradients' group
     (dp·cp). Scalars or numpy arrays for the sizes, single ``recompute`` and ``zero``."""
     steps = microbatches + (microbatches < 1) * (1 - microbatches)
+    _, gather = dp_bytes_parts(dense_params, zero, n_dp, per.grads, per.weights)
+    _, gather_e = dp_bytes_parts(expert_params_, zero, n_exp, per.grads, per.weights)
     kv_width = kv_heads_per_gpu(m.kv_heads, tp) * head_dim(m)
     ep_tokens = tokens_local / (1 + sp * (tp > 1) * (tp - 1))
     return {
@@ -276,13 +296,14 @@ def train_comm_bytes(m, tokens_local, layers, moe_layers, *, pp, tp, cp, ep, v, 
                + dp_bytes(expert_params_, zero, n_exp, per.grads, per.weights)),
         "pp": pp_bytes_per_microbatch(tokens_local, m.hidden, tp, v, wbytes) * steps * (pp > 1),
         "ep": ep_bytes_per_layer(ep_tokens, m.hidden, m.top_k or 1, ep, wbytes) * moe_layers * steps,
+        "dp_gather": gather + gather_e,   # of "dp": the parameters' all-gather
     }
 
 
 def _comm(plan, stages, most: int, train: bool, per) -> dict:
     m, mesh, sch = plan.model, plan.mesh, plan.schedule
     t, cp, wbytes = mesh.tp, mesh.cp, dtype_bytes(_weight_dtype(plan))
-    crit = stages[most] if not train else max(stages, key=lambda s_: s_.flops_per_microbatch)
+    crit = stages[most] if not train else _critical(stages)
     if not train:   # per decoded token of one sequence
         from parc.cost.serving import decode_comm_bytes
 
@@ -303,17 +324,44 @@ def axis_groups(cp: int) -> dict:
     return {"tp": "tp", "cp": "cp", "dp": ("dp", "cp") if cp > 1 else "dp", "pp": "pp", "ep": "ep"}
 
 
-def _comm_times(plan, comm: dict, rm, bw: dict) -> tuple[dict, dict]:
+def _critical(stages):
+    """The stage whose microbatch takes longest: it sets the pipeline's pace."""
+    return max(stages, key=lambda s_: (s_.time_per_microbatch, s_.flops_per_microbatch))
+
+
+def link_params(plan, bw: dict, kind: dict) -> dict:
+    """(bytes/s a collective reaches, seconds per step) of each link: the datasheet's bandwidth
+    times the profile's link efficiency, the latency of the link's kind (``links.toml``)."""
+    eff = {"intra_node": plan.profile.intra_node_efficiency, "inter_node": plan.profile.inter_node_efficiency}
+    return {ln: (bw[ln] * eff[ln], link_latency(kind[ln])) for ln in bw}
+
+
+def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict) -> tuple[dict, dict, dict]:
+    """Seconds, link and algorithm of each axis's communication (:func:`parc.cost.comm.axis_time`)."""
     mesh, cp = plan.mesh, plan.mesh.cp
     sizes = {"tp": mesh.tp, "cp": cp, "pp": mesh.pp, "ep": mesh.ep, "dp": mesh.dp * cp}
-    ctime, clink = {}, {}
+    lp = link_params(plan, bw, kind)
+    ctime, clink, algo = {}, {}, {}
     for ax, g in axis_groups(cp).items():
-        if sizes[ax] <= 1 or (ax == "ep" and not plan.model.is_moe):
-            clink[ax], ctime[ax] = None, 0.0
+        n = sizes[ax]
+        if n <= 1 or (ax == "ep" and not plan.model.is_moe):
+            clink[ax], ctime[ax], algo[ax] = None, 0.0, None
             continue
         clink[ax] = rm.link(g)
-        ctime[ax] = comm[ax] / bw.get(clink[ax], bw["intra_node"])
-    return ctime, clink
+        local = max(1, n // rm.nodes_spanned(g))
+        inter = lp.get("inter_node") if clink[ax] == "inter_node" else None
+        t, a = axis_time(ax, comm[ax], n, calls[ax], local, lp["intra_node"], inter, plan.cluster.gpu.nvls)
+        ctime[ax], algo[ax] = float(t), ALGORITHMS[int(a)]
+    return ctime, clink, algo
+
+
+def _calls(plan, stage, train: bool) -> dict:
+    """Collectives per step (training) or per decoded token (serving) on each axis."""
+    if train:
+        sch = plan.schedule
+        return comm_calls(stage.layers, stage.moe_layers, sch.microbatches or 0, sch.virtual_stages, plan.mesh.cp,
+                          plan.train.recompute)
+    return {"tp": 2 * stage.layers, "cp": 0, "ep": 2 * stage.moe_layers, "pp": 1, "dp": 0}
 
 
 def _estimate(plan, efficiency: float) -> Estimate:
@@ -334,21 +382,27 @@ def _estimate(plan, efficiency: float) -> Estimate:
     act_moe = layer_activation_bytes(plan, moe=True) if (train and m.is_moe) else act_dense
     kv_nbytes = dtype_bytes(plan.serve.kv_cache_dtype if (plan.serve and plan.serve.kv_cache_dtype != "auto")
                             else m.dtype)
-    stages = [_stage(plan, lay, train, per, (act_dense, act_moe), kv_nbytes) for lay in stage_layouts(plan)]
+    stages = [_stage(plan, lay, train, per, (act_dense, act_moe), kv_nbytes, efficiency)
+              for lay in stage_layouts(plan)]
     kv_tok, kv_cap, max_seqs = _serving_kv(plan, stages) if not train else (0, 0, 0)
     most = max(range(len(stages)), key=lambda i: (stages[i].memory.total, -i))
     comm = _comm(plan, stages, most, train, per)
-    ctime, clink = _comm_times(plan, comm, rm, bw)
+    crit = _critical(stages) if train else stages[most]
+    ctime, clink, algo = _comm_times(plan, comm, rm, bw, kind, _calls(plan, crit, train))
     tokens = sch.global_batch * m.seq_len if train else 0
     mflops = model_flops(m, tokens) if train else 0.0
     hflops = mflops + recompute_flops(m, tokens, plan.train.recompute) if train else 0.0
     bub = schedules.bubble(sch.pipeline, p, mb, v) if train else 0.0
     compute = step = mfu = tps = 0.0
+    exposed = {}
     if train and mb:
-        compute = max(st.flops_per_microbatch for st in stages) * mb / (cl.gpu.flops * efficiency)
-        exposed = ctime["tp"] + ctime["cp"] + ctime["ep"] + ctime["pp"]
-        step = step_time(compute, exposed, bub, ctime["dp"], mb)
-        mfu = mflops / (step * plan.world_size * cl.gpu.flops) if step else 0.0
+        compute = crit.time_per_microbatch * mb
+        gather = ctime["dp"] * comm["dp_gather"] / comm["dp"] if comm["dp"] else 0.0
+        exposed = exposed_comm(ctime, crit.gemm_time_per_microbatch * mb, crit.attention_time_per_microbatch * mb,
+                               ctime["dp"] - gather, gather, mb, plan.train, plan.profile.overlap)
+        exposed = {ax: float(t) for ax, t in exposed.items()}
+        step = float(step_time(compute, exposed, bub))
+        mfu = mflops / (step * plan.world_size * cl.gpu.flops) if step else 0.0   # on the BF16 peak
         tps = tokens / step if step else 0.0
     return Estimate(
         mode=plan.mode, world_size=plan.world_size,
@@ -361,5 +415,7 @@ def _estimate(plan, efficiency: float) -> Estimate:
         hardware_flops_per_step=hflops, compute_time=compute, step_time=step, mfu=mfu,
         tokens_per_second=tps, comm_bytes=comm, comm_time=ctime, comm_link=clink, link_bandwidth=bw,
         link_kind=kind, assumed_inter_node=assumed, efficiency=efficiency, state_bytes=per,
+        comm_algorithm=algo, comm_exposed=exposed,
+        gemm_peak=cl.gpu.peak(plan.train.precision) if train else cl.gpu.flops,
         kv_bytes_per_token=kv_tok, kv_capacity_tokens=kv_cap, max_concurrent_seqs=max_seqs,
         rank_map=rm.summary(), notes=notes)

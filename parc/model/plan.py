@@ -60,6 +60,13 @@ class GPU:
     hbm_bandwidth: float = 0.0
     nvlink_bandwidth: float = 0.0
     pcie_bandwidth: float = 0.0
+    fp8_flops: float = 0.0     # dense FP8 FLOP/s (0: no FP8 tensor cores; FP8 GEMMs run at ``flops``)
+    nvls: bool = False         # NVLink SHARP: all-reduce inside a node reduces in the switch
+
+    def peak(self, precision: str) -> float:
+        """Dense peak FLOP/s of the GEMMs of a plan trained in ``precision``: the FP8 peak for
+        ``fp8`` where the GPU has one, else the BF16 peak (``flops``)."""
+        return self.fp8_flops if (precision == "fp8" and self.fp8_flops > 0) else self.flops
 
 
 @dataclass(slots=True)
@@ -136,6 +143,11 @@ class Train:
     precision: str = "bf16"
     main_grads: str = "fp32"
     optimizer_state: str = "fp32"
+    # Which communication runs under compute (docs/language.md gives each framework's default):
+    overlap_grad_reduce: bool = True     # DP gradient reduce-scatter under the last backward
+    overlap_param_gather: bool = False   # DP parameter all-gather under the next forward
+    tp_comm_overlap: bool = False        # TP collectives split and pipelined with their GEMMs
+    ep_comm_overlap: bool = False        # EP all-to-all under another microbatch's compute
 
 
 @dataclass(slots=True)
@@ -158,6 +170,7 @@ class Profile:
     bubbles take a part; 0.6 for the kernels alone."""
     name: Optional[str] = None
     gemm_efficiency: float = 0.6          # fraction of peak FLOP/s the largest GEMMs sustain
+    gemm_half_size: float = 0.0           # smallest GEMM dimension at which a GEMM runs at half that
     hbm_efficiency: float = 0.6           # fraction of HBM bandwidth memory-bound kernels reach
     intra_node_efficiency: float = 1.0    # fraction of the intra-node link's bandwidth a collective reaches
     inter_node_efficiency: float = 1.0    # likewise between nodes
