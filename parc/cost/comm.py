@@ -160,11 +160,13 @@ def comm_calls(layers, moe_layers, microbatches, v, cp, recompute: str):
 def axis_time(axis: str, nbytes, n, calls, local, intra: tuple, inter: tuple | None, nvls: bool):
     """(seconds, index into :data:`ALGORITHMS`) of one axis's communication per step: tp and dp
     all-reduce (or reduce-scatter + all-gather) by the fastest of ring, tree and NVLS; ep
-    all-to-all; pp and cp point-to-point sends, over the inter-node link when the group crosses
-    nodes (``inter`` given). Scalars or arrays for the sizes."""
+    all-to-all; pp and cp point-to-point sends, over the inter-node link when the group spans
+    nodes (fewer than ``n`` of its members in a node). Scalars or arrays for the sizes."""
     if axis in ("tp", "dp"):
         times = np.stack(np.broadcast_arrays(*allreduce_times(nbytes, n, calls, local, intra, inter, nvls)))
         return times.min(axis=0), times.argmin(axis=0)
     if axis == "ep":
         return alltoall_time(nbytes, n, calls, local, intra, inter), 3
-    return p2p_time(nbytes, calls, inter or intra), 4
+    if inter is None:
+        return p2p_time(nbytes, calls, intra), 4
+    return np.where(local < n, p2p_time(nbytes, calls, inter), p2p_time(nbytes, calls, intra)), 4

@@ -23,7 +23,7 @@ from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, D
                               param_count, params_by_part, params_on_rank, shard_groups, split_layers,
                               stage_chunks, stage_layouts, stage_parts, stage_tensors, uses_v_placement,
                               _shard_groups, _stage_parts, _weight_dtype, _zero)
-from parc.cost.gemm import stage_compute_time
+from parc.cost.gemm import stage_compute_time, stage_rates
 from parc.cost.timing import BACKWARD_SHARE, exposed_comm, step_time
 from parc.model import schedules
 
@@ -39,9 +39,9 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
     "layout_tensors", "layouts_of", "mlp_params", "moe_layer_mlp_params", "norm_params", "output_params",
     "param_bytes_on_rank", "param_count", "params_by_part", "params_on_rank", "shard_groups", "split_layers",
     "stage_chunks", "stage_layouts", "stage_parts", "stage_tensors", "uses_v_placement",
-    "BACKWARD_SHARE", "step_time", "exposed_comm", "stage_compute_time", "axis_time", "comm_calls",
+    "BACKWARD_SHARE", "step_time", "exposed_comm", "stage_compute_time", "stage_rates", "axis_time", "comm_calls",
     "dp_bytes_parts", "link_latency", "ALGORITHMS", "Memory", "StageEstimate",
-    "Estimate", "estimate", "links", "axis_groups", "train_comm_bytes",
+    "Estimate", "estimate", "links", "link_params", "axis_groups", "train_comm_bytes",
 ]
 
 
@@ -257,9 +257,10 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, effici
     tokens = sch.micro_batch * m.seq_len / mesh.cp
     st.flops_per_microbatch = stage_flops_per_microbatch(
         m, tokens / mesh.tp, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn)
+    rates = stage_rates(m, tokens, mesh.tp, mesh.etp, mesh.ep, plan.cluster.gpu, plan.train.precision, plan.profile,
+                        efficiency)
     st.gemm_time_per_microbatch, st.attention_time_per_microbatch = stage_compute_time(
-        m, tokens, mesh.tp, mesh.etp, mesh.ep, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn,
-        plan.cluster.gpu, plan.train.precision, plan.profile, efficiency)
+        m, tokens, mesh.tp, rates, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn)
     return st
 
 
@@ -329,10 +330,10 @@ def _critical(stages):
     return max(stages, key=lambda s_: (s_.time_per_microbatch, s_.flops_per_microbatch))
 
 
-def link_params(plan, bw: dict, kind: dict) -> dict:
+def link_params(profile, bw: dict, kind: dict) -> dict:
     """(bytes/s a collective reaches, seconds per step) of each link: the datasheet's bandwidth
     times the profile's link efficiency, the latency of the link's kind (``links.toml``)."""
-    eff = {"intra_node": plan.profile.intra_node_efficiency, "inter_node": plan.profile.inter_node_efficiency}
+    eff = {"intra_node": profile.intra_node_efficiency, "inter_node": profile.inter_node_efficiency}
     return {ln: (bw[ln] * eff[ln], link_latency(kind[ln])) for ln in bw}
 
 
@@ -340,7 +341,7 @@ def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict) -> tupl
     """Seconds, link and algorithm of each axis's communication (:func:`parc.cost.comm.axis_time`)."""
     mesh, cp = plan.mesh, plan.mesh.cp
     sizes = {"tp": mesh.tp, "cp": cp, "pp": mesh.pp, "ep": mesh.ep, "dp": mesh.dp * cp}
-    lp = link_params(plan, bw, kind)
+    lp = link_params(plan.profile, bw, kind)
     ctime, clink, algo = {}, {}, {}
     for ax, g in axis_groups(cp).items():
         n = sizes[ax]
@@ -349,8 +350,8 @@ def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict) -> tupl
             continue
         clink[ax] = rm.link(g)
         local = max(1, n // rm.nodes_spanned(g))
-        inter = lp.get("inter_node") if clink[ax] == "inter_node" else None
-        t, a = axis_time(ax, comm[ax], n, calls[ax], local, lp["intra_node"], inter, plan.cluster.gpu.nvls)
+        t, a = axis_time(ax, comm[ax], n, calls[ax], local, lp["intra_node"], lp.get("inter_node"),
+                         plan.cluster.gpu.nvls)
         ctime[ax], algo[ax] = float(t), ALGORITHMS[int(a)]
     return ctime, clink, algo
 

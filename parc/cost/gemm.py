@@ -72,20 +72,25 @@ def layer_rate(gemms: list, peak: float, efficiency: float, half: float, hbm: fl
     return flops / time
 
 
-def stage_compute_time(m, tokens, tp, etp, ep, dense_layers, moe_layers, head, rec_mult, rec_attn, gpu,
-                       precision: str, profile, efficiency: float | None = None):
-    """(GEMM seconds, attention-core seconds) one GPU of a stage computes per microbatch of
-    ``tokens`` tokens on its context-parallel rank: the FLOPs of
-    :func:`parc.cost.flops.stage_flops_parts` (the microbatch's tokens over tp) at the rate of the
-    layer's GEMM shapes (:func:`layer_rate`). ``efficiency`` overrides the profile's
-    ``gemm_efficiency``. Scalars or numpy arrays for the sizes."""
+def stage_rates(m, tokens, tp, etp, ep, gpu, precision: str, profile, efficiency: float | None = None):
+    """FLOP/s one GPU sustains on (dense layers' GEMMs, MoE layers' GEMMs, the output head,
+    attention's core) for a microbatch of ``tokens`` tokens on its context-parallel rank.
+    ``efficiency`` overrides the profile's ``gemm_efficiency``. Scalars or numpy arrays."""
     e = profile.gemm_efficiency if efficiency is None else efficiency
     fp8 = precision == "fp8" and gpu.fp8_flops > 0
-    peak, nbytes = gpu.peak(precision), (1 if fp8 else 2)
-    knobs = (peak, e, float(profile.gemm_half_size), gpu.hbm_bandwidth, profile.hbm_efficiency, nbytes)
+    knobs = (gpu.peak(precision), e, float(profile.gemm_half_size), gpu.hbm_bandwidth, profile.hbm_efficiency,
+             1 if fp8 else 2)
+    dense = layer_rate(layer_gemms(m, tokens, tp), *knobs)
+    moe = layer_rate(layer_gemms(m, tokens, tp, etp, ep, moe=True), *knobs) if m.is_moe else dense
+    head = layer_rate([(tokens, m.vocab / tp, m.hidden, 1)], *knobs)
+    return dense, moe, head, gpu.flops * e
+
+
+def stage_compute_time(m, tokens, tp, rates, dense_layers, moe_layers, head, rec_mult, rec_attn):
+    """(GEMM seconds, attention-core seconds) one GPU of a stage computes per microbatch of
+    ``tokens`` tokens on its context-parallel rank: the FLOPs of
+    :func:`parc.cost.flops.stage_flops_parts` (the microbatch's tokens over tp) at the
+    :func:`stage_rates` ``rates``. Scalars or numpy arrays for the sizes."""
     dense, moe, attn, out = stage_flops_parts(m, tokens / tp, dense_layers, moe_layers, head, rec_mult, rec_attn)
-    t = dense / layer_rate(layer_gemms(m, tokens, tp), *knobs)
-    if m.is_moe:
-        t = t + moe / layer_rate(layer_gemms(m, tokens, tp, etp, ep, moe=True), *knobs)
-    t = t + out / layer_rate([(tokens, m.vocab / tp, m.hidden, 1)], *knobs)
-    return t, attn / (gpu.flops * e)
+    r_dense, r_moe, r_head, r_attn = rates
+    return dense / r_dense + moe / r_moe + out / r_head, attn / r_attn

@@ -165,12 +165,15 @@ class Profile:
     file can ``use``. These defaults stand for a cluster nobody has measured; docs/language.md
     gives each its source.
 
-    ``gemm_efficiency``: measured hardware-FLOPs utilisation of well-tuned runs sits at 0.44-0.57
-    (Korthikanti et al. 2022 Table 5; Narayanan et al. 2021 Table 1), of which communication and
-    bubbles take a part; 0.6 for the kernels alone."""
+    ``gemm_efficiency`` and ``gemm_half_size`` (:mod:`parc.cost.gemm`): a GEMM whose smallest
+    side is d runs at ``gemm_efficiency · d / (d + gemm_half_size)`` of peak. 0.7 and 192 are the
+    pair that best fits the measured step times of Korthikanti et al. 2022 Table 5 (A100, 22B to
+    1T, full and selective recompute) and the MFU of Llama 3 405B (Dubey et al. 2024 Table 4):
+    median error 7%, the worst 22% (the 22B model, one microbatch whose unfused softmax parc does
+    not model)."""
     name: Optional[str] = None
-    gemm_efficiency: float = 0.6          # fraction of peak FLOP/s the largest GEMMs sustain
-    gemm_half_size: float = 0.0           # smallest GEMM dimension at which a GEMM runs at half that
+    gemm_efficiency: float = 0.7          # fraction of peak FLOP/s the largest GEMMs sustain
+    gemm_half_size: float = 192.0         # smallest GEMM side (after sharding) that runs at half that
     hbm_efficiency: float = 0.6           # fraction of HBM bandwidth memory-bound kernels reach
     intra_node_efficiency: float = 1.0    # fraction of the intra-node link's bandwidth a collective reaches
     inter_node_efficiency: float = 1.0    # likewise between nodes
