@@ -41,7 +41,7 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
     "stage_chunks", "stage_layouts", "stage_parts", "stage_tensors", "uses_v_placement",
     "BACKWARD_SHARE", "step_time", "exposed_comm", "stage_compute_time", "stage_rates", "axis_time", "comm_calls",
     "dp_bytes_parts", "link_latency", "ALGORITHMS", "Memory", "StageEstimate",
-    "Estimate", "estimate", "links", "link_params", "axis_groups", "train_comm_bytes",
+    "Estimate", "estimate", "links", "link_params", "members_per_node", "axis_groups", "train_comm_bytes",
 ]
 
 
@@ -231,7 +231,7 @@ def estimate(plan, efficiency: float | None = None, cache: bool = True) -> Estim
     return _latest(_Same(plan), efficiency) if cache else _estimate(plan, efficiency)
 
 
-def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, efficiency: float) -> StageEstimate:
+def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates) -> StageEstimate:
     """One pipeline stage's parameters, memory, microbatches in flight and FLOPs per microbatch."""
     m, mesh, sch = plan.model, plan.mesh, plan.schedule
     parts = _stage_parts(plan, lay)
@@ -257,8 +257,6 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, effici
     tokens = sch.micro_batch * m.seq_len / mesh.cp
     st.flops_per_microbatch = stage_flops_per_microbatch(
         m, tokens / mesh.tp, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn)
-    rates = stage_rates(m, tokens, mesh.tp, mesh.etp, mesh.ep, plan.cluster.gpu, plan.train.precision, plan.profile,
-                        efficiency)
     st.gemm_time_per_microbatch, st.attention_time_per_microbatch = stage_compute_time(
         m, tokens, mesh.tp, rates, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn)
     return st
@@ -341,6 +339,7 @@ def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict) -> tupl
     """Seconds, link and algorithm of each axis's communication (:func:`parc.cost.comm.axis_time`)."""
     mesh, cp = plan.mesh, plan.mesh.cp
     sizes = {"tp": mesh.tp, "cp": cp, "pp": mesh.pp, "ep": mesh.ep, "dp": mesh.dp * cp}
+    axis_sizes = {**sizes, "dp": mesh.dp}
     lp = link_params(plan.profile, bw, kind)
     ctime, clink, algo = {}, {}, {}
     for ax, g in axis_groups(cp).items():
@@ -349,11 +348,21 @@ def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict) -> tupl
             clink[ax], ctime[ax], algo[ax] = None, 0.0, None
             continue
         clink[ax] = rm.link(g)
-        local = max(1, n // rm.nodes_spanned(g))
+        local = members_per_node(g, axis_sizes, rm.nodes_spanned)
         t, a = axis_time(ax, comm[ax], n, calls[ax], local, lp["intra_node"], lp.get("inter_node"),
                          plan.cluster.gpu.nvls)
         ctime[ax], algo[ax] = float(t), ALGORITHMS[int(a)]
     return ctime, clink, algo
+
+
+def members_per_node(group, sizes: dict, spanned) -> int:
+    """How many members of a group of ``group`` (an axis, or a tuple of axes) one node holds:
+    size // nodes it spans, per axis, multiplied over a tuple's axes (each axis's members in a
+    node combine with the others'). ``spanned(axis)`` gives the nodes an axis's groups touch."""
+    out = 1
+    for ax in ((group,) if isinstance(group, str) else group):
+        out *= max(1, sizes[ax] // spanned(ax))
+    return out
 
 
 def _calls(plan, stage, train: bool) -> dict:
@@ -383,8 +392,9 @@ def _estimate(plan, efficiency: float) -> Estimate:
     act_moe = layer_activation_bytes(plan, moe=True) if (train and m.is_moe) else act_dense
     kv_nbytes = dtype_bytes(plan.serve.kv_cache_dtype if (plan.serve and plan.serve.kv_cache_dtype != "auto")
                             else m.dtype)
-    stages = [_stage(plan, lay, train, per, (act_dense, act_moe), kv_nbytes, efficiency)
-              for lay in stage_layouts(plan)]
+    rates = stage_rates(m, sch.micro_batch * m.seq_len / mesh.cp, mesh.tp, mesh.etp, mesh.ep, cl.gpu,
+                        plan.train.precision, plan.profile, efficiency) if train else None
+    stages = [_stage(plan, lay, train, per, (act_dense, act_moe), kv_nbytes, rates) for lay in stage_layouts(plan)]
     kv_tok, kv_cap, max_seqs = _serving_kv(plan, stages) if not train else (0, 0, 0)
     most = max(range(len(stages)), key=lambda i: (stages[i].memory.total, -i))
     comm = _comm(plan, stages, most, train, per)

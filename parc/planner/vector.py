@@ -399,9 +399,9 @@ def _axis_links(pr: Problem, meshes):
     table = np.ones((len(meshes), len(AXES)))
     for i, mesh in enumerate(meshes):
         pp, dp, cp, tp, ep, _ = mesh
-        sizes = {"tp": tp, "cp": cp, "dp": dp * cp, "pp": pp, "ep": ep}
-        for j, (ax, grp) in enumerate(cm.axis_groups(cp).items()):
-            table[i, j] = sizes[ax] // spanned(pr, mesh, grp) if sizes[ax] > 1 else 1
+        sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "ep": ep}
+        for j, grp in enumerate(cm.axis_groups(cp).values()):
+            table[i, j] = cm.members_per_node(grp, sizes, lambda ax: spanned(pr, mesh, ax))
     return table, lp["intra_node"], lp.get("inter_node")
 
 
@@ -413,7 +413,11 @@ def spanned(pr: Problem, mesh: tuple, axis) -> int:
     key = ("spanned", mesh, axis)
     got = pr.memo.get(key)
     if got is None:
-        got = pr.memo[key] = rank_map(pr, mesh).nodes_spanned(axis)
+        last = pr.memo.get("rankmap")
+        if last is None or last[0] != mesh:
+            last = pr.memo["rankmap"] = (mesh, rank_map(pr, mesh))
+        got = pr.memo[key] = last[1].nodes_spanned(axis)
+        last[1]._cache.clear()  # group arrays: up to world-size int64 each
     return got
 
 
