@@ -89,6 +89,14 @@ def link_latency(kind: str) -> float:
     return float(table.get(kind, table["ethernet"])["latency"])
 
 
+def link_params(profile, bw: dict, kind: dict) -> dict:
+    """(bytes/s a collective reaches, seconds per step) of each link (``intra_node``,
+    ``inter_node``): the datasheet's bandwidth times the profile's link efficiency, and the
+    latency of the link's kind (``links.toml``)."""
+    eff = {"intra_node": profile.intra_node_efficiency, "inter_node": profile.inter_node_efficiency}
+    return {ln: (bw[ln] * eff[ln], link_latency(kind[ln])) for ln in bw}
+
+
 def allreduce_times(ring_bytes, n, calls, local, intra: tuple, inter: tuple | None, nvls: bool):
     """Seconds of ``calls`` all-reduces over groups of ``n`` GPUs, ``local`` of them in each node,
     that move ``ring_bytes`` per GPU in all as a ring would (2(n−1)/n of the data, so the data
@@ -155,6 +163,12 @@ def comm_calls(layers, moe_layers, microbatches, v, cp, recompute: str):
     again = 1.5 if recompute == "full" else 1.0
     return {"tp": 4 * layers * microbatches * again, "cp": 3 * (cp - 1) * layers * microbatches * again,
             "ep": 4 * moe_layers * microbatches * again, "pp": 2 * v * microbatches, "dp": 2}
+
+
+def serving_calls(layers, moe_layers) -> dict:
+    """Collectives per decode step of a stage: two all-reduces per layer under tp, dispatch and
+    combine per MoE layer under ep, one send to the next stage."""
+    return {"tp": 2 * layers, "cp": 0, "ep": 2 * moe_layers, "pp": 1, "dp": 0}
 
 
 def axis_time(axis: str, nbytes, n, calls, local, intra: tuple, inter: tuple | None, nvls: bool):

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from parc.cost.comm import (ALGORITHMS, allgather_bytes, allreduce_bytes, axis_time, comm_calls,
-                            cp_bytes_per_layer, dp_bytes, dp_bytes_parts, ep_bytes_per_layer, link_latency,
+                            cp_bytes_per_layer, dp_bytes, dp_bytes_parts, ep_bytes_per_layer, link_latency, link_params, serving_calls,
                             pp_bytes_per_microbatch, tp_bytes_per_layer)
 from parc.cost.flops import (active_matmul_params, model_flops, recompute_factors, recompute_flops,
-                             stage_flops_per_microbatch)
+                             stage_flops_parts, stage_flops_per_microbatch)
 from parc.cost.memory import (StateBytes, activation_bytes_per_layer, kv_bytes_per_token,
                               kv_capacity_tokens, layer_activation_bytes, model_state_bytes,
                               stage_activation_bytes, state_bytes_per_param, zero_state_bytes, _train_state)
@@ -30,7 +30,7 @@ from parc.model import schedules
 __all__ = [  # the kernels, re-exported where callers have found them, and the estimate
     "allgather_bytes", "allreduce_bytes", "cp_bytes_per_layer", "dp_bytes", "ep_bytes_per_layer",
     "pp_bytes_per_microbatch", "tp_bytes_per_layer", "active_matmul_params", "model_flops",
-    "recompute_factors", "recompute_flops", "stage_flops_per_microbatch", "StateBytes",
+    "recompute_factors", "recompute_flops", "stage_flops_parts", "stage_flops_per_microbatch", "StateBytes",
     "activation_bytes_per_layer", "kv_bytes_per_token", "kv_capacity_tokens", "layer_activation_bytes",
     "model_state_bytes", "stage_activation_bytes", "state_bytes_per_param", "zero_state_bytes",
     "ASSUMED_INTER_NODE_BW", "AXES", "DEFAULT_EFFICIENCY", "DTYPE_BYTES", "PARTS",
@@ -41,7 +41,7 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
     "stage_chunks", "stage_layouts", "stage_parts", "stage_tensors", "uses_v_placement",
     "BACKWARD_SHARE", "step_time", "exposed_comm", "stage_compute_time", "stage_rates", "axis_time", "comm_calls",
     "dp_bytes_parts", "link_latency", "ALGORITHMS", "Memory", "StageEstimate",
-    "Estimate", "estimate", "links", "link_params", "members_per_node", "axis_groups", "train_comm_bytes",
+    "Estimate", "estimate", "links", "link_params", "members_per_node", "serving_calls", "axis_groups", "train_comm_bytes",
 ]
 
 
@@ -76,6 +76,7 @@ class StageEstimate:
     flops_per_microbatch: float  # hardware FLOPs per GPU per microbatch
     kv_bytes_per_token: int = 0
     kv_capacity_tokens: int = 0
+    gemm_flops_per_microbatch: float = 0.0      # of flops_per_microbatch: the GEMMs' (not attention's core)
     gemm_time_per_microbatch: float = 0.0       # seconds of its GEMMs (:mod:`parc.cost.gemm`)
     attention_time_per_microbatch: float = 0.0  # seconds of attention's core
 
@@ -114,6 +115,7 @@ class Estimate:
     state_bytes: StateBytes | None = None
     comm_algorithm: dict = field(default_factory=dict)   # axis -> ring | tree | nvls | all_to_all | p2p
     comm_exposed: dict = field(default_factory=dict)     # axis -> seconds compute does not hide
+    comm_local: dict = field(default_factory=dict)       # axis -> members of one group in a node
     gemm_peak: float = 0.0                               # FLOP/s the GEMMs' rate is a fraction of
     kv_bytes_per_token: int = 0
     kv_capacity_tokens: int = 0
@@ -125,6 +127,14 @@ class Estimate:
     def memory(self) -> Memory:
         """Memory of the most loaded GPU."""
         return self.stages[self.most_loaded_stage].memory
+
+    def compute_split(self) -> dict:
+        """Seconds per step of the slowest stage's GEMMs and attention core, and the fraction of
+        ``gemm_peak`` its GEMMs reach for their shapes (0s for serving plans)."""
+        st = max(self.stages, key=lambda s_: (s_.time_per_microbatch, s_.flops_per_microbatch))
+        mb, gemm = self.microbatches, st.gemm_time_per_microbatch
+        return {"gemm": gemm * mb, "attention": st.attention_time_per_microbatch * mb,
+                "gemm_efficiency": st.gemm_flops_per_microbatch / (gemm * self.gemm_peak) if gemm else 0.0}
 
     @property
     def params_most_loaded(self) -> int:
@@ -157,6 +167,7 @@ class Estimate:
             "comm_algorithm": {ax: self.comm_algorithm.get(ax) for ax in AXES},
             "comm_exposed": {ax: self.comm_exposed.get(ax, 0.0) for ax in AXES},
             "gemm_peak": self.gemm_peak,
+            "compute_split": self.compute_split(),
             "links": {k: {"kind": self.link_kind.get(k), "bandwidth": self.link_bandwidth.get(k)}
                       for k in ("intra_node", "inter_node") if k in self.link_bandwidth},
             "assumed_inter_node": self.assumed_inter_node,
@@ -255,8 +266,9 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
                                              mesh.tp)
     rec_mult, rec_attn = recompute_factors(plan.train.recompute)
     tokens = sch.micro_batch * m.seq_len / mesh.cp
-    st.flops_per_microbatch = stage_flops_per_microbatch(
-        m, tokens / mesh.tp, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn)
+    parts = stage_flops_parts(m, tokens / mesh.tp, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn)
+    st.flops_per_microbatch = sum(parts)   # stage_flops_per_microbatch
+    st.gemm_flops_per_microbatch = parts[0] + parts[1] + parts[3]
     st.gemm_time_per_microbatch, st.attention_time_per_microbatch = stage_compute_time(
         m, tokens, mesh.tp, rates, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn)
     return st
@@ -328,15 +340,9 @@ def _critical(stages):
     return max(stages, key=lambda s_: (s_.time_per_microbatch, s_.flops_per_microbatch))
 
 
-def link_params(profile, bw: dict, kind: dict) -> dict:
-    """(bytes/s a collective reaches, seconds per step) of each link: the datasheet's bandwidth
-    times the profile's link efficiency, the latency of the link's kind (``links.toml``)."""
-    eff = {"intra_node": profile.intra_node_efficiency, "inter_node": profile.inter_node_efficiency}
-    return {ln: (bw[ln] * eff[ln], link_latency(kind[ln])) for ln in bw}
-
-
-def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict) -> tuple[dict, dict, dict]:
-    """Seconds, link and algorithm of each axis's communication (:func:`parc.cost.comm.axis_time`)."""
+def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict, local: dict) -> tuple[dict, dict, dict]:
+    """Seconds, link and algorithm of each axis's communication (:func:`parc.cost.comm.axis_time`);
+    fills ``local`` with the members of each axis's group in one node."""
     mesh, cp = plan.mesh, plan.mesh.cp
     sizes = {"tp": mesh.tp, "cp": cp, "pp": mesh.pp, "ep": mesh.ep, "dp": mesh.dp * cp}
     axis_sizes = {**sizes, "dp": mesh.dp}
@@ -348,8 +354,8 @@ def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict) -> tupl
             clink[ax], ctime[ax], algo[ax] = None, 0.0, None
             continue
         clink[ax] = rm.link(g)
-        local = members_per_node(g, axis_sizes, rm.nodes_spanned)
-        t, a = axis_time(ax, comm[ax], n, calls[ax], local, lp["intra_node"], lp.get("inter_node"),
+        local[ax] = members_per_node(g, axis_sizes, rm.nodes_spanned)
+        t, a = axis_time(ax, comm[ax], n, calls[ax], local[ax], lp["intra_node"], lp.get("inter_node"),
                          plan.cluster.gpu.nvls)
         ctime[ax], algo[ax] = float(t), ALGORITHMS[int(a)]
     return ctime, clink, algo
@@ -371,7 +377,7 @@ def _calls(plan, stage, train: bool) -> dict:
         sch = plan.schedule
         return comm_calls(stage.layers, stage.moe_layers, sch.microbatches or 0, sch.virtual_stages, plan.mesh.cp,
                           plan.train.recompute)
-    return {"tp": 2 * stage.layers, "cp": 0, "ep": 2 * stage.moe_layers, "pp": 1, "dp": 0}
+    return serving_calls(stage.layers, stage.moe_layers)
 
 
 def _estimate(plan, efficiency: float) -> Estimate:
@@ -399,7 +405,8 @@ def _estimate(plan, efficiency: float) -> Estimate:
     most = max(range(len(stages)), key=lambda i: (stages[i].memory.total, -i))
     comm = _comm(plan, stages, most, train, per)
     crit = _critical(stages) if train else stages[most]
-    ctime, clink, algo = _comm_times(plan, comm, rm, bw, kind, _calls(plan, crit, train))
+    local = {}
+    ctime, clink, algo = _comm_times(plan, comm, rm, bw, kind, _calls(plan, crit, train), local)
     tokens = sch.global_batch * m.seq_len if train else 0
     mflops = model_flops(m, tokens) if train else 0.0
     hflops = mflops + recompute_flops(m, tokens, plan.train.recompute) if train else 0.0
@@ -407,10 +414,10 @@ def _estimate(plan, efficiency: float) -> Estimate:
     compute = step = mfu = tps = 0.0
     exposed = {}
     if train and mb:
-        compute = crit.time_per_microbatch * mb
+        gemm, attn = crit.gemm_time_per_microbatch * mb, crit.attention_time_per_microbatch * mb
+        compute = gemm + attn
         gather = ctime["dp"] * comm["dp_gather"] / comm["dp"] if comm["dp"] else 0.0
-        exposed = exposed_comm(ctime, crit.gemm_time_per_microbatch * mb, crit.attention_time_per_microbatch * mb,
-                               ctime["dp"] - gather, gather, mb, plan.train, plan.profile.overlap)
+        exposed = exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, mb, plan.train, plan.profile.overlap)
         exposed = {ax: float(t) for ax, t in exposed.items()}
         step = float(step_time(compute, exposed, bub))
         mfu = mflops / (step * plan.world_size * cl.gpu.flops) if step else 0.0   # on the BF16 peak
@@ -426,7 +433,7 @@ def _estimate(plan, efficiency: float) -> Estimate:
         hardware_flops_per_step=hflops, compute_time=compute, step_time=step, mfu=mfu,
         tokens_per_second=tps, comm_bytes=comm, comm_time=ctime, comm_link=clink, link_bandwidth=bw,
         link_kind=kind, assumed_inter_node=assumed, efficiency=efficiency, state_bytes=per,
-        comm_algorithm=algo, comm_exposed=exposed,
+        comm_algorithm=algo, comm_exposed=exposed, comm_local=local,
         gemm_peak=cl.gpu.peak(plan.train.precision) if train else cl.gpu.flops,
         kv_bytes_per_token=kv_tok, kv_capacity_tokens=kv_cap, max_concurrent_seqs=max_seqs,
         rank_map=rm.summary(), notes=notes)

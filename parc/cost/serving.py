@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parc.cost.comm import allreduce_bytes, ep_bytes_per_layer
+from parc.cost.comm import allreduce_bytes, axis_time, ep_bytes_per_layer, link_params, serving_calls
 from parc.cost.params import attention_params, dtype_bytes, head_dim, mlp_params
 
 
@@ -89,13 +89,16 @@ def serve_perf(plan, est, efficiency: float | None = None) -> ServePerf:
         return ServePerf(0, 0.0, 0.0, 0.0, [])
     p, t = mesh.pp, mesh.tp
     b = B / p
-    bw = est.link_bandwidth
+    lp = link_params(plan.profile, est.link_bandwidth, est.link_kind)
     wbytes = dtype_bytes(m.dtype)
-    link = est.comm_link
+    sizes = {"tp": t, "ep": mesh.ep, "pp": p}
     times = []
     for st in est.stages:
-        comm = decode_comm_bytes(m, st.layers, st.moe_layers, t, mesh.ep, p, wbytes, b)
-        comm_time = sum(comm[ax] / bw.get(link.get(ax) or "intra_node", bw["intra_node"]) for ax in ("tp", "ep", "pp"))
+        comm, calls = decode_comm_bytes(m, st.layers, st.moe_layers, t, mesh.ep, p, wbytes, b), \
+            serving_calls(st.layers, st.moe_layers)
+        comm_time = sum(float(axis_time(ax, comm[ax], sizes[ax], calls[ax], est.comm_local[ax], lp["intra_node"],
+                                        lp.get("inter_node"), cl.gpu.nvls)[0])
+                        for ax in ("tp", "ep", "pp") if est.comm_link.get(ax) is not None)
         flops = b * decode_flops_per_token(m, st.layers, st.moe_layers, t, mesh.etp, ctx)
         kv = b * ctx * st.kv_bytes_per_token
         times.append(stage_step_time(st.memory.weights, kv, flops, comm_time, cl.gpu.hbm_bandwidth,
