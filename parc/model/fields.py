@@ -96,9 +96,9 @@ BLOCKS: dict[str, dict[str, F]] = {
     "profile": {
         "gemm_efficiency": F("frac", 0.01, 1.0, doc="the fraction of peak FLOP/s the largest GEMMs sustain",
                              hint="a fraction of the GPU's peak: 0.6 means 60%"),
-        "gemm_half_size": F("int", 0, 10**6, doc="the smallest GEMM dimension (after sharding) at which a "
+        "gemm_half_size": F("frac", 0.0, 1024.0, doc="the smallest GEMM side (after sharding) at which a "
                             "GEMM runs at half of gemm_efficiency (0: every GEMM at gemm_efficiency)",
-                            hint="a matrix dimension in elements, like 256"),
+                            hint="a matrix side in elements, like 192"),
         "hbm_efficiency": F("frac", 0.01, 1.0, doc="the fraction of HBM bandwidth memory-bound kernels reach",
                             hint="a fraction of the datasheet's bandwidth: 0.6 means 60%"),
         "intra_node_efficiency": F("frac", 0.01, 1.0, doc="the fraction of the intra-node link's bandwidth a "

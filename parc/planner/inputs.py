@@ -149,10 +149,17 @@ def load_model(arg: str, root=None) -> Model:
 
 def load_cluster(arg: str, root=None) -> Cluster:
     """The cluster of a .par file holding a ``cluster`` block."""
+    return load_cluster_profile(arg, root)[0]
+
+
+def load_cluster_profile(arg: str, root=None) -> tuple[Cluster, Profile]:
+    """The cluster of a .par file holding a ``cluster`` block, and the `profile` the file holds
+    or imports (``parc calibrate``'s measured factors; the defaults when it has none)."""
     r = _resolver(Path(arg), root)
     shown = _load_into(r, arg, "cluster")
     r.complete("model")
-    return _resolve(r, shown).cluster
+    plan = _resolve(r, shown)
+    return plan.cluster, plan.profile
 
 
 def with_seq_len(model: Model, seq_len: int) -> Model:
@@ -219,7 +226,10 @@ def problem(model, cluster, mode: str = "train", *, seq_len: int | None = None,
     ``seq_len`` is the training sequence length, or for serving ``max_model_len`` (by default the
     model's ``seq_len``)."""
     m = load_model(str(model), root) if isinstance(model, (str, os.PathLike)) else model
-    c = load_cluster(str(cluster), root) if isinstance(cluster, (str, os.PathLike)) else cluster
+    c = cluster
+    if isinstance(cluster, (str, os.PathLike)):
+        c, prof = load_cluster_profile(str(cluster), root)
+        kw.setdefault("profile", prof)
     if mode == "serve":
         serve = copy.copy(kw.pop("serve", None) or Serve(max_model_len=m.seq_len))
         if seq_len is not None:
@@ -230,5 +240,6 @@ def problem(model, cluster, mode: str = "train", *, seq_len: int | None = None,
     return Problem(model=m, cluster=c, mode=mode, global_batch=global_batch, **kw)
 
 
-__all__ = ["Problem", "InputError", "problem", "load_spec", "load_model", "load_cluster", "with_seq_len",
+__all__ = ["Problem", "InputError", "problem", "load_spec", "load_model", "load_cluster", "load_cluster_profile",
+           "with_seq_len",
            "default_global_batch", "TRAIN_FIELDS", "SERVE_FIELDS"]

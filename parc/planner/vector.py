@@ -125,11 +125,8 @@ def _layouts(pr: Problem, meshes):
 
 
 def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> TrainCosts:
-    """Every training candidate of ``pr`` that fits in memory, with its estimate (see the module doc).
-    ``efficiency`` defaults to the problem's profile."""
-    if efficiency is None:
-        efficiency = pr.profile.gemm_efficiency
-    cl = pr.cluster
+    """Every training candidate of ``pr`` that fits in memory (``efficiency``: the profile's)."""
+    efficiency = pr.profile.gemm_efficiency if efficiency is None else efficiency
     out = TrainCosts()
     meshes = mesh_shapes(pr)
     out.meshes = meshes
@@ -137,7 +134,7 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> 
         return out
     per = cm.state_bytes_per_param(pr.train.precision, pr.train.main_grads, pr.train.optimizer_state,
                                    pr.train.optimizer)
-    cap = float(cl.gpu.memory)
+    cap = float(pr.cluster.gpu.memory)
 
     # 1. layout options (mesh, pipeline, virtual stages, split) and their stage classes
     lo_mesh, lo_pipe, lo_v, lo_split, tables = _layouts(pr, meshes)
