@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from backends_support import every_target_cases
+from support.structural import strict
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema validates the manifests")
 yaml = pytest.importorskip("yaml", reason="PyYAML reads the manifests")
@@ -20,21 +21,6 @@ yaml = pytest.importorskip("yaml", reason="PyYAML reads the manifests")
 SCHEMA = Path(__file__).resolve().parent / "data" / "kubeflow" / "pytorchjob-v1-openapi-schema.json"
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 OBJECT_META = {"name", "namespace", "labels", "annotations"}   # what parc may write at the top
-
-
-def strict(node):
-    """The schema with ``additionalProperties: false`` on every object that lists its
-    properties and neither admits other keys (``additionalProperties``) nor keeps unknown
-    fields (``x-kubernetes-preserve-unknown-fields``): Kubernetes' structural-schema pruning."""
-    if isinstance(node, list):
-        return [strict(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: strict(v) for k, v in node.items()}
-    if ("properties" in out and "additionalProperties" not in out
-            and not out.get("x-kubernetes-preserve-unknown-fields")):
-        out["additionalProperties"] = False
-    return out
 
 
 @lru_cache(maxsize=1)

@@ -218,6 +218,34 @@ def test_bulk_costs_equal_estimate(model, cluster, seq, gb):
             assert cols[f"t_{ax}"][i] == pytest.approx(e.comm_time[ax], rel=1e-9, abs=1e-15)
 
 
+def test_planner_enumerates_dualpipe_and_costs_it_as_estimate_does():
+    """DualPipe candidates come out of the same kernels as `parc explain`'s estimate: each rank holds
+    two stages (stage 0 of pp 2 holds both halves of Llama 3 8B, 8.03B parameters), the bubble is
+    (pp/2 − 1)/(3m + pp/2 − 1), 0 on pp 2, and only even pp with an even m ≥ 2pp is tried."""
+    for pp in (2, 4):
+        res = search("llama3_8b", h100_cluster(2), "train", seq_len=8192, global_batch=64, top=20,
+                     fixed={"schedule.pipeline": "dualpipe", "mesh.pp": pp})
+        assert res.plans and {(c.pipeline, c.pp) for c in res.plans} == {("dualpipe", pp)}
+        assert all(c.microbatches % 2 == 0 and c.microbatches >= 2 * pp for c in res.plans)
+        for c in res.plans:
+            plan = build_plan(res.problem, c)
+            e = cm.estimate(plan, cache=False)
+            assert c.step_time == pytest.approx(e.step_time, rel=1e-9)
+            assert c.memory_total == pytest.approx(e.memory.total, rel=1e-9)
+            assert e.bubble_fraction == (pp // 2 - 1) / (3 * c.microbatches + pp // 2 - 1)
+            if pp == 2 and c.tp == 1:         # before ZeRO-3 sharding: the whole model, on each rank
+                assert e.stages[0].layers == 32
+                assert sum(cm.params_by_part(plan, 0, sharded=False).values()) == cm.param_count(plan.model)
+    # unfixed, the search weighs it against the other schedules; a torch launch cannot run it (P616)
+    free = search("llama3_8b", h100_cluster(2), "train", seq_len=8192, global_batch=64, top=20)
+    assert "dualpipe" in {c.pipeline for c in free.plans}
+    from parc.planner.space import layout_options
+
+    torch_ = Problem(model=res.problem.model, cluster=res.problem.cluster, global_batch=64, extra_targets=("torch",))
+    assert PIPELINES.index("dualpipe") in {p for p, _, _ in layout_options(res.problem, 2)}
+    assert PIPELINES.index("dualpipe") not in {p for p, _, _ in layout_options(torch_, 2)}
+
+
 def test_memory_bound_refuses_only_what_cannot_fit(llama405):
     """Candidates refused by the model-state bound: rebuild a sample and check estimate() agrees."""
     pr = llama405.problem

@@ -1,6 +1,8 @@
 """P2xx batch and schedule rules: a spec that triggers each, and the same spec made valid."""
 from __future__ import annotations
 
+import pytest
+
 from support.specs import assert_fires, assert_quiet, spec
 
 L70 = "from = llama3_70b; seq_len = 4096"
@@ -114,6 +116,35 @@ def test_p207_dualpipe_v(check_spec):
     assert "virtual_stages = 2" in d.help
 
 
+def test_p211_dualpipe_microbatches_at_the_boundary(check_spec):
+    # pp 4, dp 2, micro_batch 1: global_batch 14 gives 7 microbatches (odd and under 2·pp = 8),
+    # 16 gives 8 (the least DualPipe.step accepts), 18 gives 9 (odd)
+    d = assert_fires(check_spec, pipe("dualpipe", 14), "P211", "global_batch = 14")
+    assert "at least 2·pp = 8" in d.message and "global_batch / (micro_batch · dp) = 14 / (1 · 2) = 7" in d.message
+    # the nearest even counts ≥ 8: 8, 10, 12 microbatches of 1 on each of dp = 2
+    assert "use global_batch = 16, 20 or 24 (8, 10 or 12 microbatches, even and at least 8)" in d.help
+    assert_quiet(check_spec, pipe("dualpipe", 16), "P211")
+    d = assert_fires(check_spec, pipe("dualpipe", 18), "P211", "global_batch = 18")
+    assert "an even number" in d.message and "global_batch = 16, 20 or 24" in d.help
+    assert_quiet(check_spec, pipe("dualpipe", 20), "P211")
+
+
+def test_p211_dualpipe_needs_an_even_pp(check_spec):
+    # llama3_70b has 80 layers; 48 GPUs with tp 8: pp 3 leaves dp 2; pp 2 (dp 3) and pp 4 (not a
+    # divisor of 48/8 = 6) -> the even neighbours that split the layers and the GPUs: pp 2 (dp 3)
+    bad = pipe("dualpipe", 48, mesh="pp = 3; dp = 2; tp = 8", nodes=6)
+    d = assert_fires(check_spec, bad, "P211", "pp = 3")
+    assert "even number" in d.message and "num_ranks % 2 == 0" in d.message
+    assert d.help.startswith("use pp = 2 (dp = 3)") and "pipeline = 1f1b" in d.help
+    assert_quiet(check_spec, pipe("dualpipe", 48, mesh="pp = 2; dp = 3; tp = 8", nodes=6), "P211")
+
+
+def test_p211_dualpipe_takes_no_virtual_stages(check_spec):
+    d = assert_fires(check_spec, pipe("dualpipe", 16, v=2), "P211", "virtual_stages = 2")
+    assert "pp−1−r" in d.message and "dualpipe_v" in d.help
+    assert_quiet(check_spec, pipe("dualpipe", 16), "P211")
+
+
 def test_p208_zero_bubble(check_spec):
     d = assert_fires(check_spec, pipe("zero_bubble", 64), "P208", "pipeline = zero_bubble")
     assert "virtual_stages" in d.message
@@ -143,3 +174,18 @@ def test_p210_microbatches_mismatch(check_spec):
 def test_serving_has_no_schedule_rules(check_spec):
     r = check_spec(spec(L70, nodes=1, mesh="pp = 2; tp = 4", serve="max_model_len = 4096"))
     assert not [d for d in r.diagnostics if d.code.startswith("P2")]
+
+
+def test_p616_torch_runtime_refuses_dualpipe_and_names_what_runs_it(check_spec):
+    # torch.distributed.pipelining (torch 2.13) has ScheduleDualPipeV and nothing named DualPipe
+    tp_ = pytest.importorskip("torch.distributed.pipelining")
+    assert hasattr(tp_, "ScheduleDualPipeV") and not [n for n in dir(tp_) if n.lower().replace("_", "") == "scheduledualpipe"]
+    d = assert_fires(check_spec, pipe("dualpipe", 16, target=TORCH), "P616", "pipeline = dualpipe", target="torch")
+    assert "deepseek-ai/DualPipe" in d.message and "ScheduleDualPipeV" in d.message
+    assert "pipeline = dualpipe_v" in d.help and "virtual_stages = 2" in d.help
+    assert_quiet(check_spec, pipe("dualpipe_v", 16, v=2, target=TORCH), "P616")
+    # without a target nothing launches it, and parc's own numbers still hold: no P616
+    assert_quiet(check_spec, pipe("dualpipe", 16), "P616")
+    # Megatron-LM: P607, whose help no longer sends dualpipe to torchrun as if torch had it
+    d = assert_fires(check_spec, pipe("dualpipe", 16, target=MEG), "P607", "pipeline = dualpipe", target="megatron")
+    assert "dualpipe_v (DualPipe cut in half" in d.help

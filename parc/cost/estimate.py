@@ -266,11 +266,14 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
                                              mesh.tp)
     rec_mult, rec_attn = recompute_factors(plan.train.recompute)
     tokens = sch.micro_batch * m.seq_len / mesh.cp
+    # a DualPipe microbatch passes one of the rank's two stages: half its layers (and heads) on average
+    share = schedules.microbatch_share(sch.pipeline)
     parts = stage_flops_parts(m, tokens / mesh.tp, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn)
-    st.flops_per_microbatch = sum(parts)   # stage_flops_per_microbatch
-    st.gemm_flops_per_microbatch = parts[0] + parts[1] + parts[3]
-    st.gemm_time_per_microbatch, st.attention_time_per_microbatch = stage_compute_time(
-        m, tokens, mesh.tp, rates, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn)
+    st.flops_per_microbatch = share * sum(parts)   # stage_flops_per_microbatch
+    st.gemm_flops_per_microbatch = share * (parts[0] + parts[1] + parts[3])
+    gemm, attn = stage_compute_time(m, tokens, mesh.tp, rates, dense_layers, lay.moe_layers, lay.head, rec_mult,
+                                    rec_attn)
+    st.gemm_time_per_microbatch, st.attention_time_per_microbatch = share * gemm, share * attn
     return st
 
 
@@ -323,8 +326,10 @@ def _comm(plan, stages, most: int, train: bool, per) -> dict:
     tr = plan.train
     full = _stage_parts(plan, stage_layouts(plan)[most], sharded=False)
     _, n_exp = _shard_groups(plan)
+    share = schedules.microbatch_share(sch.pipeline)          # the layers each microbatch passes
     return train_comm_bytes(
-        m, sch.micro_batch * (m.seq_len / cp), crit.layers, crit.moe_layers, pp=mesh.pp, tp=t, cp=cp, ep=mesh.ep,
+        m, sch.micro_batch * (m.seq_len / cp), crit.layers * share, crit.moe_layers * share, pp=mesh.pp, tp=t,
+        cp=cp, ep=mesh.ep,
         v=sch.virtual_stages, microbatches=sch.microbatches or 0, wbytes=wbytes, recompute=tr.recompute,
         sp=bool(tr.sequence_parallel), dense_params=sum(full.values()) - full["experts"],
         expert_params_=full["experts"], zero=tr.zero, n_dp=mesh.dp * cp, n_exp=n_exp, per=per)
@@ -375,8 +380,9 @@ def _calls(plan, stage, train: bool) -> dict:
     """Collectives per step (training) or per decoded token (serving) on each axis."""
     if train:
         sch = plan.schedule
-        return comm_calls(stage.layers, stage.moe_layers, sch.microbatches or 0, sch.virtual_stages, plan.mesh.cp,
-                          plan.train.recompute)
+        share = schedules.microbatch_share(sch.pipeline)          # the layers each microbatch passes
+        return comm_calls(stage.layers * share, stage.moe_layers * share, sch.microbatches or 0, sch.virtual_stages,
+                          plan.mesh.cp, plan.train.recompute)
     return serving_calls(stage.layers, stage.moe_layers)
 
 

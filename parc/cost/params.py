@@ -19,7 +19,10 @@ from parc.model.plan import Model
 # * "stage" is a pipeline rank (pp coordinate); "chunk" a virtual stage, an entry of
 #   ``placement.layers``. Loop placement gives stage i the chunks i, i+pp, i+2pp, ...; V placement
 #   (``dualpipe_v``, and ``zero_bubble`` with two chunks per rank, as torch.distributed.pipelining
-#   runs them) gives stage i the chunks i and 2·pp-1-i.
+#   runs them) gives stage i the chunks i and 2·pp-1-i. ``dualpipe`` cuts the model into pp chunks and
+#   gives stage i the chunks i and pp-1-i (two copies of the pipeline, one per direction: DeepSeek-V3,
+#   arXiv:2412.19437 §3.2.1), so each rank holds two chunks' parameters and ranks 0 and pp-1 both
+#   hold the embedding and the head.
 # * Chunk 0 holds the token embedding, the last chunk the final norm and the output head.
 # =============================================================================================
 
@@ -87,6 +90,8 @@ def stage_chunks(plan, stage: int, split: list[int] | None = None) -> list[int]:
 
 def chunks_of_rank(pipeline: str, pp: int, stage: int, chunks: int) -> list[int]:
     """The chunk indices pipeline rank ``stage`` holds when the model is cut into ``chunks``."""
+    if pipeline == "dualpipe":
+        return sorted({stage, pp - 1 - stage})
     per = max(1, chunks // pp)
     if uses_v_placement(pipeline, per):
         return [stage, 2 * pp - 1 - stage]
@@ -265,7 +270,8 @@ def params_on_rank(plan, rank: int) -> int:
 
     * Pipeline: rank with pp coordinate i holds the layers of its chunks of ``placement.layers``:
       chunks i, i+pp, i+2pp, ... (loop placement), or i and 2·pp-1-i for ``dualpipe_v`` and for
-      ``zero_bubble`` with two chunks per rank (V placement, as torch.distributed.pipelining).
+      ``zero_bubble`` with two chunks per rank (V placement, as torch.distributed.pipelining), or
+      i and pp-1-i of pp chunks for ``dualpipe`` (both directions' copies of the pipeline).
       Layer j (0-based) is MoE when the model has experts and (j+1) % moe_every == 0.
     * The rank holding chunk 0 holds the token embedding [ceil(V/tp), h] (vocab split over tp)
       and, for ``position = learned``, the positions [s, h] (replicated).

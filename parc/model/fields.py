@@ -22,7 +22,7 @@ class F:
 
 
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
-PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v")
+PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v", "dualpipe")
 MESH_AXES = ("pp", "dp", "cp", "tp")          # rank order, outermost first
 MOE_AXES = ("ep", "etp")                      # carved out of dp·cp·tp
 LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce")

@@ -12,10 +12,16 @@ per-rank action order that ``torch.distributed.pipelining`` executes (torch 2.13
 ``zero_bubble``     ``ScheduleZBVZeroBubble`` (virtual_stages=2) V           2
 ``zero_bubble``     ``ScheduleInterleavedZeroBubble`` (others)  loop        ``virtual_stages``
 ``dualpipe_v``      ``ScheduleDualPipeV``                       V           2
+``dualpipe``        none (deepseek-ai/DualPipe's ``DualPipe``)  dual        2 (of pp stages)
 =================== =========================================== =========== ==================
 
 Loop placement gives rank ``r`` the virtual stages ``r, r+pp, r+2pp, …``; V placement gives
-it ``r`` and ``2pp-1-r``, so the first and the last stage share rank 0.
+it ``r`` and ``2pp-1-r``, so the first and the last stage share rank 0. DualPipe (DeepSeek-V3,
+arXiv:2412.19437 §3.2.1) cuts the model into pp stages only and runs two copies of the
+pipeline in opposite directions: rank ``r`` holds stage ``r`` for the microbatches fed at rank 0
+and stage ``pp-1-r`` for those fed at rank pp−1 ("dual" placement), so every rank holds the
+parameters of two stages and ranks 0 and pp−1 both hold the embedding and the output head.
+Each microbatch passes one of a rank's two stages (:func:`microbatch_share` is 1/2).
 
 :func:`timeline` places each action on a clock under unit costs (F = 1, a full B = 2, or
 B = 1 and W = 1 when the backward is split into its input and weight parts), starting every
@@ -23,6 +29,7 @@ action as soon as its rank is free and its inputs exist, so idle time shows as g
 :func:`bubble` is the idle share of a step (``pp × makespan``), from a closed form where one is
 exact and from the timeline otherwise; :func:`inflight` the microbatches each rank holds at its
 peak. ``parc check`` (P209), ``parc explain``, ``parc draw`` and the planner all read these.
+The orders themselves are written out in :mod:`parc.model.orders`.
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ from functools import lru_cache
 from typing import Optional
 
 from parc.model.fields import PIPELINES
+from parc.model.orders import dualpipe, dualpipe_v, interleaved, one_f_one_b, zbv
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +76,36 @@ def torch_schedule_name(pipeline: str, virtual_stages: int = 1) -> str:
     if pipeline == "zero_bubble":
         return "ZBVZeroBubble" if virtual_stages == 2 else "InterleavedZeroBubble"
     return {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B",
-            "dualpipe_v": "DualPipeV"}[pipeline]
+            "dualpipe_v": "DualPipeV", "dualpipe": "DualPipe"}[pipeline]
+
+
+def in_torch(pipeline: str) -> bool:
+    """Whether torch.distributed.pipelining (torch 2.13) has a schedule class for ``pipeline``:
+    every one but ``dualpipe``, which only deepseek-ai/DualPipe implements."""
+    _check_name(pipeline)
+    return pipeline != "dualpipe"
 
 
 def placement_style(pipeline: str, virtual_stages: int = 1) -> str:
-    """``"v"`` for the V-shaped schedules, else ``"loop"``."""
-    return "v" if torch_schedule_name(pipeline, virtual_stages) in ("ZBVZeroBubble", "DualPipeV") else "loop"
+    """``"v"`` for the V-shaped schedules, ``"dual"`` for DualPipe (rank r holds stages r and
+    pp−1−r of a pp-stage model), else ``"loop"``."""
+    name = torch_schedule_name(pipeline, virtual_stages)
+    return "dual" if name == "DualPipe" else "v" if name in ("ZBVZeroBubble", "DualPipeV") else "loop"
+
+
+def microbatch_share(pipeline: str) -> float:
+    """The share of the layers a rank holds that each microbatch runs through: 1/2 for DualPipe
+    (each microbatch passes one of the rank's two stages, one per direction), else 1. A rank's
+    FLOPs and per-layer communication per microbatch scale by it; its parameters do not."""
+    _check_name(pipeline)
+    return 0.5 if pipeline == "dualpipe" else 1.0
+
+
+def microbatch_share_array(pipeline):
+    """:func:`microbatch_share` over a numpy array of :data:`PIPELINES` indices."""
+    import numpy as np
+
+    return np.where(np.asarray(pipeline) == PIPELINES.index("dualpipe"), 0.5, 1.0)
 
 
 def is_multi_stage(pipeline: str) -> bool:
@@ -87,21 +119,32 @@ def stages_per_rank(pipeline: str, virtual_stages: int = 1) -> int:
     _check_name(pipeline)
     if pipeline in ("gpipe", "1f1b"):
         return 1
-    if pipeline == "dualpipe_v":
+    if pipeline in ("dualpipe_v", "dualpipe"):
         return 2
     return max(1, virtual_stages)
+
+
+def model_stages(pipeline: str, pp: int, virtual_stages: int = 1) -> int:
+    """How many stages the model is cut into: pp · stages per rank, or pp for DualPipe (whose two
+    stages per rank are two copies of the same pp-stage cut)."""
+    return pp if pipeline == "dualpipe" else pp * stages_per_rank(pipeline, virtual_stages)
 
 
 def rank_stages(pipeline: str, pp: int, virtual_stages: int = 1) -> list[list[int]]:
     """The virtual stage indices each pipeline rank holds, ascending."""
     v = stages_per_rank(pipeline, virtual_stages)
-    if placement_style(pipeline, virtual_stages) == "v":
+    style = placement_style(pipeline, virtual_stages)
+    if style == "dual":
+        return [sorted({r, pp - 1 - r}) for r in range(pp)]
+    if style == "v":
         return [sorted((r, 2 * pp - 1 - r)) for r in range(pp)]
     return [[r + k * pp for k in range(v)] for r in range(pp)]
 
 
 def stage_rank(pipeline: str, pp: int, virtual_stages: int = 1) -> dict[int, int]:
-    """Virtual stage index -> pipeline rank."""
+    """Virtual stage index -> pipeline rank (for DualPipe, the rank of the first direction)."""
+    if pipeline == "dualpipe":
+        return {s: s for s in range(pp)}
     return {s: r for r, ss in enumerate(rank_stages(pipeline, pp, virtual_stages)) for s in ss}
 
 
@@ -121,6 +164,20 @@ def check(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) ->
                     f"{microbatches} is not a multiple of {rounds}")
     if name == "DualPipeV" and microbatches < pp * v:
         return f"dualpipe_v needs at least 2·pp = {pp * v} microbatches, got {microbatches}"
+    if name == "DualPipe":
+        return dualpipe_check(pp, microbatches)
+    return None
+
+
+def dualpipe_check(pp: int, microbatches: int) -> Optional[str]:
+    """Why DualPipe.step refuses pp ranks and this many microbatches ("chunks"), or ``None``. It
+    asserts ``num_ranks % 2 == 0`` and ``num_chunks > 0 and num_chunks % 2 == 0 and num_chunks >=
+    num_ranks * 2`` (deepseek-ai/DualPipe dualpipe/dualpipe.py): half the microbatches enter at each
+    end of the pipeline."""
+    if pp % 2:
+        return f"dualpipe needs an even number of pipeline ranks, got pp = {pp}"
+    if microbatches % 2 or microbatches < 2 * pp:
+        return f"dualpipe needs an even number of microbatches, at least 2·pp = {2 * pp}, got {microbatches}"
     return None
 
 
@@ -135,15 +192,17 @@ def actions(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) 
     if name == "GPipe":
         raw = [[("F", m, r) for m in range(n)] + [("B", m, r) for m in range(n)] for r in range(pp)]
     elif name == "1F1B":
-        raw = [_one_f_one_b(r, pp, n) for r in range(pp)]
+        raw = [one_f_one_b(r, pp, n) for r in range(pp)]
     elif name == "Interleaved1F1B":
-        raw = [_interleaved(r, pp, n, v, zero_bubble=False) for r in range(pp)]
+        raw = [interleaved(r, pp, n, v, zero_bubble=False) for r in range(pp)]
     elif name == "InterleavedZeroBubble":
-        raw = [_interleaved(r, pp, n, v, zero_bubble=True) for r in range(pp)]
+        raw = [interleaved(r, pp, n, v, zero_bubble=True) for r in range(pp)]
     elif name == "ZBVZeroBubble":
-        raw = [_zbv(r, pp, n) for r in range(pp)]
+        raw = [zbv(r, pp, n) for r in range(pp)]
+    elif name == "DualPipeV":
+        raw = [dualpipe_v(r, pp, n) for r in range(pp)]
     else:
-        raw = [_dualpipe_v(r, pp, n) for r in range(pp)]
+        raw = [dualpipe(r, pp, n) for r in range(pp)]
     return [[Action("B", m, s, split=True) if k == "I" else Action(k, m, s) for k, m, s in ops]
             for ops in raw]
 
@@ -159,7 +218,7 @@ def timeline(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1,
     """
     cost = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, **(costs or {})}
     order = actions(pipeline, pp, microbatches, virtual_stages)
-    last = pp * stages_per_rank(pipeline, virtual_stages) - 1
+    last = model_stages(pipeline, pp, virtual_stages) - 1
     done: dict[tuple[str, int, int], float] = {}
     free = [0.0] * pp
     pos = [0] * pp
@@ -218,7 +277,7 @@ def bubble_fraction(slots: list[list[Slot]]) -> float:
 # -- the facts every command reads: idle share, warm-up depth, microbatches in flight ----------
 #
 # Under unit costs every rank computes 3·V time units per microbatch (V chunks, F = 1 and a
-# backward of 2), so a step lasts 3·V·m + I where I is the idle time of a rank (every rank idles
+# backward of 2; DualPipe's microbatches pass one of a rank's two stages, V = 1), so a step lasts 3·V·m + I where I is the idle time of a rank (every rank idles
 # the same I: each one is busy 3·V·m and they all end at the makespan). The bubble is I over the
 # step. I has a closed form where it is exact (tests/test_schedules.py compares it with the
 # simulated timeline over a grid of pp, m and v); elsewhere the timeline itself is run, cached.
@@ -232,6 +291,10 @@ def idle_units(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 
     * zero_bubble with two chunks per rank (ZBV): max(pp−1, 2(2pp−1−m)).
     * zero_bubble with other chunk counts V: pp−1 + V·max(0, pp−m) + (V−1)·max(0, pp−2m).
     * dualpipe_v: pp−1 (it needs m ≥ 2pp).
+    * dualpipe: pp/2 − 1 (it needs an even pp and an even m ≥ 2pp). DeepSeek's table gives the
+      bubble as (PP/2 − 1)(F&B + B − 3W), which under these costs (F&B = F + B = 3, B = 2,
+      W = 1) is 2(pp/2 − 1): its cells stand for overlapped pairs and their communication, which
+      this timeline takes as free; the order itself, run under unit costs, idles pp/2 − 1.
 
     Each form is checked against :func:`timeline` for pp ≤ 8, m ≤ 24 and V ≤ 4, and for pp ≤ 5,
     m ≤ 12 and V ≤ 8; beyond V = 8 (more than the planner tries) the timeline is run instead.
@@ -245,6 +308,8 @@ def idle_units(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 
         return 3 * (p - 1)
     if pipeline == "dualpipe_v":
         return p - 1
+    if pipeline == "dualpipe":
+        return max(0, p // 2 - 1)
     if v > 8:
         return _simulated_idle(pipeline, p, m, virtual_stages)
     if pipeline == "interleaved_1f1b":
@@ -256,8 +321,13 @@ def idle_units(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 
 
 @lru_cache(maxsize=4096)
 def _simulated_idle(pipeline: str, pp: int, microbatches: int, virtual_stages: int) -> int:
-    v = stages_per_rank(pipeline, virtual_stages)
+    v = stage_passes(pipeline, virtual_stages)
     return int(round(makespan(timeline(pipeline, pp, microbatches, virtual_stages)))) - 3 * v * microbatches
+
+
+def stage_passes(pipeline: str, virtual_stages: int) -> int:
+    """Stages a microbatch passes on each rank: the stages per rank, 1 for DualPipe."""
+    return 1 if pipeline == "dualpipe" else stages_per_rank(pipeline, virtual_stages)
 
 
 def bubble(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) -> float:
@@ -267,19 +337,21 @@ def bubble(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) -
     idle = idle_units(pipeline, pp, microbatches, virtual_stages)
     if idle <= 0:
         return 0.0
-    busy = 3 * stages_per_rank(pipeline, virtual_stages) * microbatches
+    busy = 3 * stage_passes(pipeline, virtual_stages) * microbatches
     return idle / (busy + idle)
 
 
 def bubble_formula(pipeline: str, pp: int, microbatches: int, virtual_stages: int = 1) -> str:
     """How :func:`bubble` comes about, for messages (``(pp−1)/(m+pp−1) = 3/5``)."""
     p, m = pp, microbatches
-    v = stages_per_rank(pipeline, virtual_stages)
+    v = stage_passes(pipeline, virtual_stages)
     idle = idle_units(pipeline, p, m, virtual_stages)
     if pipeline in ("gpipe", "1f1b"):
         return f"(pp−1)/(m+pp−1) = {p - 1}/{m + p - 1}"
     if pipeline == "interleaved_1f1b" and m >= p:
         return f"(pp−1)/(v·m+pp−1) = {p - 1}/{v * m + p - 1}"
+    if pipeline == "dualpipe":
+        return f"(pp/2−1)/(3m+pp/2−1) = {idle}/{3 * m + idle} (DualPipe's order under F = 1, B = 2, B = W = 1 when split)"
     return (f"each rank idles {idle} of {3 * v * m + idle} time units in torch's "
             f"{torch_schedule_name(pipeline, virtual_stages)} order (F = 1, B = 2 or B = W = 1 when split)")
 
@@ -333,6 +405,9 @@ def inflight(pipeline: str, p: int, m: int, v: int = 1, stage: int = 0) -> float
     * zero_bubble (ZB-H1, Qi et al. 2023): 1F1B's peak, p - stage (p on every rank when V-placed).
     * dualpipe_v: PP+1 chunk activations per device with PP = 2p chunks of half a device's layers
       (DeepSeek-V3 §3.2.1, DualPipe table), i.e. p + 1/2.
+    * dualpipe: PP+1 stage activations per device with PP = p stages, each half a device's layers
+      (the same table), i.e. (p + 1)/2 on every rank; DualPipe's own order (:func:`actions`)
+      peaks at p + 1 forwards without their backward on every rank.
 
     These are the published schedules' peaks; torch's own orders (:func:`actions`) can hold more
     on some ranks (its interleaved warm-up with one chunk per rank is 2(p−1−stage)+1).
@@ -346,6 +421,8 @@ def inflight(pipeline: str, p: int, m: int, v: int = 1, stage: int = 0) -> float
         return min((2 * (p - stage - 1) + (v - 1) * p + 1) / v, float(m))
     if pipeline == "dualpipe_v":
         return min(p + 0.5, float(m))
+    if pipeline == "dualpipe":
+        return min(p + 1, m) / 2
     if pipeline == "zero_bubble" and v == 2:
         return min(float(p), float(m))
     if pipeline == "zero_bubble" and v > 2:
@@ -375,211 +452,6 @@ def format_order(order: list[list[Action]]) -> str:
     return "\n".join(f"rank {r}: " + " ".join(str(a) for a in acts) for r, acts in enumerate(order))
 
 
-# -- the orders, as torch.distributed.pipelining.schedules computes them -------------------
-
-Raw = list[tuple[str, int, int]]          # (kind F/B/I/W, microbatch, stage)
-
-
 def _check_name(pipeline: str) -> None:
     if pipeline not in PIPELINES:
         raise ValueError(f"unknown pipeline schedule {pipeline!r}; expected one of {', '.join(PIPELINES)}")
-
-
-def _one_f_one_b(rank: int, pp: int, n: int) -> Raw:
-    # Schedule1F1B._step_microbatches: warm-up of min(n, pp - rank) forwards, then B/F pairs,
-    # then the remaining backwards (its pipeline_order attribute is not what it executes).
-    ops: Raw = []
-    warm = min(n, pp - rank)
-    f = b = 0
-    for _ in range(warm):
-        ops.append(("F", f, rank))
-        f += 1
-    while True:
-        ops.append(("B", b, rank))
-        b += 1
-        if f == n:
-            break
-        ops.append(("F", f, rank))
-        f += 1
-    while b < n:
-        ops.append(("B", b, rank))
-        b += 1
-    return ops
-
-
-def _interleaved(rank: int, pp: int, n: int, v: int, zero_bubble: bool) -> Raw:
-    # ScheduleInterleaved1F1B / ScheduleInterleavedZeroBubble._calculate_single_rank_operations
-    rounds = max(1, n // pp)
-    per_round = n // rounds
-    factor = 1 if zero_bubble else 2
-    warmup = min((v - 1) * per_round + factor * (pp - 1 - rank), n * v)
-    total_mb_ops = v * n
-    fwd_bwd = total_mb_ops - warmup
-    cooldown = total_mb_ops - fwd_bwd
-
-    def fwd_stage(step: int) -> int:
-        return ((step // per_round) % v) * pp + rank
-
-    def bwd_stage(step: int) -> int:
-        return (v - 1 - ((step - warmup) // per_round) % v) * pp + rank
-
-    fmb: dict[int, int] = {}
-    bmb: dict[int, int] = {}
-    wmb: dict[int, int] = {}
-    ops: Raw = []
-    bwd_ids: list[int] = []
-    w_count = 0
-    first_w_after = rank                       # num_1f1b_microbatches in torch
-    bkind = "I" if zero_bubble else "B"
-
-    def nxt(d: dict[int, int], s: int) -> int:
-        d[s] = d.get(s, 0) + 1
-        return d[s] - 1
-
-    def weight() -> None:
-        nonlocal w_count
-        s = bwd_stage(bwd_ids[w_count])
-        ops.append(("W", nxt(wmb, s), s))
-        w_count += 1
-
-    for op in range(warmup + fwd_bwd + cooldown):
-        if op < warmup:
-            s = fwd_stage(op)
-            ops.append(("F", nxt(fmb, s), s))
-        elif op < warmup + fwd_bwd:
-            s = fwd_stage(op)
-            ops.append(("F", nxt(fmb, s), s))
-            s = bwd_stage(op)
-            ops.append((bkind, nxt(bmb, s), s))
-            bwd_ids.append(op)
-            if zero_bubble and op - warmup >= first_w_after:
-                weight()
-        else:
-            s = bwd_stage(op)
-            ops.append((bkind, nxt(bmb, s), s))
-            bwd_ids.append(op)
-            if zero_bubble and op - warmup >= first_w_after:
-                weight()
-    while zero_bubble and w_count < len(bwd_ids):
-        weight()
-    return ops
-
-
-def _zbv(rank: int, pp: int, n: int) -> Raw:
-    # ScheduleZBVZeroBubble._calculate_single_rank_operations
-    n_micro = max(2 * pp - 1, n)
-    s0, s1 = rank, 2 * pp - 1 - rank
-    ops: Raw = []
-    f0 = f1 = b0 = b1 = 0
-    for _ in range(2 * (pp - rank) - 1):
-        ops.append(("F", f0, s0))
-        f0 += 1
-    for _ in range(rank):
-        ops.append(("F", f1, s1))
-        f1 += 1
-        ops.append(("F", f0, s0))
-        f0 += 1
-    for _ in range(pp - rank):
-        ops.append(("F", f1, s1))
-        f1 += 1
-        ops.append(("I", b1, s1))
-        ops.append(("W", b1, s1))
-        b1 += 1
-    while f1 < f0 or f0 < n_micro:
-        if f0 < n_micro:
-            ops.append(("F", f0, s0))
-            f0 += 1
-        ops.append(("I", b0, s0))
-        ops.append(("W", b0, s0))
-        b0 += 1
-        ops.append(("F", f1, s1))
-        f1 += 1
-        ops.append(("I", b1, s1))
-        ops.append(("W", b1, s1))
-        b1 += 1
-    w0, w1 = b0, b1
-    for _ in range(rank):
-        ops.append(("I", b0, s0))
-        b0 += 1
-        ops.append(("I", b1, s1))
-        b1 += 1
-    for _ in range(pp - rank):
-        ops.append(("I", b0, s0))
-        b0 += 1
-        ops.append(("W", w0, s0))
-        w0 += 1
-    while w1 < b1:
-        ops.append(("W", w1, s1))
-        w1 += 1
-    while w0 < b0:
-        ops.append(("W", w0, s0))
-        w0 += 1
-    # torch pads to 2pp-1 microbatches and blanks the surplus
-    return [o for o in ops if o[1] < n]
-
-
-def _dualpipe_v(rank: int, pp: int, n: int) -> Raw:
-    # ScheduleDualPipeV._calculate_single_rank_operations; an overlapped F/B pair runs its
-    # forward, then its (full) backward.
-    s0, s1 = rank, 2 * pp - 1 - rank
-    count: dict[tuple[int, str], int] = {}
-    wq: list[tuple[int, int]] = []
-    ops: Raw = []
-
-    def add(s: int, kind: str) -> None:
-        key = (s, "I" if kind == "B" else kind)
-        m = count.get(key, 0)
-        ops.append((kind, m, s))
-        if kind == "B":
-            count[(s, "I")] = m + 1
-            count[(s, "W")] = count.get((s, "W"), 0) + 1
-        else:
-            if kind == "I":
-                wq.append((s, m))
-            count[key] = m + 1
-
-    def add_w() -> None:
-        if wq:
-            s, m = wq.pop(0)
-            ops.append(("W", m, s))
-            count[(s, "W")] = count.get((s, "W"), 0) + 1
-
-    def overlap(fs: int, bs: int) -> None:
-        add(fs, "F")
-        add(bs, "B")
-
-    for _ in range((pp - rank - 1) * 2):
-        add(s0, "F")
-    for _ in range(rank + 1):
-        add(s0, "F")
-        add(s1, "F")
-    for _ in range(pp - rank - 1):
-        add(s1, "I")
-        add_w()
-        add(s1, "F")
-    for i in range(n - pp * 2 + rank + 1):
-        if i == 0 and rank == pp - 1:
-            add(s0, "F")
-            add(s1, "B")
-        else:
-            overlap(s0, s1)
-        overlap(s1, s0)
-    for _ in range(pp - rank - 1):
-        add(s1, "B")
-        overlap(s1, s0)
-    zb = False
-    steps6 = rank + 1
-    for i in range(steps6):
-        if i == steps6 // 2 and rank % 2 == 1:
-            zb = True
-        add(s1, "I" if zb else "B")
-        if i == steps6 // 2 and rank % 2 == 0:
-            zb = True
-        add(s0, "I" if zb else "B")
-    for _ in range(pp - rank - 1):
-        add_w()
-        add(s0, "I" if zb else "B")
-    for _ in range(rank + 1):
-        add_w()
-    return ops
-

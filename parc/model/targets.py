@@ -189,12 +189,16 @@ def rule_docs() -> dict[str, dict]:
 
 def merge_docs(into: dict[str, dict], docs: dict[str, dict]) -> dict[str, dict]:
     """Add ``docs`` (code -> entry) to ``into``: an entry's fields replace, its per-target audit
-    (``targets``) adds to what other files recorded for the same rule."""
+    (``targets``) adds to what other files recorded for the same rule, and its ``doc_append``
+    adds a sentence to the rule's ``doc`` (a target folder saying what a shared rule checks in
+    its keys, read after the shared rules.toml)."""
     for code, doc in docs.items():
         entry = into.setdefault(code, {})
         for key, value in doc.items():
             if key == "targets":
                 entry.setdefault("targets", {}).update(value)
+            elif key == "doc_append":
+                entry["doc"] = (entry.get("doc", "") + " " + value).strip()
             else:
                 entry[key] = value
     return into

@@ -16,7 +16,8 @@ Definitional choices that shape the space (not pruning) are:
 * ``sequence_parallel`` is only tried with tp > 1 (without TP it changes nothing);
 * pp = 1 runs no pipeline: its schedule is ``1f1b`` with one virtual stage;
 * gpipe and 1f1b hold one stage per rank; dualpipe_v two; interleaved_1f1b and zero_bubble
-  2 to ``Problem.max_virtual`` (and at most layers / pp);
+  2 to ``Problem.max_virtual`` (and at most layers / pp); dualpipe two copies of one stage
+  (virtual_stages = 1, the model cut into pp stages);
 * the layer split is ``even`` when pp · virtual_stages divides the layers, else ``balanced``;
 * expert tensor parallelism splits experts within the TP group: etp divides tp (Megatron-LM's
   default is etp = tp, torchtitan's etp = 1 or tp);
@@ -195,11 +196,15 @@ def layout_options(pr: Problem, pp: int) -> list[tuple[int, int, int]]:
         pipes = [pr.fixed["schedule.pipeline"]]   # a schedule named for pp = 1 is kept as written
     if pp > 1 and "megatron" in pr.rule_targets:                       # P607
         pipes = [x for x in pipes if x in ("1f1b", "interleaved_1f1b")]
+    if pp > 1 and "torch" in pr.rule_targets:                          # P616
+        pipes = [x for x in pipes if x != "dualpipe"]
     for name in pipes:
         if pp == 1:
             vs = [1]
-        elif name in ("gpipe", "1f1b"):
-            vs = [1]                                                  # P206
+        elif name == "dualpipe" and pp % 2:                          # P211
+            continue
+        elif name in ("gpipe", "1f1b", "dualpipe"):
+            vs = [1]                                                  # P206, P211
         elif name == "dualpipe_v":
             vs = [2]                                                  # P207
         else:
@@ -240,9 +245,9 @@ def few_microbatches_refused(pr: Problem) -> bool:
 
 
 def schedule_ok(pr: Problem, name: str, p: int, n: int, v: int) -> bool:
-    """P202 (1f1b needs m ≥ pp where torch's Schedule1F1B runs it), P207 (dualpipe_v m ≥ 2pp), P208
-    (zero_bubble rounds), and for the targets P203 (Megatron-LM: interleaved m a multiple of pp) and
-    P205 (torch: rounds)."""
+    """P202 (1f1b needs m ≥ pp where torch's Schedule1F1B runs it), P207 (dualpipe_v m ≥ 2pp), P211
+    (dualpipe: even pp, even m ≥ 2pp), P208 (zero_bubble rounds), and for the targets P203
+    (Megatron-LM: interleaved m a multiple of pp) and P205 (torch: rounds)."""
     if p <= 1:
         return True
     if name == "1f1b":
@@ -251,6 +256,8 @@ def schedule_ok(pr: Problem, name: str, p: int, n: int, v: int) -> bool:
         return True
     if name == "dualpipe_v":
         return n >= 2 * p
+    if name == "dualpipe":
+        return p % 2 == 0 and n % 2 == 0 and n >= 2 * p
     rounds_ok = n % max(1, n // p) == 0
     if name == "zero_bubble" and v > 2:
         return rounds_ok

@@ -56,8 +56,7 @@ class _Shapes:
         """The distinct stages of a layout, first stage of each kind, by stage index: pipeline rank
         ``i`` and the next ranks that hold the same layers, embedding and head have the same
         memory and FLOPs except for fewer microbatches in flight, so the first one bounds them."""
-        vstyle = cm.uses_v_placement(pipeline, v)
-        key = (pp, v, vstyle, split)
+        key = (pp, v, schedules.placement_style(pipeline, v), split)
         got = self.layouts.get(key)
         if got is None:
             m = self.pr.model
@@ -301,10 +300,12 @@ def _cost_rows(ctx: _Context, r: dict) -> dict:
     tokens = r["mb"] * (m.seq_len / r["cp"])
     rates = [np.asarray(x)[:, None] for x in np.broadcast_arrays(*cm.stage_rates(
         m, tokens, r["tp"], r["etp"], r["ep"], cl.gpu, pr.train.precision, pr.profile, ctx.efficiency))]
+    share = schedules.microbatch_share_array(r["pipeline"])       # DualPipe: half a rank's layers
     gemm, attn = cm.stage_compute_time(m, tokens[:, None], r["tp"][:, None], rates, layers - moe, moe, head,
                                        f[:, 0:1], f[:, 1:2])
+    gemm, attn = share[:, None] * gemm, share[:, None] * attn
     crit = np.argmax(np.where(ctx.c_valid[lo], gemm + attn, -np.inf), axis=1)
-    comm, calls = _comm(ctx, r, layers[rows, crit], moe[rows, crit], most)
+    comm, calls = _comm(ctx, r, layers[rows, crit] * share, moe[rows, crit] * share, most)
     ctime = _comm_times(ctx, r, comm, calls)
     # step time, MFU (on the BF16 peak)
     bub = schedules.bubble_array(r["pipeline"], r["pp"], r["m"], r["v"])
@@ -422,6 +423,7 @@ def schedule_ok_vec(pr: Problem, pipe, p, n, v):
     """:func:`parc.planner.space.schedule_ok` over arrays."""
     ok = (pipe != _PIPE["1f1b"]) | (n >= p) | (not few_microbatches_refused(pr))
     ok &= (pipe != _PIPE["dualpipe_v"]) | (n >= 2 * p)
+    ok &= (pipe != _PIPE["dualpipe"]) | ((n >= 2 * p) & (n % 2 == 0) & (p % 2 == 0))
     rounds_ok = n % np.maximum(1, n // np.maximum(p, 1)) == 0
     ok &= ~((pipe == _PIPE["zero_bubble"]) & (v > 2)) | rounds_ok
     inter = (pipe == _PIPE["interleaved_1f1b"]) & (v > 1)

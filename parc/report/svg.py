@@ -288,7 +288,8 @@ def _training_frame(plan, microbatches: int | None) -> tuple | str:
     nstages = pp * S.stages_per_rank(sch.pipeline, v)
     shown_m = (count(m, "microbatch") if m == total_m
                else f"{m} of {count(total_m, 'microbatch')} (the steady state repeats)")
-    title = (f"Pipeline schedule {sch.pipeline} (torch {S.torch_schedule_name(sch.pipeline, v)}): pp = {pp}"
+    origin = "torch" if S.in_torch(sch.pipeline) else "deepseek-ai/DualPipe"
+    title = (f"Pipeline schedule {sch.pipeline} ({origin} {S.torch_schedule_name(sch.pipeline, v)}): pp = {pp}"
              + (f", {nstages // pp} stages per rank" if nstages > pp else "") + f", {shown_m}")
     idle = (f"idle (hatched) = {bubble * 100:.1f}% of pp × step" if m == total_m else
             f"idle (hatched) = {drawn * 100:.1f}% of this picture, which shows {m} of the plan's "
@@ -343,7 +344,9 @@ def schedule(plan, microbatches: int | None = None) -> str:
             a = s.action
             kind = a.kind
             split = a.split
-            vs = (0 if serve else a.stage // pp if S.placement_style(sch.pipeline, v) == "loop"
+            style = "loop" if serve else S.placement_style(sch.pipeline, v)
+            vs = (0 if serve else a.stage // pp if style == "loop"
+                  else int(a.microbatch >= m // 2) if style == "dual"       # DualPipe: the direction
                   else (0 if a.stage < pp else 1))
             shade = _shade(KIND_COLORS[kind], vs, nstages // pp)
             x, w = left + s.start * unit, (s.end - s.start) * unit
@@ -363,14 +366,16 @@ def schedule(plan, microbatches: int | None = None) -> str:
         if t < span - 1e-9:
             body.append(_idle(left + t * unit, y, (span - t) * unit, row_h, r, t, span))
         body.append("</g>")
-    body += _time_axis_and_legend(left, top + pp * (row_h + gap) + 4, span, unit, legend, nstages > pp)
+    note = ("" if nstages <= pp else f"darker: microbatches {m // 2}–{m - 1}, fed at rank {pp - 1}"
+            if S.placement_style(sch.pipeline, v) == "dual" else "darker: later virtual stage")
+    body += _time_axis_and_legend(left, top + pp * (row_h + gap) + 4, span, unit, legend, note)
     return _svg("schedule", max(width, 620, _min_width(title), 32 + 6.2 * len(sub)), height, body, title,
                 attrs=f' data-pp="{pp}" data-microbatches="{m}" data-plan-microbatches="{total_m}" data-blocks="{n_blocks}" '
                       f'data-bubble="{bubble!r}" data-drawn-bubble="{drawn!r}" '
                       f'data-mode="{"serve" if serve else "train"}"')
 
 
-def _time_axis_and_legend(left: float, ay: float, span: float, unit: float, legend, virtual: bool) -> list[str]:
+def _time_axis_and_legend(left: float, ay: float, span: float, unit: float, legend, note: str) -> list[str]:
     """The schedule's time axis at height ``ay`` and, below it, the legend of block kinds."""
     body = [f'<line x1="{left}" y1="{ay}" x2="{left + span * unit:.1f}" y2="{ay}" stroke="#888"/>']
     step = max(1, int(round(span / 10)))
@@ -385,8 +390,8 @@ def _time_axis_and_legend(left: float, ay: float, span: float, unit: float, lege
         lx += 110
     body.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="10" fill="url(#idle-hatch)" stroke="#bbb"/>'
                 + _text(lx + 16, ly, "idle", "small"))
-    if virtual:
-        body.append(_text(lx + 60, ly, "darker: later virtual stage", "small muted"))
+    if note:
+        body.append(_text(lx + 60, ly, note, "small muted"))
     return body
 
 

@@ -223,6 +223,51 @@ def dualpipe_v(plan, c):
              related=[(c.at("mesh.pp"), f"pp = {m.pp}")])
 
 
+# ------------------------------------------------------------------------------------ P211
+
+def _even_pp_help(plan) -> str:
+    """The even pipeline degrees next to an odd pp that split the layers, with the dp each leaves."""
+    m, md = plan.mesh, plan.model
+    world = plan.world_size
+    opts = []
+    for p in sorted({m.pp - 1, m.pp + 1, m.pp - 3, m.pp + 3}, key=lambda p: (abs(p - m.pp), p)):
+        rest = m.cp * m.tp * p
+        if p >= 2 and md.layers % p == 0 and world % rest == 0:
+            opts.append(f"pp = {p} (dp = {world // rest})")
+    return (f"use {join(opts[:2], 'or')}" if opts else "use an even pp that divides the layers") + \
+        ", or `pipeline = 1f1b`, which runs any pp"
+
+
+@rule("P211", "dualpipe-requirements")
+def dualpipe(plan, c):
+    s, m = plan.schedule, plan.mesh
+    if not _train_pipeline(plan) or s.pipeline != "dualpipe":
+        return
+    if s.virtual_stages != 1:
+        c.report(at_given(plan, "schedule.virtual_stages", "schedule.pipeline"),
+                 f"dualpipe cuts the model into pp stages and gives each rank two of them, one per direction (rank r "
+                 f"holds stages r and pp−1−r), but virtual_stages = {s.virtual_stages} asks for {s.virtual_stages} "
+                 f"chunks per rank",
+                 help="remove `virtual_stages` (dualpipe takes 1), or use `pipeline = dualpipe_v` with "
+                      "`virtual_stages = 2` for the V-shaped variant")
+        return
+    if m.pp % 2:
+        c.report(c.at("mesh.pp"),
+                 f"dualpipe pairs pipeline rank r with rank pp−1−r and needs an even number of them, but pp = {m.pp} "
+                 f"(DualPipe.step: \"assert num_ranks % 2 == 0\")",
+                 help=_even_pp_help(plan))
+        return
+    n = microbatches(plan)
+    if n is None or schedules.dualpipe_check(m.pp, n) is None:
+        return
+    c.report(batch_span(plan),
+             f"dualpipe feeds half the microbatches in at each end of the pipeline and needs an even number of them, "
+             f"at least 2·pp = {2 * m.pp}, but {microbatch_terms(plan)} (DualPipe.step: \"num_chunks % 2 == 0 and "
+             f"num_chunks >= num_ranks * 2\")",
+             help=_gb_help(plan, lambda k: k >= 2 * m.pp and k % 2 == 0, f", even and at least {2 * m.pp}"),
+             related=[(c.at("mesh.pp"), f"pp = {m.pp}")])
+
+
 # ------------------------------------------------------------------------------------ P208
 
 @rule("P208", "zero-bubble-requirements")
@@ -266,6 +311,8 @@ def _schedule_ok(plan) -> bool:
         return v > 1
     if s.pipeline == "dualpipe_v":
         return v == 2 and n >= 2 * m.pp
+    if s.pipeline == "dualpipe":
+        return v == 1 and schedules.dualpipe_check(m.pp, n) is None
     return v >= 2
 
 

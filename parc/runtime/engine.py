@@ -55,6 +55,9 @@ def check_plan(plan: Plan) -> None:
     if n is not None and s.microbatches != n:
         problems.append(f"microbatches = {s.microbatches} disagrees with global_batch / (micro_batch · dp) = "
                         f"{d.global_batch} / ({d.micro_batch} · {d.dp}) = {n}")
+    if d.pp > 1 and plan.mode == "train" and not schedules.in_torch(s.pipeline):
+        problems.append(f"torch.distributed.pipelining has no {s.pipeline} schedule (ScheduleDualPipeV only): "
+                        "DualPipe runs with deepseek-ai/DualPipe; use pipeline = dualpipe_v with virtual_stages = 2")
     elif n is not None and d.pp > 1 and plan.mode == "train":
         why = schedules.check(s.pipeline, d.pp, n, s.virtual_stages)
         if why:

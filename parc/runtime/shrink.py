@@ -36,10 +36,10 @@ def rehearsal_microbatches(pipeline: str, pp: int, planned: int | None, virtual_
     per = schedules.stages_per_rank(pipeline, virtual_stages)
     if planned and planned <= 2 * pp * per and schedules.check(pipeline, pp, planned, virtual_stages) is None:
         return planned
-    m = pp
-    while schedules.check(pipeline, pp, m, virtual_stages) is not None or (per > 1 and m % pp):
-        m += 1
-    return m
+    for m in range(pp, 8 * pp * per + 1):
+        if schedules.check(pipeline, pp, m, virtual_stages) is None and (per == 1 or m % pp == 0):
+            return m
+    return planned or pp      # no count runs it (dualpipe on an odd pp): the runtime's check says why
 
 
 def shrink_split(layers: list[int]) -> list[int]:

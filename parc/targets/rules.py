@@ -1,12 +1,13 @@
 """The rules that span several targets: a key a target cannot do without (P602), values no
 command line can carry (P662) or that a launcher would read as options (P690), and the rules
-of the families without a folder of their own: parc's torch runtime (P610, P611), which comes
+of the families without a folder of their own: parc's torch runtime (P610, P611, P616), which comes
 with torchrun, slurm and kubernetes, and DeepSpeed's ZeRO conventions (P615)."""
 from __future__ import annotations
 
 import json
 import re
 
+from parc.model import schedules
 from parc.model.targets import example, inherits, keys, launch_targets, required, requiring_targets
 from parc.rules import rule
 from parc.rules.util import join, target_name
@@ -91,6 +92,21 @@ def torch_etp(plan, c):
              f"{target_name(c.target)} splits experts either over the whole TP group or not at all: etp must be 1 or "
              f"tp = {m.tp}, not {m.etp} (torchtitan: \"Currently we only support ETP=TP or ETP=1\")",
              help=f"set etp = 1 or etp = {m.tp}" if m.tp > 1 else "set etp = 1")
+
+
+# ------------------------------------------------------------------------------------ P616
+
+@rule("P616", "torch-no-dualpipe", targets=("torch",))
+def torch_no_dualpipe(plan, c):
+    s = plan.schedule
+    if plan.mode != "train" or plan.mesh.pp <= 1 or schedules.in_torch(s.pipeline):
+        return
+    c.report(c.at("schedule.pipeline"),
+             f"{target_name(c.target)} builds its pipeline with torch.distributed.pipelining, which has "
+             f"ScheduleDualPipeV but no DualPipe: pipeline = dualpipe runs only with deepseek-ai/DualPipe's "
+             f"DualPipe module, which no parc target launches",
+             help=f"use `pipeline = dualpipe_v` with `virtual_stages = 2` (DualPipe cut in half, pp = {plan.mesh.pp} "
+                  f"ranks holding one copy of the model), or `pipeline = zero_bubble` or `interleaved_1f1b`")
 
 
 # ------------------------------------------------------------------------------------ P615

@@ -1,2 +1,3 @@
 """What the test modules share: spec builders (``specs``), the one snapshot helper
-(``snapshot``). Test modules import from here, never from one another."""
+(``snapshot``), the judges' processes (``judges``) and Kubernetes' structural-schema pruning
+(``structural``). Test modules import from here, never from one another."""

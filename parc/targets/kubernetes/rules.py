@@ -19,19 +19,31 @@ def kubernetes_image(plan, c):
 
 @rule("P661", "kubernetes-name", targets=(TARGET,))
 def names(plan, c):
-    s = settings(plan, TARGET)
-    # the job's name becomes Service names (DNS-1035); a namespace is a DNS-1123 label
-    for key, limit, rfc, first in (("name", NAME_MAX, 1035, "a letter"), ("namespace", NAMESPACE_MAX, 1123,
+    check_names(plan, c, TARGET, NAME_MAX)
+
+
+def check_names(plan, c, target: str, name_max: int) -> None:
+    """The names and resource keys of a Kubernetes target's block (``name`` at most ``name_max``
+    characters): the checks of P661, shared with every target that writes Kubernetes objects."""
+    s = settings(plan, target)
+    # the object's name becomes Service names (DNS-1035); a namespace is a DNS-1123 label
+    for key, limit, rfc, first in (("name", name_max, 1035, "a letter"), ("namespace", NAMESPACE_MAX, 1123,
                                                                          "a letter or digit")):
         v = s.get(key)
-        if v is not None and not is_dns_label(v, limit, rfc):
-            c.report(c.at(f"target.kubernetes.{key}", "target.kubernetes"),
+        if v is not None and limit < len(v) <= NAMESPACE_MAX and is_dns_label(v, NAMESPACE_MAX, rfc):
+            c.report(c.at(f"target.{target}.{key}", f"target.{target}"),
+                     f"`{key}` has {len(v)} characters, more than the {limit} parc allows: the API server accepts "
+                     f"names of up to {NAMESPACE_MAX}, but the pods and services named after it add suffixes and "
+                     f"fail when they start once those names pass {NAMESPACE_MAX} characters (parc is stricter here)",
+                     help=f"for example `{key} = \"{dns_label(v, limit)}\"`")
+        elif v is not None and not is_dns_label(v, limit, rfc):
+            c.report(c.at(f"target.{target}.{key}", f"target.{target}"),
                      f"`{key}` must be a Kubernetes name: lowercase letters, digits and '-', starting with "
                      f"{first} and ending with a letter or digit, at most {limit} characters (no newline)",
                      help=f"for example `{key} = \"{dns_label(v, limit)}\"`")
     rdma = s.get("rdma_resource")
     if rdma is not None and not (RESOURCE.fullmatch(rdma) and len(rdma.partition("/")[0]) <= 253):
-        c.report(c.at("target.kubernetes.rdma_resource", "target.kubernetes"),
+        c.report(c.at(f"target.{target}.rdma_resource", f"target.{target}"),
                  "`rdma_resource` must be a Kubernetes resource name (an optional DNS subdomain and '/', then at "
                  "most 63 letters, digits, '-', '_' or '.'): it becomes a key of the pods' resource requests",
                  help="use the name your RDMA device plugin advertises, such as `rdma/rdma_shared_device_a`")

@@ -1,6 +1,7 @@
 """Megatron-LM's own rules: the plans its arguments cannot express or that it refuses."""
 from __future__ import annotations
 
+from parc.model import schedules
 from parc.model.targets import rank_orders
 from parc.rules import WARNING, rule
 from parc.rules.util import dims
@@ -31,7 +32,9 @@ def megatron_schedule(plan, c):
              f"Megatron-LM runs only 1F1B and interleaved 1F1B pipelines; pipeline = {s.pipeline} cannot be "
              f"expressed with its arguments",
              help="use `pipeline = 1f1b` (or interleaved_1f1b with virtual_stages), or compile for `target "
-                  "torchrun`, whose torch.distributed.pipelining runtime has " + s.pipeline)
+                  "torchrun`, whose torch.distributed.pipelining runtime has "
+                  + (s.pipeline if schedules.in_torch(s.pipeline) else
+                     "dualpipe_v (DualPipe cut in half; DualPipe itself runs only with deepseek-ai/DualPipe)"))
 
 
 # ------------------------------------------------------------------------------------ P608

@@ -109,8 +109,9 @@ def _lines(plan, node_rank) -> tuple[list[list], list[list], list[list], list[li
     return out, [["--port", s.get("port", 8000)]], others, [[x] for x in s.get("extra_args") or []]
 
 
-def serve_lines(plan, node: int | None) -> list[list]:
-    """Every option of ``vllm serve`` for node ``node`` (None: the only node)."""
+def serve_lines(plan, node: int | Var | None) -> list[list]:
+    """Every option of ``vllm serve`` for node ``node`` (None: the only node; a :class:`Var`: a
+    node other than 0 whose rank the launcher fills in, as the lws target's pods do)."""
     common, head, others, extra = _lines(plan, 0 if node is None else node)
     return (head + common if node in (None, 0) else common + others) + extra
 

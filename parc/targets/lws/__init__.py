@@ -1,0 +1,172 @@
+"""LeaderWorkerSet: ``lws.yaml``, a ``LeaderWorkerSet`` (leaderworkerset.x-k8s.io/v1) that serves
+the plan in groups of pods, and a ``Service`` in front of the groups' leaders.
+
+One group is one serving engine: ``size`` pods (its nodes), the leader first; ``replicas`` groups
+are the plan's data-parallel replicas, each an independent server behind the Service. A replica
+(tp·pp·cp GPUs) larger than a node takes ``size`` = replica / gpus_per_node whole nodes, one pod
+each; a replica that fits in a node is a group of one pod with the replica's GPUs (the scheduler
+packs several on a node). An expert-parallel plan with dp > 1 is one engine: vLLM's experts span
+dp·cp·tp, so one group holds every node and vLLM's own data parallelism.
+
+The pods run the vllm target's command (``parc.targets.vllm.serve_lines``), with what
+LeaderWorkerSet injects into every container in place of the node rank and node 0's address:
+``LWS_WORKER_INDEX`` (0 for the leader) and ``LWS_LEADER_ADDRESS`` (the leader pod's DNS name),
+written ``$(NAME)`` for Kubernetes to substitute (a literal ``$`` is ``$$``). The leader serves
+the API; its readiness probe asks the engine's health endpoint (``/health`` on its port), so the
+Service sends requests only to groups that have loaded the model. ``startupPolicy`` is
+LeaderCreated: vLLM's leader waits for its workers, so a LeaderReady start would never come.
+``restartPolicy`` RecreateGroupOnPodRestart restarts a group whole, as a lost worker breaks the
+group's NCCL world. Every pod asks for its GPUs (``nvidia.com/gpu``), CPUs and memory, with a
+size-limited in-memory ``/dev/shm`` for NCCL and the engine's shared buffers. The plan travels
+in a ConfigMap mounted at ``/etc/parc`` (``PARC_PLAN`` points at ``plan.json``), as with the
+kubernetes target.
+
+The engine is the target key ``engine`` (vllm; sglang arrives with the sglang target and is
+refused until then, P676); each engine's image and health path are data in target.toml.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+from parc.model.targets import spec
+from parc.targets.base import Env, File, Var, dns_label, mesh_text, nccl_env, plan_json, settings, spec_name
+from parc.words import count
+
+TARGET = "lws"
+NAME_MAX = 40            # pods are <name>-<group>-<worker>; the Service <name>-leader
+API_VERSION = "leaderworkerset.x-k8s.io/v1"
+# what LeaderWorkerSet sets in every container (api/leaderworkerset/v1/leaderworkerset_types.go;
+# its LWS_GROUP_SIZE is the group's size, which the commands write as a number)
+LEADER_ADDRESS, WORKER_INDEX = "LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX"
+# the labels LeaderWorkerSet puts on every pod: the set's name and the pod's index in its group
+NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+WORKER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+# the vllm target's shell variables, as LeaderWorkerSet provides them
+K8S_VARS = {"master_addr": LEADER_ADDRESS, "node_rank": WORKER_INDEX}
+
+
+@dataclasses.dataclass(frozen=True)
+class Groups:
+    """How the plan is cut into LeaderWorkerSet groups."""
+
+    size: int         # pods per group (the nodes one engine spans), the leader included
+    replicas: int     # groups: independent servers behind the Service
+    gpus: int         # GPUs each pod asks for
+    plan: object      # the plan one group serves (its nodes = size, its dp what one engine holds)
+
+
+def engine(plan) -> str:
+    return settings(plan, TARGET).get("engine", "vllm")
+
+
+def engine_facts(plan) -> dict:
+    """The engine's image, health path and container name (target.toml's [engines])."""
+    return (spec(TARGET) or {}).get("engines", {}).get(engine(plan), {})
+
+
+def one_engine(plan) -> bool:
+    """Whether the whole plan is one engine: expert parallelism spans dp (vLLM's ep = dp·cp·tp)."""
+    return plan.model.is_moe and plan.mesh.ep > 1 and plan.mesh.dp > 1
+
+
+def groups(plan) -> Groups:
+    from parc.targets.vllm import replica
+
+    me, cl = plan.mesh, plan.cluster
+    g = cl.gpus_per_node
+    if one_engine(plan):
+        gpus = g if cl.nodes > 1 else plan.world_size
+        return Groups(cl.nodes, 1, gpus, plan)
+    r = replica(plan)
+    size = -(-r // g)
+    gpus = g if size > 1 else r
+    sub = dataclasses.replace(plan, mesh=dataclasses.replace(me, dp=1),
+                              cluster=dataclasses.replace(cl, nodes=size, gpus_per_node=gpus))
+    return Groups(size, me.dp, gpus, sub)
+
+
+def job_name(plan) -> str:
+    return settings(plan, TARGET).get("name") or dns_label(plan.model.name, NAME_MAX)
+
+
+def _word(w) -> str:
+    """One word of a container command: the vllm target's shell variables become what
+    LeaderWorkerSet injects, ``$(NAME)``; any other ``$`` is literal (``$$``)."""
+    from parc.targets.kubernetes import literal
+
+    if isinstance(w, Var):
+        return f"$({K8S_VARS[w.name]})"
+    return literal(str(w))
+
+
+def _sh(words: list, tail: str = "") -> str:
+    """A ``sh -c`` script that runs ``words`` (each quoted for the shell, after Kubernetes'
+    substitution) and then ``tail`` (shell text written for it)."""
+    return " ".join(shlex.quote(_word(w)) for w in words) + tail
+
+
+def commands(plan, grp: Groups) -> tuple[list[str], list[str] | None]:
+    """The leader's command and the workers' (None for a group of one pod)."""
+    from parc.targets.vllm import RAY_PORT, launch_mode, serve_lines
+
+    sub = grp.plan
+    head = ["vllm", "serve", settings(plan, "vllm")["model"]]
+    mode = launch_mode(sub)
+    flat = (lambda lines: [w for ln in lines for w in ln])
+    if mode == "single":
+        return [_word(w) for w in head + flat(serve_lines(sub, None))], None
+    leader = head + flat(serve_lines(sub, 0))
+    if mode == "ray":
+        # node 0 starts the Ray head, then serves; the others join it (vLLM waits for their GPUs)
+        start = ["ray", "start", "--head", "--port", RAY_PORT]
+        return (["sh", "-c", _sh(start) + " && exec " + _sh(leader)],
+                ["ray", "start", "--address", f"$({LEADER_ADDRESS}):{RAY_PORT}", "--block"])
+    worker = head + flat(serve_lines(sub, Var("node_rank")))
+    if mode == "dp":
+        # a worker's first data-parallel rank is its index times the replicas a pod holds
+        i = worker.index(Var("start_rank"))
+        local = worker[worker.index("--data-parallel-size-local") + 1]
+        tail = f" $$(({WORKER_INDEX} * {local}))" + ("" if i + 1 == len(worker) else " " + _sh(worker[i + 1:]))
+        return [_word(w) for w in leader], ["sh", "-c", "exec " + _sh(worker[:i]) + tail]
+    return [_word(w) for w in leader], [_word(w) for w in worker]
+
+
+def _env(plan) -> list[Env]:
+    from parc.targets.kubernetes import PLAN_DIR, literal
+    from parc.targets.vllm import uneven_partition
+
+    env = []
+    part = uneven_partition(plan)
+    if part:
+        env.append(Env("VLLM_PP_LAYER_PARTITION", ",".join(map(str, part))))
+    plan_env = Env("PARC_PLAN", f"{PLAN_DIR}/plan.json")
+    return [Env(e.name, literal(e.value)) for e in [plan_env] + env + nccl_env(plan)]
+
+
+def build(plan) -> list[File]:
+    from parc.targets.kubernetes import CPU_PER_GPU, MEMORY_PER_GPU, PLAN_DIR, SHM_DEFAULT, quantity
+    from parc.targets.render import render
+
+    s = settings(plan, TARGET)
+    grp = groups(plan)
+    facts = engine_facts(plan)
+    name = job_name(plan)
+    leader, worker = commands(plan, grp)
+    memory = s.get("memory", MEMORY_PER_GPU * grp.gpus)
+    port = settings(plan, "vllm").get("port", 8000)
+    roles = [{"key": "leaderTemplate" if worker else "workerTemplate", "command": leader, "leader": True}]
+    if worker:
+        roles.append({"key": "workerTemplate", "command": worker, "leader": False})
+    header = [f"LeaderWorkerSet compiled by parc from {spec_name(plan)}: kubectl apply -f lws.yaml "
+              "(the LeaderWorkerSet controller must be installed)",
+              f"Mesh: {mesh_text(plan)}; {count(grp.replicas, 'group')} of {count(grp.size, 'pod')} x "
+              f"{count(grp.gpus, 'GPU')}; the Service {name}-leader sends requests to the groups' leaders."]
+    text = render("lws/lws.yaml.j2", header=header, name=name, namespace=s.get("namespace"),
+                  image=s.get("image", facts["image"]), container=facts["container"], health=facts["health"],
+                  port=port, replicas=grp.replicas, size=grp.size, gpus=grp.gpus, roles=roles, env=_env(plan),
+                  cpu=str(s.get("cpu", CPU_PER_GPU * grp.gpus)), memory=quantity(memory),
+                  shm=quantity(s.get("shm_size", min(SHM_DEFAULT, memory))), rdma=s.get("rdma_resource"),
+                  rdma_devices=s.get("rdma_devices", 1), name_label=NAME_LABEL, worker_label=WORKER_LABEL,
+                  plan_json=plan_json(plan), plan_dir=PLAN_DIR)
+    return [File("lws.yaml", text), File("plan.json", plan_json(plan))]

@@ -1,0 +1,206 @@
+"""Runs inside the LeaderWorkerSet judge's virtual environment (tests/judges/lws_env.sh), never in
+parc's own.
+
+Reads JSON lists of manifests (the text of an `lws.yaml`), one list a line, on stdin, and prints
+for each what Kubernetes and the LeaderWorkerSet controller make of it:
+
+* the LeaderWorkerSet against the CRD's own OpenAPI schema (tests/data/lws, LWS v0.10.0), with
+  unknown fields refused wherever the schema is structural (the API server prunes them, or
+  refuses them under `kubectl apply --validate=strict`), and the checks of LWS's validating
+  webhook (pkg/webhooks/leaderworkerset_webhook.go, generalValidate: the name a DNS-1035 label,
+  0 <= replicas <= 1000000, size >= 1, replicas · size within int32), transcribed from its Go;
+* the built-in objects with kubernetes-validate, strict: the Service, the plan's ConfigMap, and
+  each pod template as a v1 PodTemplate;
+* what each pod of group 0 runs: LWS puts LWS_LEADER_ADDRESS (`<name>-<group>.<name>.<namespace>`),
+  LWS_GROUP_SIZE and LWS_WORKER_INDEX first in every container's environment
+  (pkg/utils/pod/pod_utils.go, AddLWSVariables), the kubelet substitutes `$(NAME)` in the command
+  (`$$` is a literal `$`; an unknown name stays as written), and the command runs with `vllm` and
+  `ray` replaced by recorders of their argv.
+
+It answers with the sizes it derived (replicas, size, GPUs per pod, the probe, the Service) and
+each pod's recorded argv; the test compares them with the plan."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from support.structural import strict  # noqa: E402  (Kubernetes' pruning, shared with the PyTorchJob test)
+
+K8S_VERSION = "1.37.0"
+CRD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "lws",
+                   "leaderworkerset.x-k8s.io_leaderworkersets.yaml")
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+OBJECT_META = {"name", "namespace", "labels", "annotations"}
+INT32_MAX = 2**31 - 1
+RECORDERS = ("vllm", "ray")
+
+
+def _crd_validator():
+    with open(CRD) as f:
+        crd = yaml.safe_load(f)
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema = strict(version["schema"]["openAPIV3Schema"])
+    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)(schema)
+
+
+VALIDATOR = _crd_validator()
+
+
+def name_errors(meta, what):
+    """apimachinery ValidateObjectMeta as LWS's webhook and the API server call it: the name a
+    DNS-1035 label of at most 63 characters, the namespace a DNS-1123 label."""
+    out = []
+    name = meta.get("name", "")
+    if not (len(name) <= 63 and DNS_1035.fullmatch(name)):
+        out.append(f"{what} metadata.name {name!r}: a DNS-1035 label must consist of lower case alphanumeric "
+                   "characters or '-', start with an alphabetic character, and end with an alphanumeric character")
+    ns = meta.get("namespace")
+    if ns is not None and not (len(ns) <= 63 and DNS_1123.fullmatch(ns)):
+        out.append(f"{what} metadata.namespace {ns!r}: not a DNS-1123 label")
+    out += [f"{what} metadata: unknown field {k}" for k in meta if k not in OBJECT_META]
+    return out
+
+
+def webhook_errors(lws):
+    """LWS's generalValidate (pkg/webhooks/leaderworkerset_webhook.go) after its defaulting."""
+    spec = lws["spec"]
+    replicas = spec.get("replicas", 1)
+    size = spec["leaderWorkerTemplate"].get("size", 1)
+    out = name_errors(lws["metadata"], "LeaderWorkerSet")
+    if replicas < 0:
+        out.append("spec.replicas: replicas must be equal or greater than 0")
+    if replicas > 1000000:
+        out.append("spec.replicas: replicas must be equal or less than 1000000")
+    if size < 1:
+        out.append("spec.leaderWorkerTemplate.size: size must be equal or greater than 1")
+    if replicas * size > INT32_MAX:
+        out.append(f"spec.replicas: the product of replicas and worker replicas must not exceed {INT32_MAX}")
+    return out
+
+
+def builtin_errors(obj, what):
+    try:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as x:
+        return [f"{what}: {x.message} at {'/'.join(map(str, x.path))}"]
+    return []
+
+
+def expand(text, env):
+    """The kubelet's $(VAR) substitution (third_party/forked/golang/expansion)."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            if text[i + 1] == "$":
+                out.append("$")
+                i += 2
+                continue
+            if text[i + 1] == "(":
+                j = text.find(")", i + 2)
+                if j != -1:
+                    name = text[i + 2:j]
+                    out.append(env[name] if name in env else text[i:j + 1])
+                    i = j + 1
+                    continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def run_pod(container, lws_env, tmp):
+    """Run the container's command as the kubelet would, with vllm and ray recording their argv."""
+    env = dict(lws_env)
+    for e in container.get("env") or []:
+        env.setdefault(e["name"], expand(e.get("value", ""), env))
+    argv = [expand(w, env) for w in container["command"] + (container.get("args") or [])]
+    rec = os.path.join(tmp, "rec")
+    os.makedirs(rec, exist_ok=True)
+    for f in os.listdir(rec):
+        os.unlink(os.path.join(rec, f))
+    binp = os.path.join(tmp, "bin")
+    os.makedirs(binp, exist_ok=True)
+    for name in RECORDERS:   # each call writes its argv, NUL-separated, to <name>.<n>
+        p = os.path.join(binp, name)
+        with open(p, "w") as f:
+            f.write(f'#!/bin/sh\nn=$(ls "$REC" | grep -c "^{name}\\.")\nprintf \'%s\\0\' "$@" > "$REC/{name}.$n"\n')
+        os.chmod(p, 0o755)
+    r = subprocess.run(argv, env={**env, "PATH": binp + ":/usr/bin:/bin", "REC": rec}, capture_output=True,
+                       text=True, timeout=60)
+    runs = {}
+    for f in sorted(os.listdir(rec), key=lambda f: (f.split(".")[0], int(f.split(".")[1]))):
+        with open(os.path.join(rec, f), "rb") as fh:
+            runs.setdefault(f.split(".")[0], []).append([a.decode() for a in fh.read().split(b"\0")[:-1]])
+    return {"returncode": r.returncode, "stderr": r.stderr[-2000:], "runs": runs}
+
+
+def pod_facts(template, lws_env, tmp):
+    c = template["spec"]["containers"][0]
+    res = c.get("resources", {})
+    mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts") or []}
+    vols = {v["name"]: v for v in template["spec"].get("volumes") or []}
+    shm = vols.get(mounts.get("/dev/shm"), {}).get("emptyDir")
+    probe = (c.get("readinessProbe") or {}).get("httpGet")
+    return {"gpus": int(res.get("requests", {}).get("nvidia.com/gpu", 0)),
+            "gpus_limit": int(res.get("limits", {}).get("nvidia.com/gpu", 0)),
+            "shm": shm, "probe": probe, "ports": [p["containerPort"] for p in c.get("ports") or []],
+            **run_pod(c, lws_env, tmp)}
+
+
+def judge(text):
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    errors = []
+    lws = [d for d in docs if d.get("kind") == "LeaderWorkerSet"]
+    svcs = [d for d in docs if d.get("kind") == "Service"]
+    if len(lws) != 1:
+        return {"ok": False, "errors": [f"{len(lws)} LeaderWorkerSets"]}
+    lws = lws[0]
+    if lws.get("apiVersion") != "leaderworkerset.x-k8s.io/v1":
+        errors.append(f"apiVersion {lws.get('apiVersion')}")
+    errors += [f"LeaderWorkerSet {'/'.join(map(str, e.absolute_path))}: {e.message}"
+               for e in VALIDATOR.iter_errors(lws)]
+    if errors:   # the API server refuses it before the webhook sees it
+        return {"ok": False, "stage": "schema", "errors": errors}
+    errors += webhook_errors(lws)
+    if errors:
+        return {"ok": False, "stage": "webhook", "errors": errors}
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    templates = {"leader": lwt.get("leaderTemplate") or lwt["workerTemplate"], "worker": lwt["workerTemplate"]}
+    for role, t in templates.items():
+        errors += builtin_errors({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": t},
+                                 f"{role} PodTemplate")
+    for s in svcs:
+        errors += name_errors(s["metadata"], "Service")
+    for d in docs:
+        if d.get("kind") != "LeaderWorkerSet":
+            errors += builtin_errors(d, d.get("kind", "?"))
+    if errors:
+        return {"ok": False, "stage": "built-in objects", "errors": errors}
+    name, ns = lws["metadata"]["name"], lws["metadata"].get("namespace", "default")
+    size, replicas = lwt.get("size", 1), lws["spec"].get("replicas", 1)
+    # the pods of group 0: the leader is <name>-0 in the headless Service <name> (subdomain Shared)
+    address = f"{name}-0.{name}.{ns}"
+    pods = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for w in range(size):
+            env = {"LWS_LEADER_ADDRESS": address, "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": str(w)}
+            pods.append({"index": w, **pod_facts(templates["leader" if w == 0 else "worker"], env, tmp)})
+    service = [{"name": s["metadata"]["name"], "selector": s["spec"].get("selector"),
+                "ports": [(p["port"], p.get("targetPort")) for p in s["spec"]["ports"]]} for s in svcs]
+    return {"ok": True, "name": name, "replicas": replicas, "size": size,
+            "startup": lws["spec"].get("startupPolicy", "LeaderCreated"),
+            "restart": lwt.get("restartPolicy", "RecreateGroupOnPodRestart"), "leader_address": address,
+            "pods": pods, "services": service}
+
+
+MARK = "@@lws-judge "
+for line in sys.stdin:
+    if line.strip():
+        print(MARK + json.dumps([judge(t) for t in json.loads(line)]), flush=True)
