@@ -11,14 +11,16 @@ from parc.words import count
 
 # ------------------------------------------------------------------------------------ P680
 
+SERVES = ("a Kubeflow TrainJob runs training: its pods run torchrun until the job completes, and this spec serves "
+          "a model (it has a `serve` block)")
+SERVE_HELP = ("serve on Kubernetes with `target lws` (a LeaderWorkerSet) or `target kubernetes`, or replace `serve` "
+              "with `train` to train the model")
+
+
 @rule("P680", "trainjob-trains-only", targets=(TARGET,))
 def trainjob_training_only(plan, c):
     if plan.mode == "serve":
-        c.report(target_span(plan, c, TARGET, "serve"),
-                 "a Kubeflow TrainJob runs training: its pods run torchrun until the job completes, and this spec "
-                 "serves a model (it has a `serve` block)",
-                 help="serve on Kubernetes with `target lws` (a LeaderWorkerSet) or `target kubernetes`, or replace "
-                      "`serve` with `train` to train the model",
+        c.report(target_span(plan, c, TARGET, "serve"), SERVES, help=SERVE_HELP,
                  related=[(c.at("serve"), "serving declared here")])
 
 
