@@ -1,0 +1,98 @@
+"""DeepSpeed's own rules: the plans DeepSpeed refuses, or that its config cannot express."""
+from __future__ import annotations
+
+from parc.rules import WARNING, rule
+from parc.targets.base import target_span
+from parc.targets.deepspeed import TARGET
+
+# what DeepSpeed 0.19.8 runs for each pipeline schedule of a spec: PipelineModule under
+# PipelineEngine (TrainSchedule, 1F1B) or DualPipeVModule under DualPipeVEngine
+RUNS = {"1f1b": "TrainSchedule", "dualpipe_v": "DualPipeVEngine"}
+
+
+# ------------------------------------------------------------------------------------ P615
+
+@rule("P615", "deepspeed-zero-with-pipeline", targets=(TARGET,))
+def deepspeed_zero_pp(plan, c):
+    t, m = plan.train, plan.mesh
+    if plan.mode != "train" or t is None or t.zero < 2 or m.pp <= 1:
+        return
+    c.report(c.at("train.zero"),
+             f"DeepSpeed's pipeline engine refuses zero = {t.zero} with pp = {m.pp}: ZeRO-2 and ZeRO-3 partition "
+             f"gradients, which the pipeline accumulates over microbatches (\"ZeRO-2 and ZeRO-3 are incompatible "
+             f"with pipeline parallelism\")",
+             help="use zero = 1 with the pipeline, or pp = 1 with zero = 3",
+             related=[(c.at("mesh.pp"), f"pp = {m.pp}")])
+
+
+# ------------------------------------------------------------------------------------ P685
+
+@rule("P685", "deepspeed-trains-only", targets=(TARGET,))
+def deepspeed_training_only(plan, c):
+    if plan.mode == "serve":
+        c.report(target_span(plan, c, TARGET),
+                 "the deepspeed target emits a DeepSpeed training config and launch; it cannot serve this plan "
+                 "(the spec has a `serve` block)",
+                 help="serve with `target vllm`, or replace `serve` with `train`",
+                 related=[(c.at("serve"), "serving declared here")])
+
+
+# ------------------------------------------------------------------------------------ P686
+
+@rule("P686", "deepspeed-context-parallel", targets=(TARGET,))
+def deepspeed_cp(plan, c):
+    m = plan.mesh
+    if plan.mode != "train" or m.cp <= 1:
+        return
+    c.report(c.at("mesh.cp"),
+             f"DeepSpeed has no context parallelism to give cp = {m.cp}: its config splits a sequence only with "
+             f"Ulysses sequence parallelism (sequence_parallel_size), which exchanges heads by all-to-all instead "
+             f"of passing key/value blocks around a ring, so the plan's cost and memory would not hold",
+             help=f"use cp = 1 and give the {m.cp}-fold to dp or tp, or compile for `target megatron` or "
+                  f"`target torchrun`, which have context parallelism")
+
+
+# ------------------------------------------------------------------------------------ P687
+
+@rule("P687", "deepspeed-fp8-as-bf16", severity=WARNING, targets=(TARGET,))
+def deepspeed_fp8(plan, c):
+    t = plan.train
+    if plan.mode != "train" or t is None or t.precision != "fp8":
+        return
+    c.report(c.at("train.precision", "train"),
+             "DeepSpeed's config has no fp8 training: ds_config.json enables bf16, and fp8 matrix multiplies come "
+             "only from the model's own layers (Transformer Engine), so step time and memory differ from the plan's",
+             help="use `precision = bf16` for the plan DeepSpeed runs, or keep fp8 if the script uses Transformer "
+                  "Engine layers")
+
+
+# ------------------------------------------------------------------------------------ P688
+
+@rule("P688", "deepspeed-pipeline-schedule", targets=(TARGET,))
+def deepspeed_schedule(plan, c):
+    s, m = plan.schedule, plan.mesh
+    if plan.mode != "train" or m.pp <= 1:
+        return
+    if s.virtual_stages > 1:
+        c.report(c.at("schedule.virtual_stages"),
+                 f"DeepSpeed has no interleaved pipeline: each of its {m.pp} stages holds one contiguous block of "
+                 f"layers, so virtual_stages = {s.virtual_stages} cannot be expressed",
+                 help="remove `virtual_stages` and use `pipeline = 1f1b` (DeepSpeed's TrainSchedule)")
+    elif s.pipeline not in RUNS and s.pipeline != "gpipe":
+        c.report(c.at("schedule.pipeline"),
+                 f"DeepSpeed runs pipelines with its 1F1B TrainSchedule or DualPipeV; pipeline = {s.pipeline} "
+                 f"cannot be expressed",
+                 help="use `pipeline = 1f1b` (or dualpipe_v), or compile for `target torchrun`")
+
+
+# ------------------------------------------------------------------------------------ P689
+
+@rule("P689", "deepspeed-gpipe-as-1f1b", severity=WARNING, targets=(TARGET,))
+def deepspeed_gpipe(plan, c):
+    s, m = plan.schedule, plan.mesh
+    if plan.mode != "train" or m.pp <= 1 or s.pipeline != "gpipe" or s.virtual_stages > 1:
+        return
+    c.report(c.at("schedule.pipeline"),
+             "DeepSpeed's pipeline engine has no GPipe schedule: it runs the plan with its 1F1B TrainSchedule, "
+             "which holds fewer microbatches' activations at once than the plan's GPipe estimate",
+             help="use `pipeline = 1f1b` so the estimate describes what DeepSpeed runs")
