@@ -9,10 +9,10 @@ from parc.model.plan import GPU, Cluster, Link, Model
 
 
 def test_declared_facts():
-    assert T.names() == ["json", "kubernetes", "megatron", "slurm", "torchrun", "vllm"]
-    assert T.rule_targets() == T.names() + ["torch", "deepspeed"]
+    assert T.names() == ["deepspeed", "json", "kubernetes", "megatron", "slurm", "torchrun", "vllm"]
+    assert T.rule_targets() == T.names() + ["torch"]
     assert T.display("megatron") == "Megatron-LM" and T.display("torch") == "parc's torch runtime (torchtitan-style)"
-    assert T.launch_targets() == ("kubernetes", "megatron", "slurm", "torchrun", "vllm")
+    assert T.launch_targets() == ("deepspeed", "kubernetes", "megatron", "slurm", "torchrun", "vllm")
     assert T.audit_targets() == ("megatron", "vllm", "torchrun", "deepspeed", "slurm", "kubernetes")
     assert T.inherits("slurm") == ("torchrun", ("entrypoint", "args", "max_restarts"))
     assert T.inherits("torchrun") is None

@@ -16,8 +16,10 @@ The config (DeepSpeed's ``DeepSpeedConfig``, deepspeed/runtime/config.py):
 * ``bf16`` or ``fp16`` as the plan's precision says (fp8 trains in bf16 here: DeepSpeed's config
   has no fp8 training; P687 says so);
 * ``tensor_parallel.autotp_size`` = tp (AutoTP shards the model's linear layers);
-* ``pipeline.stages`` = pp, a record for the script, which builds its ``PipelineModule`` with
-  ``num_stages`` = pp: DeepSpeed takes the stage count from the module, not the config.
+* ``pipeline.stages`` = pp, a record for the script, which builds its ``PipelineModule`` (its
+  ``DualPipeVModule`` for dualpipe_v, with ``pipe_partitioned`` and ``grad_partitioned`` off as
+  ``DualPipeVEngine`` requires) with ``num_stages`` = pp: DeepSpeed takes the stage count from the
+  module, not the config.
 
 Expert parallelism lives in the model code (``deepspeed.moe.layer.MoE(ep_size=...)``); the
 launch's header names the ep the script must pass. The launcher line: ``deepspeed --num_nodes N
@@ -61,6 +63,8 @@ def config(plan) -> dict:
         out["tensor_parallel"] = {"autotp_size": me.tp}
     if me.pp > 1:
         out["pipeline"] = {"stages": me.pp}
+        if sc.pipeline == "dualpipe_v":   # DualPipeVEngine refuses either partitioning
+            out["pipeline"].update(pipe_partitioned=False, grad_partitioned=False)
     return out
 
 

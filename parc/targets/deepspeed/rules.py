@@ -5,9 +5,9 @@ from parc.rules import WARNING, rule
 from parc.targets.base import target_span
 from parc.targets.deepspeed import TARGET
 
-# what DeepSpeed 0.19.8 runs for each pipeline schedule of a spec: PipelineModule under
-# PipelineEngine (TrainSchedule, 1F1B) or DualPipeVModule under DualPipeVEngine
-RUNS = {"1f1b": "TrainSchedule", "dualpipe_v": "DualPipeVEngine"}
+# the pipeline schedules DeepSpeed 0.19.8 runs: a PipelineModule under PipelineEngine (TrainSchedule,
+# 1F1B; a GPipe plan runs as 1F1B, P689) or a DualPipeVModule under DualPipeVEngine
+SCHEDULES = ("1f1b", "gpipe", "dualpipe_v")
 
 
 # ------------------------------------------------------------------------------------ P615
@@ -71,18 +71,15 @@ def deepspeed_fp8(plan, c):
 @rule("P688", "deepspeed-pipeline-schedule", targets=(TARGET,))
 def deepspeed_schedule(plan, c):
     s, m = plan.schedule, plan.mesh
-    if plan.mode != "train" or m.pp <= 1:
+    if plan.mode != "train" or m.pp <= 1 or s.pipeline in SCHEDULES:
         return
-    if s.virtual_stages > 1:
-        c.report(c.at("schedule.virtual_stages"),
-                 f"DeepSpeed has no interleaved pipeline: each of its {m.pp} stages holds one contiguous block of "
-                 f"layers, so virtual_stages = {s.virtual_stages} cannot be expressed",
-                 help="remove `virtual_stages` and use `pipeline = 1f1b` (DeepSpeed's TrainSchedule)")
-    elif s.pipeline not in RUNS and s.pipeline != "gpipe":
-        c.report(c.at("schedule.pipeline"),
-                 f"DeepSpeed runs pipelines with its 1F1B TrainSchedule or DualPipeV; pipeline = {s.pipeline} "
-                 f"cannot be expressed",
-                 help="use `pipeline = 1f1b` (or dualpipe_v), or compile for `target torchrun`")
+    what = ("no interleaved pipeline: each stage holds one contiguous block of layers"
+            if s.pipeline == "interleaved_1f1b" else f"no {s.pipeline} schedule")
+    c.report(c.at("schedule.pipeline"),
+             f"DeepSpeed has {what}: its pipeline engine runs 1F1B (TrainSchedule) or DualPipeV, so pipeline = "
+             f"{s.pipeline} cannot be expressed",
+             help="use `pipeline = 1f1b` (or dualpipe_v), or compile for `target torchrun`",
+             related=[(c.at("mesh.pp"), f"pp = {m.pp}")])
 
 
 # ------------------------------------------------------------------------------------ P689
@@ -90,7 +87,7 @@ def deepspeed_schedule(plan, c):
 @rule("P689", "deepspeed-gpipe-as-1f1b", severity=WARNING, targets=(TARGET,))
 def deepspeed_gpipe(plan, c):
     s, m = plan.schedule, plan.mesh
-    if plan.mode != "train" or m.pp <= 1 or s.pipeline != "gpipe" or s.virtual_stages > 1:
+    if plan.mode != "train" or m.pp <= 1 or s.pipeline != "gpipe":
         return
     c.report(c.at("schedule.pipeline"),
              "DeepSpeed's pipeline engine has no GPipe schedule: it runs the plan with its 1F1B TrainSchedule, "
