@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from parc.rules import WARNING, rule
-from parc.targets.base import target_span
+from parc.targets.base import settings, target_span
 from parc.targets.deepspeed import TARGET
+from parc.words import count
 
 # the pipeline schedules DeepSpeed 0.19.8 runs: a PipelineModule under PipelineEngine (TrainSchedule,
 # 1F1B; a GPipe plan runs as 1F1B, P689) or a DualPipeVModule under DualPipeVEngine
@@ -73,7 +74,7 @@ def deepspeed_schedule(plan, c):
     s, m = plan.schedule, plan.mesh
     if plan.mode != "train" or m.pp <= 1 or s.pipeline in SCHEDULES:
         return
-    what = ("no interleaved pipeline: each stage holds one contiguous block of layers"
+    what = ("no interleaved pipeline (each stage holds one contiguous block of layers)"
             if s.pipeline == "interleaved_1f1b" else f"no {s.pipeline} schedule")
     c.report(c.at("schedule.pipeline"),
              f"DeepSpeed has {what}: its pipeline engine runs 1F1B (TrainSchedule) or DualPipeV, so pipeline = "
@@ -93,3 +94,31 @@ def deepspeed_gpipe(plan, c):
              "DeepSpeed's pipeline engine has no GPipe schedule: it runs the plan with its 1F1B TrainSchedule, "
              "which holds fewer microbatches' activations at once than the plan's GPipe estimate",
              help="use `pipeline = 1f1b` so the estimate describes what DeepSpeed runs")
+
+
+# ------------------------------------------------------------------------------------ P684
+
+@rule("P684", "deepspeed-hosts", targets=(TARGET,))
+def deepspeed_hosts(plan, c):
+    """The hostfile's lines must parse (runner.py _parse_hostfile: ``^(\\S+)\\s+slots=(\\d+)``, a
+    line starting with # is a comment, a repeated host is refused) and name every node once."""
+    hosts = settings(plan, TARGET).get("hosts")
+    n = plan.cluster.nodes
+    if plan.mode != "train" or not hosts:
+        return
+    bad = [h for h in hosts if not h or h.startswith("#") or any(ch.isspace() for ch in h)]
+    twice = sorted({h for h in hosts if hosts.count(h) > 1})
+    if bad:
+        what = (f"has {bad[0]!r}, which is no host name: the launcher refuses a hostfile line with a space in "
+                f"the name (\"Hostfile contains a bad entry\") and skips one that starts with #")
+    elif twice:
+        what = (f"names {', '.join(twice)} twice: the launcher refuses the hostfile (\"Hostfile contains multiple "
+                f"entries for {twice[0]}\")")
+    elif len(hosts) != n:
+        what = (f"names {count(len(hosts), 'host')} for {count(n, 'node')}: the launcher runs on the first "
+                f"{min(len(hosts), n)} of them only (apply_num_nodes_and_gpus), another world than the plan's")
+    else:
+        return
+    c.report(c.at(f"target.{TARGET}.hosts", f"target.{TARGET}"), f"`hosts` {what}",
+             help=f"list the host names of the {count(n, 'node')} once each, node 0 first",
+             related=[(c.at("cluster.nodes", "cluster"), f"nodes = {n}")])
