@@ -16,7 +16,7 @@ TEST_SPECS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests" / "d
 # every target folder: a new one gets its golden files (and the shared checks) without an edit here
 TARGETS = tuple(target_names())
 GOLDEN = ROOT / "tests" / "golden" / "compile"
-LAUNCHERS = ("torchrun", "vllm", "ray", "srun")
+LAUNCHERS = ("torchrun", "vllm", "ray", "srun", "deepspeed")
 
 
 def compile_rel(spec: str, target: str | None):
@@ -107,6 +107,7 @@ _BLOCKS = {
     "kubernetes": {"train": 'target kubernetes { entrypoint = "train.py"; image = "nvcr.io/nvidia/pytorch:25.01-py3" }',
                    "serve": 'target kubernetes { image = "vllm/vllm-openai:v0.11.0" }'},
     "vllm": {"serve": 'target vllm { model = "org/model" }'},
+    "deepspeed": {"train": 'target deepspeed { entrypoint = "train.py" }'},
 }
 
 
