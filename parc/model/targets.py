@@ -18,7 +18,7 @@ target facts here without importing any target's code:
   ``leading_dash``), with ``required`` (what the key is, for P602's message), ``required_modes``
   and ``example`` on the keys it cannot do without.
 
-Rule families without a folder of their own (``torch``, parc's runtime; ``deepspeed``) are
+Rule families without a folder of their own (``torch``, parc's runtime) are
 declared in ``parc/targets/families.toml``. The folders are read once (one glob), on first use.
 """
 from __future__ import annotations
