@@ -115,8 +115,9 @@ def deepspeed_hosts(plan, c):
         what = (f"names {', '.join(twice)} twice: the launcher refuses the hostfile (\"Hostfile contains multiple "
                 f"entries for {twice[0]}\")")
     elif len(hosts) != n:
-        what = (f"names {count(len(hosts), 'host')} for {count(n, 'node')}: the launcher runs on the first "
-                f"{min(len(hosts), n)} of them only (apply_num_nodes_and_gpus), another world than the plan's")
+        runs = (f"starts only the {count(len(hosts), 'node')} named" if len(hosts) < n
+                else f"starts only the first {n} (apply_num_nodes_and_gpus)")
+        what = f"names {count(len(hosts), 'host')} for {count(n, 'node')}: the launcher {runs}, another world than the plan's"
     else:
         return
     c.report(c.at(f"target.{TARGET}.hosts", f"target.{TARGET}"), f"`hosts` {what}",
