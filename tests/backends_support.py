@@ -16,7 +16,7 @@ TEST_SPECS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests" / "d
 # every target folder: a new one gets its golden files (and the shared checks) without an edit here
 TARGETS = tuple(target_names())
 GOLDEN = ROOT / "tests" / "golden" / "compile"
-LAUNCHERS = ("torchrun", "vllm", "ray", "srun")
+LAUNCHERS = ("torchrun", "vllm", "ray", "srun", "deepspeed")
 
 
 def compile_rel(spec: str, target: str | None):
@@ -108,6 +108,7 @@ _BLOCKS = {
                    "serve": 'target kubernetes { image = "vllm/vllm-openai:v0.11.0" }'},
     "vllm": {"serve": 'target vllm { model = "org/model" }'},
     "trainjob": {"train": 'target trainjob { entrypoint = "train.py" }'},
+    "deepspeed": {"train": 'target deepspeed { entrypoint = "train.py" }'},
 }
 
 
