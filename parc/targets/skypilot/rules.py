@@ -16,7 +16,7 @@ def skypilot_accelerator(plan, c):
     if accelerator(plan):
         return
     gpu = plan.cluster.gpu.name
-    c.report(c.at("cluster.gpu", "cluster"),
+    c.report(c.at("cluster.gpu", "cluster.gpu.memory", "cluster"),
              f"SkyPilot asks clouds for GPUs by name, and parc has no SkyPilot name for the cluster's GPU `{gpu}`",
              help="name it in the target block, as SkyPilot's catalog does: `target skypilot { accelerator = \"H100\" }` "
                   "(`sky show-gpus` lists the names)",
