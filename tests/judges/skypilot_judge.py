@@ -17,9 +17,11 @@ what SkyPilot makes of it:
   recorders of their argv (with MASTER_ADDR as each saw it).
 
 The test compares the degrees with the plan."""
+import atexit
 import json
 import math
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -94,6 +96,9 @@ def judge(text):
 
 
 def main():
+    # SkyPilot keeps its state under ~/.sky from the first import on: give it a home of its own
+    os.environ["HOME"] = home = tempfile.mkdtemp(prefix="parc-skypilot-judge-")
+    atexit.register(shutil.rmtree, home, True)
     for line in sys.stdin:
         batch = json.loads(line)
         print(MARK + json.dumps([judge(t) for t in batch]), flush=True)
