@@ -150,7 +150,8 @@ def every_target_cases():
 
 
 def embedded_scripts(files) -> list[tuple[str, str]]:
-    """The shell scripts a Kubernetes manifest carries in its ConfigMaps: (name, text)."""
+    """The shell scripts a Kubernetes manifest carries in its ConfigMaps, and a SkyPilot task's
+    setup and run (bash on every node): (name, text)."""
     import yaml
 
     out = []
@@ -159,4 +160,6 @@ def embedded_scripts(files) -> list[tuple[str, str]]:
             for doc in yaml.safe_load_all(f.text):
                 if doc and doc.get("kind") == "ConfigMap":
                     out += [(k, v) for k, v in (doc.get("data") or {}).items() if k.endswith(".sh")]
+                elif doc and "kind" not in doc and "run" in doc:
+                    out += [(f"{k}.sh", "#!/usr/bin/env bash\n" + doc[k]) for k in ("setup", "run") if doc.get(k)]
     return out
