@@ -49,9 +49,9 @@ def expert_tensor_parallel(plan, c):
 def replicate_degree(plan, c):
     s = settings(plan, TARGET)
     rep = s.get("replicate")
-    dp, zero = plan.mesh.dp, plan.train.zero
     if rep is None or plan.mode != "train":
         return
+    dp, zero = plan.mesh.dp, plan.train.zero
     at = c.at("target.torchtitan.replicate", "target.torchtitan")
     if zero == 0 and rep != dp:
         c.report(at, f"with zero = 0 torchtitan replicates the whole dp = {dp} (data_parallel_replicate_degree = {dp}, "
@@ -69,8 +69,10 @@ def replicate_degree(plan, c):
 def expert_over_shard(plan, c):
     """ep borrows its ranks from dp_shard · cp · tp (torchtitan's efsdp = dp_shard·cp·tp / ep):
     with replicas (HSDP) the dp of P112 is larger than dp_shard."""
+    if plan.mode != "train":
+        return
     d = degrees(plan)
-    if plan.mode != "train" or d["ep"] <= 1 or d["dp_shard"] < 1:
+    if d["ep"] <= 1 or d["dp_shard"] < 1:
         return
     region = d["dp_shard"] * d["cp"] * d["tp"]
     if region % d["ep"] == 0 or (plan.mesh.dp * d["cp"] * d["tp"]) % d["ep"]:
