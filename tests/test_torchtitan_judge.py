@@ -152,6 +152,12 @@ def test_refused_by_both_for_the_same_reason(judge, check_spec):
     assert "P635" in codes
     [v] = judge([{"argv": _argv(plan) + ["--training.mixed_precision_param", "float16"], "world": 8}])
     assert not v["ok"] and v["stage"] == "parser", v
+    # seq_len 12 with sequence parallel tp 2 and cp 2: parc P638; Trainer: 12 % 8 != 0
+    plan, codes = _plan_and_codes(check_spec, model="from = llama3_8b\nseq_len = 12", mesh="dp = 2\ncp = 2\ntp = 2",
+                                  train="zero = 3\nsequence_parallel = true")
+    assert "P638" in codes
+    [v] = judge([{"argv": _argv(plan), "world": 8}])
+    assert not v["ok"] and v["stage"] == "Trainer" and "divisible by 8" in v["error"], v
     # no config function: parc P631; ConfigManager._load_config refuses without --config
     [v] = judge([{"argv": ["--module", "llama3"], "world": 8}])
     assert not v["ok"] and "--config is required" in v["error"], v

@@ -150,3 +150,13 @@ def test_p634_ep_inside_one_replica(check_spec):
 def test_p635_fp16(check_spec):
     assert "P635" in _codes(_plan(check_spec, train="zero = 3\nprecision = fp16")[0])
     assert "P635" not in _codes(_plan(check_spec, train="zero = 3\nprecision = bf16")[0])
+
+
+def test_p638_seq_len_divisor(check_spec):
+    # seq_len 12 with tp 2 (sequence parallel) and cp 2: 12 % 4 == 0 (P114 quiet) and 12 % 2 == 0
+    # (P115 quiet), but torchtitan's Trainer wants 12 % (2 * 2 * 2 = 8) == 0
+    sp = "zero = 3\nsequence_parallel = true"
+    r, _ = _plan(check_spec, model="from = llama3_8b\nseq_len = 12", mesh="dp = 2\ncp = 2\ntp = 2", train=sp)
+    assert "P638" in _codes(r) and not {"P114", "P115"} & _codes(r)
+    r, _ = _plan(check_spec, model="from = llama3_8b\nseq_len = 16", mesh="dp = 2\ncp = 2\ntp = 2", train=sp)
+    assert "P638" not in _codes(r)

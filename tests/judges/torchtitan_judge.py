@@ -8,9 +8,10 @@ torchtitan's own configuration accepts it, with the degrees torchtitan derives, 
   overrides, and Trainer.Config.__post_init__ runs torchtitan's config checks;
 * ParallelDims.from_config(config.parallelism, world): ParallelDims._validate;
 * with pp > 1, torchtitan's _get_pipeline_metadata on the config's model: the stages it makes;
-* the batch arithmetic of Trainer.__init__ (torchtitan/trainer.py, "verify batch sizes"), which
-  runs only with GPUs, is repeated here line for line: global_batch_size % (local_batch_size ×
-  dp_replicate × dp_shard) == 0, gradient accumulation and pipeline microbatches.
+* the checks of Trainer.__init__ (torchtitan/trainer.py), which runs only with GPUs, are repeated
+  here line for line: the sequence length evenness (seq_len divisible by tp with sequence
+  parallel × 2·cp with cp > 1) and the batch sizes (global_batch_size % (local_batch_size ×
+  dp_replicate × dp_shard) == 0, gradient accumulation and pipeline microbatches).
 """
 import contextlib
 import io
@@ -53,6 +54,11 @@ def judge(item):
            "local_batch_size": t.local_batch_size, "global_batch_size": t.global_batch_size,
            "reshard_after_forward": p.fsdp_reshard_after_forward, "sequence_parallel": p.enable_sequence_parallel,
            "mixed_precision_param": t.mixed_precision_param}
+    # Trainer.__init__, "validate dense activation sequence length evenness"
+    divisor = (dims.tp if p.enable_sequence_parallel else 1) * (2 * dims.cp if dims.cp > 1 else 1)
+    if t.seq_len % divisor:
+        return {"ok": False, "stage": "Trainer", "error": f"Training sequence length ({t.seq_len}) must be "
+                f"divisible by {divisor} for the configured sequence/context parallelism."}
     # Trainer.__init__, "verify batch sizes"
     batch_degree = dims.dp_replicate * dims.dp_shard
     global_batch = t.global_batch_size if t.global_batch_size > 0 else t.local_batch_size * batch_degree

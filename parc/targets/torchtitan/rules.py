@@ -115,3 +115,23 @@ def fp8(plan, c):
                  "function does",
                  help="use a config function with the float8 converter (such as llama3_debugmodel_float8's), "
                       "or `precision = bf16`")
+
+
+def seq_len_divisor(plan) -> int:
+    """torchtitan's Trainer: (tp with sequence parallel, else 1) × (2·cp with cp > 1, else 1)."""
+    me = plan.mesh
+    return (me.tp if plan.train.sequence_parallel else 1) * (2 * me.cp if me.cp > 1 else 1)
+
+
+@rule("P638", "torchtitan-seq-len-divisor", targets=(TARGET,))
+def seq_len(plan, c):
+    """Stricter than P114 and P115 together: torchtitan wants the product of the two factors."""
+    if plan.mode != "train":
+        return
+    k = seq_len_divisor(plan)
+    n = plan.model.seq_len
+    if n % k:
+        c.report(c.at("model.seq_len", "model"),
+                 f"torchtitan needs seq_len = {n} divisible by {k} (tp = {plan.mesh.tp} with sequence parallel × "
+                 f"2 · cp = {2 * plan.mesh.cp}): its Trainer refuses the sequence length when it starts",
+                 help=f"use a seq_len that is a multiple of {k}, such as {(n // k + 1) * k}")
