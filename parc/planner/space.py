@@ -198,7 +198,7 @@ def layout_options(pr: Problem, pp: int) -> list[tuple[int, int, int]]:
         pipes = [pr.fixed["schedule.pipeline"]]   # a schedule named for pp = 1 is kept as written
     if pp > 1 and "megatron" in pr.rule_targets:                       # P607
         pipes = [x for x in pipes if x in ("1f1b", "interleaved_1f1b")]
-    if pp > 1 and "torch" in pr.rule_targets:                          # P616
+    if pp > 1 and pr.rule_targets & {"torch", "torchtitan"}:          # P616
         pipes = [x for x in pipes if x != "dualpipe"]
     if pp > 1 and "deepspeed" in pr.rule_targets:                      # P688
         pipes = [x for x in pipes if x in ("1f1b", "gpipe", "dualpipe_v")]

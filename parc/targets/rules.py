@@ -96,7 +96,7 @@ def torch_etp(plan, c):
 
 # ------------------------------------------------------------------------------------ P616
 
-@rule("P616", "torch-no-dualpipe", targets=("torch",))
+@rule("P616", "torch-no-dualpipe", targets=("torch", "torchtitan"))
 def torch_no_dualpipe(plan, c):
     s = plan.schedule
     if plan.mode != "train" or plan.mesh.pp <= 1 or schedules.in_torch(s.pipeline):
