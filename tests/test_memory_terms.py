@@ -161,6 +161,44 @@ def test_fp8_activations():
     assert f(s, b, h, a, flash=True, fp8=True) == 27 * sbh
 
 
+def test_fp8_moe_act_caches_the_swiglu_inputs_in_fp8():
+    # DeepSeek-V3 §3.3.2: with the SwiGLU output recomputed (moe_act), its inputs (gate and up,
+    # 2·f elements per routed copy) are cached in FP8: 2 bytes a pair instead of 4. MoE top_k 2,
+    # moe_ffn 1024, SwiGLU, FP8: recomputing moe_act removes fc2's 1-byte input (1·1024) and halves
+    # the 4·1024 gate/up bytes of each routed copy: 2·(1024 + 2·1024) per token; the shared expert
+    # keeps its 16-bit inputs (it is the `shared_experts` module, not moe_act)
+    s, b, h, a = 2048, 1, 4096, 32
+    f = mem.activation_bytes_per_layer
+    kw = dict(flash=True, recompute="selective", mlp="swiglu", moe=(2, 1024, 1, 1), fp8=True)
+    assert f(s, b, h, a, **kw) - f(s, b, h, a, **kw, modules=("moe_act",)) == s * b * 2 * (1024 + 2 * 1024)
+    # in bf16 the inputs stay 16-bit: only fc2's 2-byte input goes (the test above: 2·2·1024)
+    kw["fp8"] = False
+    assert f(s, b, h, a, **kw) - f(s, b, h, a, **kw, modules=("moe_act",)) == s * b * 2 * 2 * 1024
+
+
+def test_fp8_weight_cache_is_a_plan_setting(check_spec):
+    # fp8_weight_cache = false (torchtitan's float8, DeepSeek-V3's framework) drops the 2 B per
+    # linear parameter of FP8 copies; the planner's memory column follows the same predicate
+    text = """
+        model "m" { from = llama3_8b }
+        cluster "c" {
+          nodes = 1
+          gpus_per_node = 8
+          gpu = h100_sxm
+        }
+        mesh { dp = 8 }
+        train {
+          zero = 3
+          precision = fp8
+          %s
+        }
+    """
+    kept = cm.estimate(check_spec(text % "").plan, cache=False).memory
+    dropped = cm.estimate(check_spec(text % "fp8_weight_cache = false").plan, cache=False).memory
+    assert dropped.fp8_weights == 0 and kept.fp8_weights > 0
+    assert kept.total - dropped.total == pytest.approx(kept.fp8_weights, rel=1e-9)
+
+
 # --- 5. per-module recompute -------------------------------------------------------------------------
 
 def test_recompute_modules_remove_their_terms():

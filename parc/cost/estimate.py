@@ -12,7 +12,7 @@ from parc.cost.comm import (ALGORITHMS, allgather_bytes, allreduce_bytes, axis_t
                             pp_bytes_per_microbatch, tp_bytes_per_layer)
 from parc.cost.flops import (active_matmul_params, model_flops, recompute_factors, recompute_flops,
                              stage_flops_parts, stage_flops_per_microbatch)
-from parc.cost.memory import (StateBytes, activation_bytes_per_layer, fp8_weight_cache_bytes, kv_bytes_per_token,
+from parc.cost.memory import (StateBytes, activation_bytes_per_layer, caches_fp8_weights, fp8_weight_cache_bytes, kv_bytes_per_token,
                               kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
                               model_kv_bytes_per_token,
                               model_state_bytes, nccl_communicators, overhead_bytes, stage_activation_bytes,
@@ -35,7 +35,7 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
     "recompute_factors", "recompute_flops", "stage_flops_parts", "stage_flops_per_microbatch", "StateBytes",
     "activation_bytes_per_layer", "kv_bytes_per_token", "kv_capacity_tokens", "layer_activation_bytes",
     "model_state_bytes", "stage_activation_bytes", "state_bytes_per_param", "zero_state_bytes",
-    "fp8_weight_cache_bytes", "linear_params", "model_activation_options", "model_kv_bytes_per_token", "nccl_communicators", "overhead_bytes",
+    "caches_fp8_weights", "fp8_weight_cache_bytes", "linear_params", "model_activation_options", "model_kv_bytes_per_token", "nccl_communicators", "overhead_bytes",
     "ASSUMED_INTER_NODE_BW", "AXES", "DEFAULT_EFFICIENCY", "DTYPE_BYTES", "PARTS",
     "StageLayout", "attention_params", "balanced_split", "chunks_of_rank", "dtype_bytes", "embedding_params",
     "expert_params", "head_dim", "is_moe_layer", "kv_heads_per_gpu", "layer_params", "layer_split",
@@ -280,7 +280,7 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     mem.activations = stage_activation_bytes(dense_layers, lay.moe_layers, act[0], act[1], st.inflight,
                                              lay.embedding, lay.head, m.seq_len / mesh.cp, sch.micro_batch, m,
                                              mesh.tp, plan.train.offload_layers)
-    if plan.train.precision == "fp8":
+    if caches_fp8_weights(plan.train):
         mem.fp8_weights = fp8_weight_cache_bytes(linear_params(parts))
     comms = nccl_communicators(mesh.pp, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp, m.is_moe)
     mem.cuda_context, mem.nccl_buffers, mem.fragmentation = overhead_bytes(plan.cluster, comms, mem.activations)

@@ -155,7 +155,10 @@ def _mlp_terms(h, ffn, mlp, lin, moe, t, mods) -> float:
     """Bytes per token the MLP of a layer stores before the TP split: a dense MLP's inner
     activations (GELU: its input 2f and fc2's input; SwiGLU: gate and up 4f and fc2's input), or a
     MoE layer's routed copies and experts (scaled by t/etp: the experts split over etp, not tp) and
-    its shared experts. ``mlp``, ``moe``, ``shared_experts`` and ``moe_act`` recompute drop theirs."""
+    its shared experts. ``mlp``, ``moe``, ``shared_experts`` and ``moe_act`` recompute drop theirs.
+    Under FP8 (``lin`` 1) with ``moe_act`` recomputed, the routed experts' activation-function inputs are
+    cached in FP8 too, 1 byte an element (DeepSeek-V3 report §3.3.2: "we cache the inputs of the
+    SwiGLU operator and recompute its output ... also stored in FP8")."""
     act_in = 2 if mlp == "gelu" else 4
     if not moe:
         return 0.0 if "mlp" in mods else (act_in + lin) * ffn
@@ -163,7 +166,8 @@ def _mlp_terms(h, ffn, mlp, lin, moe, t, mods) -> float:
         return 0.0
     top_k, f_moe, etp, shared = moe
     fc2_in = 0 if "moe_act" in mods else lin
-    routed = top_k * ((act_in + fc2_in) * f_moe + lin * h) * t / max(1, etp)
+    routed_in = act_in // 2 if ("moe_act" in mods and lin == 1) else act_in
+    routed = top_k * ((routed_in + fc2_in) * f_moe + lin * h) * t / max(1, etp)
     return routed + (0 if "shared_experts" in mods else shared * (act_in + lin) * f_moe)
 
 
@@ -300,11 +304,18 @@ def linear_params(parts: dict):
     return parts["attention"] + parts["mlp"] + parts["experts"] + parts.get("mtp", 0)
 
 
+def caches_fp8_weights(train) -> bool:
+    """Whether a training plan pays :func:`fp8_weight_cache_bytes`: FP8 GEMMs with the cache kept
+    (``train.fp8_weight_cache``, Transformer Engine's behaviour, the default)."""
+    return bool(train and train.precision == "fp8" and train.fp8_weight_cache)
+
+
 def fp8_weight_cache_bytes(linear_params) -> float:
     """FP8 training keeps an FP8 copy of each linear layer's weight and of its transpose for the
     step (Transformer Engine caches both across microbatches, Hopper's FP8 GEMM needs the
     transpose for the data gradient): 2 bytes per linear parameter on top of the 16-bit weights.
-    torchtitan's float8 casts per use and keeps none; parc counts Megatron-LM's (the larger)."""
+    torchtitan's float8 casts per use and keeps none, nor does DeepSeek-V3 report one: a plan
+    says so with ``fp8_weight_cache = false``."""
     return 2.0 * linear_params
 
 

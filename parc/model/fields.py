@@ -98,6 +98,9 @@ BLOCKS: dict[str, dict[str, F]] = {
                                doc="what `recompute = selective` recomputes (Megatron-LM --recompute-modules)"),
         "offload_layers": F("int", 0, 10**5, doc="layers per pipeline stage whose activations go to host "
                                                 "memory (Megatron-LM --cpu-offloading-num-layers)"),
+        "fp8_weight_cache": F("bool", doc="with `precision = fp8`, an FP8 copy of each linear weight and its "
+                              "transpose is kept for the step (Transformer Engine, the default); false where the "
+                              "framework quantizes per use (torchtitan's float8, DeepSeek-V3's framework)"),
         "overlap_grad_reduce": F("bool", doc="the data-parallel gradient reduce-scatter runs under the last "
                                  "backward (Megatron-LM --overlap-grad-reduce; PyTorch DDP and FSDP always)"),
         "overlap_param_gather": F("bool", doc="the data-parallel parameter all-gather runs under the next "

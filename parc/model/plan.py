@@ -164,6 +164,7 @@ class Train:
     optimizer_state: str = "fp32"
     recompute_modules: list[str] = field(default_factory=list)   # Megatron-LM --recompute-modules
     offload_layers: int = 0               # layers whose activations go to host memory (--cpu-offloading-num-layers)
+    fp8_weight_cache: bool = True         # FP8 training keeps FP8 weight copies across microbatches
     # Which communication runs under compute (docs/language.md gives each framework's default):
     overlap_grad_reduce: bool = True     # DP gradient reduce-scatter under the last backward
     overlap_param_gather: bool = False   # DP parameter all-gather under the next forward
