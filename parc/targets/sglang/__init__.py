@@ -138,8 +138,9 @@ def server_lines(plan, node_rank) -> list[list]:
 def _header(plan, lay: Layout) -> list[str]:
     cl = plan.cluster
     mesh = f"Mesh: {mesh_text(plan)}; {cl.nodes} node{'s' if cl.nodes > 1 else ''} x {count(cl.gpus_per_node, 'GPU')}."
-    what = (f"{count(lay.servers, 'SGLang server')} of {count(lay.nnodes, 'node')} each"
-            + (", with router.sh in front" if router(plan) else ""))
+    what = (f"one SGLang server over {count(lay.nnodes, 'node')}" if lay.servers == 1 else
+            f"{count(lay.servers, 'SGLang server')} of {count(lay.nnodes, 'node')} each"
+            + (", with router.sh in front" if router(plan) else " (one side of a prefill/decode pair: the PD router joins it to the other side's servers)"))
     if lay.nodes == 1:
         return [f"SGLang server, compiled by parc from {spec_name(plan)}.", mesh]
     first = ("the first node of this node's server (node rank · "
@@ -161,7 +162,7 @@ def _router_script(plan) -> str:
 
     s = settings(plan, TARGET)
     lay = layout(plan)
-    return render("sglang/router.sh.j2", servers=lay.servers, port=s.get("port", PORT),
+    return render("sglang/router.sh.j2", need_here=False, servers=lay.servers, port=s.get("port", PORT),
                   router_port=s.get("router_port", ROUTER_PORT), nnodes=lay.nnodes,
                   header=[f"sglang_router in front of the {lay.servers} SGLang servers of {spec_name(plan)}.",
                           f"Usage: router.sh HOST... (the address of each server's first node: node ranks "
