@@ -9,7 +9,7 @@ from parc.targets.sglang import TARGET, dp_attention, layout, replica
 from parc.words import count
 
 
-@rule("P670", "sglang-serves-only", targets=(TARGET,))
+@rule("P670", "sglang-serves-only", targets=(TARGET,), reads=())
 def sglang_serving_only(plan, c):
     if plan.mode == "train":
         c.report(target_span(plan, c, TARGET, "train"),
@@ -20,7 +20,7 @@ def sglang_serving_only(plan, c):
                  related=[(c.at("train"), "training declared here")])
 
 
-@rule("P671", "sglang-context-parallel", targets=(TARGET,))
+@rule("P671", "sglang-context-parallel", targets=(TARGET,), reads=("cp",))
 def sglang_cp(plan, c):
     if plan.mode != "serve" or plan.mesh.cp <= 1:
         return
@@ -37,7 +37,7 @@ def _server_tp(plan) -> int:
     return layout(plan).tp_size
 
 
-@rule("P672", "sglang-expert-grid", targets=(TARGET,))
+@rule("P672", "sglang-expert-grid", targets=(TARGET,), reads=("dp", "tp", "ep", "etp"))
 def sglang_expert_grid(plan, c):
     m, md = plan.mesh, plan.model
     if plan.mode != "serve" or not md.is_moe or (m.ep <= 1 and m.etp <= 1):
@@ -55,7 +55,7 @@ def sglang_expert_grid(plan, c):
                   + ", or remove both to split the experts over tp")
 
 
-@rule("P673", "sglang-a2a-expert-size", targets=(TARGET,))
+@rule("P673", "sglang-a2a-expert-size", targets=(TARGET,), reads=("dp", "tp", "ep"))
 def sglang_a2a_ep(plan, c):
     backend = settings(plan, TARGET).get("moe_a2a_backend")
     if plan.mode != "serve" or not backend or not plan.model.is_moe:
@@ -71,7 +71,7 @@ def sglang_a2a_ep(plan, c):
              related=[(c.at("mesh.ep", "mesh"), f"ep = {plan.mesh.ep}")])
 
 
-@rule("P674", "sglang-kv-cache-fp16", targets=(TARGET,))
+@rule("P674", "sglang-kv-cache-fp16", targets=(TARGET,), reads=("serve",))
 def sglang_kv_fp16(plan, c):
     sv = plan.serve
     if plan.mode != "serve" or sv is None or sv.kv_cache_dtype != "fp16" or plan.model.dtype == "fp16":
@@ -82,38 +82,31 @@ def sglang_kv_fp16(plan, c):
              help="use kv_cache_dtype = \"auto\", \"bf16\" or \"fp8\"")
 
 
-@rule("P675", "sglang-node-layout", targets=(TARGET,))
+@rule("P675", "sglang-node-layout", targets=(TARGET,), reads=("world", "dp", "tp", "pp", "cp"))
 def sglang_node_layout(plan, c):
     m, cl = plan.mesh, plan.cluster
-    if plan.mode != "serve" or cl.nodes <= 1 or plan.world_size > cl.world or m.cp > 1:
-        return  # one node, a mesh larger than the cluster (P101), or cp (P671)
+    if plan.mode != "serve" or cl.nodes <= 1 or plan.world_size != cl.world or m.cp > 1:
+        return  # one node, a mesh that does not fill the cluster (P101, P302), or cp (P671)
     lay = layout(plan)
     r = replica(plan)
     if lay.servers == 1:
-        w = lay.tp_size * lay.pp_size
-        if w % cl.nodes:
-            ok = [n for n in divisors(w) if n > 1]
-            c.report(c.at("mesh"),
-                     f"SGLang splits one server's tp_size · pp_size = {w} GPUs evenly over its nodes and refuses "
-                     f"{count(cl.nodes, 'node')} (\"tp_size must be divisible by number of nodes\")",
-                     help=f"use a node count that divides {w} ({join(ok)})" if ok else "serve from one node",
-                     related=[(c.at("cluster.nodes", "cluster"), f"nodes = {cl.nodes}")])
-    elif r > cl.gpus_per_node and r % cl.gpus_per_node:
+        return  # one server over every node: tp_size · pp_size is the cluster's GPUs, which the nodes divide
+    if r > cl.gpus_per_node and r % cl.gpus_per_node:
         c.report(c.at("mesh"),
                  f"across nodes each SGLang replica (tp · pp = {count(r, 'GPU')}) is a server of its own and must "
                  f"fill whole nodes of {count(cl.gpus_per_node, 'GPU')}: SGLang refuses --dp-size with --nnodes "
                  "(\"multi-node data-parallel replicas are not supported\"), and parc cannot give one node to two "
                  "servers",
                  help="choose tp · pp that divides or is a multiple of gpus_per_node, or `dp_attention = true`")
-    elif r <= cl.gpus_per_node and m.dp % lay.servers:
-        c.report(c.at("mesh.dp", "mesh"),
-                 f"across nodes each node runs one SGLang server with its share of the replicas: dp = {m.dp} does "
-                 f"not divide evenly over {count(lay.servers, 'node')} (SGLang refuses --dp-size with --nnodes, "
-                 "\"multi-node data-parallel replicas are not supported\")",
-                 help=f"use a dp that is a multiple of {lay.servers}, or `dp_attention = true`")
+    elif r < cl.gpus_per_node and cl.gpus_per_node % r:
+        c.report(c.at("mesh"),
+                 f"across nodes each node runs one SGLang server with its replicas: {count(cl.gpus_per_node, 'GPU')} "
+                 f"per node do not hold a whole number of replicas of tp · pp = {count(r, 'GPU')}, and SGLang refuses "
+                 "--dp-size with --nnodes (\"multi-node data-parallel replicas are not supported\")",
+                 help="choose tp · pp that divides gpus_per_node, or `dp_attention = true`")
 
 
-@rule("P676", "sglang-dp-attention-without-dp", severity=WARNING, targets=(TARGET,))
+@rule("P676", "sglang-dp-attention-without-dp", severity=WARNING, targets=(TARGET,), reads=("dp",))
 def sglang_dp_attention_dp1(plan, c):
     if plan.mode != "serve" or not settings(plan, TARGET).get("dp_attention") or plan.mesh.dp > 1:
         return
@@ -123,7 +116,7 @@ def sglang_dp_attention_dp1(plan, c):
              help="set dp > 1 (the attention groups, tp GPUs each) or remove `dp_attention`")
 
 
-@rule("P677", "sglang-context-length-beyond-positions", targets=(TARGET,))
+@rule("P677", "sglang-context-length-beyond-positions", targets=(TARGET,), reads=("serve",))
 def sglang_context_length(plan, c):
     m, sv = plan.model, plan.serve
     if plan.mode != "serve" or sv is None or not m.max_positions or sv.max_model_len <= m.max_positions:
