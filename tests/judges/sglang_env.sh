@@ -5,7 +5,8 @@
 # --no-deps, beside the CPU torch that parc's tests use and the modules that
 # sglang.srt.server_args and its resolution pipeline import (found by importing them).
 # Cached under $PARC_JUDGES_CACHE (default $XDG_CACHE_HOME/parc-judges, ~/.cache/parc-judges):
-# a second run only prints the path. Exit status 3 when the registry cannot be reached, 4 when
+# a second run only prints the path (PARC_JUDGES_ONLY_CACHED=1: only that, exit status 5 when
+# there is none yet). Exit status 3 when the registry cannot be reached, 4 when
 # the installed parser does not import.
 set -euo pipefail
 
@@ -18,6 +19,10 @@ py="${PYTHON:-python3}"
 if [[ -f "$venv/.ready" ]]; then
   echo "$venv/bin/python"
   exit 0
+fi
+if [[ -n "${PARC_JUDGES_ONLY_CACHED:-}" ]]; then
+  echo "the SGLang environment is not created yet: bash tests/judges/sglang_env.sh creates it (several minutes)" >&2
+  exit 5
 fi
 mkdir -p "$cache"
 rm -rf "$venv.tmp"
