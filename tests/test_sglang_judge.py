@@ -12,62 +12,37 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from backends_support import ROOT, accepted_cases, run_emitted, write_out
-
-JUDGES = ROOT / "tests" / "judges"
+from backends_support import accepted_cases, run_emitted, write_out
+from support import judges
 MARK = "@@sglang-judge "
 ADDR = "10.0.0.1"
 
 
-def _missing(reason: str):
-    if os.environ.get("PARC_JUDGES") == "required":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def sglang(tmp_path_factory):
-    """A judge: one sglang_judge.py process for the module, fed one batch of commands a call."""
-    py = os.environ.get("PARC_SGLANG_PYTHON")
-    if not py:
-        # CI creates the environment (.ci/run); a local run uses it once created, and never spends
-        # the minutes its creation takes inside a test run unless PARC_JUDGES=required asks
-        build = os.environ.get("PARC_JUDGES") == "required" or bool(os.environ.get("CI"))
-        try:
-            r = subprocess.run(["bash", str(JUDGES / "sglang_env.sh")], capture_output=True, text=True,
-                               timeout=1500, env={**os.environ, "PYTHON": sys.executable,
-                                                  "PARC_JUDGES_ONLY_CACHED": "" if build else "1"})
-        except subprocess.TimeoutExpired:
-            _missing("creating the SGLang environment took more than 25 minutes")
-        if r.returncode:
-            _missing("no SGLang environment: " + (r.stderr.strip().splitlines() or ["sglang_env.sh failed"])[-1])
-        py = r.stdout.strip().splitlines()[-1]
-    if not os.access(py, os.X_OK):
-        _missing(f"no SGLang environment: {py} (PARC_SGLANG_PYTHON) is not an executable python")
-    err = open(tmp_path_factory.mktemp("judge") / "stderr", "w+")
-    proc = subprocess.Popen([py, str(JUDGES / "sglang_judge.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=err, text=True)
-    proc.stderr_file = err
+    """A judge: one sglang_judge.py process for the module, fed one batch of commands a call.
+    CI creates the environment (.ci/run); a local run uses it once created, and never spends the
+    minutes its creation takes inside a test run unless PARC_JUDGES=required asks."""
+    build = os.environ.get("PARC_JUDGES") == "required" or bool(os.environ.get("CI"))
+    old = os.environ.get("PARC_JUDGES_ONLY_CACHED")
+    os.environ["PARC_JUDGES_ONLY_CACHED"] = "" if build else "1"
+    try:
+        proc = judges.start("sglang", "PARC_SGLANG_PYTHON", tmp_path_factory.mktemp("judge") / "stderr", 1500)
+    finally:
+        if old is None:
+            os.environ.pop("PARC_JUDGES_ONLY_CACHED")
+        else:
+            os.environ["PARC_JUDGES_ONLY_CACHED"] = old
     yield proc
-    proc.stdin.close()
-    proc.wait(timeout=120)
-    err.close()
+    judges.stop(proc)
 
 
 def _judge(proc, items: list) -> list[dict]:
-    proc.stdin.write(json.dumps(items) + "\n")
-    proc.stdin.flush()
-    for line in proc.stdout:
-        if line.startswith(MARK):
-            return json.loads(line[len(MARK):])
-    proc.stderr_file.seek(0)
-    raise AssertionError("sglang_judge.py stopped: " + proc.stderr_file.read()[-3000:])
+    return judges.ask(proc, MARK, items)
 
 
 def _model_folder(model, path: Path) -> str:
@@ -211,19 +186,19 @@ def _argv(plan, folder: str) -> list[str]:
 
 @pytest.mark.sglang
 def test_sglang_refuses_what_parc_refuses(sglang, check_spec, tmp_path):
-    """P677: the command parc would emit is refused by SGLang's own check. P675: the one
+    """P687: the command parc would emit is refused by SGLang's own check. P685: the one
     multi-node server SGLang would need for replicas smaller than a node (--dp-size with
-    --nnodes) is refused. P674: SGLang's parser has no fp16 KV cache. P673: SGLang accepts and
+    --nnodes) is refused. P684: SGLang's parser has no fp16 KV cache. P683: SGLang accepts and
     serves ep = tp_size, not the spec's ep (the audit says "runs")."""
     from parc.rules import audit
     from support.specs import spec
 
     s = 'model = "m"'
     cases = {
-        "P677": spec(L8, mesh="tp = 8", serve="max_model_len = 16384", target={"sglang": s}),
-        "P675": spec(L8, nodes=2, gpn=6, mesh="dp = 3; tp = 4", serve="max_model_len = 4096", target={"sglang": s}),
-        "P674": spec(L8, mesh="tp = 8", serve="max_model_len = 4096; kv_cache_dtype = fp16", target={"sglang": s}),
-        "P673": spec(MIXTRAL, mesh="tp = 8; ep = 4; etp = 2", serve="max_model_len = 4096",
+        "P687": spec(L8, mesh="tp = 8", serve="max_model_len = 16384", target={"sglang": s}),
+        "P685": spec(L8, nodes=2, gpn=6, mesh="dp = 3; tp = 4", serve="max_model_len = 4096", target={"sglang": s}),
+        "P684": spec(L8, mesh="tp = 8", serve="max_model_len = 4096; kv_cache_dtype = fp16", target={"sglang": s}),
+        "P683": spec(MIXTRAL, mesh="tp = 8; ep = 4; etp = 2", serve="max_model_len = 4096",
                      target={"sglang": s + "; moe_a2a_backend = deepep"}),
     }
     items = []
@@ -232,9 +207,9 @@ def test_sglang_refuses_what_parc_refuses(sglang, check_spec, tmp_path):
         assert code in {d.code for d in r.errors}, (code, [f"{d.code} {d.message}" for d in r.diagnostics])
         folder = _model_folder(r.plan.to_dict()["model"], tmp_path / code)
         argv = _argv(r.plan, folder)
-        if code == "P675":    # one server for all replicas: what a launcher without parc's layout would run
+        if code == "P685":    # one server for all replicas: what a launcher without parc's layout would run
             argv += ["--dp-size", "3", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", f"{ADDR}:5000"]
-        if code == "P674":
+        if code == "P684":
             argv[argv.index("--kv-cache-dtype") + 1] = "float16"
         items.append({"server": argv})
     for (code, _), v in zip(cases.items(), _judge(sglang, items)):
