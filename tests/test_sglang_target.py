@@ -105,6 +105,8 @@ def test_replicas_across_nodes_are_servers_behind_the_router(tmp_path):
     got = run_emitted(d / "router.sh", tmp_path / "r", "10.0.0.1", "fe80::2", env={"PYTHON": _python(tmp_path / "r")})
     assert got["python3"] == ["-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", "8000",
                               "--worker-urls", "http://10.0.0.1:30000", "http://[fe80::2]:30000"]
+    got = run_emitted(d / "router.sh", tmp_path / "r", "[fe80::2]", "h2", env={"PYTHON": _python(tmp_path / "r")})
+    assert got["python3"][-2:] == ["http://[fe80::2]:30000", "http://h2:30000"]   # bracketed once
     bad = run_emitted(d / "router.sh", tmp_path / "r", "10.0.0.1", env={"PYTHON": _python(tmp_path / "r")},
                       check=False)
     assert bad["returncode"] == 2 and "2 addresses" in bad["stderr"]
