@@ -79,17 +79,18 @@ def test_dp_attention_spans_the_server(check_spec, tmp_path):
     assert "--dp-size" not in o and "--enable-dp-attention" not in o
 
 
-def test_dp_attention_in_the_older_spelling(check_spec):
+def test_dp_attention_in_the_older_spelling(check_spec, tmp_path):
     """Before SGLang 0.5.22 attention data parallelism was `--dp-size N --enable-dp-attention`
-    (target.toml [flags]): a block pinned to 0.5.21 gets it, the newest release `--attn-dp-size`."""
-    from parc.targets.sglang import flag, server_lines
-
-    r = check_spec(spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve=SERVE,
-                        target={"sglang": 'model = "m"; dp_attention = true'}), ("sglang",))
-    assert flag(r.plan, "attn_dp", n=4) == ["--attn-dp-size", 4]
-    r.plan.targets["sglang"].settings["version"] = "0.5.21"
-    assert flag(r.plan, "attn_dp", n=4) == ["--dp-size", 4, "--enable-dp-attention"]
-    assert ["--dp-size", 4, "--enable-dp-attention"] in server_lines(r.plan, 0)
+    (flags.toml): a block pinned to 0.5.21 gets it, the default (the newest) `--attn-dp-size`."""
+    text = spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve=SERVE,
+                target={"sglang": 'model = "m"; dp_attention = true; version = "0.5.21"'})
+    _, files = _compile(check_spec, text)
+    argv = _argv(files, tmp_path / "old")
+    i = argv.index("--dp-size")
+    assert argv[i:i + 3] == ["--dp-size", "4", "--enable-dp-attention"] and "--attn-dp-size" not in argv
+    _, files = _compile(check_spec, text.replace('; version = "0.5.21"', "").replace('  version = "0.5.21"\n', ""))
+    argv = _argv(files, tmp_path / "new")
+    assert "--enable-dp-attention" not in argv and argv[argv.index("--attn-dp-size") + 1] == "4"
 
 
 def test_replicas_across_nodes_are_servers_behind_the_router(tmp_path):

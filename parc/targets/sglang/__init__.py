@@ -78,27 +78,16 @@ def layout(plan) -> Layout:
     return Layout(me.tp, me.pp, max(1, me.dp // servers), 1, ep, servers, 1)
 
 
-def _release(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in v.split("."))
+def attn_dp_words(plan, n: int) -> list:
+    """Attention data parallelism of size ``n`` as the release the plan launches spells it
+    (flags.toml): ``--attn-dp-size n`` from 0.5.22, ``--dp-size n --enable-dp-attention`` before."""
+    from parc.model.targets import flag, pinned
 
-
-def version(plan) -> str:
-    """The SGLang release the spec launches: the block's `version`, else the newest parc knows."""
-    from parc.model.targets import spec
-
-    return settings(plan, TARGET).get("version") or spec(TARGET)["versions"]["known"][-1]["version"]
-
-
-def flag(plan, name: str, **values) -> list:
-    """The words of flag ``name`` as release ``version(plan)`` spells them (target.toml
-    [flags]: each spelling with the half-open range [since, until) it holds for)."""
-    from parc.model.targets import spec
-
-    v = _release(version(plan))
-    for entry in spec(TARGET)["flags"][name]:
-        if _release(entry.get("since", "0")) <= v < _release(entry.get("until", "999")):
-            return [values[w[1:-1]] if w.startswith("{") else w for w in entry["args"]]
-    raise KeyError(f"no spelling of {name} for SGLang {version(plan)}")
+    version = pinned(plan, TARGET)
+    new = flag(TARGET, "attn_dp_size", version)
+    if new:   # the older spelling still parses there, deprecated
+        return [new, n]
+    return [flag(TARGET, "dp_size", version), n, flag(TARGET, "enable_dp_attention", version)]
 
 
 def server_lines(plan, node_rank) -> list[list]:
@@ -113,7 +102,7 @@ def server_lines(plan, node_rank) -> list[list]:
     if lay.dp_size > 1:
         a(["--dp-size", lay.dp_size])
     if lay.attn_dp > 1:
-        a(flag(plan, "attn_dp", n=lay.attn_dp))
+        a(attn_dp_words(plan, lay.attn_dp))
     if lay.ep_size > 1:
         a(["--ep-size", lay.ep_size])
     if s.get("moe_a2a_backend"):
