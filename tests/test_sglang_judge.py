@@ -186,19 +186,19 @@ def _argv(plan, folder: str) -> list[str]:
 
 @pytest.mark.sglang
 def test_sglang_refuses_what_parc_refuses(sglang, check_spec, tmp_path):
-    """P687: the command parc would emit is refused by SGLang's own check. P685: the one
+    """P698: the command parc would emit is refused by SGLang's own check. P696: the one
     multi-node server SGLang would need for replicas smaller than a node (--dp-size with
-    --nnodes) is refused. P684: SGLang's parser has no fp16 KV cache. P683: SGLang accepts and
+    --nnodes) is refused. P695: SGLang's parser has no fp16 KV cache. P694: SGLang accepts and
     serves ep = tp_size, not the spec's ep (the audit says "runs")."""
     from parc.rules import audit
     from support.specs import spec
 
     s = 'model = "m"'
     cases = {
-        "P687": spec(L8, mesh="tp = 8", serve="max_model_len = 16384", target={"sglang": s}),
-        "P685": spec(L8, nodes=2, gpn=6, mesh="dp = 3; tp = 4", serve="max_model_len = 4096", target={"sglang": s}),
-        "P684": spec(L8, mesh="tp = 8", serve="max_model_len = 4096; kv_cache_dtype = fp16", target={"sglang": s}),
-        "P683": spec(MIXTRAL, mesh="tp = 8; ep = 4; etp = 2", serve="max_model_len = 4096",
+        "P698": spec(L8, mesh="tp = 8", serve="max_model_len = 16384", target={"sglang": s}),
+        "P696": spec(L8, nodes=2, gpn=6, mesh="dp = 3; tp = 4", serve="max_model_len = 4096", target={"sglang": s}),
+        "P695": spec(L8, mesh="tp = 8", serve="max_model_len = 4096; kv_cache_dtype = fp16", target={"sglang": s}),
+        "P694": spec(MIXTRAL, mesh="tp = 8; ep = 4; etp = 2", serve="max_model_len = 4096",
                      target={"sglang": s + "; moe_a2a_backend = deepep"}),
     }
     items = []
@@ -207,9 +207,9 @@ def test_sglang_refuses_what_parc_refuses(sglang, check_spec, tmp_path):
         assert code in {d.code for d in r.errors}, (code, [f"{d.code} {d.message}" for d in r.diagnostics])
         folder = _model_folder(r.plan.to_dict()["model"], tmp_path / code)
         argv = _argv(r.plan, folder)
-        if code == "P685":    # one server for all replicas: what a launcher without parc's layout would run
+        if code == "P696":    # one server for all replicas: what a launcher without parc's layout would run
             argv += ["--dp-size", "3", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", f"{ADDR}:5000"]
-        if code == "P684":
+        if code == "P695":
             argv[argv.index("--kv-cache-dtype") + 1] = "float16"
         items.append({"server": argv})
     for (code, _), v in zip(cases.items(), _judge(sglang, items)):

@@ -137,68 +137,68 @@ def test_disaggregated_side(tmp_path):
 
 def test_p670_training_refused(check_spec):
     text = spec(L8, mesh="dp = 8", target={"sglang": 'model = "m"'})
-    assert_fires(check_spec, text, "P680", "target sglang", target="sglang", targets=("sglang",))
-    assert_quiet(check_spec, spec(L8, mesh="dp = 8", serve=SERVE, target={"sglang": 'model = "m"'}), "P680",
+    assert_fires(check_spec, text, "P691", "target sglang", target="sglang", targets=("sglang",))
+    assert_quiet(check_spec, spec(L8, mesh="dp = 8", serve=SERVE, target={"sglang": 'model = "m"'}), "P691",
                  ("sglang",))
 
 
 def test_p671_context_parallel_refused(check_spec):
     text = spec(L8 + "; max_positions = 131072", mesh="dp = 4; cp = 2", serve=SERVE, target={"sglang": 'model = "m"'})
-    assert_fires(check_spec, text, "P681", "cp = 2", target="sglang", targets=("sglang",))
-    assert_quiet(check_spec, text.replace("cp = 2", "tp = 2"), "P681", ("sglang",))
+    assert_fires(check_spec, text, "P692", "cp = 2", target="sglang", targets=("sglang",))
+    assert_quiet(check_spec, text.replace("cp = 2", "tp = 2"), "P692", ("sglang",))
 
 
 def test_p672_expert_grid_is_the_server(check_spec):
     # tp = 8, ep = 4, etp = 1: 4 · 1 = 4 is not the server's tp_size 8; ep = 4 with etp = 2 is
     text = spec(MIXTRAL, mesh="tp = 8; ep = 4", serve=SERVE, target={"sglang": 'model = "m"'})
-    d = assert_fires(check_spec, text, "P682", "ep = 4", target="sglang", targets=("sglang",))
+    d = assert_fires(check_spec, text, "P693", "ep = 4", target="sglang", targets=("sglang",))
     assert "must be 8, not 4 · 1 = 4" in d.message
-    assert_quiet(check_spec, text.replace("ep = 4", "ep = 4\n  etp = 2"), "P682", ("sglang",))
-    assert_quiet(check_spec, text.replace("ep = 4", "ep = 8"), "P682", ("sglang",))
+    assert_quiet(check_spec, text.replace("ep = 4", "ep = 4\n  etp = 2"), "P693", ("sglang",))
+    assert_quiet(check_spec, text.replace("ep = 4", "ep = 8"), "P693", ("sglang",))
 
 
 def test_p673_all_to_all_backend_needs_the_whole_server(check_spec):
     # deepep sets ep = tp_size = 8 whatever --ep-size says
     text = spec(MIXTRAL, mesh="tp = 8; ep = 4; etp = 2", serve=SERVE,
                 target={"sglang": 'model = "m"; moe_a2a_backend = deepep'})
-    assert_fires(check_spec, text, "P683", "moe_a2a_backend", target="sglang", targets=("sglang",))
-    assert_quiet(check_spec, text.replace("ep = 4\n  etp = 2", "ep = 8"), "P683", ("sglang",))
+    assert_fires(check_spec, text, "P694", "moe_a2a_backend", target="sglang", targets=("sglang",))
+    assert_quiet(check_spec, text.replace("ep = 4\n  etp = 2", "ep = 8"), "P694", ("sglang",))
 
 
 def test_p674_fp16_kv_cache(check_spec):
     text = spec(L8, mesh="tp = 8", serve=SERVE + "; kv_cache_dtype = fp16", target={"sglang": 'model = "m"'})
-    assert_fires(check_spec, text, "P684", "kv_cache_dtype", target="sglang", targets=("sglang",))
-    assert_quiet(check_spec, text.replace("fp16", "bf16"), "P684", ("sglang",))
+    assert_fires(check_spec, text, "P695", "kv_cache_dtype", target="sglang", targets=("sglang",))
+    assert_quiet(check_spec, text.replace("fp16", "bf16"), "P695", ("sglang",))
 
 
 def test_p675_node_holds_whole_replicas(check_spec):
     # dp = 3 replicas of tp = 4 on 2 nodes of 6: 6 GPUs do not hold a whole number of replicas of 4
     text = spec(L8, nodes=2, gpn=6, mesh="dp = 3; tp = 4", serve=SERVE, target={"sglang": 'model = "m"'})
-    d = assert_fires(check_spec, text, "P685", "mesh {", target="sglang", targets=("sglang",))
+    d = assert_fires(check_spec, text, "P696", "mesh {", target="sglang", targets=("sglang",))
     assert "6 GPUs per node do not hold a whole number of replicas of tp · pp = 4 GPUs" in d.message
     assert_quiet(check_spec, spec(L8, nodes=2, gpn=8, mesh="dp = 4; tp = 4", serve=SERVE,
-                                  target={"sglang": 'model = "m"'}), "P685", ("sglang",))
+                                  target={"sglang": 'model = "m"'}), "P696", ("sglang",))
 
 
 def test_p675_replica_between_nodes(check_spec):
     # a replica of tp = 12 on nodes of 8 would leave a node shared by two servers
     text = spec(L8 + "; heads = 48; kv_heads = 12; hidden = 6144; ffn_hidden = 12288", nodes=3, gpn=8, mesh="dp = 2; tp = 12",
                 serve=SERVE, target={"sglang": 'model = "m"'})
-    assert_fires(check_spec, text, "P685", "mesh {", target="sglang", targets=("sglang",))
-    assert_quiet(check_spec, text.replace('model = "m"', 'model = "m"; dp_attention = true'), "P685", ("sglang",))
+    assert_fires(check_spec, text, "P696", "mesh {", target="sglang", targets=("sglang",))
+    assert_quiet(check_spec, text.replace('model = "m"', 'model = "m"; dp_attention = true'), "P696", ("sglang",))
 
 
 def test_p676_dp_attention_without_dp(check_spec):
     text = spec(L8, mesh="tp = 8", serve=SERVE, target={"sglang": 'model = "m"; dp_attention = true'})
-    assert_fires(check_spec, text, "P686", "dp_attention", severity="warning", target="sglang", targets=("sglang",))
-    assert_quiet(check_spec, text.replace("tp = 8", "dp = 2\n  tp = 4"), "P686", ("sglang",))
+    assert_fires(check_spec, text, "P697", "dp_attention", severity="warning", target="sglang", targets=("sglang",))
+    assert_quiet(check_spec, text.replace("tp = 8", "dp = 2\n  tp = 4"), "P697", ("sglang",))
 
 
 def test_p677_context_beyond_positions(check_spec):
     # llama3_8b has 8192 positions
     text = spec(L8, mesh="tp = 8", serve="max_model_len = 16384", target={"sglang": 'model = "m"'})
-    assert_fires(check_spec, text, "P687", "max_model_len", target="sglang", targets=("sglang",))
-    assert_quiet(check_spec, text.replace("16384", "8192"), "P687", ("sglang",))
+    assert_fires(check_spec, text, "P698", "max_model_len", target="sglang", targets=("sglang",))
+    assert_quiet(check_spec, text.replace("16384", "8192"), "P698", ("sglang",))
 
 
 @pytest.mark.parametrize("key,value", [("model", '"--trust-remote-code"')])

@@ -17,7 +17,7 @@ How the mesh becomes SGLang's sizes (SGLang's ServerArgs, arg_groups/fields/para
 * prefill/decode disaggregation: ``--disaggregation-mode`` and its transfer backend.
 
 Across nodes a server is started with ``--nnodes``/``--node-rank``/``--dist-init-addr`` on each
-of its nodes; MASTER_ADDR names the server's first node. P680 to P687 refuse what SGLang cannot
+of its nodes; MASTER_ADDR names the server's first node. P691 to P698 refuse what SGLang cannot
 run or parc cannot express.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from parc.words import count
 
 TARGET = "sglang"
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16"}
-# SGLang's --kv-cache-dtype choices (arg_groups/fields/model.py); fp16 is only "auto" on an fp16 model (P684)
+# SGLang's --kv-cache-dtype choices (arg_groups/fields/model.py); fp16 is only "auto" on an fp16 model (P695)
 KV_DTYPES = {"auto": "auto", "bf16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 PORT = 30000
 DIST_PORT = 5000
@@ -63,7 +63,7 @@ def dp_attention(plan) -> bool:
 
 
 def layout(plan) -> Layout:
-    """SGLang's sizes for the plan (see the module doc); P685 refuses the meshes whose nodes
+    """SGLang's sizes for the plan (see the module doc); P696 refuses the meshes whose nodes
     this does not divide evenly."""
     me, cl = plan.mesh, plan.cluster
     ep = me.ep if plan.model.is_moe else 1

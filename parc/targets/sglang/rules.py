@@ -9,7 +9,7 @@ from parc.targets.sglang import TARGET, dp_attention, layout, replica
 from parc.words import count
 
 
-@rule("P680", "sglang-serves-only", targets=(TARGET,), reads=())
+@rule("P691", "sglang-serves-only", targets=(TARGET,), reads=())
 def sglang_serving_only(plan, c):
     if plan.mode == "train":
         c.report(target_span(plan, c, TARGET, "train"),
@@ -20,7 +20,7 @@ def sglang_serving_only(plan, c):
                  related=[(c.at("train"), "training declared here")])
 
 
-@rule("P681", "sglang-context-parallel", targets=(TARGET,), reads=("cp",))
+@rule("P692", "sglang-context-parallel", targets=(TARGET,), reads=("cp",))
 def sglang_cp(plan, c):
     if plan.mode != "serve" or plan.mesh.cp <= 1:
         return
@@ -37,7 +37,7 @@ def _server_tp(plan) -> int:
     return layout(plan).tp_size
 
 
-@rule("P682", "sglang-expert-grid", targets=(TARGET,), reads=("dp", "tp", "ep", "etp"))
+@rule("P693", "sglang-expert-grid", targets=(TARGET,), reads=("dp", "tp", "ep", "etp"))
 def sglang_expert_grid(plan, c):
     m, md = plan.mesh, plan.model
     if plan.mode != "serve" or not md.is_moe or (m.ep <= 1 and m.etp <= 1):
@@ -55,7 +55,7 @@ def sglang_expert_grid(plan, c):
                   + ", or remove both to split the experts over tp")
 
 
-@rule("P683", "sglang-a2a-expert-size", targets=(TARGET,), reads=("dp", "tp", "ep"))
+@rule("P694", "sglang-a2a-expert-size", targets=(TARGET,), reads=("dp", "tp", "ep"))
 def sglang_a2a_ep(plan, c):
     backend = settings(plan, TARGET).get("moe_a2a_backend")
     if plan.mode != "serve" or not backend or not plan.model.is_moe:
@@ -71,7 +71,7 @@ def sglang_a2a_ep(plan, c):
              related=[(c.at("mesh.ep", "mesh"), f"ep = {plan.mesh.ep}")])
 
 
-@rule("P684", "sglang-kv-cache-fp16", targets=(TARGET,), reads=("serve",))
+@rule("P695", "sglang-kv-cache-fp16", targets=(TARGET,), reads=("serve",))
 def sglang_kv_fp16(plan, c):
     sv = plan.serve
     if plan.mode != "serve" or sv is None or sv.kv_cache_dtype != "fp16" or plan.model.dtype == "fp16":
@@ -82,11 +82,11 @@ def sglang_kv_fp16(plan, c):
              help="use kv_cache_dtype = \"auto\", \"bf16\" or \"fp8\"")
 
 
-@rule("P685", "sglang-node-layout", targets=(TARGET,), reads=("world", "dp", "tp", "pp", "cp"))
+@rule("P696", "sglang-node-layout", targets=(TARGET,), reads=("world", "dp", "tp", "pp", "cp"))
 def sglang_node_layout(plan, c):
     m, cl = plan.mesh, plan.cluster
     if plan.mode != "serve" or cl.nodes <= 1 or plan.world_size != cl.world or m.cp > 1:
-        return  # one node, a mesh that does not fill the cluster (P101, P302), or cp (P681)
+        return  # one node, a mesh that does not fill the cluster (P101, P302), or cp (P692)
     lay = layout(plan)
     r = replica(plan)
     if lay.servers == 1:
@@ -106,7 +106,7 @@ def sglang_node_layout(plan, c):
                  help="choose tp · pp that divides gpus_per_node, or `dp_attention = true`")
 
 
-@rule("P686", "sglang-dp-attention-without-dp", severity=WARNING, targets=(TARGET,), reads=("dp",))
+@rule("P697", "sglang-dp-attention-without-dp", severity=WARNING, targets=(TARGET,), reads=("dp",))
 def sglang_dp_attention_dp1(plan, c):
     if plan.mode != "serve" or not settings(plan, TARGET).get("dp_attention") or plan.mesh.dp > 1:
         return
@@ -116,7 +116,7 @@ def sglang_dp_attention_dp1(plan, c):
              help="set dp > 1 (the attention groups, tp GPUs each) or remove `dp_attention`")
 
 
-@rule("P687", "sglang-context-length-beyond-positions", targets=(TARGET,), reads=("serve",))
+@rule("P698", "sglang-context-length-beyond-positions", targets=(TARGET,), reads=("serve",))
 def sglang_context_length(plan, c):
     m, sv = plan.model, plan.serve
     if plan.mode != "serve" or sv is None or not m.max_positions or sv.max_model_len <= m.max_positions:
