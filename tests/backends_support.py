@@ -16,7 +16,7 @@ TEST_SPECS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests" / "d
 # every target folder: a new one gets its golden files (and the shared checks) without an edit here
 TARGETS = tuple(target_names())
 GOLDEN = ROOT / "tests" / "golden" / "compile"
-LAUNCHERS = ("torchrun", "vllm", "ray", "srun")
+LAUNCHERS = ("torchrun", "vllm", "ray", "srun", "deepspeed")
 
 
 def compile_rel(spec: str, target: str | None):
@@ -108,6 +108,8 @@ _BLOCKS = {
                    "serve": 'target kubernetes { image = "vllm/vllm-openai:v0.11.0" }'},
     "vllm": {"serve": 'target vllm { model = "org/model" }'},
     "sglang": {"serve": 'target sglang { model = "org/model" }'},
+    "trainjob": {"train": 'target trainjob { entrypoint = "train.py" }'},
+    "deepspeed": {"train": 'target deepspeed { entrypoint = "train.py" }'},
 }
 
 
@@ -149,7 +151,8 @@ def every_target_cases():
 
 
 def embedded_scripts(files) -> list[tuple[str, str]]:
-    """The shell scripts a Kubernetes manifest carries in its ConfigMaps: (name, text)."""
+    """The shell scripts a Kubernetes manifest carries in its ConfigMaps, and a SkyPilot task's
+    setup and run (bash on every node): (name, text)."""
     import yaml
 
     out = []
@@ -158,4 +161,6 @@ def embedded_scripts(files) -> list[tuple[str, str]]:
             for doc in yaml.safe_load_all(f.text):
                 if doc and doc.get("kind") == "ConfigMap":
                     out += [(k, v) for k, v in (doc.get("data") or {}).items() if k.endswith(".sh")]
+                elif doc and "kind" not in doc and "run" in doc:
+                    out += [(f"{k}.sh", "#!/usr/bin/env bash\n" + doc[k]) for k in ("setup", "run") if doc.get(k)]
     return out

@@ -206,15 +206,16 @@ def test_the_fit_recovers_the_factors_the_runs_identify(synthetic):
     runs = [(plan, {"step_time": step}) for _, plan, step in synthetic[:-1]]
     prof, rep = fit(runs, start=Profile())
     assert "gemm_efficiency" in rep.fitted
-    # printed step times are rounded to 0.1 ms: gemm_efficiency comes back to 0.5%, and any other
-    # field the fit reports as fitted to 1% (the pull toward the start moves a fitted field back
-    # by at most 1% of the distance the runs moved it)
-    assert prof.gemm_efficiency == pytest.approx(TRUTH.gemm_efficiency, rel=5e-3)
+    # printed step times are rounded to 0.1 ms: gemm_efficiency comes back to 1% (gemm_half_size,
+    # which the four shapes pin down only weakly, is pulled toward its start and takes a little of
+    # it), and any other field the fit reports as fitted to 1% (the pull toward the start moves a
+    # fitted field back by at most 1% of the distance the runs moved it)
+    assert prof.gemm_efficiency == pytest.approx(TRUTH.gemm_efficiency, rel=1e-2)
     for name in rep.fitted:
         assert getattr(prof, name) == pytest.approx(getattr(TRUTH, name), rel=1e-2), name
     for name in rep.unidentified:
         assert getattr(prof, name) == getattr(Profile(), name)
-    assert rep.summary()["step_time"]["worst_after"] < 1e-3
+    assert rep.summary()["step_time"]["worst_after"] < 5e-3   # the weak gemm_half_size's pull: 0.2%
     before = predict(held[1], Profile())[0] / held[2] - 1
     after = predict(held[1], prof)[0] / held[2] - 1
     # 0.45 against the default 0.6 makes compute a third slower: far off before, within 0.5% after
@@ -226,8 +227,8 @@ def test_calibrate_from_generated_logs_predicts_the_held_out_run(synthetic, tmp_
     r = _parc("calibrate", BASE, *[p for p, _, _ in synthetic[:-1]], "-o", out, "--format", "json")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    assert data["profile"]["gemm_efficiency"] == pytest.approx(0.45, rel=5e-3)
-    assert data["summary"]["step_time"]["median_before"] > 0.15 > 1e-3 > data["summary"]["step_time"]["median_after"]
+    assert data["profile"]["gemm_efficiency"] == pytest.approx(0.45, rel=1e-2)
+    assert data["summary"]["step_time"]["median_before"] > 0.15 > 5e-3 > data["summary"]["step_time"]["median_after"]
     assert [row["settings"].get("mesh.tp") for row in data["runs"]] == [tp for tp, _, _ in MESHES[:-1]]
     # the held-out run, through a spec that uses the written profile
     _, held_plan, held_step = synthetic[-1]
@@ -271,7 +272,7 @@ def test_the_fit_is_generic_over_the_fields(monkeypatch):
     assert prof.hbm_efficiency * prof.inter_node_efficiency == pytest.approx(0.4, rel=1e-3)
     assert rep.confounded == [["hbm_efficiency", "inter_node_efficiency"]]
     assert set(rep.fitted) == {"gemm_efficiency", "intra_node_efficiency"}
-    assert rep.unidentified == ["overlap"] and prof.overlap == 1.0
+    assert rep.unidentified == ["gemm_half_size", "overlap"] and prof.overlap == 1.0   # the toy reads neither
     assert fit([(p, m) for p, m in runs], start=start)[0] == prof   # deterministic
 
 

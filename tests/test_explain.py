@@ -192,7 +192,12 @@ def test_json_serving_comm_is_per_token(capsys):
     assert set(j["comm_per_step"].values()) == {0}
     # two all-reduces of one token's hidden state per layer, 80 layers, tp = 4
     assert j["comm_per_token"]["tp"] == 80 * 2 * cm.allreduce_bytes(8192 * 2, 4)
-    assert j["comm_time_per_token"]["tp"] == pytest.approx(j["comm_per_token"]["tp"] / 300e9)
+    # α-β (parc.cost.comm.allreduce_times): 160 all-reduces of S = 16,384 B over 4 A100s (no
+    # NVLS); the tree's 2·log2(4) = 4 steps of 2 µs beat the ring's 2·3 = 6, and it moves 2S per
+    # call over 300 GB/s: 160 · (4 · 2e-6 + 2 · 16384 / 300e9) = 1.29748 ms
+    # (the old bandwidth-only figure, 13.1 µs, left out the 960 latency steps a token pays)
+    assert j["comm_time_per_token"]["tp"] == pytest.approx(160 * (4 * 2e-6 + 2 * 16384 / 300e9))
+    assert j["comm_algorithm"]["tp"] == "tree"
 
 
 def test_a_serving_plan_that_does_not_fit_names_the_smallest_mesh(capsys, tmp_path):

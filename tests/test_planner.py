@@ -14,7 +14,7 @@ import pytest
 from parc.cli.main import main
 from parc.cost import estimate as cm
 from parc.language.diagnostics import ERROR
-from parc.model.plan import GPU, Cluster, Link, Model
+from parc.model.plan import GPU, Cluster, Link, Model, Target
 from parc.model.rankmap import RankMap
 from parc.rules import run_rules
 from parc.targets import load_rules
@@ -119,7 +119,8 @@ BRUTE_CASES = {
                                     moe_ffn_hidden=512), cluster=small_cluster(1, 4, 3e9), global_batch=4,
                    max_virtual=2, fixed={"train.recompute": "full", "train.zero": 1}), ("torch",)),
     "deepspeed": (dict(model=tiny_model(layers=8), cluster=small_cluster(2, 2, 2e9), global_batch=8, max_virtual=2,
-                       fixed={"train.recompute": "selective", "train.sequence_parallel": False}), ("deepspeed",)),
+                       fixed={"train.recompute": "selective", "train.sequence_parallel": False},
+                       targets={"deepspeed": Target("deepspeed", {"entrypoint": "train.py"})}), ("deepspeed",)),
 }
 
 

@@ -363,6 +363,9 @@ def test_dualpipe_memory_counts_both_stages_through_the_ordinary_model(tmp_path)
     for r in range(4):
         assert dual.stages[r].flops_per_microbatch == pytest.approx(
             (plain.stages[r].flops_per_microbatch + plain.stages[3 - r].flops_per_microbatch) / 2)
-    assert dual.compute_time == pytest.approx(plain.compute_time * max(s.flops_per_microbatch for s in dual.stages)
-                                              / max(s.flops_per_microbatch for s in plain.stages))
+        # and its seconds too (the same GEMM shapes, so the same rates, on both)
+        assert dual.stages[r].time_per_microbatch == pytest.approx(
+            (plain.stages[r].time_per_microbatch + plain.stages[3 - r].time_per_microbatch) / 2)
+    assert dual.compute_time == pytest.approx(plain.compute_time * max(s.time_per_microbatch for s in dual.stages)
+                                              / max(s.time_per_microbatch for s in plain.stages))
     assert dual.bubble_fraction == 1 / 25 and plain.bubble_fraction == 3 / 11

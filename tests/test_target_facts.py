@@ -12,7 +12,7 @@ def test_declared_facts():
     # the first targets, in the order each list gives them (a new target folder joins the lists)
     first = ["json", "kubernetes", "megatron", "slurm", "torchrun", "vllm"]
     assert T.names() == sorted(T.names()) and [t for t in T.names() if t in first] == first
-    assert T.rule_targets() == T.names() + ["torch", "deepspeed"]
+    assert T.rule_targets() == T.names() + ["torch"]
     assert T.display("megatron") == "Megatron-LM" and T.display("torch") == "parc's torch runtime (torchtitan-style)"
     assert [t for t in T.launch_targets() if t in first] == ["kubernetes", "megatron", "slurm", "torchrun", "vllm"]
     assert set(T.launch_targets()) == {t for t in T.names() if t != "json"}

@@ -14,7 +14,7 @@ def backend_targets() -> list[str]:
 
 def rule_targets() -> list[str]:
     """The targets whose rules a spec can be judged by: every backend, plus the rule families
-    without a backend of their own (`torch`, parc's runtime; `deepspeed`)."""
+    without a backend of their own (`torch`, parc's runtime)."""
     from parc.model.targets import rule_targets as every
 
     return every()

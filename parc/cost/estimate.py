@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from parc.cost.comm import (allgather_bytes, allreduce_bytes, cp_bytes_per_layer, dp_bytes,
-                            ep_bytes_per_layer, pp_bytes_per_microbatch, tp_bytes_per_layer)
+from parc.cost.comm import (ALGORITHMS, allgather_bytes, allreduce_bytes, axis_time, comm_calls,
+                            cp_bytes_per_layer, dp_bytes, dp_bytes_parts, ep_bytes_per_layer, link_latency, link_params, serving_calls,
+                            pp_bytes_per_microbatch, tp_bytes_per_layer)
 from parc.cost.flops import (active_matmul_params, model_flops, recompute_factors, recompute_flops,
-                             stage_flops_per_microbatch)
+                             stage_flops_parts, stage_flops_per_microbatch)
 from parc.cost.memory import (StateBytes, activation_bytes_per_layer, fp8_weight_cache_bytes, kv_bytes_per_token,
                               kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
                               model_kv_bytes_per_token,
@@ -24,13 +25,14 @@ from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, D
                               param_count, params_by_part, params_on_rank, shard_groups, split_layers,
                               stage_chunks, stage_layouts, stage_parts, stage_tensors, uses_v_placement,
                               _shard_groups, _stage_parts, _weight_dtype, _zero)
-from parc.cost.timing import BACKWARD_SHARE, step_time
+from parc.cost.gemm import stage_compute_time, stage_rates
+from parc.cost.timing import BACKWARD_SHARE, exposed_comm, step_time
 from parc.model import schedules
 
 __all__ = [  # the kernels, re-exported where callers have found them, and the estimate
     "allgather_bytes", "allreduce_bytes", "cp_bytes_per_layer", "dp_bytes", "ep_bytes_per_layer",
     "pp_bytes_per_microbatch", "tp_bytes_per_layer", "active_matmul_params", "model_flops",
-    "recompute_factors", "recompute_flops", "stage_flops_per_microbatch", "StateBytes",
+    "recompute_factors", "recompute_flops", "stage_flops_parts", "stage_flops_per_microbatch", "StateBytes",
     "activation_bytes_per_layer", "kv_bytes_per_token", "kv_capacity_tokens", "layer_activation_bytes",
     "model_state_bytes", "stage_activation_bytes", "state_bytes_per_param", "zero_state_bytes",
     "fp8_weight_cache_bytes", "linear_params", "model_activation_options", "model_kv_bytes_per_token", "nccl_communicators", "overhead_bytes",
@@ -40,8 +42,9 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
     "layout_tensors", "layouts_of", "mlp_params", "moe_layer_mlp_params", "norm_params", "output_params",
     "param_bytes_on_rank", "param_count", "params_by_part", "params_on_rank", "shard_groups", "split_layers",
     "stage_chunks", "stage_layouts", "stage_parts", "stage_tensors", "uses_v_placement",
-    "BACKWARD_SHARE", "step_time", "Memory", "StageEstimate",
-    "Estimate", "estimate", "links", "axis_groups", "train_comm_bytes",
+    "BACKWARD_SHARE", "step_time", "exposed_comm", "stage_compute_time", "stage_rates", "axis_time", "comm_calls",
+    "dp_bytes_parts", "link_latency", "ALGORITHMS", "Memory", "StageEstimate",
+    "Estimate", "estimate", "links", "link_params", "members_per_node", "serving_calls", "axis_groups", "train_comm_bytes",
 ]
 
 
@@ -89,6 +92,13 @@ class StageEstimate:
     flops_per_microbatch: float  # hardware FLOPs per GPU per microbatch
     kv_bytes_per_token: int = 0
     kv_capacity_tokens: int = 0
+    gemm_flops_per_microbatch: float = 0.0      # of flops_per_microbatch: the GEMMs' (not attention's core)
+    gemm_time_per_microbatch: float = 0.0       # seconds of its GEMMs (:mod:`parc.cost.gemm`)
+    attention_time_per_microbatch: float = 0.0  # seconds of attention's core
+
+    @property
+    def time_per_microbatch(self) -> float:
+        return self.gemm_time_per_microbatch + self.attention_time_per_microbatch
 
 
 @dataclass(slots=True)
@@ -119,6 +129,10 @@ class Estimate:
     assumed_inter_node: bool
     efficiency: float
     state_bytes: StateBytes | None = None
+    comm_algorithm: dict = field(default_factory=dict)   # axis -> ring | tree | nvls | all_to_all | p2p
+    comm_exposed: dict = field(default_factory=dict)     # axis -> seconds compute does not hide
+    comm_local: dict = field(default_factory=dict)       # axis -> members of one group in a node
+    gemm_peak: float = 0.0                               # FLOP/s the GEMMs' rate is a fraction of
     kv_bytes_per_token: int = 0
     kv_capacity_tokens: int = 0
     max_concurrent_seqs: int = 0
@@ -129,6 +143,14 @@ class Estimate:
     def memory(self) -> Memory:
         """Memory of the most loaded GPU."""
         return self.stages[self.most_loaded_stage].memory
+
+    def compute_split(self) -> dict:
+        """Seconds per step of the slowest stage's GEMMs and attention core, and the fraction of
+        ``gemm_peak`` its GEMMs reach for their shapes (0s for serving plans)."""
+        st = max(self.stages, key=lambda s_: (s_.time_per_microbatch, s_.flops_per_microbatch))
+        mb, gemm = self.microbatches, st.gemm_time_per_microbatch
+        return {"gemm": gemm * mb, "attention": st.attention_time_per_microbatch * mb,
+                "gemm_efficiency": st.gemm_flops_per_microbatch / (gemm * self.gemm_peak) if gemm else 0.0}
 
     @property
     def params_most_loaded(self) -> int:
@@ -158,6 +180,10 @@ class Estimate:
             "comm_per_step": {ax: int(self.comm_bytes.get(ax, 0)) if train else 0 for ax in AXES},
             ("comm_time" if train else "comm_time_per_token"): {ax: self.comm_time.get(ax, 0.0) for ax in AXES},
             "comm_link": {ax: self.comm_link.get(ax) for ax in AXES},
+            "comm_algorithm": {ax: self.comm_algorithm.get(ax) for ax in AXES},
+            "comm_exposed": {ax: self.comm_exposed.get(ax, 0.0) for ax in AXES},
+            "gemm_peak": self.gemm_peak,
+            "compute_split": self.compute_split(),
             "links": {k: {"kind": self.link_kind.get(k), "bandwidth": self.link_bandwidth.get(k)}
                       for k in ("intra_node", "inter_node") if k in self.link_bandwidth},
             "assumed_inter_node": self.assumed_inter_node,
@@ -232,7 +258,7 @@ def estimate(plan, efficiency: float | None = None, cache: bool = True) -> Estim
     return _latest(_Same(plan), efficiency) if cache else _estimate(plan, efficiency)
 
 
-def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int) -> StageEstimate:
+def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates) -> StageEstimate:
     """One pipeline stage's parameters, memory, microbatches in flight and FLOPs per microbatch."""
     m, mesh, sch = plan.model, plan.mesh, plan.schedule
     parts = _stage_parts(plan, lay)
@@ -259,10 +285,15 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int) -> Sta
     comms = nccl_communicators(mesh.pp, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp, m.is_moe)
     mem.cuda_context, mem.nccl_buffers, mem.fragmentation = overhead_bytes(plan.cluster, comms, mem.activations)
     rec_mult, rec_attn = recompute_factors(plan.train.recompute)
+    tokens = sch.micro_batch * m.seq_len / mesh.cp
     # a DualPipe microbatch passes one of the rank's two stages: half its layers (and heads) on average
-    st.flops_per_microbatch = schedules.microbatch_share(sch.pipeline) * stage_flops_per_microbatch(
-        m, sch.micro_batch * m.seq_len / (mesh.tp * mesh.cp), dense_layers, lay.moe_layers, lay.head,
-        rec_mult, rec_attn)
+    share = schedules.microbatch_share(sch.pipeline)
+    work = stage_flops_parts(m, tokens / mesh.tp, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn)
+    st.flops_per_microbatch = share * sum(work)   # stage_flops_per_microbatch
+    st.gemm_flops_per_microbatch = share * (work[0] + work[1] + work[3])
+    gemm, attn = stage_compute_time(m, tokens, mesh.tp, rates, dense_layers, lay.moe_layers, lay.head, rec_mult,
+                                    rec_attn)
+    st.gemm_time_per_microbatch, st.attention_time_per_microbatch = share * gemm, share * attn
     return st
 
 
@@ -287,6 +318,8 @@ def train_comm_bytes(m, tokens_local, layers, moe_layers, *, pp, tp, cp, ep, v, 
     them MoE) over ``tokens_local`` tokens per microbatch; ``n_dp`` is the dense gradients' group
     (dp·cp). Scalars or numpy arrays for the sizes, single ``recompute`` and ``zero``."""
     steps = microbatches + (microbatches < 1) * (1 - microbatches)
+    _, gather = dp_bytes_parts(dense_params, zero, n_dp, per.grads, per.weights)
+    _, gather_e = dp_bytes_parts(expert_params_, zero, n_exp, per.grads, per.weights)
     kv_width = kv_heads_per_gpu(m.kv_heads, tp) * head_dim(m)
     ep_tokens = tokens_local / (1 + sp * (tp > 1) * (tp - 1))
     return {
@@ -297,13 +330,14 @@ def train_comm_bytes(m, tokens_local, layers, moe_layers, *, pp, tp, cp, ep, v, 
                + dp_bytes(expert_params_, zero, n_exp, per.grads, per.weights)),
         "pp": pp_bytes_per_microbatch(tokens_local, m.hidden, tp, v, wbytes) * steps * (pp > 1),
         "ep": ep_bytes_per_layer(ep_tokens, m.hidden, m.top_k or 1, ep, wbytes) * moe_layers * steps,
+        "dp_gather": gather + gather_e,   # of "dp": the parameters' all-gather
     }
 
 
 def _comm(plan, stages, most: int, train: bool, per) -> dict:
     m, mesh, sch = plan.model, plan.mesh, plan.schedule
     t, cp, wbytes = mesh.tp, mesh.cp, dtype_bytes(_weight_dtype(plan))
-    crit = stages[most] if not train else max(stages, key=lambda s_: s_.flops_per_microbatch)
+    crit = stages[most] if not train else _critical(stages)
     if not train:   # per decoded token of one sequence
         from parc.cost.serving import decode_comm_bytes
 
@@ -326,17 +360,50 @@ def axis_groups(cp: int) -> dict:
     return {"tp": "tp", "cp": "cp", "dp": ("dp", "cp") if cp > 1 else "dp", "pp": "pp", "ep": "ep"}
 
 
-def _comm_times(plan, comm: dict, rm, bw: dict) -> tuple[dict, dict]:
+def _critical(stages):
+    """The stage whose microbatch takes longest: it sets the pipeline's pace."""
+    return max(stages, key=lambda s_: (s_.time_per_microbatch, s_.flops_per_microbatch))
+
+
+def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict, local: dict) -> tuple[dict, dict, dict]:
+    """Seconds, link and algorithm of each axis's communication (:func:`parc.cost.comm.axis_time`);
+    fills ``local`` with the members of each axis's group in one node."""
     mesh, cp = plan.mesh, plan.mesh.cp
     sizes = {"tp": mesh.tp, "cp": cp, "pp": mesh.pp, "ep": mesh.ep, "dp": mesh.dp * cp}
-    ctime, clink = {}, {}
+    axis_sizes = {**sizes, "dp": mesh.dp}
+    lp = link_params(plan.profile, bw, kind)
+    ctime, clink, algo = {}, {}, {}
     for ax, g in axis_groups(cp).items():
-        if sizes[ax] <= 1 or (ax == "ep" and not plan.model.is_moe):
-            clink[ax], ctime[ax] = None, 0.0
+        n = sizes[ax]
+        if n <= 1 or (ax == "ep" and not plan.model.is_moe):
+            clink[ax], ctime[ax], algo[ax] = None, 0.0, None
             continue
         clink[ax] = rm.link(g)
-        ctime[ax] = comm[ax] / bw.get(clink[ax], bw["intra_node"])
-    return ctime, clink
+        local[ax] = members_per_node(g, axis_sizes, rm.nodes_spanned)
+        t, a = axis_time(ax, comm[ax], n, calls[ax], local[ax], lp["intra_node"], lp.get("inter_node"),
+                         plan.cluster.gpu.nvls)
+        ctime[ax], algo[ax] = float(t), ALGORITHMS[int(a)]
+    return ctime, clink, algo
+
+
+def members_per_node(group, sizes: dict, spanned) -> int:
+    """How many members of a group of ``group`` (an axis, or a tuple of axes) one node holds:
+    size // nodes it spans, per axis, multiplied over a tuple's axes (each axis's members in a
+    node combine with the others'). ``spanned(axis)`` gives the nodes an axis's groups touch."""
+    out = 1
+    for ax in ((group,) if isinstance(group, str) else group):
+        out *= max(1, sizes[ax] // spanned(ax))
+    return out
+
+
+def _calls(plan, stage, train: bool) -> dict:
+    """Collectives per step (training) or per decoded token (serving) on each axis."""
+    if train:
+        sch = plan.schedule
+        share = schedules.microbatch_share(sch.pipeline)          # the layers each microbatch passes
+        return comm_calls(stage.layers * share, stage.moe_layers * share, sch.microbatches or 0, sch.virtual_stages,
+                          plan.mesh.cp, plan.train.recompute)
+    return serving_calls(stage.layers, stage.moe_layers)
 
 
 def _estimate(plan, efficiency: float) -> Estimate:
@@ -357,21 +424,29 @@ def _estimate(plan, efficiency: float) -> Estimate:
     act_moe = layer_activation_bytes(plan, moe=True) if (train and m.is_moe) else act_dense
     kv_nbytes = dtype_bytes(plan.serve.kv_cache_dtype if (plan.serve and plan.serve.kv_cache_dtype != "auto")
                             else m.dtype)
-    stages = [_stage(plan, lay, train, per, (act_dense, act_moe), kv_nbytes) for lay in stage_layouts(plan)]
+    rates = stage_rates(m, sch.micro_batch * m.seq_len / mesh.cp, mesh.tp, mesh.etp, mesh.ep, cl.gpu,
+                        plan.train.precision, plan.profile, efficiency) if train else None
+    stages = [_stage(plan, lay, train, per, (act_dense, act_moe), kv_nbytes, rates) for lay in stage_layouts(plan)]
     kv_tok, kv_cap, max_seqs = _serving_kv(plan, stages) if not train else (0, 0, 0)
     most = max(range(len(stages)), key=lambda i: (stages[i].memory.total, -i))
     comm = _comm(plan, stages, most, train, per)
-    ctime, clink = _comm_times(plan, comm, rm, bw)
+    crit = _critical(stages) if train else stages[most]
+    local = {}
+    ctime, clink, algo = _comm_times(plan, comm, rm, bw, kind, _calls(plan, crit, train), local)
     tokens = sch.global_batch * m.seq_len if train else 0
     mflops = model_flops(m, tokens) if train else 0.0
     hflops = mflops + recompute_flops(m, tokens, plan.train.recompute) if train else 0.0
     bub = schedules.bubble(sch.pipeline, p, mb, v) if train else 0.0
     compute = step = mfu = tps = 0.0
+    exposed = {}
     if train and mb:
-        compute = max(st.flops_per_microbatch for st in stages) * mb / (cl.gpu.flops * efficiency)
-        exposed = ctime["tp"] + ctime["cp"] + ctime["ep"] + ctime["pp"]
-        step = step_time(compute, exposed, bub, ctime["dp"], mb)
-        mfu = mflops / (step * plan.world_size * cl.gpu.flops) if step else 0.0
+        gemm, attn = crit.gemm_time_per_microbatch * mb, crit.attention_time_per_microbatch * mb
+        compute = gemm + attn
+        gather = ctime["dp"] * comm["dp_gather"] / comm["dp"] if comm["dp"] else 0.0
+        exposed = exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, mb, plan.train, plan.profile.overlap)
+        exposed = {ax: float(t) for ax, t in exposed.items()}
+        step = float(step_time(compute, exposed, bub))
+        mfu = mflops / (step * plan.world_size * cl.gpu.flops) if step else 0.0   # on the BF16 peak
         tps = tokens / step if step else 0.0
     return Estimate(
         mode=plan.mode, world_size=plan.world_size,
@@ -384,5 +459,7 @@ def _estimate(plan, efficiency: float) -> Estimate:
         hardware_flops_per_step=hflops, compute_time=compute, step_time=step, mfu=mfu,
         tokens_per_second=tps, comm_bytes=comm, comm_time=ctime, comm_link=clink, link_bandwidth=bw,
         link_kind=kind, assumed_inter_node=assumed, efficiency=efficiency, state_bytes=per,
+        comm_algorithm=algo, comm_exposed=exposed, comm_local=local,
+        gemm_peak=cl.gpu.peak(plan.train.precision) if train else cl.gpu.flops,
         kv_bytes_per_token=kv_tok, kv_capacity_tokens=kv_cap, max_concurrent_seqs=max_seqs,
         rank_map=rm.summary(), notes=notes)

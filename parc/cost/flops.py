@@ -51,15 +51,23 @@ def stage_flops_per_microbatch(m: Model, tokens, dense_layers, moe_layers, head,
     tokens over tp·cp): forward, backward and recomputation of its dense and MoE layers (top_k
     routed and every shared expert), attention's 12·s·a·d per token, and the output head on the
     last stage. Scalars or numpy arrays."""
+    return sum(stage_flops_parts(m, tokens, dense_layers, moe_layers, head, rec_mult, rec_attn))
+
+
+def stage_flops_parts(m: Model, tokens, dense_layers, moe_layers, head, rec_mult, rec_attn):
+    """:func:`stage_flops_per_microbatch` by kind of work: (dense layers' matmuls, MoE layers'
+    matmuls, attention core, output head); each runs at its own rate (:func:`stage_compute_time`)."""
     dense_lp = attention_params(m) + mlp_params(m, m.ffn_hidden)
     moe_lp = attention_params(m) + ((m.top_k or 1) + m.shared_experts) * mlp_params(m, m.moe_ffn_hidden) \
         + m.hidden * m.experts
     attn_tok = 12 * m.seq_len * m.heads * head_dim(m)
     layers = dense_layers + moe_layers
-    f = tokens * (6 * rec_mult * (dense_layers * dense_lp + moe_layers * moe_lp) + layers * attn_tok * rec_attn)
-    # the last stage also runs the multi-token-prediction modules: their matmuls, attention and logits
-    mtp = m.mtp_layers * (attn_tok * rec_attn + 6 * m.vocab * m.hidden) + 6 * rec_mult * _mtp_matmul(m)
-    return f + head * (6 * m.vocab * m.hidden * tokens + tokens * mtp)
+    # the last stage also runs the multi-token-prediction modules: their attention core with the
+    # layers', their matmuls and logits with the output head's
+    mtp_attn = head * m.mtp_layers * attn_tok * rec_attn
+    mtp_mm = head * (m.mtp_layers * 6 * m.vocab * m.hidden + 6 * rec_mult * _mtp_matmul(m))
+    return (tokens * 6 * rec_mult * dense_layers * dense_lp, tokens * 6 * rec_mult * moe_layers * moe_lp,
+            tokens * (layers * attn_tok * rec_attn + mtp_attn), head * (6 * m.vocab * m.hidden * tokens) + tokens * mtp_mm)
 
 
 def _mtp_matmul(m: Model) -> float:

@@ -18,16 +18,17 @@ all-reduces and hands the activations to the next stage.
   reads only its share of the weights, but a token still passes all of them one after another,
   while tensor parallelism splits every stage's reads over more GPUs. No rule of thumb is
   needed: the formulas give it.
-* Compute uses the same sustained fraction of peak FLOP/s (``efficiency``) as training, and HBM
-  the same fraction of its bandwidth. A GPU without an ``hbm_bandwidth`` is treated as
+* Compute uses the same sustained fraction of peak FLOP/s (``efficiency``, the profile's
+  ``gemm_efficiency``) as training; the memory-bound reads reach the profile's
+  ``hbm_efficiency`` of the HBM bandwidth. A GPU without an ``hbm_bandwidth`` is treated as
   compute-bound.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parc.cost.comm import allreduce_bytes, ep_bytes_per_layer
-from parc.cost.params import DEFAULT_EFFICIENCY, attention_params, dtype_bytes, head_dim, mlp_params
+from parc.cost.comm import allreduce_bytes, axis_time, ep_bytes_per_layer, link_params, serving_calls
+from parc.cost.params import attention_params, dtype_bytes, head_dim, mlp_params
 
 
 @dataclass(slots=True)
@@ -40,9 +41,12 @@ class ServePerf:
 
 
 def stage_step_time(weight_bytes: float, kv_bytes: float, flops: float, comm_time: float,
-                    hbm_bandwidth: float, peak_flops: float, efficiency: float) -> float:
-    """One decode step of one pipeline stage: max(HBM time, compute time) + communication."""
-    mem = (weight_bytes + kv_bytes) / (hbm_bandwidth * efficiency) if hbm_bandwidth > 0 else 0.0
+                    hbm_bandwidth: float, peak_flops: float, efficiency: float,
+                    hbm_efficiency: float | None = None) -> float:
+    """One decode step of one pipeline stage: max(HBM time, compute time) + communication; the
+    HBM reads at ``hbm_efficiency`` of the bandwidth (``efficiency`` when not given)."""
+    hbm_eff = efficiency if hbm_efficiency is None else hbm_efficiency
+    mem = (weight_bytes + kv_bytes) / (hbm_bandwidth * hbm_eff) if hbm_bandwidth > 0 else 0.0
     return max(mem, flops / (peak_flops * efficiency)) + comm_time
 
 
@@ -72,8 +76,12 @@ def decode_comm_bytes(m, layers: int, moe_layers: int, tp: int, ep: int, pp: int
             "pp": tokens * m.hidden * wbytes / tp * (pp > 1)}
 
 
-def serve_perf(plan, est, efficiency: float = DEFAULT_EFFICIENCY) -> ServePerf:
-    """Throughput and latency of a serving ``plan`` at its memory limit, from its ``estimate``."""
+def serve_perf(plan, est, efficiency: float | None = None) -> ServePerf:
+    """Throughput and latency of a serving ``plan`` at its memory limit, from its ``estimate``.
+    ``efficiency`` (of peak FLOP/s) defaults to the plan's profile's ``gemm_efficiency``; the HBM
+    reads always use its ``hbm_efficiency``."""
+    if efficiency is None:
+        efficiency = plan.profile.gemm_efficiency
     m, mesh, cl = plan.model, plan.mesh, plan.cluster
     ctx = plan.serve.max_model_len
     B = min(est.max_concurrent_seqs, plan.serve.max_num_seqs)
@@ -81,16 +89,19 @@ def serve_perf(plan, est, efficiency: float = DEFAULT_EFFICIENCY) -> ServePerf:
         return ServePerf(0, 0.0, 0.0, 0.0, [])
     p, t = mesh.pp, mesh.tp
     b = B / p
-    bw = est.link_bandwidth
+    lp = link_params(plan.profile, est.link_bandwidth, est.link_kind)
     wbytes = dtype_bytes(m.dtype)
-    link = est.comm_link
+    sizes = {"tp": t, "ep": mesh.ep, "pp": p}
     times = []
     for st in est.stages:
-        comm = decode_comm_bytes(m, st.layers, st.moe_layers, t, mesh.ep, p, wbytes, b)
-        comm_time = sum(comm[ax] / bw.get(link.get(ax) or "intra_node", bw["intra_node"]) for ax in ("tp", "ep", "pp"))
+        comm, calls = decode_comm_bytes(m, st.layers, st.moe_layers, t, mesh.ep, p, wbytes, b), \
+            serving_calls(st.layers, st.moe_layers)
+        comm_time = sum(float(axis_time(ax, comm[ax], sizes[ax], calls[ax], est.comm_local[ax], lp["intra_node"],
+                                        lp.get("inter_node"), cl.gpu.nvls)[0])
+                        for ax in ("tp", "ep", "pp") if est.comm_link.get(ax) is not None)
         flops = b * decode_flops_per_token(m, st.layers, st.moe_layers, t, mesh.etp, ctx)
         kv = b * ctx * st.kv_bytes_per_token
         times.append(stage_step_time(st.memory.weights, kv, flops, comm_time, cl.gpu.hbm_bandwidth,
-                                     cl.gpu.flops, efficiency))
+                                     cl.gpu.flops, efficiency, plan.profile.hbm_efficiency))
     T = max(times)
     return ServePerf(B, T, p * T, mesh.dp * B / (p * T), times)

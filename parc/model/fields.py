@@ -72,6 +72,8 @@ BLOCKS: dict[str, dict[str, F]] = {
         "from": F("preset"), "memory": F("bytes", 1), "flops": F("flops", 1),
         "hbm_bandwidth": F("bandwidth", 1), "nvlink_bandwidth": F("bandwidth", 0),
         "pcie_bandwidth": F("bandwidth", 0),
+        "fp8_flops": F("flops", 0, doc="the dense FP8 peak (0: no FP8 tensor cores)"),
+        "nvls": F("bool", doc="NVSwitch with NVLink SHARP: all-reduces inside a node reduce in the switch"),
     },
     "mesh": {
         "pp": F("int_or_auto", 1, 2**21), "dp": F("int_or_auto", 1, 2**21), "cp": F("int_or_auto", 1, 2**21),
@@ -96,6 +98,14 @@ BLOCKS: dict[str, dict[str, F]] = {
                                doc="what `recompute = selective` recomputes (Megatron-LM --recompute-modules)"),
         "offload_layers": F("int", 0, 10**5, doc="layers per pipeline stage whose activations go to host "
                                                 "memory (Megatron-LM --cpu-offloading-num-layers)"),
+        "overlap_grad_reduce": F("bool", doc="the data-parallel gradient reduce-scatter runs under the last "
+                                 "backward (Megatron-LM --overlap-grad-reduce; PyTorch DDP and FSDP always)"),
+        "overlap_param_gather": F("bool", doc="the data-parallel parameter all-gather runs under the next "
+                                  "forward (Megatron-LM --overlap-param-gather)"),
+        "tp_comm_overlap": F("bool", doc="tensor-parallel collectives are pipelined with their GEMMs "
+                             "(Megatron-LM --tp-comm-overlap with Transformer Engine; torchtitan AsyncTP)"),
+        "ep_comm_overlap": F("bool", doc="the expert all-to-all runs under another microbatch's compute "
+                             "(Megatron-LM --overlap-moe-expert-parallel-comm; DeepSeek-V3's DualPipe)"),
     },
     "serve": {
         "max_model_len": F("int", 1, 10**9), "gpu_memory_utilization": F(
@@ -106,6 +116,9 @@ BLOCKS: dict[str, dict[str, F]] = {
     "profile": {
         "gemm_efficiency": F("frac", 0.01, 1.0, doc="the fraction of peak FLOP/s the largest GEMMs sustain",
                              hint="a fraction of the GPU's peak: 0.6 means 60%"),
+        "gemm_half_size": F("frac", 0.0, 1024.0, doc="the smallest GEMM side (after sharding) at which a "
+                            "GEMM runs at half of gemm_efficiency (0: every GEMM at gemm_efficiency)",
+                            hint="a matrix side in elements, like 192"),
         "hbm_efficiency": F("frac", 0.01, 1.0, doc="the fraction of HBM bandwidth memory-bound kernels reach",
                             hint="a fraction of the datasheet's bandwidth: 0.6 means 60%"),
         "intra_node_efficiency": F("frac", 0.01, 1.0, doc="the fraction of the intra-node link's bandwidth a "

@@ -75,6 +75,13 @@ class GPU:
     hbm_bandwidth: float = 0.0
     nvlink_bandwidth: float = 0.0
     pcie_bandwidth: float = 0.0
+    fp8_flops: float = 0.0     # dense FP8 FLOP/s (0: no FP8 tensor cores; FP8 GEMMs run at ``flops``)
+    nvls: bool = False         # NVLink SHARP: all-reduce inside a node reduces in the switch
+
+    def peak(self, precision: str) -> float:
+        """Dense peak FLOP/s of the GEMMs of a plan trained in ``precision``: the FP8 peak for
+        ``fp8`` where the GPU has one, else the BF16 peak (``flops``)."""
+        return self.fp8_flops if (precision == "fp8" and self.fp8_flops > 0) else self.flops
 
 
 @dataclass(slots=True)
@@ -157,6 +164,11 @@ class Train:
     optimizer_state: str = "fp32"
     recompute_modules: list[str] = field(default_factory=list)   # Megatron-LM --recompute-modules
     offload_layers: int = 0               # layers whose activations go to host memory (--cpu-offloading-num-layers)
+    # Which communication runs under compute (docs/language.md gives each framework's default):
+    overlap_grad_reduce: bool = True     # DP gradient reduce-scatter under the last backward
+    overlap_param_gather: bool = False   # DP parameter all-gather under the next forward
+    tp_comm_overlap: bool = False        # TP collectives split and pipelined with their GEMMs
+    ep_comm_overlap: bool = False        # EP all-to-all under another microbatch's compute
 
 
 @dataclass(slots=True)
@@ -174,11 +186,15 @@ class Profile:
     file can ``use``. These defaults stand for a cluster nobody has measured; docs/language.md
     gives each its source.
 
-    ``gemm_efficiency``: measured hardware-FLOPs utilisation of well-tuned runs sits at 0.44-0.57
-    (Korthikanti et al. 2022 Table 5; Narayanan et al. 2021 Table 1), of which communication and
-    bubbles take a part; 0.6 for the kernels alone."""
+    ``gemm_efficiency`` and ``gemm_half_size`` (:mod:`parc.cost.gemm`): a GEMM whose smallest
+    side is d runs at ``gemm_efficiency · d / (d + gemm_half_size)`` of peak. 0.7 and 192 are the
+    pair that best fits the measured step times of Korthikanti et al. 2022 Table 5 (A100, 22B to
+    1T, full and selective recompute) and the MFU of Llama 3 405B (Dubey et al. 2024 Table 4):
+    median error 7%, the worst 22% (the 22B model, one microbatch whose unfused softmax parc does
+    not model)."""
     name: Optional[str] = None
-    gemm_efficiency: float = 0.6          # fraction of peak FLOP/s the largest GEMMs sustain
+    gemm_efficiency: float = 0.7          # fraction of peak FLOP/s the largest GEMMs sustain
+    gemm_half_size: float = 192.0         # smallest GEMM side (after sharding) that runs at half that
     hbm_efficiency: float = 0.6           # fraction of HBM bandwidth memory-bound kernels reach
     intra_node_efficiency: float = 1.0    # fraction of the intra-node link's bandwidth a collective reaches
     inter_node_efficiency: float = 1.0    # likewise between nodes

@@ -24,7 +24,7 @@ target facts here without importing any target's code:
   beside ``target.toml`` names the options a release spells differently: both are compared by
   their place in ``known``, never by parsing version numbers.
 
-Rule families without a folder of their own (``torch``, parc's runtime; ``deepspeed``) are
+Rule families without a folder of their own (``torch``, parc's runtime) are
 declared in ``parc/targets/families.toml``. The folders are read once (one glob), on first use.
 """
 from __future__ import annotations

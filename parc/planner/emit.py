@@ -110,7 +110,8 @@ def _gpu_preset(g: GPU) -> bool:
     return (int(p["memory"]) == g.memory and float(p["flops"]) == g.flops
             and float(p.get("hbm_bandwidth", 0)) == g.hbm_bandwidth
             and float(p.get("nvlink_bandwidth", 0)) == g.nvlink_bandwidth
-            and float(p.get("pcie_bandwidth", 0)) == g.pcie_bandwidth)
+            and float(p.get("pcie_bandwidth", 0)) == g.pcie_bandwidth
+            and float(p.get("fp8_flops", 0)) == g.fp8_flops and bool(p.get("nvls", False)) == g.nvls)
 
 
 def cluster_block(pr: Problem) -> list[str]:
@@ -125,6 +126,10 @@ def cluster_block(pr: Problem) -> list[str]:
         for k in ("hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth"):
             if getattr(g, k):
                 lines.append(f"    {k} = {quantity(getattr(g, k), _BW, 'B/s')}")
+        if g.fp8_flops:
+            lines.append(f"    fp8_flops = {quantity(g.fp8_flops, _FLOPS, 'FLOPS')}")
+        if g.nvls:
+            lines.append("    nvls = true")
         lines.append("  }")
     for k in ("intra_node", "inter_node"):
         ln = getattr(cl, k)

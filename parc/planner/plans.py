@@ -40,6 +40,7 @@ class Candidate:
     memory_total: float = 0.0
     memory_capacity: float = 0.0
     comm_time: dict = field(default_factory=dict)
+    comm_exposed: dict = field(default_factory=dict)   # seconds of comm_time that compute does not hide
     compute_time: float = 0.0
     latency: float = 0.0               # serving: seconds per output token of one sequence
     warnings: list = field(default_factory=list)   # codes of the rule warnings it raises

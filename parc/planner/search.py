@@ -129,9 +129,9 @@ class SearchResult:
 
 def breakdown(c: Candidate) -> dict[str, float]:
     """A training step split into the costs it adds up to (seconds): compute, the pipeline
-    bubble, the exposed communication of each axis (the data-parallel reduction only where it
-    outlasts the last microbatch's backward, as the cost model overlaps it)."""
-    ct = c.comm_time
+    bubble, the communication of each axis that compute does not hide (``Estimate.comm_exposed``:
+    the plan's overlap settings decide)."""
+    ct = c.comm_exposed or c.comm_time
     inner = c.compute_time + sum(ct.get(ax, 0.0) for ax in ("tp", "cp", "ep", "pp"))
     stretched = inner / (1 - c.bubble) if c.bubble < 1 else inner
     out = {"compute": c.compute_time, "bubble": stretched - inner}
@@ -201,6 +201,7 @@ def fill_costs(pr: Problem, c: Candidate, plan=None, est=None, efficiency: Optio
     c.memory_total = est.memory.total
     c.memory_capacity = est.memory.capacity
     c.comm_time = {ax: est.comm_time.get(ax, 0.0) for ax in ("tp", "cp", "dp", "pp", "ep")}
+    c.comm_exposed = {ax: est.comm_exposed.get(ax, 0.0) for ax in ("tp", "cp", "dp", "pp", "ep")}
     if pr.mode == "train":
         c.step_time, c.tokens_per_second, c.mfu = est.step_time, est.tokens_per_second, est.mfu
         c.bubble, c.compute_time = est.bubble_fraction, est.compute_time

@@ -70,6 +70,8 @@ def mesh_shapes(pr: Problem) -> list[tuple[int, int, int, int, int, int]]:
         for cp in _fixed(pr, "mesh.cp", divisors(world // tp) if train else [1]):
             if train and not seq_cp_ok(m.seq_len, cp):               # P114
                 continue
+            if cp > 1 and "deepspeed" in pr.rule_targets:             # P686: DeepSpeed has no cp
+                continue
             for pp in _fixed(pr, "mesh.pp", divisors(world // (tp * cp))):
                 if pp > m.layers:                                    # P104/P105: a layer per stage
                     continue
@@ -196,8 +198,10 @@ def layout_options(pr: Problem, pp: int) -> list[tuple[int, int, int]]:
         pipes = [pr.fixed["schedule.pipeline"]]   # a schedule named for pp = 1 is kept as written
     if pp > 1 and "megatron" in pr.rule_targets:                       # P607
         pipes = [x for x in pipes if x in ("1f1b", "interleaved_1f1b")]
-    if pp > 1 and "torch" in pr.rule_targets:                          # P616
+    if pp > 1 and pr.rule_targets & {"torch", "torchtitan"}:          # P616
         pipes = [x for x in pipes if x != "dualpipe"]
+    if pp > 1 and "deepspeed" in pr.rule_targets:                      # P688
+        pipes = [x for x in pipes if x in ("1f1b", "gpipe", "dualpipe_v")]
     for name in pipes:
         if pp == 1:
             vs = [1]

@@ -27,7 +27,7 @@ from parc.cost import estimate as cm
 from parc.model import schedules
 from parc.planner.inputs import Problem
 from parc.planner.space import (PIPELINES, RECOMPUTE, SPLITS, batch_options, crosses, few_microbatches_refused,
-                    layout_options, mesh_shapes, train_options, zero_options)
+                    layout_options, mesh_shapes, rank_map, train_options, zero_options)
 from parc.planner.plans import stage_split
 
 _PIPE = {name: i for i, name in enumerate(PIPELINES)}
@@ -191,7 +191,7 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> 
     # 5. the full model, in chunks (a progress callback sees each one)
     ctx = _Context(pr=pr, per=per, cap=cap, zeros=zeros, state=state, c_stage=c_stage, c_layers=c_layers,
                    c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par, c_lin=c_lin,
-                   bw=_axis_bandwidths(pr, meshes), efficiency=efficiency)
+                   links=_axis_links(pr, meshes), efficiency=efficiency)
     rows = dict(lo=lo, zero=zero, mb=mb, m=nmb, gb=gb, recompute=rc, sp=sp, mesh=mi, pp=pp, dp=dp, cp=cp,
                 tp=tp, ep=ep, etp=etp, pipeline=pipe, v=v, split=split)
     chunks = []
@@ -220,7 +220,7 @@ class _Context:
     c_valid: np.ndarray
     c_par: np.ndarray
     c_lin: np.ndarray
-    bw: dict
+    links: tuple
     efficiency: float
 
 
@@ -259,13 +259,14 @@ def _memory(ctx: _Context, r: dict):
 _FACTORS = np.array([cm.recompute_factors(name) for name in RECOMPUTE])   # (matmul, attention) per code
 
 
-def _comm(ctx: _Context, r: dict, L_s, moe_s, most) -> dict:
-    """Bytes per GPU per step on each axis, through the cost model's kernel, one call per
-    (recompute, zero) group of rows."""
+def _comm(ctx: _Context, r: dict, L_s, moe_s, most) -> tuple[dict, dict]:
+    """Bytes per GPU per step on each axis, and how many collectives carry them, through the cost
+    model's kernels, one call per (recompute, zero) group of rows."""
     pr = ctx.pr
     lo, rc, zero = r["lo"], r["recompute"], r["zero"]
     edp = cm.shard_groups(r["dp"], r["cp"], r["tp"], r["ep"], r["etp"])[1]
-    comm = {ax: np.zeros(len(lo)) for ax in AXES}
+    comm = {ax: np.zeros(len(lo)) for ax in (*AXES, "dp_gather")}
+    calls = {ax: np.zeros(len(lo)) for ax in AXES}
     for key in np.unique(rc * 4 + zero):
         sel = (rc * 4 + zero) == key
         got = cm.train_comm_bytes(
@@ -274,14 +275,30 @@ def _comm(ctx: _Context, r: dict, L_s, moe_s, most) -> dict:
             wbytes=cm.dtype_bytes(pr.train.precision), recompute=RECOMPUTE[int(key) >> 2], sp=r["sp"][sel],
             dense_params=ctx.c_par[0][lo[sel], most[sel]], expert_params_=ctx.c_par[1][lo[sel], most[sel]],
             zero=int(key) & 3, n_dp=r["dp"][sel] * r["cp"][sel], n_exp=edp[sel], per=ctx.per)
-        for ax in AXES:
+        n_calls = cm.comm_calls(L_s[sel], moe_s[sel], r["m"][sel], r["v"][sel], r["cp"][sel], RECOMPUTE[int(key) >> 2])
+        for ax in comm:
             comm[ax][sel] = got[ax]
-    return comm
+        for ax in AXES:
+            calls[ax][sel] = n_calls[ax]
+    return comm, calls
+
+
+def _comm_times(ctx: _Context, r: dict, comm: dict, calls: dict) -> dict:
+    """Seconds of each axis's communication per step (:func:`parc.cost.comm.axis_time`)."""
+    m, gpu = ctx.pr.model, ctx.pr.cluster.gpu
+    local_t, intra, inter = ctx.links
+    sizes = {"tp": r["tp"], "cp": r["cp"], "pp": r["pp"], "ep": r["ep"], "dp": r["dp"] * r["cp"]}
+    ctime = {}
+    for j, ax in enumerate(AXES):
+        n = sizes[ax]
+        t, _ = cm.axis_time(ax, comm[ax], n, calls[ax], local_t[r["mesh"], j], intra, inter, gpu.nvls)
+        ctime[ax] = np.where((n > 1) & (ax != "ep" or m.is_moe), t, 0.0)
+    return ctime
 
 
 def _cost_rows(ctx: _Context, r: dict) -> dict:
     """The estimate of every row of ``r`` that fits in memory (the others are dropped)."""
-    m, cl = ctx.pr.model, ctx.pr.cluster
+    m, cl, pr = ctx.pr.model, ctx.pr.cluster, ctx.pr
     most, mem_total = _memory(ctx, r)
     keep = np.nonzero(mem_total <= ctx.cap)[0]
     if len(keep) < len(most):   # only what fits is costed further
@@ -289,26 +306,29 @@ def _cost_rows(ctx: _Context, r: dict) -> dict:
         most, mem_total = most[keep], mem_total[keep]
     lo, rows = r["lo"], np.arange(len(most))
     layers, moe, head = ctx.c_layers[lo], ctx.c_moe[lo], ctx.c_head[lo]
-    # FLOPs per microbatch of every stage class, the slowest one
+    # seconds per microbatch of every stage class (at the rates of its GEMM shapes), the slowest one
     f = _FACTORS[r["recompute"]]
+    tokens = r["mb"] * (m.seq_len / r["cp"])
+    rates = [np.asarray(x)[:, None] for x in np.broadcast_arrays(*cm.stage_rates(
+        m, tokens, r["tp"], r["etp"], r["ep"], cl.gpu, pr.train.precision, pr.profile, ctx.efficiency))]
     share = schedules.microbatch_share_array(r["pipeline"])       # DualPipe: half a rank's layers
-    flops = share[:, None] * cm.stage_flops_per_microbatch(
-        m, ((r["mb"] * m.seq_len) / (r["tp"] * r["cp"]))[:, None], layers - moe, moe, head, f[:, 0:1], f[:, 1:2])
-    crit = np.argmax(np.where(ctx.c_valid[lo], flops, -np.inf), axis=1)
-    comm = _comm(ctx, r, layers[rows, crit] * share, moe[rows, crit] * share, most)
-    bw = {ax: t[r["mesh"]] for ax, t in ctx.bw.items()}
-    sizes = {"tp": r["tp"], "cp": r["cp"], "pp": r["pp"], "ep": r["ep"], "dp": r["dp"] * r["cp"]}
-    ctime = {ax: np.where((sizes[ax] > 1) & (ax != "ep" or m.is_moe), comm[ax] / bw[ax], 0.0) for ax in AXES}
-    # step time, MFU
+    gemm, attn = cm.stage_compute_time(m, tokens[:, None], r["tp"][:, None], rates, layers - moe, moe, head,
+                                       f[:, 0:1], f[:, 1:2])
+    gemm, attn = share[:, None] * gemm, share[:, None] * attn
+    crit = np.argmax(np.where(ctx.c_valid[lo], gemm + attn, -np.inf), axis=1)
+    comm, calls = _comm(ctx, r, layers[rows, crit] * share, moe[rows, crit] * share, most)
+    ctime = _comm_times(ctx, r, comm, calls)
+    # step time, MFU (on the BF16 peak)
     bub = schedules.bubble_array(r["pipeline"], r["pp"], r["m"], r["v"])
-    compute = flops[rows, crit] * r["m"] / (cl.gpu.flops * ctx.efficiency)
-    exposed = ctime["tp"] + ctime["cp"] + ctime["ep"] + ctime["pp"]
-    step = cm.step_time(compute, exposed, bub, ctime["dp"], r["m"])
+    gemm, attn = gemm[rows, crit] * r["m"], attn[rows, crit] * r["m"]
+    gather = np.where(comm["dp"] > 0, ctime["dp"] * comm["dp_gather"] / np.maximum(comm["dp"], 1e-300), 0.0)
+    exposed = cm.exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, r["m"], pr.train, pr.profile.overlap)
+    step = cm.step_time(gemm + attn, exposed, bub)
     tokens = r["gb"] * m.seq_len
     mflops = _per_unit(lambda k: cm.model_flops(m, k), tokens)
     cols = {k: a for k, a in r.items() if k != "lo"}
     cols.update(step_time=step, tokens_per_second=tokens / step, mfu=mflops / (step * cl.world * cl.gpu.flops),
-                bubble=bub, memory=mem_total, compute=compute)
+                bubble=bub, memory=mem_total, compute=gemm + attn)
     for ax in AXES:
         cols[f"t_{ax}"] = ctime[ax]
     return cols
@@ -380,18 +400,35 @@ def _layer_activations(pr: Problem, mb, tp, cp, etp, rc, sp):
     return act_d, act_m
 
 
-def _axis_bandwidths(pr: Problem, meshes):
-    """Bytes/s of the link each axis's collectives run on, per mesh shape (from its rank map)."""
-    bw, _, _ = cm.links(pr.cluster, pr.cluster.world)
-    intra = bw["intra_node"]
-    table = np.zeros((len(meshes), len(AXES)))
+def _axis_links(pr: Problem, meshes):
+    """The links every row's collectives run on: per mesh shape and axis the members of a group
+    in one node (from its rank map; a group that spans nodes has fewer than its size), and the
+    (bytes/s, seconds per step) of the intra- and inter-node links (None: a single node)."""
+    bw, kind, _ = cm.links(pr.cluster, pr.cluster.world)
+    lp = cm.link_params(pr.profile, bw, kind)
+    table = np.ones((len(meshes), len(AXES)))
     for i, mesh in enumerate(meshes):
         pp, dp, cp, tp, ep, _ = mesh
-        sizes = {"tp": tp, "cp": cp, "dp": dp * cp, "pp": pp, "ep": ep}
-        for j, (ax, grp) in enumerate(cm.axis_groups(cp).items()):
-            cross = sizes[ax] > 1 and crosses(pr, mesh, grp)
-            table[i, j] = bw.get("inter_node", intra) if cross else intra
-    return {ax: table[:, j] for j, ax in enumerate(AXES)}
+        sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "ep": ep}
+        for j, grp in enumerate(cm.axis_groups(cp).values()):
+            table[i, j] = cm.members_per_node(grp, sizes, lambda ax: spanned(pr, mesh, ax))
+    return table, lp["intra_node"], lp.get("inter_node")
+
+
+def spanned(pr: Problem, mesh: tuple, axis) -> int:
+    """The most nodes a group of ``axis`` touches under mesh shape ``mesh`` (1 when none crosses
+    a node; a rank map is built only for shapes whose groups cross, through ``crosses``)."""
+    if not crosses(pr, mesh, axis):
+        return 1
+    key = ("spanned", mesh, axis)
+    got = pr.memo.get(key)
+    if got is None:
+        last = pr.memo.get("rankmap")
+        if last is None or last[0] != mesh:
+            last = pr.memo["rankmap"] = (mesh, rank_map(pr, mesh))
+        got = pr.memo[key] = last[1].nodes_spanned(axis)
+        last[1]._cache.clear()  # group arrays: up to world-size int64 each
+    return got
 
 
 def schedule_ok_vec(pr: Problem, pipe, p, n, v):

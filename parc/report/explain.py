@@ -151,15 +151,18 @@ def _communication(plan, est) -> list[str]:
     per = "per step" if plan.mode == "train" else "per decoded token"
     out = [f"Communication per GPU {per}"]
     cells = []
+    train = plan.mode == "train"
     for ax in ("tp", "cp", "ep", "pp", "dp"):
         ln = est.comm_link.get(ax)
         if ln is None:
             continue
         bw = est.link_bandwidth.get(ln, 0)
-        cells.append([ax, _comm_what(plan, ax), nbytes(est.comm_bytes[ax]),
-                      f"{ln} ({est.link_kind.get(ln)})", rate(bw), seconds(est.comm_time[ax])])
+        row = [ax, _comm_what(plan, ax), nbytes(est.comm_bytes[ax]), f"{ln} ({est.link_kind.get(ln)})", rate(bw),
+               est.comm_algorithm.get(ax) or "-", seconds(est.comm_time[ax])]
+        cells.append(row + ([seconds(est.comm_exposed.get(ax, 0.0))] if train else []))
     if cells:
-        out.append(indent(table(["axis", "collective", "bytes", "link", "bandwidth", "time"], cells, "llrlrr")))
+        head = ["axis", "collective", "bytes", "link", "bandwidth", "algorithm", "time"]
+        out.append(indent(table(head + (["exposed"] if train else []), cells, "llrlrlr" + ("r" if train else ""))))
     else:
         out.append("  none: every axis has size 1")
     notes = list(est.notes)
@@ -182,13 +185,22 @@ def _time(plan, est) -> list[str]:
         ["tokens/step", f"{est.tokens_per_step:,}"],
         ["FLOPs/step", f"{flops(est.model_flops_per_step)} model, "
                        f"{flops(est.hardware_flops_per_step)} with recompute"],
-        ["compute", f"{seconds(est.compute_time)} at {percent(est.efficiency)} of "
-                    f"{number(cl.gpu.flops)}FLOP/s per GPU"],
+        ["compute", _compute_line(plan, est)],
         ["step time", seconds(est.step_time)],
-        ["MFU", percent(est.mfu)],
+        ["MFU", f"{percent(est.mfu)} (of the {number(cl.gpu.flops)}FLOP/s BF16 peak, as published tables count)"],
         ["tokens/s", f"{est.tokens_per_second:,.0f} ({est.tokens_per_second / est.world_size:,.0f} per GPU)"],
     ]
     return ["Schedule and time", indent(aligned(cells, "ll"))]
+
+
+def _compute_line(plan, est) -> str:
+    """Compute per step of the slowest stage: its GEMMs at the rate their shapes reach (of the
+    peak of the plan's precision) and attention's core."""
+    c = est.compute_split()
+    prec = "FP8" if est.gemm_peak != plan.cluster.gpu.flops else "BF16"
+    return (f"{seconds(est.compute_time)}: GEMMs {seconds(c['gemm'])} at {percent(c['gemm_efficiency'])} of "
+            f"{number(est.gemm_peak)}FLOP/s ({prec} peak; {percent(est.efficiency)} for the largest shapes), "
+            f"attention core {seconds(c['attention'])}")
 
 
 def _weights_note(plan) -> str:

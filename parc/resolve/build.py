@@ -153,7 +153,8 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
         for k in ("memory", "flops", "hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth"):
             r.spans[f"cluster.gpu.{k}"] = sp
         return GPU(name, int(g["memory"]), float(g["flops"]), float(g.get("hbm_bandwidth", 0)),
-                   float(g.get("nvlink_bandwidth", 0)), float(g.get("pcie_bandwidth", 0)))
+                   float(g.get("nvlink_bandwidth", 0)), float(g.get("pcie_bandwidth", 0)),
+                   float(g.get("fp8_flops", 0)), bool(g.get("nvls", False)))
     # a gpu { ... } block, evaluated with the gpu field table
     r.blocks["gpu"] = child
     try:
@@ -163,7 +164,7 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
     base = dict(base or {})
     vals = {}
     failed = False
-    for k in ("memory", "flops", "hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth"):
+    for k in ("memory", "flops", "hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth", "fp8_flops", "nvls"):
         v = _get(r, "gpu", k)
         if v is _FAILED:
             failed = True
@@ -184,7 +185,8 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
         raise _Incomplete()
     name = r.values.get("gpu.from") or "custom"
     return GPU(name, int(vals["memory"]), float(vals["flops"]), float(vals.get("hbm_bandwidth") or 0),
-               float(vals.get("nvlink_bandwidth") or 0), float(vals.get("pcie_bandwidth") or 0))
+               float(vals.get("nvlink_bandwidth") or 0), float(vals.get("pcie_bandwidth") or 0),
+               float(vals.get("fp8_flops") or 0), bool(vals.get("nvls") or False))
 
 
 def build_cluster(r: Evaluator, top: Span) -> Cluster:

@@ -31,7 +31,7 @@ from parc.model.plan import Plan
 
 GENERIC = "generic"
 # Targets whose rules exist: every target folder, and the rule families without one ("torch",
-# parc's own runtime, torchtitan-style; "deepspeed", the ZeRO conventions), as parc/targets
+# parc's own runtime, torchtitan-style), as parc/targets
 # declares them. A spec opts into a target's rules by naming it (`target vllm`) or --target.
 TARGET_FAMILIES = tuple(T.rule_targets())
 

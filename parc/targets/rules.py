@@ -1,7 +1,7 @@
 """The rules that span several targets: a key a target cannot do without (P602), values no
 command line can carry (P662) or that a launcher would read as options (P690), and the rules
 of the families without a folder of their own: parc's torch runtime (P610, P611, P616), which comes
-with torchrun, slurm and kubernetes, and DeepSpeed's ZeRO conventions (P615)."""
+with torchrun, slurm and kubernetes."""
 from __future__ import annotations
 
 import json
@@ -96,7 +96,7 @@ def torch_etp(plan, c):
 
 # ------------------------------------------------------------------------------------ P616
 
-@rule("P616", "torch-no-dualpipe", targets=("torch",))
+@rule("P616", "torch-no-dualpipe", targets=("torch", "torchtitan"))
 def torch_no_dualpipe(plan, c):
     s = plan.schedule
     if plan.mode != "train" or plan.mesh.pp <= 1 or schedules.in_torch(s.pipeline):
@@ -107,21 +107,6 @@ def torch_no_dualpipe(plan, c):
              f"DualPipe module, which no parc target launches",
              help=f"use `pipeline = dualpipe_v` with `virtual_stages = 2` (DualPipe cut in half, pp = {plan.mesh.pp} "
                   f"ranks holding one copy of the model), or `pipeline = zero_bubble` or `interleaved_1f1b`")
-
-
-# ------------------------------------------------------------------------------------ P615
-
-@rule("P615", "deepspeed-zero-with-pipeline", targets=("deepspeed",))
-def deepspeed_zero_pp(plan, c):
-    t, m = plan.train, plan.mesh
-    if plan.mode != "train" or t is None or t.zero < 2 or m.pp <= 1:
-        return
-    c.report(c.at("train.zero"),
-             f"DeepSpeed's pipeline engine refuses zero = {t.zero} with pp = {m.pp}: ZeRO-2 and ZeRO-3 partition "
-             f"gradients, which the pipeline accumulates over microbatches (\"ZeRO-2 and ZeRO-3 are incompatible "
-             f"with pipeline parallelism\")",
-             help="use zero = 1 with the pipeline, or pp = 1 with zero = 3",
-             related=[(c.at("mesh.pp"), f"pp = {m.pp}")])
 
 
 # ------------------------------------------------------------------------------------ P662

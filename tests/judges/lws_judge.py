@@ -31,6 +31,7 @@ import kubernetes_validate
 import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from support.kubelet import expand  # noqa: E402  ($(NAME) substitution, shared by the Kubernetes judges)
 from support.structural import strict  # noqa: E402  (Kubernetes' pruning, shared with the PyTorchJob test)
 
 K8S_VERSION = "1.37.0"
@@ -92,27 +93,6 @@ def builtin_errors(obj, what):
     except kubernetes_validate.ValidationError as x:
         return [f"{what}: {x.message} at {'/'.join(map(str, x.path))}"]
     return []
-
-
-def expand(text, env):
-    """The kubelet's $(VAR) substitution (third_party/forked/golang/expansion)."""
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "$" and i + 1 < len(text):
-            if text[i + 1] == "$":
-                out.append("$")
-                i += 2
-                continue
-            if text[i + 1] == "(":
-                j = text.find(")", i + 2)
-                if j != -1:
-                    name = text[i + 2:j]
-                    out.append(env[name] if name in env else text[i:j + 1])
-                    i = j + 1
-                    continue
-        out.append(text[i])
-        i += 1
-    return "".join(out)
 
 
 def run_pod(container, lws_env, tmp):

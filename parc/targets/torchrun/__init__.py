@@ -36,8 +36,10 @@ def rendezvous(plan, endpoint: str | None, max_restarts: int = 0) -> str:
     return "c10d" if endpoint or max_restarts > 0 else "static"
 
 
-def launcher_lines(plan, *, rdzv: str, endpoint: str | None, max_restarts: int) -> list[list]:
-    """torchrun's own options, one per line."""
+def launcher_lines(plan, *, rdzv: str, endpoint: str | None, max_restarts: int,
+                   python_module: bool = False) -> list[list]:
+    """torchrun's own options, one per line; ``python_module``: the entry point is a Python module
+    (``-m``, as ``python -m``), such as torchtitan's ``torchtitan.train``."""
     cl = plan.cluster
     lines: list[list] = [["--nnodes", cl.nodes], ["--nproc-per-node", cl.gpus_per_node]]
     if rdzv == "standalone":
@@ -50,6 +52,8 @@ def launcher_lines(plan, *, rdzv: str, endpoint: str | None, max_restarts: int) 
         lines += [["--node-rank", Var("node_rank")], ["--rdzv-backend", "static"],
                   ["--master-addr", Var("master_addr")], ["--master-port", Var("master_port")]]
     lines.append(["--max-restarts", max_restarts])
+    if python_module:
+        lines.append(["-m"])
     return lines
 
 
@@ -71,9 +75,11 @@ WHAT = {"standalone": "torchrun launch for the one node",
 
 
 def script(plan, *, entrypoint: str, arg_lines: list[list], endpoint: str | None = None,
-           max_restarts: int = 0, env: list[Env] = (), what: str | None = None) -> str:
+           max_restarts: int = 0, env: list[Env] = (), what: str | None = None,
+           python_module: bool = False) -> str:
     """The torchrun launch every node runs; under the static rendezvous it takes the node's rank
-    from its first argument, ``SLURM_NODEID`` or ``NODE_RANK``."""
+    from its first argument, ``SLURM_NODEID`` or ``NODE_RANK``. ``python_module``: the entry
+    point is a module torchrun runs as ``python -m`` does."""
     from parc.targets.render import render
 
     cl = plan.cluster
@@ -82,7 +88,8 @@ def script(plan, *, entrypoint: str, arg_lines: list[list], endpoint: str | None
                   need_here=True, rdzv=rdzv, master=rdzv == "static" or (rdzv == "c10d" and not endpoint),
                   nnodes=cl.nodes, nproc=cl.gpus_per_node, env=launch_env(plan, env),
                   arg_lines=arg_lines,
-                  launcher_lines=launcher_lines(plan, rdzv=rdzv, endpoint=endpoint, max_restarts=max_restarts),
+                  launcher_lines=launcher_lines(plan, rdzv=rdzv, endpoint=endpoint, max_restarts=max_restarts,
+                                                 python_module=python_module),
                   entrypoint=entrypoint)
 
 

@@ -1,0 +1,96 @@
+"""How fast a GEMM runs on one GPU: the rate of the matrix shapes a layer multiplies after tensor
+and expert sharding, and the compute time of a pipeline stage per microbatch from it.
+
+One GEMM of shape M×N×K (2·M·N·K FLOPs, reading and writing M·K + K·N + M·N elements) runs at
+
+    rate = 2MNK / max( 2MNK / (peak · e · d/(d + d½)),  bytes / (hbm · hbm_efficiency) )
+
+* ``e`` is the profile's ``gemm_efficiency``: what the largest GEMMs sustain.
+* ``d`` is the GEMM's smallest dimension and ``d½`` the profile's ``gemm_half_size``: a GEMM whose
+  smallest side is ``d½`` runs at half of ``e``. Tiles that do not fill the GPU's SMs, a K loop
+  too short to hide its prologue and wave quantization all grow as a dimension shrinks; one
+  saturation in the smallest side is the simplest form that captures them (Korthikanti et al.
+  2022, Table 4: one 22B layer at tp 8, whose output projection has K = 768, runs at 43.7%
+  of peak where the 1T model's layers, K = 3200, reach 57%).
+* The second term is the roofline (Williams et al. 2009): a GEMM with few rows (decoding, a
+  small expert's share of tokens) is bound by HBM, not by the tensor cores.
+
+Attention's core (QKᵀ and AV, flash attention) runs at ``peak · e`` in BF16 whatever the
+plan's precision: FP8 recipes (Transformer Engine, torchtitan's float8) cast the linear layers'
+GEMMs only. Every function takes scalars or numpy arrays for the sizes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from parc.cost.flops import stage_flops_parts
+from parc.cost.params import head_dim
+
+
+def gemm_rate(M, N, K, peak: float, efficiency: float, half: float, hbm: float, hbm_efficiency: float,
+              nbytes: float):
+    """Sustained FLOP/s of one M×N×K GEMM (the module's formula). Example: M = 2048, N = 3200,
+    K = 25600 on an A100 (312 TFLOP/s) at e = 0.8, d½ = 256: 0.8 · 2048/2304 = 0.711 of peak."""
+    d = np.minimum(np.minimum(M, N), K)
+    flops = 2.0 * M * N * K
+    compute = flops / (peak * efficiency * d / (d + half))
+    if hbm <= 0:
+        return flops / compute
+    memory = nbytes * (M * K + K * N + M * N) / (hbm * hbm_efficiency)
+    return flops / np.maximum(compute, memory)
+
+
+def layer_gemms(m, tokens, tp, etp=1, ep=1, moe: bool = False) -> list:
+    """The (M, N, K) of each GEMM one GPU runs in a layer's forward for a microbatch of ``tokens``
+    tokens (on this context-parallel rank), with how many it runs: Q/K/V (fused) and the output
+    projection split over tp; the MLP's up (and gate, fused) and down projections over tp; in a
+    MoE layer the router, the shared experts over tp and each of the GPU's experts/ep experts
+    over etp, with tokens·top_k·ep·etp/(tp·experts) rows each. The backward runs the same shapes
+    transposed (its data and weight gradients have the same three sides)."""
+    d, h = head_dim(m), m.hidden
+    up = 2 if m.mlp == "swiglu" else 1
+    out = [(tokens, (m.heads + 2 * m.kv_heads) * d / tp, h, 1), (tokens, h, m.heads * d / tp, 1)]
+    if not moe:
+        return out + [(tokens, up * m.ffn_hidden / tp, h, 1), (tokens, h, m.ffn_hidden / tp, 1)]
+    out.append((tokens, m.experts, h, 1))
+    if m.shared_experts:
+        w = m.shared_experts * m.moe_ffn_hidden / tp
+        out += [(tokens, up * w, h, 1), (tokens, h, w, 1)]
+    rows = np.maximum(1.0, tokens * (m.top_k or 1) * ep * etp / (tp * m.experts))
+    local = m.experts / ep
+    return out + [(rows, up * m.moe_ffn_hidden / etp, h, local), (rows, h, m.moe_ffn_hidden / etp, local)]
+
+
+def layer_rate(gemms: list, peak: float, efficiency: float, half: float, hbm: float, hbm_efficiency: float,
+               nbytes: float):
+    """The FLOP/s of a layer's GEMMs together: their FLOPs over the sum of their times."""
+    flops = time = 0.0
+    for M, N, K, count in gemms:
+        f = 2.0 * M * N * K * count
+        flops = flops + f
+        time = time + f / gemm_rate(M, N, K, peak, efficiency, half, hbm, hbm_efficiency, nbytes)
+    return flops / time
+
+
+def stage_rates(m, tokens, tp, etp, ep, gpu, precision: str, profile, efficiency: float | None = None):
+    """FLOP/s one GPU sustains on (dense layers' GEMMs, MoE layers' GEMMs, the output head,
+    attention's core) for a microbatch of ``tokens`` tokens on its context-parallel rank.
+    ``efficiency`` overrides the profile's ``gemm_efficiency``. Scalars or numpy arrays."""
+    e = profile.gemm_efficiency if efficiency is None else efficiency
+    fp8 = precision == "fp8" and gpu.fp8_flops > 0
+    knobs = (gpu.peak(precision), e, float(profile.gemm_half_size), gpu.hbm_bandwidth, profile.hbm_efficiency,
+             1 if fp8 else 2)
+    dense = layer_rate(layer_gemms(m, tokens, tp), *knobs)
+    moe = layer_rate(layer_gemms(m, tokens, tp, etp, ep, moe=True), *knobs) if m.is_moe else dense
+    head = layer_rate([(tokens, m.vocab / tp, m.hidden, 1)], *knobs)
+    return dense, moe, head, gpu.flops * e
+
+
+def stage_compute_time(m, tokens, tp, rates, dense_layers, moe_layers, head, rec_mult, rec_attn):
+    """(GEMM seconds, attention-core seconds) one GPU of a stage computes per microbatch of
+    ``tokens`` tokens on its context-parallel rank: the FLOPs of
+    :func:`parc.cost.flops.stage_flops_parts` (the microbatch's tokens over tp) at the
+    :func:`stage_rates` ``rates``. Scalars or numpy arrays for the sizes."""
+    dense, moe, attn, out = stage_flops_parts(m, tokens / tp, dense_layers, moe_layers, head, rec_mult, rec_attn)
+    r_dense, r_moe, r_head, r_attn = rates
+    return dense / r_dense + moe / r_moe + out / r_head, attn / r_attn

@@ -1,0 +1,125 @@
+"""DeepSpeed: ``ds_config.json`` (what ``deepspeed.initialize`` reads), one ``launch.sh`` that
+runs the ``deepspeed`` launcher, a ``hostfile`` where the spec names the nodes, and the resolved
+plan as ``plan.json`` (``PARC_PLAN`` points at it).
+
+The config (DeepSpeed's ``DeepSpeedConfig``, deepspeed/runtime/config.py):
+
+* ``train_micro_batch_size_per_gpu`` = micro_batch, ``gradient_accumulation_steps`` = the
+  microbatches of a step, and ``train_batch_size`` = micro × accumulation × dp = global_batch,
+  which ``_batch_assertion`` checks against its data-parallel size ("8 != 2 * 1 * 1"). Without
+  tensor parallelism that size is the world over the pipeline stages: ``deepspeed.initialize``
+  takes it from ``PipelineModule.mpu()`` with pp > 1 and from the world size otherwise. With
+  AutoTP (tp > 1) it is the world unless the script passes an ``mpu``, so parc leaves
+  ``train_batch_size`` out and DeepSpeed derives it from the two it is given;
+* ``zero_optimization``: the plan's ZeRO stage with ``overlap_comm``, ``contiguous_gradients``
+  and ``reduce_bucket_size`` (target keys, DeepSpeed's defaults otherwise);
+* ``bf16`` or ``fp16`` as the plan's precision says (fp8 trains in bf16 here: DeepSpeed's config
+  has no fp8 training; P687 says so);
+* ``tensor_parallel.autotp_size`` = tp (AutoTP shards the model's linear layers);
+* ``pipeline.stages`` = pp, a record for the script, which builds its ``PipelineModule`` (its
+  ``DualPipeVModule`` for dualpipe_v, with ``pipe_partitioned`` and ``grad_partitioned`` off as
+  ``DualPipeVEngine`` requires) with ``num_stages`` = pp: DeepSpeed takes the stage count from the
+  module, not the config.
+
+Expert parallelism lives in the model code (``deepspeed.moe.layer.MoE(ep_size=...)``); the
+launch's header names the ep the script must pass. The launcher line: ``deepspeed --num_nodes N
+--num_gpus G`` with ``--hostfile`` (the emitted ``hostfile``, or ``$HOSTFILE``), ``--master_addr``
+(``$MASTER_ADDR``, else the first host) and ``--master_port`` on several nodes; the launcher
+starts the other nodes itself (pdsh by default), so launch.sh runs on node 0 only. NCCL settings
+reach the other nodes because the launcher exports every ``NCCL_*`` variable.
+"""
+from __future__ import annotations
+
+import json
+
+from parc.targets.base import File, Var, mesh_text, nccl_env, plan_json, settings, spec_name
+from parc.words import count
+
+TARGET = "deepspeed"
+MASTER_PORT = 29500
+REDUCE_BUCKET = 500_000_000     # DeepSpeedZeroConfig.reduce_bucket_size's default
+CONFIG = "ds_config.json"
+
+
+def config(plan) -> dict:
+    """The DeepSpeed config as a dict (the order DeepSpeed's documentation lists the keys)."""
+    s = settings(plan, TARGET)
+    me, sc, t = plan.mesh, plan.schedule, plan.train
+    out: dict = {}
+    if me.tp == 1:
+        out["train_batch_size"] = sc.global_batch
+    out["train_micro_batch_size_per_gpu"] = sc.micro_batch
+    out["gradient_accumulation_steps"] = sc.microbatches
+    if t.precision in ("bf16", "fp8"):
+        out["bf16"] = {"enabled": True}
+    elif t.precision == "fp16":
+        out["fp16"] = {"enabled": True}
+    zero: dict = {"stage": t.zero}
+    if t.zero > 0:
+        zero.update(overlap_comm=bool(s.get("overlap_comm", True)), contiguous_gradients=True,
+                    reduce_bucket_size=int(s.get("reduce_bucket_size", REDUCE_BUCKET)))
+    out["zero_optimization"] = zero
+    if me.tp > 1:
+        out["tensor_parallel"] = {"autotp_size": me.tp}
+    if me.pp > 1:
+        out["pipeline"] = {"stages": me.pp}
+        if sc.pipeline == "dualpipe_v":   # DualPipeVEngine refuses either partitioning
+            out["pipeline"].update(pipe_partitioned=False, grad_partitioned=False)
+    return out
+
+
+def config_json(plan) -> str:
+    return json.dumps(config(plan), indent=2, ensure_ascii=True) + "\n"
+
+
+def hostfile(plan) -> str | None:
+    """DeepSpeed's hostfile (``host slots=N`` a line), where the spec names the hosts."""
+    hosts = settings(plan, TARGET).get("hosts")
+    if not hosts:
+        return None
+    return "".join(f"{h} slots={plan.cluster.gpus_per_node}\n" for h in hosts)
+
+
+def launcher_lines(plan) -> list[list]:
+    """The deepspeed launcher's own options, one per line."""
+    s = settings(plan, TARGET)
+    cl = plan.cluster
+    lines: list[list] = []
+    if cl.nodes > 1:
+        lines.append(["--hostfile", Var("hostfile")])
+        if s.get("launcher"):
+            lines.append(["--launcher", s["launcher"]])
+    lines += [["--num_nodes", cl.nodes], ["--num_gpus", cl.gpus_per_node]]
+    if cl.nodes > 1:
+        lines += [[Var("master[@]")], ["--master_port", s.get("master_port", MASTER_PORT)]]
+    return lines
+
+
+def _header(plan) -> list[str]:
+    cl, me = plan.cluster, plan.mesh
+    lines = [f"DeepSpeed launch compiled by parc from {spec_name(plan)}.",
+             f"Mesh: {mesh_text(plan)}; {count(cl.nodes, 'node')} x {count(cl.gpus_per_node, 'GPU')}."]
+    if cl.nodes > 1:
+        lines.append("Run it on node 0 only: the deepspeed launcher starts every node in the hostfile.")
+    if me.pp > 1:
+        lines.append(f"The script builds a PipelineModule with num_stages={me.pp} (ds_config.json: pipeline.stages).")
+    if plan.model.is_moe and me.ep > 1:
+        lines.append(f"The script builds its MoE layers with ep_size={me.ep} (deepspeed.moe.layer.MoE).")
+    return lines
+
+
+def build(plan) -> list[File]:
+    from parc.targets.render import render
+
+    s = settings(plan, TARGET)
+    hosts = hostfile(plan)
+    first = (s.get("hosts") or [None])[0]
+    env = nccl_env(plan)
+    text = render("deepspeed/launch.sh.j2", header=_header(plan), need_here=True, env=env,
+                  multi=plan.cluster.nodes > 1, has_hostfile=hosts is not None, first_host=first,
+                  launcher_lines=launcher_lines(plan), entrypoint=s["entrypoint"],
+                  arg_lines=[[a] for a in s.get("args") or []], config=CONFIG)
+    files = [File("launch.sh", text, True), File(CONFIG, config_json(plan))]
+    if hosts is not None:
+        files.append(File("hostfile", hosts))
+    return files + [File("plan.json", plan_json(plan))]

@@ -1,0 +1,135 @@
+"""SkyPilot: ``task.yaml``, a SkyPilot task that launches the plan on any cloud SkyPilot reaches
+(``sky launch -c NAME task.yaml``), and the resolved plan as ``plan.json`` beside it.
+
+The task asks for ``num_nodes`` nodes of ``accelerators: <NAME>:<gpus_per_node>`` (SkyPilot's
+name for the cluster's GPU: ``accelerators.toml`` beside this file, or the target key
+``accelerator``). Its ``setup``, which SkyPilot runs on every node, writes the launch that the
+torchrun target (training) or the vllm target (serving) builds for the plan, with ``plan.json``,
+into ``~/.parc/<plan id>/``, each file a quoted here-document whose delimiter carries a hash of its
+text (so no line of the file can end it). Its ``run``, which SkyPilot starts on every node at
+once, checks that SkyPilot gave the node the GPUs the plan runs on
+(``SKYPILOT_NUM_GPUS_PER_NODE``), takes node 0's address from the first line of
+``SKYPILOT_NODE_IPS`` as ``MASTER_ADDR`` and runs that launch with the node's
+``SKYPILOT_NODE_RANK``: the same torchrun rendezvous or ``vllm serve`` options as anywhere else,
+so the rank map and the degrees are the other targets' exactly (sky/skylet/constants.py names the
+variables; sky/backends/task_codegen.py sets them, node 0 the head, whose address comes first).
+
+A served plan opens the API's port (``resources.ports``). Several nodes linked by InfiniBand ask
+for ``network_tier: best`` (the cloud's InfiniBand or GPUDirect network) unless the block says
+otherwise.
+"""
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+
+from parc.targets.base import File, dns_label, mesh_text, plan_id, plan_json, settings, spec_name
+from parc.words import count
+
+TARGET = "skypilot"
+NAME_MAX = 40
+HERE = Path(__file__).resolve().parent
+
+
+@lru_cache(maxsize=1)
+def _accelerators() -> dict[str, str]:
+    with open(HERE / "accelerators.toml", "rb") as f:
+        return tomllib.load(f)["gpus"]
+
+
+def accelerator(plan) -> str | None:
+    """SkyPilot's name for the cluster's GPU: the block's ``accelerator``, else the table's name
+    for the GPU preset (None for a GPU without one)."""
+    return settings(plan, TARGET).get("accelerator") or _accelerators().get(plan.cluster.gpu.name)
+
+
+def infra_pattern() -> str:
+    """The `infra` values SkyPilot's task schema accepts (sky/utils/schemas.py _get_infra_pattern)."""
+    from parc.model.targets import spec
+
+    clouds = "|".join(spec(TARGET)["infra"]["clouds"])
+    return (f"(?:(?i:({clouds}))(?:/[^/]+(?:/[^/]+)?)?|\\*(?:/[^/]+(?:/[^/]+)?)?|"
+            "(?i:kubernetes|k8s)(?:/.+)?)")
+
+
+def task_name(plan) -> str:
+    return settings(plan, TARGET).get("name") or dns_label(plan.model.name, NAME_MAX)
+
+
+def network_tier(plan) -> str | None:
+    s = settings(plan, TARGET)
+    if "network_tier" in s:
+        return s["network_tier"]
+    cl = plan.cluster
+    ib = cl.nodes > 1 and cl.inter_node is not None and cl.inter_node.kind == "infiniband"
+    return "best" if ib else None
+
+
+def launch(plan) -> list[File]:
+    """The files the torchrun target (training) or the vllm target (serving) emits for the plan:
+    a launch script and plan.json."""
+    if plan.mode == "serve":
+        from parc.targets import vllm
+
+        return vllm.build(plan)
+    from parc.targets import torchrun
+
+    s = settings(plan, TARGET)
+    return torchrun.node_files(plan, entrypoint=s["entrypoint"], arg_lines=torchrun.user_arg_lines(s.get("args")),
+                               max_restarts=s.get("max_restarts", 0))
+
+
+def heredoc(path: str, text: str) -> str:
+    """Shell that writes ``text`` to ``path`` exactly: a quoted here-document (no expansion) whose
+    delimiter carries the text's hash, so no line of the text can close it early."""
+    end = "PARC_EOF_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    return f"cat > {path} <<'{end}'\n{text}{'' if text.endswith(chr(10)) else chr(10)}{end}\n"
+
+
+def yaml_text(text: str, indent: int = 2):
+    """A shell script as a YAML scalar: a literal block where the text allows one (printable
+    ASCII, a first line that does not begin with a space), else a double-quoted scalar."""
+    from parc.targets.render import Quoted, y, yblock
+
+    plain = all(ch == "\n" or " " <= ch <= "~" for ch in text) and not text.startswith(" ")
+    return Quoted("|\n" + yblock(text, indent)) if plain and text.strip() else y(text)
+
+
+def scripts(plan) -> tuple[str, str]:
+    """(setup, run): the shell SkyPilot runs on every node."""
+    from parc.targets.render import Quoted, render
+
+    s = settings(plan, TARGET)
+    files = launch(plan)
+    # shell text parc writes itself (the folder is a fixed word, the files' text goes in
+    # here-documents) and the spec's own setup, which is shell by definition
+    folder = f'"$HOME/.parc/{plan_id(plan)}"'
+    script = next(f.path for f in files if f.executable)
+    setup = render("skypilot/setup.sh.j2", user=Quoted(s["setup"]) if s.get("setup") else None,
+                   folder=Quoted(folder), writes=[Quoted(heredoc(f"{folder}/{f.path}", f.text)) for f in files],
+                   executables=[Quoted(f"{folder}/{f.path}") for f in files if f.executable])
+    run = render("skypilot/run.sh.j2", gpus=plan.cluster.gpus_per_node, multi=plan.cluster.nodes > 1,
+                 script=Quoted(f"{folder}/{script}"))
+    return setup, run
+
+
+def build(plan) -> list[File]:
+    from parc.targets.render import render
+
+    s = settings(plan, TARGET)
+    cl = plan.cluster
+    name = task_name(plan)
+    setup, run = scripts(plan)
+    what = "serves" if plan.mode == "serve" else "trains"
+    header = [f"SkyPilot task compiled by parc from {spec_name(plan)}: sky launch -c {name} task.yaml",
+              f"Mesh: {mesh_text(plan)}; {count(cl.nodes, 'node')} x {cl.gpus_per_node} {accelerator(plan)} = "
+              f"{count(plan.world_size, 'rank')}; every node {what} with the "
+              f"{'vllm' if plan.mode == 'serve' else 'torchrun'} target's launch."]
+    port = settings(plan, "vllm").get("port", 8000) if plan.mode == "serve" else None
+    text = render("skypilot/task.yaml.j2", header=header, name=name, workdir=s.get("workdir"), nodes=cl.nodes,
+                  accelerators=f"{accelerator(plan)}:{cl.gpus_per_node}", infra=s.get("infra"),
+                  image_id=s.get("image_id"), use_spot=s.get("use_spot"), disk_size=s.get("disk_size"),
+                  network_tier=network_tier(plan), port=port, setup=yaml_text(setup), run=yaml_text(run))
+    return [File("task.yaml", text), File("plan.json", plan_json(plan))]

@@ -1,0 +1,81 @@
+"""Runs inside the torchtitan virtual environment (tests/judges/torchtitan_env.sh), never in parc's own.
+
+Reads JSON lists of {"argv": [...], "world": N} on stdin, one list a line: each argv is what
+parc's launch.sh passes after ``torchrun ... -m torchtitan.train``. For each it prints whether
+torchtitan's own configuration accepts it, with the degrees torchtitan derives, or its message:
+
+* ConfigManager().parse_args(argv): --module/--config load the config function, tyro applies the
+  overrides, and Trainer.Config.__post_init__ runs torchtitan's config checks;
+* ParallelDims.from_config(config.parallelism, world): ParallelDims._validate;
+* with pp > 1, torchtitan's _get_pipeline_metadata on the config's model: the stages it makes;
+* the checks of Trainer.__init__ (torchtitan/trainer.py), which runs only with GPUs, are repeated
+  here line for line: the sequence length evenness (seq_len divisible by tp with sequence
+  parallel × 2·cp with cp > 1) and the batch sizes (global_batch_size % (local_batch_size ×
+  dp_replicate × dp_shard) == 0, gradient accumulation and pipeline microbatches).
+"""
+import contextlib
+import io
+import json
+import sys
+import warnings
+
+warnings.simplefilter("ignore")
+
+from torchtitan.config.manager import ConfigManager  # noqa: E402
+from torchtitan.distributed.parallel_dims import ParallelDims  # noqa: E402
+
+
+def _pipeline(dims, config):
+    from torch.distributed.pipelining.schedules import get_schedule_class
+    from torchtitan.distributed.pipeline_parallel import _get_pipeline_metadata
+
+    stages, layers, _, _ = _get_pipeline_metadata(dims, config.parallelism, config.model_spec.model)
+    name = config.parallelism.pipeline_parallel_schedule
+    return {"schedule": name, "schedule_class": get_schedule_class(name).__name__, "stages": stages,
+            "layers": layers}
+
+
+def judge(item):
+    argv, world = item["argv"], item["world"]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            config = ConfigManager().parse_args(list(argv))
+    except SystemExit:
+        return {"ok": False, "stage": "parser", "error": "torchtitan's command line refused the arguments"}
+    except Exception as x:
+        return {"ok": False, "stage": "config", "error": f"{type(x).__name__}: {x}"}
+    try:
+        dims = ParallelDims.from_config(config.parallelism, world)
+    except Exception as x:
+        return {"ok": False, "stage": "ParallelDims", "error": f"{type(x).__name__}: {x}"}
+    t, p = config.training, config.parallelism
+    out = {"ok": True, "dp_replicate": dims.dp_replicate, "dp_shard": dims.dp_shard, "cp": dims.cp, "tp": dims.tp,
+           "pp": dims.pp, "ep": dims.ep, "world": dims.world_size, "seq_len": t.seq_len,
+           "local_batch_size": t.local_batch_size, "global_batch_size": t.global_batch_size,
+           "reshard_after_forward": p.fsdp_reshard_after_forward, "sequence_parallel": p.enable_sequence_parallel,
+           "mixed_precision_param": t.mixed_precision_param}
+    # Trainer.__init__, "validate dense activation sequence length evenness"
+    divisor = (dims.tp if p.enable_sequence_parallel else 1) * (2 * dims.cp if dims.cp > 1 else 1)
+    if t.seq_len % divisor:
+        return {"ok": False, "stage": "Trainer", "error": f"Training sequence length ({t.seq_len}) must be "
+                f"divisible by {divisor} for the configured sequence/context parallelism."}
+    # Trainer.__init__, "verify batch sizes"
+    batch_degree = dims.dp_replicate * dims.dp_shard
+    global_batch = t.global_batch_size if t.global_batch_size > 0 else t.local_batch_size * batch_degree
+    if global_batch % (t.local_batch_size * batch_degree):
+        return {"ok": False, "stage": "Trainer", "error": "global batch size must be multiple of local batch size "
+                f"times data-parallel degree ({global_batch} % ({t.local_batch_size} * {batch_degree}) != 0)"}
+    out["grad_accumulation"] = global_batch // (t.local_batch_size * batch_degree)
+    if dims.pp > 1:
+        out["pp_microbatches"] = t.local_batch_size // p.pipeline_parallel_microbatch_size
+        try:
+            out.update(_pipeline(dims, config))
+        except Exception as x:
+            return {"ok": False, "stage": "pipeline", "error": f"{type(x).__name__}: {x}"}
+    return out
+
+
+MARK = "@@torchtitan-judge "
+for line in sys.stdin:
+    if line.strip():
+        print(MARK + json.dumps([judge(item) for item in json.loads(line)]), flush=True)
