@@ -186,7 +186,7 @@ def _argv(plan, folder: str) -> list[str]:
 
 @pytest.mark.sglang
 def test_sglang_refuses_what_parc_refuses(sglang, check_spec, tmp_path):
-    """P698: the command parc would emit is refused by SGLang's own check. P696: the one
+    """P683: the command parc would emit is refused by SGLang's own check. P696: the one
     multi-node server SGLang would need for replicas smaller than a node (--dp-size with
     --nnodes) is refused. P695: SGLang's parser has no fp16 KV cache. P694: SGLang accepts and
     serves ep = tp_size, not the spec's ep (the audit says "runs")."""
@@ -195,7 +195,7 @@ def test_sglang_refuses_what_parc_refuses(sglang, check_spec, tmp_path):
 
     s = 'model = "m"'
     cases = {
-        "P698": spec(L8, mesh="tp = 8", serve="max_model_len = 16384", target={"sglang": s}),
+        "P683": spec(L8, mesh="tp = 8", serve="max_model_len = 16384", target={"sglang": s}),
         "P696": spec(L8, nodes=2, gpn=6, mesh="dp = 3; tp = 4", serve="max_model_len = 4096", target={"sglang": s}),
         "P695": spec(L8, mesh="tp = 8", serve="max_model_len = 4096; kv_cache_dtype = fp16", target={"sglang": s}),
         "P694": spec(MIXTRAL, mesh="tp = 8; ep = 4; etp = 2", serve="max_model_len = 4096",

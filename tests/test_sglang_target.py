@@ -197,8 +197,8 @@ def test_p676_dp_attention_without_dp(check_spec):
 def test_p677_context_beyond_positions(check_spec):
     # llama3_8b has 8192 positions
     text = spec(L8, mesh="tp = 8", serve="max_model_len = 16384", target={"sglang": 'model = "m"'})
-    assert_fires(check_spec, text, "P698", "max_model_len", target="sglang", targets=("sglang",))
-    assert_quiet(check_spec, text.replace("16384", "8192"), "P698", ("sglang",))
+    assert_fires(check_spec, text, "P683", "max_model_len", target="sglang", targets=("sglang",))
+    assert_quiet(check_spec, text.replace("16384", "8192"), "P683", ("sglang",))
 
 
 @pytest.mark.parametrize("key,value", [("model", '"--trust-remote-code"')])

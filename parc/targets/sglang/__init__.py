@@ -17,7 +17,7 @@ How the mesh becomes SGLang's sizes (SGLang's ServerArgs, arg_groups/fields/para
 * prefill/decode disaggregation: ``--disaggregation-mode`` and its transfer backend.
 
 Across nodes a server is started with ``--nnodes``/``--node-rank``/``--dist-init-addr`` on each
-of its nodes; MASTER_ADDR names the server's first node. P691 to P698 refuse what SGLang cannot
+of its nodes; MASTER_ADDR names the server's first node. P691 to P697 and P683 refuse what SGLang cannot
 run or parc cannot express.
 """
 from __future__ import annotations

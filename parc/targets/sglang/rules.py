@@ -116,7 +116,7 @@ def sglang_dp_attention_dp1(plan, c):
              help="set dp > 1 (the attention groups, tp GPUs each) or remove `dp_attention`")
 
 
-@rule("P698", "sglang-context-length-beyond-positions", targets=(TARGET,), reads=("serve",))
+@rule("P683", "sglang-context-length-beyond-positions", targets=(TARGET,), reads=("serve",))
 def sglang_context_length(plan, c):
     m, sv = plan.model, plan.serve
     if plan.mode != "serve" or sv is None or not m.max_positions or sv.max_model_len <= m.max_positions:
