@@ -107,6 +107,7 @@ _BLOCKS = {
     "kubernetes": {"train": 'target kubernetes { entrypoint = "train.py"; image = "nvcr.io/nvidia/pytorch:25.01-py3" }',
                    "serve": 'target kubernetes { image = "vllm/vllm-openai:v0.11.0" }'},
     "vllm": {"serve": 'target vllm { model = "org/model" }'},
+    "sglang": {"serve": 'target sglang { model = "org/model" }'},
     "trainjob": {"train": 'target trainjob { entrypoint = "train.py" }'},
     "deepspeed": {"train": 'target deepspeed { entrypoint = "train.py" }'},
 }

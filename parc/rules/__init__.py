@@ -49,6 +49,7 @@ class Rule:
     targets: tuple[str, ...]          # ("generic",) or the targets it applies to
     fn: Callable
     family: str = ""
+    reads: tuple[str, ...] | None = None   # the quantities it reads, where DEPENDS does not say
 
     def doc(self) -> dict:
         return rule_docs().get(self.code, {})
@@ -57,13 +58,17 @@ class Rule:
 _REGISTRY: dict[str, Rule] = {}
 
 
-def rule(code: str, name: str, severity: str = ERROR, targets: tuple[str, ...] = (GENERIC,)):
-    """Register a rule function ``fn(plan, check) -> iterable of Diagnostic | None``."""
+def rule(code: str, name: str, severity: str = ERROR, targets: tuple[str, ...] = (GENERIC,),
+         reads: tuple[str, ...] | None = None):
+    """Register a rule function ``fn(plan, check) -> iterable of Diagnostic | None``; ``reads``
+    names the quantities it reads (see :data:`DEPENDS`), so a target folder's rule says it where
+    it is written."""
 
     def deco(fn):
         if code in _REGISTRY:
             raise RuntimeError(f"rule {code} registered twice")
-        _REGISTRY[code] = Rule(code, name, severity, tuple(targets), fn, code[:2])
+        _REGISTRY[code] = Rule(code, name, severity, tuple(targets), fn, code[:2],
+                               None if reads is None else tuple(reads))
         return fn
 
     return deco
@@ -270,7 +275,11 @@ FIRST = ("P101", "P302")
 
 
 def depends(code: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(reads, judges) of ``code``; a rule missing from :data:`DEPENDS` reads the whole layout."""
+    """(reads, judges) of ``code``; a rule missing from :data:`DEPENDS` reads what its ``@rule``
+    says, else the whole layout."""
+    r = _REGISTRY.get(code)
+    if code not in DEPENDS and r is not None and r.reads is not None:
+        return r.reads, ()
     return DEPENDS.get(code, (LAYOUT + ("topology",), ()))
 
 

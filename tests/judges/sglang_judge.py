@@ -1,0 +1,121 @@
+"""Runs inside the SGLang virtual environment (tests/judges/sglang_env.sh), never in parc's own.
+
+Reads JSON lists of items, one list a line, on stdin and prints, for each, what SGLang itself
+makes of it:
+
+* ``{"server": [...]}``: the arguments of ``python -m sglang.launch_server``, parsed exactly as
+  ``prepare_server_args`` does (``ServerArgs.add_cli_args`` on an argparse parser, then
+  ``ServerArgs.from_cli_args``), then resolved and checked as the launcher does
+  (``resolve_once()``: the resolution pipeline with its ValueErrors and assertions, and
+  ``check_server_args()``). The model path must be a local folder with a config.json (the test
+  writes one from the spec's model, no weights): SGLang reads it while resolving. The verdict
+  gives the sizes SGLang resolved (tp, pp, dp, attention dp, ep, nodes), or its message;
+* ``{"router": [...]}``: the arguments of ``python -m sglang_router.launch_router``, through
+  its own ``parse_router_args`` and ``RouterArgs._validate_router_args``.
+
+Two stand-ins, both outside what the checks read: there is no GPU here, so ``--device cuda``
+(what SGLang picks on a GPU host) is added where the command names no device; and the CPU torch
+has no torchvision wheel, so a module that answers every attribute stands in for torchvision
+(only image preprocessing of vision models uses it)."""
+import importlib.machinery
+import json
+import logging
+import sys
+import types
+
+logging.disable(logging.WARNING)
+
+
+class _Anything:
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, key):
+        return _Anything(f"{self._name}.{key}")
+
+    def __call__(self, *args, **kwargs):
+        return _Anything(f"{self._name}()")
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+    def __iter__(self):
+        return iter(())
+
+
+class _Module(types.ModuleType):
+    def __getattr__(self, key):
+        if key.startswith("__"):
+            raise AttributeError(key)
+        return _Anything(f"{self.__name__}.{key}")
+
+
+try:
+    import torchvision  # noqa: F401
+except Exception:
+    for name in ("torchvision", "torchvision.transforms", "torchvision.transforms.functional",
+                 "torchvision.transforms.v2", "torchvision.transforms.v2.functional", "torchvision.io",
+                 "torchvision.ops"):
+        mod = _Module(name)
+        mod.__path__, mod.__version__ = [], "0.28.0"
+        mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        sys.modules[name] = mod
+
+import argparse  # noqa: E402
+
+from sglang.srt.arg_groups.overrides import resolving_view  # noqa: E402
+from sglang.srt.server_args import ServerArgs  # noqa: E402
+from sglang_router.launch_router import parse_router_args  # noqa: E402
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(p)
+    return p
+
+
+def server(argv):
+    if not any(a == "--device" or a.startswith("--device=") for a in argv):
+        argv = [*argv, "--device", "cuda"]
+    try:
+        raw = _parser().parse_args(argv)
+    except SystemExit:
+        return {"ok": False, "stage": "parser", "error": "launch_server's parser refused the arguments"}
+    args = ServerArgs.from_cli_args(raw)
+    try:
+        args.resolve_once()
+        args.check_server_args()
+    except (ValueError, AssertionError, RuntimeError, TypeError) as x:
+        return {"ok": False, "stage": "ServerArgs", "error": f"{type(x).__name__}: {x}"}
+    v = resolving_view(args)
+    return {"ok": True, "tp": v.tp_size, "pp": v.pp_size, "dp": v.dp_size, "attn_dp": v.attn_dp_size,
+            "ep": v.ep_size, "nnodes": v.nnodes, "node_rank": v.node_rank, "dist_init_addr": v.dist_init_addr,
+            "context_length": raw.context_length, "mem_fraction_static": v.mem_fraction_static,
+            "max_running_requests": v.max_running_requests, "host": v.host, "port": v.port,
+            "moe_a2a_backend": v.moe_a2a_backend, "disaggregation_mode": v.disaggregation_mode,
+            "transfer_backend": v.disaggregation_transfer_backend, "dtype": v.dtype,
+            "kv_cache_dtype": v.kv_cache_dtype}
+
+
+def router(argv):
+    try:
+        a = parse_router_args(argv)
+    except SystemExit:
+        return {"ok": False, "stage": "parser", "error": "launch_router's parser refused the arguments"}
+    try:
+        a._validate_router_args()
+    except (ValueError, AssertionError) as x:
+        return {"ok": False, "stage": "RouterArgs", "error": str(x)}
+    return {"ok": True, "worker_urls": list(a.worker_urls), "host": a.host, "port": a.port}
+
+
+def judge(item):
+    return server(item["server"]) if "server" in item else router(item["router"])
+
+
+# One JSON list a line, answered by one line that starts with MARK (SGLang may print to stdout):
+# one process judges every batch a test session sends, paying SGLang's import once.
+MARK = "@@sglang-judge "
+for line in sys.stdin:
+    if line.strip():
+        print(MARK + json.dumps([judge(item) for item in json.loads(line)]), flush=True)
