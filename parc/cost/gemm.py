@@ -17,7 +17,11 @@ One GEMM of shape M×N×K (2·M·N·K FLOPs, reading and writing M·K + K·N + M
 
 Attention's core (QKᵀ and AV, flash attention) runs at ``peak · e`` in BF16 whatever the
 plan's precision: FP8 recipes (Transformer Engine, torchtitan's float8) cast the linear layers'
-GEMMs only. Every function takes scalars or numpy arrays for the sizes.
+GEMMs only. Without flash attention (``train.flash_attention = false``: Megatron-LM before
+2023, the runs of Narayanan et al. 2021 and Korthikanti et al. 2022) the core materialises the
+a·s²·b scores of every layer and its softmax and dropout are separate memory-bound kernels that
+read and write them; :data:`SCORE_BYTES` counts their traffic per score element, at
+``hbm · hbm_efficiency``. Every function takes scalars or numpy arrays for the sizes.
 """
 from __future__ import annotations
 
@@ -25,6 +29,16 @@ import numpy as np
 
 from parc.cost.flops import stage_flops_parts
 from parc.cost.params import head_dim
+
+
+# HBM bytes per attention-score element that the unfused core's elementwise kernels move
+# (Megatron-LM's fused scale-mask-softmax and attention dropout, 16-bit scores, a 1-byte mask):
+#   forward:  softmax reads 2, writes 2; dropout reads 2, writes 2 and its mask 1      =  9
+#   backward: dropout reads the gradient 2 and the mask 1, writes 2; softmax reads the
+#             gradient 2 and its output 2, writes 2                                   = 11
+# Recomputation (selective or full) runs the forward once more: + 9. The QKᵀ and AV GEMMs' own
+# reads and writes of the scores are left to their FLOP time.
+SCORE_BYTES_FORWARD, SCORE_BYTES_BACKWARD = 9.0, 11.0
 
 
 def gemm_rate(M, N, K, peak: float, efficiency: float, half: float, hbm: float, hbm_efficiency: float,
@@ -72,9 +86,11 @@ def layer_rate(gemms: list, peak: float, efficiency: float, half: float, hbm: fl
     return flops / time
 
 
-def stage_rates(m, tokens, tp, etp, ep, gpu, precision: str, profile, efficiency: float | None = None):
+def stage_rates(m, tokens, tp, etp, ep, gpu, precision: str, profile, efficiency: float | None = None,
+                flash: bool = True):
     """FLOP/s one GPU sustains on (dense layers' GEMMs, MoE layers' GEMMs, the output head,
-    attention's core) for a microbatch of ``tokens`` tokens on its context-parallel rank.
+    attention's core) for a microbatch of ``tokens`` tokens on its context-parallel rank, and the
+    seconds per byte of the unfused core's score passes (0 with ``flash`` attention).
     ``efficiency`` overrides the profile's ``gemm_efficiency``. Scalars or numpy arrays."""
     e = profile.gemm_efficiency if efficiency is None else efficiency
     fp8 = precision == "fp8" and gpu.fp8_flops > 0
@@ -83,14 +99,19 @@ def stage_rates(m, tokens, tp, etp, ep, gpu, precision: str, profile, efficiency
     dense = layer_rate(layer_gemms(m, tokens, tp), *knobs)
     moe = layer_rate(layer_gemms(m, tokens, tp, etp, ep, moe=True), *knobs) if m.is_moe else dense
     head = layer_rate([(tokens, m.vocab / tp, m.hidden, 1)], *knobs)
-    return dense, moe, head, gpu.flops * e
+    per_byte = 0.0 if flash or gpu.hbm_bandwidth <= 0 else 1.0 / (gpu.hbm_bandwidth * profile.hbm_efficiency)
+    return dense, moe, head, gpu.flops * e, per_byte
 
 
 def stage_compute_time(m, tokens, tp, rates, dense_layers, moe_layers, head, rec_mult, rec_attn):
     """(GEMM seconds, attention-core seconds) one GPU of a stage computes per microbatch of
     ``tokens`` tokens on its context-parallel rank: the FLOPs of
     :func:`parc.cost.flops.stage_flops_parts` (the microbatch's tokens over tp) at the
-    :func:`stage_rates` ``rates``. Scalars or numpy arrays for the sizes."""
+    :func:`stage_rates` ``rates``, and without flash attention the score passes: (heads/tp)·s
+    scores per token and layer, :data:`SCORE_BYTES_FORWARD` + :data:`SCORE_BYTES_BACKWARD` bytes
+    each (the forward's once more when recomputed). Scalars or numpy arrays for the sizes."""
     dense, moe, attn, out = stage_flops_parts(m, tokens / tp, dense_layers, moe_layers, head, rec_mult, rec_attn)
-    r_dense, r_moe, r_head, r_attn = rates
-    return dense / r_dense + moe / r_moe + out / r_head, attn / r_attn
+    r_dense, r_moe, r_head, r_attn, per_byte = rates
+    scores = (dense_layers + moe_layers) * tokens / tp * m.seq_len * m.heads
+    nbytes = SCORE_BYTES_FORWARD * (1 + (rec_attn > 1)) + SCORE_BYTES_BACKWARD
+    return dense / r_dense + moe / r_moe + out / r_head, attn / r_attn + scores * nbytes * per_byte

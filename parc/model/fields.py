@@ -106,6 +106,9 @@ BLOCKS: dict[str, dict[str, F]] = {
                              "(Megatron-LM --tp-comm-overlap with Transformer Engine; torchtitan AsyncTP)"),
         "ep_comm_overlap": F("bool", doc="the expert all-to-all runs under another microbatch's compute "
                              "(Megatron-LM --overlap-moe-expert-parallel-comm; DeepSeek-V3's DualPipe)"),
+        "flash_attention": F("bool", doc="the attention core is fused (flash attention); false: it writes "
+                             "its a·s²·b scores and runs softmax and dropout over them in HBM (Megatron-LM "
+                             "before --use-flash-attn)"),
     },
     "serve": {
         "max_model_len": F("int", 1, 10**9), "gpu_memory_utilization": F(

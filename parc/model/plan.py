@@ -169,6 +169,7 @@ class Train:
     overlap_param_gather: bool = False   # DP parameter all-gather under the next forward
     tp_comm_overlap: bool = False        # TP collectives split and pipelined with their GEMMs
     ep_comm_overlap: bool = False        # EP all-to-all under another microbatch's compute
+    flash_attention: bool = True         # false: the attention core materialises its scores (parc.cost.gemm)
 
 
 @dataclass(slots=True)
