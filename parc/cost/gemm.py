@@ -15,6 +15,13 @@ One GEMM of shape M×N×K (2·M·N·K FLOPs, reading and writing M·K + K·N + M
 * The second term is the roofline (Williams et al. 2009): a GEMM with few rows (decoding, a
   small expert's share of tokens) is bound by HBM, not by the tensor cores.
 
+Under ``precision = fp8`` the linear layers' GEMMs run at ``profile.fp8_gemm_speedup`` times the
+BF16 peak (at most the FP8 peak): the per-tensor casts, scaling and amax reductions of FP8
+recipes keep them well short of the peaks' 2×. The default 1.5 is the end-to-end speedup
+torchao's float8 reports for Llama 3 405B on 512 H100s (pytorch/ao torchao/float8/README.md,
+"up to 1.5x"); a 13B GPT in Megatron-LM with Transformer Engine gained 1.4× (0.34 → 0.24 s per
+step, NVIDIA/Megatron-LM issue #396).
+
 Attention's core (QKᵀ and AV, flash attention) runs at ``peak · e`` in BF16 whatever the
 plan's precision: FP8 recipes (Transformer Engine, torchtitan's float8) cast the linear layers'
 GEMMs only. Without flash attention (``train.flash_attention = false``: Megatron-LM before
@@ -94,7 +101,8 @@ def stage_rates(m, tokens, tp, etp, ep, gpu, precision: str, profile, efficiency
     ``efficiency`` overrides the profile's ``gemm_efficiency``. Scalars or numpy arrays."""
     e = profile.gemm_efficiency if efficiency is None else efficiency
     fp8 = precision == "fp8" and gpu.fp8_flops > 0
-    knobs = (gpu.peak(precision), e, float(profile.gemm_half_size), gpu.hbm_bandwidth, profile.hbm_efficiency,
+    peak = min(gpu.peak(precision), gpu.flops * profile.fp8_gemm_speedup) if fp8 else gpu.peak(precision)
+    knobs = (peak, e, float(profile.gemm_half_size), gpu.hbm_bandwidth, profile.hbm_efficiency,
              1 if fp8 else 2)
     dense = layer_rate(layer_gemms(m, tokens, tp), *knobs)
     moe = layer_rate(layer_gemms(m, tokens, tp, etp, ep, moe=True), *knobs) if m.is_moe else dense

@@ -197,6 +197,7 @@ class Profile:
     gemm_efficiency: float = 0.7          # fraction of peak FLOP/s the largest GEMMs sustain
     gemm_half_size: float = 192.0         # smallest GEMM side (after sharding) that runs at half that
     hbm_efficiency: float = 0.6           # fraction of HBM bandwidth memory-bound kernels reach
+    fp8_gemm_speedup: float = 1.5         # FP8 GEMMs' rate over BF16's (casts, scaling, amax; not the peaks' 2)
     intra_node_efficiency: float = 1.0    # fraction of the intra-node link's bandwidth a collective reaches
     inter_node_efficiency: float = 1.0    # likewise between nodes
     overlap: float = 1.0                  # fraction of the communication the plan overlaps that is hidden
