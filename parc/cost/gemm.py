@@ -47,6 +47,15 @@ from parc.cost.params import head_dim
 # reads and writes of the scores are left to their FLOP time.
 SCORE_BYTES_FORWARD, SCORE_BYTES_BACKWARD = 9.0, 11.0
 
+# HBM bytes per logit (token × vocabulary entry on this tp rank) of the loss after the output head,
+# as Megatron-LM's vocab-parallel cross entropy runs it on ``output.float()`` (torchtitan's loss
+# also upcasts its logits to fp32):
+#   forward:  cast to fp32 reads 2, writes 4; max reads 4; subtract it reads and writes 4 each;
+#             exp the same; its sum reads 4; normalising to the softmax kept for backward 4 + 4 = 38
+#   backward: scaling the softmax by the loss gradient reads and writes 4 each; the cast back to
+#             16 bits for the head's backward GEMM reads 4, writes 2                        = 14
+LOGIT_BYTES = 52.0
+
 
 def gemm_rate(M, N, K, peak: float, efficiency: float, half: float, hbm: float, hbm_efficiency: float,
               nbytes: float):
@@ -107,8 +116,8 @@ def stage_rates(m, tokens, tp, etp, ep, gpu, precision: str, profile, efficiency
     dense = layer_rate(layer_gemms(m, tokens, tp), *knobs)
     moe = layer_rate(layer_gemms(m, tokens, tp, etp, ep, moe=True), *knobs) if m.is_moe else dense
     head = layer_rate([(tokens, m.vocab / tp, m.hidden, 1)], *knobs)
-    per_byte = 0.0 if flash or gpu.hbm_bandwidth <= 0 else 1.0 / (gpu.hbm_bandwidth * profile.hbm_efficiency)
-    return dense, moe, head, gpu.flops * e, per_byte
+    per_hbm_byte = 1.0 / (gpu.hbm_bandwidth * profile.hbm_efficiency) if gpu.hbm_bandwidth > 0 else 0.0
+    return dense, moe, head, gpu.flops * e, 0.0 if flash else per_hbm_byte, per_hbm_byte
 
 
 def stage_compute_time(m, tokens, tp, rates, dense_layers, moe_layers, head, rec_mult, rec_attn):
@@ -119,7 +128,8 @@ def stage_compute_time(m, tokens, tp, rates, dense_layers, moe_layers, head, rec
     scores per token and layer, :data:`SCORE_BYTES_FORWARD` + :data:`SCORE_BYTES_BACKWARD` bytes
     each (the forward's once more when recomputed). Scalars or numpy arrays for the sizes."""
     dense, moe, attn, out = stage_flops_parts(m, tokens / tp, dense_layers, moe_layers, head, rec_mult, rec_attn)
-    r_dense, r_moe, r_head, r_attn, per_byte = rates
+    r_dense, r_moe, r_head, r_attn, per_byte, per_hbm_byte = rates
     scores = (dense_layers + moe_layers) * tokens / tp * m.seq_len * m.heads
     nbytes = SCORE_BYTES_FORWARD * (1 + (rec_attn > 1)) + SCORE_BYTES_BACKWARD
-    return dense / r_dense + moe / r_moe + out / r_head, attn / r_attn + scores * nbytes * per_byte
+    loss = head * tokens * m.vocab / tp * LOGIT_BYTES * per_hbm_byte
+    return dense / r_dense + moe / r_moe + out / r_head + loss, attn / r_attn + scores * nbytes * per_byte
