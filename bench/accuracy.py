@@ -138,8 +138,8 @@ def why_not(res: dict) -> str:
     if res["peak"] is not None and res["peak"] > res["capacity"]:
         reasons.append(f"predicted peak {res['peak'] / 2**30:.1f} GiB exceeds {res['capacity'] / 2**30:.1f} GiB")
     if reasons and case.get("train", {}).get("precision") == "fp8":
-        reasons.append("the run is FP8; parc runs its GEMMs at the FP8 peak with the BF16 efficiency factors, "
-                       "while FP8 recipes spend part of that on casts and scaling")
+        reasons.append("the run is FP8; parc runs its GEMMs at the profile's fp8_gemm_speedup over BF16, "
+                       "one ratio for every recipe and shape")
     if reasons and isinstance(case["model"], str) and res["spec"] == "generated":
         reasons.append("the generated spec approximates the model (see the model's note)")
     if reasons and case.get("note"):

@@ -272,7 +272,7 @@ def test_the_fit_is_generic_over_the_fields(monkeypatch):
     assert prof.hbm_efficiency * prof.inter_node_efficiency == pytest.approx(0.4, rel=1e-3)
     assert rep.confounded == [["hbm_efficiency", "inter_node_efficiency"]]
     assert set(rep.fitted) == {"gemm_efficiency", "intra_node_efficiency"}
-    assert rep.unidentified == ["gemm_half_size", "overlap"] and prof.overlap == 1.0   # the toy reads neither
+    assert rep.unidentified == ["gemm_half_size", "fp8_gemm_speedup", "overlap"] and prof.overlap == 1.0   # the toy reads neither
     assert fit([(p, m) for p, m in runs], start=start)[0] == prof   # deterministic
 
 

@@ -425,7 +425,7 @@ def _estimate(plan, efficiency: float) -> Estimate:
     kv_nbytes = dtype_bytes(plan.serve.kv_cache_dtype if (plan.serve and plan.serve.kv_cache_dtype != "auto")
                             else m.dtype)
     rates = stage_rates(m, sch.micro_batch * m.seq_len / mesh.cp, mesh.tp, mesh.etp, mesh.ep, cl.gpu,
-                        plan.train.precision, plan.profile, efficiency) if train else None
+                        plan.train.precision, plan.profile, efficiency, plan.train.flash_attention) if train else None
     stages = [_stage(plan, lay, train, per, (act_dense, act_moe), kv_nbytes, rates) for lay in stage_layouts(plan)]
     kv_tok, kv_cap, max_seqs = _serving_kv(plan, stages) if not train else (0, 0, 0)
     most = max(range(len(stages)), key=lambda i: (stages[i].memory.total, -i))

@@ -15,9 +15,20 @@ One GEMM of shape M×N×K (2·M·N·K FLOPs, reading and writing M·K + K·N + M
 * The second term is the roofline (Williams et al. 2009): a GEMM with few rows (decoding, a
   small expert's share of tokens) is bound by HBM, not by the tensor cores.
 
+Under ``precision = fp8`` the linear layers' GEMMs run at ``profile.fp8_gemm_speedup`` times the
+BF16 peak (at most the FP8 peak): the per-tensor casts, scaling and amax reductions of FP8
+recipes keep them well short of the peaks' 2×. The default 1.5 is the end-to-end speedup
+torchao's float8 reports for Llama 3 405B on 512 H100s (pytorch/ao torchao/float8/README.md,
+"up to 1.5x"); a 13B GPT in Megatron-LM with Transformer Engine gained 1.4× (0.34 → 0.24 s per
+step, NVIDIA/Megatron-LM issue #396).
+
 Attention's core (QKᵀ and AV, flash attention) runs at ``peak · e`` in BF16 whatever the
 plan's precision: FP8 recipes (Transformer Engine, torchtitan's float8) cast the linear layers'
-GEMMs only. Every function takes scalars or numpy arrays for the sizes.
+GEMMs only. Without flash attention (``train.flash_attention = false``: Megatron-LM before
+2023, the runs of Narayanan et al. 2021 and Korthikanti et al. 2022) the core materialises the
+a·s²·b scores of every layer and its softmax and dropout are separate memory-bound kernels that
+read and write them; :data:`SCORE_BYTES` counts their traffic per score element, at
+``hbm · hbm_efficiency``. Every function takes scalars or numpy arrays for the sizes.
 """
 from __future__ import annotations
 
@@ -25,6 +36,25 @@ import numpy as np
 
 from parc.cost.flops import stage_flops_parts
 from parc.cost.params import head_dim
+
+
+# HBM bytes per attention-score element that the unfused core's elementwise kernels move
+# (Megatron-LM's fused scale-mask-softmax and attention dropout, 16-bit scores, a 1-byte mask):
+#   forward:  softmax reads 2, writes 2; dropout reads 2, writes 2 and its mask 1      =  9
+#   backward: dropout reads the gradient 2 and the mask 1, writes 2; softmax reads the
+#             gradient 2 and its output 2, writes 2                                   = 11
+# Recomputation (selective or full) runs the forward once more: + 9. The QKᵀ and AV GEMMs' own
+# reads and writes of the scores are left to their FLOP time.
+SCORE_BYTES_FORWARD, SCORE_BYTES_BACKWARD = 9.0, 11.0
+
+# HBM bytes per logit (token × vocabulary entry on this tp rank) of the loss after the output head,
+# as Megatron-LM's vocab-parallel cross entropy runs it on ``output.float()`` (torchtitan's loss
+# also upcasts its logits to fp32):
+#   forward:  cast to fp32 reads 2, writes 4; max reads 4; subtract it reads and writes 4 each;
+#             exp the same; its sum reads 4; normalising to the softmax kept for backward 4 + 4 = 38
+#   backward: scaling the softmax by the loss gradient reads and writes 4 each; the cast back to
+#             16 bits for the head's backward GEMM reads 4, writes 2                        = 14
+LOGIT_BYTES = 52.0
 
 
 def gemm_rate(M, N, K, peak: float, efficiency: float, half: float, hbm: float, hbm_efficiency: float,
@@ -72,25 +102,34 @@ def layer_rate(gemms: list, peak: float, efficiency: float, half: float, hbm: fl
     return flops / time
 
 
-def stage_rates(m, tokens, tp, etp, ep, gpu, precision: str, profile, efficiency: float | None = None):
+def stage_rates(m, tokens, tp, etp, ep, gpu, precision: str, profile, efficiency: float | None = None,
+                flash: bool = True):
     """FLOP/s one GPU sustains on (dense layers' GEMMs, MoE layers' GEMMs, the output head,
-    attention's core) for a microbatch of ``tokens`` tokens on its context-parallel rank.
+    attention's core) for a microbatch of ``tokens`` tokens on its context-parallel rank, and the
+    seconds per byte of the unfused core's score passes (0 with ``flash`` attention).
     ``efficiency`` overrides the profile's ``gemm_efficiency``. Scalars or numpy arrays."""
     e = profile.gemm_efficiency if efficiency is None else efficiency
     fp8 = precision == "fp8" and gpu.fp8_flops > 0
-    knobs = (gpu.peak(precision), e, float(profile.gemm_half_size), gpu.hbm_bandwidth, profile.hbm_efficiency,
+    peak = min(gpu.peak(precision), gpu.flops * profile.fp8_gemm_speedup) if fp8 else gpu.peak(precision)
+    knobs = (peak, e, float(profile.gemm_half_size), gpu.hbm_bandwidth, profile.hbm_efficiency,
              1 if fp8 else 2)
     dense = layer_rate(layer_gemms(m, tokens, tp), *knobs)
     moe = layer_rate(layer_gemms(m, tokens, tp, etp, ep, moe=True), *knobs) if m.is_moe else dense
     head = layer_rate([(tokens, m.vocab / tp, m.hidden, 1)], *knobs)
-    return dense, moe, head, gpu.flops * e
+    per_hbm_byte = 1.0 / (gpu.hbm_bandwidth * profile.hbm_efficiency) if gpu.hbm_bandwidth > 0 else 0.0
+    return dense, moe, head, gpu.flops * e, 0.0 if flash else per_hbm_byte, per_hbm_byte
 
 
 def stage_compute_time(m, tokens, tp, rates, dense_layers, moe_layers, head, rec_mult, rec_attn):
     """(GEMM seconds, attention-core seconds) one GPU of a stage computes per microbatch of
     ``tokens`` tokens on its context-parallel rank: the FLOPs of
     :func:`parc.cost.flops.stage_flops_parts` (the microbatch's tokens over tp) at the
-    :func:`stage_rates` ``rates``. Scalars or numpy arrays for the sizes."""
+    :func:`stage_rates` ``rates``, and without flash attention the score passes: (heads/tp)·s
+    scores per token and layer, :data:`SCORE_BYTES_FORWARD` + :data:`SCORE_BYTES_BACKWARD` bytes
+    each (the forward's once more when recomputed). Scalars or numpy arrays for the sizes."""
     dense, moe, attn, out = stage_flops_parts(m, tokens / tp, dense_layers, moe_layers, head, rec_mult, rec_attn)
-    r_dense, r_moe, r_head, r_attn = rates
-    return dense / r_dense + moe / r_moe + out / r_head, attn / r_attn
+    r_dense, r_moe, r_head, r_attn, per_byte, per_hbm_byte = rates
+    scores = (dense_layers + moe_layers) * tokens / tp * m.seq_len * m.heads
+    nbytes = SCORE_BYTES_FORWARD * (1 + (rec_attn > 1)) + SCORE_BYTES_BACKWARD
+    loss = head * tokens * m.vocab / tp * LOGIT_BYTES * per_hbm_byte
+    return dense / r_dense + moe / r_moe + out / r_head + loss, attn / r_attn + scores * nbytes * per_byte

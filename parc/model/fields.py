@@ -109,6 +109,9 @@ BLOCKS: dict[str, dict[str, F]] = {
                              "(Megatron-LM --tp-comm-overlap with Transformer Engine; torchtitan AsyncTP)"),
         "ep_comm_overlap": F("bool", doc="the expert all-to-all runs under another microbatch's compute "
                              "(Megatron-LM --overlap-moe-expert-parallel-comm; DeepSeek-V3's DualPipe)"),
+        "flash_attention": F("bool", doc="the attention core is fused (flash attention); false: it writes "
+                             "its a·s²·b scores and runs softmax and dropout over them in HBM (Megatron-LM "
+                             "before --use-flash-attn)"),
     },
     "serve": {
         "max_model_len": F("int", 1, 10**9), "gpu_memory_utilization": F(
@@ -124,6 +127,9 @@ BLOCKS: dict[str, dict[str, F]] = {
                             hint="a matrix side in elements, like 192"),
         "hbm_efficiency": F("frac", 0.01, 1.0, doc="the fraction of HBM bandwidth memory-bound kernels reach",
                             hint="a fraction of the datasheet's bandwidth: 0.6 means 60%"),
+        "fp8_gemm_speedup": F("frac", 1.0, 4.0, doc="how much faster than in BF16 a GEMM runs under "
+                              "`precision = fp8` (at most the ratio of the GPU's FP8 and BF16 peaks)",
+                              hint="a ratio, like 1.5"),
         "intra_node_efficiency": F("frac", 0.01, 1.0, doc="the fraction of the intra-node link's bandwidth a "
                                    "collective reaches", hint="a fraction of the link's bandwidth"),
         "inter_node_efficiency": F("frac", 0.01, 1.0, doc="the fraction of the inter-node link's bandwidth a "

@@ -170,6 +170,7 @@ class Train:
     overlap_param_gather: bool = False   # DP parameter all-gather under the next forward
     tp_comm_overlap: bool = False        # TP collectives split and pipelined with their GEMMs
     ep_comm_overlap: bool = False        # EP all-to-all under another microbatch's compute
+    flash_attention: bool = True         # false: the attention core materialises its scores (parc.cost.gemm)
 
 
 @dataclass(slots=True)
@@ -191,12 +192,16 @@ class Profile:
     side is d runs at ``gemm_efficiency · d / (d + gemm_half_size)`` of peak. 0.7 and 192 are the
     pair that best fits the measured step times of Korthikanti et al. 2022 Table 5 (A100, 22B to
     1T, full and selective recompute) and the MFU of Llama 3 405B (Dubey et al. 2024 Table 4):
-    median error 7%, the worst 22% (the 22B model, one microbatch whose unfused softmax parc does
-    not model)."""
+    median error 7%, the worst 22% (the 22B model) before the unfused attention core's score passes
+    (``train.flash_attention = false``) were modelled; with them the same rows are within 17%.
+
+    ``fp8_gemm_speedup``: how much faster than in BF16 the linear layers' GEMMs run under
+    ``precision = fp8`` (at most the ratio of the FP8 and BF16 peaks; :mod:`parc.cost.gemm`)."""
     name: Optional[str] = None
     gemm_efficiency: float = 0.7          # fraction of peak FLOP/s the largest GEMMs sustain
     gemm_half_size: float = 192.0         # smallest GEMM side (after sharding) that runs at half that
     hbm_efficiency: float = 0.6           # fraction of HBM bandwidth memory-bound kernels reach
+    fp8_gemm_speedup: float = 1.5         # FP8 GEMMs' rate over BF16's (casts, scaling, amax; not the peaks' 2)
     intra_node_efficiency: float = 1.0    # fraction of the intra-node link's bandwidth a collective reaches
     inter_node_efficiency: float = 1.0    # likewise between nodes
     overlap: float = 1.0                  # fraction of the communication the plan overlaps that is hidden

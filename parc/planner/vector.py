@@ -310,7 +310,8 @@ def _cost_rows(ctx: _Context, r: dict) -> dict:
     f = _FACTORS[r["recompute"]]
     tokens = r["mb"] * (m.seq_len / r["cp"])
     rates = [np.asarray(x)[:, None] for x in np.broadcast_arrays(*cm.stage_rates(
-        m, tokens, r["tp"], r["etp"], r["ep"], cl.gpu, pr.train.precision, pr.profile, ctx.efficiency))]
+        m, tokens, r["tp"], r["etp"], r["ep"], cl.gpu, pr.train.precision, pr.profile, ctx.efficiency,
+        pr.train.flash_attention))]
     share = schedules.microbatch_share_array(r["pipeline"])       # DualPipe: half a rank's layers
     gemm, attn = cm.stage_compute_time(m, tokens[:, None], r["tp"][:, None], rates, layers - moe, moe, head,
                                        f[:, 0:1], f[:, 1:2])
