@@ -169,13 +169,13 @@ def calibration_section(results: list[dict]) -> list[str]:
     provides ``calibration_rows``; a line saying it is not available otherwise."""
     if not (ROOT / "bench" / "accuracy_calibration.py").exists():
         return ["Calibration is not available: `bench/accuracy_calibration.py` does not exist."]
-    from bench.accuracy_calibration import calibration_rows  # noqa: PLC0415  (optional, another file)
+    from bench.accuracy_calibration import calibration_rows, calibration_section as render  # noqa: PLC0415
 
     triples = [(r["plan"], r["case"]["measured"], r["case"]["id"]) for r in results
                if r["case"].get("calibration") and r["plan"] is not None]
     rows = calibration_rows(triples)
-    keys = list(rows[0]) if rows else []
-    return _table(keys, [[_cell(row[k]) for k in keys] for row in rows]) if rows else ["(no rows)"]
+    return render(rows, "Korthikanti et al. 2022, Table 5, selective recompute",
+                  "the first two rows fit the profile").splitlines() if rows else ["(no rows)"]
 
 
 # --- the document --------------------------------------------------------------------------------

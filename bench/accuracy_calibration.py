@@ -37,13 +37,14 @@ def calibration_rows(cases, fit_rows: int = 2, start=None) -> list[dict]:
     prof, report = fit([(plan, {"step_time": step}, label) for plan, step, label in cases[:fit_rows]],
                        start=start)
     values = report.values(prof)
+    start_values = report.values(start)
     rows = []
     for i, (plan, step, label) in enumerate(cases):
         before = predict(replace(plan, profile=start), start)[0]
         after = predict(plan, prof)[0]
         rows.append({"label": label, "fitted_on": i < fit_rows, "measured": step, "before": before,
                      "after": after, "error_before": before / step - 1, "error_after": after / step - 1,
-                     "profile": values, "fitted": list(report.fitted)})
+                     "profile": values, "start": start_values, "fitted": list(report.fitted)})
     return rows
 
 
@@ -62,7 +63,8 @@ def calibration_section(rows: list[dict], title: str, source: str) -> str:
     """The markdown of one calibrated table: each row before and after, then the held-out errors."""
     if not rows:
         return ""
-    fitted = ", ".join(f"`{k}` = {v:.4g}" for k, v in rows[0]["profile"].items() if k in rows[0]["fitted"])
+    fitted = ", ".join(f"`{k}` = {v:.4g}" for k, v in rows[0]["profile"].items()
+                       if k in rows[0]["fitted"] or v != rows[0]["start"].get(k, v))
     lines = [f"### {title}", "", f"Source: {source}. Fitted on the rows marked *fit* "
              f"({fitted or 'nothing identified'}); the other rows are predicted with that profile.", "",
              "| case | | measured (s) | parc before (s) | error | parc after (s) | error |",
