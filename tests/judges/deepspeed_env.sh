@@ -10,38 +10,16 @@
 set -euo pipefail
 
 DS_VERSION="${PARC_DEEPSPEED_VERSION:-0.19.8}"
-cache="${PARC_JUDGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/parc-judges}"
-venv="$cache/deepspeed-$DS_VERSION"
-py="${PYTHON:-python3}"
-
-if [[ -f "$venv/.ready" ]]; then
-  echo "$venv/bin/python"
-  exit 0
-fi
-mkdir -p "$cache"
-rm -rf "$venv.tmp"
-"$py" -m venv "$venv.tmp"
-pip=("$venv.tmp/bin/python" -m pip install -q --disable-pip-version-check)
-torch_version="$("$py" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || echo 2.13.0)"
-if ! DS_BUILD_OPS=0 "${pip[@]}" --no-deps "deepspeed==$DS_VERSION" "torch==$torch_version" >&2; then
-  echo "could not install deepspeed==$DS_VERSION and torch==$torch_version (is the package registry reachable?)" >&2
-  rm -rf "$venv.tmp"
-  exit 3
-fi
+# shellcheck source=tests/judges/venv_lib.sh
+. "$(dirname "$0")/venv_lib.sh"
+judge_venv "deepspeed-$DS_VERSION"
+DS_BUILD_OPS=0 "${pip[@]}" --no-deps "deepspeed==$DS_VERSION" "torch==$torch_version" >&2 ||
+  judge_fail 3 "could not install deepspeed==$DS_VERSION and torch==$torch_version (is the package registry reachable?)"
 # torch's own imports, then DeepSpeed's requirements (setup.py's requirements.txt) but ninja.
-if ! "${pip[@]}" typing_extensions sympy networkx filelock fsspec jinja2 "setuptools>=77.0.3" \
-    packaging numpy "pydantic>=2" psutil py-cpuinfo hjson msgpack tqdm einops >&2; then
-  echo "could not install DeepSpeed's config modules (is the package registry reachable?)" >&2
-  rm -rf "$venv.tmp"
-  exit 3
-fi
-if ! DS_ACCELERATOR=cpu DS_BUILD_OPS=0 "$venv.tmp/bin/python" -c \
-    'import deepspeed.launcher.runner, deepspeed.runtime.config, deepspeed.runtime.pipe.topology' >&2; then
-  echo "deepspeed==$DS_VERSION's config class does not import with these modules" >&2
-  rm -rf "$venv.tmp"
-  exit 4
-fi
-touch "$venv.tmp/.ready"
-rm -rf "$venv"
-mv "$venv.tmp" "$venv"
-echo "$venv/bin/python"
+"${pip[@]}" typing_extensions sympy networkx filelock fsspec jinja2 "setuptools>=77.0.3" \
+    packaging numpy "pydantic>=2" psutil py-cpuinfo hjson msgpack tqdm einops >&2 ||
+  judge_fail 3 "could not install DeepSpeed's config modules (is the package registry reachable?)"
+DS_ACCELERATOR=cpu DS_BUILD_OPS=0 "$venv.tmp/bin/python" -c \
+    'import deepspeed.launcher.runner, deepspeed.runtime.config, deepspeed.runtime.pipe.topology' >&2 ||
+  judge_fail 4 "deepspeed==$DS_VERSION's config class does not import with these modules"
+judge_done

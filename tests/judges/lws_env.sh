@@ -8,29 +8,11 @@
 set -euo pipefail
 
 KV_VERSION="${PARC_KUBERNETES_VALIDATE_VERSION:-1.37.0}"
-cache="${PARC_JUDGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/parc-judges}"
-venv="$cache/lws-kv$KV_VERSION"
-py="${PYTHON:-python3}"
-
-if [[ -f "$venv/.ready" ]]; then
-  echo "$venv/bin/python"
-  exit 0
-fi
-mkdir -p "$cache"
-rm -rf "$venv.tmp"
-"$py" -m venv "$venv.tmp"
-pip=("$venv.tmp/bin/python" -m pip install -q --disable-pip-version-check)
-if ! "${pip[@]}" "kubernetes-validate==$KV_VERSION" "jsonschema>=4.18" pyyaml >&2; then
-  echo "could not install kubernetes-validate==$KV_VERSION (is the package registry reachable?)" >&2
-  rm -rf "$venv.tmp"
-  exit 3
-fi
-if ! "$venv.tmp/bin/python" -c 'import kubernetes_validate, jsonschema, yaml' >&2; then
-  echo "kubernetes-validate==$KV_VERSION does not import" >&2
-  rm -rf "$venv.tmp"
-  exit 4
-fi
-touch "$venv.tmp/.ready"
-rm -rf "$venv"
-mv "$venv.tmp" "$venv"
-echo "$venv/bin/python"
+# shellcheck source=tests/judges/venv_lib.sh
+. "$(dirname "$0")/venv_lib.sh"
+judge_venv "lws-kv$KV_VERSION"
+"${pip[@]}" "kubernetes-validate==$KV_VERSION" "jsonschema>=4.18" pyyaml >&2 ||
+  judge_fail 3 "could not install kubernetes-validate==$KV_VERSION (is the package registry reachable?)"
+"$venv.tmp/bin/python" -c 'import kubernetes_validate, jsonschema, yaml' >&2 ||
+  judge_fail 4 "kubernetes-validate==$KV_VERSION does not import"
+judge_done

@@ -10,32 +10,14 @@
 set -euo pipefail
 
 SKYPILOT_VERSION="${PARC_SKYPILOT_VERSION:-0.14.1}"
-cache="${PARC_JUDGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/parc-judges}"
-venv="$cache/skypilot-$SKYPILOT_VERSION"
-py="${PYTHON:-python3}"
-
-if [[ -f "$venv/.ready" ]]; then
-  echo "$venv/bin/python"
-  exit 0
-fi
-mkdir -p "$cache"
-rm -rf "$venv.tmp"
-"$py" -m venv "$venv.tmp"
-pip=("$venv.tmp/bin/python" -m pip install -q --disable-pip-version-check)
-if ! "${pip[@]}" --no-deps "skypilot==$SKYPILOT_VERSION" >&2 ||
-   ! "${pip[@]}" typing_extensions colorama packaging cachetools sqlalchemy greenlet aiosqlite jsonschema pydantic \
+# shellcheck source=tests/judges/venv_lib.sh
+. "$(dirname "$0")/venv_lib.sh"
+judge_venv "skypilot-$SKYPILOT_VERSION"
+{ "${pip[@]}" --no-deps "skypilot==$SKYPILOT_VERSION" >&2 &&
+    "${pip[@]}" typing_extensions colorama packaging cachetools sqlalchemy greenlet aiosqlite jsonschema pydantic \
      prometheus_client filelock httpx psutil alembic prettytable pyyaml requests psycopg2-binary click passlib ijson \
-     paramiko aiohttp fastapi orjson casbin sqlalchemy_adapter numpy tqdm >&2; then
-  echo "could not install skypilot==$SKYPILOT_VERSION and the modules it imports (is the package registry reachable?)" >&2
-  rm -rf "$venv.tmp"
-  exit 3
-fi
-if ! HOME="$venv.tmp" "$venv.tmp/bin/python" -c 'import sky, sky.utils.schemas; sky.Task.from_yaml_config({"run": "true"})' >&2; then
-  echo "skypilot==$SKYPILOT_VERSION's task parser does not import with these modules" >&2
-  rm -rf "$venv.tmp"
-  exit 4
-fi
-touch "$venv.tmp/.ready"
-rm -rf "$venv"
-mv "$venv.tmp" "$venv"
-echo "$venv/bin/python"
+     paramiko aiohttp fastapi orjson casbin sqlalchemy_adapter numpy tqdm >&2; } ||
+  judge_fail 3 "could not install skypilot==$SKYPILOT_VERSION and the modules it imports (is the package registry reachable?)"
+HOME="$venv.tmp" "$venv.tmp/bin/python" -c 'import sky, sky.utils.schemas; sky.Task.from_yaml_config({"run": "true"})' >&2 ||
+  judge_fail 4 "skypilot==$SKYPILOT_VERSION's task parser does not import with these modules"
+judge_done

@@ -9,41 +9,19 @@
 set -euo pipefail
 
 VLLM_VERSION="${PARC_VLLM_VERSION:-0.33.0}"
-cache="${PARC_JUDGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/parc-judges}"
-venv="$cache/vllm-$VLLM_VERSION"
-py="${PYTHON:-python3}"
-
-if [[ -f "$venv/.ready" ]]; then
-  echo "$venv/bin/python"
-  exit 0
-fi
-mkdir -p "$cache"
-rm -rf "$venv.tmp"
-"$py" -m venv "$venv.tmp"
-pip=("$venv.tmp/bin/python" -m pip install -q --disable-pip-version-check)
-torch_version="$("$py" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || echo 2.13.0)"
-if ! "${pip[@]}" --no-deps "vllm==$VLLM_VERSION" "torch==$torch_version" >&2; then
-  echo "could not install vllm==$VLLM_VERSION and torch==$torch_version (is the package registry reachable?)" >&2
-  rm -rf "$venv.tmp"
-  exit 3
-fi
+# shellcheck source=tests/judges/venv_lib.sh
+. "$(dirname "$0")/venv_lib.sh"
+judge_venv "vllm-$VLLM_VERSION"
+"${pip[@]}" --no-deps "vllm==$VLLM_VERSION" "torch==$torch_version" >&2 ||
+  judge_fail 3 "could not install vllm==$VLLM_VERSION and torch==$torch_version (is the package registry reachable?)"
 # What vllm.entrypoints.common.cli_args and vllm.config import (found by importing them).
-if ! "${pip[@]}" typing_extensions sympy networkx filelock fsspec jinja2 packaging huggingface_hub regex \
+{ "${pip[@]}" typing_extensions sympy networkx filelock fsspec jinja2 packaging huggingface_hub regex \
     pydantic numpy cbor2 psutil pyzmq requests "transformers>=5.16.1,<5.21" aiohttp openai openai-harmony \
     msgspec cloudpickle pillow py-cpuinfo fastapi prometheus_client partial-json-parser \
-    opentelemetry-api pybase64 pyyaml cachetools uvloop >&2 ||
-   ! "${pip[@]}" --no-deps xgrammar==0.2.8 apache-tvm-ffi llguidance >&2; then
-  echo "could not install vLLM's parser modules (is the package registry reachable?)" >&2
-  rm -rf "$venv.tmp"
-  exit 3
-fi
-if ! VLLM_TARGET_DEVICE=cpu "$venv.tmp/bin/python" -c \
-    'import vllm.entrypoints.common.cli_args, vllm.config, vllm.engine.arg_utils' >&2; then
-  echo "vllm==$VLLM_VERSION's parser does not import with these modules" >&2
-  rm -rf "$venv.tmp"
-  exit 4
-fi
-touch "$venv.tmp/.ready"
-rm -rf "$venv"
-mv "$venv.tmp" "$venv"
-echo "$venv/bin/python"
+    opentelemetry-api pybase64 pyyaml cachetools uvloop >&2 &&
+    "${pip[@]}" --no-deps xgrammar==0.2.8 apache-tvm-ffi llguidance >&2; } ||
+  judge_fail 3 "could not install vLLM's parser modules (is the package registry reachable?)"
+VLLM_TARGET_DEVICE=cpu "$venv.tmp/bin/python" -c \
+    'import vllm.entrypoints.common.cli_args, vllm.config, vllm.engine.arg_utils' >&2 ||
+  judge_fail 4 "vllm==$VLLM_VERSION's parser does not import with these modules"
+judge_done
