@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import filecmp
 import json
-import os
-import shutil
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+
+from support.target_folder import package_with_target, run_parc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,23 +96,11 @@ target echo {{ {settings} }}
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
     """A copy of the package with one folder added: parc/targets/echo."""
-    base = tmp_path_factory.mktemp("pkg")
-    shutil.copytree(ROOT / "parc", base / "parc", ignore=shutil.ignore_patterns("__pycache__"))
-    folder = base / "parc" / "targets" / "echo"
-    folder.mkdir()
-    for name, text in FOLDER.items():
-        (folder / name).write_text(textwrap.dedent(text).lstrip("\n"))
-    return base
+    return package_with_target(tmp_path_factory.mktemp("pkg"), "echo", FOLDER)
 
 
 def parc(package, tmp_path, *args, settings='message = "hello"'):
-    spec = tmp_path / "spec.par"
-    spec.write_text(SPEC.format(settings=settings))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(package)
-    r = subprocess.run([sys.executable, "-m", "parc", *args, *([str(spec)] if "rules" not in args else [])],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    return r
+    return run_parc(package, tmp_path, SPEC.format(settings=settings), *args, with_spec="rules" not in args)
 
 
 def test_only_the_folder_was_added(package):

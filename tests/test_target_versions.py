@@ -6,15 +6,12 @@ every `since`/`until` in the target folders names a known release."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import textwrap
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from support.target_folder import package_with_target, run_parc
 
 from parc.cli.main import main
 from parc.model import targets as T
@@ -306,22 +303,11 @@ target relay {{ {settings} }}
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    base = tmp_path_factory.mktemp("pkg")
-    shutil.copytree(ROOT / "parc", base / "parc", ignore=shutil.ignore_patterns("__pycache__"))
-    folder = base / "parc" / "targets" / "relay"
-    folder.mkdir()
-    for name, text in FOLDER.items():
-        (folder / name).write_text(textwrap.dedent(text).lstrip("\n"))
-    return base
+    return package_with_target(tmp_path_factory.mktemp("pkg"), "relay", FOLDER)
 
 
 def parc(package, tmp_path, *args, settings=""):
-    spec_file = tmp_path / "spec.par"
-    spec_file.write_text(SPEC.format(settings=settings))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(package)
-    return subprocess.run([sys.executable, "-m", "parc", *args, str(spec_file)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_parc(package, tmp_path, SPEC.format(settings=settings), *args)
 
 
 def _script(package, tmp_path, settings) -> str:
