@@ -67,7 +67,8 @@ def test_p604_vllm_virtual_stages(check_spec):
 
 def test_p605_vllm_context_parallel_with_dp_is_accepted(check_spec):
     """vLLM 0.33 accepts prefill context parallel with dp > 1 (its create_engine_config does: see
-    test_vllm_judge); what it needs is an MLA model, which the spec cannot say: a warning."""
+    test_vllm_judge); what it needs is an MLA model: a warning for a model with no MLA shape, quiet
+    for one with it (before, the rule warned whatever the model, though the MLA keys say it)."""
     text = spec("from = llama3_8b; max_positions = 131072", mesh="dp = 4; cp = 2", serve="max_model_len = 131072",
                 target=VLLM)
     r = check_spec(text, ("vllm",))
@@ -75,6 +76,9 @@ def test_p605_vllm_context_parallel_with_dp_is_accepted(check_spec):
     d = assert_fires(check_spec, text, "P605", "cp = 2", target="vllm", severity="warning")
     assert "multi-head latent attention" in d.message and "refuses to start" in d.message
     assert_quiet(check_spec, text.replace("cp = 2", "tp = 2"), "P605")
+    mla = text.replace("from = llama3_8b", "from = deepseek_v2_lite")
+    assert check_spec(mla, ("vllm",)).plan.model.is_mla
+    assert_quiet(check_spec, mla, "P605")
 
 
 def test_p606_vllm_expert_parallel_size(check_spec):

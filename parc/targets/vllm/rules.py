@@ -40,16 +40,18 @@ def vllm_virtual_stages(plan, c):
 def vllm_pcp_mla(plan, c):
     """vLLM 0.33 accepts prefill context parallel with any dp (ParallelConfig, create_engine_config);
     it runs it only in its V2 model runner and only for multi-head latent attention models
-    (vllm/v1/worker/gpu/pcp_manager.py), which the spec's model block cannot say."""
+    (vllm/v1/worker/gpu/pcp_manager.py): quiet for a model with an MLA shape (`kv_lora_rank`),
+    a warning for one without, whose block may simply leave the shape out."""
     m = plan.mesh
-    if plan.mode != "serve" or m.cp <= 1:
+    if plan.mode != "serve" or m.cp <= 1 or plan.model.is_mla:
         return
     c.report(c.at("mesh.cp"),
              f"vLLM runs prefill context parallel (cp = {m.cp}) only for models with multi-head latent attention "
-             f"(DeepSeek-V2/V3 style) in its V2 model runner: for model `{plan.model.name}` with grouped-query or "
-             f"multi-head attention the engine refuses to start (\"MRV2 PCP currently supports MLA models only\"; "
+             f"(DeepSeek-V2/V3 style) in its V2 model runner: model `{plan.model.name}` gives no MLA shape "
+             f"(`kv_lora_rank`), and with grouped-query or multi-head attention the engine refuses to start (\"MRV2 PCP currently supports MLA models only\"; "
              f"the V1 model runner refuses prefill context parallel at argument check)",
-             help="keep cp only if the model uses MLA; otherwise use cp = 1 and give the GPUs to tp or dp")
+             help="if the model uses MLA, give its shape (`from = deepseek_v3`, or `kv_lora_rank` and the other MLA "
+                  "keys); otherwise use cp = 1 and give the GPUs to tp or dp")
 
 
 # ------------------------------------------------------------------------------------ P664
