@@ -146,12 +146,19 @@ def crosses(pr: Problem, mesh: tuple, axis) -> bool:
         # one group of that axis), so no array of the world's ranks is needed
         got = pr.memo[key] = any(crosses(pr, mesh, ax) for ax in axis)
     if got is None:
-        last = pr.memo.get("rankmap")
-        if last is None or last[0] != mesh:
-            last = pr.memo["rankmap"] = (mesh, rank_map(pr, mesh))
-        got = pr.memo[key] = last[1].crosses_node(axis)
-        last[1]._cache.clear()  # group arrays: up to world-size int64 each
+        got = pr.memo[key] = ask_rank_map(pr, mesh, lambda rm: rm.crosses_node(axis))
     return got
+
+
+def ask_rank_map(pr: Problem, mesh: tuple, question):
+    """``question(rank_map)`` for mesh shape ``mesh``: the last rank map built is kept for the next
+    question about the same shape, its group arrays (up to world-size int64 each) dropped after."""
+    last = pr.memo.get("rankmap")
+    if last is None or last[0] != mesh:
+        last = pr.memo["rankmap"] = (mesh, rank_map(pr, mesh))
+    answer = question(last[1])
+    last[1]._cache.clear()
+    return answer
 
 
 def _groups_ok(pr: Problem, pp: int, dp: int, cp: int, tp: int, ep: int, etp: int) -> bool:

@@ -26,8 +26,8 @@ import numpy as np
 from parc.cost import estimate as cm
 from parc.model import schedules
 from parc.planner.inputs import Problem
-from parc.planner.space import (PIPELINES, RECOMPUTE, SPLITS, batch_options, crosses, few_microbatches_refused,
-                    layout_options, mesh_shapes, rank_map, train_options, zero_options)
+from parc.planner.space import (PIPELINES, RECOMPUTE, SPLITS, ask_rank_map, batch_options, crosses,
+                    few_microbatches_refused, layout_options, mesh_shapes, train_options, zero_options)
 from parc.planner.plans import stage_split
 
 _PIPE = {name: i for i, name in enumerate(PIPELINES)}
@@ -424,11 +424,7 @@ def spanned(pr: Problem, mesh: tuple, axis) -> int:
     key = ("spanned", mesh, axis)
     got = pr.memo.get(key)
     if got is None:
-        last = pr.memo.get("rankmap")
-        if last is None or last[0] != mesh:
-            last = pr.memo["rankmap"] = (mesh, rank_map(pr, mesh))
-        got = pr.memo[key] = last[1].nodes_spanned(axis)
-        last[1]._cache.clear()  # group arrays: up to world-size int64 each
+        got = pr.memo[key] = ask_rank_map(pr, mesh, lambda rm: rm.nodes_spanned(axis))
     return got
 
 
