@@ -27,14 +27,12 @@ import sys
 import tempfile
 
 import jsonschema
-import kubernetes_validate
 import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from support.kubelet import expand  # noqa: E402  ($(NAME) substitution, shared by the Kubernetes judges)
+from support.kubelet import builtin_errors, expand  # noqa: E402  (shared by the Kubernetes judges)
 from support.structural import strict  # noqa: E402  (Kubernetes' pruning, shared with the PyTorchJob test)
 
-K8S_VERSION = "1.37.0"
 CRD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "lws",
                    "leaderworkerset.x-k8s.io_leaderworkersets.yaml")
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -85,14 +83,6 @@ def webhook_errors(lws):
     if replicas * size > INT32_MAX:
         out.append(f"spec.replicas: the product of replicas and worker replicas must not exceed {INT32_MAX}")
     return out
-
-
-def builtin_errors(obj, what):
-    try:
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-    except kubernetes_validate.ValidationError as x:
-        return [f"{what}: {x.message} at {'/'.join(map(str, x.path))}"]
-    return []
 
 
 def run_pod(container, lws_env, tmp):

@@ -34,14 +34,12 @@ import sys
 import tempfile
 
 import jsonschema
-import kubernetes_validate
 import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from support.kubelet import expand  # noqa: E402  ($(NAME) substitution, shared by the Kubernetes judges)
+from support.kubelet import builtin_errors, expand  # noqa: E402  (shared by the Kubernetes judges)
 from support.structural import strict  # noqa: E402  (Kubernetes' pruning, shared with the PyTorchJob test)
 
-K8S_VERSION = "1.37.0"
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "trainjob")
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -162,14 +160,6 @@ def pod_template(job, runtime):
                 if "securityContext" in pc:
                     target["securityContext"] = pc["securityContext"]
     return t, nodes, nproc
-
-
-def builtin_errors(obj, what):
-    try:
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-    except kubernetes_validate.ValidationError as x:
-        return [f"{what}: {x.message} at {'/'.join(map(str, x.path))}"]
-    return []
 
 
 def run_pod(container, index, tmp):

@@ -22,3 +22,19 @@ def expand(text, env):
         out.append(text[i])
         i += 1
     return "".join(out)
+
+
+# The Kubernetes release whose API schemas judge the built-in objects (kubernetes-validate's).
+K8S_VERSION = "1.37.0"
+
+
+def builtin_errors(obj, what):
+    """kubernetes-validate's strict verdict on a built-in object (a ConfigMap, a Service, a pod
+    template): each error with where it is, or none. Needs the judges' environment."""
+    import kubernetes_validate
+
+    try:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as x:
+        return [f"{what}: {x.message} at {'/'.join(map(str, x.path))}"]
+    return []
