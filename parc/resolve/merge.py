@@ -134,7 +134,24 @@ class Document:
             merged.order.append(st.key)
 
     def _nested(self, merged: Block, kind: str, st: S.Block, seen: dict) -> None:
-        """A block inside a block: only `gpu { ... }` inside `cluster` is allowed."""
+        """A block inside a block: `gpu { ... }` inside `cluster`, the pools `prefill { ... }` and
+        `decode { ... }` inside `serve`."""
+        if kind == "serve" and st.kind in SC.POOLS:
+            if st.kind in seen:
+                self.err("P009", f"block `{st.kind}` is defined twice in `serve`", st.kind_span,
+                         help="merge the two blocks into one",
+                         related=[Related(seen[st.kind].key_span, "first defined here")])
+                return
+            seen[st.kind] = S.Assign(st.kind, st.kind_span, S.Auto(st.span), st.span)
+            if st.label is not None:
+                self.err("P021", f"block `{st.kind}` takes no label", st.label_span,
+                         help=f"write `{st.kind} {{ ... }}`")
+            child = merged.children.get(st.kind)
+            if child is None:
+                child = merged.children[st.kind] = Block(st.kind, None, st.span, None)
+            child.span = st.span
+            self.merge_items(child, st, st.kind)
+            return
         if kind == "cluster" and st.kind == "gpu":
             if "gpu" in seen:
                 self.err("P008", "`gpu` is set twice in `cluster`", st.kind_span,
