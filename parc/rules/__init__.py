@@ -307,8 +307,9 @@ def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
     ``failed`` names quantities already reported wrong (a `train` block with a bad value)."""
     reg = registry()
     # a target brings its rule families along (torchrun the torch runtime's; Slurm and Kubernetes
-    # launch torchrun for training and the vllm target's commands for serving)
-    implied = T.implied(active_targets(plan, targets), plan.mode)
+    # launch torchrun for training and the vllm target's commands for serving; lws the engine
+    # its block names)
+    implied = T.implied(active_targets(plan, targets), plan.mode, plan.target_settings)
     out: list[Diagnostic] = []
     failed = set(failed)
     codes = [c for c in FIRST if c in reg] + [c for c in sorted(reg) if c not in FIRST]
