@@ -254,3 +254,16 @@ def test_sglang_pods_take_their_rank_and_leader_from_lws(check_spec):
     [_, lws, svc] = manifest(r)
     assert containers(lws)["leaderTemplate"]["readinessProbe"]["httpGet"]["port"] == 31000
     assert svc["spec"]["ports"][0]["port"] == 31000
+
+
+def test_the_planner_judges_with_the_engines_rules(tmp_path):
+    """The planner reads the same engine from the spec's blocks: its candidates are judged by
+    SGLang's rules under `engine = sglang`, by vLLM's otherwise."""
+    from parc.planner.inputs import load_spec
+
+    path = tmp_path / "s.par"
+    text = spec(nodes=2, mesh="pp = 2; tp = 8", serve=SERVE, target=SGLANG)
+    path.write_text(text)
+    assert load_spec(str(path)).rule_targets == {"lws", "sglang"}
+    path.write_text(on_vllm(text))
+    assert load_spec(str(path)).rule_targets == {"lws", "vllm"}
