@@ -52,6 +52,16 @@ BLOCKS: dict[str, dict[str, F]] = {
         "qk_nope_head_dim": F("int", 1, 10**6, doc="MLA: the non-rotary part of each query/key head"),
         "v_head_dim": F("int", 1, 10**6, doc="MLA: the width of each value head"),
         "mtp_layers": F("int", 0, 100, doc="multi-token-prediction modules (num_nextn_predict_layers)"),
+        "qkv_bias": F("bool", doc="biases on the query, key and value projections only (Qwen2/2.5 "
+                                  "config has none by name; `bias = true` puts them on every linear layer)"),
+        "qk_norm": F("bool", doc="an RMSNorm of head_dim weights over each query and key head (Qwen3 "
+                                 "q_norm and k_norm)"),
+        "attention_sinks": F("bool", doc="one learned sink logit per attention head and layer (gpt-oss `sinks`)"),
+        "attention_window": F("int", 0, 10**9, doc="local attention: a local layer attends to and caches at "
+                              "most this many tokens (sliding_window in a gpt-oss config, attention_chunk_size "
+                              "in a Llama 4 one; 0: every layer is global)"),
+        "global_every": F("int", 0, 10**5, doc="with `attention_window`, every n-th layer (layers n-1, 2n-1, "
+                          "...) attends to the whole context; 0: none does"),
         "rope_theta": F("int", 1, 10**12, doc="the RoPE base frequency (rope_theta in a Hugging Face config)"),
         "max_positions": F("int", 1, 10**9, doc="the longest sequence the model supports "
                                                  "(max_position_embeddings in a Hugging Face config)"),
@@ -166,7 +176,8 @@ ALIASES = {
     "num_nodes": "nodes", "nnodes": "nodes", "nproc_per_node": "gpus_per_node",
     "max_seq_len_to_capture": "max_model_len",
     "first_k_dense_replace": "first_k_dense", "num_nextn_predict_layers": "mtp_layers",
-    "mtp_num_layers": "mtp_layers", "cpu_offloading_num_layers": "offload_layers",
+    "mtp_num_layers": "mtp_layers", "sliding_window": "attention_window",
+    "attention_chunk_size": "attention_window", "cpu_offloading_num_layers": "offload_layers",
 }
 
 UNITS = {

@@ -98,7 +98,9 @@ def model_block(m: Model) -> list[str]:
 _MODEL_DEFAULTS = {"dtype": "bf16", "tied_embeddings": False, "mlp": "swiglu", "norm": "rmsnorm",
                    "position": "rope", "bias": False, "experts": 0, "shared_experts": 0, "moe_every": 1,
                    **dict.fromkeys(("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-                                    "qk_nope_head_dim", "v_head_dim", "mtp_layers"), 0)}
+                                    "qk_nope_head_dim", "v_head_dim", "mtp_layers", "attention_window",
+                                    "global_every"), 0),
+                   **dict.fromkeys(("qkv_bias", "qk_norm", "attention_sinks"), False)}
 
 
 def _gpu_preset(g: GPU) -> bool:

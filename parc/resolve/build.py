@@ -114,7 +114,7 @@ def build_model(r: Evaluator, top: Span) -> Model:
         moe_ffn_hidden=vals.get("moe_ffn_hidden") or 0, shared_experts=vals.get("shared_experts") or 0,
         moe_every=vals.get("moe_every") or 1, rope_theta=vals.get("rope_theta") or 10000,
         max_positions=vals.get("max_positions"), preset=r.values.get("model.from"),
-        **{k: vals.get(k) or 0 for k in _MODEL_COUNTS})
+        **{k: vals.get(k) or 0 for k in _MODEL_COUNTS}, **{k: bool(vals.get(k)) for k in _MODEL_SWITCHES})
     if vals.get("seq_len") is None:
         r.spans["model.seq_len"] = head
     m.params = vals["params"] if vals.get("params") is not None else param_count(m)
@@ -125,7 +125,9 @@ def build_model(r: Evaluator, top: Span) -> Model:
 
 # Model keys that default to 0 (absent): the first dense layers, MLA widths, MTP modules.
 _MODEL_COUNTS = ("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                 "v_head_dim", "mtp_layers")
+                 "v_head_dim", "mtp_layers", "attention_window", "global_every")
+# Model switches that default to false: the attention's extra parameters.
+_MODEL_SWITCHES = ("qkv_bias", "qk_norm", "attention_sinks")
 
 
 def build_gpu(r: Evaluator, top: Span) -> GPU:
