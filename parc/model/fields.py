@@ -68,7 +68,8 @@ BLOCKS: dict[str, dict[str, F]] = {
     },
     "cluster": {
         "nodes": F("int", 1, 2**17), "gpus_per_node": F("int", 1, 2**10),
-        "gpu": F("preset", doc="a GPU preset or a `gpu { ... }` block"),
+        "gpu": F("preset", doc="a GPU preset, or a `gpu \"name\" { from = h100_sxm  memory = 96GB }` block "
+                               "(the name, optional, is what explain shows)"),
         "intra_node": F("link"), "inter_node": F("link"),
         "cuda_context": F("bytes", 0, doc="memory the CUDA context, loaded kernels and library workspaces "
                                           "take on every GPU"),
@@ -150,7 +151,7 @@ BLOCKS: dict[str, dict[str, F]] = {
 }
 
 # Blocks that take a label, and whether it is required.
-LABELS = {"model": "optional", "cluster": "optional", "target": "required", "gpu": "none",
+LABELS = {"model": "optional", "cluster": "optional", "target": "required", "gpu": "optional",
           "mesh": "none", "placement": "none", "schedule": "none", "train": "none", "serve": "none",
           "profile": "optional"}
 TOP_BLOCKS = ("model", "cluster", "mesh", "placement", "schedule", "train", "serve", "profile", "target")

@@ -123,7 +123,8 @@ def cluster_block(pr: Problem) -> list[str]:
     if _gpu_preset(g):
         lines.append(f"  gpu = {g.name}")
     else:
-        lines += ["  gpu {", f"    memory = {quantity(g.memory, _BYTES, 'B')}",
+        head = "  gpu {" if g.name == "custom" else f"  gpu {_label(g.name)} {{"
+        lines += [head, f"    memory = {quantity(g.memory, _BYTES, 'B')}",
                   f"    flops = {quantity(g.flops, _FLOPS, 'FLOPS')}"]
         for k in ("hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth"):
             if getattr(g, k):

@@ -185,7 +185,7 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
         r.err("P018", "the `gpu` block needs " + " and ".join(f"`{k}`" for k in missing), child.span,
               help="for example `memory = 80GB` and `flops = 989TFLOPS` (dense BF16)")
         raise _Incomplete()
-    name = r.values.get("gpu.from") or "custom"
+    name = child.label or r.values.get("gpu.from") or "custom"
     return GPU(name, int(vals["memory"]), float(vals["flops"]), float(vals.get("hbm_bandwidth") or 0),
                float(vals.get("nvlink_bandwidth") or 0), float(vals.get("pcie_bandwidth") or 0),
                float(vals.get("fp8_flops") or 0), bool(vals.get("nvls") or False))
