@@ -380,7 +380,7 @@ def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict, local: 
             clink[ax], ctime[ax], algo[ax] = None, 0.0, None
             continue
         clink[ax] = rm.link(g)
-        local[ax] = members_per_node(g, axis_sizes, rm.nodes_spanned)
+        local[ax] = members_per_node(g, axis_sizes, rm.domains_spanned)
         t, a = axis_time(ax, comm[ax], n, calls[ax], local[ax], lp["intra_node"], lp.get("inter_node"),
                          plan.cluster.gpu.nvls)
         ctime[ax], algo[ax] = float(t), ALGORITHMS[int(a)]
@@ -388,9 +388,10 @@ def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict, local: 
 
 
 def members_per_node(group, sizes: dict, spanned) -> int:
-    """How many members of a group of ``group`` (an axis, or a tuple of axes) one node holds:
-    size // nodes it spans, per axis, multiplied over a tuple's axes (each axis's members in a
-    node combine with the others'). ``spanned(axis)`` gives the nodes an axis's groups touch."""
+    """How many members of a group of ``group`` (an axis, or a tuple of axes) one node, or one
+    NVLink domain where it spans nodes, holds: size // domains it spans, per axis, multiplied over
+    a tuple's axes (each axis's members in a domain combine with the others'). ``spanned(axis)``
+    gives the domains an axis's groups touch (:meth:`parc.model.rankmap.RankMap.domains_spanned`)."""
     out = 1
     for ax in ((group,) if isinstance(group, str) else group):
         out *= max(1, sizes[ax] // spanned(ax))

@@ -117,10 +117,19 @@ class Cluster:
     cuda_context: Optional[int] = None    # bytes: CUDA context, loaded kernels, library workspaces
     nccl_buffers: Optional[int] = None    # bytes per NCCL communicator the rank joins
     fragmentation: Optional[float] = None  # allocator fragmentation, a fraction of the activations
+    nvlink_domain: Optional[int] = None   # GPUs sharing one NVLink fabric (GB200 NVL72: 72); None: a node
 
     @property
     def world(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def domain(self) -> int:
+        """GPUs per NVLink domain, the group the intra-node link reaches: ``nvlink_domain`` where the
+        cluster gives it (a GB200 NVL72 rack: 18 nodes of 4 GPUs on one NVLink fabric), else a node.
+        The rank map (:class:`parc.model.rankmap.RankMap`) asks every "does this group stay on the
+        fast link" question against it; a node stays a host (launch scripts, nnodes)."""
+        return self.nvlink_domain or self.gpus_per_node
 
 
 @dataclass(slots=True)

@@ -119,6 +119,8 @@ def _gpu_preset(g: GPU) -> bool:
 def cluster_block(pr: Problem) -> list[str]:
     cl = pr.cluster
     lines = [f"cluster {_label(cl.name)} {{", f"  nodes = {cl.nodes}", f"  gpus_per_node = {cl.gpus_per_node}"]
+    if cl.nvlink_domain is not None:
+        lines.append(f"  nvlink_domain = {cl.nvlink_domain}")
     g = cl.gpu
     if _gpu_preset(g):
         lines.append(f"  gpu = {g.name}")

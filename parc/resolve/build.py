@@ -204,6 +204,7 @@ def build_cluster(r: Evaluator, top: Span) -> Cluster:
     intra = _get(r, "cluster", "intra_node")
     inter = _get(r, "cluster", "inter_node")
     ifname = _get(r, "cluster", "socket_ifname")
+    domain = _get(r, "cluster", "nvlink_domain")
     overheads = {k: _get(r, "cluster", k) for k in ("cuda_context", "nccl_buffers", "fragmentation")}
     try:
         gpu = build_gpu(r, top)
@@ -212,7 +213,13 @@ def build_cluster(r: Evaluator, top: Span) -> Cluster:
     if gpn is None:
         r.err("P018", "the cluster needs `gpus_per_node`", head, help="for example `gpus_per_node = 8`")
         raise _Incomplete()
-    if _FAILED in (nodes, gpn, intra, inter, ifname, *overheads.values()) or gpu is None:
+    if _FAILED in (nodes, gpn, intra, inter, ifname, domain, *overheads.values()) or gpu is None:
+        raise _Incomplete()
+    if domain is not None and domain % gpn:
+        r.err("P017", f"nvlink_domain = {domain} is not a multiple of gpus_per_node = {gpn}: an NVLink domain "
+                      "holds whole nodes", r.spans.get("cluster.nvlink_domain", head),
+              help=f"a GB200 NVL72 rack is `nvlink_domain = 72` with `gpus_per_node = 4`; "
+                   f"try `nvlink_domain = {max(gpn, domain // gpn * gpn)}`")
         raise _Incomplete()
     r.spans.setdefault("cluster.nodes", head)
 
@@ -239,7 +246,7 @@ def build_cluster(r: Evaluator, top: Span) -> Cluster:
         r.err("P017", f"a cluster of {nodes * gpn:,} GPUs is larger than parc plans for ({MAX_WORLD:,})",
               r.spans.get("cluster.nodes", head))
         raise _Incomplete()
-    return Cluster(label, nodes, gpn, gpu, intra_l, inter_l, ifname, **overheads)
+    return Cluster(label, nodes, gpn, gpu, intra_l, inter_l, ifname, **overheads, nvlink_domain=domain)
 
 
 def build_mesh(r: Evaluator, cluster: Cluster | None, top: Span) -> Mesh:
