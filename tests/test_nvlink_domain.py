@@ -111,3 +111,22 @@ def test_planner_asks_the_domain():
 
     res = search(pr, top=3)
     assert res.best is not None and (res.columns["tp"] == 8).any()
+
+
+def test_planner_writes_the_domain_and_a_named_gpu_back(tmp_path):
+    from dataclasses import replace
+
+    from parc.api import check_file
+    from parc.planner.emit import plan_text
+    from parc.planner.inputs import problem
+    from parc.planner.search import search
+
+    pr = problem("llama3_70b", ROOT / "examples/clusters/gb200-nvl72.par", root=ROOT)
+    pr.cluster = replace(pr.cluster, gpu=replace(pr.cluster.gpu, name="gb200-lab", memory=96 * 2**30))
+    res = search(pr, top=1)
+    text = plan_text(res)
+    assert "nvlink_domain = 72" in text and 'gpu "gb200-lab" {' in text
+    spec = tmp_path / "best.par"
+    spec.write_text(text)
+    r = check_file(spec, root=tmp_path)
+    assert r.plan is not None and r.plan.cluster.domain == 72 and r.plan.cluster.gpu.name == "gb200-lab"

@@ -52,8 +52,8 @@ BLOCKS: dict[str, dict[str, F]] = {
         "qk_nope_head_dim": F("int", 1, 10**6, doc="MLA: the non-rotary part of each query/key head"),
         "v_head_dim": F("int", 1, 10**6, doc="MLA: the width of each value head"),
         "mtp_layers": F("int", 0, 100, doc="multi-token-prediction modules (num_nextn_predict_layers)"),
-        "qkv_bias": F("bool", doc="biases on the query, key and value projections only (Qwen2/2.5 "
-                                  "config has none by name; `bias = true` puts them on every linear layer)"),
+        "qkv_bias": F("bool", doc="biases on the query, key and value projections only (Qwen2/2.5, whose "
+                                  "config.json does not name them; `bias = true` puts them on every linear layer)"),
         "qk_norm": F("bool", doc="an RMSNorm of head_dim weights over each query and key head (Qwen3 "
                                  "q_norm and k_norm)"),
         "attention_sinks": F("bool", doc="one learned sink logit per attention head and layer (gpt-oss `sinks`)"),
