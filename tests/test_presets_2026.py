@@ -156,3 +156,15 @@ def test_serving_estimate_sizes_gpt_oss_kv_by_its_window(check_spec):
     # (2 · 2 · 64 · 2 = 512 B a layer-token · 149,760 / 8,192)
     assert est.kv_bytes_per_token == 9_360
     assert est.max_concurrent_seqs == est.kv_capacity_tokens // 8192
+
+
+def test_each_stage_counts_its_own_local_layers():
+    m = preset("gpt_oss_120b")
+    # 36 layers over pp 4 in chunks of 9: stage 0 holds layers 0-8 (local 0, 2, 4, 6, 8: five),
+    # stage 1 layers 9-17 (local 10, 12, 14, 16: four), and so on: 5, 4, 5, 4
+    lay = cm.layouts_of(m, "1f1b", 4, [9, 9, 9, 9])
+    assert [s.local_layers for s in lay] == [5, 4, 5, 4]
+    # at 8,192 tokens stage 0 keeps 4 · 8,192 + 5 · 128 = 33,408 layer-tokens a sequence,
+    # stage 1 5 · 8,192 + 4 · 128 = 41,472
+    assert mem.kv_layer_tokens(m, 9, 8192, 5) == 33_408
+    assert mem.kv_layer_tokens(m, 9, 8192, 4) == 41_472

@@ -268,7 +268,8 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     if not train:
         mem.weights = nparams * dtype_bytes(_weight_dtype(plan))
         st.kv_bytes_per_token = model_kv_bytes_per_token(m, lay.layers, kv_nbytes, mesh.tp,
-                                                         plan.serve.max_model_len if plan.serve else None)
+                                                         plan.serve.max_model_len if plan.serve else None,
+                                                         lay.local_layers)
         return st
     full = _stage_parts(plan, lay, sharded=False)
     n_dense, n_exp = _shard_groups(plan)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from parc.model.dims import expert_dp_of
 from parc.model.params import (  # noqa: F401 - the counts, re-exported for the cost model's users
     attention_core_dim, attention_params, balanced_split, embedding_params, expert_params, is_moe_layer,
-    layer_params, mla_params, mlp_params, moe_layer_mlp_params, moe_layers_between, mtp_params, norm_params,
-    output_params, param_count)
+    layer_params, local_layers_between, mla_params, mlp_params, moe_layer_mlp_params, moe_layers_between, mtp_params,
+    norm_params, output_params, param_count)
 from parc.model.plan import Model
 
 
@@ -120,6 +120,7 @@ class StageLayout:
     moe_layers: int
     embedding: bool        # holds the token embedding (chunk 0)
     head: bool             # holds the final norm and output head (last chunk)
+    local_layers: int = 0  # layers with local attention (:func:`parc.model.params.is_local_layer`)
 
 
 def stage_layouts(plan) -> list[StageLayout]:
@@ -136,7 +137,8 @@ def layouts_of(m: Model, pipeline: str, pp: int, split: list[int]) -> list[Stage
         chunks = chunks_of_rank(pipeline, pp, s, len(split))
         layers = sum(split[c] for c in chunks)
         moe = sum(_moe_in_range(m, *ranges[c]) for c in chunks)
-        out.append(StageLayout(s, chunks, layers, moe, 0 in chunks, last in chunks))
+        local = sum(local_layers_between(m, *ranges[c]) for c in chunks)
+        out.append(StageLayout(s, chunks, layers, moe, 0 in chunks, last in chunks, local))
     return out
 
 
