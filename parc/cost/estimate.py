@@ -15,14 +15,16 @@ from parc.cost.flops import (active_matmul_params, model_flops, recompute_factor
 from parc.cost.memory import (StateBytes, activation_bytes_per_layer, caches_fp8_weights, fp8_weight_cache_bytes, kv_bytes_per_token,
                               kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
                               model_kv_bytes_per_token,
-                              model_state_bytes, nccl_communicators, overhead_bytes, stage_activation_bytes,
+                              model_state_bytes, nccl_communicators, overhead_bytes, overheads,
+                              prefill_chunk_tokens, sampler_bytes, serving_activation_bytes, stage_activation_bytes,
                               state_bytes_per_param, zero_state_bytes, _train_state)
 from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, DTYPE_BYTES, PARTS,
                               StageLayout, attention_params, balanced_split, chunks_of_rank, dtype_bytes,
                               embedding_params, expert_params, head_dim, is_moe_layer, kv_heads_per_gpu,
                               layer_params, layer_split, layout_tensors, layouts_of, mlp_params,
                               moe_layer_mlp_params, norm_params, output_params, param_bytes_on_rank,
-                              param_count, params_by_part, params_on_rank, shard_groups, split_layers,
+                              param_count, params_by_part, params_on_rank, serving_expert_split, shard_groups,
+                              split_layers,
                               stage_chunks, stage_layouts, stage_parts, stage_tensors, uses_v_placement,
                               _shard_groups, _stage_parts, _weight_dtype, _zero)
 from parc.cost.gemm import stage_compute_time, stage_rates
@@ -62,10 +64,12 @@ class Memory:
     cuda_context: float = 0.0
     nccl_buffers: float = 0.0
     fragmentation: float = 0.0
+    cuda_graphs: float = 0.0     # serving: the decode CUDA graphs
+    sampler: float = 0.0         # serving: the sampler's logits and probabilities
 
     @property
     def overheads(self) -> float:
-        return self.cuda_context + self.nccl_buffers + self.fragmentation
+        return self.cuda_context + self.nccl_buffers + self.fragmentation + self.cuda_graphs + self.sampler
 
     @property
     def total(self) -> float:
@@ -77,6 +81,7 @@ class Memory:
                 "activations": int(self.activations), "kv_cache": int(self.kv_cache),
                 "fp8_weights": int(self.fp8_weights), "cuda_context": int(self.cuda_context),
                 "nccl_buffers": int(self.nccl_buffers), "fragmentation": int(self.fragmentation),
+                "cuda_graphs": int(self.cuda_graphs), "sampler": int(self.sampler),
                 "total": int(self.total), "capacity": int(self.capacity)}
 
 
@@ -267,7 +272,8 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     st = StageEstimate(lay.stage, lay.layers, lay.moe_layers, nparams, parts, mem, 0.0, 0.0)
     if not train:
         mem.weights = nparams * dtype_bytes(_weight_dtype(plan))
-        st.kv_bytes_per_token = model_kv_bytes_per_token(m, lay.layers, kv_nbytes, mesh.tp)
+        st.kv_bytes_per_token = model_kv_bytes_per_token(m, lay.layers, kv_nbytes, mesh.tp, mesh.dcp)
+        _serving_overheads(plan, lay, mem)
         return st
     full = _stage_parts(plan, lay, sharded=False)
     n_dense, n_exp = _shard_groups(plan)
@@ -297,13 +303,28 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     return st
 
 
+def _serving_overheads(plan, lay: StageLayout, mem: Memory) -> None:
+    """What a serving engine holds beside weights and KV cache (vLLM's ``non_kv_cache_memory``): the
+    peak activations of a ``max_num_batched_tokens`` forward pass, the CUDA context and NCCL
+    buffers, the decode CUDA graphs, and on the last stage the sampler's logits."""
+    m, mesh = plan.model, plan.mesh
+    ep, etp, _ = serving_expert_split(plan)
+    moe_dp = max(1, ep * etp // (mesh.tp * mesh.cp))          # dp ranks whose MoE layers this GPU shares
+    mem.activations = serving_activation_bytes(m, prefill_chunk_tokens(plan.cluster.gpu), mesh.tp, ep, etp,
+                                               moe_dp)
+    comms = nccl_communicators(mesh.pp, moe_dp, mesh.cp, mesh.tp, ep, 1, m.is_moe)
+    mem.cuda_context, mem.nccl_buffers, _ = overhead_bytes(plan.cluster, comms, 0.0)
+    mem.cuda_graphs = float(overheads()["cuda_graphs"])
+    mem.sampler = sampler_bytes(m, plan.serve.max_num_seqs) if lay.head else 0.0
+
+
 def _serving_kv(plan, stages: list[StageEstimate]) -> tuple[int, int, int]:
     """(KV bytes per token of the fullest stage, tokens of KV cache, concurrent sequences)."""
     srv = plan.serve
     if srv is None:
         return 0, 0, 0
-    caps = [kv_capacity_tokens(float(plan.cluster.gpu.memory), srv.gpu_memory_utilization, st.memory.weights,
-                               st.kv_bytes_per_token) for st in stages]
+    caps = [kv_capacity_tokens(float(plan.cluster.gpu.memory), srv.gpu_memory_utilization,
+                               st.memory.total - st.memory.kv_cache, st.kv_bytes_per_token) for st in stages]
     kv_cap = min(caps) if caps else 0
     for st, c in zip(stages, caps):
         st.kv_capacity_tokens = c
