@@ -143,6 +143,7 @@ class Estimate:
     max_concurrent_seqs: int = 0
     rank_map: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+    serving: object = None      # serving: parc.cost.serving.ServeNumbers at the workload
 
     @property
     def memory(self) -> Memory:
@@ -209,7 +210,9 @@ class Estimate:
             "notes": list(self.notes),
         }
         if not train:
-            out["comm_per_token"] = {ax: int(self.comm_bytes.get(ax, 0)) for ax in AXES}
+            out["comm_per_token"] = {ax: int(self.comm_bytes.get(ax, 0)) for ax in AXES + ("dcp",)}
+            if self.serving is not None:
+                out["serving"] = self.serving.to_json()
         return out
 
 
@@ -469,7 +472,7 @@ def _estimate(plan, efficiency: float) -> Estimate:
         step = float(step_time(compute, exposed, bub))
         mfu = mflops / (step * plan.world_size * cl.gpu.flops) if step else 0.0   # on the BF16 peak
         tps = tokens / step if step else 0.0
-    return Estimate(
+    est = Estimate(
         mode=plan.mode, world_size=plan.world_size,
         mesh={"order": list(mesh.order), "pp": p, "dp": mesh.dp, "cp": mesh.cp, "tp": mesh.tp, "ep": mesh.ep,
               "etp": mesh.etp},
@@ -484,3 +487,8 @@ def _estimate(plan, efficiency: float) -> Estimate:
         gemm_peak=cl.gpu.peak(plan.train.precision) if train else cl.gpu.flops,
         kv_bytes_per_token=kv_tok, kv_capacity_tokens=kv_cap, max_concurrent_seqs=max_seqs,
         rank_map=rm.summary(), notes=notes)
+    if not train and plan.serve is not None:
+        from parc.cost.serving import serve_numbers
+
+        est.serving = serve_numbers(plan, est, efficiency)
+    return est
