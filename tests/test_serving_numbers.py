@@ -4,6 +4,8 @@ MLA (DeepSeek-V2 §2.1) and GQA (the vLLM paper), decode context parallel, fp8 K
 and throughput estimates of ``parc explain``."""
 from __future__ import annotations
 
+import pytest
+
 import parc.cost.estimate as cm
 
 # DeepSeek-V3 (config.json): 61 layers, the first 3 dense, so 58 MoE layers of 256 routed experts,
@@ -98,3 +100,88 @@ def test_gqa_kv_per_token_under_tp_and_dcp(check_spec):
     assert e.kv_capacity_tokens >= 2 * e16.kv_capacity_tokens - 2
     _, e = _est(check_spec, llama70b(8, kv="fp8"))
     assert e.kv_bytes_per_token == 20_480                       # fp8: one byte an element
+
+
+# --- speed at the workload -----------------------------------------------------------------------
+
+def llama8b(serve: str) -> str:
+    return ('model "m" { from = llama3_8b }\n'
+            'cluster "c" {\n  nodes = 1\n  gpus_per_node = 1\n  gpu = h100_sxm\n}\n'
+            'mesh { tp = 1 }\n'
+            f'serve {{\n  max_model_len = 4096\n  {serve}\n}}\n')
+
+
+def test_decode_and_prefill_are_rooflines(check_spec):
+    """Llama 3 8B on one H100 (3.35 TB/s at hbm_efficiency 0.6, 989 TFLOP/s at gemm_efficiency 0.7),
+    10 requests of 1000 + 200 tokens: no communication, so each pass is max(reads, compute)."""
+    from parc.cost.serving import decode_flops_per_token
+
+    plan, e = _est(check_spec, llama8b("prompt_tokens = 1000\n  output_tokens = 200\n  concurrency = 10"))
+    sv, m = e.serving, plan.model
+    hbm, peak = 3350e9 * 0.6, 989e12 * 0.7
+    d = sv.decode[0]
+    # every weight once, and the KV of 10 sequences of 1000 + 200/2 = 1100 tokens at 131,072 B/token
+    assert e.kv_bytes_per_token == 32 * 8 * 128 * 2 * 2 == 131_072
+    assert d.weights == pytest.approx(e.memory.weights / hbm)
+    assert d.kv == pytest.approx(10 * 1100 * 131_072 / hbm)
+    assert d.compute == pytest.approx(10 * decode_flops_per_token(m, 32, 0, 1, 1, 1100) / peak)
+    assert d.bound == "memory" and d.comm == {}
+    assert sv.tpot == pytest.approx(d.weights + d.kv)
+    assert sv.output_tokens_per_s == pytest.approx(10 / sv.tpot)
+    p = sv.prefill[0]
+    # 1000 tokens, causal attention over 500 on average: compute-bound
+    assert p.compute == pytest.approx(1000 * decode_flops_per_token(m, 32, 0, 1, 1, 500) / peak)
+    assert p.bound == "compute" and sv.ttft == pytest.approx(p.time) == pytest.approx(p.compute)
+    assert sv.prefill_tokens_per_s == pytest.approx(1000 / p.time)
+
+
+def test_default_workload_is_vllm_benchmark(check_spec):
+    plan, e = _est(check_spec, llama8b(""))
+    w = e.serving.workload
+    # vLLM's RandomDataset: 1024 prompt + 128 output tokens; as many requests as max_num_seqs (256) allows
+    assert (w.prompt_tokens, w.output_tokens, w.stated) == (1024, 128, ())
+    assert w.concurrency == min(256, e.kv_capacity_tokens // 1152)
+    plan, e = _est(check_spec, llama8b("").replace("max_model_len = 4096", "max_model_len = 576"))
+    assert (e.serving.workload.prompt_tokens, e.serving.workload.output_tokens) == (512, 64)   # × 576/1152
+
+
+def test_experts_touched_by_a_small_batch():
+    from parc.cost.serving import experts_touched
+
+    # 8 routed copies over 256 experts reach 256 · (1 − (255/256)^8) ≈ 7.89 of them
+    assert 256 * experts_touched(256, 8) == pytest.approx(256 * (1 - (255 / 256) ** 8))
+    assert experts_touched(256, 1e6) == pytest.approx(1.0)
+
+
+def test_disaggregated_ttft_is_prefill_transfer_and_first_step(check_spec):
+    from test_pools import pd_spec
+
+    plan, e = _est(check_spec, pd_spec(serve="kv_transfer = nixl; prompt_tokens = 1024; output_tokens = 128; "
+                                            "concurrency = 64"))
+    sv = e.serving
+    # the whole model's KV per token: 80 layers × 8 heads × 128 × 2 (K, V) × 2 B = 327,680; × 1024 tokens
+    assert sv.kv_transfer_bytes == 1024 * 327_680
+    # each of the prefill instance's 8 GPUs sends its 40,960 B/token share over its 50 GB/s link
+    assert sv.kv_transfer_time == pytest.approx(1024 * 40_960 / 50e9)
+    assert sv.ttft == pytest.approx(sv.prefill_time + sv.kv_transfer_time + sv.tpot)
+    assert set(sv.pools) == {"prefill", "decode"} and sv.replicas == 2      # decode: 1 instance of dp 2
+    assert sv.batch == 32
+
+
+def test_workload_rules(check_spec):
+    from support.specs import only
+
+    r = check_spec(llama8b("prompt_tokens = 1000\n  output_tokens = 200\n  concurrency = 400"))
+    d = only(r, "P407")
+    assert "max_num_seqs = 256" in d.message
+    r = check_spec(llama8b("prompt_tokens = 3000\n  output_tokens = 1000\n  concurrency = 200\n"
+                           "  max_num_seqs = 200"))
+    e = cm.estimate(r.plan)
+    fit = e.kv_capacity_tokens // 4000
+    d = only(r, "P406")
+    assert f"`concurrency = {fit}` fits" in d.help
+    assert [x.code for x in check_spec(llama8b(f"prompt_tokens = 3000\n  output_tokens = 1000\n"
+                                                f"  concurrency = {fit}")).diagnostics] == []
+    r = check_spec(llama8b("prompt_tokens = 4000\n  output_tokens = 200"))
+    d = only(r, "P408")
+    assert "4,200" in d.message and "max_model_len = 4,096" in d.message
