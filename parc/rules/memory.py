@@ -287,15 +287,18 @@ def kv_cache_one_sequence(plan, c):
     fixes = []
     if e.kv_capacity_tokens > 0:
         fixes.append(f"`max_model_len = {e.kv_capacity_tokens}` fits")
-    util = (max(st.memory.weights + srv.max_model_len * st.kv_bytes_per_token for st in e.stages)) / cap
+    util = (max(st.memory.total - st.memory.kv_cache + srv.max_model_len * st.kv_bytes_per_token
+                for st in e.stages)) / cap
     util = int(util * 100 + 1) / 100
     if util <= 0.98:
         fixes.append(f"`gpu_memory_utilization = {util:.2f}` fits one full sequence")
     fixes.append(_mesh_help(plan, smallest_serving_mesh(plan)))
+    engine = e.memory.total - e.memory.weights - e.memory.kv_cache
     c.report(c.at("serve.max_model_len", "serve"),
              f"the KV cache holds {e.kv_capacity_tokens:,} tokens per GPU, fewer than one "
-             f"max_model_len = {srv.max_model_len:,} sequence: after {gb(e.memory.weights)} of weights, "
-             f"{gb(max(0.0, budget - e.memory.weights))} is left at {per:,} bytes per token",
+             f"max_model_len = {srv.max_model_len:,} sequence: after {gb(e.memory.weights)} of weights and "
+             f"{gb(engine)} the engine keeps (activations, CUDA context and graphs, NCCL, sampler), "
+             f"{gb(max(0.0, budget - e.memory.weights - engine))} is left at {per:,} bytes per token",
              help="; or ".join(fixes))
 
 
