@@ -185,3 +185,15 @@ def test_workload_rules(check_spec):
     r = check_spec(llama8b("prompt_tokens = 4000\n  output_tokens = 200"))
     d = only(r, "P408")
     assert "4,200" in d.message and "max_model_len = 4,096" in d.message
+
+
+def test_dcp_gathers_queries_and_reduces_outputs_in_the_latent_space(check_spec):
+    """DeepSeek-V3 at tp 8, dcp 8: per layer and token each GPU sends (dcp − 1) × 16 heads × (query 512 + 64
+    + output 512) × 2 bytes over the tp group's link; the TP all-reduce is unchanged."""
+    _, e = _est(check_spec, dsv3("tp = 8; dcp = 8", nodes=1))
+    assert e.comm_bytes["dcp"] == 7 * 16 * (576 + 512) * 2 * 61 == 14_866_432
+    assert e.comm_link["dcp"] == "intra_node" and e.comm_time["dcp"] > 0
+    _, e1 = _est(check_spec, dsv3("tp = 8", nodes=1))
+    assert e1.comm_bytes["dcp"] == 0 and e.comm_bytes["tp"] == e1.comm_bytes["tp"]
+    # decode waits for it; the prefill does not
+    assert "dcp" in e.serving.decode[0].comm and "dcp" not in e.serving.prefill[0].comm

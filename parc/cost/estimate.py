@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from parc.cost.comm import (ALGORITHMS, allgather_bytes, allreduce_bytes, axis_time, comm_calls,
+from parc.cost.comm import (ALGORITHMS, allgather_bytes, p2p_time, allreduce_bytes, axis_time, comm_calls,
                             cp_bytes_per_layer, dp_bytes, dp_bytes_parts, ep_bytes_per_layer, link_latency, link_params, serving_calls,
                             pp_bytes_per_microbatch, tp_bytes_per_layer)
 from parc.cost.flops import (active_matmul_params, model_flops, recompute_factors, recompute_flops,
@@ -165,9 +165,11 @@ class Estimate:
     def to_json(self) -> dict:
         """The ``parc explain --format json`` object (docs/json.md lists its keys). Serving
         plans give 0 for per-step quantities and add ``comm_per_token`` (bytes per GPU per decoded
-        token) and ``comm_time_per_token``."""
+        token) and ``comm_time_per_token``, with decode context parallel's ``dcp`` beside the axes,
+        and ``serving``."""
         mem = self.memory
         train = self.mode == "train"
+        axes = AXES if train else AXES + ("dcp",)
         out = {
             "mode": self.mode,
             "world_size": self.world_size,
@@ -184,9 +186,9 @@ class Estimate:
                          "capacity_tokens": self.kv_capacity_tokens,
                          "max_concurrent_seqs": self.max_concurrent_seqs},
             "comm_per_step": {ax: int(self.comm_bytes.get(ax, 0)) if train else 0 for ax in AXES},
-            ("comm_time" if train else "comm_time_per_token"): {ax: self.comm_time.get(ax, 0.0) for ax in AXES},
-            "comm_link": {ax: self.comm_link.get(ax) for ax in AXES},
-            "comm_algorithm": {ax: self.comm_algorithm.get(ax) for ax in AXES},
+            ("comm_time" if train else "comm_time_per_token"): {ax: self.comm_time.get(ax, 0.0) for ax in axes},
+            "comm_link": {ax: self.comm_link.get(ax) for ax in axes},
+            "comm_algorithm": {ax: self.comm_algorithm.get(ax) for ax in axes},
             "comm_exposed": {ax: self.comm_exposed.get(ax, 0.0) for ax in AXES},
             "gemm_peak": self.gemm_peak,
             "compute_split": self.compute_split(),
@@ -363,10 +365,10 @@ def _comm(plan, stages, most: int, train: bool, per) -> dict:
     t, cp, wbytes = mesh.tp, mesh.cp, dtype_bytes(_weight_dtype(plan))
     crit = stages[most] if not train else _critical(stages)
     if not train:   # per decoded token of one sequence
-        from parc.cost.serving import decode_comm_bytes
+        from parc.cost.serving import activation_bytes, decode_comm_bytes
 
-        return {"cp": 0.0, "dp": 0.0,
-                **decode_comm_bytes(m, crit.layers, crit.moe_layers, t, mesh.ep, mesh.pp, wbytes)}
+        return {"cp": 0.0, "dp": 0.0, **decode_comm_bytes(m, crit.layers, crit.moe_layers, t, mesh.ep, mesh.pp,
+                                                          activation_bytes(m), dcp=mesh.dcp)}
     tr = plan.train
     full = _stage_parts(plan, stage_layouts(plan)[most], sharded=False)
     _, n_exp = _shard_groups(plan)
@@ -457,6 +459,10 @@ def _estimate(plan, efficiency: float) -> Estimate:
     crit = _critical(stages) if train else stages[most]
     local = {}
     ctime, clink, algo = _comm_times(plan, comm, rm, bw, kind, _calls(plan, crit, train), local)
+    if not train and mesh.dcp > 1:   # decode context parallel: inside the tp group, on its link
+        lp = link_params(plan.profile, bw, kind)
+        clink["dcp"], algo["dcp"] = clink.get("tp") or "intra_node", "ring"
+        ctime["dcp"] = float(p2p_time(comm["dcp"], 2 * crit.layers, lp[clink["dcp"]]))
     tokens = sch.global_batch * m.seq_len if train else 0
     mflops = model_flops(m, tokens) if train else 0.0
     hflops = mflops + recompute_flops(m, tokens, plan.train.recompute) if train else 0.0

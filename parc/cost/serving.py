@@ -124,12 +124,20 @@ def decode_comm_bytes(m, layers: int, moe_layers: int, tp: int, ep: int, pp: int
     """Bytes one GPU sends per decode step for ``tokens`` sequences, by axis: two all-reduces of h
     per layer under TP, the MoE dispatch and combine (forward only: half the training volume),
     the hidden state handed to the next pipeline stage, and under dcp per layer the queries'
-    all-gather and the partial outputs' reduce-scatter ((dcp − 1) · heads/tp · head_dim each)."""
-    d = head_dim(m)
+    all-gather and the partial outputs' reduce-scatter, (dcp − 1) · heads/tp · (query + output
+    width) (MLA attends in the latent space: a query of kv_lora_rank + qk_rope_head_dim, an output
+    of kv_lora_rank per head, as vLLM's MLA backends run it; else head_dim each)."""
+    dq, do = (m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank) if m.is_mla else (head_dim(m), head_dim(m))
     return {"tp": 2 * allreduce_bytes(m.hidden * wbytes, tp) * layers * tokens,
             "ep": ep_bytes_per_layer(tokens, m.hidden, m.top_k or 1, ep, wbytes) / 2 * moe_layers,
             "pp": tokens * m.hidden * wbytes / tp * (pp > 1),
-            "dcp": 2 * (dcp - 1) * (m.heads / tp) * d * wbytes * layers * tokens}
+            "dcp": (dcp - 1) * (m.heads / tp) * (dq + do) * wbytes * layers * tokens}
+
+
+def activation_bytes(m) -> int:
+    """Bytes of an activation element a serving engine sends: the model's dtype, 16-bit for an
+    FP8 model (its GEMMs take FP8 weights; the hidden states stay in bf16)."""
+    return 2 if m.dtype.startswith("fp8") else dtype_bytes(m.dtype)
 
 
 def expert_share(plan) -> float:
@@ -171,14 +179,15 @@ def _phase(plan, est, st, tokens: float, context: float, kv_tokens: float, effic
     flops = tokens * decode_flops_per_token(m, st.layers, st.moe_layers, mesh.tp, etp, context, expert_share(plan))
     ph.compute = flops / (cl.gpu.flops * efficiency)
     lp = link_params(prof, est.link_bandwidth, est.link_kind)
-    comm = decode_comm_bytes(m, st.layers, st.moe_layers, mesh.tp, ep, mesh.pp, wbytes, tokens, mesh.dcp)
+    comm = decode_comm_bytes(m, st.layers, st.moe_layers, mesh.tp, ep, mesh.pp, activation_bytes(m), tokens,
+                             mesh.dcp)
     calls = serving_calls(st.layers, st.moe_layers)
     sizes = {"tp": mesh.tp, "ep": ep, "pp": mesh.pp}
     for ax in ("tp", "ep", "pp"):
         if est.comm_link.get(ax) is not None:
             ph.comm[ax] = float(axis_time(ax, comm[ax], sizes[ax], calls[ax], est.comm_local[ax], lp["intra_node"],
                                           lp.get("inter_node"), cl.gpu.nvls)[0])
-    if mesh.dcp > 1:
+    if mesh.dcp > 1 and kv_tokens:     # decode attention over the KV cache split by dcp
         ph.comm["dcp"] = float(p2p_time(comm["dcp"], 2 * st.layers, lp["intra_node"]))
     ph.time = max(ph.weights + ph.kv, ph.compute) + sum(ph.comm.values())
     return ph

@@ -170,7 +170,7 @@ def _communication(plan, est) -> list[str]:
     out = [f"Communication per GPU {per}"]
     cells = []
     train = plan.mode == "train"
-    for ax in ("tp", "cp", "ep", "pp", "dp"):
+    for ax in ("tp", "cp", "ep", "pp", "dp", "dcp"):
         ln = est.comm_link.get(ax)
         if ln is None:
             continue
@@ -240,6 +240,8 @@ def _comm_what(plan, ax: str) -> str:
         return "ring K/V exchange per layer"
     if ax == "ep":
         return "all-to-all per MoE layer"
+    if ax == "dcp":
+        return "all-gather + reduce-scatter per layer"
     if ax == "pp":
         return "send/recv per microbatch" if plan.mode == "train" else "send/recv of activations"
     z = plan.train.zero if plan.mode == "train" else 0

@@ -131,6 +131,10 @@ def _cards(plan, est) -> str:
         kv = est.get("kv_cache", {})
         cards += [("KV cache tokens", f"{int(kv.get('capacity_tokens') or 0):,}", False),
                   ("concurrent sequences", f"{int(kv.get('max_concurrent_seqs') or 0):,}", False)]
+        sv = est.get("serving")
+        if sv:
+            cards += [("TTFT", _time(sv["ttft"]), False), ("TPOT", _time(sv["tpot"]), False),
+                      ("output tokens/s", f"{float(sv['output_tokens_per_s']):,.0f}", False)]
     return '<div class="cards">' + "".join(
         f'<div class="card{" bad" if bad else ""}"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>'
         for k, v, bad in cards) + "</div>"
