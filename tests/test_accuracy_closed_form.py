@@ -236,7 +236,7 @@ def test_kv_bytes_per_token_match_vllm(name, layers, kv, d, tp, want):
 def test_mla_kv_bytes_per_token_match_deepseek_v2(dtype, tp, dcp, want):
     from parc.cost.memory import model_kv_bytes_per_token
     m = _preset("deepseek_v3")
-    assert close(model_kv_bytes_per_token(m, 61, {"bf16": 2, "fp8": 1}[dtype], tp, dcp), want)
+    assert close(model_kv_bytes_per_token(m, 61, {"bf16": 2, "fp8": 1}[dtype], tp, dcp=dcp), want)
 
 
 @pytest.mark.parametrize("tp,dcp,want", [
@@ -246,7 +246,7 @@ def test_mla_kv_bytes_per_token_match_deepseek_v2(dtype, tp, dcp, want):
 ])
 def test_gqa_kv_bytes_under_dcp_match_vllm(tp, dcp, want):
     from parc.cost.memory import model_kv_bytes_per_token
-    assert close(model_kv_bytes_per_token(_preset("llama3_70b"), 80, 2, tp, dcp), want)
+    assert close(model_kv_bytes_per_token(_preset("llama3_70b"), 80, 2, tp, dcp=dcp), want)
 
 
 def _preset(name: str) -> Model:

@@ -277,7 +277,7 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     st = StageEstimate(lay.stage, lay.layers, lay.moe_layers, nparams, parts, mem, 0.0, 0.0)
     if not train:
         mem.weights = nparams * dtype_bytes(_weight_dtype(plan))
-        st.kv_bytes_per_token = model_kv_bytes_per_token(m, lay.layers, kv_nbytes, mesh.tp, mesh.dcp)
+        st.kv_bytes_per_token = model_kv_bytes_per_token(m, lay.layers, kv_nbytes, mesh.tp, dcp=mesh.dcp)
         _serving_overheads(plan, lay, mem)
         return st
     full = _stage_parts(plan, lay, sharded=False)

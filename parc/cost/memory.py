@@ -329,7 +329,7 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim_: int, nbytes: int, 
     return 2 * layers * kv_heads_per_gpu(kv_heads, tp) * head_dim_ * nbytes
 
 
-def model_kv_bytes_per_token(m: Model, layers: int, nbytes: int, tp: int = 1, dcp: int = 1) -> int:
+def model_kv_bytes_per_token(m: Model, layers: int, nbytes: int, tp: int = 1, *, dcp: int = 1):
     """:func:`kv_bytes_per_token` of ``layers`` layers of ``m`` on one GPU; with multi-head latent
     attention the cache holds the latent and the rotary key, (kv_lora_rank + qk_rope_head_dim) ·
     layers · bytes per token, the same on every TP rank (vLLM's MLA backends replicate it):
