@@ -143,7 +143,19 @@ class Estimate:
     max_concurrent_seqs: int = 0
     rank_map: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
-    serving: object = None      # serving: parc.cost.serving.ServeNumbers at the workload
+    plan: object = None         # the plan estimated (serving numbers are worked out from it on demand)
+    _serving: object = None
+
+    @property
+    def serving(self):
+        """A serving plan's speed at its workload (:func:`parc.cost.serving.serve_numbers`),
+        worked out on first use so that searches that need only memory do not pay for it."""
+        if self._serving is None and self.mode == "serve" and self.plan is not None \
+                and getattr(self.plan, "serve", None) is not None:
+            from parc.cost.serving import serve_numbers
+
+            self._serving = serve_numbers(self.plan, self, self.efficiency)
+        return self._serving
 
     @property
     def memory(self) -> Memory:
@@ -492,9 +504,5 @@ def _estimate(plan, efficiency: float) -> Estimate:
         comm_algorithm=algo, comm_exposed=exposed, comm_local=local,
         gemm_peak=cl.gpu.peak(plan.train.precision) if train else cl.gpu.flops,
         kv_bytes_per_token=kv_tok, kv_capacity_tokens=kv_cap, max_concurrent_seqs=max_seqs,
-        rank_map=rm.summary(), notes=notes)
-    if not train and plan.serve is not None:
-        from parc.cost.serving import serve_numbers
-
-        est.serving = serve_numbers(plan, est, efficiency)
+        rank_map=rm.summary(), notes=notes, plan=plan)
     return est
