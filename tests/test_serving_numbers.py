@@ -154,10 +154,13 @@ def test_experts_touched_by_a_small_batch():
 
 
 def test_disaggregated_ttft_is_prefill_transfer_and_first_step(check_spec):
-    from test_pools import pd_spec
-
-    plan, e = _est(check_spec, pd_spec(serve="kv_transfer = nixl; prompt_tokens = 1024; output_tokens = 128; "
-                                            "concurrency = 64"))
+    # Llama 3 70B on 4 nodes: 2 prefill instances of tp 8, 1 decode instance of dp 2 · tp 8
+    text = (llama70b(8).replace("nodes = 1", "nodes = 4")
+            .replace("  max_model_len = 8192\n", "  max_model_len = 8192\n  kv_transfer = nixl\n  prompt_tokens = 1024\n"
+                     "  output_tokens = 128\n  concurrency = 64\n  prefill {\n    instances = 2\n  }\n"
+                     "  decode {\n    dp = 2\n  }\n"))
+    plan, e = _est(check_spec, text)
+    assert [p.name for p in plan.pools] == ["prefill", "decode"]
     sv = e.serving
     # the whole model's KV per token: 80 layers × 8 heads × 128 × 2 (K, V) × 2 B = 327,680; × 1024 tokens
     assert sv.kv_transfer_bytes == 1024 * 327_680
