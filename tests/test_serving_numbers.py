@@ -200,3 +200,18 @@ def test_dcp_gathers_queries_and_reduces_outputs_in_the_latent_space(check_spec)
     assert e1.comm_bytes["dcp"] == 0 and e.comm_bytes["tp"] == e1.comm_bytes["tp"]
     # decode waits for it; the prefill does not
     assert "dcp" in e.serving.decode[0].comm and "dcp" not in e.serving.prefill[0].comm
+
+
+def test_explain_text_shows_each_pool_and_the_speed(check_spec):
+    from parc.report.explain import render_text
+
+    text = (llama70b(8).replace("nodes = 1", "nodes = 4")
+            .replace("  max_model_len = 8192\n", "  max_model_len = 8192\n  kv_transfer = nixl\n"
+                     "  prefill {\n    instances = 2\n  }\n  decode {\n    dp = 2\n  }\n"))
+    plan, e = _est(check_spec, text)
+    out = render_text(plan, e, "pd.par")
+    assert "Pool prefill: 2 instances, each:" in out and "Pool decode: 1 instance, each:" in out
+    assert "KV transfer" in out and "over nixl" in out
+    assert "TTFT" in out and "= prefill + KV transfer + first decode step" in out
+    # the decode pool's memory is its own plan's: dp 2 · tp 8
+    assert e.serving.pools["decode"]["estimate"].mesh["dp"] == 2
