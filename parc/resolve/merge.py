@@ -14,6 +14,7 @@ from parc.resolve.evaluate import did_you_mean
 # Blocks whose fields nothing else in the plan is computed from: a bad value there leaves the
 # field's default in a partial plan, so the checks that do not read the block still run.
 PARTIAL_BLOCKS = ("train", "serve")
+NESTED = ("gpu", "topology", "group")   # the blocks a `cluster` block may hold
 
 
 @dataclass
@@ -134,19 +135,24 @@ class Document:
             merged.order.append(st.key)
 
     def _nested(self, merged: Block, kind: str, st: S.Block, seen: dict) -> None:
-        """A block inside a block: only `gpu { ... }` inside `cluster` is allowed."""
-        if kind == "cluster" and st.kind == "gpu":
-            if "gpu" in seen:
-                self.err("P008", "`gpu` is set twice in `cluster`", st.kind_span,
-                         related=[Related(seen["gpu"].key_span, "first set here")])
+        """A block inside a block: `gpu { ... }`, `topology { ... }` and `group "name" { ... }`
+        inside `cluster` (a group's key in ``children`` is ``group.<name>``)."""
+        if kind == "cluster" and st.kind in NESTED:
+            name = st.kind if st.kind != "group" else f"group.{st.label}"
+            if st.kind == "group" and st.label is None:
+                self.err("P021", "a `group` block needs a name, e.g. `group \"l40s_nodes\" { ... }`", st.kind_span)
                 return
-            seen["gpu"] = S.Assign("gpu", st.kind_span, S.Auto(st.span), st.span)
-            if st.label is not None:
-                self.err("P021", "block `gpu` takes no label", st.label_span)
-            child = Block("gpu", None, st.span, None)
-            self.merge_items(child, st, "gpu")
-            merged.children["gpu"] = child
-            merged.assigns.pop("gpu", None)
+            if name in seen:
+                self.err("P008", f"`{name}` is set twice in `cluster`", st.kind_span,
+                         related=[Related(seen[name].key_span, "first set here")])
+                return
+            seen[name] = S.Assign(name, st.kind_span, S.Auto(st.span), st.span)
+            if st.label is not None and st.kind != "group":
+                self.err("P021", f"block `{st.kind}` takes no label", st.label_span)
+            child = Block(st.kind, st.label, st.span, st.label_span)
+            self.merge_items(child, st, st.kind)
+            merged.children[name] = child
+            merged.assigns.pop(name, None)
             return
         sug = None
         if st.kind in SC.TOP_BLOCKS:
