@@ -150,6 +150,26 @@ def device_order(topo: Topology, gpus_per_node: int, size: int) -> list[int] | N
     return best if score(best) < score(natural) else None
 
 
+def near_sets(topo: Topology, gpus_per_node: int, worse: str) -> list[list[int]]:
+    """The sets of GPUs joined, directly or through one another, by links better than the class
+    ``worse`` (connected components; a GPU alone is a set of one)."""
+    seen: set[int] = set()
+    out = []
+    for s in range(gpus_per_node):
+        if s in seen:
+            continue
+        comp, stack = set(), [s]
+        while stack:
+            g = stack.pop()
+            if g not in comp:
+                comp.add(g)
+                stack += [b for b in range(gpus_per_node)
+                          if b not in comp and RANK[link_class(topo, g, b)] < RANK[worse]]
+        seen |= comp
+        out.append(sorted(comp))
+    return out
+
+
 def sets_text(sets: list[list[int]]) -> str:
     return ", ".join("{" + ",".join(map(str, s)) + "}" for s in sets)
 
