@@ -16,6 +16,7 @@ the resolver, ``parc topo``, the placement rules, the launch files and explain r
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -40,7 +41,7 @@ class Topology:
 def base(cls: str) -> str:
     """The class a link word ranks as: ``NV18`` and ``XGMI`` are ``NV``."""
     c = cls.strip().upper()
-    if c.startswith("NV") or c == "XGMI":
+    if re.fullmatch(r"NV\d*", c) or c == "XGMI":
         return "NV"
     return c
 
