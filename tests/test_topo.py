@@ -82,7 +82,7 @@ def test_workstation_tp4_warns_with_the_cost_and_the_fix(tmp_path):
     # under the launch's order 0,2,1,3 the group is GPUs 0..3; GPU 0 and GPU 1 meet over PHB
     assert "GPU 0 reaches GPU 1 over PCIe through the host bridge (PHB)" in d.message
     # the cost model's TP time per decoded token over PCIe (32 GB/s) against the NVLink pair (56 GB/s)
-    assert "per decoded token over PCIe (32 GB/s) against" in d.message and "over nvlink (56 GB/s)" in d.message
+    assert "per decoded token over PCIe (32 GB/s) where NVLink (56 GB/s) would take" in d.message
     assert "islands: {0,2}, {1,3}" in d.help and "use tp = 2" in d.help
 
 
@@ -198,3 +198,24 @@ def test_cli_bad_input_and_preset(capsys, tmp_path):
     assert "no `GPU0 GPU1 ...` header line" in capsys.readouterr().err
     assert main(["topo", str(DATA / "dgx_h100.txt"), "--gpu", "h100_smx"]) == 2
     assert "did you mean `h100_sxm`?" in capsys.readouterr().err
+
+
+def test_explain_and_draw_show_each_ranks_physical_gpu(tmp_path):
+    from parc.api import load_plan
+    from parc.cost.estimate import estimate
+    from parc.report.explain import render_text
+    from parc.report.svg import mesh
+
+    plan = load_plan(_spec(tmp_path, "workstation", "dp = 2\n  tp = 2"), root=str(tmp_path))
+    est = estimate(plan)
+    # local ranks 0,1 (one TP group) on the NVLink pair 0-2, ranks 2,3 on the pair 1-3
+    assert est.to_json()["rank_map"]["physical_gpu"] == [0, 2, 1, 3]
+    assert ("Physical GPU of each local rank (the launch sets this order on every node): "
+            "0→GPU0, 1→GPU2, 2→GPU1, 3→GPU3.") in render_text(plan, est, "spec.par")
+    svg = mesh(plan)
+    assert 'data-rank="1" data-node="0" data-local="1"' in svg and "r1 · gpu2" in svg
+    # on the DGX the natural order serves: local rank i is GPU i, and explain does not say it is set
+    dgx = load_plan(_spec(tmp_path, "dgx_h100", "tp = 8"), root=str(tmp_path))
+    assert estimate(dgx).to_json()["rank_map"]["physical_gpu"] == list(range(8))
+    assert "0→GPU0, 1→GPU1" in render_text(dgx, estimate(dgx), "spec.par")
+    assert "the launch sets this order" not in render_text(dgx, estimate(dgx), "spec.par")

@@ -18,8 +18,9 @@ from parc.units import seconds
 from parc.words import count
 
 AXES = ("tp", "cp", "ep")
-WHAT = {"tp": "all-reduces activations twice per layer", "cp": "passes key/value blocks around its ring every layer",
-        "ep": "exchanges tokens all-to-all in every MoE layer"}
+WHAT = {"tp": "tensor parallelism all-reduces activations twice per layer",
+        "cp": "context parallelism passes key/value blocks around its ring every layer",
+        "ep": "expert parallelism exchanges tokens all-to-all in every MoE layer"}
 
 
 def worst_groups(plan, c):
@@ -63,9 +64,9 @@ def _cost(plan, ax: str) -> str:
     if not fast or not slow:
         return ""
     per = "step" if plan.mode == "train" else "decoded token"
-    return (f": {ax.upper()} communication takes {seconds(slow)} per {per} over PCIe "
-            f"({cl.gpu.pcie_bandwidth / 1e9:.0f} GB/s) against {seconds(fast)} over "
-            f"{cl.intra_node.kind} ({cl.intra_node.bandwidth / 1e9:.0f} GB/s)")
+    fast_name = {"nvlink": "NVLink", "xgmi": "XGMI"}.get(cl.intra_node.kind, cl.intra_node.kind)
+    return (f"; that takes {seconds(slow)} per {per} over PCIe ({cl.gpu.pcie_bandwidth / 1e9:.0f} GB/s) "
+            f"where {fast_name} ({cl.intra_node.bandwidth / 1e9:.0f} GB/s) would take {seconds(fast)}")
 
 
 def _fix(plan, ax: str) -> str:
@@ -84,7 +85,7 @@ def _fix(plan, ax: str) -> str:
 def _message(plan, ax, cls, gpus, pair) -> str:
     a, b = pair
     return (f"{ax} = {plan.mesh.size(ax)} puts GPUs {', '.join(map(str, gpus))} in one {ax.upper()} group, and "
-            f"GPU {a} reaches GPU {b} over {T.WORDS[cls]}: {ax} {WHAT[ax]}")
+            f"GPU {a} reaches GPU {b} over {T.WORDS[cls]}; {WHAT[ax]}")
 
 
 @rule("P305", "group-over-pcie", severity=WARNING)
