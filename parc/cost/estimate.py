@@ -467,10 +467,10 @@ def _estimate(plan, efficiency: float) -> Estimate:
 
 def _rank_map(plan, rm) -> dict:
     """The rank map's summary; with a cluster topology also ``physical_gpu``, the GPU each local
-    rank runs on under the launch's device order (:func:`parc.model.topology.physical_gpu`)."""
-    from parc.model.topology import physical_gpu
+    rank runs on under the launch's device order (:func:`parc.model.topology.physical_gpus`)."""
+    from parc.model.topology import physical_gpus
 
     out = rm.summary()
     if plan.cluster.topology is not None:
-        out["physical_gpu"] = [physical_gpu(plan, i) for i in range(plan.cluster.gpus_per_node)]
+        out["physical_gpu"] = physical_gpus(plan)
     return out

@@ -228,7 +228,6 @@ def visible_devices(plan) -> list[int] | None:
     return device_order(cl.topology, cl.gpus_per_node, placement_size(plan))
 
 
-def physical_gpu(plan, local: int) -> int:
-    """The physical GPU index of a local rank (LOCAL_RANK) under the launch's device order."""
-    order = visible_devices(plan)
-    return order[local] if order else local
+def physical_gpus(plan) -> list[int]:
+    """The physical GPU of each local rank (LOCAL_RANK 0, 1, ...) under the launch's device order."""
+    return visible_devices(plan) or list(range(plan.cluster.gpus_per_node))

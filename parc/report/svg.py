@@ -87,9 +87,9 @@ def mesh(plan, max_nodes: int = 16) -> str:
     box["node_w"] = box["pad"] * 2 + per_row * box["gw"] + (per_row - 1) * box["gap"]
     box["node_h"] = box["head"] + rows_per_node * box["gh"] + (rows_per_node - 1) * box["gap"] + box["pad"]
     if plan.cluster.topology is not None:   # each rank's physical GPU under the launch's device order
-        from parc.model.topology import physical_gpu
+        from parc.model.topology import physical_gpus
 
-        box["gpus"] = [physical_gpu(plan, i) for i in range(g)]
+        box["gpus"] = physical_gpus(plan)
     left, tp = box["left"], rm.sizes["tp"]
     experts = "".join(f", {a}={rm.size(a)}" for a in ("ep", "etp") if rm.size(a) > 1)
     title = (f"Rank map: {count(world, 'GPU')} on {count(n_nodes, 'node')} × {g}; "

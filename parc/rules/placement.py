@@ -35,8 +35,7 @@ def worst_groups(plan, c):
         return
     import numpy as np
 
-    order = T.visible_devices(plan) or list(range(cl.gpus_per_node))
-    phys = np.asarray(order)
+    phys = np.asarray(T.physical_gpus(plan))
     for ax in AXES:
         if rm.size(ax) <= 1 or rm.crosses_node(ax) or (ax == "ep" and rm.ep != plan.mesh.ep):
             continue
