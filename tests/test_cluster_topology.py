@@ -22,8 +22,11 @@ def test_short_form_gives_every_pair_a_class():
     # one island: NVLink; two NUMA nodes: SYS; otherwise PHB
     assert [link_class(t, 0, b) for b in range(4)] == ["X", "PHB", "NV", "SYS"]
     assert fitting_sets(t, 4, 2) == [[0, 2], [1, 3]] and fitting_sets(t, 4, 4) == []
-    assert device_order(t, 4, 2) == [0, 2, 1, 3]
-    assert device_order(Topology(islands=[[0, 1], [2, 3]]), 4, 2) is None   # the natural order serves
+    # groups of consecutive local ranks: ranks 0,1 go to GPUs 0,2 and ranks 2,3 to GPUs 1,3
+    assert device_order(t, 4, [[0, 1], [2, 3]]) == [0, 2, 1, 3]
+    # groups of alternate ranks (tp listed before dp) already sit on the islands
+    assert device_order(t, 4, [[0, 2], [1, 3]]) is None
+    assert device_order(Topology(islands=[[0, 1], [2, 3]]), 4, [[0, 1], [2, 3]]) is None
     m = Topology(links=["X PIX NODE SYS", "PIX X NODE SYS", "NODE NODE X SYS", "SYS SYS SYS X"])
     assert near_sets(m, 4, "NODE") == [[0, 1], [2], [3]] and near_sets(m, 4, "SYS") == [[0, 1, 2], [3]]
 

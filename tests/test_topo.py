@@ -219,3 +219,28 @@ def test_explain_and_draw_show_each_ranks_physical_gpu(tmp_path):
     assert estimate(dgx).to_json()["rank_map"]["physical_gpu"] == list(range(8))
     assert "0→GPU0, 1→GPU1" in render_text(dgx, estimate(dgx), "spec.par")
     assert "the launch sets this order" not in render_text(dgx, estimate(dgx), "spec.par")
+
+
+def test_a_gpu_preset_without_nvlink_figure_keeps_pcie(capsys):
+    from parc.cli.main import main
+
+    # A100 PCIe's preset has nvlink_bandwidth = 0: the block plans for PCIe and says how to add the bridge
+    assert main(["topo", str(DATA / "workstation.txt"), "--gpu", "a100_pcie_80gb"]) == 0
+    out = capsys.readouterr().out
+    assert "intra_node    = pcie" in out and "# write `intra_node = nvlink(BW)`" in out
+    assert "islands = [[0, 2], [1, 3]]" in out
+
+
+def test_the_order_follows_the_groups_the_rank_map_makes(tmp_path):
+    from parc.model.topology import visible_devices
+
+    # tp listed before dp is outermost: TP groups are local ranks {0,2} and {1,3}, already the
+    # NVLink pairs, so the natural order serves and check is quiet; vLLM lays tp innermost
+    # whatever the mesh says, so under vLLM the order 0,2,1,3 is set
+    text = "tp = 2\n  dp = 2"
+    r = verdict(tmp_path, "workstation", text)
+    assert visible_devices(r.plan) is None and not codes(r) & {"P305", "P306"}
+    files = _compiled(tmp_path, "workstation", text, "vllm", 'target vllm { model = "meta-llama/Meta-Llama-3-8B" }\n')
+    assert _visible(files) == ["export CUDA_VISIBLE_DEVICES=0,2,1,3"]
+    r = check_file(_spec(tmp_path, "workstation", text, 'target vllm { model = "m" }\n'), root=str(tmp_path))
+    assert not codes(r) & {"P305", "P306"}

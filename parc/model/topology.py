@@ -126,28 +126,35 @@ def fitting_sets(topo: Topology, gpus_per_node: int, size: int) -> list[list[int
     return out if len(out) * size == gpus_per_node else []
 
 
-def device_order(topo: Topology, gpus_per_node: int, size: int) -> list[int] | None:
-    """The order of physical GPUs under which every run of ``size`` consecutive local ranks
-    lands on the nearest GPUs the node has: each run inside an NVLink island where the islands
-    can hold them all, else inside a NUMA node where that helps. None when the natural order
-    0, 1, ... already does as well (nothing to set)."""
-    if size <= 1 or gpus_per_node % size:
+def device_order(topo: Topology, gpus_per_node: int, groups: list[list[int]]) -> list[int] | None:
+    """The physical GPU of each local rank under which the local ranks of each of ``groups`` (a
+    partition of the node's local ranks into equal groups) land on the nearest GPUs the node has:
+    each group inside an NVLink island where the islands can hold them all, else inside a NUMA
+    node where that helps. None when the natural order 0, 1, ... already does as well."""
+    size = len(groups[0]) if groups else 0
+    if size <= 1 or sorted(g for grp in groups for g in grp) != list(range(gpus_per_node)):
         return None
-    natural = list(range(gpus_per_node))
     isl = _island_of(topo)
     numa = topo.numa if len(topo.numa) == gpus_per_node else [0] * gpus_per_node
-    cands = [sorted(natural, key=lambda g: (isl.get(g, len(topo.islands) + g), g)),
-             sorted(natural, key=lambda g: (numa[g], isl.get(g, len(topo.islands) + g), g))]
+    flat = [sorted(range(gpus_per_node), key=lambda g: (isl.get(g, len(topo.islands) + g), g)),
+            sorted(range(gpus_per_node), key=lambda g: (numa[g], isl.get(g, len(topo.islands) + g), g))]
+    cands = [[f[i:i + size] for i in range(0, gpus_per_node, size)] for f in flat]
     sets = fitting_sets(topo, gpus_per_node, size)
     if sets:
-        cands.insert(0, [g for s in sets for g in s])
+        cands.insert(0, sets)
 
-    def score(order):
-        runs = [order[i:i + size] for i in range(0, gpus_per_node, size)]
-        ranks = sorted((RANK[worst(topo, r)[0]] for r in runs), reverse=True)
-        return ranks
+    def order(phys_sets):
+        out = [0] * gpus_per_node
+        for grp, phys in zip(groups, phys_sets):
+            for local, g in zip(grp, phys):
+                out[local] = g
+        return out
 
-    best = min(cands, key=score)
+    def score(o):
+        return sorted((RANK[worst(topo, [o[i] for i in grp])[0]] for grp in groups), reverse=True)
+
+    natural = list(range(gpus_per_node))
+    best = min((order(c) for c in cands), key=score)
     return best if score(best) < score(natural) else None
 
 
@@ -211,23 +218,37 @@ def visible_devices_var(cluster) -> str:
     return "HIP_VISIBLE_DEVICES" if amd else "CUDA_VISIBLE_DEVICES"
 
 
-def placement_size(plan) -> int:
-    """The group size the device order serves: tensor parallelism's (the busiest link), else
-    context parallelism's, else expert parallelism's; 1 when none is wider than one GPU."""
-    m = plan.mesh
-    return next((s for s in (m.tp, m.cp, m.ep) if s > 1), 1)
+def local_groups(plan, order=None) -> list[list[int]]:
+    """The groups of local ranks the device order serves, from the rank map (the mesh's order,
+    or ``order``, outermost first, where the target lays ranks out its own way): tensor
+    parallelism's (the busiest link), else context parallelism's, else expert parallelism's;
+    empty when none is wider than one GPU or its groups leave the node."""
+    from parc.model.rankmap import RankMap
+
+    m, gpn = plan.mesh, plan.cluster.gpus_per_node
+    axis = next((ax for ax in ("tp", "cp", "ep") if m.size(ax) > 1), None)
+    if axis is None or m.product <= 0:
+        return []
+    try:
+        rm = RankMap(plan, order=list(order) if order else None)
+    except ValueError:
+        return []
+    if (axis == "ep" and rm.ep != m.ep) or rm.crosses_node(axis):
+        return []
+    rows = {tuple(int(r) for r in row) for row in rm.groups(axis) if row.max() < gpn}
+    return [list(r) for r in sorted(rows)]
 
 
-def visible_devices(plan) -> list[int] | None:
+def visible_devices(plan, order=None) -> list[int] | None:
     """The physical GPU order each node's launch sets (CUDA_VISIBLE_DEVICES or the ROCm
     equivalent) so that the plan's innermost groups land on NVLink islands; None where the
     natural order serves (or the cluster has no topology)."""
     cl = plan.cluster
     if cl.topology is None:
         return None
-    return device_order(cl.topology, cl.gpus_per_node, placement_size(plan))
+    return device_order(cl.topology, cl.gpus_per_node, local_groups(plan, order))
 
 
-def physical_gpus(plan) -> list[int]:
+def physical_gpus(plan, order=None) -> list[int]:
     """The physical GPU of each local rank (LOCAL_RANK 0, 1, ...) under the launch's device order."""
-    return visible_devices(plan) or list(range(plan.cluster.gpus_per_node))
+    return visible_devices(plan, order) or list(range(plan.cluster.gpus_per_node))

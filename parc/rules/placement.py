@@ -35,7 +35,7 @@ def worst_groups(plan, c):
         return
     import numpy as np
 
-    phys = np.asarray(T.physical_gpus(plan))
+    phys = np.asarray(T.physical_gpus(plan, fixed and fixed[1]))
     for ax in AXES:
         if rm.size(ax) <= 1 or rm.crosses_node(ax) or (ax == "ep" and rm.ep != plan.mesh.ep):
             continue

@@ -21,6 +21,13 @@ def _intra(reading: Reading, topo: Topology) -> str:
     return "xgmi" if reading.amd else "nvlink"
 
 
+def _fast_link(gpu: str) -> float:
+    """The GPU preset's NVLink (XGMI) bandwidth; 0 where it has none or is not a preset."""
+    from parc.resolve.catalog import presets
+
+    return float(presets("gpus").get(gpu, {}).get("nvlink_bandwidth", 0))
+
+
 def _list(xs) -> str:
     return "[" + ", ".join(xs) + "]"
 
@@ -54,7 +61,12 @@ def cluster_block(reading: Reading, name: str = "node", gpu: str | None = None, 
     body = [f"nodes = {nodes}", f"gpus_per_node = {reading.gpus}"]
     body.append(f"gpu = {gpu}" if gpu else "# gpu = ...   name the GPU preset here (`parc presets`), or run "
                                                "parc topo --gpu NAME")
-    body.append(f"intra_node = {_intra(reading, topo)}")
+    intra = _intra(reading, topo)
+    if intra != "pcie" and gpu and not _fast_link(gpu):
+        body += [f"# {intra} joins the islands below, but the {gpu} preset has no {intra} figure:",
+                 f"# write `intra_node = {intra}(BW)`, the bridge's bandwidth per direction, to plan for it"]
+        intra = "pcie"
+    body.append(f"intra_node = {intra}")
     inner = []
     if topo.islands:
         inner.append("islands = " + _list(_list(str(g) for g in isl) for isl in topo.islands))

@@ -165,7 +165,7 @@ def _script(plan) -> str:
     multi = lay.nodes > 1
     node = Var("local_rank") if lay.servers > 1 else Var("node_rank")
     return render("sglang/launch.sh.j2", header=_header(plan, lay), need_here=False,
-                  env=device_env(plan) + nccl_env(plan),
+                  env=device_env(plan, TARGET) + nccl_env(plan),
                   multi=multi, nnodes=lay.nodes, per_server=lay.nnodes, servers=lay.servers,
                   model=settings(plan, TARGET)["model"], lines=server_lines(plan, node))
 

@@ -130,7 +130,7 @@ def _env(plan) -> list[Env]:
     if part:
         env.append(Env("VLLM_PP_LAYER_PARTITION", ",".join(map(str, part)),
                        "the plan's uneven layer split, one count per pipeline stage", default=False))
-    return env + device_env(plan) + nccl_env(plan)
+    return env + device_env(plan, TARGET) + nccl_env(plan)
 
 
 def _script(plan) -> str:
