@@ -57,15 +57,14 @@ CASES = [
     ("mi300x", "tp = 8", None, None),                       # XGMI everywhere
     ("vm_two_numa", "dp = 2\n  tp = 4", "tp = 8", "P306"),  # tp = 8 crosses the two sockets (SYS)
     ("workstation", "dp = 2\n  tp = 2", "tp = 4", "P305"),  # tp = 4 meets PHB between the NVLink pairs
-    ("l40s_pcie", "dp = 2\n  tp = 4", "tp = 8", "P306"),    # see test_l40s_box below for tp = 4
+    ("l40s_pcie", "dp = 4\n  tp = 2", "dp = 2\n  tp = 4", "P306"),  # PIX pairs; tp = 4 meets NODE
 ]
 
 
 @pytest.mark.parametrize("name,right,wrong,code", CASES, ids=[c[0] for c in CASES])
 def test_check_tp_over_the_right_and_the_wrong_gpus(tmp_path, name, right, wrong, code):
     r = verdict(tmp_path, name, right)
-    if name != "l40s_pcie":
-        assert not codes(r) & {"P305", "P306"}, [str(d) for d in r.diagnostics]
+    assert not codes(r) & {"P305", "P306"}, [str(d) for d in r.diagnostics]
     if wrong:
         d = next(d for d in verdict(tmp_path, name, wrong).diagnostics if d.code == code)
         assert d.severity == ("warning" if code == "P305" else "error")
@@ -94,6 +93,11 @@ def test_l40s_box(tmp_path):
     d = next(d for d in verdict(tmp_path, "l40s_pcie", "dp = 2\n  tp = 4").diagnostics if d.code == "P306")
     assert "over PCIe across host bridges of one NUMA node (NODE)" in d.message
     assert "the GPUs joined by better than NODE come 2 at a time ({0,1}, {2,3}, {4,5}, {6,7}): use tp = 2" in d.help
+    # tp = 8 crosses the sockets (SYS): the help names the same PIX pairs, not the NUMA halves
+    # (a group of 4 there would still meet NODE)
+    d = next(d for d in verdict(tmp_path, "l40s_pcie", "tp = 8").diagnostics if d.code == "P306")
+    assert "GPU 0 reaches GPU 4 over the link between NUMA nodes (SYS)" in d.message
+    assert "come 2 at a time ({0,1}, {2,3}, {4,5}, {6,7}): use tp = 2" in d.help
 
 
 def _compiled(tmp_path, name, mesh, target, block_text):

@@ -104,13 +104,14 @@ def group_across_numa(plan, c):
         if cls in T.FAR_CLASSES:
             c.report(c.at(f"mesh.{ax}"), _message(plan, ax, cls, gpus, pair) +
                      ", and that path crosses the CPUs' interconnect, the slowest inside a node",
-                     help=_fix(plan, ax) if plan.cluster.topology.islands else _near_fix(plan, ax, cls),
+                     help=_fix(plan, ax) if plan.cluster.topology.islands else _near_fix(plan, ax),
                      related=[(c.at("cluster.topology"), "the node's topology")])
 
 
-def _near_fix(plan, ax: str, cls: str) -> str:
-    """The GPU sets joined by links better than ``cls`` that hold whole groups, or the widest
-    such set where none does."""
+def _near_fix(plan, ax: str) -> str:
+    """The GPU sets joined by links this rule accepts (better than NODE) that hold whole groups,
+    or the widest such set where none does."""
+    cls = "NODE"
     cl = plan.cluster
     size = plan.mesh.size(ax)
     comps = T.near_sets(cl.topology, cl.gpus_per_node, cls)
