@@ -75,3 +75,11 @@ def test_groups_refused(check_spec):
     assert any("group \"a\" needs `gpus_per_node`, `gpu`" in d.message for d in r.errors)
     r = _check(check_spec, '  gpus_per_node = 8\n  gpu = h100_sxm\n  group { nodes = 1 }')
     assert any(d.code == "P021" and "needs a name" in d.message for d in r.errors)
+
+
+def test_group_link_needs_a_figure(check_spec):
+    r = _check(check_spec, '  group "a" { nodes = 1; gpus_per_node = 8; gpu = l40s; intra_node = nvlink }')
+    assert any("`nvlink` needs a bandwidth here: l40s has no nvlink figure" in d.message for d in r.errors)
+    r = _check(check_spec, '  group "a" { nodes = 1; gpus_per_node = 8; gpu = l40s; intra_node = nvlink(100GB/s) }',
+               mesh="dp = 8")
+    assert r.plan is not None and r.plan.cluster.intra_node.bandwidth == 100e9

@@ -87,7 +87,11 @@ def _group(r: Evaluator, blk, gpu_of) -> NodeGroup:
     link = vals["intra_node"]
     if link is not None:
         kind, bw, _ = link
-        bw = bw or (gpu.nvlink_bandwidth if kind in ("nvlink", "xgmi") else gpu.pcie_bandwidth) or 32e9
+        bw = bw or (gpu.nvlink_bandwidth if kind in ("nvlink", "xgmi") else gpu.pcie_bandwidth)
+        if not bw:
+            r.err("P018", f"`{kind}` needs a bandwidth here: {gpu.name} has no {kind} figure",
+                  r.spans[f"{path}.intra_node"], help=f"write `{kind}(...GB/s)`")
+            raise Failed()
         link = Link(kind, float(bw))
     elif gpu.nvlink_bandwidth:
         link = Link("nvlink", gpu.nvlink_bandwidth)
