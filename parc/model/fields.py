@@ -25,6 +25,7 @@ DTYPES = ("bf16", "fp16", "fp32", "fp8")
 PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v", "dualpipe")
 MESH_AXES = ("pp", "dp", "cp", "tp")          # rank order, outermost first
 MOE_AXES = ("ep", "etp")                      # carved out of dp·cp·tp
+POOLS = ("prefill", "decode")                 # blocks inside `serve` of a disaggregated plan
 # Megatron-LM's --recompute-modules (megatron/core/transformer/transformer_config.py)
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe", "moe_act", "shared_experts", "mla_up_proj")
 LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce")
@@ -97,6 +98,10 @@ BLOCKS: dict[str, dict[str, F]] = {
     "mesh": {
         "pp": F("int_or_auto", 1, 2**21), "dp": F("int_or_auto", 1, 2**21), "cp": F("int_or_auto", 1, 2**21),
         "tp": F("int_or_auto", 1, 2**21), "ep": F("int", 1, 2**21), "etp": F("int", 1, 2**21),
+        "dcp": F("int", 1, 2**21, doc="decode context parallel (serving): the KV cache of each sequence is "
+                                      "split by token over dcp GPUs of a tensor-parallel group, which "
+                                      "otherwise hold copies of the same KV heads; it adds no GPUs "
+                                      "(vLLM --decode-context-parallel-size, SGLang --dcp-size)"),
     },
     "placement": {
         "layers": F("split"),
@@ -137,6 +142,33 @@ BLOCKS: dict[str, dict[str, F]] = {
             "frac", 0.0, 1.0, hint="it is a fraction of the GPU's memory: 0.9 means 90%"),
         "max_num_seqs": F("int", 1, 10**7),
         "kv_cache_dtype": F("enum", choices=("auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")),
+        "dp_attention": F("bool", doc="the mesh's dp ranks form one engine: attention runs data-parallel "
+                                      "(each rank its own sequences and KV cache) while the expert layers "
+                                      "span all dp · tp GPUs as one expert-parallel group (SGLang "
+                                      "--enable-dp-attention; vLLM forms it for an MoE model with dp > 1 "
+                                      "and --enable-expert-parallel)"),
+        "eplb": F("bool", doc="expert-parallel load balancing: experts are re-placed from measured "
+                              "routing statistics while serving (vLLM --enable-eplb, SGLang --enable-eplb)"),
+        "redundant_experts": F("int", 0, 10**6, doc="extra copies of the busiest experts placed by EPLB; "
+                                                    "each expert-parallel GPU holds (experts + redundant) / ep "
+                                                    "experts (vLLM eplb_config.num_redundant_experts, SGLang "
+                                                    "--ep-num-redundant-experts)"),
+        "eplb_window": F("int", 1, 10**9, doc="the forward steps whose routing statistics EPLB balances over "
+                                              "(vLLM eplb_config.window_size)"),
+        "eplb_interval": F("int", 1, 10**9, doc="forward steps between two re-placements (vLLM "
+                                                "eplb_config.step_interval, SGLang "
+                                                "--eplb-rebalance-num-iterations)"),
+        "kv_transfer": F("enum", choices=("nixl", "mooncake", "lmcache", "p2p_nccl"),
+                         doc="with `prefill` and `decode` pools: how the KV cache of a prefilled request "
+                             "moves to its decode instance (vLLM --kv-transfer-config's connector, "
+                             "SGLang --disaggregation-transfer-backend)"),
+        "prompt_tokens": F("int", 1, 10**9, doc="the workload's prompt length in tokens, for explain's "
+                                                "latency and throughput estimates (default: half of "
+                                                "max_model_len)"),
+        "output_tokens": F("int", 1, 10**9, doc="the workload's output length in tokens (default: a quarter "
+                                                "of max_model_len)"),
+        "concurrency": F("int", 1, 10**7, doc="the sequences served at once for explain's estimates "
+                                              "(default: as many as fit, at most max_num_seqs)"),
     },
     "profile": {
         "gemm_efficiency": F("frac", 0.01, 1.0, doc="the fraction of peak FLOP/s the largest GEMMs sustain",
@@ -162,7 +194,7 @@ BLOCKS: dict[str, dict[str, F]] = {
 LABELS = {"model": "optional", "cluster": "optional", "target": "required", "gpu": "none",
           "topology": "none", "group": "required",
           "mesh": "none", "placement": "none", "schedule": "none", "train": "none", "serve": "none",
-          "profile": "optional"}
+          "profile": "optional", "prefill": "none", "decode": "none"}
 TOP_BLOCKS = ("model", "cluster", "mesh", "placement", "schedule", "train", "serve", "profile", "target")
 
 # Placement styles for module patterns: "layers.*.attention.wq" = colwise(tp)
@@ -222,3 +254,9 @@ def unit_kind(unit: str) -> str | None:
         if unit in UNITS[kind]:
             return kind
     return None
+
+# The pools of a prefill/decode-disaggregated serving plan, blocks inside `serve`: each takes the
+# `mesh` keys (a key it leaves out is the `mesh` block's) and its instance count.
+for _pool in POOLS:
+    BLOCKS[_pool] = {"instances": F("int", 1, 10**5, doc=f"independent {_pool} engine instances, each "
+                                                        "of the pool's mesh"), **BLOCKS["mesh"]}

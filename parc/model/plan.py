@@ -132,6 +132,7 @@ class Mesh:
     tp: int = 1
     ep: int = 1
     etp: int = 1
+    dcp: int = 1                 # decode context parallel: splits the KV cache inside tp, adds no GPUs
     auto: Optional[str] = None   # the axis that was `auto`, if any
 
     def size(self, axis: str) -> int:
@@ -193,6 +194,28 @@ class Serve:
     gpu_memory_utilization: float = 0.9
     max_num_seqs: int = 256
     kv_cache_dtype: str = "auto"
+    dp_attention: bool = False             # dp ranks are one engine: data-parallel attention, experts over dp·tp
+    eplb: bool = False                     # expert-parallel load balancing
+    redundant_experts: int = 0             # extra expert copies EPLB places
+    eplb_window: Optional[int] = None      # steps of routing statistics (engine default when None)
+    eplb_interval: Optional[int] = None    # steps between re-placements (engine default when None)
+    kv_transfer: Optional[str] = None      # prefill → decode KV connector of a disaggregated plan
+    prompt_tokens: Optional[int] = None    # workload for explain's estimates (None: derived defaults)
+    output_tokens: Optional[int] = None
+    concurrency: Optional[int] = None
+
+
+@dataclass(slots=True)
+class Pool:
+    """One side of a prefill/decode-disaggregated serving plan: ``instances`` engines, each laid
+    out as ``mesh`` (the `serve` block's `prefill { ... }` or `decode { ... }`)."""
+    name: str                              # prefill | decode
+    mesh: Mesh
+    instances: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.instances * self.mesh.product
 
 
 @dataclass(slots=True)
@@ -240,6 +263,7 @@ class Plan:
     serve: Optional[Serve] = None
     targets: dict[str, Target] = field(default_factory=dict)
     profile: Profile = field(default_factory=Profile)
+    pools: list[Pool] = field(default_factory=list)   # prefill and decode, when disaggregated
     spans: dict[str, Span] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)   # the spec and every file it imports
     # the spec's path relative to the root, '/'-separated: the same however the path was spelled
@@ -248,7 +272,8 @@ class Plan:
 
     @property
     def world_size(self) -> int:
-        return self.mesh.product
+        """The GPUs the plan uses: the mesh's, or every instance of every pool's."""
+        return sum(p.gpus for p in self.pools) if self.pools else self.mesh.product
 
     def target_settings(self, name: str) -> dict[str, Any]:
         """A target block's settings, with the keys the target inherits (its target.toml's
@@ -311,6 +336,7 @@ class _PlanData:
     serve: Optional[Serve] = None
     targets: dict[str, Target] = field(default_factory=dict)
     profile: Profile = field(default_factory=Profile)
+    pools: list[Pool] = field(default_factory=list)
 
 
 def plan_from_dict(data: dict) -> Plan:
@@ -318,7 +344,7 @@ def plan_from_dict(data: dict) -> Plan:
     p = plan_adapter().validate_python(data)
     plan = Plan(file=p.file, model=p.model, cluster=p.cluster, mesh=p.mesh, placement=p.placement,
                 schedule=p.schedule, mode=p.mode, train=p.train, serve=p.serve, targets=p.targets,
-                profile=p.profile)
+                profile=p.profile, pools=p.pools)
     if plan.world_size != p.world_size:
         raise ValueError(f"world_size {p.world_size} does not match the mesh ({plan.world_size})")
     return plan

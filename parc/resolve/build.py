@@ -11,12 +11,12 @@ from parc.language.diagnostics import ParcError, Related, Span
 from parc.model import fields as SC
 from parc.model.dims import AXES, ParallelDims, auto_degree
 from parc.model.params import balanced_split, param_count
-from parc.model.plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, Placement, Plan, Profile, Schedule,
-                             Serve, Target, Train)
+from parc.model.plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, Placement, Plan, Pool, Profile,
+                             Schedule, Serve, Target, Train)
 from parc.resolve import topology as T
 from parc.resolve.catalog import presets, target_keys
 from parc.resolve.evaluate import Evaluator, Poison, check_range, describe, did_you_mean
-from parc.resolve.merge import PARTIAL_BLOCKS
+from parc.resolve.merge import PARTIAL_BLOCKS, Block
 
 MAX_WORLD = 2**21  # GPUs; the rank map and the planner are sized for this
 
@@ -288,12 +288,14 @@ def _from_groups(r: Evaluator, groups, nodes, gpn, intra, slow_link, head: Span)
     return total, per, intra
 
 
-def build_mesh(r: Evaluator, cluster: Cluster | None, top: Span) -> Mesh:
-    blk = r.blocks.get("mesh")
+def build_mesh(r: Evaluator, cluster: Cluster | None, top: Span, kind: str = "mesh") -> Mesh:
+    """The mesh of the `mesh` block, or of a pool (``kind`` `prefill` or `decode`: the pool's keys
+    over the `mesh` block's)."""
+    blk = r.blocks.get(kind)
     vals = {}
     failed = False
-    for ax in ("pp", "dp", "cp", "tp", "ep", "etp"):
-        v = _get(r, "mesh", ax)
+    for ax in _MESH_KEYS:
+        v = _get(r, kind, ax)
         if v is _FAILED:
             failed = True
         vals[ax] = v
@@ -302,16 +304,15 @@ def build_mesh(r: Evaluator, cluster: Cluster | None, top: Span) -> Mesh:
     autos = [ax for ax in SC.MESH_AXES if vals[ax] == "auto"]
     if len(autos) > 1:
         for ax in autos[1:]:
-            r.err("P023", f"only one mesh axis can be `auto`; `{autos[0]}` already is", r.spans[f"mesh.{ax}"],
+            r.err("P023", f"only one mesh axis can be `auto`; `{autos[0]}` already is", r.spans[f"{kind}.{ax}"],
                   help=f"give `{ax}` a number")
         raise _Incomplete()
-    mesh_span = _head(r, "mesh", top)
-    for ax in ("pp", "dp", "cp", "tp", "ep", "etp"):
-        r.spans.setdefault(f"mesh.{ax}", mesh_span)
+    mesh_span = _head(r, kind, top)
+    for ax in _MESH_KEYS:
+        r.spans.setdefault(f"{kind}.{ax}", mesh_span)
     if failed:
         raise _Incomplete()
-    m = Mesh(order=order, **{ax: (1 if vals[ax] in (None, "auto") else vals[ax])
-                             for ax in ("pp", "dp", "cp", "tp", "ep", "etp")})
+    m = Mesh(order=order, **{ax: (1 if vals[ax] in (None, "auto") else vals[ax]) for ax in _MESH_KEYS})
     if autos:
         ax = autos[0]
         m.auto = ax
@@ -319,6 +320,54 @@ def build_mesh(r: Evaluator, cluster: Cluster | None, top: Span) -> Mesh:
             d = ParallelDims(**{o: m.size(o) for o in AXES if o != ax})
             setattr(m, ax, auto_degree(cluster.world, d.world))
     return m
+
+
+_MESH_KEYS = ("pp", "dp", "cp", "tp", "ep", "etp", "dcp")
+
+
+def build_pools(r: Evaluator, cluster: Cluster | None, top: Span) -> list[Pool]:
+    """The `prefill` and `decode` pools of a disaggregated serving plan (none for one mesh). Each
+    is evaluated as a block of its own whose keys are the `mesh` block's, overridden by the
+    pool's; `auto` in a pool fills what the cluster leaves after the other pool."""
+    serve = r.blocks.get("serve")
+    children = serve.children if serve else {}
+    if not children:
+        return []
+    base = r.blocks.get("mesh")
+    out, failed = [], False
+    for name in SC.POOLS:
+        child = children.get(name)
+        if child is None:
+            continue
+        assigns = dict(base.assigns) if base else {}
+        assigns.update(child.assigns)
+        # the rank order: the pool's where it lists two axes or more, else the `mesh` block's
+        # (an axis neither lists takes its usual place)
+        own = [k for k in child.order if k in SC.MESH_AXES]
+        order = own if len(own) > 1 else (base.order if base else [])
+        r.blocks[name] = Block(name, None, child.span, None, assigns, order)
+        r.spans[name] = _head(r, name, top)
+        try:
+            inst = _get(r, name, "instances", 1)
+            m = build_mesh(r, cluster, top, name)
+        except _Incomplete:
+            failed = True
+            continue
+        if inst is _FAILED:
+            failed = True
+            continue
+        r.spans.setdefault(f"{name}.instances", r.spans[name])
+        out.append(Pool(name, m, inst))
+    if failed:
+        raise _Incomplete()
+    missing = [p for p in SC.POOLS if p not in children]
+    if missing:
+        have = next(p for p in SC.POOLS if p in children)
+        r.err("P024", f"a disaggregated plan needs a `{missing[0]}` pool beside its `{have}` pool",
+              r.spans[have], help=f"add `{missing[0]} {{ tp = ... }}` inside `serve`, or remove `{have}` "
+                                 "to serve prefill and decode on one mesh")
+        raise _Incomplete()
+    return out
 
 
 def _merge_order(given: list[str]) -> list[str]:
@@ -466,7 +515,7 @@ def resolve_document(loader, main_file: str, partial: bool = False) -> Plan | No
     _fill_schedule(r, sched, mesh, top)
     plan = Plan(file=main_file, model=parts["model"], cluster=parts["cluster"], mesh=mesh,
                 placement=parts["placement"], schedule=sched, mode=mode, train=train, serve=parts["serve"],
-                targets=parts["targets"], spans=r.spans, files=loader.files)
+                targets=parts["targets"], pools=parts["pools"], spans=r.spans, files=loader.files)
     if parts["profile"] is not None:
         plan.profile = parts["profile"]
         plan.profile.name = r.blocks["profile"].label
@@ -493,6 +542,7 @@ def _build_parts(r: Evaluator, top: Span, partial: bool) -> dict[str, Any] | Non
     attempt("model", lambda: build_model(r, top))
     attempt("cluster", lambda: build_cluster(r, top))
     attempt("mesh", lambda: build_mesh(r, parts["cluster"], top))
+    attempt("pools", lambda: build_pools(r, parts["cluster"], top))
     attempt("placement", lambda: build_placement(r, top))
     for kind, cls in (("schedule", Schedule), ("train", Train), ("serve", Serve), ("profile", Profile)):
         attempt(kind, lambda kind=kind, cls=cls: _section(r, kind, cls, top, partial and kind in PARTIAL_BLOCKS))

@@ -136,7 +136,25 @@ class Document:
 
     def _nested(self, merged: Block, kind: str, st: S.Block, seen: dict) -> None:
         """A block inside a block: `gpu { ... }`, `topology { ... }` and `group "name" { ... }`
-        inside `cluster` (a group's key in ``children`` is ``group.<name>``)."""
+        inside `cluster` (a group's key in ``children`` is ``group.<name>``), the pools
+        `prefill { ... }` and `decode { ... }` inside `serve`. `topology`, groups and pools merge
+        key by key over the block of the same name an imported file gives."""
+        if kind == "serve" and st.kind in SC.POOLS:
+            if st.kind in seen:
+                self.err("P009", f"block `{st.kind}` is defined twice in `serve`", st.kind_span,
+                         help="merge the two blocks into one",
+                         related=[Related(seen[st.kind].key_span, "first defined here")])
+                return
+            seen[st.kind] = S.Assign(st.kind, st.kind_span, S.Auto(st.span), st.span)
+            if st.label is not None:
+                self.err("P021", f"block `{st.kind}` takes no label", st.label_span,
+                         help=f"write `{st.kind} {{ ... }}`")
+            child = merged.children.get(st.kind)
+            if child is None:
+                child = merged.children[st.kind] = Block(st.kind, None, st.span, None)
+            child.span = st.span
+            self.merge_items(child, st, st.kind)
+            return
         if kind == "cluster" and st.kind in NESTED:
             name = st.kind if st.kind != "group" else f"group.{st.label}"
             if st.kind == "group" and st.label is None:
@@ -149,9 +167,11 @@ class Document:
             seen[name] = S.Assign(name, st.kind_span, S.Auto(st.span), st.span)
             if st.label is not None and st.kind != "group":
                 self.err("P021", f"block `{st.kind}` takes no label", st.label_span)
-            child = Block(st.kind, st.label, st.span, st.label_span)
+            child = merged.children.get(name) if st.kind != "gpu" else None
+            if child is None:
+                child = merged.children[name] = Block(st.kind, st.label, st.span, st.label_span)
+            child.span = st.span
             self.merge_items(child, st, st.kind)
-            merged.children[name] = child
             merged.assigns.pop(name, None)
             return
         sug = None

@@ -19,6 +19,7 @@ between releases is two entries in data, each with its range, never a version te
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -38,7 +39,7 @@ TARGET_FAMILIES = tuple(T.rule_targets())
 # The rules of the plan itself. A target's own rules live in its folder and are registered by
 # ``parc.targets.load_rules()``, which whoever checks a plan for targets calls: this registry
 # never imports a target.
-_MODULES = ("mesh", "batch", "topology", "placement", "memory", "advice", "style")
+_MODULES = ("mesh", "batch", "topology", "placement", "memory", "advice", "style", "serving")
 
 
 @dataclass(slots=True)
@@ -50,6 +51,7 @@ class Rule:
     fn: Callable
     family: str = ""
     reads: tuple[str, ...] | None = None   # the quantities it reads, where DEPENDS does not say
+    whole: bool = False                    # judges a disaggregated plan's pools together, once
 
     def doc(self) -> dict:
         return rule_docs().get(self.code, {})
@@ -59,16 +61,17 @@ _REGISTRY: dict[str, Rule] = {}
 
 
 def rule(code: str, name: str, severity: str = ERROR, targets: tuple[str, ...] = (GENERIC,),
-         reads: tuple[str, ...] | None = None):
+         reads: tuple[str, ...] | None = None, whole: bool = False):
     """Register a rule function ``fn(plan, check) -> iterable of Diagnostic | None``; ``reads``
     names the quantities it reads (see :data:`DEPENDS`), so a target folder's rule says it where
-    it is written."""
+    it is written. A rule with ``whole`` judges a disaggregated plan as a whole (its pools
+    together), once; the others judge each pool's instance plan."""
 
     def deco(fn):
         if code in _REGISTRY:
             raise RuntimeError(f"rule {code} registered twice")
         _REGISTRY[code] = Rule(code, name, severity, tuple(targets), fn, code[:2],
-                               None if reads is None else tuple(reads))
+                               None if reads is None else tuple(reads), whole)
         return fn
 
     return deco
@@ -118,21 +121,25 @@ LATE = {"initialisation": "only when it sets up its process groups", "model buil
         "first step": "only in its first step"}
 
 
-def audit(code: str, target: str, version: str | None = None) -> dict | None:
+def audit(code: str, target: str, version: str | None = None, plan: Plan | None = None) -> dict | None:
     """Where ``target`` itself refuses what rule ``code`` refuses (``fails``, ``source``, ``check``,
     ``note``), following ``same_as``; the torch runtime's rules are audited as "torch". With
-    ``version``, an entry that carries ``since``/``until`` counts only for releases in its range."""
-    found = _audit_entry(code, target, version)
+    ``version``, an entry that carries ``since``/``until`` counts only for releases in its range.
+    ``same_as = "engine"`` follows the engine ``plan`` names for the target (lws: vllm or sglang;
+    without a plan, the default engine)."""
+    found = _audit_entry(code, target, version, plan)
     return found[1] if found else None
 
 
-def _audit_entry(code: str, target: str, version: str | None = None) -> tuple[str, dict] | None:
+def _audit_entry(code: str, target: str, version: str | None = None,
+                 plan: Plan | None = None) -> tuple[str, dict] | None:
     entries = rule_docs().get(code, {}).get("targets", {})
     key = target if target in entries else T.audit_name(target) or target
     seen = set()
     while key in entries and "same_as" in entries[key] and key not in seen:
         seen.add(key)
-        key = entries[key]["same_as"]
+        same = entries[key]["same_as"]
+        key = T.engine(key, plan.target_settings(key) if plan else None) if same == "engine" else same
     if key not in entries:
         return None
     e = entries[key]
@@ -157,7 +164,7 @@ def when_targets_fail(code: str, targets: Iterable[str], plan: Plan | None = Non
     parts, seen = [], set()
     for t in targets:
         version = T.pinned(plan, t) if plan is not None else T.newest(t)
-        found = _audit_entry(code, t, version)
+        found = _audit_entry(code, t, version, plan)
         if not found or found[0] in seen:
             continue
         key, e = found
@@ -270,6 +277,10 @@ DEPENDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "P660": ((), ()),
     "P661": ((), ()),
     "P664": (("dp", "cp"), ()),
+    "P117": ((), ("world",)),
+    "P118": ((), ()),
+    "P119": ((), ("world",)),
+    "P120": ((), ()),
     "P665": ((), ()),
 }
 # Rules that judge the mesh against the cluster run before the others.
@@ -306,11 +317,39 @@ def fixed_order_targets(plan: Plan, targets: Iterable[str]) -> dict[str, tuple[s
 def run_rules(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], bool] | None = None,
               failed: Iterable[str] = ()) -> list[Diagnostic]:
     """Every applicable rule over ``plan``; ``targets`` adds targets beyond those the spec names;
-    ``failed`` names quantities already reported wrong (a `train` block with a bad value)."""
+    ``failed`` names quantities already reported wrong (a `train` block with a bad value).
+
+    A disaggregated plan is judged pool by pool (each pool's instance plan,
+    :func:`parc.model.pools.pool_plan`), then as a whole by the ``whole`` rules. A finding both
+    pools share (the model, the cluster, the same key) is reported once; one pool's own says which."""
+    if not plan.pools:
+        return _run_plan(plan, targets, select, failed)
+    from parc.model.pools import pool_plans
+
+    reg = registry()
+    per_pool = [(pool.name, _run_plan(pp, targets, lambda c: not reg[c].whole and (select is None or select(c)),
+                                      failed)) for pool, pp in pool_plans(plan)]
+    out: list[Diagnostic] = []
+    for name, diags in per_pool:
+        others = [d for n, ds in per_pool if n != name for d in ds]
+        for d in diags:
+            if d in out:
+                continue
+            if d not in others:
+                d = dataclasses.replace(d, message=f"{name} pool: {d.message}")
+            out.append(d)
+    out.extend(_run_plan(plan, targets, lambda c: reg[c].whole and (select is None or select(c)), failed))
+    return out
+
+
+def _run_plan(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], bool] | None = None,
+              failed: Iterable[str] = ()) -> list[Diagnostic]:
+    """The rules over one mesh (see :func:`run_rules`)."""
     reg = registry()
     # a target brings its rule families along (torchrun the torch runtime's; Slurm and Kubernetes
-    # launch torchrun for training and the vllm target's commands for serving)
-    implied = T.implied(active_targets(plan, targets), plan.mode)
+    # launch torchrun for training and the vllm target's commands for serving; lws the engine
+    # its block names)
+    implied = T.implied(active_targets(plan, targets), plan.mode, plan.target_settings)
     out: list[Diagnostic] = []
     failed = set(failed)
     codes = [c for c in FIRST if c in reg] + [c for c in sorted(reg) if c not in FIRST]

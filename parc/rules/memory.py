@@ -213,7 +213,9 @@ def _serve_fit(plan, tp: int, pp: int | None = None):
     """(weights per GPU, KV tokens that fit) with another tp (and pp)."""
     from parc.cost.estimate import estimate
 
-    m2 = replace(plan.mesh, tp=tp, pp=pp or plan.mesh.pp, dp=1)
+    # one replica; an expert-parallel plan keeps its experts spread over all of the replica's GPUs
+    ep = plan.mesh.cp * tp if plan.mesh.ep > 1 else 1
+    m2 = replace(plan.mesh, tp=tp, pp=pp or plan.mesh.pp, dp=1, ep=ep, etp=1)
     p2 = replace(plan, mesh=m2, placement=replace(plan.placement, layers=None))
     e = estimate(p2, cache=False)
     return e.memory.weights, e.kv_capacity_tokens
