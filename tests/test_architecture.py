@@ -1,6 +1,6 @@
 """The package reads as the pipeline: every import under parc/ points to an earlier layer.
 
-    language -> model -> resolve -> cost -> rules -> targets -> report -> planner | lint | runtime | calibrate -> cli
+    language -> model -> resolve -> topo -> cost -> rules -> targets -> report -> planner | lint | runtime | calibrate -> cli
 
 An import may point into its own layer or an earlier one, never a later one. Foundations --
 ``parc/__init__.py``, ``parc/words.py``, ``parc/language/diagnostics.py`` -- may be imported by
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PARC = ROOT / "parc"
 
-ORDER = ("language", "model", "resolve", "cost", "rules", "targets", "report", "planner|lint|runtime|calibrate",
+ORDER = ("language", "model", "resolve", "topo", "cost", "rules", "targets", "report", "planner|lint|runtime|calibrate",
          "cli")
 RANK = {pkg: i for i, group in enumerate(ORDER) for pkg in group.split("|")}
 SIBLINGS = {"planner", "lint", "runtime", "calibrate"}

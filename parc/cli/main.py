@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("parc.cli.calibrate", "fit the cluster's efficiency factors to measured runs"),
     "diff": ("parc.cli.diff", "what a change to a spec does to the plan"),
     "draw": ("parc.cli.draw", "draw the mesh, the schedule or memory as SVG/PNG"),
+    "topo": ("parc.cli.topo", "write a node's topology (nvidia-smi / rocm-smi) as a cluster block"),
     "presets": ("parc.cli.presets", "list the built-in model and GPU presets"),
     "rules": ("parc.cli.rules", "list the diagnostic codes, or explain one"),
     "schema": ("parc.cli.schema", "print the JSON Schema of the resolved plan"),

@@ -507,5 +507,16 @@ def _estimate(plan, efficiency: float) -> Estimate:
         comm_algorithm=algo, comm_exposed=exposed, comm_local=local,
         gemm_peak=cl.gpu.peak(plan.train.precision) if train else cl.gpu.flops,
         kv_bytes_per_token=kv_tok, kv_capacity_tokens=kv_cap, max_concurrent_seqs=max_seqs,
-        rank_map=rm.summary(), notes=notes, plan=plan)
+        rank_map=_rank_map(plan, rm), notes=notes, plan=plan)
     return est
+
+
+def _rank_map(plan, rm) -> dict:
+    """The rank map's summary; with a cluster topology also ``physical_gpu``, the GPU each local
+    rank runs on under the launch's device order (:func:`parc.model.topology.physical_gpus`)."""
+    from parc.model.topology import physical_gpus
+
+    out = rm.summary()
+    if plan.cluster.topology is not None:
+        out["physical_gpu"] = physical_gpus(plan)
+    return out

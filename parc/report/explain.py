@@ -82,6 +82,12 @@ def _mesh(est) -> list[str]:
         line.append(f"{', '.join(x.upper() for x in across)} {plural(len(across), 'crosses', 'cross')} {unit}s")
     if line:
         out.append("  " + "; ".join(line) + ".")
+    gpus = rm.get("physical_gpu")
+    if gpus is not None:
+        moved = gpus != list(range(len(gpus)))
+        out.append("  Physical GPU of each local rank" + (" (the launch sets this order on every node)" if moved
+                                                          else "") + ": "
+                   + ", ".join(f"{i}→GPU{g}" for i, g in enumerate(gpus)) + ".")
     return out + [""]
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parc.targets.base import Cat, File, Var, mesh_text, nccl_env, plan_json, settings, spec_name
+from parc.targets.base import Cat, File, Var, device_env, mesh_text, nccl_env, plan_json, settings, spec_name
 from parc.words import count
 
 TARGET = "sglang"
@@ -164,7 +164,8 @@ def _script(plan) -> str:
     lay = layout(plan)
     multi = lay.nodes > 1
     node = Var("local_rank") if lay.servers > 1 else Var("node_rank")
-    return render("sglang/launch.sh.j2", header=_header(plan, lay), need_here=False, env=nccl_env(plan),
+    return render("sglang/launch.sh.j2", header=_header(plan, lay), need_here=False,
+                  env=device_env(plan, TARGET) + nccl_env(plan),
                   multi=multi, nnodes=lay.nodes, per_server=lay.nnodes, servers=lay.servers,
                   model=settings(plan, TARGET)["model"], lines=server_lines(plan, node))
 
