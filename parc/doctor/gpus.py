@@ -154,11 +154,12 @@ def _model(ctx: Context, devs: list[Device]) -> list[Finding]:
     if not wrong:
         return []
     d = wrong[0]
-    which = f"GPU {d.index}" if len(wrong) == 1 else f"{count(len(wrong), 'GPU')} (the first, GPU {d.index})"
+    which = (f"the GPUs are {len(wrong)} × {d.name} ({size(d.total)} each)" if len(wrong) == len(devs) else
+             f"GPU {d.index} is an {d.name} ({size(d.total)})" + (f", and {count(len(wrong) - 1, 'other')} differ"
+                                                                  if len(wrong) > 1 else ""))
     suggest = preset_for(d) or f"{{ memory = {d.total // MIB}MiB  flops = ... }}"
-    return [finding("D102", CHECK, f"{which} is an {d.name} with {size(d.total)}; the cluster block says "
-                    f"{gpu.name} ({size(gpu.memory)})", expected=gpu.name, found=d.name,
-                    found_memory=d.total, suggest=suggest)]
+    return [finding("D102", CHECK, f"{which}; the cluster block says {gpu.name} ({size(gpu.memory)})",
+                    expected=gpu.name, found=d.name, found_memory=d.total, suggest=suggest)]
 
 
 def preset_for(dev: Device) -> str | None:
