@@ -314,7 +314,7 @@ def test_nccl_ib_disable_hides_ib(tmp_path):
     n = Node()
     n.env["NCCL_IB_DISABLE"] = "1"
     f = only(doctor(n, tmp_path), "D132")
-    assert f.message == ("NCCL_IB_DISABLE=1 (set by the environment) hides 1 active RDMA port(s) "
+    assert f.message == ("NCCL_IB_DISABLE=1 (set by the environment) hides 1 active RDMA port "
                          "(mlx5_0 port 1 ACTIVE) from NCCL; the cluster's inter_node link is infiniband")
     assert f.fix == "unset NCCL_IB_DISABLE in the job's environment"
 
@@ -323,7 +323,7 @@ def test_ethernet_cluster_with_active_ib(tmp_path):
     n = Node()
     rep = doctor(n, tmp_path, SERVE_2NODE.replace("infiniband(400Gb/s)", "ethernet(100Gb/s)"))
     f = only(rep, "D133")
-    assert f.severity == "warning" and "1 active RDMA port(s) (mlx5_0 port 1 ACTIVE)" in f.message
+    assert f.severity == "warning" and "1 active RDMA port (mlx5_0 port 1 ACTIVE)" in f.message
 
 
 def test_memlock_too_low(tmp_path):

@@ -13,6 +13,7 @@ from parc.doctor.context import Context
 from parc.doctor.findings import Finding, Passed, finding
 from parc.targets.base import nccl_env, plain_ifname
 from parc.units import nbytes_binary as size
+from parc.words import count
 
 NET = "/sys/class/net"
 IB = "/sys/class/infiniband"
@@ -131,7 +132,7 @@ def check_rdma(ctx: Context) -> list[Finding | Passed]:
     if kind not in RDMA_LINKS:
         if active and kind == "ethernet":
             return [finding("D133", "rdma", f"the cluster's inter_node link is ethernet, and this node has "
-                            f"{len(active)} active RDMA port(s) ({', '.join(map(str, active))})",
+                            f"{count(len(active), 'active RDMA port')} ({', '.join(map(str, active))})",
                             active=[str(p) for p in active])]
         return []
     if not ports:
@@ -141,12 +142,12 @@ def check_rdma(ctx: Context) -> list[Finding | Passed]:
         return [finding("D131", "rdma", f"no InfiniBand/RoCE port is active: {down}", down=down)]
     out: list[Finding | Passed] = []
     if disabled:
-        out.append(finding("D132", "rdma", f"NCCL_IB_DISABLE=1 (set by {who}) hides {len(active)} active RDMA "
-                           f"port(s) ({', '.join(map(str, active))}) from NCCL; the cluster's inter_node link is {kind}",
+        out.append(finding("D132", "rdma", f"NCCL_IB_DISABLE=1 (set by {who}) hides "
+                           f"{count(len(active), 'active RDMA port')} ({', '.join(map(str, active))}) from NCCL; the cluster's inter_node link is {kind}",
                            where=" in the job's environment" if who == "the environment" else ""))
     else:
         down = [p for p in ports if p.state != "ACTIVE"]
-        out.append(Passed("rdma", f"{len(active)} active RDMA port(s): {', '.join(p.device for p in active)}"
+        out.append(Passed("rdma", f"{count(len(active), 'active RDMA port')}: {', '.join(p.device for p in active)}"
                           + (f" ({', '.join(map(str, down))})" if down else "")))
     return out + _memlock(ctx)
 
