@@ -139,12 +139,16 @@ def check(ctx: Context) -> list[Finding | Passed]:
     return out + _driver(ctx, inv)
 
 
+def preset_named(name: str) -> str | None:
+    """The GPU preset of a name the driver reports (node.toml [gpus.names], first match)."""
+    return next((p for key, p in node_facts()["gpus"]["names"].items() if key.lower() in name.lower()), None)
+
+
 def matches(preset: str, memory: int, dev: Device) -> bool:
-    """Whether device ``dev`` is the cluster's GPU: a name node.toml gives the preset (any name
-    for a GPU without one) and the total memory within its tolerance."""
+    """Whether device ``dev`` is the cluster's GPU: its name maps to ``preset`` (any name for a
+    preset no name maps to) and its total memory is within node.toml's tolerance."""
     facts = node_facts()["gpus"]
-    names = facts["names"].get(preset)
-    named = names is None or any(n.lower() in dev.name.lower() for n in names)
+    named = preset not in facts["names"].values() or preset_named(dev.name) == preset
     return named and abs(dev.total - memory) <= facts["memory_tolerance"] * memory
 
 
@@ -163,13 +167,12 @@ def _model(ctx: Context, devs: list[Device]) -> list[Finding]:
 
 
 def preset_for(dev: Device) -> str | None:
-    """The GPU preset a device is, by node.toml's names and the presets' memory."""
+    """The GPU preset a device is: the one its name maps to, when the memory agrees."""
     from parc.resolve.catalog import presets
 
-    for name, row in presets("gpus").items():
-        if name in node_facts()["gpus"]["names"] and matches(name, int(row["memory"]), dev):
-            return name
-    return None
+    name = preset_named(dev.name)
+    row = presets("gpus").get(name or "")
+    return name if row and matches(name, int(row["memory"]), dev) else None
 
 
 def need(ctx: Context, dev: Device) -> tuple[float, str, str]:
