@@ -80,12 +80,15 @@ class Node:
         self.taken: set[int] = set()
         self.answer = Connect("refused")
         self.env: dict[str, str] = {}
+        self.topo = ""
 
     def _run(self, argv):
         if argv[0] not in self.tools:
             return None
         if argv[0] == "rocm-smi":
             return Ran(0, self.rocm_json)
+        if argv[1:] == ["topo", "-m"]:
+            return Ran(0, self.topo)
         if len(argv) == 1:
             return Ran(0, f"| NVIDIA-SMI 570.86.15  Driver Version: 570.86.15  CUDA Version: {self.cuda} |\n")
         rows = "\n".join(f"{i}, {n}, {t}, {f}, 570.86.15" for i, n, t, f in self.gpus)
@@ -417,6 +420,54 @@ def test_spec_errors_are_a_finding(tmp_path):
     plan = plan_of(SERVE_2NODE, tmp_path)
     rep = diagnose(Context(plan, Node().probes(), master_addr="node0", spec="spec.par"), spec_errors=2)
     assert only(rep, "D190").fix == "run parc check spec.par and fix what it lists"
+
+
+# ------------------------------------------------------------------------------------------ topology
+
+WORKSTATION = """
+cluster "ws" {
+  nodes         = 1
+  gpus_per_node = 4
+  gpu           = h100_pcie
+  intra_node    = nvlink(450GB/s)
+  topology {
+    islands = [[0, 1], [2, 3]]
+    numa    = [0, 0, 0, 0]
+  }
+}
+model "llama3-8b" { from = llama3_8b }
+mesh { dp = 2; tp = 2 }
+schedule { micro_batch = 1; global_batch = 8 }
+train { zero = 1 }
+"""
+# nvidia-smi topo -m of a workstation whose NVLink bridges join GPU 0 with 2 and 1 with 3
+TOPO_0_2 = """\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID
+GPU0\t X \tPHB\tNV4\tPHB\t0-31\t0\tN/A
+GPU1\tPHB\t X \tPHB\tNV4\t0-31\t0\tN/A
+GPU2\tNV4\tPHB\t X \tPHB\t0-31\t0\tN/A
+GPU3\tPHB\tNV4\tPHB\t X \t0-31\t0\tN/A
+"""
+
+
+def test_gpus_wired_slower_than_the_cluster_block_says(tmp_path):
+    pytest.importorskip("parc.topo")
+    n = Node()
+    n.gpus = [(i, "NVIDIA H100 PCIe", H100_MIB, H100_MIB - 500) for i in range(4)]
+    n.topo = TOPO_0_2
+    f = only(doctor(n, tmp_path, WORKSTATION), "D160")
+    # the block pairs 0-1 and 2-3 on NVLink; this node joins 0-2 and 1-3: pairs 0-1 and 2-3 are PHB here
+    assert f.message == ("GPU 0 and GPU 1: the cluster block says NVLink, this node has PCIe through the host "
+                         "bridge (PHB) (1 other pair likewise)")
+    assert f.data["pairs"] == [[0, 1, "NV", "PHB"], [2, 3, "NV", "PHB"]]
+    agrees = doctor(n, tmp_path, WORKSTATION.replace("[[0, 1], [2, 3]]", "[[0, 2], [1, 3]]"))
+    assert agrees.ready and any(p.check == "topology" for p in agrees.passed)
+
+
+def test_a_cluster_without_topology_checks_count_and_model_only(tmp_path):
+    n = Node()
+    n.topo = "not a topology"
+    rep = doctor(n, tmp_path)
+    assert rep.ready and not [p for p in rep.passed if p.check == "topology"]
 
 
 # ------------------------------------------------------------------------------------------ readers
