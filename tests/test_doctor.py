@@ -576,3 +576,34 @@ def test_for_real_on_this_cpu_machine(capsys):
     assert "not ready:" in out
     assert main(["doctor", str(ROOT / "examples" / "llama3-70b-serve.par"), "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["findings"][0]["code"] == "D100"
+
+
+def test_the_real_probes_answer_on_this_machine():
+    import socket
+
+    from parc.doctor.network import interfaces
+    from parc.doctor.probes import real
+
+    p = real()
+    assert interfaces(p).get("lo") is True                         # lo: operstate unknown, IFF_UP set
+    assert p.run(["parc-no-such-tool"]) is None
+    assert "127.0.0.1" in p.resolve("localhost") and p.resolve("no-such-host.invalid") == []
+    with socket.socket() as s:                                     # a port something listens on
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        assert p.bind(port) is not None
+        assert p.connect("127.0.0.1", port).outcome == "ok"
+    assert p.connect("127.0.0.1", port).outcome == "refused"      # closed now: the host answers
+    assert p.fs_size("/") > 0 and p.version("no-such-distribution") is None
+    limit = p.memlock()
+    assert limit is None or limit >= 0
+
+
+def test_a_spec_on_standard_input(monkeypatch, capsys):
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO((ROOT / "examples" / "llama3-70b-serve.par").read_text()))
+    assert main(["doctor", "-", "--json"]) in (0, 1)
+    assert json.loads(capsys.readouterr().out)["spec"] == "<stdin>"

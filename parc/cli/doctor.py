@@ -72,7 +72,7 @@ def run(args) -> int:
               f"(0 to {r.plan.cluster.nodes - 1})", file=sys.stderr)
         return 2
     ctx = Context(r.plan, real(), node_rank=rank, master_addr=args.master_addr, port=args.port,
-                  launch_dir=args.launch_dir, spec=args.spec)
+                  launch_dir=args.launch_dir, spec=r.file if args.spec == "-" else args.spec)
     rep = diagnose(ctx, spec_errors=len(r.errors))
     if args.json:
         print(json.dumps(rep.to_json(), indent=2))
