@@ -78,6 +78,7 @@ class Node:
         self.memlock_limit = None
         self.hosts = {"node0": ["10.0.0.1"], "10.0.0.1": ["10.0.0.1"]}
         self.taken: set[int] = set()
+        self.local = {"10.0.0.1", "127.0.0.1"}     # this node's addresses
         self.answer = Connect("refused")
         self.env: dict[str, str] = {}
         self.topo = ""
@@ -113,11 +114,16 @@ class Node:
         m = re.fullmatch(r"/sys/class/infiniband/([^/]+)/ports", path)
         return sorted(self.ib[m.group(1)]) if m and m.group(1) in self.ib else []
 
+    def _bind(self, port, host=""):
+        if host and host not in self.local:
+            return "Cannot assign requested address"
+        return "Address already in use" if port in self.taken else None
+
     def probes(self) -> Probes:
         return Probes(run=self._run, read=self._read, listdir=self._listdir,
                       fs_size=lambda p: self.shm if p == "/dev/shm" else None,
                       resolve=lambda h: self.hosts.get(h, []),
-                      bind=lambda port: "Address already in use" if port in self.taken else None,
+                      bind=self._bind,
                       connect=lambda h, port: self.answer, version=self.packages.get,
                       torch_build=lambda: self.torch, memlock=lambda: self.memlock_limit,
                       realpath=lambda p: "/shared/jobs/405b" if p == "." else p, env=self.env)
@@ -354,6 +360,15 @@ def test_master_port_from_the_environment(tmp_path):
     n.env["MASTER_PORT"] = "40000"
     n.taken = {40000}
     assert "port 40000 (MASTER_PORT)" in only(doctor(n, tmp_path), "D141").message
+
+
+def test_node_0_is_another_machine(tmp_path):
+    n = Node()
+    n.local = {"10.0.0.2", "127.0.0.1"}
+    f = only(doctor(n, tmp_path), "D144")
+    assert f.message == ("this is node 0, and node0 (10.0.0.1) (from --master-addr) is not an address of this node: "
+                         "the other nodes will look for the rendezvous there")
+    assert f.fix.startswith("run node rank 0 on the machine node0 names")
 
 
 def test_master_address_unresolvable(tmp_path):
@@ -595,6 +610,7 @@ def test_the_real_probes_answer_on_this_machine():
         assert p.bind(port) is not None
         assert p.connect("127.0.0.1", port).outcome == "ok"
     assert p.connect("127.0.0.1", port).outcome == "refused"      # closed now: the host answers
+    assert p.bind(0, "127.0.0.1") is None and p.bind(0, "192.0.2.1") is not None   # TEST-NET-1: not ours
     assert p.fs_size("/") > 0 and p.version("no-such-distribution") is None
     limit = p.memlock()
     assert limit is None or limit >= 0

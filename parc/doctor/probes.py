@@ -41,7 +41,8 @@ class Probes:
     listdir(path) -> list[str]       names in a folder, [] when there is none
     fs_size(path) -> int | None      total bytes of the filesystem holding path
     resolve(host) -> list[str]       the addresses a name resolves to, [] when it does not
-    bind(port) -> str | None         None when the TCP port can be bound here, else why not
+    bind(port, host) -> str | None   None when the TCP port can be bound here (on ``host``, an
+                                     address of this node; "": every address), else why not
     connect(host, port) -> Connect
     version(dist) -> str | None      the installed version of a Python distribution
     torch_build() -> dict | None     {"version", "cuda", "hip"} of the installed torch, not imported
@@ -54,7 +55,7 @@ class Probes:
     listdir: Callable[[str], list[str]]
     fs_size: Callable[[str], Optional[int]]
     resolve: Callable[[str], list[str]]
-    bind: Callable[[int], Optional[str]]
+    bind: Callable[..., Optional[str]]
     connect: Callable[[str, int], Connect]
     version: Callable[[str], Optional[str]]
     torch_build: Callable[[], Optional[dict]]
@@ -103,12 +104,12 @@ def _resolve(host: str) -> list[str]:
         return []
 
 
-def _bind(port: int) -> str | None:
-    """Bind the port as a rendezvous store would (SO_REUSEADDR, every address)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def _bind(port: int, host: str = "") -> str | None:
+    """Bind the port as a rendezvous store would (SO_REUSEADDR; every address, or ``host``)."""
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("", port))
+        s.bind((host, port))
         s.listen(1)
         return None
     except OSError as e:

@@ -27,6 +27,9 @@ def check(ctx: Context) -> list[Finding | Passed]:
                             port=port, suggest=_free_port(ctx, port),
                             port_hint="" if port_source in ("--port", "MASTER_PORT") else
                             f" (the launch's default is {port}; pass --port to parc doctor to check another)")]
+        if not any(ctx.probes.bind(0, a) is None for a in resolved):
+            return [finding("D144", CHECK, f"this is node 0, and {at} (from {source}) is not an address of this "
+                            "node: the other nodes will look for the rendezvous there", master_addr=addr)]
         return [Passed(CHECK, f"node 0 is {at}; port {port} ({port_source}) is free here")]
     got = ctx.probes.connect(addr, port)
     if got.outcome == "unreachable":
