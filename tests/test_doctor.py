@@ -198,7 +198,7 @@ def test_wrong_gpu_model(tmp_path):
     f = only(doctor(n, tmp_path), "D102")
     # 46068 MiB / 1024 = 44.99 GiB -> "45 GiB"; h100_sxm 81559 MiB -> 79.6 GiB
     assert f.message == "the GPUs are 8 × NVIDIA L40S (45 GiB each); the cluster block says h100_sxm (79.6 GiB)"
-    assert "set `gpu = l40s` in the cluster block" in f.fix
+    assert "write `gpu = l40s` in the cluster block" in f.fix
 
 
 def test_a_mig_slice_is_another_gpu(tmp_path):
@@ -206,6 +206,7 @@ def test_a_mig_slice_is_another_gpu(tmp_path):
     n.gpus[3] = (3, H100, 40000, 40000)        # same name, half the memory
     f = only(doctor(n, tmp_path), "D102")
     assert f.message.startswith(f"GPU 3 is an {H100} (39.1 GiB)")     # 40000 / 1024 = 39.06
+    assert "write `gpu { memory = 40000MiB  flops = ... }` in the cluster block" in f.fix
 
 
 def test_busy_gpu_memory_for_vllm(tmp_path):
@@ -530,7 +531,9 @@ def test_the_findings_table_is_complete():
     used = set(re.findall(r'"(D1\d\d)"', "".join(p.read_text() for p in (ROOT / "parc" / "doctor").glob("*.py"))))
     assert used == set(rows)
     doc = (ROOT / "docs" / "doctor.md").read_text()
-    assert all(f"`{code}`" in doc and row["name"] in doc for code, row in rows.items())
+    for code, row in rows.items():   # each finding's section says what the table says
+        assert f"#### `{code}` {row['name']} ({row['severity']}): {row['title']}" in doc, code
+        assert row["doc"] in doc and row["fix"].replace("{{", "{").replace("}}", "}") in doc, code
 
 
 def test_the_ports_are_the_launches_own():

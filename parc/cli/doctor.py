@@ -79,5 +79,7 @@ def run(args) -> int:
     else:
         from parc.doctor.render import text
 
-        sys.stdout.write(text(rep, color=sys.stdout.isatty() and not os.environ.get("NO_COLOR")))
+        from parc.report.term import use_color
+
+        sys.stdout.write(text(rep, color=use_color(sys.stdout)))
     return 0 if rep.ready else 1

@@ -161,7 +161,8 @@ def _model(ctx: Context, devs: list[Device]) -> list[Finding]:
     which = (f"the GPUs are {len(wrong)} × {d.name} ({size(d.total)} each)" if len(wrong) == len(devs) else
              f"GPU {d.index} is an {d.name} ({size(d.total)})" + (f", and {count(len(wrong) - 1, 'other')} differ"
                                                                   if len(wrong) > 1 else ""))
-    suggest = preset_for(d) or f"{{ memory = {d.total // MIB}MiB  flops = ... }}"
+    preset = preset_for(d)
+    suggest = f"`gpu = {preset}`" if preset else f"`gpu {{ memory = {d.total // MIB}MiB  flops = ... }}`"
     return [finding("D102", CHECK, f"{which}; the cluster block says {gpu.name} ({size(gpu.memory)})",
                     expected=gpu.name, found=d.name, found_memory=d.total, suggest=suggest)]
 

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from parc.doctor import Report
 from parc.doctor.findings import ERROR
+from parc.report.term import GREEN, RED, YELLOW, paint
 from parc.words import count
 
 
 def text(rep: Report, color: bool = False) -> str:
-    def paint(s: str, code: str) -> str:
-        return f"\x1b[{code}m{s}\x1b[0m" if color else s
-
     lines = [f"parc doctor: {rep.spec}, node {rep.node_rank} of {rep.nodes}"]
     for f in sorted(rep.findings, key=lambda f: f.severity != ERROR):
-        sev = paint(f.severity, "31" if f.severity == ERROR else "33")
+        sev = paint(f.severity, RED if f.severity == ERROR else YELLOW, color)
         lines += [f"  {sev} {f.code} {f.name}: {f.message}", f"    fix: {f.fix}"]
     for p in rep.passed:
-        lines.append(f"  {paint('ok', '32')} {p.check}: {p.detail}")
+        lines.append(f"  {paint('ok', GREEN, color)} {p.check}: {p.detail}")
     errors = sum(f.severity == ERROR for f in rep.findings)
     warnings = len(rep.findings) - errors
     if rep.ready:
