@@ -280,6 +280,19 @@ def test_wrong_interface(tmp_path):
     assert f.fix.startswith("name an interface this node has: eth0, ib0;")
 
 
+def test_a_prefix_serves_nccl_but_not_gloo(tmp_path):
+    # NCCL reads "eth" as a prefix (eth0 matches); the launch exports GLOO_SOCKET_IFNAME=eth, an exact name
+    f = only(doctor(Node(), tmp_path, SERVE_2NODE.replace('"eth0"', '"eth"')), "D120")
+    assert f.message == "the cluster's socket_ifname names eth, which this node does not have (it has eth0, ib0, lo)"
+
+
+def test_gloo_from_the_environment(tmp_path):
+    n = Node()
+    n.env["GLOO_SOCKET_IFNAME"] = "bond0"
+    f = only(doctor(n, tmp_path), "D120")
+    assert f.message.startswith("GLOO_SOCKET_IFNAME names bond0, which this node does not have")
+
+
 def test_interface_down(tmp_path):
     n = Node()
     n.nets["eth0"] = ("down", "0x1002")

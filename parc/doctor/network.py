@@ -58,6 +58,18 @@ def _wanted(ctx: Context) -> tuple[str | None, str]:
     return None, ""
 
 
+def _items(ctx: Context, spec: str, source: str) -> list[tuple[str, str]]:
+    """(NCCL_SOCKET_IFNAME item, where it comes from) for NCCL's prefixes (none for an ``^``
+    exclusion) and Gloo's exact names (``=name``): GLOO_SOCKET_IFNAME from the environment, else
+    the plain names of the cluster's socket_ifname, which the launch exports for Gloo."""
+    out = [] if spec.startswith("^") else [(s, source) for s in spec.split(",") if s]
+    env = ctx.env.get("GLOO_SOCKET_IFNAME")
+    gloo, where = (env, "GLOO_SOCKET_IFNAME") if env else (plain_ifname(ctx.plan.cluster.socket_ifname),
+                                                            "the cluster's socket_ifname")
+    seen = {s.lstrip("=") for s, _ in out if s.startswith("=")}
+    return out + [(f"={g}", where) for g in (gloo or "").split(",") if g and g not in seen]
+
+
 def check_interfaces(ctx: Context) -> list[Finding | Passed]:
     ifs = interfaces(ctx.probes)
     spec, source = _wanted(ctx)
@@ -72,20 +84,18 @@ def check_interfaces(ctx: Context) -> list[Finding | Passed]:
             out.append(finding("D123", "network", f"this node has several networks up ({_others(ifs)}) and "
                                "neither socket_ifname nor NCCL_SOCKET_IFNAME names one", available=_others(ifs)))
         return out
-    gloo = ctx.env.get("GLOO_SOCKET_IFNAME") or plain_ifname(spec)
-    wanted = [] if spec.startswith("^") else [s for s in spec.split(",") if s]
-    wanted += [f"={g}" for g in (gloo or "").split(",") if g and f"={g}" not in wanted and g not in wanted]
-    missing = [w for w in wanted if not _matches(w, ifs)]
+    wanted = _items(ctx, spec, source)
+    missing = [(w, src) for w, src in wanted if not _matches(w, ifs)]
     if missing:
-        names = ", ".join(m.lstrip("=") for m in missing)
-        out.append(finding("D120", "network", f"{source} names {names}, which this node does not have "
+        names = ", ".join(dict.fromkeys(w.lstrip("=") for w, _ in missing))
+        out.append(finding("D120", "network", f"{missing[0][1]} names {names}, which this node does not have "
                            f"(it has {', '.join(ifs) or 'no interface'})", ifname=names, available=_others(ifs)))
         return out
-    chosen = sorted({n for w in wanted for n in _matches(w, ifs)})
-    dead = [w.lstrip("=") for w in wanted if not any(ifs[n] for n in _matches(w, ifs))]
+    chosen = sorted({n for w, _ in wanted for n in _matches(w, ifs)})
+    dead = [(w.lstrip("="), src) for w, src in wanted if not any(ifs[n] for n in _matches(w, ifs))]
     if dead:
-        out.append(finding("D121", "network", f"{dead[0]}, the interface {source} names, is down",
-                           ifname=dead[0], available=_others(ifs)))
+        out.append(finding("D121", "network", f"{dead[0][0]}, the interface {dead[0][1]} names, is down",
+                           ifname=dead[0][0], available=_others(ifs)))
         return out
     if chosen:
         out.append(Passed("network", f"NCCL and Gloo use {', '.join(chosen)} ({source}), up"))
