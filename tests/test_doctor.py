@@ -549,6 +549,19 @@ def test_the_findings_table_is_complete():
         assert row["doc"] in doc and row["fix"].replace("{{", "{").replace("}}", "}") in doc, code
 
 
+def test_the_walk_in_the_docs_is_what_parc_doctor_prints(tmp_path):
+    from parc.doctor.render import text
+
+    doc = (ROOT / "docs" / "doctor.md").read_text()
+    n = Node()
+    n.packages["vllm"], n.shm, n.nets["eth0"] = "0.31.0", 64 * MIB, ("down", "0x1002")
+    n.env["NCCL_IB_DISABLE"] = "1"
+    for node in (n, Node()):   # before the fixes, and after
+        rep = doctor(node, tmp_path)
+        rep.spec = "serve-405b.par"
+        assert text(rep) in doc
+
+
 def test_the_ports_are_the_launches_own():
     from parc.targets import deepspeed, sglang, vllm
 
