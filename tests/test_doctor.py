@@ -618,7 +618,7 @@ def test_for_real_on_this_cpu_machine(capsys):
     assert code == 1 and "Traceback" not in out + err and "internal error" not in err
     assert "error D100 no-gpu: no GPU is present on this node" in out
     assert "not ready:" in out
-    assert main(["doctor", str(ROOT / "examples" / "llama3-70b-serve.par"), "--json"]) == 1
+    assert main(["doctor", str(ROOT / "examples" / "llama3-70b-serve.par"), "--format", "json"]) == 1
     assert json.loads(capsys.readouterr().out)["findings"][0]["code"] == "D100"
 
 

@@ -32,7 +32,9 @@ def add_arguments(p):
                    "port the spec's launch uses)")
     p.add_argument("--launch-dir", metavar="DIR", default=".",
                    help="the folder the launch runs from, which several nodes must share (default: .)")
-    p.add_argument("--json", action="store_true", help="print the findings as JSON (docs/doctor.md)")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="output format: text (default) or json (docs/doctor.md gives its shape)")
+    p.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in "
                    "(default: the git checkout holding the spec, else its folder)")
 
@@ -74,7 +76,7 @@ def run(args) -> int:
     ctx = Context(r.plan, real(), node_rank=rank, master_addr=args.master_addr, port=args.port,
                   launch_dir=args.launch_dir, spec=r.file if args.spec == "-" else args.spec)
     rep = diagnose(ctx, spec_errors=len(r.errors))
-    if args.json:
+    if args.format == "json":
         print(json.dumps(rep.to_json(), indent=2))
     else:
         from parc.doctor.render import text
