@@ -606,6 +606,22 @@ def test_a_healthy_node_exits_0(tmp_path, monkeypatch, capsys):
     assert "ready: this node can launch the plan" in capsys.readouterr().out
 
 
+def test_a_compiled_plan_json_is_checked_like_its_spec(tmp_path, monkeypatch, capsys):
+    import parc.doctor.probes as probes
+    from parc.targets.base import plan_json
+
+    n = Node()
+    n.packages["vllm"] = "0.31.0"
+    monkeypatch.setattr(probes, "real", n.probes)
+    (tmp_path / "plan.json").write_text(plan_json(plan_of(SERVE_2NODE, tmp_path)))
+    assert main(["doctor", str(tmp_path / "plan.json"), "--json", "--master-addr", "node0"]) == 1
+    (f,) = json.loads(capsys.readouterr().out)["findings"]
+    assert f["code"] == "D113" and f["message"] == "vLLM 0.31.0 is installed; the spec pins vLLM 0.33"
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["doctor", str(tmp_path / "bad.json")]) == 2
+    assert "is not a compiled plan.json" in capsys.readouterr().err
+
+
 def test_node_rank_outside_the_cluster_is_a_usage_error(capsys):
     assert main(["doctor", str(ROOT / "examples" / "llama3-405b-serve-2node.par"), "--node-rank", "2"]) == 2
     assert "node rank 2 is outside the cluster's 2 node(s) (0 to 1)" in capsys.readouterr().err

@@ -18,11 +18,13 @@ EPILOG = """exit status: 0 ready (warnings may remain), 1 problems to fix, 2 usa
 examples:
   parc doctor examples/llama3-70b-serve.par
   parc doctor spec.par --node-rank 1 --master-addr 10.0.0.1
-  parc doctor spec.par --json > doctor-node0.json"""
+  parc doctor spec.par --json > doctor-node0.json
+  parc doctor launch/plan.json --node-rank 1      # a node that has only the compiled folder"""
 
 
 def add_arguments(p):
-    p.add_argument("spec", metavar="SPEC", help="the .par file the node will launch")
+    p.add_argument("spec", metavar="SPEC", help="the .par file the node will launch, or the plan.json "
+                   "its compiled launch folder holds")
     p.add_argument("--node-rank", type=int, metavar="N", default=None,
                    help="this node's rank (default: NODE_RANK, else SLURM_NODEID, else 0); node 0 hosts "
                         "the rendezvous, the others connect to it")
@@ -49,13 +51,27 @@ def _node_rank(args) -> int | None:
     return 0
 
 
-def run(args) -> int:
+def _compiled(path: str):
+    """The plan of a compiled ``plan.json`` (what every launch folder holds beside its scripts)."""
+    from parc.model.plan import plan_from_dict
+
+    with open(path, encoding="utf-8") as f:
+        return plan_from_dict(json.load(f))
+
+
+def _load(args):
+    """(plan, errors in the spec, the name messages give it), or an exit status after saying why."""
     from parc.cli.common import load_spec, read_error, unread
-    from parc.doctor import diagnose
-    from parc.doctor.context import Context
-    from parc.doctor.probes import real
     from parc.report.diagnostics.text import write
 
+    if args.spec.endswith(".json"):
+        try:
+            return _compiled(args.spec), 0, args.spec
+        except OSError as e:
+            print(read_error(args.spec, e), file=sys.stderr)
+        except ValueError as e:   # not JSON, or not a plan (pydantic's ValidationError is a ValueError)
+            print(f"parc doctor: {args.spec} is not a compiled plan.json: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
     try:
         r = load_spec(args.spec, root=args.root)
     except OSError as e:
@@ -68,14 +84,26 @@ def run(args) -> int:
         print(f"parc doctor: {args.spec} does not resolve to a plan: nothing to check the node against",
               file=sys.stderr)
         return 2
+    return r.plan, len(r.errors), r.file if args.spec == "-" else args.spec
+
+
+def run(args) -> int:
+    from parc.doctor import diagnose
+    from parc.doctor.context import Context
+    from parc.doctor.probes import real
+
+    loaded = _load(args)
+    if isinstance(loaded, int):
+        return loaded
+    plan, errors, name = loaded
     rank = _node_rank(args)
-    if not 0 <= rank < r.plan.cluster.nodes:
-        print(f"parc doctor: error: node rank {rank} is outside the cluster's {r.plan.cluster.nodes} node(s) "
-              f"(0 to {r.plan.cluster.nodes - 1})", file=sys.stderr)
+    if not 0 <= rank < plan.cluster.nodes:
+        print(f"parc doctor: error: node rank {rank} is outside the cluster's {plan.cluster.nodes} node(s) "
+              f"(0 to {plan.cluster.nodes - 1})", file=sys.stderr)
         return 2
-    ctx = Context(r.plan, real(), node_rank=rank, master_addr=args.master_addr, port=args.port,
-                  launch_dir=args.launch_dir, spec=r.file if args.spec == "-" else args.spec)
-    rep = diagnose(ctx, spec_errors=len(r.errors))
+    ctx = Context(plan, real(), node_rank=rank, master_addr=args.master_addr, port=args.port,
+                  launch_dir=args.launch_dir, spec=name)
+    rep = diagnose(ctx, spec_errors=errors)
     if args.format == "json":
         print(json.dumps(rep.to_json(), indent=2))
     else:
