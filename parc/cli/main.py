@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("parc.cli.run", "execute the plan in PyTorch (or rehearse it on this CPU)"),
     "plan": ("parc.cli.plan", "search every valid plan for a model on a cluster"),
     "calibrate": ("parc.cli.calibrate", "fit the cluster's efficiency factors to measured runs"),
+    "doctor": ("parc.cli.doctor", "check this node against a spec before the launch (GPUs, versions, network)"),
     "diff": ("parc.cli.diff", "what a change to a spec does to the plan"),
     "draw": ("parc.cli.draw", "draw the mesh, the schedule or memory as SVG/PNG"),
     "topo": ("parc.cli.topo", "write a node's topology (nvidia-smi / rocm-smi) as a cluster block"),
