@@ -31,6 +31,7 @@ from parc.model.dims import (ParallelDims, auto_degree, divisors, grid_fits, seq
                              tp_fits_model)
 from parc.model.fields import PIPELINES
 from parc.model.rankmap import RankMap
+from parc.model.targets import runs_pipeline
 from parc.planner.inputs import Problem
 
 RECOMPUTE = ("none", "selective", "full")
@@ -204,12 +205,8 @@ def layout_options(pr: Problem, pp: int) -> list[tuple[int, int, int]]:
     pipes = _fixed(pr, "schedule.pipeline", PIPELINES if pp > 1 else ("1f1b",))
     if pp == 1 and "schedule.pipeline" in pr.fixed and not pipes:
         pipes = [pr.fixed["schedule.pipeline"]]   # a schedule named for pp = 1 is kept as written
-    if pp > 1 and "megatron" in pr.rule_targets:                       # P607
-        pipes = [x for x in pipes if x in ("1f1b", "interleaved_1f1b")]
-    if pp > 1 and pr.rule_targets & {"torch", "torchtitan"}:          # P616
-        pipes = [x for x in pipes if x != "dualpipe"]
-    if pp > 1 and "deepspeed" in pr.rule_targets:                      # P688
-        pipes = [x for x in pipes if x in ("1f1b", "gpipe", "dualpipe_v")]
+    for t in sorted(pr.rule_targets) if pp > 1 else ():    # P607, P616, P688: the runtimes' tables
+        pipes = [x for x in pipes if runs_pipeline(t, x)]
     for name in pipes:
         if pp == 1:
             vs = [1]

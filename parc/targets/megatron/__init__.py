@@ -18,7 +18,6 @@ from parc.targets import torchrun
 
 TARGET = "megatron"
 DEFAULT_ENTRYPOINT = "pretrain_gpt.py"
-SCHEDULES = ("1f1b", "interleaved_1f1b")
 
 
 def mapping(plan) -> tuple[bool, str | None]:

@@ -6,6 +6,7 @@ from parc.model.targets import rank_orders
 from parc.rules import WARNING, rule
 from parc.rules.util import dims
 from parc.targets.base import settings, target_span
+from parc.targets.rules import pipeline_missing
 from parc.targets.megatron import TARGET, fsdp
 
 
@@ -26,7 +27,7 @@ def megatron_training_only(plan, c):
 @rule("P607", "megatron-schedule-unsupported", targets=(TARGET,))
 def megatron_schedule(plan, c):
     s = plan.schedule
-    if plan.mode != "train" or plan.mesh.pp <= 1 or s.pipeline in ("1f1b", "interleaved_1f1b"):
+    if not pipeline_missing(plan, TARGET):      # target.toml [schedules]
         return
     c.report(c.at("schedule.pipeline"),
              f"Megatron-LM runs only 1F1B and interleaved 1F1B pipelines; pipeline = {s.pipeline} cannot be "
