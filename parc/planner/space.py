@@ -89,7 +89,7 @@ def mesh_shapes(pr: Problem) -> list[tuple[int, int, int, int, int, int]]:
 
 def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple[int, int]]:
     """(ep, etp) pairs: P109 experts % ep, P112 ep·etp | dp·cp·tp, P113 moe_ffn_hidden % etp, and
-    the targets' P606 (vLLM: ep spans the stage, etp = 1), P611 (torch: etp is 1 or tp), P612
+    the targets' P606 (vLLM: ep spans the stage, etp = 1), P632 (torchtitan 0.3.0: etp = 1), P612
     (Megatron-LM: no etp with biases), P613 (Megatron-LM: expert dp = dp unless pp is outermost)."""
     m = pr.model
     dims = ParallelDims(pp=pp, dp=dp, cp=cp, tp=tp)
@@ -108,7 +108,7 @@ def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple
                 continue
             if "vllm" in tg and pr.mode == "serve" and (etp > 1 or (ep > 1 and ep != region)):
                 continue
-            if "torch" in tg and etp not in (1, tp):
+            if "torchtitan" in tg and etp > 1:                  # P632 (0.3.0 has no etp)
                 continue
             if "megatron" in tg and m.bias and etp > 1:
                 continue

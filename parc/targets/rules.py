@@ -1,7 +1,8 @@
 """The rules that span several targets: a key a target cannot do without (P602), values no
 command line can carry (P662) or that a launcher would read as options (P690), and the rules
-of the families without a folder of their own: parc's torch runtime (P610, P611, P616), which comes
-with torchrun, slurm and kubernetes."""
+of the families without a folder of their own: parc's torch runtime (P610, P616), which comes
+with torchrun, slurm and kubernetes. The runtime builds Megatron-LM's expert grid for any etp that
+P112 and P113 accept, so it has no etp rule of its own (P611 is torchtitan's, before 0.3.0)."""
 from __future__ import annotations
 
 import json
@@ -79,19 +80,6 @@ def torch_tied_pp(plan, c):
              help="use pp = 1 (with dp, tp or zero = 3 for memory), or untie the embeddings "
                   "(`tied_embeddings = false`), or use the megatron target, which keeps the tied copies in sync",
              related=[(c.at("model.tied_embeddings"), "tied_embeddings = true")])
-
-
-# ------------------------------------------------------------------------------------ P611
-
-@rule("P611", "torch-etp-one-or-tp", targets=("torch",))
-def torch_etp(plan, c):
-    m = plan.mesh
-    if not plan.model.is_moe or m.etp in (1, m.tp):
-        return
-    c.report(c.at("mesh.etp"),
-             f"{target_name(c.target)} splits experts either over the whole TP group or not at all: etp must be 1 or "
-             f"tp = {m.tp}, not {m.etp} (torchtitan: \"Currently we only support ETP=TP or ETP=1\")",
-             help=f"set etp = 1 or etp = {m.tp}" if m.tp > 1 else "set etp = 1")
 
 
 # ------------------------------------------------------------------------------------ P616
