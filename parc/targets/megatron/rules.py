@@ -204,7 +204,7 @@ def _ep_overlap_faults(plan) -> list[tuple[str, str, str]]:
     tr, me, sc = plan.train, plan.mesh, plan.schedule
     out = []
     if me.pp > 1 and sc.virtual_stages <= 1:
-        out.append(("schedule.virtual_stages", f"pp = {me.pp} without virtual stages",
+        out.append(("schedule.pipeline", f"pp = {me.pp} without virtual stages",
                     "virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1"))
     if tr.recompute == "full":
         out.append(("train.recompute", "recompute = full",
@@ -223,10 +223,10 @@ def ep_comm_overlap(plan, c):
     if plan.mode != "train" or tr is None or not tr.ep_comm_overlap or not plan.model.is_moe or me.ep <= 1:
         return
     for path, what, words in _ep_overlap_faults(plan):
-        c.report(c.at(path, "train"),
+        c.report(c.at(path, "schedule" if path.startswith("schedule") else "train"),
                  f"ep_comm_overlap = true with {what}: Megatron-LM's --overlap-moe-expert-parallel-comm "
                  f"refuses it (\"{words}\")",
-                 help={"schedule.virtual_stages": "use `pipeline = interleaved_1f1b` with virtual_stages ≥ 2, ",
+                 help={"schedule.pipeline": "use `pipeline = interleaved_1f1b` with virtual_stages ≥ 2, ",
                        "train.recompute": "use `recompute = selective` or none, ",
                        "train.precision": "use `precision = bf16`, "}[path] + "or remove `ep_comm_overlap`",
                  related=[(c.at("train.ep_comm_overlap", "train"), "ep_comm_overlap = true")])
