@@ -76,9 +76,27 @@ def _fake_python(tmp: Path) -> str:
     return str(p)
 
 
+def _sides(plan) -> list[tuple[str | None, str, dict, int]]:
+    """What each launch script of the plan starts: (disaggregation side or None, script, the mesh
+    of its servers, nodes it runs on). A disaggregated plan has prefill.sh and decode.sh, one per
+    pool, on the pool's instances' whole nodes; another plan one script over the cluster."""
+    settings = plan["targets"].get("sglang", {}).get("settings", {})
+    gpn = plan["cluster"]["gpus_per_node"]
+    if plan["pools"]:
+        return [(p["name"], f"{p['name']}.sh", p["mesh"],
+                 p["instances"] * -(-_gpus(p["mesh"]) // gpn)) for p in plan["pools"]]
+    one = plan["cluster"]["nodes"] == 1
+    return [(settings.get("disaggregation"), "serve.sh" if one else "launch.sh", plan["mesh"],
+             plan["cluster"]["nodes"])]
+
+
+def _gpus(m: dict) -> int:
+    return m["dp"] * m["tp"] * m["pp"] * m["cp"]
+
+
 def _commands(tmp_path_factory):
-    """(spec, plan, files, [argv after `python -m sglang.launch_server` for each node], router argv
-    or None) for every sglang launch parc emits for the examples and test specs."""
+    """(spec, plan, [(side, mesh, argv after `python -m sglang.launch_server`) for each node],
+    router argv or None) for every sglang launch parc emits for the examples and test specs."""
     out = []
     for spec, t, files in accepted_cases():
         if t != "sglang":
@@ -86,16 +104,15 @@ def _commands(tmp_path_factory):
         tmp = tmp_path_factory.mktemp(Path(spec).stem)
         d = write_out(files, tmp / "out")
         plan = json.loads((d / "plan.json").read_text())
-        names = [f.path for f in files]
-        one = "serve.sh" in names
         env = {"PYTHON": _fake_python(tmp), "MASTER_ADDR": ADDR}
         nodes = []
-        for k in range(1 if one else plan["cluster"]["nodes"]):
-            got = run_emitted(d / ("serve.sh" if one else "launch.sh"), tmp, *([] if one else [str(k)]), env=env)
-            assert got["python3"][:2] == ["-m", "sglang.launch_server"]
-            nodes.append(got["python3"][2:])
+        for side, script, mesh, n in _sides(plan):
+            for k in range(n):
+                got = run_emitted(d / script, tmp, *([] if script == "serve.sh" else [str(k)]), env=env)
+                assert got["python3"][:2] == ["-m", "sglang.launch_server"]
+                nodes.append((side, mesh, got["python3"][2:]))
         rt = None
-        if "router.sh" in names:
+        if "router.sh" in [f.path for f in files]:
             hosts = [f"10.0.0.{i + 1}" for i in range(_servers(files))]
             rt = run_emitted(d / "router.sh", tmp, *hosts, env=env)["python3"][2:]
         out.append((spec, plan, nodes, rt))
@@ -107,39 +124,60 @@ def _servers(files) -> int:
     return int(text.split("if (( $# != ", 1)[1].split(" ", 1)[0])
 
 
+def _first_nodes(nodes, side) -> int:
+    """The servers among a side's node commands: the nodes of node rank 0 (or of a one-node server)."""
+    return sum(1 for s, _, argv in nodes if s == side and dict(zip(argv, argv[1:])).get("--node-rank", "0") == "0")
+
+
+def _check_degrees(spec, plan, side, m, v):
+    """SGLang's resolved sizes against the plan's (a pool's own mesh for a disaggregated plan)."""
+    settings = plan["targets"].get("sglang", {}).get("settings", {})
+    attn = bool(plan["serve"]["dp_attention"] or settings.get("dp_attention")) and m["dp"] > 1
+    # a server's tp_size is dp · tp with attention DP; the experts span ep ranks (an all-to-all
+    # backend makes it the whole tp_size, which parc's P694 holds equal to the spec's ep)
+    assert v["tp"] == (m["dp"] * m["tp"] if attn else m["tp"]) and v["pp"] == m["pp"], spec
+    assert v["attn_dp"] == (m["dp"] if attn else 1), spec
+    assert v["ep"] == (m["ep"] if plan["model"]["experts"] else 1), spec
+    assert v["dcp"] == m["dcp"], spec
+    assert v["disaggregation_mode"] == (side or "null"), spec
+    if side:
+        kv = plan["serve"]["kv_transfer"]
+        assert v["transfer_backend"] == (kv if kv else settings.get("transfer_backend", "mooncake")), spec
+    assert v["context_length"] == plan["serve"]["max_model_len"], spec
+    assert v["max_running_requests"] == plan["serve"]["max_num_seqs"], spec
+    assert v["host"] == "0.0.0.0", spec
+
+
 @pytest.mark.sglang
 def test_sglang_accepts_what_parc_emits(sglang, tmp_path_factory):
     cmds = _commands(tmp_path_factory)
-    assert len(cmds) >= 7 and any(rt for *_, rt in cmds)
+    assert len(cmds) >= 10 and any(rt for *_, rt in cmds)
+    assert any(plan["pools"] for _, plan, _, _ in cmds) and any(plan["mesh"]["dcp"] > 1 for _, plan, _, _ in cmds)
     items, where = [], []
     for spec, plan, nodes, rt in cmds:
         folder = _model_folder(plan["model"], tmp_path_factory.mktemp("m") / "m")
-        for k, argv in enumerate(nodes):
+        for side, mesh, argv in nodes:
             items.append({"server": _with_model(argv, folder)})
-            where.append((spec, plan, k, argv))
+            where.append((spec, plan, side, mesh, argv))
         if rt:
             items.append({"router": rt})
-            where.append((spec, plan, None, rt))
-    for (spec, plan, k, argv), v in zip(where, _judge(sglang, items)):
-        assert v["ok"], f"{spec} node {k}: SGLang refuses {argv}: {v.get('error')}"
-        m, settings = plan["mesh"], plan["targets"]["sglang"]["settings"] if "sglang" in plan["targets"] else {}
-        if k is None:   # the router: one worker URL per server
-            servers = len(v["worker_urls"])
-            assert servers > 1 and all(u.endswith(":30000") for u in v["worker_urls"]), spec
-            continue
-        attn = bool(settings.get("dp_attention")) and m["dp"] > 1
-        # SGLang's degrees against the plan's: a server's tp_size is dp · tp with attention DP
-        assert v["tp"] == (m["dp"] * m["tp"] if attn else m["tp"]) and v["pp"] == m["pp"], spec
-        assert v["attn_dp"] == (m["dp"] if attn else 1), spec
-        assert v["ep"] == (m["ep"] if plan["model"]["experts"] else 1), spec
-        assert v["context_length"] == plan["serve"]["max_model_len"], spec
-        assert v["max_running_requests"] == plan["serve"]["max_num_seqs"], spec
-        assert v["host"] == "0.0.0.0", spec
-    # the world: each server's dp · tp · pp over its nodes, times the servers, is the plan's
+            where.append((spec, plan, "router", nodes, rt))
+    for (spec, plan, side, mesh, argv), v in zip(where, _judge(sglang, items)):
+        assert v["ok"], f"{spec} {side}: SGLang refuses {argv}: {v.get('error')}"
+        if side != "router":
+            _check_degrees(spec, plan, side, mesh, v)
+        elif plan["pools"]:   # the PD router: each prefill server with its bootstrap port, then each decode server
+            assert v["pd"] and not v["worker_urls"], spec
+            assert len(v["prefill_urls"]) == _first_nodes(mesh, "prefill") > 0, spec
+            assert len(v["decode_urls"]) == _first_nodes(mesh, "decode") > 0, spec
+            assert all(u.endswith(":30000") and port == 8998 for u, port in v["prefill_urls"]), spec
+        else:   # one worker URL per server
+            assert not v["pd"] and len(v["worker_urls"]) > 1, spec
+            assert all(u.endswith(":30000") for u in v["worker_urls"]), spec
+    # the world: each server's dp · tp · pp over its nodes, summed over every node, is the plan's
     for spec, plan, nodes, rt in cmds:
-        m = plan["mesh"]
-        per_node = [_judged_world(a) for a in nodes]
-        assert sum(per_node) == m["dp"] * m["tp"] * m["pp"] * m["cp"], (spec, per_node)
+        per_node = [_judged_world(a) for _, _, a in nodes]
+        assert sum(per_node) == plan["world_size"], (spec, per_node)
 
 
 def _judged_world(argv: list[str]) -> float:
