@@ -290,3 +290,106 @@ def test_sglang_accepts_what_parc_accepts(sglang, check_spec, tmp_path):
     assert "--enable-dp-attention" in items[1]["server"] and (v[1]["tp"], v[1]["attn_dp"], v[1]["dp"]) == (8, 4, 1)
     assert (v[2]["tp"], v[2]["pp"], v[2]["attn_dp"]) == (4, 2, 2)
     assert (v[3]["disaggregation_mode"], v[3]["transfer_backend"]) == ("prefill", "mooncake")
+
+
+# ----------------------------------------------------------------------------------------------
+# The rules of the serving keys of 2026 (parc/targets/sglang/serving_rules.py): for each, a spec
+# that trips it and one that passes, and SGLang's own verdict on the command parc emits for each.
+
+def _rule_cases():
+    """code: (spec that trips it, spec that passes, the argv change that says the tripping plan to
+    SGLang where parc's own command cannot)."""
+    from support.specs import spec
+
+    s = 'model = "m"'
+    moe = MIXTRAL + "; experts = 16"
+    prefill = s + "; disaggregation = prefill"
+    return {
+        # dcp = 3 does not divide tp = 8 / tp = 8 with dcp 2 on a model of 2 KV heads
+        "P624": (spec(L8 + "; kv_heads = 2", mesh="tp = 8; dcp = 3", serve="max_model_len = 4096", target={"sglang": s}),
+                 spec(L8 + "; kv_heads = 2", mesh="tp = 8; dcp = 2", serve="max_model_len = 4096", target={"sglang": s}),
+                 None),
+        # 8 KV heads · dcp 2 > tp 8 / 2 KV heads · dcp 4 = tp 8
+        "P625": (spec(L8, mesh="tp = 8; dcp = 2", serve="max_model_len = 4096", target={"sglang": s}),
+                 spec(L8 + "; kv_heads = 2", mesh="tp = 8; dcp = 4", serve="max_model_len = 4096", target={"sglang": s}),
+                 None),
+        # EPLB with ep 1 / with ep 8 = tp
+        "P627": (spec(MIXTRAL, mesh="tp = 8", serve="max_model_len = 4096; eplb = true", target={"sglang": s}),
+                 spec(MIXTRAL, mesh="tp = 8; ep = 8", serve="max_model_len = 4096; eplb = true; eplb_interval = 500; "
+                                                        "eplb_window = 200", target={"sglang": s}),
+                 None),
+        # 16 + 4 = 20 slots over ep 8 / 16 + 8 = 24 slots, 3 a rank
+        "P628": (spec(moe, mesh="tp = 8; ep = 8", serve="max_model_len = 4096; eplb = true; redundant_experts = 4",
+                      target={"sglang": s}),
+                 spec(moe, mesh="tp = 8; ep = 8", serve="max_model_len = 4096; eplb = true; redundant_experts = 8",
+                      target={"sglang": s}),
+                 None),
+        # lmcache is a vLLM connector / nixl is SGLang's too
+        "P639": (spec(L8, mesh="tp = 8", serve="max_model_len = 4096; kv_transfer = lmcache", target={"sglang": prefill}),
+                 spec(L8, mesh="tp = 8", serve="max_model_len = 4096; kv_transfer = nixl", target={"sglang": prefill}),
+                 ("--disaggregation-transfer-backend", "lmcache")),
+    }
+
+
+@pytest.mark.sglang
+def test_sglang_judges_the_serving_rules(sglang, check_spec, tmp_path):
+    """Each rule's tripping spec is an error in parc, its passing spec is clean, and SGLang's own
+    verdict on the commands is what the audit (parc/targets/sglang/rules.toml) says: refused at the
+    argument check (P627, P639), or accepted, to fail later (P624 when the DCP groups form, P628
+    when the expert slots are laid out) or to serve wrong results (P625: SGLang's own ModelConfig
+    gives the ranks of a DCP group other KV heads than tp alone would)."""
+    from parc.rules import audit
+
+    items, where = [], []
+    for code, (bad, good, tweak) in _rule_cases().items():
+        for kind, text in (("trips", bad), ("passes", good)):
+            r = check_spec(text, ("sglang",))
+            codes = {d.code for d in r.errors}
+            assert (code in codes) == (kind == "trips"), (code, kind, [f"{d.code} {d.message}" for d in r.diagnostics])
+            assert kind == "trips" or not codes, (code, codes)
+            argv = _argv(r.plan, _model_folder(r.plan.to_dict()["model"], tmp_path / f"{code}-{kind}"))
+            if kind == "trips" and tweak:
+                argv[argv.index(tweak[0]) + 1] = tweak[1]
+            items.append({"server": argv})
+            where.append((code, kind, r.plan))
+    verdicts = _judge(sglang, items)
+    got = {(code, kind): v for (code, kind, _), v in zip(where, verdicts)}
+    for (code, kind, plan), v in zip(where, verdicts):
+        if kind == "passes":
+            assert v["ok"], f"{code}: parc accepts, SGLang refuses: {v}"
+            assert (v["dcp"], v["tp"]) == (plan.mesh.dcp, plan.mesh.tp), (code, v)
+            continue
+        fails = audit(code, "sglang")["fails"]
+        assert v["ok"] == (fails != "argument check"), f"{code} ({fails}): {v}"
+    # P625: tp 8, 8 KV heads: one a rank; with dcp 2 SGLang's ModelConfig gives each rank 2, so
+    # the two ranks of a DCP group hold different heads. Passing: 2 heads at tp 8 (replicated,
+    # 1 a rank) and 1 a rank with dcp 4 (8 // 4 = 2 groups of the 2 heads).
+    assert got["P625", "trips"]["kv_heads"] == [1, 2] and got["P625", "passes"]["kv_heads"] == [1, 1]
+    assert got["P624", "trips"]["dcp"] == 3     # accepted: 8 ranks in groups of 3 leave one short
+    # EPLB: the ep SGLang needs; the interval, and the window as the recorder's buffer
+    assert "AssertionError" in got["P627", "trips"]["error"]
+    ok = got["P627", "passes"]
+    assert (ok["enable_eplb"], ok["ep"], ok["eplb_interval"], ok["recorder_buffer"]) == (True, 8, 500, 200)
+    assert (got["P628", "trips"]["redundant_experts"], got["P628", "passes"]["redundant_experts"]) == (4, 8)
+    assert got["P639", "trips"]["stage"] == "parser"
+    assert (got["P639", "passes"]["disaggregation_mode"], got["P639", "passes"]["transfer_backend"]) == ("prefill", "nixl")
+
+
+@pytest.mark.sglang
+def test_sglang_reads_deepep_mode_only_with_deepep(sglang, check_spec, tmp_path):
+    """P626 warns that deepep_mode does nothing without a DeepEP backend: SGLang accepts the
+    option and serves without an all-to-all backend; with deepep it keeps the mode."""
+    from support.specs import spec
+
+    texts = [spec(MIXTRAL, mesh="tp = 8; ep = 8", serve="max_model_len = 4096",
+                  target={"sglang": 'model = "m"; deepep_mode = normal'}),
+             spec(MIXTRAL, mesh="tp = 8; ep = 8", serve="max_model_len = 4096",
+                  target={"sglang": 'model = "m"; deepep_mode = normal; moe_a2a_backend = deepep'})]
+    items = []
+    for i, text in enumerate(texts):
+        r = check_spec(text, ("sglang",))
+        assert ("P626" in {d.code for d in r.diagnostics}) == (i == 0) and not r.errors
+        items.append({"server": _argv(r.plan, _model_folder(r.plan.to_dict()["model"], tmp_path / str(i)))})
+    bare, deepep = _judge(sglang, items)
+    assert bare["ok"] and bare["moe_a2a_backend"] == "none"
+    assert deepep["ok"] and (deepep["moe_a2a_backend"], deepep["deepep_mode"]) == ("deepep", "normal")
