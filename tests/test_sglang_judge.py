@@ -268,13 +268,13 @@ def test_sglang_accepts_what_parc_accepts(sglang, check_spec, tmp_path):
     from support.specs import spec
 
     specs = [
-        spec(MIXTRAL + "; experts = 16", nodes=2, mesh="dp = 8; tp = 2; ep = 16", serve="max_model_len = 4096",
-             placement="tp on intra_node; dp on inter_node",
-             target={"sglang": 'model = "m"; dp_attention = true; moe_a2a_backend = deepep'}),
-        spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve="max_model_len = 4096",
-             target={"sglang": 'model = "m"; dp_attention = true; version = "0.5.21"'}),
+        spec(MIXTRAL + "; experts = 16", nodes=2, mesh="dp = 8; tp = 2; ep = 16",
+             serve="max_model_len = 4096; dp_attention = true", placement="tp on intra_node; dp on inter_node",
+             target={"sglang": 'model = "m"; moe_a2a_backend = deepep'}),
+        spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve="max_model_len = 4096; dp_attention = true",
+             target={"sglang": 'model = "m"; version = "0.5.21"'}),
         spec(L8, mesh="dp = 2; tp = 2; pp = 2", serve="max_model_len = 4096",
-             target={"sglang": 'model = "m"; dp_attention = true'}),
+             target={"sglang": 'model = "m"; dp_attention = true'}),   # the older spelling, still read
         spec(L8, mesh="tp = 8", serve="max_model_len = 8192",
              target={"sglang": 'model = "m"; disaggregation = prefill; transfer_backend = mooncake'}),
     ]

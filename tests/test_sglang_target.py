@@ -72,8 +72,8 @@ def test_one_node_server(tmp_path):
 def test_dp_attention_spans_the_server(check_spec, tmp_path):
     """dp = 4 attention groups of tp = 2 in one server: tp_size = 4 · 2 = 8, attention dp 4, the
     experts over all 8 GPUs (ep = 8, each expert whole: etp = 1)."""
-    plan, files = _compile(check_spec, spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve=SERVE,
-                                            target={"sglang": 'model = "m"; dp_attention = true'}))
+    plan, files = _compile(check_spec, spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve=SERVE + "; dp_attention = true",
+                                            target={"sglang": 'model = "m"'}))
     o = _opts(_argv(files, tmp_path))
     assert (o["--tp-size"], o["--attn-dp-size"], o["--ep-size"]) == ("8", "4", "8")
     assert "--dp-size" not in o and "--enable-dp-attention" not in o
@@ -82,8 +82,8 @@ def test_dp_attention_spans_the_server(check_spec, tmp_path):
 def test_dp_attention_in_the_older_spelling(check_spec, tmp_path):
     """Before SGLang 0.5.22 attention data parallelism was `--dp-size N --enable-dp-attention`
     (flags.toml): a block pinned to 0.5.21 gets it, the default (the newest) `--attn-dp-size`."""
-    text = spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve=SERVE,
-                target={"sglang": 'model = "m"; dp_attention = true; version = "0.5.21"'})
+    text = spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve=SERVE + "; dp_attention = true",
+                target={"sglang": 'model = "m"; version = "0.5.21"'})
     _, files = _compile(check_spec, text)
     argv = _argv(files, tmp_path / "old")
     i = argv.index("--dp-size")
@@ -189,8 +189,10 @@ def test_p675_replica_between_nodes(check_spec):
 
 
 def test_p676_dp_attention_without_dp(check_spec):
-    text = spec(L8, mesh="tp = 8", serve=SERVE, target={"sglang": 'model = "m"; dp_attention = true'})
+    text = spec(L8, mesh="tp = 8", serve=SERVE + "; dp_attention = true", target={"sglang": 'model = "m"'})
     assert_fires(check_spec, text, "P697", "dp_attention", severity="warning", target="sglang", targets=("sglang",))
+    old = spec(L8, mesh="tp = 8", serve=SERVE, target={"sglang": 'model = "m"; dp_attention = true'})
+    assert_fires(check_spec, old, "P697", "dp_attention", severity="warning", target="sglang", targets=("sglang",))
     assert_quiet(check_spec, text.replace("tp = 8", "dp = 2\n  tp = 4"), "P697", ("sglang",))
 
 
