@@ -197,8 +197,10 @@ def test_sglang_refuses_what_it_should(sglang, tmp_path):
     bad = [{"server": ["--model-path", folder, "--tp-size", "two"]},
            {"server": ["--model-path", folder, "--tp-size", "4", "--dp-size", "2", "--nnodes", "2"]},
            {"server": ["--model-path", folder, "--tp-size", "4", "--attn-dp-size", "2", "--dp-size", "2"]},
+           # attention DP wider than the server (sglang#5873's dp > tp): parc's --tp-size dp·tp never is
+           {"server": ["--model-path", folder, "--tp-size", "4", "--attn-dp-size", "8"]},
            {"router": ["--worker-urls", "http://a:1", "--policy", "no-such-policy"]}]
-    assert [v["ok"] for v in _judge(sglang, bad)] == [False, False, False, False]
+    assert [v["ok"] for v in _judge(sglang, bad)] == [False, False, False, False, False]
 
 
 # ----------------------------------------------------------------------------------------------
