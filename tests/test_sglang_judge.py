@@ -162,10 +162,13 @@ def test_sglang_accepts_what_parc_emits(sglang, tmp_path_factory):
         if rt:
             items.append({"router": rt})
             where.append((spec, plan, "router", nodes, rt))
+    replicas: dict = {}
     for (spec, plan, side, mesh, argv), v in zip(where, _judge(sglang, items)):
         assert v["ok"], f"{spec} {side}: SGLang refuses {argv}: {v.get('error')}"
         if side != "router":
             _check_degrees(spec, plan, side, mesh, v)
+            if v["node_rank"] == 0:   # a server's first node: its data-parallel replicas or attention groups
+                replicas[spec, side] = replicas.get((spec, side), 0) + max(v["dp"], v["attn_dp"])
         elif plan["pools"]:   # the PD router: each prefill server with its bootstrap port, then each decode server
             assert v["pd"] and not v["worker_urls"], spec
             assert len(v["prefill_urls"]) == _first_nodes(mesh, "prefill") > 0, spec
@@ -174,6 +177,12 @@ def test_sglang_accepts_what_parc_emits(sglang, tmp_path_factory):
         else:   # one worker URL per server
             assert not v["pd"] and len(v["worker_urls"]) > 1, spec
             assert all(u.endswith(":30000") for u in v["worker_urls"]), spec
+    # dp: the replicas (or attention groups) of every server of a side are the plan's dp, times a
+    # pool's instances
+    for spec, plan, nodes, rt in cmds:
+        for side, _, mesh, _ in _sides(plan):
+            pool = next((p for p in plan["pools"] if p["name"] == side), {"instances": 1})
+            assert replicas[spec, side] == mesh["dp"] * pool["instances"], (spec, side, replicas[spec, side])
     # the world: each server's dp · tp · pp over its nodes, summed over every node, is the plan's
     for spec, plan, nodes, rt in cmds:
         per_node = [_judged_world(a) for _, _, a in nodes]
