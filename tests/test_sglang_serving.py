@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from backends_support import compile_rel, run_emitted, write_out
 from support.specs import assert_fires, assert_quiet, line_of, spec
-from support.sglang import argv as _argv, compile_plan as _compile, opts as _opts, recording_python as _python
+from support.sglang_cmd import argv as _argv, compile_plan as _compile, opts as _opts, recording_python as _python
 
 MIXTRAL = "from = mixtral_8x7b"
 L8 = "from = llama3_8b"

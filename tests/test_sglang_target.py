@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from backends_support import compile_rel, run_emitted, write_out
-from support.sglang import argv as _argv, compile_plan as _compile, opts as _opts, recording_python as _python
+from support.sglang_cmd import argv as _argv, compile_plan as _compile, opts as _opts, recording_python as _python
 from support.specs import assert_fires, assert_quiet, spec
 
 MIXTRAL = "from = mixtral_8x7b"
