@@ -62,11 +62,16 @@ def test_dcp_example(tmp_path):
 
 def test_wide_ep_example(tmp_path):
     """examples/deepseek-v3-wide-ep.par: dp 16 attention groups of tp 1 over two nodes, the 256
-    experts over ep = 16 ranks: --tp-size 16 --attn-dp-size 16 --ep-size 16 on each node."""
+    experts over ep = 16 ranks: --tp-size 16 --attn-dp-size 16 --ep-size 16 on each node, with
+    EPLB's 32 redundant experts ((256 + 32) / 16 = 18 a rank, P628 quiet), re-placed every 3000
+    passes over a window of 1000; the fp8 model is served as bfloat16 with fp8 quantization."""
     r, _, files = compile_rel("examples/deepseek-v3-wide-ep.par", "sglang")
     assert not r.errors
     o = _opts(_run(files, tmp_path, "launch.sh", "0", env={"MASTER_ADDR": "10.0.0.1"}))
     assert (o["--tp-size"], o["--attn-dp-size"], o["--ep-size"], o["--nnodes"]) == ("16", "16", "16", "2")
+    assert (o["--enable-eplb"], o["--ep-num-redundant-experts"]) == (True, "32")
+    assert (o["--eplb-rebalance-num-iterations"], o["--expert-distribution-recorder-buffer-size"]) == ("3000", "1000")
+    assert (o["--dtype"], o["--quantization"]) == ("bfloat16", "fp8")
 
 
 def test_eplb_options(check_spec, tmp_path):
@@ -90,18 +95,20 @@ def test_deepep_mode_option(check_spec, tmp_path):
 
 
 def test_disaggregated_example(tmp_path):
-    """examples/deepseek-v3-pd.par on 6 nodes of 8 H200s: 2 prefill instances of dp 16 · tp 1 (2
-    nodes each, prefill.sh node ranks 0-3) and one decode instance of the same (decode.sh 0-1).
-    Prefill node 3 is node 3 % 2 = 1 of the second prefill server; router.sh takes the 2 prefill
-    servers' first nodes, then the decode server's."""
+    """examples/deepseek-v3-pd.par on 4 nodes of 8 H200s: 2 prefill instances of tp 8 with the
+    experts over its 8 GPUs (one node each: prefill.sh node ranks 0-1, one server a node, dp 1 so
+    no attention DP) and one decode instance of dp 2 · tp 8 with attention DP (one server of
+    tp_size 16 over 2 nodes, experts over all 16: decode.sh node ranks 0-1). router.sh takes the 2
+    prefill servers' first nodes, then the decode server's."""
     r, _, files = compile_rel("examples/deepseek-v3-pd.par", "sglang")
     assert not r.errors and [f.path for f in files] == ["prefill.sh", "decode.sh", "router.sh", "plan.json"]
-    o = _opts(_run(files, tmp_path / "p", "prefill.sh", "3", env={"MASTER_ADDR": "10.0.0.3"}))
-    assert (o["--tp-size"], o["--attn-dp-size"], o["--ep-size"]) == ("16", "16", "16")
-    assert (o["--nnodes"], o["--node-rank"], o["--dist-init-addr"]) == ("2", "1", "10.0.0.3:5000")
+    o = _opts(_run(files, tmp_path / "p", "prefill.sh", "1"))
+    assert (o["--tp-size"], o["--ep-size"]) == ("8", "8") and "--attn-dp-size" not in o and "--nnodes" not in o
     assert (o["--disaggregation-mode"], o["--disaggregation-transfer-backend"]) == ("prefill", "nixl")
-    o = _opts(_run(files, tmp_path / "d", "decode.sh", "1"))
-    assert (o["--disaggregation-mode"], o["--node-rank"], o["--tp-size"]) == ("decode", "1", "16")
+    o = _opts(_run(files, tmp_path / "d", "decode.sh", "1", env={"MASTER_ADDR": "10.0.0.3"}))
+    assert (o["--tp-size"], o["--attn-dp-size"], o["--ep-size"]) == ("16", "2", "16")
+    assert (o["--nnodes"], o["--node-rank"], o["--dist-init-addr"]) == ("2", "1", "10.0.0.3:5000")
+    assert o["--disaggregation-mode"] == "decode"
     rt = _run(files, tmp_path / "r", "router.sh", "p0", "p1", "fe80::3")
     assert rt == ["-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", "8000", "--pd-disaggregation",
                   "--prefill", "http://p0:30000", "8998", "--prefill", "http://p1:30000", "8998",
