@@ -7,7 +7,7 @@ from __future__ import annotations
 from parc.rules import WARNING, rule
 from parc.rules.util import divisors, join
 from parc.targets.base import settings
-from parc.targets.sglang import DEEPEP_MODE_BACKENDS, KV_TRANSFER, TARGET, server_ep
+from parc.targets.sglang import DEEPEP_MODE_BACKENDS, KV_TRANSFER, TARGET, dp_attention, server_ep
 from parc.words import count
 
 
@@ -36,7 +36,7 @@ def sglang_dcp_divides_tp(plan, c):
              f"model fails to start: it cuts each TP group into decode context-parallel groups of {m.dcp} consecutive "
              f"ranks (sglang/srt/distributed/parallel_state.py initialize_model_parallel: \"Must be a divisor of "
              f"tp_size\"), and {m.tp} ranks leave a group short" + (" or one that straddles two attention "
-                                                                  "data-parallel groups" if m.dp > 1 else ""),
+                                                                  "data-parallel groups" if dp_attention(plan) else ""),
              help=(f"use dcp = one of {join(ok)}" if ok else "remove `dcp`: tp = 1 has no KV cache to split"),
              related=[(c.at("mesh.tp", "mesh"), f"tp = {m.tp}")])
 
