@@ -220,3 +220,51 @@ def test_vllm_accepts_context_parallel_with_data_parallel(vllm_python, check_spe
                                   {"argv": argv, "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}}])
     assert v2["ok"] and v2["engine_config"] and (v2["dp"], v2["pcp"]) == (4, 2), v2
     assert not v1["ok"] and "prefill context parallel" in v1["error"], v1
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue #15's serving rules (tests/test_serve_vllm_rules.py's specs): the command parc would emit
+# for the spec that trips each rule and for its neighbour that passes, judged by vLLM itself.
+# (rule, whether vLLM reads the model's config to decide it)
+JUDGED_15 = [("P121", False), ("P123", False), ("P124", False), ("P125", False), ("P666", False), ("P667", True)]
+
+
+@pytest.mark.vllm
+def test_vllm_agrees_with_the_serving_rules(vllm_python, check_spec, tmp_path):
+    """vLLM refuses the tripping spec where the audit says "argument check" and accepts its
+    neighbour; where the audit says it fails later (P125: when the MoE layers are built), its
+    configuration accepts both. The degrees vLLM derives are the plan's."""
+    from parc.rules import audit
+    from test_serve_vllm_rules import CASES
+
+    table = {code: (bad, good) for code, bad, good in CASES}
+    argvs, meta = [], []
+    for code, folder in JUDGED_15:
+        for which, text in zip(("bad", "good"), table[code]):
+            r = check_spec(text, ("vllm",))
+            model = _model_folder(r.plan.model, tmp_path / f"{code}-{which}") if folder else "x/y"
+            argvs.append(_argv(r.plan, model))
+            meta.append((code, which, r.plan))
+    for (code, which, plan), argv, v in zip(meta, argvs, _judge(vllm_python, argvs)):
+        late = audit(code, "vllm")["fails"] != "argument check"
+        if which == "bad" and not late:
+            assert not v["ok"], f"{code}: parc refuses, vLLM accepts {argv}: {v}"
+            continue
+        assert v["ok"], f"{code} ({which}): vLLM refuses {argv}: {v.get('error')}"
+        m, sv = plan.mesh, plan.serve
+        assert (v["tp"], v["dp"], v["pcp"], v["dcp"]) == (m.tp, m.dp, m.cp, m.dcp), (code, v)
+        assert v["ep"] == (m.ep > 1) and v["eplb"] == sv.eplb and v["redundant"] == sv.redundant_experts, (code, v)
+
+
+@pytest.mark.vllm
+def test_vllm_accepts_the_serving_examples_flags(vllm_python, check_spec):
+    """The wide-EP example's EPLB and all-to-all options as vLLM reads them."""
+    from parc.api import check_file
+
+    r = check_file(str(ROOT / "examples" / "deepseek-v3-wide-ep.par"), ("vllm",), root=ROOT)
+    (v,) = _judge(vllm_python, [_argv(r.plan, "x/y")])
+    sv = r.plan.serve
+    assert v["ok"] and (v["dp"], v["ep"], v["eplb"]) == (16, True, True), v
+    assert (v["redundant"], v["eplb_window"], v["eplb_interval"]) == (sv.redundant_experts, sv.eplb_window,
+                                                                     sv.eplb_interval)
+    assert v["all2all"] == "deepep_low_latency"

@@ -130,14 +130,14 @@ def _lines(plan, node_rank, pool: str | None = None) -> tuple[list[list], list[l
 
 
 def eplb_config(sv) -> dict:
-    """--eplb-config's JSON: the keys the spec sets (vLLM's EPLBConfig defaults the others)."""
+    """The JSON of the EPLB options: the keys the spec sets (vLLM's EPLBConfig defaults the others)."""
     cfg = {"window_size": sv.eplb_window, "step_interval": sv.eplb_interval,
            "num_redundant_experts": sv.redundant_experts or None}
     return {k: v for k, v in cfg.items() if v is not None}
 
 
 def kv_transfer_config(plan, pool: str) -> dict | None:
-    """--kv-transfer-config's JSON for an instance of ``pool`` (target.toml [kv_connectors])."""
+    """The JSON of the KV transfer option for an instance of ``pool`` (target.toml [kv_connectors])."""
     from parc.model.targets import spec
 
     kv = plan.serve.kv_transfer if plan.serve else None
@@ -150,8 +150,8 @@ def _moe_lines(plan, F, s, pool: str | None) -> list[list]:
     sv, out = plan.serve, []
     if sv.eplb:
         out.append([F("enable_eplb")])
-        if eplb_config(sv):
-            out.append([F("eplb_config"), json.dumps(eplb_config(sv), separators=(",", ":"))])
+    if eplb_config(sv):   # as the spec says even without eplb: vLLM refuses redundant experts then (P124)
+        out.append([F("eplb_config"), json.dumps(eplb_config(sv), separators=(",", ":"))])
     if s.get("all2all_backend"):
         out.append([F("all2all_backend"), s["all2all_backend"]])
     if pool and kv_transfer_config(plan, pool):
