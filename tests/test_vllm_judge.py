@@ -67,7 +67,9 @@ def _judge(proc, argvs: list) -> list[dict]:
 
 
 def _commands(tmp_path_factory):
-    """(spec, node, plan, argv after `vllm serve`) for every vllm command parc emits."""
+    """(spec, node, plan, argv after `vllm serve`) for every vllm command parc emits; for a
+    disaggregated plan, node 0 of an instance of each pool, with ``plan`` the pool's view (its
+    mesh, its instance's nodes)."""
     out = []
     for spec, t, files in accepted_cases():
         if t != "vllm":
@@ -75,13 +77,19 @@ def _commands(tmp_path_factory):
         tmp = tmp_path_factory.mktemp(Path(spec).stem)
         d = write_out(files, tmp / "out")
         plan = json.loads((d / "plan.json").read_text())
-        one = (d / "serve.sh").exists()
-        for k in range(1 if one else plan["cluster"]["nodes"]):
-            got = run_emitted(d / ("serve.sh" if one else "launch.sh"), tmp, *([] if one else [str(k)]),
-                              env={"VLLM_HOST_IP": "10.0.0.9"})
-            if "vllm" in got:
-                assert got["vllm"][0] == "serve"
-                out.append((spec, k, plan, got["vllm"][1:]))
+        views = [(d, plan, None)]
+        if plan["pools"]:
+            views = [(d / p["name"], {**plan, "mesh": p["mesh"], "cluster": {**plan["cluster"], "nodes": 1}}, "0")
+                     for p in plan["pools"]]
+        for folder, view, slot in views:
+            one = (folder / "serve.sh").exists()
+            for k in range(1 if one else view["cluster"]["nodes"]):
+                got = run_emitted(folder / ("serve.sh" if one else "launch.sh"), tmp,
+                                  *([slot] if one and slot else [] if one else [str(k)]),
+                                  env={"VLLM_HOST_IP": "10.0.0.9"})
+                if "vllm" in got:
+                    assert got["vllm"][0] == "serve"
+                    out.append((spec, k, view, got["vllm"][1:]))
     return out
 
 
@@ -252,7 +260,7 @@ def test_vllm_agrees_with_the_serving_rules(vllm_python, check_spec, tmp_path):
             continue
         assert v["ok"], f"{code} ({which}): vLLM refuses {argv}: {v.get('error')}"
         m, sv = plan.mesh, plan.serve
-        assert (v["tp"], v["dp"], v["pcp"], v["dcp"]) == (m.tp, m.dp, m.cp, m.dcp), (code, v)
+        assert (v["tp"], v["pp"], v["dp"], v["pcp"], v["dcp"]) == (m.tp, m.pp, m.dp, m.cp, m.dcp), (code, v)
         assert v["ep"] == (m.ep > 1) and v["eplb"] == sv.eplb and v["redundant"] == sv.redundant_experts, (code, v)
 
 
