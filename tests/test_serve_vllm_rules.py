@@ -13,6 +13,7 @@ from support.specs import spec
 VLLM = {"vllm": 'model = "m"'}
 DS = "from = deepseek_v3; dtype = fp8"        # MLA, 256 routed experts
 L70 = "from = llama3_70b"                     # 64 query heads, 8 KV heads
+W48 = "from = llama3_8b; heads = 48; kv_heads = 12; hidden = 6144; ffn_hidden = 12288"
 
 
 def _pd(prefill: str, decode: str, kv: str = "nixl", model: str = DS, nodes: int = 4) -> str:
@@ -67,9 +68,10 @@ CASES = [
     # P672: NixlConnector with dcp 2 of tp 8: dcp must be 1 or max(tp, cp) = 8
     ("P672", _pd("instances = 2; ep = 8", "ep = 8; dcp = 2", nodes=3),
      _pd("instances = 2; ep = 8", "ep = 8; dcp = 8", nodes=3)),
-    # P673: prefill tp 8 and decode tp 6 do not divide one another; tp 8 and 16 do
-    ("P673", _pd("instances = 2; ep = 8", "tp = 6\n  ep = 6", nodes=3),
-     _pd("instances = 2; ep = 8", "tp = 16\n  ep = 16", nodes=4)),
+    # P673: prefill tp 4 and decode tp 6 do not divide one another (6 % 4 = 2); tp 4 and 8 do
+    # (a dense model whose 48 heads, 12 KV heads and 12,288-wide MLP divide by 4, 6 and 8)
+    ("P673", _pd("instances = 2; tp = 4", "tp = 6", model=W48, nodes=2),
+     _pd("instances = 2; tp = 4", "tp = 8", model=W48, nodes=2)),
 ]
 
 

@@ -155,6 +155,16 @@ def _model_folder(model, path: Path) -> str:
         cfg["head_dim"] = model.head_dim
     if model.experts:
         cfg.update(num_local_experts=model.experts, num_experts_per_tok=model.top_k)
+    if getattr(model, "kv_lora_rank", 0):
+        # multi-head latent attention: DeepSeek-V3's config.json keys, which vLLM's ModelConfig
+        # reads as MLA (use_mla) by model_type and kv_lora_rank
+        cfg.update(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3",
+                   moe_intermediate_size=model.moe_ffn_hidden, intermediate_size=model.ffn_hidden,
+                   n_routed_experts=model.experts, n_shared_experts=model.shared_experts,
+                   first_k_dense_replace=model.first_k_dense, moe_layer_freq=1, kv_lora_rank=model.kv_lora_rank,
+                   q_lora_rank=model.q_lora_rank or None, qk_rope_head_dim=model.qk_rope_head_dim,
+                   qk_nope_head_dim=model.qk_nope_head_dim, v_head_dim=model.v_head_dim, n_group=8, topk_group=4,
+                   norm_topk_prob=True, scoring_func="sigmoid", topk_method="noaux_tc")
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(cfg))
     return str(path)
@@ -234,14 +244,34 @@ def test_vllm_accepts_context_parallel_with_data_parallel(vllm_python, check_spe
 # Issue #15's serving rules (tests/test_serve_vllm_rules.py's specs): the command parc would emit
 # for the spec that trips each rule and for its neighbour that passes, judged by vLLM itself.
 # (rule, whether vLLM reads the model's config to decide it)
-JUDGED_15 = [("P121", False), ("P123", False), ("P124", False), ("P125", False), ("P666", False), ("P667", True)]
+JUDGED_15 = [("P121", False), ("P123", False), ("P124", False), ("P125", False), ("P666", False), ("P667", True),
+             ("P672", True), ("P673", True)]
+
+
+def _pool_argvs(plan, model_dir: str) -> list[list[str]]:
+    """The argv of node 0 of an instance of each pool of a disaggregated plan (one argv for a plan
+    of one mesh)."""
+    from parc.model.pools import pool_plans
+    from parc.targets.base import Var
+    from parc.targets.vllm import POOL_PORTS, launch_mode, serve_lines
+
+    views = [(pp, pool.name) for pool, pp in pool_plans(plan)] or [(plan, None)]
+    out = []
+    for p, name in views:
+        words = [model_dir]
+        for line in serve_lines(p, None if launch_mode(p) == "single" else 0, name):
+            words += [("10.0.0.1" if x.name == "master_addr" else str(POOL_PORTS[name])) if isinstance(x, Var)
+                      else str(x) for x in line]
+        out.append(words)
+    return out
 
 
 @pytest.mark.vllm
 def test_vllm_agrees_with_the_serving_rules(vllm_python, check_spec, tmp_path):
-    """vLLM refuses the tripping spec where the audit says "argument check" and accepts its
-    neighbour; where the audit says it fails later (P125: when the MoE layers are built), its
-    configuration accepts both. The degrees vLLM derives are the plan's."""
+    """vLLM refuses the tripping spec where the audit says "argument check" (its parser,
+    ParallelConfig or create_engine_config) and accepts its neighbour; where the audit says it
+    fails later (P125: when the MoE layers are built; P673: at the first KV transfer), its
+    configuration accepts both. The degrees vLLM derives are the plan's (each pool's)."""
     from parc.rules import audit
     from test_serve_vllm_rules import CASES
 
@@ -251,12 +281,19 @@ def test_vllm_agrees_with_the_serving_rules(vllm_python, check_spec, tmp_path):
         for which, text in zip(("bad", "good"), table[code]):
             r = check_spec(text, ("vllm",))
             model = _model_folder(r.plan.model, tmp_path / f"{code}-{which}") if folder else "x/y"
-            argvs.append(_argv(r.plan, model))
-            meta.append((code, which, r.plan))
-    for (code, which, plan), argv, v in zip(meta, argvs, _judge(vllm_python, argvs)):
-        late = audit(code, "vllm")["fails"] != "argument check"
-        if which == "bad" and not late:
-            assert not v["ok"], f"{code}: parc refuses, vLLM accepts {argv}: {v}"
+            from parc.model.pools import pool_plans
+
+            for plan, argv in zip([pp for _, pp in pool_plans(r.plan)] or [r.plan], _pool_argvs(r.plan, model)):
+                argvs.append({"argv": argv, "env": {"VLLM_USE_V2_MODEL_RUNNER": "1"}})
+                meta.append((code, which, plan))
+    verdicts = _judge(vllm_python, argvs)
+    for code in {c for c, _ in JUDGED_15}:
+        # a disaggregated plan is refused when one of its pools is
+        bad = [(a, v) for (c, w, _), a, v in zip(meta, argvs, verdicts) if c == code and w == "bad"]
+        if audit(code, "vllm")["fails"] == "argument check":
+            assert any(not v["ok"] for _, v in bad), f"{code}: parc refuses, vLLM accepts {bad}"
+    for (code, which, plan), argv, v in zip(meta, argvs, verdicts):
+        if which == "bad" and audit(code, "vllm")["fails"] == "argument check":
             continue
         assert v["ok"], f"{code} ({which}): vLLM refuses {argv}: {v.get('error')}"
         m, sv = plan.mesh, plan.serve
