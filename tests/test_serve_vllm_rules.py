@@ -116,12 +116,12 @@ def test_pooled_plan_compiles_one_launch_per_pool(check_spec):
                        nodes=3), ("vllm",))
     assert not r.errors, [f"{d.code} {d.message}" for d in r.errors]
     files = {f.path: f.text for f in build(r.plan)}
-    assert sorted(files) == ["decode/serve.sh", "plan.json", "prefill/serve.sh", "proxy.sh"]
+    assert sorted(files) == ["decode-serve.sh", "plan.json", "prefill-serve.sh", "proxy.sh"]
     # 4 prefill instances of 4 GPUs: two share a node, each its own GPUs and port
-    pre = files["prefill/serve.sh"]
+    pre = files["prefill-serve.sh"]
     assert "gpus=(0,1,2,3 4,5,6,7)" in pre and "port=$(( 8100 + slot ))" in pre
     assert '\'{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}\'' in pre
-    assert '"kv_role":"kv_consumer"' in files["decode/serve.sh"]
+    assert '"kv_role":"kv_consumer"' in files["decode-serve.sh"]
     # the proxy's ports: instance i of the prefill pool listens on 8100 + i % 2
     assert "--prefiller-ports 8100 8101 8100 8101" in files["proxy.sh"]
     assert "--decoder-ports 8200" in files["proxy.sh"]

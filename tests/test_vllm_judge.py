@@ -77,14 +77,14 @@ def _commands(tmp_path_factory):
         tmp = tmp_path_factory.mktemp(Path(spec).stem)
         d = write_out(files, tmp / "out")
         plan = json.loads((d / "plan.json").read_text())
-        views = [(d, plan, None)]
+        views = [("", plan, None)]
         if plan["pools"]:
-            views = [(d / p["name"], {**plan, "mesh": p["mesh"], "cluster": {**plan["cluster"], "nodes": 1}}, "0")
+            views = [(p["name"] + "-", {**plan, "mesh": p["mesh"], "cluster": {**plan["cluster"], "nodes": 1}}, "0")
                      for p in plan["pools"]]
-        for folder, view, slot in views:
-            one = (folder / "serve.sh").exists()
+        for prefix, view, slot in views:
+            one = (d / f"{prefix}serve.sh").exists()
             for k in range(1 if one else view["cluster"]["nodes"]):
-                got = run_emitted(folder / ("serve.sh" if one else "launch.sh"), tmp,
+                got = run_emitted(d / f"{prefix}{'serve.sh' if one else 'launch.sh'}", tmp,
                                   *([slot] if one and slot else [] if one else [str(k)]),
                                   env={"VLLM_HOST_IP": "10.0.0.9"})
                 if "vllm" in got:

@@ -242,15 +242,16 @@ def _proxy(plan) -> str:
 
 
 def build(plan) -> list[File]:
-    """serve.sh or launch.sh; for a disaggregated plan one per pool (``prefill/``, ``decode/``,
-    each the script of any instance of the pool) and ``proxy.sh`` in front of them."""
+    """serve.sh or launch.sh; for a disaggregated plan one per pool (``prefill-serve.sh`` or
+    ``prefill-launch.sh``, the same for decode: each the script of any instance of the pool; flat
+    names, as a Kubernetes ConfigMap's keys must be) and ``proxy.sh`` in front of them."""
     if plan.pools:
         from parc.model.pools import pool_plans
 
         files = []
         for pool, pp in pool_plans(plan):
             name = "launch.sh" if launch_mode(pp) != "single" else "serve.sh"
-            files.append(File(f"{pool.name}/{name}", _script(pp, pool, plan), True))
+            files.append(File(f"{pool.name}-{name}", _script(pp, pool, plan), True))
         return files + [File("proxy.sh", _proxy(plan), True), File("plan.json", plan_json(plan))]
     name = "launch.sh" if launch_mode(plan) != "single" else "serve.sh"
     return [File(name, _script(plan), True), File("plan.json", plan_json(plan))]
