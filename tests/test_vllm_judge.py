@@ -273,7 +273,7 @@ def test_vllm_agrees_with_the_serving_rules(vllm_python, check_spec, tmp_path):
     fails later (P125: when the MoE layers are built; P673: at the first KV transfer), its
     configuration accepts both. The degrees vLLM derives are the plan's (each pool's)."""
     from parc.rules import audit
-    from test_serve_vllm_rules import CASES
+    from support.serving_specs import CASES
 
     table = {code: (bad, good) for code, bad, good in CASES}
     argvs, meta = [], []
