@@ -3,6 +3,7 @@ should; vLLM itself judges the commands in tests/test_vllm_judge.py."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -16,16 +17,24 @@ CASES = [(s, f) for s, t, f in accepted_cases() if t == "vllm"]
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
-    """spec -> (plan, [per node: {launcher: argv, launcher.env: env}])."""
+    """spec -> (plan, [per node: {launcher: argv, launcher.env: env}]); a disaggregated spec gives
+    one entry per pool, "spec:pool", whose plan is that pool's instance (its mesh, GPUs, nodes)."""
     out = {}
     for spec, files in CASES:
         tmp = tmp_path_factory.mktemp(Path(spec).stem)
         d = write_out(files, tmp / "out")
         plan = json.loads((d / "plan.json").read_text())
-        if (d / "serve.sh").exists():
-            out[spec] = (plan, [run_emitted(d / "serve.sh", tmp)])
-        else:   # one launch.sh, run on every node with its rank
-            out[spec] = (plan, [run_emitted(d / "launch.sh", tmp, str(k)) for k in range(plan["cluster"]["nodes"])])
+        views = [(spec, "", plan)]
+        for p in plan["pools"]:
+            g, per = math.prod(p["mesh"][a] for a in ("pp", "dp", "cp", "tp")), plan["cluster"]["gpus_per_node"]
+            views.append((f"{spec}:{p['name']}", p["name"] + "-", {**plan, "mesh": p["mesh"], "world_size": g,
+                          "cluster": {**plan["cluster"], "nodes": max(1, g // per)}}))
+        for key, prefix, view in views[1:] if plan["pools"] else views:
+            if (d / f"{prefix}serve.sh").exists():   # with pools: the instance in the node's first slot
+                out[key] = (view, [run_emitted(d / f"{prefix}serve.sh", tmp, *(["0"] if prefix else []))])
+            else:   # one launch.sh, run on every node with its rank
+                out[key] = (view, [run_emitted(d / f"{prefix}launch.sh", tmp, str(k))
+                                   for k in range(view["cluster"]["nodes"])])
     return out
 
 

@@ -67,7 +67,9 @@ def _judge(proc, argvs: list) -> list[dict]:
 
 
 def _commands(tmp_path_factory):
-    """(spec, node, plan, argv after `vllm serve`) for every vllm command parc emits."""
+    """(spec, node, plan, argv after `vllm serve`) for every vllm command parc emits; for a
+    disaggregated plan, node 0 of an instance of each pool, with ``plan`` the pool's view (its
+    mesh, its instance's nodes)."""
     out = []
     for spec, t, files in accepted_cases():
         if t != "vllm":
@@ -75,13 +77,19 @@ def _commands(tmp_path_factory):
         tmp = tmp_path_factory.mktemp(Path(spec).stem)
         d = write_out(files, tmp / "out")
         plan = json.loads((d / "plan.json").read_text())
-        one = (d / "serve.sh").exists()
-        for k in range(1 if one else plan["cluster"]["nodes"]):
-            got = run_emitted(d / ("serve.sh" if one else "launch.sh"), tmp, *([] if one else [str(k)]),
-                              env={"VLLM_HOST_IP": "10.0.0.9"})
-            if "vllm" in got:
-                assert got["vllm"][0] == "serve"
-                out.append((spec, k, plan, got["vllm"][1:]))
+        views = [("", plan, None)]
+        if plan["pools"]:
+            views = [(p["name"] + "-", {**plan, "mesh": p["mesh"], "cluster": {**plan["cluster"], "nodes": 1}}, "0")
+                     for p in plan["pools"]]
+        for prefix, view, slot in views:
+            one = (d / f"{prefix}serve.sh").exists()
+            for k in range(1 if one else view["cluster"]["nodes"]):
+                got = run_emitted(d / f"{prefix}{'serve.sh' if one else 'launch.sh'}", tmp,
+                                  *([slot] if one and slot else [] if one else [str(k)]),
+                                  env={"VLLM_HOST_IP": "10.0.0.9"})
+                if "vllm" in got:
+                    assert got["vllm"][0] == "serve"
+                    out.append((spec, k, view, got["vllm"][1:]))
     return out
 
 
@@ -147,6 +155,16 @@ def _model_folder(model, path: Path) -> str:
         cfg["head_dim"] = model.head_dim
     if model.experts:
         cfg.update(num_local_experts=model.experts, num_experts_per_tok=model.top_k)
+    if getattr(model, "kv_lora_rank", 0):
+        # multi-head latent attention: DeepSeek-V3's config.json keys, which vLLM's ModelConfig
+        # reads as MLA (use_mla) by model_type and kv_lora_rank
+        cfg.update(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3",
+                   moe_intermediate_size=model.moe_ffn_hidden, intermediate_size=model.ffn_hidden,
+                   n_routed_experts=model.experts, n_shared_experts=model.shared_experts,
+                   first_k_dense_replace=model.first_k_dense, moe_layer_freq=1, kv_lora_rank=model.kv_lora_rank,
+                   q_lora_rank=model.q_lora_rank or None, qk_rope_head_dim=model.qk_rope_head_dim,
+                   qk_nope_head_dim=model.qk_nope_head_dim, v_head_dim=model.v_head_dim, n_group=8, topk_group=4,
+                   norm_topk_prob=True, scoring_func="sigmoid", topk_method="noaux_tc")
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(cfg))
     return str(path)
@@ -220,3 +238,78 @@ def test_vllm_accepts_context_parallel_with_data_parallel(vllm_python, check_spe
                                   {"argv": argv, "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}}])
     assert v2["ok"] and v2["engine_config"] and (v2["dp"], v2["pcp"]) == (4, 2), v2
     assert not v1["ok"] and "prefill context parallel" in v1["error"], v1
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue #15's serving rules (tests/test_serve_vllm_rules.py's specs): the command parc would emit
+# for the spec that trips each rule and for its neighbour that passes, judged by vLLM itself.
+# (rule, whether vLLM reads the model's config to decide it)
+JUDGED_15 = [("P121", False), ("P123", False), ("P124", False), ("P125", False), ("P666", False), ("P667", True),
+             ("P672", True), ("P673", True)]
+
+
+def _pool_argvs(plan, model_dir: str) -> list[list[str]]:
+    """The argv of node 0 of an instance of each pool of a disaggregated plan (one argv for a plan
+    of one mesh)."""
+    from parc.model.pools import pool_plans
+    from parc.targets.base import Var
+    from parc.targets.vllm import POOL_PORTS, launch_mode, serve_lines
+
+    views = [(pp, pool.name) for pool, pp in pool_plans(plan)] or [(plan, None)]
+    out = []
+    for p, name in views:
+        words = [model_dir]
+        for line in serve_lines(p, None if launch_mode(p) == "single" else 0, name):
+            words += [("10.0.0.1" if x.name == "master_addr" else str(POOL_PORTS[name])) if isinstance(x, Var)
+                      else str(x) for x in line]
+        out.append(words)
+    return out
+
+
+@pytest.mark.vllm
+def test_vllm_agrees_with_the_serving_rules(vllm_python, check_spec, tmp_path):
+    """vLLM refuses the tripping spec where the audit says "argument check" (its parser,
+    ParallelConfig or create_engine_config) and accepts its neighbour; where the audit says it
+    fails later (P125: when the MoE layers are built; P673: at the first KV transfer), its
+    configuration accepts both. The degrees vLLM derives are the plan's (each pool's)."""
+    from parc.rules import audit
+    from support.serving_specs import CASES
+
+    table = {code: (bad, good) for code, bad, good in CASES}
+    argvs, meta = [], []
+    for code, folder in JUDGED_15:
+        for which, text in zip(("bad", "good"), table[code]):
+            r = check_spec(text, ("vllm",))
+            model = _model_folder(r.plan.model, tmp_path / f"{code}-{which}") if folder else "x/y"
+            from parc.model.pools import pool_plans
+
+            for plan, argv in zip([pp for _, pp in pool_plans(r.plan)] or [r.plan], _pool_argvs(r.plan, model)):
+                argvs.append({"argv": argv, "env": {"VLLM_USE_V2_MODEL_RUNNER": "1"}})
+                meta.append((code, which, plan))
+    verdicts = _judge(vllm_python, argvs)
+    for code in {c for c, _ in JUDGED_15}:
+        # a disaggregated plan is refused when one of its pools is
+        bad = [(a, v) for (c, w, _), a, v in zip(meta, argvs, verdicts) if c == code and w == "bad"]
+        if audit(code, "vllm")["fails"] == "argument check":
+            assert any(not v["ok"] for _, v in bad), f"{code}: parc refuses, vLLM accepts {bad}"
+    for (code, which, plan), argv, v in zip(meta, argvs, verdicts):
+        if which == "bad" and audit(code, "vllm")["fails"] == "argument check":
+            continue
+        assert v["ok"], f"{code} ({which}): vLLM refuses {argv}: {v.get('error')}"
+        m, sv = plan.mesh, plan.serve
+        assert (v["tp"], v["pp"], v["dp"], v["pcp"], v["dcp"]) == (m.tp, m.pp, m.dp, m.cp, m.dcp), (code, v)
+        assert v["ep"] == (m.ep > 1) and v["eplb"] == sv.eplb and v["redundant"] == sv.redundant_experts, (code, v)
+
+
+@pytest.mark.vllm
+def test_vllm_accepts_the_serving_examples_flags(vllm_python, check_spec):
+    """The wide-EP example's EPLB and all-to-all options as vLLM reads them."""
+    from parc.api import check_file
+
+    r = check_file(str(ROOT / "examples" / "deepseek-v3-wide-ep.par"), ("vllm",), root=ROOT)
+    (v,) = _judge(vllm_python, [_argv(r.plan, "x/y")])
+    sv = r.plan.serve
+    assert v["ok"] and (v["dp"], v["ep"], v["eplb"]) == (16, True, True), v
+    assert (v["redundant"], v["eplb_window"], v["eplb_interval"]) == (sv.redundant_experts, sv.eplb_window,
+                                                                     sv.eplb_interval)
+    assert v["all2all"] == "deepep_low_latency"

@@ -1,12 +1,16 @@
-"""P117–P120: a prefill/decode-disaggregated serving plan as a whole: its pools on the cluster.
+"""The serving rules both engines share.
 
-Each pool's own mesh is judged by every other rule, on the plan of one of its instances
-(:func:`parc.model.pools.pool_plan`); these rules look at the pools together, once."""
+P117–P120: a prefill/decode-disaggregated serving plan as a whole, its pools on the cluster. Each
+pool's own mesh is judged by every other rule, on the plan of one of its instances
+(:func:`parc.model.pools.pool_plan`); these rules look at the pools together, once.
+
+P121–P126: decode context parallel and expert-parallel load balancing, as vLLM
+(vllm/config/parallel.py, vllm/config/model.py) and SGLang form them."""
 from __future__ import annotations
 
 from parc.model.pools import nodes_needed
 from parc.rules import WARNING, rule
-from parc.rules.util import plural
+from parc.rules.util import divisors, join, plural
 from parc.words import count
 
 
@@ -85,3 +89,104 @@ def kv_transfer_alone(plan, c):
              f"`kv_transfer = {srv.kv_transfer}` moves KV caches between prefill and decode instances, but "
              "this plan serves both on one mesh: nothing uses it",
              help="add `prefill { ... }` and `decode { ... }` pools inside `serve`, or remove `kv_transfer`")
+
+
+# --- the serving degrees: decode context parallel, EPLB ---------------------------------------
+# Both engines form them the same way; the releases and files each was read from are in
+# rules.toml (`source`) and in the targets' audit entries.
+
+# ------------------------------------------------------------------------------------ P121
+
+@rule("P121", "dcp-divides-tp", reads=("tp", "cp"))
+def dcp_divides_tp(plan, c):
+    m = plan.mesh
+    if plan.mode != "serve" or m.dcp <= 1 or m.cp > 1 or m.tp % m.dcp == 0:
+        return   # with prefill context parallel the engines differ (vLLM: P666)
+    ok = [d for d in divisors(m.tp) if d > 1]
+    c.report(c.at("mesh.dcp", "mesh"),
+             f"decode context parallel splits each sequence's KV cache over dcp GPUs of a tensor-parallel "
+             f"group, so dcp must divide tp: dcp = {m.dcp} does not divide tp = {m.tp}",
+             help=f"use dcp = {join(ok)}" if ok else "remove `dcp`: tp = 1 has no GPUs to share the KV cache",
+             related=[(c.at("mesh.tp", "mesh"), f"tp = {m.tp}")])
+
+
+# ------------------------------------------------------------------------------------ P122
+
+@rule("P122", "dcp-beyond-kv-heads", severity=WARNING, reads=("tp",))
+def dcp_useful_range(plan, c):
+    m, md = plan.mesh, plan.model
+    if plan.mode != "serve" or m.dcp <= 1 or md.is_mla or not md.kv_heads:
+        return
+    useful = max(1, m.tp // md.kv_heads)
+    if m.dcp <= useful:
+        return
+    why = (f"tp = {m.tp} does not exceed the model's {md.kv_heads} KV heads, so every GPU already holds KV "
+           f"heads of its own and none is duplicated" if m.tp <= md.kv_heads else
+           f"tp = {m.tp} over {md.kv_heads} KV heads duplicates each head on tp / kv_heads = {useful} GPUs, "
+           f"and only those copies can be split by token")
+    c.report(c.at("mesh.dcp", "mesh"),
+             f"dcp = {m.dcp} gains nothing beyond {useful}: {why}",
+             help=f"use dcp = {useful} or less" if useful > 1 else "remove `dcp`, or raise tp above the KV heads")
+
+
+# ------------------------------------------------------------------------------------ P123
+
+@rule("P123", "eplb-needs-expert-parallel", reads=("ep",))
+def eplb_needs_ep(plan, c):
+    sv, m = plan.serve, plan.mesh
+    if plan.mode != "serve" or sv is None or not sv.eplb or (plan.model.is_moe and m.ep > 1):
+        return
+    if not plan.model.is_moe:
+        msg = f"`eplb = true` balances experts, but model `{plan.model.name}` has none"
+        fix = "remove `eplb`"
+    else:
+        msg = ("`eplb = true` re-places whole experts among the GPUs of an expert-parallel group, but this plan "
+               "has no expert parallelism (ep = 1: every GPU holds a slice of every expert)")
+        fix = "set ep (= dp · cp · tp for vLLM, which has no other size), or remove `eplb`"
+    c.report(c.at("serve.eplb", "serve"), msg, help=fix)
+
+
+# ------------------------------------------------------------------------------------ P124
+
+@rule("P124", "redundant-experts-need-eplb", reads=())
+def redundant_need_eplb(plan, c):
+    sv = plan.serve
+    if plan.mode != "serve" or sv is None or sv.redundant_experts == 0 or sv.eplb:
+        return
+    c.report(c.at("serve.redundant_experts", "serve"),
+             f"redundant_experts = {sv.redundant_experts} are copies of the busiest experts that expert-parallel "
+             f"load balancing places; without `eplb = true` nothing places them",
+             help="add `eplb = true`, or remove `redundant_experts`")
+
+
+# ------------------------------------------------------------------------------------ P125
+
+@rule("P125", "eplb-even-experts", reads=("ep",))
+def eplb_even(plan, c):
+    sv, m, md = plan.serve, plan.mesh, plan.model
+    if plan.mode != "serve" or sv is None or not sv.eplb or not md.is_moe or m.ep <= 1:
+        return
+    n = md.experts + sv.redundant_experts
+    if n % m.ep == 0:
+        return
+    up = -n % m.ep
+    c.report(c.at("serve.redundant_experts", "serve.eplb", "serve"),
+             f"with EPLB every GPU of the expert-parallel group holds the same number of experts: "
+             f"{md.experts} experts + {sv.redundant_experts} redundant = {n} do not divide over ep = {m.ep}",
+             help=f"set redundant_experts = {sv.redundant_experts + up} ({n + up} = {m.ep} × {(n + up) // m.ep}), "
+                  f"or an ep that divides {n}",
+             related=[(c.at("mesh.ep", "mesh"), f"ep = {m.ep}")])
+
+
+# ------------------------------------------------------------------------------------ P126
+
+@rule("P126", "eplb-settings-unused", severity=WARNING, reads=())
+def eplb_settings_unused(plan, c):
+    sv = plan.serve
+    if plan.mode != "serve" or sv is None or sv.eplb:
+        return
+    for key in ("eplb_window", "eplb_interval"):
+        if getattr(sv, key) is not None:
+            c.report(c.at(f"serve.{key}", "serve"),
+                     f"`{key} = {getattr(sv, key)}` tunes expert-parallel load balancing, which this plan does "
+                     f"not enable: the engines ignore it", help="add `eplb = true`, or remove the key")

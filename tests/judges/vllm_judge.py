@@ -11,6 +11,7 @@ EngineArgs.create_engine_config() as `vllm serve` does at start: ModelConfig rea
 weights are read. vLLM's model registry would import the model's class to inspect it, which needs
 the GPU stack; a plain decoder's description (what vLLM finds for LlamaForCausalLM) stands in for
 that inspection, so only the configuration checks decide."""
+import contextlib
 import dataclasses
 import json
 import os
@@ -53,6 +54,21 @@ def _engine_config(a):
     return {"engine_config": True, "max_model_len": c.model_config.max_model_len}
 
 
+@contextlib.contextmanager
+def _cuda_for_eplb():
+    """EPLB's first check is the platform (CUDA, ROCm or XPU); the judge runs on vLLM's CPU
+    platform, so that one check answers as the GPU the plan is for would, and every check after it
+    is vLLM's own."""
+    from vllm.config import parallel
+
+    saved = parallel.current_platform.is_cuda_alike
+    parallel.current_platform.is_cuda_alike = lambda: True
+    try:
+        yield
+    finally:
+        parallel.current_platform.is_cuda_alike = saved
+
+
 def judge(argv):
     parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
     try:
@@ -63,14 +79,17 @@ def judge(argv):
     kw = dict(tensor_parallel_size=e.tensor_parallel_size, pipeline_parallel_size=e.pipeline_parallel_size,
               data_parallel_size=e.data_parallel_size, data_parallel_size_local=e.data_parallel_size_local,
               prefill_context_parallel_size=e.prefill_context_parallel_size,
-              enable_expert_parallel=e.enable_expert_parallel, nnodes=e.nnodes, node_rank=e.node_rank)
+              enable_expert_parallel=e.enable_expert_parallel, nnodes=e.nnodes, node_rank=e.node_rank,
+              decode_context_parallel_size=e.decode_context_parallel_size, enable_eplb=e.enable_eplb,
+              eplb_config=e.eplb_config, all2all_backend=e.all2all_backend)
     if e.data_parallel_backend == "mp":
         kw["data_parallel_backend"] = "mp"
     # Ray itself is not installed here: its executor is judged by the sizes only.
     if e.distributed_executor_backend not in (None, "ray"):
         kw["distributed_executor_backend"] = e.distributed_executor_backend
     try:
-        pc = ParallelConfig(**{k: v for k, v in kw.items() if v is not None})
+        with _cuda_for_eplb():
+            pc = ParallelConfig(**{k: v for k, v in kw.items() if v is not None})
     except Exception as x:   # pydantic's ValidationError carries vLLM's message
         return {"ok": False, "stage": "ParallelConfig", "error": str(x)}
     try:
@@ -81,13 +100,18 @@ def judge(argv):
         return {"ok": False, "stage": "executor start", "error": str(x)}
     out = {"ok": True, "engine_config": False}
     if a.model_tag and os.path.isfile(os.path.join(a.model_tag, "config.json")):
-        out.update(_engine_config(a))
+        with _cuda_for_eplb():
+            out.update(_engine_config(a))
         if not out["ok"]:
             return out
     return {"model": a.model_tag, "max_model_len": e.max_model_len, "headless": a.headless,
             "tp": pc.tensor_parallel_size, "pp": pc.pipeline_parallel_size, "dp": pc.data_parallel_size,
             "dp_local": pc.data_parallel_size_local, "pcp": pc.prefill_context_parallel_size,
-            "world": pc.world_size, "ep": pc.enable_expert_parallel, "nnodes": pc.nnodes, **out}
+            "world": pc.world_size, "ep": pc.enable_expert_parallel, "nnodes": pc.nnodes,
+            "dcp": pc.decode_context_parallel_size, "eplb": pc.enable_eplb,
+            "redundant": pc.eplb_config.num_redundant_experts, "eplb_window": pc.eplb_config.window_size,
+            "eplb_interval": pc.eplb_config.step_interval, "all2all": pc.all2all_backend,
+            "kv_transfer": getattr(e.kv_transfer_config, "kv_connector", None), **out}
 
 
 def judge_item(item):

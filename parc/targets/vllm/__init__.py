@@ -25,6 +25,8 @@ here add the multi-node layout and the rank order.
 """
 from __future__ import annotations
 
+import json
+
 from parc.model.targets import flag, pinned
 from parc.targets.base import (Cat, Env, File, Var, device_env, settings, mesh_text, nccl_env, plain_ifname, plan_json,
                     spec_name)
@@ -37,6 +39,11 @@ KV_DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"
 MASTER_PORT = 29501
 DP_RPC_PORT = 13345
 RAY_PORT = 6379
+# The ports of the two pools' API servers and of the NIXL side channel, as vLLM's NixlConnector
+# usage guide and its toy proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py) use them.
+POOL_PORTS = {"prefill": 8100, "decode": 8200}
+NIXL_PORT = 5600
+PROXY_PORT = 8000
 
 
 def replica(plan) -> int:
@@ -66,9 +73,10 @@ def options(plan):
     return lambda what: flag(TARGET, what, version)
 
 
-def _lines(plan, node_rank) -> tuple[list[list], list[list], list[list], list[list]]:
+def _lines(plan, node_rank, pool: str | None = None) -> tuple[list[list], list[list], list[list], list[list]]:
     """The options of ``vllm serve`` in four parts: (every node's, node 0's own, the other nodes'
-    own, the spec's extra_args); ``node_rank`` is the node's rank, an int or a shell variable."""
+    own, the spec's extra_args); ``node_rank`` is the node's rank, an int or a shell variable;
+    ``pool`` the pool of a disaggregated plan whose instance this is (``plan`` is its instance plan)."""
     s = settings(plan, TARGET)
     me, sv, m, cl = plan.mesh, plan.serve, plan.model, plan.cluster
     F = options(plan)
@@ -81,8 +89,11 @@ def _lines(plan, node_rank) -> tuple[list[list], list[list], list[list], list[li
         a([F("prefill_context_parallel_size"), me.cp])
     if me.dp > 1:
         a([F("data_parallel_size"), me.dp])
+    if me.dcp > 1:
+        a([F("decode_context_parallel_size"), me.dcp])
     if me.ep > 1:
         a([F("enable_expert_parallel")])
+    out += _moe_lines(plan, F, s, pool)
     a([F("max_model_len"), sv.max_model_len])
     a([F("gpu_memory_utilization"), repr(float(sv.gpu_memory_utilization))])
     a([F("max_num_seqs"), sv.max_num_seqs])
@@ -114,13 +125,44 @@ def _lines(plan, node_rank) -> tuple[list[list], list[list], list[list], list[li
         start = node_rank * local if isinstance(node_rank, int) else Var("start_rank")
         others.append([F("data_parallel_start_rank"), start])
     others.append([F("headless")])
-    return out, [[F("port"), s.get("port", 8000)]], others, [[x] for x in s.get("extra_args") or []]
+    port = Var("port") if pool else s.get("port", 8000)
+    return out, [[F("port"), port]], others, [[x] for x in s.get("extra_args") or []]
 
 
-def serve_lines(plan, node: int | Var | None) -> list[list]:
+def eplb_config(sv) -> dict:
+    """The JSON of the EPLB options: the keys the spec sets (vLLM's EPLBConfig defaults the others)."""
+    cfg = {"window_size": sv.eplb_window, "step_interval": sv.eplb_interval,
+           "num_redundant_experts": sv.redundant_experts or None}
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+def kv_transfer_config(plan, pool: str) -> dict | None:
+    """The JSON of the KV transfer option for an instance of ``pool`` (target.toml [kv_connectors])."""
+    from parc.model.targets import spec
+
+    kv = plan.serve.kv_transfer if plan.serve else None
+    found = spec(TARGET)["kv_connectors"].get(kv) if kv else None
+    return {"kv_connector": found["connector"], "kv_role": found[pool]} if found else None
+
+
+def _moe_lines(plan, F, s, pool: str | None) -> list[list]:
+    """EPLB, the all-to-all backend and the KV connector of a pool's instance."""
+    sv, out = plan.serve, []
+    if sv.eplb:
+        out.append([F("enable_eplb")])
+    if eplb_config(sv):   # as the spec says even without eplb: vLLM refuses redundant experts then (P124)
+        out.append([F("eplb_config"), json.dumps(eplb_config(sv), separators=(",", ":"))])
+    if s.get("all2all_backend"):
+        out.append([F("all2all_backend"), s["all2all_backend"]])
+    if pool and kv_transfer_config(plan, pool):
+        out.append([F("kv_transfer_config"), json.dumps(kv_transfer_config(plan, pool), separators=(",", ":"))])
+    return out
+
+
+def serve_lines(plan, node: int | Var | None, pool: str | None = None) -> list[list]:
     """Every option of ``vllm serve`` for node ``node`` (None: the only node; a :class:`Var`: a
     node other than 0 whose rank the launcher fills in, as the lws target's pods do)."""
-    common, head, others, extra = _lines(plan, 0 if node is None else node)
+    common, head, others, extra = _lines(plan, 0 if node is None else node, pool)
     return (head + common if node in (None, 0) else common + others) + extra
 
 
@@ -133,39 +175,83 @@ def _env(plan) -> list[Env]:
     return env + device_env(plan, TARGET) + nccl_env(plan)
 
 
-def _script(plan) -> str:
+def _header(plan, pool) -> list[str]:
+    """The comment at the top of serve.sh / launch.sh (of one pool's instance, with ``pool``)."""
+    cl = plan.cluster
+    mode = launch_mode(plan)
+    mesh = f"Mesh: {mesh_text(plan)}; {cl.nodes} node{'s' if cl.nodes > 1 else ''} x {count(cl.gpus_per_node, 'GPU')}."
+    what = f"a {pool.name} instance (of {pool.instances}) of the disaggregated plan" if pool else None
+    if mode == "single":
+        return [f"vllm serve{', ' + what if what else ''}, compiled by parc from {spec_name(plan)}.", mesh]
+    roles = ("node 0 is the Ray head and serves, the others join it as Ray workers" if mode == "ray"
+             else "node 0 serves the API, the others run headless")
+    return [f"vLLM launch for any node of {cl.nodes}{' of ' + what if what else ''}, compiled by parc from "
+            f"{spec_name(plan)}: {roles}.",
+            f"Usage: launch.sh NODE_RANK (0 to {cl.nodes - 1}); without an argument the rank comes from "
+            "SLURM_NODEID or NODE_RANK.", mesh,
+            "Set MASTER_ADDR to the address of node 0 before running it"
+            + (" on the other nodes." if mode == "ray" else ".")]
+
+
+def pool_slots(plan, pool) -> int:
+    """How many instances of ``pool`` share one node (1 for an instance of a node or more)."""
+    return max(1, plan.cluster.gpus_per_node // pool.mesh.product)
+
+
+def _pool_ctx(plan, pool) -> dict | None:
+    """What a pool's script sets before `vllm serve`: the slot of the node its instance takes (its
+    GPUs), its API port and, with NixlConnector, its side-channel port (one per instance on a node)."""
+    if pool is None:
+        return None
+    g, slots = pool.mesh.product, pool_slots(plan, pool)
+    return {"name": pool.name, "slots": slots, "port": POOL_PORTS[pool.name],
+            "gpus": [",".join(str(k * g + i) for i in range(g)) for k in range(slots)] if slots > 1 else None,
+            "nixl": NIXL_PORT if plan.serve.kv_transfer == "nixl" else None}
+
+
+def _script(plan, pool=None, whole=None) -> str:
     """serve.sh for one node; for several, launch.sh, which every node runs with its node rank
-    (its first argument, SLURM_NODEID or NODE_RANK)."""
+    (its first argument, SLURM_NODEID or NODE_RANK). With ``pool`` (and the disaggregated plan
+    ``whole``), the script of an instance of that pool: ``plan`` is the instance's plan."""
     from parc.targets.render import render
 
     s = settings(plan, TARGET)
     cl = plan.cluster
     mode = launch_mode(plan)
     multi = mode != "single"
-    mesh = f"Mesh: {mesh_text(plan)}; {cl.nodes} node{'s' if cl.nodes > 1 else ''} x {count(cl.gpus_per_node, 'GPU')}."
-    if not multi:
-        header = [f"vllm serve, compiled by parc from {spec_name(plan)}.", mesh]
-    else:
-        roles = ("node 0 is the Ray head and serves, the others join it as Ray workers" if mode == "ray"
-                 else "node 0 serves the API, the others run headless")
-        header = [f"vLLM launch for any node of {cl.nodes}, compiled by parc from {spec_name(plan)}: {roles}.",
-                  f"Usage: launch.sh NODE_RANK (0 to {cl.nodes - 1}); without an argument the rank comes from "
-                  "SLURM_NODEID or NODE_RANK.", mesh,
-                  "Set MASTER_ADDR to the address of node 0 before running it"
-                  + (" on the other nodes." if mode == "ray" else ".")]
-    common, head, others, extra = _lines(plan, Var("node_rank"))
+    common, head, others, extra = _lines(plan, Var("node_rank"), pool.name if pool else None)
     if multi and mode != "ray":   # the node's own options come from the array `role` (Var renders "${role[@]}")
         lines, role = common + [[Var("role[@]")]] + extra, ([w for ln in head for w in ln], [w for ln in others for w in ln])
     else:
         lines, role = head + common + extra, None
     ifname = plain_ifname(cl.socket_ifname)
-    return render("vllm/serve.sh.j2", header=header, need_here=False, env=_env(plan), multi=multi,
+    return render("vllm/serve.sh.j2", header=_header(plan, pool), need_here=False, env=_env(plan), multi=multi,
                   nnodes=cl.nodes, ray=mode == "ray", ifname=ifname.split(",")[0] if ifname else None,
                   ray_port=RAY_PORT, ray_address=Cat((Var("master_addr"), f":{RAY_PORT}")), model=s["model"],
-                  serve_lines=lines, role=role,
+                  serve_lines=lines, role=role, pool=_pool_ctx(whole, pool) if pool else None,
                   start_rank=cl.gpus_per_node // replica(plan) if mode == "dp" else None)
 
 
+def _proxy(plan) -> str:
+    """proxy.sh: the proxy in front of the pools, vLLM's toy proxy of its NixlConnector guide."""
+    from parc.targets.render import render
+
+    ports = {p.name: [POOL_PORTS[p.name] + i % pool_slots(plan, p) for i in range(p.instances)] for p in plan.pools}
+    return render("vllm/proxy.sh.j2", spec=spec_name(plan), ports=ports, port=PROXY_PORT,
+                  counts={p.name: p.instances for p in plan.pools})
+
+
 def build(plan) -> list[File]:
+    """serve.sh or launch.sh; for a disaggregated plan one per pool (``prefill-serve.sh`` or
+    ``prefill-launch.sh``, the same for decode: each the script of any instance of the pool; flat
+    names, as a Kubernetes ConfigMap's keys must be) and ``proxy.sh`` in front of them."""
+    if plan.pools:
+        from parc.model.pools import pool_plans
+
+        files = []
+        for pool, pp in pool_plans(plan):
+            name = "launch.sh" if launch_mode(pp) != "single" else "serve.sh"
+            files.append(File(f"{pool.name}-{name}", _script(pp, pool, plan), True))
+        return files + [File("proxy.sh", _proxy(plan), True), File("plan.json", plan_json(plan))]
     name = "launch.sh" if launch_mode(plan) != "single" else "serve.sh"
     return [File(name, _script(plan), True), File("plan.json", plan_json(plan))]

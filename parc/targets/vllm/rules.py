@@ -1,6 +1,7 @@
 """vLLM's own rules: the plans vLLM cannot serve, or serves otherwise than the spec says."""
 from __future__ import annotations
 
+from parc.model import targets as T
 from parc.model.targets import newest, span_text
 from parc.model.targets import rank_order as imposed_order
 from parc.rules import NOTE, WARNING, rule
@@ -167,3 +168,173 @@ def max_model_len_beyond_positions(plan, c):
              help=f"set `max_model_len = {m.max_positions}` or less, or set the model's `max_positions` if "
                   "its config really allows longer sequences (RoPE scaling)",
              related=[(c.at("model.max_positions", "model"), f"the model has {m.max_positions:,} positions")])
+
+
+# --- decode context parallel, all-to-all, KV transfer (vllm/config/parallel.py, model.py, vllm.py) ---
+
+@rule("P666", "vllm-dcp-with-prefill-cp", targets=(TARGET,), reads=("tp", "cp"))
+def vllm_dcp_pcp(plan, c):
+    m = plan.mesh
+    if plan.mode != "serve" or m.cp <= 1 or m.dcp in (1, m.cp, m.tp * m.cp):
+        return
+    ok = sorted({1, m.cp, m.tp * m.cp})
+    c.report(c.at("mesh.dcp", "mesh"),
+             f"with prefill context parallel (cp = {m.cp}) vLLM takes decode context parallel only over the cp "
+             f"axis or the whole tp · cp block: dcp = {m.dcp} is none of {join(ok)} (\"When PCP is enabled, DCP "
+             f"must be disabled, span the PCP axis, or span the full TP x PCP axis.\")",
+             help=f"use dcp = {join(ok)}")
+
+
+@rule("P667", "vllm-dcp-kv-heads", targets=(TARGET,), reads=("tp",))
+def vllm_dcp_heads(plan, c):
+    """vLLM's ModelConfig.verify_with_parallel_config, for grouped-query and multi-query attention."""
+    m, md = plan.mesh, plan.model
+    if plan.mode != "serve" or m.dcp <= 1 or md.is_mla or not md.kv_heads or m.tp % m.dcp:
+        return
+    kv, most = md.kv_heads, m.tp // md.kv_heads
+    if m.tp <= kv:
+        why = f"tp = {m.tp} is not greater than the model's {kv} KV heads"
+        fix = f"raise tp above {kv}, or remove `dcp`"
+    elif m.dcp > most:
+        why = f"dcp = {m.dcp} exceeds tp // kv_heads = {m.tp} // {kv} = {most}"
+        fix = f"use dcp = {most} or less"
+    elif (md.heads // kv) % m.dcp:
+        why = f"the {md.heads // kv} query heads per KV head do not divide by dcp = {m.dcp}"
+        fix = "use a dcp that divides " + str(md.heads // kv)
+    else:
+        return
+    c.report(c.at("mesh.dcp", "mesh"),
+             f"vLLM refuses decode context parallel for model `{md.name}` (grouped-query attention): {why} "
+             f"(vllm/config/model.py, when it reads the model's config)", help=fix)
+
+
+def _dp_engine_note(plan, c):
+    m, sv = plan.mesh, plan.serve
+    if not plan.model.is_moe:
+        c.report(c.at("serve.dp_attention", "serve"),
+                 f"vLLM has no data-parallel attention for a dense model: its dp = {m.dp} ranks serve as independent "
+                 f"replicas, each with its own tensor-parallel group, so `dp_attention` changes nothing",
+                 help="remove `dp_attention`", severity=WARNING)
+    elif not sv.dp_attention:
+        c.report(c.at("mesh.dp", "mesh"),
+                 f"vLLM runs the dp = {m.dp} ranks of mixture-of-experts model `{plan.model.name}` as one engine: "
+                 f"attention is data-parallel but every rank steps its MoE layers together (idle ranks run dummy "
+                 f"batches), as `dp_attention = true` says; the experts are "
+                 + (f"whole, spread over all dp · cp · tp = {m.ep} GPUs" if m.ep > 1 else
+                    f"split over all dp · tp = {m.dp * m.tp} GPUs"),
+                 help="write `dp_attention = true` to say what runs", severity=NOTE)
+
+
+@rule("P668", "vllm-data-parallel-engine", severity=WARNING, targets=(TARGET,), reads=("dp",))
+def vllm_dp_engine(plan, c):
+    """What vLLM makes of dp > 1: for an MoE model one engine of lock-stepped ranks
+    (vllm/v1/engine/core.py DPEngineCoreProc), for a dense model independent replicas."""
+    m, sv = plan.mesh, plan.serve
+    if plan.mode != "serve" or sv is None or m.dp <= 1 or not (sv.dp_attention or plan.model.is_moe):
+        return
+    _dp_engine_note(plan, c)
+
+
+def _all2all(plan) -> tuple[str, dict] | None:
+    name = settings(plan, TARGET).get("all2all_backend")
+    return (name, T.spec(TARGET)["all2all"][name]) if name else None
+
+
+@rule("P669", "vllm-all2all-backend", targets=(TARGET,), reads=())
+def vllm_all2all_release(plan, c):
+    found = _all2all(plan)
+    if plan.mode != "serve" or found is None:
+        return
+    name, facts = found
+    span = c.at(f"target.{TARGET}.all2all_backend", f"target.{TARGET}")
+    since = facts.get("since")
+    if since and not T.holds(TARGET, c.version, since, None):
+        c.report(span, f"{c.release} has no all-to-all backend `{name}` (vLLM {since} added it): its parser "
+                       f"refuses --all2all-backend {name}",
+                 help=f"pin `version = \"{since}\"` or later in `target vllm`, or choose another backend")
+    elif facts.get("removed"):
+        c.report(span, f"vLLM removed the all-to-all backend `{name}`: it still parses it but serves with "
+                       f"allgather_reducescatter instead (\"The '{name}' all2all backend has been removed.\")",
+                 help="choose deepep_high_throughput, deepep_low_latency or allgather_reducescatter",
+                 severity=WARNING)
+    elif facts.get("rocm") and not plan.cluster.gpu.name.startswith("mi3"):
+        c.report(span, f"`{name}` is AMD's MoRI all-to-all, built for ROCm; GPU `{plan.cluster.gpu.name}` "
+                       f"cannot run it", help="choose a deepep, nixl_ep or flashinfer backend")
+
+
+@rule("P670", "vllm-all2all-unused", severity=WARNING, targets=(TARGET,), reads=("dp", "ep", "cp"))
+def vllm_all2all_scope(plan, c):
+    """vLLM's ParallelConfig.use_all2all: the backend dispatches tokens only with dp > 1, or
+    expert parallelism with prefill context parallel."""
+    found = _all2all(plan)
+    if plan.mode != "serve" or found is None:
+        return
+    name, facts = found
+    m, cl = plan.mesh, plan.cluster
+    span = c.at(f"target.{TARGET}.all2all_backend", f"target.{TARGET}")
+    if m.dp <= 1 and not (m.ep > 1 and m.cp > 1):
+        c.report(span, f"vLLM uses no all-to-all with dp = 1 (ParallelConfig.use_all2all): "
+                       f"--all2all-backend {name} changes nothing",
+                 help="remove `all2all_backend`, or serve the experts over dp > 1 with expert parallelism")
+    elif m.ep <= 1:
+        c.report(span, f"`{name}` dispatches tokens to whole experts, but this plan has no expert parallelism: "
+                       f"vLLM splits the experts over tp and gathers the dp ranks' tokens instead",
+                 help="set ep = dp · cp · tp (--enable-expert-parallel), or remove `all2all_backend`")
+    elif facts.get("nvlink") and m.ep > cl.gpus_per_node:
+        c.report(span, f"`{name}` exchanges tokens over NVLink only, but the expert-parallel group of "
+                       f"{count(m.ep, 'GPU')} spans {count(-(-m.ep // cl.gpus_per_node), 'node')} of "
+                       f"{cl.gpus_per_node}", help="across nodes use deepep_high_throughput or deepep_low_latency")
+
+
+def _kv(plan):
+    return T.spec(TARGET)["kv_connectors"].get(plan.serve.kv_transfer) if plan.serve else None
+
+
+@rule("P671", "vllm-kv-connector", targets=(TARGET,), reads=(), whole=True)
+def vllm_kv_connector(plan, c):
+    sv = plan.serve
+    if plan.mode != "serve" or sv is None or not plan.pools or sv.kv_transfer is None or _kv(plan):
+        return
+    c.report(c.at("serve.kv_transfer", "serve"),
+             f"{c.release} has no KV connector for `kv_transfer = {sv.kv_transfer}`: its KVConnectorFactory "
+             f"registers NixlConnector, MooncakeConnector and LMCacheConnectorV1 among others, but no P2P NCCL "
+             f"connector, and the engine refuses the unknown name when it starts",
+             help="use `kv_transfer = nixl` (vLLM's NixlConnector), mooncake or lmcache")
+
+
+@rule("P672", "vllm-nixl-dcp", targets=(TARGET,), reads=("tp", "cp"))
+def vllm_nixl_dcp(plan, c):
+    """VllmConfig.__post_init__ (0.29 and later; rules.toml's since): with NixlConnector a side
+    is either whole or DCP-sharded over its whole transfer group, and only for MLA models."""
+    sv, m = plan.serve, plan.mesh
+    if plan.mode != "serve" or sv is None or sv.kv_transfer != "nixl" or m.dcp <= 1:
+        return
+    group = max(m.tp, m.cp)
+    if m.dcp != group:
+        why = f"dcp = {m.dcp} must be 1 or the whole transfer group max(tp, cp) = {group}"
+    elif not plan.model.is_mla:
+        why = f"decode context parallel with prefill/decode disaggregation is only for MLA models, not `{plan.model.name}`"
+    else:
+        return
+    c.report(c.at("mesh.dcp", "mesh"), f"vLLM's NixlConnector refuses this pool: {why} "
+                                       f"(vllm/config/vllm.py, as the engine starts)",
+             help=f"use dcp = {group} with an MLA model, or dcp = 1")
+
+
+@rule("P673", "vllm-nixl-tp-ratio", targets=(TARGET,), reads=(), whole=True)
+def vllm_nixl_tp(plan, c):
+    """NixlConnector's TransferTopology.tp_ratio, asserted when a decode instance first reads a
+    prefill instance's blocks (vllm/distributed/kv_transfer/kv_connector/utils.py)."""
+    sv = plan.serve
+    if plan.mode != "serve" or sv is None or len(plan.pools) != 2 or sv.kv_transfer != "nixl":
+        return
+    p, d = plan.pools
+    a, b = sorted((p.mesh.tp, d.mesh.tp))
+    if b % a == 0:
+        return
+    c.report(c.at("decode.tp", "decode", "serve"),
+             f"the prefill pool's tp = {p.mesh.tp} and the decode pool's tp = {d.mesh.tp} do not divide one "
+             f"another: vLLM starts both, and the first KV transfer fails (NixlConnector maps each decode rank "
+             f"to tp_ratio prefill ranks: \"Local tensor parallel size … is not divisible by remote tensor "
+             f"parallel size …\")", help=f"give the pools tensor-parallel sizes of which one divides the other",
+             related=[(c.at("prefill.tp", "prefill"), f"prefill tp = {p.mesh.tp}")])
