@@ -111,8 +111,12 @@ def prefill_time(plan, est, prompt: int) -> float:
     m, mesh, cl = plan.model, plan.mesh, plan.cluster
     lp = link_params(plan.profile, est.link_bandwidth, est.link_kind)
     sizes = {"tp": mesh.tp, "ep": mesh.ep, "pp": mesh.pp}
-    total = 0.0
+    total, seen = 0.0, {}
     for st in est.stages:
+        key = (st.layers, st.moe_layers, st.memory.weights, st.kv_bytes_per_token)
+        if key in seen:                      # stages alike in layers and weights take alike times
+            total += seen[key]
+            continue
         nbytes = decode_comm_bytes(m, st.layers, st.moe_layers, mesh.tp, mesh.ep, mesh.pp, dtype_bytes(m.dtype),
                                    prompt)
         calls = serving_calls(st.layers, st.moe_layers)
@@ -120,9 +124,10 @@ def prefill_time(plan, est, prompt: int) -> float:
                                    lp.get("inter_node"), cl.gpu.nvls)[0])
                    for ax in sizes if est.comm_link.get(ax) is not None)
         flops = prompt * decode_flops_per_token(m, st.layers, st.moe_layers, mesh.tp, mesh.etp, prompt // 2)
-        total += stage_step_time(st.memory.weights, prompt * st.kv_bytes_per_token, flops, comm,
-                                 cl.gpu.hbm_bandwidth, cl.gpu.flops, plan.profile.gemm_efficiency,
-                                 plan.profile.hbm_efficiency)
+        seen[key] = stage_step_time(st.memory.weights, prompt * st.kv_bytes_per_token, flops, comm,
+                                    cl.gpu.hbm_bandwidth, cl.gpu.flops, plan.profile.gemm_efficiency,
+                                    plan.profile.hbm_efficiency)
+        total += seen[key]
     return total
 
 

@@ -38,8 +38,9 @@ def _mesh_keys(pr: Problem, shape, dp: int) -> list[str]:
     return keys
 
 
-def deployment_text(pr: Problem, goal, d) -> str:
-    """``d`` as a complete, formatted spec that ``parc check`` accepts."""
+def deployment_text(pr: Problem, goal, d, formatted: bool = True) -> str:
+    """``d`` as a complete spec that ``parc check`` accepts (laid out as ``parc fmt`` would,
+    unless ``formatted`` is false: the same plan, its keys unaligned)."""
     from parc.language.fmt import format_text
 
     srv = pr.serve
@@ -74,7 +75,8 @@ def deployment_text(pr: Problem, goal, d) -> str:
         out += [text, ""] if text else [f"target {name} {{"] + [
             f"  {k} = {_label(v) if isinstance(v, str) else _val(v)}" for k, v in pr.targets[name].settings.items()
         ] + ["}", ""]
-    return format_text(head + "\n".join(out).rstrip() + "\n", "best.par")
+    text = head + "\n".join(out).rstrip() + "\n"
+    return format_text(text, "best.par") if formatted else text
 
 
 def check_text(text: str, targets=()) -> tuple[list[str], list[str]]:

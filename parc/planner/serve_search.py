@@ -101,7 +101,6 @@ class Deployment:
     memory: float = 0.0            # bytes per GPU, the fullest decode GPU at the workload
     rank: int = 0
     warnings: list = field(default_factory=list)
-    text: str = ""                 # the spec, once written
 
     @property
     def disaggregated(self) -> bool:
@@ -214,6 +213,10 @@ def _colocated(t: _Table, ic: InstanceCost, goal: Goal, world: int, per: int):
     O, tp_ = goal.output_tokens, ic.prefill
     most = 1 if ic.shape.dp_attention else world // ic.shape.gpus
     if most < 1:
+        return
+    if goal.ttft is not None and tp_ > goal.ttft:     # its prefill alone misses TTFT: no decode step needed
+        t.add(dec=ic, n=most, pre=None, n_p=0, batch=1, gpus=most * ic.shape.gpus, ttft=tp_, tpot=np.inf,
+              tput=0.0, memory=ic.weights, fits=True)
         return
     if goal.concurrency is not None:
         n = np.arange(1, most + 1)
@@ -380,8 +383,7 @@ def search_serving(pr: Problem, goal: Goal, *, top: int = 10, targets: Iterable[
         if len(res.plans) >= top or misses >= MAX_REJECTED_WALK:
             break
         d = _deployment(cols, int(i))
-        d.text = deployment_text(pr, goal, d)
-        errs, warns = check_text(d.text, tnames)
+        errs, warns = check_text(deployment_text(pr, goal, d, formatted=False), tnames)
         if errs:
             res.rejected.append((d, errs))
             misses += 1

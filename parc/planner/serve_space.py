@@ -12,9 +12,12 @@ training search applies, each mirroring an error rule), narrowed to what a servi
   SGLang's ``--enable-dp-attention`` form it; replicas of a whole engine are instances instead;
 * without it, a mixture-of-experts engine spreads its experts over its tp group (``ep = tp``)
   or shards each expert over it (``ep = 1``);
-* decode context parallelism ``dcp`` divides tp, up to tp / kv_heads (each dcp rank then holds
-  a different part of the cache rather than a copy of the same heads; vLLM 0.32
-  ``vllm/config/parallel.py``); under multi-head latent attention up to tp.
+* decode context parallelism ``dcp`` is 1 or tp / kv_heads (tp under multi-head latent
+  attention): the degree at which no two GPUs of the tp group hold a copy of the same KV
+  heads, which is as far as it is useful (vLLM 0.32 ``vllm/config/parallel.py``); the degrees
+  between trade the same memory against the same extra collectives, less of both;
+* instance sizes whose GPUs cannot hold the model's weights even split with no copy at all
+  (parameters · bytes / g above ``gpu_memory_utilization`` of a GPU) are not costed.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ def dcp_options(pr: Problem, tp: int) -> list[int]:
     """Decode context parallel degrees for a tp group (a spec's `dcp`, when it gives one)."""
     m = pr.model
     kv = 1 if m.is_mla else max(1, m.kv_heads)
-    opts = [d for d in divisors(tp) if d == 1 or d <= tp // kv]
+    opts = sorted({1, max(1, tp // kv)})
     if "mesh.dcp" in pr.fixed:
         opts = [d for d in opts if d == pr.fixed["mesh.dcp"]]
     return opts
@@ -64,8 +67,15 @@ def shapes_of(pr: Problem, gpus: int) -> list[tuple[Shape, str]]:
 
 def instance_costs(pr: Problem, goal) -> list[InstanceCost]:
     """Every layout of every instance size, costed (memory, prefill of ``goal``'s prompt)."""
+    from parc.cost.estimate import param_count
+    from parc.cost.params import dtype_bytes
+
+    weights = param_count(pr.model) * dtype_bytes(pr.model.dtype)
+    room = pr.serve.gpu_memory_utilization * pr.cluster.gpu.memory
     out = []
     for g in instance_sizes(pr):
+        if weights / g > room:
+            continue
         sub = instance_problem(pr, g)
         for shape, split in shapes_of(pr, g):
             out.append(cost_instance(sub, shape, split, goal.prompt_tokens))
