@@ -98,10 +98,18 @@ class InstanceCost:
 
 def decode_latency(plan, est, batch: int, context: int) -> float:
     """:func:`serve_perf`'s inter-token latency of ``plan`` at ``batch`` sequences per replica,
-    each ``context`` tokens long (its KV read and attention FLOPs are the context's)."""
+    each ``context`` tokens long (its KV read and attention FLOPs are the context's). Only the
+    distinct stages are timed: the pipeline advances at the pace of the slowest, and stages
+    alike in layers and weights take alike times."""
     srv = dataclasses.replace(plan.serve, max_model_len=context, max_num_seqs=batch)
-    perf = serve_perf(dataclasses.replace(plan, serve=srv), dataclasses.replace(est, max_concurrent_seqs=batch))
+    distinct = list({_stage_key(st): st for st in est.stages}.values())
+    perf = serve_perf(dataclasses.replace(plan, serve=srv),
+                      dataclasses.replace(est, stages=distinct, max_concurrent_seqs=batch))
     return perf.latency
+
+
+def _stage_key(st) -> tuple:
+    return (st.layers, st.moe_layers, st.memory.weights, st.kv_bytes_per_token)
 
 
 def prefill_time(plan, est, prompt: int) -> float:
@@ -113,7 +121,7 @@ def prefill_time(plan, est, prompt: int) -> float:
     sizes = {"tp": mesh.tp, "ep": mesh.ep, "pp": mesh.pp}
     total, seen = 0.0, {}
     for st in est.stages:
-        key = (st.layers, st.moe_layers, st.memory.weights, st.kv_bytes_per_token)
+        key = _stage_key(st)
         if key in seen:                      # stages alike in layers and weights take alike times
             total += seen[key]
             continue
