@@ -358,7 +358,7 @@ def search_serving(pr: Problem, goal: Goal, *, top: int = 10, targets: Iterable[
         raise ValueError("the min-gpus objective needs a concurrency (--concurrency, or serve.concurrency)")
     tnames = tuple(dict.fromkeys(list(pr.extra_targets) + list(targets)))
     pr = replace(pr, extra_targets=tnames)
-    costs = instance_costs(pr, goal)
+    costs, small = instance_costs(pr, goal)
     usable = [ic for ic in costs if ic.weights_fit]
     t = _Table()
     for ic in usable:
@@ -367,9 +367,10 @@ def search_serving(pr: Problem, goal: Goal, *, top: int = 10, targets: Iterable[
     if goal.disaggregate and prefill:
         _disaggregated(t, prefill, usable, goal, pr)
     cols = t.columns()
-    res = ServeResult(pr, goal, evaluated=len(cols["gpus"]) + len(costs) - len(usable))
-    if len(costs) > len(usable):
-        res.failed["memory"] = len(costs) - len(usable)
+    unfit = len(costs) - len(usable) + small       # engine layouts whose weights alone overflow
+    res = ServeResult(pr, goal, evaluated=len(cols["gpus"]) + unfit)
+    if unfit:
+        res.failed["memory"] = unfit
     if not len(cols["gpus"]):
         res.seconds = time.perf_counter() - t0
         return res

@@ -65,18 +65,20 @@ def shapes_of(pr: Problem, gpus: int) -> list[tuple[Shape, str]]:
     return out
 
 
-def instance_costs(pr: Problem, goal) -> list[InstanceCost]:
-    """Every layout of every instance size, costed (memory, prefill of ``goal``'s prompt)."""
+def instance_costs(pr: Problem, goal) -> tuple[list[InstanceCost], int]:
+    """Every layout of every instance size, costed (memory, prefill of ``goal``'s prompt), and
+    how many layouts were not costed because their instance size cannot hold the weights."""
     from parc.cost.estimate import param_count
     from parc.cost.params import dtype_bytes
 
     weights = param_count(pr.model) * dtype_bytes(pr.model.dtype)
     room = pr.serve.gpu_memory_utilization * pr.cluster.gpu.memory
-    out = []
+    out, small = [], 0
     for g in instance_sizes(pr):
         if weights / g > room:
+            small += len(shapes_of(pr, g))
             continue
         sub = instance_problem(pr, g)
         for shape, split in shapes_of(pr, g):
             out.append(cost_instance(sub, shape, split, goal.prompt_tokens))
-    return out
+    return out, small
