@@ -94,9 +94,6 @@ def _usage(msg: str) -> int:
 
 
 def run(args) -> int:
-    import json
-
-    from parc.files import write_atomic
     from parc.planner import InputError, search_problem
     from parc.planner.emit import plan_text
     from parc.progress import Progress
@@ -150,17 +147,21 @@ def run(args) -> int:
     finally:
         bar.close()
 
-    text = None
-    if res.plans:
-        text = plan_text(res)
+    return _finish(args, res, plan_text(res) if res.plans else None, render_result)
+
+
+def _finish(args, res, text, render) -> int:
+    """Check the best plan's spec ``text``, print ``res`` (``render`` for text), write ``-o``."""
+    import json
+
+    from parc.files import write_atomic
+
+    if text is not None:
         err = _check_text(text, args.target, args.output or "best.par")
         if err:
             sys.stderr.write("parc plan: the best plan does not pass `parc check`:\n" + err)
             return 1
-    if args.format == "json":
-        print(json.dumps(res.to_json(), indent=2))
-    else:
-        print(render_result(res))
+    print(json.dumps(res.to_json(), indent=2) if args.format == "json" else render(res))
     if args.output and text is not None:
         try:
             write_atomic(args.output, text)
@@ -184,9 +185,6 @@ def _check_text(text: str, targets, name: str) -> str:
 
 def _run_serve_goal(args, pr) -> int:
     """``parc plan --serve --objective ...``: the deployment search and its report."""
-    import json
-
-    from parc.files import write_atomic
     from parc.planner.serve_emit import deployment_text
     from parc.planner.serve_search import search_serving, workload_goal
     from parc.report.plan_serve import render_text
@@ -198,20 +196,4 @@ def _run_serve_goal(args, pr) -> int:
         res = search_serving(pr, goal, top=args.top, targets=args.target)
     except ValueError as e:
         return _usage(str(e))
-    text = None
-    if res.plans:
-        text = deployment_text(res.problem, goal, res.plans[0])
-        err = _check_text(text, args.target, args.output or "best.par")
-        if err:
-            sys.stderr.write("parc plan: the best plan does not pass `parc check`:\n" + err)
-            return 1
-    print(json.dumps(res.to_json(), indent=2) if args.format == "json" else render_text(res))
-    if args.output and text is not None:
-        try:
-            write_atomic(args.output, text)
-        except OSError as e:
-            sys.stderr.write(f"parc plan: cannot write {args.output}: {e.strerror or e}\n")
-            return 2
-        if args.format == "text":
-            print(f"wrote {args.output}")
-    return 0 if res.plans else 1
+    return _finish(args, res, deployment_text(res.problem, goal, res.plans[0]) if res.plans else None, render_text)

@@ -25,7 +25,6 @@ whole cluster, and a prefill pool is sized to keep its decode pool fed.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
