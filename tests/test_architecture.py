@@ -226,3 +226,16 @@ def test_nothing_outside_runtime_loads_torch():
             "print(loaded[:5])\nsys.exit(1 if loaded else 0)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_parc_check_and_explain_leave_numpy_unloaded():
+    """Checking and explaining one plan runs the cost kernels on plain numbers (parc.cost.xp):
+    numpy, which takes longer to import than the rest of the command, is the planner's alone."""
+    code = ("import sys\nfrom parc.cli.main import main\n"
+            "for argv in (['check', 'examples/llama3-70b-train.par'], ['explain', 'examples/mixtral-8x7b-ep-train.par'],\n"
+            "             ['check', 'examples/llama3-405b-serve-2node.par']):\n"
+            "    rc = main(argv)\n    assert rc in (0, 1), (argv, rc)\n"
+            "loaded = sorted(m for m in sys.modules if m == 'numpy' or m.startswith('numpy.'))\n"
+            "print(loaded[:5])\nsys.exit(1 if loaded else 0)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

@@ -89,6 +89,24 @@ def test_pools_larger_than_the_cluster(check_spec):
     assert_quiet(check_spec, pd_spec(nodes=4), "P117")
 
 
+def test_small_instances_of_both_pools_share_a_node(check_spec):
+    from parc.model.pools import instances, nodes_needed
+
+    # 2 prefill instances of tp 2 and a decode instance of tp 4: one 8-GPU node, as vLLM's
+    # one-node disaggregation examples run it
+    r = check_spec(pd_spec(prefill="tp = 2; instances = 2", decode="tp = 4", nodes=1))
+    assert not [d for d in r.diagnostics if d.code in ("P117", "P118", "P119")], r.diagnostics
+    got = [(i.pool, i.index, i.nodes, i.devices) for i in instances(r.plan)]
+    assert got == [("prefill", 0, (0,), "0,1"), ("prefill", 1, (0,), "2,3"), ("decode", 0, (0,), "4,5,6,7")]
+    assert nodes_needed(r.plan) == 1
+    # an instance of a node or more takes whole nodes of its own, after the shared one
+    r = check_spec(pd_spec(prefill="tp = 4; instances = 1", decode="dp = 2", nodes=3))
+    got = [(i.pool, i.nodes, i.devices) for i in instances(r.plan)]
+    assert got == [("prefill", (0,), "0,1,2,3"), ("decode", (1, 2), "0,1,2,3,4,5,6,7")]
+    d = only(r, "P118")   # 4 GPUs of node 0 are left
+    assert "use 20 GPUs" in d.message and "4 would sit idle" in d.message
+
+
 def test_pools_that_leave_gpus_idle(check_spec):
     d = assert_fires(check_spec, pd_spec(nodes=5), "P118", "serve {", severity="warning")
     assert "use 32 GPUs" in d.message and "8 would sit idle" in d.message

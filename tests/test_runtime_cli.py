@@ -189,3 +189,23 @@ def test_progress_shows_phases_from_the_first_second(tmp_path):
     at = [text.find(w) for w in phases]
     assert all(i >= 0 for i in at), (phases, text)
     assert at == sorted(at), text                  # in that order: the phases come before the steps
+
+
+def test_a_disaggregated_plan_rehearses_one_instance_of_each_pool(tmp_path):
+    # 2 prefill instances of tp 2 and one decode instance of dp 2 · tp 2 with the experts over
+    # all 4 (data-parallel attention): each pool's instance plan against one process
+    text = spec_text(8, "tp = 2", serve="kv_transfer = nixl\n  dp_attention = true\n"
+                     "  prefill {\n    instances = 2\n  }\n  decode {\n    dp = 2\n    ep = 4\n  }",
+                     model="experts = 4\n  top_k = 2\n  moe_ffn_hidden = 1024")
+    text = text.replace("schedule {\n  micro_batch  = 1\n  global_batch = 64\n  \n}\n", "")
+    spec = tmp_path / "pd.par"
+    spec.write_text(text)
+    report = tmp_path / "pd.json"
+    r = parc("run", str(spec), "--rehearse", "--verify", "--steps", "1", "-q", "--report", str(report), timeout=240)
+    assert r.returncode == 0, r.stderr
+    pools = json.loads(report.read_text())["pools"]
+    assert [(p["pool"], p["instances"], p["world_size"]) for p in pools] == [("prefill", 2, 2), ("decode", 1, 4)]
+    assert all(p["verify"]["ran"] and p["verify"]["passed"] for p in pools)
+    dec = pools[1]
+    assert dec["mesh"]["dp"] == 2 and dec["mesh"]["ep"] == 4
+    assert any("data-parallel attention" in n for n in dec["notes"])

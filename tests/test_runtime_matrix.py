@@ -65,6 +65,9 @@ MATRIX = {
     "order-tp-dp-fsdp-sp": (4, "tp = 2\n  dp = 2", dict(zero=3, sp=True)),
     "order-dp-pp": (4, "dp = 2\n  pp = 2", dict(zero=3, schedule=PIPES["1f1b"])),
     "serve-pp2-tp2": (4, "pp = 2\n  tp = 2", dict(serve=True, global_batch=8)),
+    # data-parallel attention with the experts over all dp · tp GPUs (SGLang's and vLLM's wide EP)
+    "serve-dp2-tp2-ep4-dp-attention": (4, "dp = 2\n  tp = 2\n  ep = 4",
+                                       dict(serve="dp_attention = true", model=MOE, global_batch=8)),
     "tp2-tied": (2, "tp = 2", dict(tied=True)),
     "pp2-tied": (2, "pp = 2", dict(tied=True, schedule=PIPES["1f1b"])),
     "pp2-dualpipe_v-tied-zero1": (4, "pp = 2\n  dp = 2", dict(tied=True, zero=1, schedule=PIPES["dualpipe_v"])),

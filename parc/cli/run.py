@@ -119,6 +119,8 @@ def _run(args) -> int:
                    verify=args.verify, checkpoint=args.checkpoint, timeout=args.timeout,
                    device="cpu" if args.device == "cpu" else "cuda" if args.device == "cuda" else "auto",
                    fault=os.environ.get("PARC_INJECT_FAULT") or None)
+    if plan.pools:
+        return _run_pools(args, plan, opts, bar, t_start)
     try:
         report = run_plan(plan, opts, rehearse=args.rehearse, progress=False, bar=bar, t_start=t_start,
                           max_ranks=args.max_ranks, deadline_s=args.deadline)
@@ -145,6 +147,51 @@ def _run(args) -> int:
 
         sys.stdout.write(render.render_json(report, not failed) if args.format == "json"
                          else render.render_text(report, args.spec))
+    return 1 if failed else 0
+
+
+def _run_pools(args, plan, opts, bar, t_start) -> int:
+    """A disaggregated plan: one instance of each pool, one after the other (the pools share
+    no collective; each instance is an ordinary serving plan, parc.model.pools)."""
+    import time
+
+    from parc.model.pools import pool_plans
+    from parc.report import run as render
+    from parc.runtime.launch import RunFailed, Stopped
+    from parc.runtime.options import CheckpointError, RunError
+    from parc.runtime.run import run_plan
+
+    if args.checkpoint:
+        raise _Refused(2, "error: --checkpoint saves one plan's weights; a disaggregated plan runs two pools")
+    if bar:
+        bar.close()
+    reports = []
+    for pool, pplan in pool_plans(plan):
+        try:
+            rep = run_plan(pplan, opts, rehearse=args.rehearse, progress=False, t_start=time.perf_counter(),
+                           max_ranks=args.max_ranks, deadline_s=args.deadline)
+        except (RunFailed, RunError, CheckpointError) as e:
+            raise _Refused(1, f"run of the {pool.name} pool failed: {e}", rank=getattr(e, "rank", None)) from None
+        except Stopped as e:
+            raise _Refused(128 + e.signum, f"run {e}") from None
+        if rep is None:
+            return 0
+        reports.append({"pool": pool.name, "instances": pool.instances, **rep})
+    out = {"pools": reports, "timing": {"total": time.perf_counter() - t_start}}
+    failed = any(r["verify"]["ran"] and not r["verify"]["passed"] for r in reports)
+    if args.report:
+        try:
+            with open(args.report, "w", encoding="utf-8") as f:
+                f.write(json.dumps(out, indent=2) + "\n")
+        except OSError as e:
+            raise _Refused(2, f"cannot write {args.report}: {e.strerror or e}") from None
+    if not args.quiet:
+        if args.format == "json":
+            sys.stdout.write(render.render_json(out, not failed))
+        else:
+            for r in reports:
+                sys.stdout.write(render.render_text(r, f"{args.spec} ({r['pool']} pool, one of "
+                                                       f"{r['instances']} instance{'s' if r['instances'] != 1 else ''})"))
     return 1 if failed else 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import numpy as np
+from parc.cost import xp as np
 
 
 def allreduce_bytes(nbytes: float, n: int) -> float:
@@ -177,8 +177,7 @@ def axis_time(axis: str, nbytes, n, calls, local, intra: tuple, inter: tuple | N
     all-to-all; pp and cp point-to-point sends, over the inter-node link when the group spans
     nodes (fewer than ``n`` of its members in a node). Scalars or arrays for the sizes."""
     if axis in ("tp", "dp"):
-        times = np.stack(np.broadcast_arrays(*allreduce_times(nbytes, n, calls, local, intra, inter, nvls)))
-        return times.min(axis=0), times.argmin(axis=0)
+        return np.fastest(allreduce_times(nbytes, n, calls, local, intra, inter, nvls))
     if axis == "ep":
         return alltoall_time(nbytes, n, calls, local, intra, inter), 3
     if inter is None:

@@ -32,7 +32,7 @@ read and write them; :data:`SCORE_BYTES` counts their traffic per score element,
 """
 from __future__ import annotations
 
-import numpy as np
+from parc.cost import xp as np
 
 from parc.cost.flops import stage_flops_parts
 from parc.cost.params import head_dim

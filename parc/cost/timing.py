@@ -18,7 +18,7 @@ profile.overlap``:
 Pipeline sends stay exposed."""
 from __future__ import annotations
 
-import numpy as np
+from parc.cost import xp as np
 
 BACKWARD_SHARE = 2 / 3  # of a microbatch's compute: the backward is twice the forward
 

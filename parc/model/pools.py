@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 
 from parc.model.plan import Plan, Pool
 
@@ -46,8 +47,46 @@ def pool_plans(plan: Plan) -> list[tuple[Pool, Plan]]:
     return [(p, pool_plan(plan, p)) for p in plan.pools]
 
 
-def pool_nodes(plan: Plan, pool: Pool) -> int:
-    """The nodes every instance of ``pool`` together takes (instances smaller than a node share
-    nodes, packed)."""
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """Where one engine instance of a pool runs: ``nodes`` (indices into the cluster's nodes,
+    in order) and, on each of them, the local GPUs ``first`` .. ``first + gpus_per_node - 1``."""
+    pool: str
+    index: int             # among its pool's instances
+    nodes: tuple[int, ...]
+    first: int             # first local GPU on each node
+    gpus_per_node: int     # GPUs it takes on each of its nodes
+
+    @property
+    def devices(self) -> str:
+        """Its CUDA_VISIBLE_DEVICES on each of its nodes, like ``4,5,6,7``."""
+        return ",".join(str(g) for g in range(self.first, self.first + self.gpus_per_node))
+
+
+def instances(plan: Plan) -> list[Instance]:
+    """Every engine instance of every pool, placed on the cluster: an instance of a node or more
+    takes whole nodes of its own; smaller ones share nodes, each on the next free GPUs of the
+    node the previous one left room on (so two pools may share a node, as vLLM's and SGLang's
+    one-node disaggregation examples do). The launch files and P117 read this placement."""
     per = plan.cluster.gpus_per_node
-    return math.ceil(pool.gpus / per)
+    out: list[Instance] = []
+    next_node, node, used = 0, None, 0     # the node small instances fill, and its GPUs in use
+    for pool in plan.pools:
+        g = pool.mesh.product
+        for i in range(pool.instances):
+            if g >= per:
+                n = math.ceil(g / per)
+                out.append(Instance(pool.name, i, tuple(range(next_node, next_node + n)), 0, per))
+                next_node += n
+                continue
+            if node is None or used + g > per:
+                node, used = next_node, 0
+                next_node += 1
+            out.append(Instance(pool.name, i, (node,), used, g))
+            used += g
+    return out
+
+
+def nodes_needed(plan: Plan) -> int:
+    """The nodes every instance of every pool together takes (:func:`instances`)."""
+    return max((max(i.nodes) + 1 for i in instances(plan)), default=0)

@@ -47,6 +47,7 @@ def render_text(rep: dict, spec: str) -> str:
         lines.append(f"  checkpoint: saved to {rep['checkpoint']['path']} at step {rep['checkpoint']['step']}")
     if rep.get("resumed"):
         lines.append(f"  resumed from {rep['resumed']['path']} (step {rep['resumed']['step']})")
+    lines.extend(f"  note: {n}" for n in rep.get("notes", ()))
     return "\n".join(lines) + "\n"
 
 

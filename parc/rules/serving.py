@@ -4,7 +4,7 @@ Each pool's own mesh is judged by every other rule, on the plan of one of its in
 (:func:`parc.model.pools.pool_plan`); these rules look at the pools together, once."""
 from __future__ import annotations
 
-from parc.model.pools import pool_nodes
+from parc.model.pools import nodes_needed
 from parc.rules import WARNING, rule
 from parc.rules.util import plural
 from parc.words import count
@@ -22,7 +22,7 @@ def pools_fit(plan, c):
         return
     cl = plan.cluster
     need = plan.world_size
-    nodes = sum(pool_nodes(plan, p) for p in plan.pools)
+    nodes = nodes_needed(plan)
     if need <= cl.world and nodes <= cl.nodes:
         return
     fix = f"ask for `nodes = {nodes}` in the cluster"
@@ -30,7 +30,7 @@ def pools_fit(plan, c):
     if big.instances > 1:
         fix += f", or fewer {big.name} `instances`"
     why = (f"{count(need, 'GPU')}" if need > cl.world else
-           f"{plural(nodes, 'node')} (an instance smaller than a node shares it only with its own pool)")
+           f"{plural(nodes, 'node')} (an instance of a node or more takes whole nodes of its own)")
     c.report(c.at(f"{big.name}.instances", big.name),
              f"the pools need {why} ({_pools_desc(plan)}) but cluster \"{cl.name}\" has "
              f"{count(cl.world, 'GPU')} on {plural(cl.nodes, 'node')}", help=fix,

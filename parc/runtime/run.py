@@ -94,7 +94,25 @@ def run_plan(plan: Plan, opts, *, rehearse: bool, progress: bool = True,
     steps = sum(s["seconds"] for s in rep["steps"])
     rep["timing"] = {"check": t_check, "imports": t_imports, "reference": t_ref, "run": t_run, "steps": steps,
                      "launch_and_build": max(0.0, t_run - steps), "total": time.perf_counter() - t_start}
+    notes = serving_notes(plan)
+    if notes:
+        rep["notes"] = notes
     return rep
+
+
+def serving_notes(plan: Plan) -> list[str]:
+    """What a serving rehearsal runs of the plan and what it cannot: the forward passes are the
+    plan's, but no KV cache is kept between them."""
+    out = []
+    if plan.mode != "serve":
+        return out
+    if plan.mesh.dcp > 1:
+        out.append(f"dcp = {plan.mesh.dcp} is not rehearsed: it splits the KV cache kept between decode "
+                   "steps, and these forward passes keep none; the layers and their collectives are the plan's")
+    if plan.serve is not None and plan.serve.dp_attention and plan.mesh.ep > 1:
+        out.append(f"data-parallel attention: each of the {plan.mesh.dp} dp ranks runs its own sequences "
+                   f"through attention, and the expert layers exchange tokens over all {plan.mesh.ep} ranks")
+    return out
 
 
 def _how_to_run(world: int, opts, rehearse: bool, max_ranks: int) -> bool:

@@ -73,11 +73,11 @@ GPT = "mlp = gelu\n  norm = layernorm\n  position = learned\n  bias = true"
 
 def spec_text(world: int, mesh: str, *, zero: int = 0, sp: bool = False, schedule: str = "",
               model: str = "", global_batch: int = 64, tied: bool = False, layers: int = 8,
-              serve: bool = False) -> str:
+              serve: bool | str = False) -> str:
     work = ("""serve {
   max_model_len = 2048
   max_num_seqs  = 8
-}""" if serve else f"""train {{
+""" + (f"  {serve}\n" if isinstance(serve, str) else "") + "}" if serve else f"""train {{
   optimizer         = sgd
   zero              = {zero}
   sequence_parallel = {'true' if sp else 'false'}
