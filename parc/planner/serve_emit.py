@@ -15,6 +15,7 @@ import math
 from parc.planner.emit import _label, _val, cluster_block, model_block
 from parc.planner.inputs import Problem
 
+_KEPT = ("eplb", "redundant_experts", "eplb_window", "eplb_interval")
 KV_TRANSFER = "nixl"      # a connector both vLLM (NixlConnector) and SGLang (--disaggregation-transfer-backend nixl) take
 
 
@@ -61,6 +62,10 @@ def deployment_text(pr: Problem, goal, d, formatted: bool = True) -> str:
         out.append(f"  kv_cache_dtype = {srv.kv_cache_dtype}")
     if dec.dp_attention:
         out.append("  dp_attention = true")
+    for k in _KEPT:                          # the spec's own serving settings the search does not choose
+        v = getattr(srv, k)
+        if v not in (None, False, 0):
+            out.append(f"  {k} = {_val(v)}")
     conc = goal.concurrency or d.batch * d.instances * dec.ranks
     out += [f"  prompt_tokens = {goal.prompt_tokens}", f"  output_tokens = {goal.output_tokens}",
             f"  concurrency = {conc}"]
