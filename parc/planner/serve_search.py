@@ -21,7 +21,10 @@ output tokens, and ``r`` data-parallel ranks per instance (1, or dp with data-pa
 
 Without a concurrency each rank holds as many sequences as its memory and the TPOT target
 allow (the largest such ``b``, found by bisection: TPOT grows with ``b``), one mesh takes the
-whole cluster, and a prefill pool is sized to keep its decode pool fed.
+whole cluster, and a prefill pool is sized to keep its decode pool fed. With one, the prefill
+pools tried are one instance and the counts around the fewest that keep up or meet TTFT
+(:func:`_prefill_counts`: more only add GPUs), so the pairs of pools grow with the layouts and
+the decode instance counts, not with their product with the prefill counts.
 """
 from __future__ import annotations
 
@@ -274,12 +277,14 @@ def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, 
         b, fits_d = np.full(len(n_d), bb), np.ones(len(n_d), dtype=bool)
         step = np.full(len(n_d), d.step(bb, goal.context))
     left = nodes - _pool_nodes(n_d * g_d, per)                  # nodes the prefill pool may take
-    # prefill instances: every count that fits the nodes left (with a concurrency), else the
-    # fewest that keep the decode pool fed
+    # prefill instances: the counts that can be best (with a concurrency), else the fewest that
+    # keep the decode pool fed
     ttft0 = p_t[None, :] + xfer + step[:, None]
     if goal.concurrency is not None:
-        n_p = np.arange(1, cl.world // max(1, p_g.min()) + 1)
-        I, P, N = np.meshgrid(np.arange(len(n_d)), np.arange(len(pre)), n_p, indexing="ij")
+        N = _prefill_counts(goal, p_t, p_r, ttft0, O * step)
+        I, P, _ = np.meshgrid(np.arange(len(n_d)), np.arange(len(pre)), np.arange(N.shape[2]), indexing="ij")
+        tried = N > 0
+        I, P, N = I[tried], P[tried], N[tried]
         R = np.maximum(ttft0[I, P] + O * step[I], goal.concurrency * p_t[P] / (N * p_r[P]))
         ttft, tput = R - O * step[I], goal.concurrency * O / R
     else:
@@ -294,6 +299,23 @@ def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, 
     t.add(dec=d, n=n_d[I], pre=np.array(pre, dtype=object)[P], n_p=N, batch=b[I], gpus=n_d[I] * g_d + N * p_g[P],
           ttft=ttft, tpot=step[I], tput=tput,
           memory=d.weights + b[I] * (goal.prompt_tokens + O) * d.est.kv_bytes_per_token, fits=fits_d[I])
+
+
+def _prefill_counts(goal: Goal, p_t, p_r, ttft0, decode_time) -> np.ndarray:
+    """Prefill instance counts worth trying, per decode count and prefill layout (0: a repeat).
+    Below the fewest that keep the prefill queue empty, each instance more shortens the round
+    and raises tokens per GPU; above it the round no longer shortens and instances only add
+    GPUs. So the counts either side of that one, the fewest that meet the TTFT target, and one
+    instance (the cheapest, for the failures and the closest) cover every objective's best."""
+    need = goal.concurrency * p_t[None, :] / p_r[None, :]          # seconds of prefill per round, per rank
+    keep_up = need / (ttft0 + decode_time[:, None])
+    counts = [np.ones_like(keep_up), np.floor(keep_up), np.ceil(keep_up)]
+    if goal.ttft is not None:
+        counts.append(np.ceil(need / (goal.ttft + decode_time[:, None])))
+    n = np.sort(np.maximum(np.stack(counts, axis=-1), 1).astype(np.int64), axis=-1)
+    repeat = np.zeros(n.shape, dtype=bool)
+    repeat[..., 1:] = n[..., 1:] == n[..., :-1]
+    return np.where(repeat, 0, n)
 
 
 # --- ranking, checking, the search --------------------------------------------------------------------
