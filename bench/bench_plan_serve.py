@@ -2,7 +2,8 @@
 
 Target (issue #15, item 5): the whole search (every engine layout costed, every deployment of
 one mesh or of prefill and decode pools evaluated, the top 10 checked by `parc check`'s rules)
-in at most 2 s in process. Reported as the wall time and its ratio to the target, for both
+in at most 2 s in process. Reported as the wall time and its ratio to the target (and the
+process's CPU time, the fairer figure on a machine other work shares), for both
 objectives: the fewest GPUs meeting TTFT ≤ 2 s and TPOT ≤ 50 ms at 512 requests in flight, and
 the most output tokens per GPU under the same TPOT.
 
@@ -46,12 +47,13 @@ def bench(cluster_file: str, objective: str, runs: int):
         return search_serving(pr, workload_goal(pr, objective, **GOALS[objective]), top=10)
 
     once()                                   # imports and presets loaded once, as in one process
-    walls, res = [], None
+    walls, cpus, res = [], [], None
     for _ in range(runs):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         res = once()
         walls.append(time.perf_counter() - t)
-    return walls, res
+        cpus.append(time.process_time() - c)
+    return walls, cpus, res
 
 
 def main():
@@ -67,11 +69,13 @@ def main():
         shutil.rmtree(d)
     print("deepseek_v3 on 64 H200s (8 × 8), max_model_len 8192, 1,024 prompt + 256 output tokens, "
           "top 10 checked by the full rules")
-    for obj, (walls, res) in results.items():
-        wall = statistics.median(walls)
+    for obj, (walls, cpus, res) in results.items():
+        wall, cpu = statistics.median(walls), statistics.median(cpus)
         b = res.best
         print(f"  {obj:<15} {wall:6.3f} s in process (median of {len(walls)}; min {min(walls):.3f} s), "
               f"{wall / TARGET_S:.2f} of the {TARGET_S:.0f} s target: {'ok' if wall <= TARGET_S else 'MISSED'}")
+        print(f"  {'':<15} {cpu:6.3f} s of CPU (median; what a machine shared with other work still "
+              f"charges this process), {cpu / TARGET_S:.2f} of the target")
         print(f"  {'':<15} {res.evaluated:,} deployments evaluated, {res.feasible:,} meet the goal"
               + (f"; best {b.label()}, {b.gpus} GPUs, {b.tokens_per_gpu:,.0f} tokens/s per GPU" if b else ""))
 

@@ -184,3 +184,17 @@ def test_cli_usage_errors(capsys):
     assert "needs a concurrency" in capsys.readouterr().err
     assert main(["plan", "--model", "llama3_8b", "--cluster", ONE_NODE, "--serve", "--tpot", "fast"]) == 2
     assert "'fast' is not a time" in capsys.readouterr().err
+
+
+def test_dcp_layouts_are_kept_only_where_they_hold_more_kv():
+    # decode context parallelism splits the KV cache over the tp group; a layout with dcp > 1 is
+    # worth costing further only if the cost model gives it more tokens of KV cache than the
+    # same layout with dcp = 1 (DeepSeek-V3's MLA cache is replicated on every tp rank)
+    pr = problem("deepseek_v2_lite", ONE_NODE, "serve", seq_len=8192)
+    costs, _ = instance_costs(pr, Goal())
+    by_shape = {ic.shape: ic for ic in costs}
+    assert any(s.dcp == 1 and s.tp > 1 for s in by_shape)
+    for s, ic in by_shape.items():
+        if s.dcp > 1:
+            twin = by_shape[Shape(tp=s.tp, pp=s.pp, dp=s.dp, ep=s.ep)]
+            assert ic.kv_capacity_tokens > twin.kv_capacity_tokens

@@ -15,11 +15,14 @@ training search applies, each mirroring an error rule), narrowed to what a servi
 * decode context parallelism ``dcp`` is 1 or tp / kv_heads (tp under multi-head latent
   attention): the degree at which no two GPUs of the tp group hold a copy of the same KV
   heads, which is as far as it is useful (vLLM 0.32 ``vllm/config/parallel.py``); the degrees
-  between trade the same memory against the same extra collectives, less of both;
+  between trade the same memory against the same extra collectives, less of both; a dcp layout
+  whose KV cache holds no more tokens than the same layout without it is dropped;
 * instance sizes whose GPUs cannot hold the model's weights even split with no copy at all
   (parameters · bytes / g above ``gpu_memory_utilization`` of a GPU) are not costed.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from parc.model.dims import divisors
 from parc.planner.inputs import Problem
@@ -79,6 +82,12 @@ def instance_costs(pr: Problem, goal) -> tuple[list[InstanceCost], int]:
             small += len(shapes_of(pr, g))
             continue
         sub = instance_problem(pr, g)
+        plain = {}
         for shape, split in shapes_of(pr, g):
-            out.append(cost_instance(sub, shape, split, goal.prompt_tokens))
+            ic = cost_instance(sub, shape, split, goal.prompt_tokens)
+            twin = plain.get(dataclasses.replace(shape, dcp=1))
+            if twin is not None and ic.kv_capacity_tokens <= twin.kv_capacity_tokens:
+                continue                     # dcp buys no KV room here: the same engine with more collectives
+            plain[shape] = ic
+            out.append(ic)
     return out, small
