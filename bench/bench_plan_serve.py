@@ -67,7 +67,7 @@ def main():
         results = {obj: bench(cf, obj, args.runs) for obj in GOALS}
     finally:
         shutil.rmtree(d)
-    print("deepseek_v3 on 64 H200s (8 × 8), max_model_len 8192, 1,024 prompt + 256 output tokens, "
+    print("deepseek_v3 on 64 H200s (8 × 8), max_model_len 8192, 1,024 prompt + 128 output tokens, "
           "top 10 checked by the full rules")
     for obj, (walls, cpus, res) in results.items():
         wall, cpu = statistics.median(walls), statistics.median(cpus)

@@ -160,7 +160,7 @@ def test_cli_writes_the_best_deployment(two_nodes, tmp_path, capsys):
                  "--tpot", "50ms", "--format", "json"])
     got = json.loads(capsys.readouterr().out)
     assert code == 0 and got["objective"] == "tokens-per-gpu" and got["plans"][0]["tpot"] <= 0.05
-    assert got["workload"]["prompt_tokens"] == 1024 and got["workload"]["output_tokens"] == 256
+    assert got["workload"]["prompt_tokens"] == 1024 and got["workload"]["output_tokens"] == 128
 
 
 def test_an_unreachable_goal_names_the_closest_deployment(capsys):

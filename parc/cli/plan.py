@@ -43,7 +43,7 @@ def add_arguments(p):
     sv.add_argument("--prompt-tokens", type=_positive, metavar="N", help="prompt tokens per request (default: "
                     "the spec's, else 1024)")
     sv.add_argument("--output-tokens", type=_positive, metavar="N", help="output tokens per request (default: "
-                    "the spec's, else 256)")
+                    "the spec's, else 128)")
     sv.add_argument("--no-pools", action="store_true", help="do not try prefill/decode disaggregation")
     p.add_argument("-o", "--output", metavar="FILE", help="write the best plan there as a formatted spec")
     from parc.cli.targets import add_target

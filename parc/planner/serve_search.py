@@ -39,7 +39,9 @@ from parc.planner.serve_costs import InstanceCost, kv_transfer_time, largest
 from parc.planner.serve_space import instance_costs
 
 OBJECTIVES = ("min-gpus", "tokens-per-gpu")
-DEFAULT_PROMPT, DEFAULT_OUTPUT = 1024, 256     # a chat turn, when neither the spec nor a flag says
+# the workload when neither the spec nor a flag gives one: vLLM's serving benchmark's random dataset
+# (vllm/benchmarks/datasets/datasets.py RandomDataset: DEFAULT_INPUT_LEN 1024, DEFAULT_OUTPUT_LEN 128)
+DEFAULT_PROMPT, DEFAULT_OUTPUT = 1024, 128
 MAX_REJECTED_WALK = 200
 
 
@@ -72,17 +74,16 @@ class Goal:
 
 
 def workload_goal(pr: Problem, objective: str = "tokens-per-gpu", **kw) -> Goal:
-    """A :class:`Goal` whose workload defaults to the spec's ``serve`` keys, then to a chat turn
-    of 1,024 prompt and 256 output tokens, shrunk to fit ``max_model_len``."""
+    """A :class:`Goal` whose workload defaults to the spec's ``serve`` keys, then to vLLM's
+    serving benchmark's random requests (1,024 prompt and 128 output tokens, as explain assumes),
+    shortened in proportion to fit ``max_model_len``."""
     srv = pr.serve
     prompt = kw.pop("prompt_tokens", None) or srv.prompt_tokens
     output = kw.pop("output_tokens", None) or srv.output_tokens
     conc = kw.pop("concurrency", None) or srv.concurrency
-    limit = srv.max_model_len
-    if prompt is None and output is None and DEFAULT_PROMPT + DEFAULT_OUTPUT > limit:
-        prompt, output = max(1, limit * 4 // 5), max(1, limit // 5)
-    prompt = prompt or max(1, min(DEFAULT_PROMPT, limit - (output or DEFAULT_OUTPUT)))
-    output = output or max(1, min(DEFAULT_OUTPUT, limit - prompt))
+    scale = min(1.0, srv.max_model_len / (DEFAULT_PROMPT + DEFAULT_OUTPUT))
+    prompt = prompt or max(1, int(DEFAULT_PROMPT * scale))
+    output = output or max(1, int(DEFAULT_OUTPUT * scale))
     return Goal(objective=objective, prompt_tokens=int(prompt), output_tokens=int(output),
                 concurrency=int(conc) if conc else None, **kw)
 
