@@ -3,8 +3,9 @@ parc emits for the examples and test specs goes through the LWS CRD's own OpenAP
 v0.10.0, tests/data/lws; unknown fields refused), the checks of LWS's validating webhook, and
 kubernetes-validate (strict) for the Service and the pod templates; then each pod of a group runs
 its command as the kubelet would, with LWS's environment, and the judge reports the sizes and the
-`vllm serve` argv it found, which must be the plan's. All in an isolated virtual environment that
-tests/judges/lws_env.sh creates (never parc's own). Without a reachable package registry the
+`vllm serve` or `python3 -m sglang.launch_server` argv it found, which must be the plan's; vLLM's
+and SGLang's own parsers and checks then judge those argv, each in its own judge's environment.
+All in an isolated virtual environment that tests/judges/lws_env.sh creates (never parc's own). Without a reachable package registry the
 tests skip with the reason; PARC_JUDGES=required makes that a failure. PARC_LWS_PYTHON names an
 existing environment's python instead."""
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from backends_support import accepted_cases
 from support import judges
+from support import sglang as sglang_judge
 
 MARK = "@@lws-judge "
 
@@ -45,24 +47,32 @@ def manifests():
     return out
 
 
-def check_degrees(spec: str, plan: dict, v: dict) -> None:
-    """The sizes the judge derived from the manifest and the argv the pods ran are the plan's.
+# the port each engine serves on when its target block names none (vllm/__init__.py, sglang PORT)
+PORTS = {"vllm": 8000, "sglang": 30000}
 
-    A group is one engine: tp·pp·cp GPUs (times dp when expert parallelism spans dp, which makes
-    the whole plan one engine); the groups are the data-parallel replicas."""
-    m, cl = plan["mesh"], plan["cluster"]
-    one_engine = plan["model"]["experts"] > 0 and m["ep"] > 1 and m["dp"] > 1
-    engine_dp = m["dp"] if one_engine else 1
-    assert v["replicas"] * engine_dp == m["dp"], spec
+
+def engine(plan: dict) -> str:
+    return plan["targets"].get("lws", {}).get("settings", {}).get("engine", "vllm")
+
+
+def engine_settings(plan: dict) -> dict:
+    """The engine target's block, with the model a `target vllm` block gives SGLang (inherits)."""
+    own = dict(plan["targets"].get(engine(plan), {}).get("settings", {}))
+    own.setdefault("model", plan["targets"].get("vllm", {}).get("settings", {}).get("model"))
+    return own
+
+
+def check_degrees(spec: str, plan: dict, v: dict) -> None:
+    """The sizes the judge derived from the manifest and the argv the pods ran are the plan's:
+    the groups' GPUs are the world, a multi-node group's pods take whole nodes, the leader alone
+    is probed on the engine's port, and each engine's command carries the plan's degrees."""
+    cl = plan["cluster"]
     pods = v["pods"]
     assert len(pods) == v["size"] and all(p["gpus"] == p["gpus_limit"] == pods[0]["gpus"] for p in pods), spec
-    # the GPUs of one group are one engine's (a replica that fills whole nodes, or one pod)
-    replica = m["tp"] * m["pp"] * m["cp"] * engine_dp
-    assert v["size"] * pods[0]["gpus"] == replica, (spec, v["size"], pods[0]["gpus"], replica)
+    assert v["replicas"] * v["size"] * pods[0]["gpus"] == plan["world_size"], spec
     assert v["size"] == 1 or pods[0]["gpus"] == cl["gpus_per_node"], spec
-    assert v["replicas"] * replica == plan["world_size"], spec
-    settings = plan["targets"].get("vllm", {}).get("settings", {})
-    port = settings.get("port", 8000)
+    settings = engine_settings(plan)
+    port = settings.get("port", PORTS[engine(plan)])
     leader = pods[0]
     assert leader["probe"] == {"path": "/health", "port": port} and leader["ports"] == [port], spec
     [svc] = v["services"]
@@ -72,6 +82,17 @@ def check_degrees(spec: str, plan: dict, v: dict) -> None:
     for p in pods:
         assert p["returncode"] == 0, (spec, p["stderr"])
         assert p["shm"]["medium"] == "Memory", spec
+    (check_sglang if engine(plan) == "sglang" else check_vllm)(spec, plan, v, settings)
+
+
+def check_vllm(spec: str, plan: dict, v: dict, settings: dict) -> None:
+    """A group is one vLLM engine: tp·pp·cp GPUs (times dp when expert parallelism spans dp,
+    which makes the whole plan one engine); the groups are the data-parallel replicas."""
+    m, pods, leader = plan["mesh"], v["pods"], v["pods"][0]
+    one_engine = plan["model"]["experts"] > 0 and m["ep"] > 1 and m["dp"] > 1
+    engine_dp = m["dp"] if one_engine else 1
+    assert v["replicas"] * engine_dp == m["dp"], spec
+    assert v["size"] * pods[0]["gpus"] == m["tp"] * m["pp"] * m["cp"] * engine_dp, spec
     ray = "ray" in leader["runs"]
     if ray:   # the leader starts the Ray head, every worker joins it at the leader's address
         assert leader["runs"]["ray"] == [["start", "--head", "--port", "6379"]], spec
@@ -102,6 +123,35 @@ def check_degrees(spec: str, plan: dict, v: dict) -> None:
             assert option(argv, "--data-parallel-address") == v["leader_address"], spec
         else:
             assert "--nnodes" not in argv, spec
+
+
+def sglang_argv(pod: dict) -> list[str]:
+    """The arguments of `python3 -m sglang.launch_server` the pod ran."""
+    [argv] = pod["runs"]["python3"]
+    assert argv[:2] == ["-m", "sglang.launch_server"], argv
+    return argv[2:]
+
+
+def check_sglang(spec: str, plan: dict, v: dict, settings: dict) -> None:
+    """A group is one SGLang server over its pods: every pod runs it with --nnodes the group's
+    size, --node-rank its worker index and --dist-init-addr the leader's address; a server's
+    tp_size · pp_size · dp_size is the group's GPUs, tp_size dp · tp under attention data
+    parallelism (--attn-dp-size dp), and the servers' replicas add up to the plan's dp."""
+    m = plan["mesh"]
+    attn = bool(settings.get("dp_attention")) and m["dp"] > 1
+    for p in v["pods"]:
+        argv = sglang_argv(p)
+        assert option(argv, "--model-path") == settings["model"], spec
+        tp, pp, dp = (int(option(argv, f"--{k}-size", 1)) for k in ("tp", "pp", "dp"))
+        assert tp * pp * dp == v["size"] * p["gpus"], spec
+        assert (tp, pp) == (m["dp"] * m["tp"] if attn else m["tp"], m["pp"]), spec
+        assert int(option(argv, "--attn-dp-size", 1)) == (m["dp"] if attn else 1), spec
+        assert dp * v["replicas"] == (1 if attn else m["dp"]), spec
+        if v["size"] > 1:
+            assert int(option(argv, "--nnodes")) == v["size"] and int(option(argv, "--node-rank")) == p["index"], spec
+            assert option(argv, "--dist-init-addr") == v["leader_address"] + ":5000", spec
+        else:
+            assert "--nnodes" not in argv and "--dist-init-addr" not in argv, spec
 
 
 def test_kubernetes_accepts_what_parc_emits_with_the_plans_degrees(lws_python):
@@ -245,7 +295,7 @@ def vllm_judge(proc, argvs: list) -> list[dict]:
 
 @pytest.mark.vllm
 def test_vllm_accepts_what_the_pods_run(lws_python, vllm_python):
-    cases = manifests()
+    cases = [c for c in manifests() if engine(c[1]) == "vllm"]
     found = []
     for (spec, plan, _), v in zip(cases, judge(lws_python, [text for _, _, text in cases])):
         for p in v["pods"]:
@@ -259,3 +309,114 @@ def test_vllm_accepts_what_the_pods_run(lws_python, vllm_python):
         assert (got["tp"], got["pp"], got["pcp"]) == (m["tp"], m["pp"], m["cp"]), spec
         assert got["dp"] == (m["dp"] if one_engine else 1), spec
         assert got["headless"] == (k > 0), spec
+
+
+# ----------------------------------------------------------------------------------------------
+# SGLang's own parser and ServerArgs checks judge what the pods run under `engine = sglang` (the
+# SGLang judge's environment, tests/judges/sglang_env.sh): the leader's and every worker's argv
+# of group 0, on a local model folder made from the spec's model.
+
+@pytest.fixture(scope="module")
+def sglang_python(tmp_path_factory):
+    proc = sglang_judge.start(tmp_path_factory)
+    yield proc
+    judges.stop(proc)
+
+
+SGLANG_BLOCK = 'model = "org/model"'
+# (spec arguments, sglang settings): plans parc accepts for lws with SGLang beside the test spec
+# tests/data/specs/lws-sglang.par (one server of pp 2 · tp 8 over two nodes)
+SGLANG_PLANS = [
+    # 4 nodes: 2 servers (groups) of pp 2 · tp 8 over 2 nodes each
+    (dict(nodes=4, mesh="dp = 2; pp = 2; tp = 8"), ""),
+    # replicas of tp 4 on 2 nodes of 8: a server per node, --dp-size 2 inside it
+    (dict(nodes=2, mesh="dp = 4; tp = 4"), ""),
+    # attention data parallelism over both nodes, experts over all 16 GPUs with DeepEP
+    (dict(model="from = mixtral_8x7b; experts = 16", nodes=2, mesh="dp = 8; tp = 2; ep = 16",
+          placement="tp on intra_node; dp on inter_node"), "; dp_attention = true; moe_a2a_backend = deepep"),
+]
+
+
+def sglang_specs() -> list[str]:
+    from support.specs import spec
+
+    return [spec(serve="max_model_len = 4096", target={"sglang": SGLANG_BLOCK + extra, "lws": "engine = sglang"}, **kw)
+            for kw, extra in SGLANG_PLANS]
+
+
+def sglang_cases(check_spec) -> list[tuple[str, dict, str]]:
+    """(name, plan as JSON, lws.yaml) of every LeaderWorkerSet parc emits with SGLang as the engine."""
+    from parc.targets import lws
+
+    out = [c for c in manifests() if engine(c[1]) == "sglang"]
+    for i, text in enumerate(sglang_specs()):
+        r = check_spec(text, ("lws",))
+        assert not r.errors, [(d.code, d.message) for d in r.errors]
+        plan = {**r.plan.to_dict(), "world_size": r.plan.world_size}
+        out.append((f"SGLANG_PLANS[{i}]", plan, next(f.text for f in lws.build(r.plan) if f.path == "lws.yaml")))
+    return out
+
+
+@pytest.mark.sglang
+def test_sglang_accepts_what_the_pods_run(lws_python, sglang_python, check_spec, tmp_path):
+    """Kubernetes accepts each manifest; each pod's argv, with LWS's environment substituted, goes
+    through SGLang's own parser and checks, and the sizes SGLang resolves are the plan's: tp,
+    pp, dp (replicas behind one server), attention dp, nnodes the group's size and node rank the
+    pod's worker index, the leader's address for --dist-init-addr."""
+    cases = sglang_cases(check_spec)
+    assert len(cases) >= 4 and any("lws-sglang" in name for name, *_ in cases)
+    items, where = [], []
+    for (name, plan, _), v in zip(cases, judge(lws_python, [text for *_, text in cases])):
+        assert v["ok"], f"{name}: {v.get('stage')}: {v.get('errors')}"
+        check_degrees(name, plan, v)
+        folder = sglang_judge.model_folder(plan["model"], tmp_path / name.replace("/", "_"))
+        for p in v["pods"]:
+            items.append({"server": sglang_judge.with_model(sglang_argv(p), folder)})
+            where.append((name, plan, v, p["index"]))
+    got = sglang_judge.ask(sglang_python, items)
+    for (name, plan, lw, k), s in zip(where, got):
+        assert s["ok"], f"{name} pod {k}: SGLang refuses it: {s.get('error')}"
+        m = plan["mesh"]
+        attn = bool(engine_settings(plan).get("dp_attention")) and m["dp"] > 1
+        assert (s["tp"], s["pp"]) == (m["dp"] * m["tp"] if attn else m["tp"], m["pp"]), name
+        assert s["attn_dp"] == (m["dp"] if attn else 1) and s["dp"] * lw["replicas"] == (1 if attn else m["dp"]), name
+        assert s["ep"] == (m["ep"] if plan["model"]["experts"] else 1), name
+        assert (s["nnodes"], s["node_rank"]) == (lw["size"], k), name
+        assert lw["size"] == 1 or s["dist_init_addr"] == lw["leader_address"] + ":5000", name
+    # the 405B test spec: one server of tp 8 · pp 2 over the group's two pods
+    lead = next(s for (name, *_), s in zip(where, got) if "lws-sglang" in name)
+    assert (lead["tp"], lead["pp"], lead["dp"], lead["nnodes"], lead["node_rank"], lead["port"]) == (8, 2, 1, 2, 0, 30000)
+
+
+@pytest.mark.sglang
+def test_sglang_refuses_what_parc_refuses_for_lws(lws_python, sglang_python, check_spec, tmp_path):
+    """Under `engine = sglang` parc refuses what SGLang refuses, with SGLang's rule: a context
+    longer than the model's positions (P683), and an fp16 KV cache SGLang's parser has no choice
+    for (P695; parc would emit `auto`, so the judge gets what the spec asks, float16). Kubernetes
+    accepts the manifest; SGLang refuses the pods' argv."""
+    from parc.rules import audit
+    from parc.targets import lws
+    from support.specs import spec
+
+    target = {"sglang": SGLANG_BLOCK, "lws": "engine = sglang"}
+    cases = {"P683": spec(nodes=2, mesh="pp = 2; tp = 8", serve="max_model_len = 16384", target=target),
+             "P695": spec(nodes=2, mesh="pp = 2; tp = 8", serve="max_model_len = 4096; kv_cache_dtype = fp16",
+                          target=target)}
+    texts, plans = [], []
+    for code, text in cases.items():
+        r = check_spec(text, ("lws",))
+        assert [d.code for d in r.errors] == [code], [(d.code, d.message) for d in r.diagnostics]
+        assert r.errors[0].target == "sglang" and audit(code, "sglang")["fails"] == "argument check"
+        texts.append(next(f.text for f in lws.build(r.plan) if f.path == "lws.yaml"))
+        plans.append(r.plan.to_dict())
+    items = []
+    for (code, plan), v in zip(zip(cases, plans), judge(lws_python, texts)):
+        assert v["ok"], v
+        argv = sglang_judge.with_model(sglang_argv(v["pods"][1]), sglang_judge.model_folder(plan["model"], tmp_path / code))
+        if code == "P695":
+            argv[argv.index("--kv-cache-dtype") + 1] = "float16"
+        items.append({"server": argv})
+    p683, p695 = sglang_judge.ask(sglang_python, items)
+    # the same reasons: SGLang's context-length check, and its parser's --kv-cache-dtype choices
+    assert not p683["ok"] and "context_length (16384) is greater than the derived" in p683["error"], p683
+    assert not p695["ok"] and p695["stage"] == "parser", p695

@@ -1,5 +1,6 @@
 """The lws target: how a plan is cut into LeaderWorkerSet groups, the commands its pods run, and
-its own rules (P675-P678), each firing on one spec and quiet on the same spec made valid.
+its own rules (P675-P679), each firing on one spec and quiet on the same spec made valid, and the
+switch of rule family and command with `engine` (vllm or sglang).
 (tests/test_lws_judge.py has Kubernetes and LWS judge the manifests.)"""
 from __future__ import annotations
 
@@ -98,11 +99,20 @@ def test_p675_lws_serves_only(check_spec):
     assert_quiet(check_spec, spec(mesh="tp = 8", serve=SERVE, target={"vllm": VLLM, "lws": 'name = "x"'}), "P675")
 
 
-def test_p676_engine_without_a_command(check_spec):
-    bad = spec(mesh="tp = 8", serve=SERVE, target={"vllm": VLLM, "lws": "engine = sglang"})
-    d = assert_fires(check_spec, bad, "P676", "engine", target="lws")
-    assert "sglang" in d.message
-    assert_quiet(check_spec, bad.replace("= sglang", "= vllm"), "P676")
+def test_p676_engine_without_a_command(check_spec, monkeypatch):
+    """Every engine the key offers has its image and health path in target.toml, so P676 is
+    quiet for both; it fires for a choice whose facts are missing (stood in by an empty table)."""
+    from parc.model.targets import engines, spec as target_spec
+
+    assert engines("lws") == ["vllm", "sglang"]
+    assert all(target_spec("lws")["engines"][e]["health"] == "/health" for e in engines("lws"))
+    text = spec(mesh="tp = 8", serve=SERVE, target={"sglang": 'model = "m"', "lws": "engine = sglang"})
+    assert not check_spec(text).errors
+    assert_quiet(check_spec, text.replace("= sglang", "= vllm"), "P676")
+    monkeypatch.setattr("parc.targets.lws.rules.engine_facts", lambda plan: {})
+    d = assert_fires(check_spec, text, "P676", "engine", target="lws")
+    assert 'engine = "sglang" has no command' in d.message
+    assert d.help == 'use one of `engine = "vllm"` or `engine = "sglang"`'
 
 
 @pytest.mark.parametrize("key,value", [("name", "7b-serve"), ("name", "a" * 41), ("namespace", "Serving"),
@@ -140,3 +150,120 @@ def test_p679_multi_node_groups_on_infiniband_ask_for_rdma(check_spec):
     assert_quiet(check_spec, bad.replace('name = "x"', 'rdma_resource = "rdma/hca"'), "P679")
     # groups of one pod (dp 2 replicas of tp 8, one node each) need no InfiniBand
     assert_quiet(check_spec, bad.replace("pp = 2", "dp = 2"), "P679")
+
+
+# ------------------------------------------------------------------------------------ SGLang
+
+SGLANG = {"sglang": 'model = "m"', "lws": "engine = sglang"}
+
+
+def on_vllm(text: str) -> str:
+    """The same spec with vLLM as the engine (its model in a `target vllm` block)."""
+    return text.replace("target sglang", "target vllm").replace("engine = sglang", "engine = vllm")
+
+
+def test_the_engine_key_picks_the_rule_family(check_spec):
+    """lws brings the rules of the engine its block names: SGLang's under `engine = sglang`,
+    vLLM's otherwise, never both."""
+    from parc.model.targets import implied
+
+    own = (lambda e: lambda t: {"engine": e} if t == "lws" and e else {})
+    assert implied(["lws"], "serve", own("sglang")) == {"lws", "sglang"}
+    assert implied(["lws"], "serve", own(None)) == {"lws", "vllm"}
+    assert implied(["lws"], "train", own("sglang")) == {"lws"}
+    # an fp16 KV cache: SGLang has none (P695, sglang/srt/arg_groups/fields/model.py choices), vLLM does
+    fp16 = spec(mesh="tp = 8", serve=SERVE + "; kv_cache_dtype = fp16", target=SGLANG)
+    d = assert_fires(check_spec, fp16, "P695", "kv_cache_dtype", target="sglang")
+    assert [e.code for e in check_spec(fp16).errors] == ["P695"]
+    assert not check_spec(on_vllm(fp16)).errors
+    assert "SGLang" in d.message
+    # Mixtral's 8 experts over tp 8 as ep 4 x etp 2: vLLM's experts span dp·cp·tp = 8, so it cannot
+    # (P606); SGLang runs ep 4 inside its tp_size 8, the MoE tensor-parallel size 8 / 4 = 2
+    grid = spec(model=MOE, mesh="tp = 8; ep = 4; etp = 2", serve=SERVE, target=SGLANG)
+    assert not check_spec(grid).errors, [(e.code, e.message) for e in check_spec(grid).errors]
+    assert [e.code for e in check_spec(on_vllm(grid)).errors] == ["P606"]
+
+
+def test_parc_rules_lists_both_engines_rules(capsys):
+    from parc.cli.main import main
+
+    assert main(["rules", "--target", "lws"]) == 0
+    codes = {line.split()[0] for line in capsys.readouterr().out.splitlines()[1:] if line.strip()}
+    assert {"P691", "P695", "P696", "P651"} <= codes
+
+
+# (spec arguments, sglang settings) -> (size, replicas, GPUs per pod): one group per SGLang server
+SGLANG_GROUPS = [
+    # tp 8 · pp 2 on two nodes of 8: one server over both nodes
+    (dict(nodes=2, mesh="pp = 2; tp = 8"), "", (2, 1, 8)),
+    # dp 2 replicas of tp 8 · pp 2 on 4 nodes: a server per replica, two nodes each
+    (dict(nodes=4, mesh="dp = 2; pp = 2; tp = 8"), "", (2, 2, 8)),
+    # replicas of tp 4 on 2 nodes of 8: a server per node with --dp-size 2 (SGLang refuses
+    # --dp-size with --nnodes), so 2 groups of one pod of 8 GPUs
+    (dict(nodes=2, mesh="dp = 4; tp = 4"), "", (1, 2, 8)),
+    # one node, dp 2 replicas of tp 2 on 4 GPUs: one server whose DP controller holds both
+    (dict(gpn=4, mesh="dp = 2; tp = 2"), "", (1, 1, 4)),
+    # attention data parallelism: one server of tp_size dp · tp = 16 over both nodes
+    (dict(model=MOE + "; experts = 16", nodes=2, mesh="dp = 8; tp = 2; ep = 16"), "; dp_attention = true",
+     (2, 1, 8)),
+]
+
+
+@pytest.mark.parametrize("kw,extra,want", SGLANG_GROUPS)
+def test_sglang_groups(check_spec, kw, extra, want):
+    from parc.targets.lws import groups
+
+    r = check_spec(spec(serve=SERVE, target={"sglang": 'model = "m"' + extra, "lws": "engine = sglang"}, **kw),
+                   ("lws",))
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    g = groups(r.plan)
+    assert (g.size, g.replicas, g.gpus) == want
+    lws = manifest(r)[1]
+    assert (lws["spec"]["leaderWorkerTemplate"]["size"], lws["spec"]["replicas"]) == want[:2]
+    for c in containers(lws).values():
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == want[2] and c["name"] == "sglang"
+
+
+def test_sglang_pods_take_their_rank_and_leader_from_lws(check_spec):
+    """The sglang target's options on every pod: node rank LWS_WORKER_INDEX, the leader's address
+    in --dist-init-addr (SGLang's default port 5000 there), readiness on /health at 30000."""
+    from parc.targets import lws as lws_target
+    from parc.targets.base import Var
+    from parc.targets.lws import _word
+    from parc.targets.sglang import server_lines
+
+    r = check_spec(spec(nodes=2, mesh="pp = 2; tp = 8", serve=SERVE, target=SGLANG), ("lws",))
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    lws = manifest(r)[1]
+    c = containers(lws)
+    leader, worker = c["leaderTemplate"]["command"], c["workerTemplate"]["command"]
+    head = ["python3", "-m", "sglang.launch_server", "--model-path", "m"]
+    # one place builds SGLang's argv: the sglang target's, with LWS's variables for its own
+    assert worker == head + [_word(w) for ln in server_lines(r.plan, Var("node_rank")) for w in ln]
+    at = (lambda argv, flag: argv[argv.index(flag) + 1])
+    assert (at(leader, "--nnodes"), at(leader, "--node-rank")) == ("2", "0")
+    assert (at(worker, "--nnodes"), at(worker, "--node-rank")) == ("2", "$(LWS_WORKER_INDEX)")
+    assert at(leader, "--dist-init-addr") == at(worker, "--dist-init-addr") == "$(LWS_LEADER_ADDRESS):5000"
+    assert (at(leader, "--tp-size"), at(leader, "--pp-size")) == ("8", "2")
+    assert c["leaderTemplate"]["readinessProbe"]["httpGet"] == {"path": "/health", "port": 30000}
+    assert c["leaderTemplate"]["image"] == "lmsysorg/sglang:v0.5.23"
+    assert "SGLang's leader waits" in next(f.text for f in lws_target.build(r.plan) if f.path == "lws.yaml")
+    # a port in the sglang block moves the probe and the Service with it
+    r = check_spec(spec(nodes=2, mesh="pp = 2; tp = 8", serve=SERVE,
+                        target={"sglang": 'model = "m"; port = 31000', "lws": "engine = sglang"}), ("lws",))
+    [_, lws, svc] = manifest(r)
+    assert containers(lws)["leaderTemplate"]["readinessProbe"]["httpGet"]["port"] == 31000
+    assert svc["spec"]["ports"][0]["port"] == 31000
+
+
+def test_the_planner_judges_with_the_engines_rules(tmp_path):
+    """The planner reads the same engine from the spec's blocks: its candidates are judged by
+    SGLang's rules under `engine = sglang`, by vLLM's otherwise."""
+    from parc.planner.inputs import load_spec
+
+    path = tmp_path / "s.par"
+    text = spec(nodes=2, mesh="pp = 2; tp = 8", serve=SERVE, target=SGLANG)
+    path.write_text(text)
+    assert load_spec(str(path)).rule_targets == {"lws", "sglang"}
+    path.write_text(on_vllm(text))
+    assert load_spec(str(path)).rule_targets == {"lws", "vllm"}

@@ -11,60 +11,28 @@ an existing environment's python instead."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from backends_support import accepted_cases, run_emitted, write_out
 from support import judges
-MARK = "@@sglang-judge "
+from support import sglang as sglang_judge
+
 ADDR = "10.0.0.1"
 
 
 @pytest.fixture(scope="module")
 def sglang(tmp_path_factory):
-    """A judge: one sglang_judge.py process for the module, fed one batch of commands a call.
-    CI creates the environment (.ci/run); a local run uses it once created, and never spends the
-    minutes its creation takes inside a test run unless PARC_JUDGES=required asks."""
-    build = os.environ.get("PARC_JUDGES") == "required" or bool(os.environ.get("CI"))
-    old = os.environ.get("PARC_JUDGES_ONLY_CACHED")
-    os.environ["PARC_JUDGES_ONLY_CACHED"] = "" if build else "1"
-    try:
-        proc = judges.start("sglang", "PARC_SGLANG_PYTHON", tmp_path_factory.mktemp("judge") / "stderr", 1500)
-    finally:
-        if old is None:
-            os.environ.pop("PARC_JUDGES_ONLY_CACHED")
-        else:
-            os.environ["PARC_JUDGES_ONLY_CACHED"] = old
+    """A judge: one sglang_judge.py process for the module, fed one batch of commands a call."""
+    proc = sglang_judge.start(tmp_path_factory)
     yield proc
     judges.stop(proc)
 
 
-def _judge(proc, items: list) -> list[dict]:
-    return judges.ask(proc, MARK, items)
-
-
-def _model_folder(model, path: Path) -> str:
-    """A local model folder SGLang's ModelConfig reads without the Hub: the spec's model as a
-    Llama-style (Mixtral-style with experts) config.json, no weights."""
-    cfg = {"architectures": ["MixtralForCausalLM" if model["experts"] else "LlamaForCausalLM"],
-           "model_type": "mixtral" if model["experts"] else "llama", "hidden_size": model["hidden"],
-           "intermediate_size": model["moe_ffn_hidden"] or model["ffn_hidden"],
-           "num_attention_heads": model["heads"], "num_key_value_heads": model["kv_heads"],
-           "num_hidden_layers": model["layers"], "vocab_size": model["vocab"],
-           "max_position_embeddings": model["max_positions"] or model["seq_len"], "torch_dtype": "bfloat16",
-           "rms_norm_eps": 1e-5, "rope_theta": float(model["rope_theta"]), "tie_word_embeddings": False}
-    if model["experts"]:
-        cfg.update(num_local_experts=model["experts"], num_experts_per_tok=model["top_k"])
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(cfg))
-    return str(path)
-
-
-def _with_model(argv: list[str], folder: str) -> list[str]:
-    i = argv.index("--model-path")
-    return argv[:i + 1] + [folder] + argv[i + 2:]
+_judge = sglang_judge.ask
+_model_folder = sglang_judge.model_folder
+_with_model = sglang_judge.with_model
 
 
 def _fake_python(tmp: Path) -> str:

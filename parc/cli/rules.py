@@ -92,6 +92,12 @@ def _page(e: dict) -> str:
     if e.get("targets_audit"):
         lines += ["", "where each target refuses it:"]
         for t, a in e["targets_audit"].items():
+            if a.get("same_as") == "engine":
+                from parc.model.targets import engine, engine_key, engines
+
+                lines.append(_wrap(f"{t}: as engine, the target its `{engine_key(t)['key']}` key names (it launches "
+                                   f"{' or '.join(engines(t))}; default {engine(t, None)})", indent="  "))
+                continue
             if "same_as" in a:
                 lines.append(_wrap(f"{t}: as {a['same_as']} (it launches {a['same_as']})", indent="  "))
                 continue

@@ -8,6 +8,10 @@ target facts here without importing any target's code:
 * ``launch``: whether it emits a launch (every target but ``json``);
 * ``families``: the rule families that come with it, a list or one list per mode
   (``{ train = ["torch"], serve = ["vllm"] }``): their rules run whenever its rules do;
+* ``engine``: ``{ key, default, modes }`` where a target runs another target's command chosen by
+  one of its keys (lws: ``engine = vllm | sglang``): the target that key names (its ``default``
+  where the block leaves it out) comes along as a rule family in ``modes``, so the rules that run
+  are those of the engine the plan names, never a fixed one;
 * ``audit``: ``{ name, order }``, the name under which ``rules.toml`` records how the tool itself
   refuses a plan, and where the tool stands in messages that list several;
 * ``inherits``: ``{ from = "torchrun", keys = [...] }``, the keys a block that leaves them out
@@ -32,7 +36,7 @@ from __future__ import annotations
 import tomllib
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 FOLDER = Path(__file__).resolve().parent.parent / "targets"
 
@@ -203,21 +207,50 @@ def launch_targets() -> tuple[str, ...]:
     return tuple(t for t in names() if is_launch(t))
 
 
-def families(name: str, mode: str | None = None) -> list[str]:
-    """The rule families target ``name`` brings in ``mode`` (None: in any mode)."""
+def engine_key(name: str | None) -> dict | None:
+    """``{key, default, modes}``: the key of target ``name`` that names the engine it runs (the
+    target whose command its pods or nodes run), or None for a target without one."""
+    return (spec(name or "") or {}).get("engine")
+
+
+def engines(name: str | None) -> list[str]:
+    """The engines target ``name`` can run: the choices of its engine key (empty: none)."""
+    e = engine_key(name)
+    return list(keys(name).get(e["key"], {}).get("choices", [e["default"]])) if e else []
+
+
+def engine(name: str | None, settings: dict | None) -> str | None:
+    """The engine target ``name`` runs with its block's ``settings``: the engine key's value,
+    else its default; None for a target without an engine key."""
+    e = engine_key(name)
+    return (settings or {}).get(e["key"], e["default"]) if e else None
+
+
+def families(name: str, mode: str | None = None, settings: dict | None = None) -> list[str]:
+    """The rule families target ``name`` brings in ``mode`` (None: in any mode): those its
+    target.toml lists, and the engine its ``settings`` name (None: every engine it can run)."""
     fam = _entry(name).get("families", [])
     if isinstance(fam, dict):
         modes = [mode] if mode is not None else list(fam)
-        return [f for m in modes for f in fam.get(m, []) if f]
-    return list(fam)
+        out = [f for m in modes for f in fam.get(m, []) if f]
+    else:
+        out = list(fam)
+    e = engine_key(name)
+    if e and (mode is None or mode in e.get("modes", [mode])):
+        out += [engine(name, settings)] if settings is not None else engines(name)
+    return out
 
 
-def implied(targets: Iterable[str], mode: str | None = None) -> set[str]:
-    """``targets`` with every rule family they bring in ``mode`` (None: in any mode)."""
+def implied(targets: Iterable[str], mode: str | None = None,
+            settings: Callable[[str], dict] | None = None) -> set[str]:
+    """``targets`` with every rule family they bring in ``mode`` (None: in any mode);
+    ``settings(name)`` gives a target block's settings, which pick the engine of a target with an
+    engine key (None: every engine it can run comes along)."""
     out = set(targets)
     todo = list(out)
     while todo:
-        for f in families(todo.pop(), mode):
+        t = todo.pop()
+        for f in families(t, mode, settings(t) if settings is not None else None):
             if f not in out:
                 out.add(f)
                 todo.append(f)

@@ -73,7 +73,8 @@ class Problem:
         """The targets whose rules judge the plans, as ``run_rules`` implies them."""
         from parc.model.targets import implied
 
-        return implied(set(self.targets) | set(self.extra_targets), self.mode)
+        own = (lambda t: self.targets[t].settings if t in self.targets else {})
+        return implied(set(self.targets) | set(self.extra_targets), self.mode, own)
 
 
 def default_global_batch(seq_len: int) -> int:

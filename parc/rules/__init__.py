@@ -121,21 +121,25 @@ LATE = {"initialisation": "only when it sets up its process groups", "model buil
         "first step": "only in its first step"}
 
 
-def audit(code: str, target: str, version: str | None = None) -> dict | None:
+def audit(code: str, target: str, version: str | None = None, plan: Plan | None = None) -> dict | None:
     """Where ``target`` itself refuses what rule ``code`` refuses (``fails``, ``source``, ``check``,
     ``note``), following ``same_as``; the torch runtime's rules are audited as "torch". With
-    ``version``, an entry that carries ``since``/``until`` counts only for releases in its range."""
-    found = _audit_entry(code, target, version)
+    ``version``, an entry that carries ``since``/``until`` counts only for releases in its range.
+    ``same_as = "engine"`` follows the engine ``plan`` names for the target (lws: vllm or sglang;
+    without a plan, the default engine)."""
+    found = _audit_entry(code, target, version, plan)
     return found[1] if found else None
 
 
-def _audit_entry(code: str, target: str, version: str | None = None) -> tuple[str, dict] | None:
+def _audit_entry(code: str, target: str, version: str | None = None,
+                 plan: Plan | None = None) -> tuple[str, dict] | None:
     entries = rule_docs().get(code, {}).get("targets", {})
     key = target if target in entries else T.audit_name(target) or target
     seen = set()
     while key in entries and "same_as" in entries[key] and key not in seen:
         seen.add(key)
-        key = entries[key]["same_as"]
+        same = entries[key]["same_as"]
+        key = T.engine(key, plan.target_settings(key) if plan else None) if same == "engine" else same
     if key not in entries:
         return None
     e = entries[key]
@@ -160,7 +164,7 @@ def when_targets_fail(code: str, targets: Iterable[str], plan: Plan | None = Non
     parts, seen = [], set()
     for t in targets:
         version = T.pinned(plan, t) if plan is not None else T.newest(t)
-        found = _audit_entry(code, t, version)
+        found = _audit_entry(code, t, version, plan)
         if not found or found[0] in seen:
             continue
         key, e = found
@@ -341,8 +345,9 @@ def _run_plan(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
     """The rules over one mesh (see :func:`run_rules`)."""
     reg = registry()
     # a target brings its rule families along (torchrun the torch runtime's; Slurm and Kubernetes
-    # launch torchrun for training and the vllm target's commands for serving)
-    implied = T.implied(active_targets(plan, targets), plan.mode)
+    # launch torchrun for training and the vllm target's commands for serving; lws the engine
+    # its block names)
+    implied = T.implied(active_targets(plan, targets), plan.mode, plan.target_settings)
     out: list[Diagnostic] = []
     failed = set(failed)
     codes = [c for c in FIRST if c in reg] + [c for c in sorted(reg) if c not in FIRST]

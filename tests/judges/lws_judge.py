@@ -14,8 +14,9 @@ for each what Kubernetes and the LeaderWorkerSet controller make of it:
 * what each pod of group 0 runs: LWS puts LWS_LEADER_ADDRESS (`<name>-<group>.<name>.<namespace>`),
   LWS_GROUP_SIZE and LWS_WORKER_INDEX first in every container's environment
   (pkg/utils/pod/pod_utils.go, AddLWSVariables), the kubelet substitutes `$(NAME)` in the command
-  (`$$` is a literal `$`; an unknown name stays as written), and the command runs with `vllm` and
-  `ray` replaced by recorders of their argv.
+  (`$$` is a literal `$`; an unknown name stays as written), and the command runs with `vllm`,
+  `ray` and `python3` (SGLang's `python3 -m sglang.launch_server`) replaced by recorders of their
+  argv.
 
 It answers with the sizes it derived (replicas, size, GPUs per pod, the probe, the Service) and
 each pod's recorded argv; the test compares them with the plan."""
@@ -39,7 +40,7 @@ DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 OBJECT_META = {"name", "namespace", "labels", "annotations"}
 INT32_MAX = 2**31 - 1
-RECORDERS = ("vllm", "ray")
+RECORDERS = ("vllm", "ray", "python3")
 
 
 def _crd_validator():
@@ -86,7 +87,7 @@ def webhook_errors(lws):
 
 
 def run_pod(container, lws_env, tmp):
-    """Run the container's command as the kubelet would, with vllm and ray recording their argv."""
+    """Run the container's command as the kubelet would, with vllm, ray and python3 recording their argv."""
     env = dict(lws_env)
     for e in container.get("env") or []:
         env.setdefault(e["name"], expand(e.get("value", ""), env))

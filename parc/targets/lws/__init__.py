@@ -8,29 +8,35 @@ each; a replica that fits in a node is a group of one pod with the replica's GPU
 packs several on a node). An expert-parallel plan with dp > 1 is one engine: vLLM's experts span
 dp·cp·tp, so one group holds every node and vLLM's own data parallelism.
 
-The pods run the vllm target's command (``parc.targets.vllm.serve_lines``), with what
-LeaderWorkerSet injects into every container in place of the node rank and node 0's address:
-``LWS_WORKER_INDEX`` (0 for the leader) and ``LWS_LEADER_ADDRESS`` (the leader pod's DNS name),
-written ``$(NAME)`` for Kubernetes to substitute (a literal ``$`` is ``$$``). The leader serves
-the API; its readiness probe asks the engine's health endpoint (``/health`` on its port), so the
-Service sends requests only to groups that have loaded the model. ``startupPolicy`` is
-LeaderCreated: vLLM's leader waits for its workers, so a LeaderReady start would never come.
+The pods run the command of the engine the target key ``engine`` names: the vllm target's
+(``parc.targets.vllm.serve_lines``; the default) or the sglang target's
+(``parc.targets.sglang.server_lines``), with what LeaderWorkerSet injects into every container in
+place of the node rank and node 0's address: ``LWS_WORKER_INDEX`` (0 for the leader) and
+``LWS_LEADER_ADDRESS`` (the leader pod's DNS name), written ``$(NAME)`` for Kubernetes to
+substitute (a literal ``$`` is ``$$``). The leader serves the API; its readiness probe asks the
+engine's health endpoint (``/health`` on its port), so the Service sends requests only to groups
+that have loaded the model. ``startupPolicy`` is LeaderCreated: the engine's leader waits for its
+workers (vLLM's, and SGLang's at ``--dist-init-addr``), so a LeaderReady start would never come.
 ``restartPolicy`` RecreateGroupOnPodRestart restarts a group whole, as a lost worker breaks the
 group's NCCL world. Every pod asks for its GPUs (``nvidia.com/gpu``), CPUs and memory, with a
 size-limited in-memory ``/dev/shm`` for NCCL and the engine's shared buffers. The plan travels
 in a ConfigMap mounted at ``/etc/parc`` (``PARC_PLAN`` points at ``plan.json``), as with the
 kubernetes target.
 
-The engine is the target key ``engine`` (vllm; sglang arrives with the sglang target and is
-refused until then, P676); each engine's image and health path are data in target.toml.
+With SGLang a group is one SGLang server as the sglang target lays servers out
+(``parc.targets.sglang.layout``): ``size`` is the server's nodes (``--nnodes``, the worker index
+its ``--node-rank``, ``--dist-init-addr`` the leader's address), ``replicas`` the servers, each
+pod the server's GPUs over its nodes (its own ``--dp-size`` replicas, or attention data
+parallelism, inside). The engine's rules are the ones that run (target.toml's ``engine``); each
+engine's image and health path are data in target.toml.
 """
 from __future__ import annotations
 
 import dataclasses
 import shlex
 
-from parc.model.targets import spec
-from parc.targets.base import Env, File, Var, dns_label, mesh_text, nccl_env, plan_json, settings, spec_name
+from parc.model.targets import display, spec
+from parc.targets.base import Cat, Env, File, Var, dns_label, mesh_text, nccl_env, plan_json, settings, spec_name
 from parc.words import count
 
 TARGET = "lws"
@@ -42,7 +48,7 @@ LEADER_ADDRESS, WORKER_INDEX = "LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX"
 # the labels LeaderWorkerSet puts on every pod: the set's name and the pod's index in its group
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 WORKER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-# the vllm target's shell variables, as LeaderWorkerSet provides them
+# the engine targets' shell variables, as LeaderWorkerSet provides them
 K8S_VARS = {"master_addr": LEADER_ADDRESS, "node_rank": WORKER_INDEX}
 
 
@@ -57,7 +63,10 @@ class Groups:
 
 
 def engine(plan) -> str:
-    return settings(plan, TARGET).get("engine", "vllm")
+    """The engine the pods run: the block's ``engine``, else target.toml's default."""
+    from parc.model.targets import engine as named
+
+    return named(TARGET, settings(plan, TARGET))
 
 
 def engine_facts(plan) -> dict:
@@ -71,6 +80,8 @@ def one_engine(plan) -> bool:
 
 
 def groups(plan) -> Groups:
+    if engine(plan) == "sglang":
+        return _sglang_groups(plan)
     from parc.targets.vllm import replica
 
     me, cl = plan.mesh, plan.cluster
@@ -86,17 +97,38 @@ def groups(plan) -> Groups:
     return Groups(size, me.dp, gpus, sub)
 
 
+def _sglang_groups(plan) -> Groups:
+    """One group per SGLang server: its nodes are the group's pods, each with the server's
+    GPUs (tp_size · pp_size · dp_size) over them."""
+    from parc.targets.sglang import layout
+
+    lay = layout(plan)
+    return Groups(lay.nnodes, lay.servers, lay.tp_size * lay.pp_size * lay.dp_size // lay.nnodes, plan)
+
+
+def serve_port(plan) -> int:
+    """The port the leader serves on: the engine target's ``port`` (vLLM 8000, SGLang 30000)."""
+    if engine(plan) == "sglang":
+        from parc.targets.sglang import PORT
+
+        return settings(plan, "sglang").get("port", PORT)
+    return settings(plan, "vllm").get("port", 8000)
+
+
 def job_name(plan) -> str:
     return settings(plan, TARGET).get("name") or dns_label(plan.model.name, NAME_MAX)
 
 
 def _word(w) -> str:
-    """One word of a container command: the vllm target's shell variables become what
-    LeaderWorkerSet injects, ``$(NAME)``; any other ``$`` is literal (``$$``)."""
+    """One word of a container command: the engine target's shell variables become what
+    LeaderWorkerSet injects, ``$(NAME)`` (in a word made of parts too); any other ``$`` is
+    literal (``$$``)."""
     from parc.targets.kubernetes import literal
 
     if isinstance(w, Var):
         return f"$({K8S_VARS[w.name]})"
+    if isinstance(w, Cat):
+        return "".join(_word(p) for p in w.parts)
     return literal(str(w))
 
 
@@ -108,6 +140,8 @@ def _sh(words: list, tail: str = "") -> str:
 
 def commands(plan, grp: Groups) -> tuple[list[str], list[str] | None]:
     """The leader's command and the workers' (None for a group of one pod)."""
+    if engine(plan) == "sglang":
+        return _sglang_commands(plan, grp)
     from parc.targets.vllm import RAY_PORT, launch_mode, serve_lines
 
     sub = grp.plan
@@ -132,12 +166,26 @@ def commands(plan, grp: Groups) -> tuple[list[str], list[str] | None]:
     return [_word(w) for w in leader], [_word(w) for w in worker]
 
 
+def _sglang_commands(plan, grp: Groups) -> tuple[list[str], list[str] | None]:
+    """SGLang's server on each pod of a group: the sglang target's options, the worker's node
+    rank its LWS_WORKER_INDEX and ``--dist-init-addr`` the leader's address (a group of one pod
+    has neither)."""
+    from parc.targets.sglang import server_lines
+
+    head = ["python3", "-m", "sglang.launch_server", "--model-path", settings(plan, "sglang")["model"]]
+    flat = (lambda lines: [_word(w) for ln in lines for w in ln])
+    leader = [_word(w) for w in head] + flat(server_lines(plan, 0))
+    if grp.size == 1:
+        return leader, None
+    return leader, [_word(w) for w in head] + flat(server_lines(plan, Var("node_rank")))
+
+
 def _env(plan) -> list[Env]:
     from parc.targets.kubernetes import PLAN_DIR, literal
     from parc.targets.vllm import uneven_partition
 
     env = []
-    part = uneven_partition(plan)
+    part = uneven_partition(plan) if engine(plan) == "vllm" else None
     if part:
         env.append(Env("VLLM_PP_LAYER_PARTITION", ",".join(map(str, part))))
     plan_env = Env("PARC_PLAN", f"{PLAN_DIR}/plan.json")
@@ -154,7 +202,7 @@ def build(plan) -> list[File]:
     name = job_name(plan)
     leader, worker = commands(plan, grp)
     memory = s.get("memory", MEMORY_PER_GPU * grp.gpus)
-    port = settings(plan, "vllm").get("port", 8000)
+    port = serve_port(plan)
     roles = [{"key": "leaderTemplate" if worker else "workerTemplate", "command": leader, "leader": True}]
     if worker:
         roles.append({"key": "workerTemplate", "command": worker, "leader": False})
@@ -164,6 +212,7 @@ def build(plan) -> list[File]:
               f"{count(grp.gpus, 'GPU')}; the Service {name}-leader sends requests to the groups' leaders."]
     text = render("lws/lws.yaml.j2", header=header, name=name, namespace=s.get("namespace"),
                   image=s.get("image", facts["image"]), container=facts["container"], health=facts["health"],
+                  engine=display(engine(plan)),
                   port=port, replicas=grp.replicas, size=grp.size, gpus=grp.gpus, roles=roles, env=_env(plan),
                   cpu=str(s.get("cpu", CPU_PER_GPU * grp.gpus)), memory=quantity(memory),
                   shm=quantity(s.get("shm_size", min(SHM_DEFAULT, memory))), rdma=s.get("rdma_resource"),

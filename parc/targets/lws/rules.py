@@ -2,7 +2,9 @@
 settings the API server would refuse."""
 from __future__ import annotations
 
+from parc.model.targets import engines, spec
 from parc.rules import WARNING, rule
+from parc.rules.util import join
 from parc.targets.base import settings, target_span
 from parc.targets.kubernetes.rules import check_names
 from parc.targets.lws import NAME_MAX, TARGET, engine, engine_facts
@@ -27,13 +29,15 @@ def lws_serving_only(plan, c):
 @rule("P676", "lws-engine-unavailable", targets=(TARGET,))
 def lws_engine(plan, c):
     """Each engine's image and health path are data in target.toml's [engines]; an engine
-    without them has no command to put in the pods."""
+    without them has no command to put in the pods (a choice of the `engine` key added before
+    its facts)."""
     if plan.mode != "serve" or engine_facts(plan):
         return
+    known = [e for e in engines(TARGET) if (spec(TARGET) or {}).get("engines", {}).get(e)]
     c.report(c.at(f"target.{TARGET}.engine", f"target.{TARGET}"),
-             f"engine = \"{engine(plan)}\" has no command in this parc yet: the LeaderWorkerSet's pods run the "
-             f"{engine(plan)} target's command, and that target is not here",
-             help="use `engine = \"vllm\"` (the default)")
+             f"engine = \"{engine(plan)}\" has no command in this parc: a LeaderWorkerSet's pods run the engine "
+             f"target's command, with the image and health endpoint parc knows for it",
+             help="use one of " + join([f"`engine = \"{e}\"`" for e in known], "or"))
 
 
 # ------------------------------------------------------------------------------------ P677

@@ -1,0 +1,56 @@
+"""What the tests that ask SGLang itself share (tests/test_sglang_judge.py, and
+tests/test_lws_judge.py for the pods of a LeaderWorkerSet that runs SGLang): the judge's process,
+and the local model folder SGLang reads instead of the Hub."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from support import judges
+
+MARK = "@@sglang-judge "
+
+
+def start(tmp_path_factory):
+    """One sglang_judge.py process (tests/judges/sglang_judge.py) for a test module. CI creates the
+    environment (.ci/run); a local run uses it once created, and never spends the minutes its
+    creation takes inside a test run unless PARC_JUDGES=required asks."""
+    build = os.environ.get("PARC_JUDGES") == "required" or bool(os.environ.get("CI"))
+    old = os.environ.get("PARC_JUDGES_ONLY_CACHED")
+    os.environ["PARC_JUDGES_ONLY_CACHED"] = "" if build else "1"
+    try:
+        return judges.start("sglang", "PARC_SGLANG_PYTHON", tmp_path_factory.mktemp("judge") / "stderr", 1500)
+    finally:
+        if old is None:
+            os.environ.pop("PARC_JUDGES_ONLY_CACHED")
+        else:
+            os.environ["PARC_JUDGES_ONLY_CACHED"] = old
+
+
+def ask(proc, items: list) -> list[dict]:
+    """SGLang's verdicts on ``{"server": argv}`` and ``{"router": argv}`` items."""
+    return judges.ask(proc, MARK, items)
+
+
+def model_folder(model, path: Path) -> str:
+    """A local model folder SGLang's ModelConfig reads without the Hub: the spec's model (as
+    plan.json has it) as a Llama-style (Mixtral-style with experts) config.json, no weights."""
+    cfg = {"architectures": ["MixtralForCausalLM" if model["experts"] else "LlamaForCausalLM"],
+           "model_type": "mixtral" if model["experts"] else "llama", "hidden_size": model["hidden"],
+           "intermediate_size": model["moe_ffn_hidden"] or model["ffn_hidden"],
+           "num_attention_heads": model["heads"], "num_key_value_heads": model["kv_heads"],
+           "num_hidden_layers": model["layers"], "vocab_size": model["vocab"],
+           "max_position_embeddings": model["max_positions"] or model["seq_len"], "torch_dtype": "bfloat16",
+           "rms_norm_eps": 1e-5, "rope_theta": float(model["rope_theta"]), "tie_word_embeddings": False}
+    if model["experts"]:
+        cfg.update(num_local_experts=model["experts"], num_experts_per_tok=model["top_k"])
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(cfg))
+    return str(path)
+
+
+def with_model(argv: list[str], folder: str) -> list[str]:
+    """``argv`` with the model folder as its ``--model-path``."""
+    i = argv.index("--model-path")
+    return argv[:i + 1] + [folder] + argv[i + 2:]
