@@ -202,14 +202,16 @@ def _steps(ic: InstanceCost, goal: Goal, b: np.ndarray) -> np.ndarray:
     return np.array([ic.step(x, goal.context) for x in b.tolist()], dtype=np.float64)
 
 
-def _best_batch(ic: InstanceCost, goal: Goal, tpot_of) -> Optional[int]:
-    """The most sequences a rank can hold that memory and the TPOT target allow."""
+def _best_batch(ic: InstanceCost, goal: Goal, ttft_of, tpot_of) -> Optional[int]:
+    """The most sequences a rank can hold that memory and the latency targets allow (both
+    latencies grow with the batch); 1 when even one misses them, None when none fits."""
     hi = ic.kv_capacity_tokens // (goal.prompt_tokens + goal.output_tokens)
-    if ic.kv_capacity_tokens < ic.plan.serve.max_model_len:
+    if ic.kv_capacity_tokens < ic.plan.serve.max_model_len or hi < 1:
         return None
-    if goal.tpot is None:
-        return hi if hi >= 1 else None
-    return largest(lambda b: tpot_of(b) <= goal.tpot, hi) or (1 if hi >= 1 else None)
+    if goal.tpot is None and goal.ttft is None:
+        return hi
+    return largest(lambda b: (goal.tpot is None or tpot_of(b) <= goal.tpot)
+                   and (goal.ttft is None or ttft_of(b) <= goal.ttft), hi) or 1
 
 
 def _colocated(t: _Table, ic: InstanceCost, goal: Goal, world: int, per: int):
@@ -229,10 +231,10 @@ def _colocated(t: _Table, ic: InstanceCost, goal: Goal, world: int, per: int):
         cycle = b * tp_ + O * step
         t.add(dec=ic, n=n, pre=None, n_p=0, batch=b, gpus=n * ic.shape.gpus, ttft=tp_ + step,
               tpot=step + (b - 1) * tp_ / O, tput=goal.concurrency * O / cycle,
-              memory=ic.memory_at(1, 0) + b * (goal.prompt_tokens + O) * ic.est.kv_bytes_per_token,
-              fits=_mem_ok(ic, goal, b))
+              memory=ic.memory_at(b, goal.prompt_tokens + O), fits=_mem_ok(ic, goal, b))
         return
-    b = _best_batch(ic, goal, lambda x: ic.step(x, goal.context) + (x - 1) * tp_ / O)
+    b = _best_batch(ic, goal, lambda x: tp_ + ic.step(x, goal.context),
+                    lambda x: ic.step(x, goal.context) + (x - 1) * tp_ / O)
     if b is None:
         t.add(dec=ic, n=most, pre=None, n_p=0, batch=1, gpus=most * ic.shape.gpus, ttft=np.inf, tpot=np.inf,
               tput=0.0, memory=ic.weights, fits=False)
@@ -272,7 +274,7 @@ def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, 
         fits_d = _mem_ok(d, goal, b)
         step = _steps(d, goal, b)
     else:
-        bb = _best_batch(d, goal, lambda x: d.step(x, goal.context))
+        bb = _best_batch(d, goal, lambda x: 0.0, lambda x: d.step(x, goal.context))   # TTFT: per prefill layout
         if bb is None:
             return
         b, fits_d = np.full(len(n_d), bb), np.ones(len(n_d), dtype=bool)
@@ -299,7 +301,7 @@ def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, 
         return
     t.add(dec=d, n=n_d[I], pre=np.array(pre, dtype=object)[P], n_p=N, batch=b[I], gpus=n_d[I] * g_d + N * p_g[P],
           ttft=ttft, tpot=step[I], tput=tput,
-          memory=d.weights + b[I] * (goal.prompt_tokens + O) * d.est.kv_bytes_per_token, fits=fits_d[I])
+          memory=d.memory_at(b[I], goal.prompt_tokens + O), fits=fits_d[I])
 
 
 def _prefill_counts(goal: Goal, p_t, p_r, ttft0, decode_time) -> np.ndarray:
