@@ -66,17 +66,22 @@ def test_dense_model_takes_the_fewest_gpus_the_tpot_target_allows():
 
 def test_moe_model_spreads_its_experts_over_the_fewest_gpus_that_hold_them():
     # Mixtral 8x7B holds 46.7B parameters, 93.4 GB in bf16: more than 0.9 of an H100's 85.5 GB,
-    # so no one-GPU engine loads it; two GPUs hold half each (46.7 GB) with room for KV. At 8
-    # requests and a 50 ms TPOT the fewest GPUs are 2, with the experts split between them
-    # (ep = 2); a 2-stage pipeline there passes each token through both GPUs one after the other
-    # (48 ms) and ranks behind
+    # so no one-GPU engine loads it; two GPUs hold about half each (the experts, 45 of the 46.7B,
+    # split between them; attention, 1.3B, split or copied) with room for KV. At 8 requests and a
+    # 50 ms TPOT the fewest GPUs are 2, in one pipeline stage: a 2-stage pipeline passes each
+    # token through both GPUs one after the other and ranks behind
+    from parc.cost.estimate import param_count
+    from parc.planner.inputs import load_model
+
+    total = 2 * param_count(load_model("mixtral_8x7b"))
     res = _search("mixtral_8x7b", ONE_NODE, objective="min-gpus", concurrency=8, tpot=0.05)
     best = res.best
-    assert best.gpus == 2 and best.decode.shape.ep == 2 and best.decode.shape.pp == 1
+    assert total > 0.9 * 85_520_809_984 and best.gpus == 2 and best.decode.shape.pp == 1
+    assert total / 2 <= best.decode.weights < 0.53 * total
     assert res.failed["memory"] >= 1          # the one-GPU layouts
     assert all(d.gpus >= 2 for d in res.plans)
     pp2 = [d for d in res.plans if d.decode.shape.pp == 2 and d.gpus == 2]
-    assert pp2 and all(d.tpot > 1.5 * best.tpot for d in pp2)
+    assert pp2 and all(d.tpot > best.tpot for d in pp2)
 
 
 def test_objectives_move_the_choice_their_way(two_nodes):
