@@ -14,8 +14,8 @@ examples:
   parc plan --model llama3_70b --cluster examples/clusters/dgx-h100-8node.par --global-batch 512
   parc plan --model llama3_70b --cluster box.par --serve --seq-len 8192 -o best.par
   parc plan examples/llama3-70b-train.par --top 5 --format json
-  parc plan --model deepseek_v3 --cluster h200.par --serve --objective min-gpus \
-      --ttft 2s --tpot 50ms --concurrency 512 --target vllm -o serve.par
+  parc plan --model deepseek_v3 --cluster h200.par --serve --objective min-gpus --ttft 2s --tpot 50ms \\
+      --concurrency 512 -o serve.par
   parc plan --model llama3_70b --cluster box.par --serve --objective tokens-per-gpu --tpot 40ms"""
 
 
