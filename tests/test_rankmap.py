@@ -150,7 +150,7 @@ def test_from_plan(check_spec):
     assert rm.world == 64 and rm.sizes["dp"] == 2
     s = rm.summary()
     assert s["order"] == ["pp", "dp", "cp", "tp"]
-    assert s["axes"]["tp"] == {"size": 8, "stride": 1, "groups": 8, "nodes_spanned": 1,
+    assert s["axes"]["tp"] == {"size": 8, "stride": 1, "groups": 8, "nodes_spanned": 1, "domains_spanned": 1,
                                "link": "intra_node", "first_group": list(range(8))}
     assert s["axes"]["pp"]["first_group"] == [0, 16, 32, 48]
     assert s["axes"]["dp"]["link"] == "inter_node"

@@ -37,5 +37,5 @@ def _param_count(name: str, fields: dict) -> int:
     from parc.cost.estimate import param_count
     from parc.model.plan import Model
 
-    known = {k: v for k, v in fields.items() if k in Model.__dataclass_fields__}
-    return param_count(Model(name=name, head_dim=None, params=0, **known))
+    known = {"head_dim": None, **{k: v for k, v in fields.items() if k in Model.__dataclass_fields__}}
+    return param_count(Model(name=name, params=0, **known))

@@ -267,7 +267,9 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     st = StageEstimate(lay.stage, lay.layers, lay.moe_layers, nparams, parts, mem, 0.0, 0.0)
     if not train:
         mem.weights = nparams * dtype_bytes(_weight_dtype(plan))
-        st.kv_bytes_per_token = model_kv_bytes_per_token(m, lay.layers, kv_nbytes, mesh.tp)
+        st.kv_bytes_per_token = model_kv_bytes_per_token(m, lay.layers, kv_nbytes, mesh.tp,
+                                                         plan.serve.max_model_len if plan.serve else None,
+                                                         lay.local_layers)
         return st
     full = _stage_parts(plan, lay, sharded=False)
     n_dense, n_exp = _shard_groups(plan)
@@ -379,7 +381,7 @@ def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict, local: 
             clink[ax], ctime[ax], algo[ax] = None, 0.0, None
             continue
         clink[ax] = rm.link(g)
-        local[ax] = members_per_node(g, axis_sizes, rm.nodes_spanned)
+        local[ax] = members_per_node(g, axis_sizes, rm.domains_spanned)
         t, a = axis_time(ax, comm[ax], n, calls[ax], local[ax], lp["intra_node"], lp.get("inter_node"),
                          plan.cluster.gpu.nvls)
         ctime[ax], algo[ax] = float(t), ALGORITHMS[int(a)]
@@ -387,9 +389,10 @@ def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict, local: 
 
 
 def members_per_node(group, sizes: dict, spanned) -> int:
-    """How many members of a group of ``group`` (an axis, or a tuple of axes) one node holds:
-    size // nodes it spans, per axis, multiplied over a tuple's axes (each axis's members in a
-    node combine with the others'). ``spanned(axis)`` gives the nodes an axis's groups touch."""
+    """How many members of a group of ``group`` (an axis, or a tuple of axes) one node, or one
+    NVLink domain where it spans nodes, holds: size // domains it spans, per axis, multiplied over
+    a tuple's axes (each axis's members in a domain combine with the others'). ``spanned(axis)``
+    gives the domains an axis's groups touch (:meth:`parc.model.rankmap.RankMap.domains_spanned`)."""
     out = 1
     for ax in ((group,) if isinstance(group, str) else group):
         out *= max(1, sizes[ax] // spanned(ax))

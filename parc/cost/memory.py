@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parc.cost.params import Model, dtype_bytes, head_dim, is_moe_layer, kv_heads_per_gpu
+from parc.cost.params import Model, dtype_bytes, head_dim, is_moe_layer, kv_heads_per_gpu, local_layers_between
 from parc.model.dims import expert_dp_of
 from parc.model.overheads import table as overheads_table
 
@@ -329,14 +329,39 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim_: int, nbytes: int, 
     return 2 * layers * kv_heads_per_gpu(kv_heads, tp) * head_dim_ * nbytes
 
 
-def model_kv_bytes_per_token(m: Model, layers: int, nbytes: int, tp: int = 1) -> int:
+def model_kv_bytes_per_token(m: Model, layers: int, nbytes: int, tp: int = 1, context=None, local=None):
     """:func:`kv_bytes_per_token` of ``layers`` layers of ``m``; with multi-head latent attention
     the cache holds the latent and the rotary key, (kv_lora_rank + qk_rope_head_dim) · layers ·
     bytes per token, the same on every TP rank (vLLM's MLA backends replicate it): DeepSeek-V3
-    in bf16 stores (512 + 64) · 61 · 2 = 70,272 B per token."""
+    in bf16 stores (512 + 64) · 61 · 2 = 70,272 B per token.
+
+    With local attention (``attention_window``) and sequences of ``context`` tokens, a local layer
+    caches only the last window of each sequence (vLLM's sliding-window and chunked-local KV
+    managers free the blocks that fall out of it): the bytes per token are the mean over a
+    ``context``-token sequence, per layer × (global + local · min(context, window) / context),
+    rounded up. ``local``: how many of the layers are local (a stage's
+    :attr:`~parc.cost.params.StageLayout.local_layers`); by default those of layers 0..layers-1.
+    Scalars or numpy arrays (``tp``, ``context``)."""
     if m.is_mla:
-        return (m.kv_lora_rank + m.qk_rope_head_dim) * layers * nbytes
-    return kv_bytes_per_token(layers, m.kv_heads, head_dim(m), nbytes, tp)
+        per_layer = (m.kv_lora_rank + m.qk_rope_head_dim) * nbytes
+    else:
+        per_layer = kv_bytes_per_token(1, m.kv_heads, head_dim(m), nbytes, tp)
+    if context is None or m.attention_window <= 0:
+        return per_layer * layers
+    return -(-per_layer * kv_layer_tokens(m, layers, context, local) // context)
+
+
+def kv_layer_tokens(m: Model, layers: int, context, local=None):
+    """Layer-tokens one ``context``-token sequence keeps in the KV cache of ``layers`` layers of
+    ``m`` of which ``local`` attend locally (by default those of layers 0..layers-1,
+    :func:`parc.model.params.is_local_layer`): every global layer all of it, every local layer at
+    most ``attention_window``. gpt-oss-120b (36 layers, 18 local with a window of 128) at 8,192
+    tokens: 18 · 8,192 + 18 · 128 = 149,760."""
+    if local is None:
+        local = local_layers_between(m, 0, layers)
+    w = m.attention_window
+    kept = w + (context < w) * (context - w)                      # min(context, window)
+    return (layers - local) * context + local * kept
 
 
 def kv_capacity_tokens(capacity: float, utilization: float, weights: float, per_token: float) -> int:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from parc.model.dims import expert_dp_of
 from parc.model.params import (  # noqa: F401 - the counts, re-exported for the cost model's users
     attention_core_dim, attention_params, balanced_split, embedding_params, expert_params, is_moe_layer,
-    layer_params, mla_params, mlp_params, moe_layer_mlp_params, moe_layers_between, mtp_params, norm_params,
-    output_params, param_count)
+    layer_params, local_layers_between, mla_params, mlp_params, moe_layer_mlp_params, moe_layers_between, mtp_params,
+    norm_params, output_params, param_count)
 from parc.model.plan import Model
 
 
@@ -120,6 +120,7 @@ class StageLayout:
     moe_layers: int
     embedding: bool        # holds the token embedding (chunk 0)
     head: bool             # holds the final norm and output head (last chunk)
+    local_layers: int = 0  # layers with local attention (:func:`parc.model.params.is_local_layer`)
 
 
 def stage_layouts(plan) -> list[StageLayout]:
@@ -136,7 +137,8 @@ def layouts_of(m: Model, pipeline: str, pp: int, split: list[int]) -> list[Stage
         chunks = chunks_of_rank(pipeline, pp, s, len(split))
         layers = sum(split[c] for c in chunks)
         moe = sum(_moe_in_range(m, *ranges[c]) for c in chunks)
-        out.append(StageLayout(s, chunks, layers, moe, 0 in chunks, last in chunks))
+        local = sum(local_layers_between(m, *ranges[c]) for c in chunks)
+        out.append(StageLayout(s, chunks, layers, moe, 0 in chunks, last in chunks, local))
     return out
 
 
@@ -181,10 +183,13 @@ def layout_tensors(m: Model, layout: StageLayout, tp: int, ep: int, etp: int) ->
         out += [("attention", False, L, aq, aq * h),            # q: [a/tp·d, h]
                 ("attention", False, 2 * L, kvq, kvq * h),      # k, v: [kv/tp·d, h]
                 ("attention", False, L, h, h * aq)]             # o: [h, a/tp·d]
+        if m.bias or m.qkv_bias:
+            out += [("attention", False, L, aq, aq), ("attention", False, 2 * L, kvq, kvq)]
         if m.bias:
-            out += [("attention", False, L, aq, aq), ("attention", False, 2 * L, kvq, kvq),
-                    ("attention", False, L, h, h)]
+            out.append(("attention", False, L, h, h))
         out += _norm_tensors(m, 2 * L)
+    if L:
+        out += _attention_extra_tensors(m, L, t)
     if dense:
         out += _mlp_tensors(m, _cdiv(m.ffn_hidden, t), "mlp", False, dense)
     if moe:
@@ -204,6 +209,17 @@ def layout_tensors(m: Model, layout: StageLayout, tp: int, ep: int, etp: int) ->
         # the output head is the embedding itself only when one rank holds both and they are tied
         if not (m.tied_embeddings and layout.embedding):
             out.append(("output", False, 1, vrows, vrows * h))
+    return out
+
+
+def _attention_extra_tensors(m: Model, L: int, t: int) -> list[tuple]:
+    """:func:`parc.model.params.attention_extras` of ``L`` layers on one TP rank: the query and key
+    norms [d] each, replicated; the sinks, one per head, split with the heads."""
+    out = []
+    if m.qk_norm:
+        out.append(("norms", False, 2 * L, head_dim(m), head_dim(m)))
+    if m.attention_sinks:
+        out.append(("attention", False, L, _cdiv(m.heads, t), _cdiv(m.heads, t)))
     return out
 
 
@@ -314,7 +330,9 @@ def params_on_rank(plan, rank: int) -> int:
       once tp > kv; o [h, a/tp·d]; the MLP matrices split over tp (SwiGLU gate and up [f/tp, h],
       down [h, f/tp]; GELU fc1 [f/tp, h], fc2 [h, f/tp]); two norms (RMSNorm weight [h];
       LayerNorm weight and bias [h]), replicated. With ``bias``: column-parallel biases (q, k, v,
-      gate, up, fc1) split, row-parallel biases (o, down, fc2: [h]) replicated.
+      gate, up, fc1) split, row-parallel biases (o, down, fc2: [h]) replicated; ``qkv_bias``
+      alone gives the q, k and v ones. ``qk_norm``: two norm weights [d], replicated;
+      ``attention_sinks``: one logit per head [a/tp], split with the heads.
     * MoE layers replace the dense MLP with a router [E, h] (replicated, no bias), E/ep routed
       experts stored as separate MLPs of width moe_ffn_hidden/etp, and ``shared_experts``
       separate MLPs of width moe_ffn_hidden split over tp.

@@ -53,13 +53,27 @@ BLOCKS: dict[str, dict[str, F]] = {
         "qk_nope_head_dim": F("int", 1, 10**6, doc="MLA: the non-rotary part of each query/key head"),
         "v_head_dim": F("int", 1, 10**6, doc="MLA: the width of each value head"),
         "mtp_layers": F("int", 0, 100, doc="multi-token-prediction modules (num_nextn_predict_layers)"),
+        "qkv_bias": F("bool", doc="biases on the query, key and value projections only (Qwen2/2.5, whose "
+                                  "config.json does not name them; `bias = true` puts them on every linear layer)"),
+        "qk_norm": F("bool", doc="an RMSNorm of head_dim weights over each query and key head (Qwen3 "
+                                 "q_norm and k_norm)"),
+        "attention_sinks": F("bool", doc="one learned sink logit per attention head and layer (gpt-oss `sinks`)"),
+        "attention_window": F("int", 0, 10**9, doc="local attention: a local layer attends to and caches at "
+                              "most this many tokens (sliding_window in a gpt-oss config, attention_chunk_size "
+                              "in a Llama 4 one; 0: every layer is global)"),
+        "global_every": F("int", 0, 10**5, doc="with `attention_window`, every n-th layer (layers n-1, 2n-1, "
+                          "...) attends to the whole context; 0: none does"),
         "rope_theta": F("int", 1, 10**12, doc="the RoPE base frequency (rope_theta in a Hugging Face config)"),
         "max_positions": F("int", 1, 10**9, doc="the longest sequence the model supports "
                                                  "(max_position_embeddings in a Hugging Face config)"),
     },
     "cluster": {
         "nodes": F("int", 1, 2**17), "gpus_per_node": F("int", 1, 2**10),
-        "gpu": F("preset", doc="a GPU preset or a `gpu { ... }` block"),
+        "nvlink_domain": F("int", 1, 2**17, doc="GPUs that share one NVLink fabric, a multiple of gpus_per_node "
+                           "(a GB200 NVL72 rack: 72 GPUs on 18 nodes of 4); groups inside it use the intra_node "
+                           "link. Default: gpus_per_node", hint="a GPU count, like 72"),
+        "gpu": F("preset", doc="a GPU preset, or a `gpu \"name\" { from = h100_sxm  memory = 96GB }` block "
+                               "(the name, optional, is what explain shows)"),
         "intra_node": F("link"), "inter_node": F("link"),
         "cuda_context": F("bytes", 0, doc="memory the CUDA context, loaded kernels and library workspaces "
                                           "take on every GPU"),
@@ -172,7 +186,7 @@ BLOCKS: dict[str, dict[str, F]] = {
 }
 
 # Blocks that take a label, and whether it is required.
-LABELS = {"model": "optional", "cluster": "optional", "target": "required", "gpu": "none",
+LABELS = {"model": "optional", "cluster": "optional", "target": "required", "gpu": "optional",
           "mesh": "none", "placement": "none", "schedule": "none", "train": "none", "serve": "none",
           "profile": "optional", "prefill": "none", "decode": "none"}
 TOP_BLOCKS = ("model", "cluster", "mesh", "placement", "schedule", "train", "serve", "profile", "target")
@@ -198,7 +212,8 @@ ALIASES = {
     "num_nodes": "nodes", "nnodes": "nodes", "nproc_per_node": "gpus_per_node",
     "max_seq_len_to_capture": "max_model_len",
     "first_k_dense_replace": "first_k_dense", "num_nextn_predict_layers": "mtp_layers",
-    "mtp_num_layers": "mtp_layers", "cpu_offloading_num_layers": "offload_layers",
+    "mtp_num_layers": "mtp_layers", "sliding_window": "attention_window",
+    "attention_chunk_size": "attention_window", "cpu_offloading_num_layers": "offload_layers",
 }
 
 UNITS = {

@@ -14,12 +14,22 @@ def attention_params(m: Model) -> int:
     is :func:`mla_params`. FLOPs count these matmuls (:mod:`parc.cost.flops`).
     """
     if m.is_mla:
-        return mla_params(m)
+        return mla_params(m) + attention_extras(m)
     d = m.head_dim or m.hidden // m.heads
     p = m.hidden * d * (2 * m.heads + 2 * m.kv_heads)
+    if m.bias or m.qkv_bias:
+        p += d * (m.heads + 2 * m.kv_heads)
     if m.bias:
-        p += d * (m.heads + 2 * m.kv_heads) + m.hidden
-    return p
+        p += m.hidden
+    return p + attention_extras(m)
+
+
+def attention_extras(m: Model) -> int:
+    """What an attention layer holds besides its projections: the query and key norms of Qwen3
+    (``qk_norm``: two RMSNorm weights of head_dim, Hugging Face ``Qwen3Attention.q_norm/k_norm``)
+    and gpt-oss's sinks (``attention_sinks``: one logit per head, ``GptOssAttention.sinks``)."""
+    d = m.head_dim or m.hidden // m.heads
+    return (2 * d if m.qk_norm else 0) + (m.heads if m.attention_sinks else 0)
 
 
 def mla_params(m: Model) -> int:
@@ -129,6 +139,32 @@ def param_count(m: Model, mtp: bool = True) -> int:
     dense_layers = m.layers - moe_layers
     return (dense_layers * layer_params(m) + moe_layers * layer_params(m, moe=True)
             + embedding_params(m) + output_params(m) + (mtp_params(m) if mtp else 0))
+
+
+def active_params(m: Model, embedding: bool = True) -> int:
+    """Parameters one token uses: :func:`param_count` without the MTP modules, less the routed
+    experts the router does not pick (experts − top_k per MoE layer). ``embedding = False`` leaves
+    the token embedding out, a table lookup rather than a matmul, as OpenAI counts gpt-oss's 5.1B
+    (the gpt-oss model card); DeepSeek, Moonshot, Qwen and Meta count it in their active figures."""
+    unused = m.moe_layers * max(0, m.experts - (m.top_k or 1)) * mlp_params(m, m.moe_ffn_hidden)
+    return param_count(m, mtp=False) - unused - (0 if embedding else m.vocab * m.hidden)
+
+
+def is_local_layer(m: Model, i: int) -> bool:
+    """Layer ``i`` (0-based) attends locally (and caches at most ``attention_window`` tokens)
+    when the model has a window and it is not one of every ``global_every``-th layers: gpt-oss
+    (window 128, global_every 2) alternates local layers 0, 2, ... with global 1, 3, ... (its
+    config's layer_types); Llama 4 (chunk 8192, global_every 4) keeps layers 3, 7, ... global (the
+    zeros of no_rope_layers)."""
+    return m.attention_window > 0 and not (m.global_every > 0 and (i + 1) % m.global_every == 0)
+
+
+def local_layers_between(m: Model, a: int, b: int) -> int:
+    """How many of layers a..b-1 attend locally (:func:`is_local_layer`), in closed form."""
+    if m.attention_window <= 0 or b <= a:
+        return 0
+    e = m.global_every
+    return (b - a) - ((b // e - a // e) if e > 0 else 0)
 
 
 def balanced_split(m: Model, stages: int) -> list[int] | None:

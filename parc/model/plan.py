@@ -46,6 +46,13 @@ class Model:
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
     mtp_layers: int = 0                   # multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers)
+    qkv_bias: bool = False                # biases on q, k and v only (Qwen2/2.5); ``bias`` puts them everywhere
+    qk_norm: bool = False                 # an RMSNorm over each query and key head (Qwen3 q_norm, k_norm)
+    attention_sinks: bool = False         # one learned sink logit per head and layer (gpt-oss)
+    # local attention: a local layer attends to (and caches) at most the last attention_window tokens
+    # (sliding window, gpt-oss) or its own chunk of that many (Llama 4 attention_chunk_size)
+    attention_window: int = 0             # 0: every layer attends to the whole context
+    global_every: int = 0                 # with a window: every n-th layer stays global (0: none does)
     rope_theta: int = 10000               # RoPE base frequency (Megatron-LM --rotary-base)
     max_positions: Optional[int] = None   # the longest sequence the model was built for, when known
     preset: Optional[str] = None
@@ -58,6 +65,13 @@ class Model:
     def is_mla(self) -> bool:
         """Multi-head latent attention (DeepSeek-V2/V3)."""
         return self.kv_lora_rank > 0
+
+    @property
+    def global_layers(self) -> int:
+        """Layers that attend to (and cache) the whole context (:func:`parc.model.params.is_local_layer`)."""
+        from parc.model.params import local_layers_between
+
+        return self.layers - local_layers_between(self, 0, self.layers)
 
     @property
     def moe_layers(self) -> int:
@@ -103,10 +117,19 @@ class Cluster:
     cuda_context: Optional[int] = None    # bytes: CUDA context, loaded kernels, library workspaces
     nccl_buffers: Optional[int] = None    # bytes per NCCL communicator the rank joins
     fragmentation: Optional[float] = None  # allocator fragmentation, a fraction of the activations
+    nvlink_domain: Optional[int] = None   # GPUs sharing one NVLink fabric (GB200 NVL72: 72); None: a node
 
     @property
     def world(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def domain(self) -> int:
+        """GPUs per NVLink domain, the group the intra-node link reaches: ``nvlink_domain`` where the
+        cluster gives it (a GB200 NVL72 rack: 18 nodes of 4 GPUs on one NVLink fabric), else a node.
+        The rank map (:class:`parc.model.rankmap.RankMap`) asks every "does this group stay on the
+        fast link" question against it; a node stays a host (launch scripts, nnodes)."""
+        return self.nvlink_domain or self.gpus_per_node
 
 
 @dataclass(slots=True)

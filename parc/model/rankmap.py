@@ -12,6 +12,14 @@ pipeline stage the way Megatron-LM's expert ``RankGenerator`` does (order ``etp-
 Within a stage, the dp·cp·tp ranks are flattened in mesh order (the last axis innermost) and
 that flat index ``j`` splits as ``j = etp_r + etp·(ep_r + ep·edp_r)``.
 
+The fast link is a separate question from the host: an NVLink domain (``cluster.nvlink_domain``,
+:attr:`parc.model.plan.Cluster.domain`; the node unless the cluster says more) holds ``domain``
+consecutive ranks, ``domain = rank // domain``. A GB200 NVL72 rack is 18 nodes (trays) of 4
+GPUs in one domain of 72, so a group of 8 ranks on two trays crosses a node but stays on NVLink.
+:meth:`RankMap.link`, :meth:`RankMap.domains_spanned` and :meth:`RankMap.crosses_domain` answer
+"does this group stay on the fast link"; :meth:`RankMap.nodes_spanned` and
+:meth:`RankMap.crosses_node` answer "does it span hosts" (launch scripts, nnodes).
+
 Everything is a closed form or a numpy array over all ranks; nothing builds a Python object per
 rank, so a 131,072-GPU cluster maps in a few milliseconds. ``nodes_spanned`` and ``crosses_node``
 are pure integer arithmetic whenever a group is an arithmetic progression of ranks (every mesh
@@ -29,15 +37,17 @@ EXPERT_AXES = ("ep", "etp", "edp")
 class RankMap:
     """The rank map of a plan: ``RankMap(plan)``, or :meth:`from_sizes` without one."""
 
-    __slots__ = ("order", "sizes", "gpus_per_node", "world", "ep", "etp", "edp", "stride", "_cache")
+    __slots__ = ("order", "sizes", "gpus_per_node", "domain", "world", "ep", "etp", "edp", "stride", "_cache")
 
     def __init__(self, plan=None, *, order: Iterable[str] | None = None, sizes: dict[str, int] | None = None,
-                 gpus_per_node: int | None = None, ep: int | None = None, etp: int | None = None):
+                 gpus_per_node: int | None = None, ep: int | None = None, etp: int | None = None,
+                 domain: int | None = None):
         if plan is not None:
             m = plan.mesh
             order = order or m.order
             sizes = sizes or {ax: m.size(ax) for ax in MESH_AXES}
-            gpus_per_node = gpus_per_node or plan.cluster.gpus_per_node
+            if gpus_per_node is None:
+                gpus_per_node, domain = plan.cluster.gpus_per_node, domain or plan.cluster.domain
             ep = m.ep if ep is None else ep
             etp = m.etp if etp is None else etp
         order = [ax for ax in (order or MESH_AXES) if ax in MESH_AXES]
@@ -50,6 +60,7 @@ class RankMap:
         self.order = tuple(order)
         self.sizes = sizes
         self.gpus_per_node = max(1, int(gpus_per_node or 1))
+        self.domain = max(1, int(domain or self.gpus_per_node))   # GPUs per NVLink domain
         self.world = prod(sizes.values())
         self.ep = max(1, int(ep or 1))
         self.etp = max(1, int(etp or 1))
@@ -66,9 +77,9 @@ class RankMap:
 
     @classmethod
     def from_sizes(cls, gpus_per_node: int, order: Iterable[str] = MESH_AXES, ep: int = 1, etp: int = 1,
-                   **sizes: int) -> "RankMap":
+                   domain: int | None = None, **sizes: int) -> "RankMap":
         """A rank map without a plan: ``RankMap.from_sizes(8, pp=4, dp=2, tp=8)``."""
-        return cls(order=list(order), sizes=sizes, gpus_per_node=gpus_per_node, ep=ep, etp=etp)
+        return cls(order=list(order), sizes=sizes, gpus_per_node=gpus_per_node, ep=ep, etp=etp, domain=domain)
 
     # --- sizes -----------------------------------------------------------------------------
     def size(self, axis: str) -> int:
@@ -192,12 +203,24 @@ class RankMap:
         return None
 
     def nodes_spanned(self, axis) -> int:
-        """The most nodes any one group of ``axis`` touches (1: every group stays inside a node)."""
-        key = ("nodes", axis if isinstance(axis, str) else tuple(axis))
+        """The most nodes (hosts) any one group of ``axis`` touches (1: every group stays inside a node)."""
+        return self._spanned(axis, self.gpus_per_node)
+
+    def domains_spanned(self, axis) -> int:
+        """The most NVLink domains any one group of ``axis`` touches (1: every group stays on NVLink)."""
+        return self._spanned(axis, self.domain)
+
+    def crosses_domain(self, axis) -> bool:
+        """Whether some group of ``axis`` leaves its NVLink domain (its collectives take the
+        inter-node network)."""
+        return self.domains_spanned(axis) > 1
+
+    def _spanned(self, axis, g: int) -> int:
+        """The most blocks of ``g`` consecutive ranks any one group of ``axis`` touches."""
+        key = ("spanned", g, axis if isinstance(axis, str) else tuple(axis))
         got = self._cache.get(key)
         if got is not None:
             return got
-        g = self.gpus_per_node
         ap = self._progression(axis) if isinstance(axis, str) else None
         if ap is not None:
             st, n, inner, block = ap
@@ -225,13 +248,17 @@ class RankMap:
         return out
 
     def crosses_node(self, axis) -> bool:
-        """Whether some group of ``axis`` spans more than one node."""
+        """Whether some group of ``axis`` spans more than one node (host)."""
         return self.nodes_spanned(axis) > 1
 
+    def domain_of(self, ranks):
+        """NVLink domain index of each rank: rank // domain."""
+        return _div(ranks, self.domain)
+
     def link(self, axis) -> str:
-        """The link an axis's collectives run on: ``intra_node`` when its groups stay inside a
-        node, else ``inter_node``."""
-        return "inter_node" if self.crosses_node(axis) else "intra_node"
+        """The link an axis's collectives run on: ``intra_node`` (NVLink, or the node's own link)
+        when its groups stay inside an NVLink domain, else ``inter_node``."""
+        return "inter_node" if self.crosses_domain(axis) else "intra_node"
 
     # --- summary -----------------------------------------------------------------------------
     def summary(self) -> dict:
@@ -250,11 +277,12 @@ class RankMap:
                 "stride": ap[0] if ap else None,
                 "groups": self.world // n,
                 "nodes_spanned": self.nodes_spanned(ax),
+                "domains_spanned": self.domains_spanned(ax),
                 "link": self.link(ax),
                 "first_group": first,
             }
         return {"world": self.world, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
-                "order": list(self.order), "axes": axes}
+                "nvlink_domain": self.domain, "order": list(self.order), "axes": axes}
 
     def _first_group(self, axis, ap, limit: int = 8) -> list[int]:
         if ap is not None:
@@ -264,7 +292,8 @@ class RankMap:
 
     def __repr__(self) -> str:
         dims = " × ".join(f"{a}={self.sizes[a]}" for a in self.order)
-        return f"RankMap({dims}, gpus_per_node={self.gpus_per_node}, ep={self.ep}, etp={self.etp})"
+        dom = f", domain={self.domain}" if self.domain != self.gpus_per_node else ""
+        return f"RankMap({dims}, gpus_per_node={self.gpus_per_node}{dom}, ep={self.ep}, etp={self.etp})"
 
 
 def _div(x, d):

@@ -98,7 +98,9 @@ def model_block(m: Model) -> list[str]:
 _MODEL_DEFAULTS = {"dtype": "bf16", "tied_embeddings": False, "mlp": "swiglu", "norm": "rmsnorm",
                    "position": "rope", "bias": False, "experts": 0, "shared_experts": 0, "moe_every": 1,
                    **dict.fromkeys(("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-                                    "qk_nope_head_dim", "v_head_dim", "mtp_layers"), 0)}
+                                    "qk_nope_head_dim", "v_head_dim", "mtp_layers", "attention_window",
+                                    "global_every"), 0),
+                   **dict.fromkeys(("qkv_bias", "qk_norm", "attention_sinks"), False)}
 
 
 def _gpu_preset(g: GPU) -> bool:
@@ -117,11 +119,14 @@ def _gpu_preset(g: GPU) -> bool:
 def cluster_block(pr: Problem) -> list[str]:
     cl = pr.cluster
     lines = [f"cluster {_label(cl.name)} {{", f"  nodes = {cl.nodes}", f"  gpus_per_node = {cl.gpus_per_node}"]
+    if cl.nvlink_domain is not None:
+        lines.append(f"  nvlink_domain = {cl.nvlink_domain}")
     g = cl.gpu
     if _gpu_preset(g):
         lines.append(f"  gpu = {g.name}")
     else:
-        lines += ["  gpu {", f"    memory = {quantity(g.memory, _BYTES, 'B')}",
+        head = "  gpu {" if g.name == "custom" else f"  gpu {_label(g.name)} {{"
+        lines += [head, f"    memory = {quantity(g.memory, _BYTES, 'B')}",
                   f"    flops = {quantity(g.flops, _FLOPS, 'FLOPS')}"]
         for k in ("hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth"):
             if getattr(g, k):

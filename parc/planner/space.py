@@ -131,22 +131,23 @@ def rank_map(pr: Problem, mesh: tuple) -> RankMap:
 
     imposed = [o for o in (rank_order(t, pr.mode) for t in sorted(pr.rule_targets)) if o]
     order = imposed[0] if imposed else pr.order
-    return RankMap.from_sizes(pr.cluster.gpus_per_node, order=order, ep=ep, etp=etp,
+    return RankMap.from_sizes(pr.cluster.gpus_per_node, order=order, ep=ep, etp=etp, domain=pr.cluster.domain,
                               pp=pp, dp=dp, cp=cp, tp=tp)
 
 
 def crosses(pr: Problem, mesh: tuple, axis) -> bool:
-    """Whether some group of ``axis`` spans more than one node under mesh shape ``mesh`` (cached
-    as one bool per shape and axis; the rank map that answers it is dropped)."""
+    """Whether some group of ``axis`` leaves its NVLink domain (a node unless the cluster says
+    ``nvlink_domain``) under mesh shape ``mesh`` (cached as one bool per shape and axis; the rank
+    map that answers it is dropped)."""
     key = ("crosses", mesh, axis)
     got = pr.memo.get(key)
     if got is None and not isinstance(axis, str):
-        # a group of several axes stays inside a node iff the groups of each axis do (a rank of
+        # a group of several axes stays inside a domain iff the groups of each axis do (a rank of
         # the joint group is reached from its first rank one axis at a time, each step inside
         # one group of that axis), so no array of the world's ranks is needed
         got = pr.memo[key] = any(crosses(pr, mesh, ax) for ax in axis)
     if got is None:
-        got = pr.memo[key] = ask_rank_map(pr, mesh, lambda rm: rm.crosses_node(axis))
+        got = pr.memo[key] = ask_rank_map(pr, mesh, lambda rm: rm.crosses_domain(axis))
     return got
 
 
@@ -162,8 +163,8 @@ def ask_rank_map(pr: Problem, mesh: tuple, question):
 
 
 def _groups_ok(pr: Problem, pp: int, dp: int, cp: int, tp: int, ep: int, etp: int) -> bool:
-    """P301: TP groups (and CP or EP groups pinned to intra_node) stay inside a node; P304: every
-    placement rule holds (intra_node: groups inside a node; inter_node: groups across nodes)."""
+    """P301: TP groups (and CP or EP groups pinned to intra_node) stay inside an NVLink domain;
+    P304: every placement rule holds (intra_node: groups inside a domain; inter_node: across)."""
     links = pr.placement.links
     mesh = (pp, dp, cp, tp, ep, etp)
     if tp > 1 and links.get("tp") != "inter_node" and crosses(pr, mesh, "tp"):

@@ -417,14 +417,15 @@ def _axis_links(pr: Problem, meshes):
 
 
 def spanned(pr: Problem, mesh: tuple, axis) -> int:
-    """The most nodes a group of ``axis`` touches under mesh shape ``mesh`` (1 when none crosses
-    a node; a rank map is built only for shapes whose groups cross, through ``crosses``)."""
+    """The most NVLink domains (nodes, unless the cluster says ``nvlink_domain``) a group of
+    ``axis`` touches under mesh shape ``mesh`` (1 when none crosses one; a rank map is built only
+    for shapes whose groups cross, through ``crosses``)."""
     if not crosses(pr, mesh, axis):
         return 1
     key = ("spanned", mesh, axis)
     got = pr.memo.get(key)
     if got is None:
-        got = pr.memo[key] = ask_rank_map(pr, mesh, lambda rm: rm.nodes_spanned(axis))
+        got = pr.memo[key] = ask_rank_map(pr, mesh, lambda rm: rm.domains_spanned(axis))
     return got
 
 

@@ -62,17 +62,20 @@ def render_text(plan, est, file: str, diagnostics=()) -> str:
 
 def _mesh(est) -> list[str]:
     rm = est.rank_map
+    g = rm["gpus_per_node"]
+    dom = rm.get("nvlink_domain", g)
+    key, unit = ("nodes_spanned", "node") if dom == g else ("domains_spanned", "NVLink domain")
     out = [f"Mesh and rank map (order {', '.join(rm['order'])}; the last axis is innermost; "
-           f"node = rank // {rm['gpus_per_node']})",
+           f"node = rank // {g}" + (f"; NVLink domain = rank // {dom}" if dom != g else "") + ")",
            indent(table(["axis", "size", "stride", "groups", "nodes/group", "link", "first group"],
                         rank_map_rows(rm["axes"]), "lrrrrll"))]
-    inside = [ax for ax, a in rm["axes"].items() if a["size"] > 1 and a["nodes_spanned"] == 1]
-    across = [ax for ax, a in rm["axes"].items() if a["size"] > 1 and a["nodes_spanned"] > 1]
+    inside = [ax for ax, a in rm["axes"].items() if a["size"] > 1 and a[key] == 1]
+    across = [ax for ax, a in rm["axes"].items() if a["size"] > 1 and a[key] > 1]
     line = []
     if inside:
-        line.append(f"{', '.join(x.upper() for x in inside)} {plural(len(inside), 'stays', 'stay')} inside a node")
+        line.append(f"{', '.join(x.upper() for x in inside)} {plural(len(inside), 'stays', 'stay')} inside a {unit}")
     if across:
-        line.append(f"{', '.join(x.upper() for x in across)} {plural(len(across), 'crosses', 'cross')} nodes")
+        line.append(f"{', '.join(x.upper() for x in across)} {plural(len(across), 'crosses', 'cross')} {unit}s")
     if line:
         out.append("  " + "; ".join(line) + ".")
     return out + [""]

@@ -114,7 +114,7 @@ def build_model(r: Evaluator, top: Span) -> Model:
         moe_ffn_hidden=vals.get("moe_ffn_hidden") or 0, shared_experts=vals.get("shared_experts") or 0,
         moe_every=vals.get("moe_every") or 1, rope_theta=vals.get("rope_theta") or 10000,
         max_positions=vals.get("max_positions"), preset=r.values.get("model.from"),
-        **{k: vals.get(k) or 0 for k in _MODEL_COUNTS})
+        **{k: vals.get(k) or 0 for k in _MODEL_COUNTS}, **{k: bool(vals.get(k)) for k in _MODEL_SWITCHES})
     if vals.get("seq_len") is None:
         r.spans["model.seq_len"] = head
     m.params = vals["params"] if vals.get("params") is not None else param_count(m)
@@ -125,7 +125,9 @@ def build_model(r: Evaluator, top: Span) -> Model:
 
 # Model keys that default to 0 (absent): the first dense layers, MLA widths, MTP modules.
 _MODEL_COUNTS = ("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                 "v_head_dim", "mtp_layers")
+                 "v_head_dim", "mtp_layers", "attention_window", "global_every")
+# Model switches that default to false: the attention's extra parameters.
+_MODEL_SWITCHES = ("qkv_bias", "qk_norm", "attention_sinks")
 
 
 def build_gpu(r: Evaluator, top: Span) -> GPU:
@@ -183,7 +185,7 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
         r.err("P018", "the `gpu` block needs " + " and ".join(f"`{k}`" for k in missing), child.span,
               help="for example `memory = 80GB` and `flops = 989TFLOPS` (dense BF16)")
         raise _Incomplete()
-    name = r.values.get("gpu.from") or "custom"
+    name = child.label or r.values.get("gpu.from") or "custom"
     return GPU(name, int(vals["memory"]), float(vals["flops"]), float(vals.get("hbm_bandwidth") or 0),
                float(vals.get("nvlink_bandwidth") or 0), float(vals.get("pcie_bandwidth") or 0),
                float(vals.get("fp8_flops") or 0), bool(vals.get("nvls") or False))
@@ -202,6 +204,7 @@ def build_cluster(r: Evaluator, top: Span) -> Cluster:
     intra = _get(r, "cluster", "intra_node")
     inter = _get(r, "cluster", "inter_node")
     ifname = _get(r, "cluster", "socket_ifname")
+    domain = _get(r, "cluster", "nvlink_domain")
     overheads = {k: _get(r, "cluster", k) for k in ("cuda_context", "nccl_buffers", "fragmentation")}
     try:
         gpu = build_gpu(r, top)
@@ -210,7 +213,13 @@ def build_cluster(r: Evaluator, top: Span) -> Cluster:
     if gpn is None:
         r.err("P018", "the cluster needs `gpus_per_node`", head, help="for example `gpus_per_node = 8`")
         raise _Incomplete()
-    if _FAILED in (nodes, gpn, intra, inter, ifname, *overheads.values()) or gpu is None:
+    if _FAILED in (nodes, gpn, intra, inter, ifname, domain, *overheads.values()) or gpu is None:
+        raise _Incomplete()
+    if domain is not None and domain % gpn:
+        r.err("P017", f"nvlink_domain = {domain} is not a multiple of gpus_per_node = {gpn}: an NVLink domain "
+                      "holds whole nodes", r.spans.get("cluster.nvlink_domain", head),
+              help=f"a GB200 NVL72 rack is `nvlink_domain = 72` with `gpus_per_node = 4`; "
+                   f"try `nvlink_domain = {max(gpn, domain // gpn * gpn)}`")
         raise _Incomplete()
     r.spans.setdefault("cluster.nodes", head)
 
@@ -237,7 +246,7 @@ def build_cluster(r: Evaluator, top: Span) -> Cluster:
         r.err("P017", f"a cluster of {nodes * gpn:,} GPUs is larger than parc plans for ({MAX_WORLD:,})",
               r.spans.get("cluster.nodes", head))
         raise _Incomplete()
-    return Cluster(label, nodes, gpn, gpu, intra_l, inter_l, ifname, **overheads)
+    return Cluster(label, nodes, gpn, gpu, intra_l, inter_l, ifname, **overheads, nvlink_domain=domain)
 
 
 def build_mesh(r: Evaluator, cluster: Cluster | None, top: Span, kind: str = "mesh") -> Mesh:

@@ -158,9 +158,7 @@ class Document:
                          related=[Related(seen["gpu"].key_span, "first set here")])
                 return
             seen["gpu"] = S.Assign("gpu", st.kind_span, S.Auto(st.span), st.span)
-            if st.label is not None:
-                self.err("P021", "block `gpu` takes no label", st.label_span)
-            child = Block("gpu", None, st.span, None)
+            child = Block("gpu", st.label, st.span, st.label_span)   # the label names a custom GPU
             self.merge_items(child, st, "gpu")
             merged.children["gpu"] = child
             merged.assigns.pop("gpu", None)

@@ -18,8 +18,8 @@ def pp_serving(plan, c):
     m, cl = plan.mesh, plan.cluster
     if plan.mode != "serve" or m.pp <= 1:
         return
-    g = cl.gpus_per_node
-    # the widest tp that absorbs (part of) the pipeline and still fits one node
+    g = cl.domain
+    # the widest tp that absorbs (part of) the pipeline and still fits one NVLink domain
     best = None
     for k in divisors(m.pp):
         t = m.tp * k
@@ -62,14 +62,14 @@ def tp_above_nvlink(plan, c):
         return
     fixed = fixed_order(plan, c)
     rm = rank_map(plan, fixed and fixed[1])
-    if rm is None or not rm.crosses_node("tp"):
+    if rm is None or not rm.crosses_domain("tp"):
         return  # P304 reports a tp placed across nodes that stays inside one
     intra, inter = cl.intra_node, cl.inter_node
     speed = ""
     if intra and inter and inter.bandwidth > 0:
         speed = (f": {inter.kind} at {inter.bandwidth / 1e9:.0f} GB/s per GPU instead of {intra.kind} at "
                  f"{intra.bandwidth / 1e9:.0f} GB/s, {intra.bandwidth / inter.bandwidth:.0f}× slower")
-    g = cl.gpus_per_node
+    g = cl.domain
     ok = [d for d in divisors(g) if 1 < d < m.tp and m.tp % d == 0 and tp_ok(plan, d)]
     c.report(c.at("placement.tp"),
              f"tp = {m.tp} is larger than the NVLink domain of {count(g, 'GPU')}, so its per-layer all-reduces cross "
@@ -155,21 +155,21 @@ def chatty_axis(plan, c):
     if m.cp <= 1 or "cp" in plan.placement.links or fixed_order(plan, c):
         return  # (a target that fixes its rank order cannot take a swapped mesh)
     rm = rank_map(plan)
-    if rm is None or not rm.crosses_node("cp") or rm.crosses_node("tp"):
+    if rm is None or not rm.crosses_domain("cp") or rm.crosses_domain("tp"):
         return
     from parc.model.rankmap import RankMap
 
     sizes = {ax: m.size(ax) for ax in ("pp", "dp", "cp", "tp")}
     for quiet in ("dp", "pp"):
-        if m.size(quiet) <= 1 or rm.crosses_node(quiet) or quiet in plan.placement.links:
+        if m.size(quiet) <= 1 or rm.crosses_domain(quiet) or quiet in plan.placement.links:
             continue
         order = list(m.order)
         i, j = order.index("cp"), order.index(quiet)
         if i > j:
             continue  # the quiet axis is already outside cp
         order[i], order[j] = order[j], order[i]
-        alt = RankMap(order=order, sizes=sizes, gpus_per_node=plan.cluster.gpus_per_node)
-        if alt.crosses_node("cp") or alt.crosses_node("tp"):
+        alt = RankMap(order=order, sizes=sizes, gpus_per_node=plan.cluster.gpus_per_node, domain=plan.cluster.domain)
+        if alt.crosses_domain("cp") or alt.crosses_domain("tp"):
             continue
         shown = ", ".join(ax for ax in order if sizes[ax] > 1)
         c.report(c.at("mesh.cp"),

@@ -98,7 +98,7 @@ def training_fixes(plan, limit: float, n: int = 3) -> list[tuple[str, str, float
     if mesh.tp > 1 and not tr.sequence_parallel:
         attempt("train.sequence_parallel", "`sequence_parallel = true`",
                 _variant(plan, train=replace(tr, sequence_parallel=True)))
-    g = plan.cluster.gpus_per_node
+    g = plan.cluster.domain    # tp stays on NVLink
     for ax in ("tp", "pp"):
         cur = mesh.size(ax)
         for d in divisors(world):
@@ -230,7 +230,7 @@ def smallest_serving_mesh(plan) -> tuple[int, int] | None:
     """The smallest (tp, pp) in which the weights and one max_model_len sequence fit: tp first
     (up to a node's GPUs), then pp across nodes."""
     need = plan.serve.max_model_len
-    most = max(plan.cluster.gpus_per_node, 8)   # one NVLink domain
+    most = max(plan.cluster.domain, 8)   # one NVLink domain
     tps = [t for t in _tp_candidates(plan) if plan.mesh.tp < t <= most]
     for t in tps:
         if _serve_fit(plan, t)[1] >= need:

@@ -2,7 +2,9 @@
 
 Group membership comes from the rank map (:mod:`parc.model.rankmap`): ranks follow the mesh
 order (the last axis innermost) and land on nodes as torchrun's static rendezvous places them
-(node = rank // gpus_per_node).
+(node = rank // gpus_per_node). "Stays on the fast link" means inside one NVLink domain
+(``cluster.nvlink_domain``, a node unless the cluster says more: a GB200 NVL72 rack's 72 GPUs on
+18 trays), the rank map's :meth:`~parc.model.rankmap.RankMap.crosses_domain`.
 """
 from __future__ import annotations
 
@@ -15,12 +17,17 @@ from parc.words import count
 AXES = ("pp", "dp", "cp", "tp")
 
 
+def _unit(rm) -> str:
+    """What the fast link reaches: a node, or an NVLink domain where it spans nodes."""
+    return "node" if rm.domain == rm.gpus_per_node else "NVLink domain"
+
+
 def _span_desc(rm, axis: str) -> str:
-    g = rm.gpus_per_node
-    n = rm.nodes_spanned(axis)
+    g, unit = rm.domain, _unit(rm)
+    n = rm.domains_spanned(axis)
     if rm.world // rm.size(axis) <= 1:
-        return f"the {axis.upper()} group (ranks {group_ranks(rm, axis)}) spans {plural(n, 'node')} of {count(g, 'GPU')}"
-    return (f"{axis.upper()} groups such as ranks {group_ranks(rm, axis)} span {plural(n, 'node')} "
+        return f"the {axis.upper()} group (ranks {group_ranks(rm, axis)}) spans {plural(n, unit)} of {count(g, 'GPU')}"
+    return (f"{axis.upper()} groups such as ranks {group_ranks(rm, axis)} span {plural(n, unit)} "
             f"of {count(g, 'GPU')}")
 
 
@@ -35,10 +42,11 @@ def _order_satisfying(plan, want: dict[str, str]) -> list[str] | None:
     best = None
     for order in permutations(AXES):
         try:
-            rm = RankMap(order=list(order), sizes=sizes, gpus_per_node=plan.cluster.gpus_per_node)
+            rm = RankMap(order=list(order), sizes=sizes, gpus_per_node=plan.cluster.gpus_per_node,
+                         domain=plan.cluster.domain)
         except ValueError:
             continue
-        if all((rm.crosses_node(ax) == (link == "inter_node")) for ax, link in want.items()):
+        if all((rm.crosses_domain(ax) == (link == "inter_node")) for ax, link in want.items()):
             # prefer tp innermost, then the order closest to the current one
             inner = [ax for ax in order if sizes[ax] > 1]
             canon = [ax for ax in AXES if sizes[ax] > 1]
@@ -63,7 +71,7 @@ def _wanted(plan) -> dict[str, str]:
     """Placement rules on mesh axes of size > 1, plus TP inside a node unless placed otherwise."""
     m = plan.mesh
     want = {ax: link for ax, link in plan.placement.links.items() if ax in AXES and m.size(ax) > 1}
-    if m.tp > 1 and "tp" not in want and m.tp <= plan.cluster.gpus_per_node:
+    if m.tp > 1 and "tp" not in want and m.tp <= plan.cluster.domain:
         want["tp"] = "intra_node"
     return want
 
@@ -71,7 +79,8 @@ def _wanted(plan) -> dict[str, str]:
 # ------------------------------------------------------------------------------------ P301
 
 def _tp_help(plan, rm, fixed=None) -> list[str]:
-    m, g = plan.mesh, plan.cluster.gpus_per_node
+    m, g = plan.mesh, plan.cluster.domain
+    where = "gpus_per_node" if g == plan.cluster.gpus_per_node else "nvlink_domain"
     helps = []
     if m.tp > g or g % m.tp:
         ok = [d for d in divisors(g) if d > 1 and plan.model.heads % d == 0]
@@ -83,11 +92,12 @@ def _tp_help(plan, rm, fixed=None) -> list[str]:
                          f"exchange only activations), or dp = {m.dp * k} if one copy of the model fits in "
                          f"{count(t * m.pp, 'GPU')}")
         elif ok:
-            helps.append(f"keep tp a divisor of gpus_per_node = {g}: tp = {join(ok)}")
+            helps.append(f"keep tp a divisor of {where} = {g}: tp = {join(ok)}")
     else:
         hint = _order_hint(plan, _wanted(plan), fixed)
         if hint:
-            helps.append(hint + f" so that the {count(m.tp, 'GPU')} of each TP group are consecutive ranks on one node")
+            helps.append(hint + f" so that the {count(m.tp, 'GPU')} of each TP group are consecutive ranks on one "
+                         + _unit(rm))
     return helps
 
 
@@ -99,18 +109,19 @@ def group_crosses_node(plan, c):
     under = order_words(fixed)
     if rm is None:
         return
-    g = cl.gpus_per_node
+    g, unit = cl.domain, _unit(rm)
+    key = "gpus_per_node" if unit == "node" else "nvlink_domain"
     inter = cl.inter_node.kind if cl.inter_node else "the inter-node network"
     links = plan.placement.links
     # TP always (unless deliberately placed across nodes: P503); CP and EP where pinned to a node
-    if m.tp > 1 and links.get("tp") != "inter_node" and rm.crosses_node("tp"):
+    if m.tp > 1 and links.get("tp") != "inter_node" and rm.crosses_domain("tp"):
         pinned = links.get("tp") == "intra_node"
         c.report(c.at("placement.tp") if pinned else c.at("mesh.tp"),
                  f"{under}{_span_desc(rm, 'tp')}: tensor parallelism all-reduces activations twice per layer and "
                  f"microbatch, and here that traffic would cross {inter}"
                  + (", though the placement pins tp to intra_node" if pinned else ""),
-                 help="; or ".join(_tp_help(plan, rm, fixed)) or f"keep each TP group inside one node of {count(g, 'GPU')}",
-                 related=[(c.at("cluster.gpus_per_node", "cluster.nodes"), f"gpus_per_node = {g}")]
+                 help="; or ".join(_tp_help(plan, rm, fixed)) or f"keep each TP group inside one {unit} of {count(g, 'GPU')}",
+                 related=[(c.at(f"cluster.{key}", "cluster.nodes"), f"{key} = {g}")]
                  + ([(c.at("mesh.tp"), f"tp = {m.tp}")] if pinned else []))
     for ax, what in (("cp", "context parallelism passes key/value blocks around its ring every layer"),
                      ("ep", "expert parallelism exchanges tokens all-to-all in every MoE layer")):
@@ -118,13 +129,13 @@ def group_crosses_node(plan, c):
             continue
         if ax == "ep" and (rm.ep != m.ep or rm.etp != m.etp):
             continue  # the expert grid does not divide: P112
-        if not rm.crosses_node(ax):
+        if not rm.crosses_domain(ax):
             continue
         hint = _order_hint(plan, _wanted(plan), fixed) if ax == "cp" else ""
         c.report(c.at(f"placement.{ax}"),
                  f"{under}{_span_desc(rm, ax)}, though the placement pins {ax} to intra_node: {what}",
                  help=hint or (f"keep {ax}" + (" · etp" if ax == "ep" else " · tp") +
-                               f" within a node of {count(g, 'GPU')}"),
+                               f" within a {unit} of {count(g, 'GPU')}"),
                  related=[(c.at(f"mesh.{ax}"), f"{ax} = {getattr(m, ax)}")])
 
 
@@ -162,7 +173,7 @@ def tp_over_pcie(plan, c):
         return
     fixed = fixed_order(plan, c)
     rm = rank_map(plan, fixed and fixed[1])
-    if rm is None or rm.crosses_node("tp"):
+    if rm is None or rm.crosses_domain("tp"):
         return  # P301
     bw = link.bandwidth / 1e9
     if plan.mode == "train":
@@ -194,8 +205,8 @@ def placement_violated(plan, c):
         return
     under = order_words(fixed)
     want = _wanted(plan)
-    if (not fixed and m.tp > 1 and links.get("tp") != "inter_node" and rm.crosses_node("tp")
-            and m.tp <= cl.gpus_per_node and _order_satisfying(plan, want)):
+    if (not fixed and m.tp > 1 and links.get("tp") != "inter_node" and rm.crosses_domain("tp")
+            and m.tp <= cl.domain and _order_satisfying(plan, want)):
         return  # P301 reports the TP group with a mesh order that satisfies every placement
     for ax, link in links.items():
         if link == "intra_node" and ax in ("tp", "cp", "ep"):
@@ -205,14 +216,14 @@ def placement_violated(plan, c):
             continue
         if ax in ("ep", "etp") and (rm.ep != m.ep or rm.etp != m.etp):
             continue  # the expert grid does not divide: P112
-        crosses = rm.crosses_node(ax)
+        crosses = rm.crosses_domain(ax)
         if link == "intra_node" and crosses:
             hint = _order_hint(plan, want, fixed) if ax in AXES else ""
             c.report(c.at(f"placement.{ax}"),
                      f"{under}`{ax} on intra_node` cannot hold: {_span_desc(rm, ax)}",
-                     help=(hint or (f"make {ax} and the axes inside it fit a node of {count(cl.gpus_per_node, 'GPU')}"
+                     help=(hint or (f"make {ax} and the axes inside it fit a {_unit(rm)} of {count(cl.domain, 'GPU')}"
                                     if ax in AXES else
-                                    f"keep ep · etp within a node: at most {count(cl.gpus_per_node, 'rank')}")),
+                                    f"keep ep · etp within a {_unit(rm)}: at most {count(cl.domain, 'rank')}")),
                      related=[(c.at(f"mesh.{ax}"), f"{ax} = {size}")])
         elif link == "inter_node" and not crosses:
             if cl.nodes == 1:
@@ -220,7 +231,7 @@ def placement_violated(plan, c):
                 hint = "remove the placement rule, or describe the cluster's nodes"
             else:
                 msg = (f"{under}`{ax} on inter_node` does not hold: every {ax.upper()} group (such as ranks "
-                       f"{group_ranks(rm, ax)}) stays inside one node")
+                       f"{group_ranks(rm, ax)}) stays inside one {_unit(rm)}")
                 hint = _order_hint(plan, want, fixed) if ax in AXES else ""
                 hint = hint or "remove the placement rule if the axis may stay inside a node"
             c.report(c.at(f"placement.{ax}"), msg, help=hint,

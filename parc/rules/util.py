@@ -146,7 +146,7 @@ def tp_ok(plan, t: int, strict_kv: bool = False) -> bool:
 
 def tp_options(plan, strict_kv: bool = False, limit: int | None = None) -> list[tuple[int, int | None]]:
     """Valid tp degrees for this model and cluster, each with the dp that ``dp = auto`` would give."""
-    cap = limit or max(plan.cluster.gpus_per_node, plan.mesh.tp)
+    cap = limit or max(plan.cluster.domain, plan.mesh.tp)
     return dims(plan).tp_degrees(plan.model, not strict_kv, plan.cluster.world, cap)
 
 

@@ -43,6 +43,7 @@ class Config:
     norm: str = "rmsnorm"
     position: str = "rope"
     bias: bool = False
+    qkv_bias: bool = False   # biases on q, k, v only (Qwen2/2.5)
     experts: int = 0
     top_k: int = 0
     moe_ffn_hidden: int = 0
@@ -57,7 +58,7 @@ class Config:
         return cls(vocab=m.vocab, hidden=m.hidden, layers=m.layers, heads=m.heads, kv_heads=m.kv_heads,
                    head_dim=m.head_dim or m.hidden // m.heads, ffn_hidden=m.ffn_hidden, seq_len=m.seq_len,
                    tied_embeddings=m.tied_embeddings, mlp=m.mlp, norm=m.norm, position=m.position,
-                   bias=m.bias, experts=m.experts, top_k=m.top_k, moe_ffn_hidden=m.moe_ffn_hidden,
+                   bias=m.bias, qkv_bias=m.qkv_bias, experts=m.experts, top_k=m.top_k, moe_ffn_hidden=m.moe_ffn_hidden,
                    shared_experts=m.shared_experts, moe_every=m.moe_every)
 
     def is_moe_layer(self, i: int) -> bool:
@@ -118,9 +119,10 @@ class Attention(nn.Module):
         super().__init__()
         d = cfg.head_dim
         self.head_dim = d
-        self.wq = nn.Linear(cfg.hidden, cfg.heads * d, bias=cfg.bias)
-        self.wk = nn.Linear(cfg.hidden, cfg.kv_heads * d, bias=cfg.bias)
-        self.wv = nn.Linear(cfg.hidden, cfg.kv_heads * d, bias=cfg.bias)
+        qkv = cfg.bias or cfg.qkv_bias
+        self.wq = nn.Linear(cfg.hidden, cfg.heads * d, bias=qkv)
+        self.wk = nn.Linear(cfg.hidden, cfg.kv_heads * d, bias=qkv)
+        self.wv = nn.Linear(cfg.hidden, cfg.kv_heads * d, bias=qkv)
         self.wo = nn.Linear(cfg.heads * d, cfg.hidden, bias=cfg.bias)
         self.rope = cfg.position == "rope"
         self.theta = cfg.rope_theta
