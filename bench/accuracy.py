@@ -39,6 +39,8 @@ METRICS = {   # metric -> (how the table prints it, unit)
     "tflops_96": ("{:.0f}", "TFLOP/s/GPU"),
     "mfu": ("{:.1%}", "MFU"),
     "tokens_per_gpu_s": ("{:,.0f}", "tokens/s/GPU"),
+    "prefill_tokens_per_node_s": ("{:,.0f}", "input tokens/s/node"),
+    "output_tokens_per_node_s": ("{:,.0f}", "output tokens/s/node"),
 }
 
 
@@ -87,6 +89,9 @@ def spec_text(case: dict, data: dict) -> str:
     parts.append(_block("mesh", {ax: mesh[ax] for ax in ("pp", "dp", "cp", "tp", "ep") if ax in mesh}))
     if "layers" in case:
         parts.append(_block("placement", {"layers": case["layers"]}))
+    if "serve" in case:     # a serving row: the serve block with its workload
+        parts.append(_block("serve", case["serve"]))
+        return "\n\n".join(parts) + "\n"
     parts.append(_block("schedule", {"pipeline": "1f1b", **case["schedule"]}))
     parts.append(_block("train", case.get("train", {})))
     return "\n\n".join(parts) + "\n"
@@ -117,7 +122,10 @@ def run_case(case: dict, data: dict, tmp: Path) -> dict:
     plan, e = r.plan, estimate(r.plan, cache=False)
     out["plan"], out["peak"], out["capacity"] = plan, e.memory.total, e.memory.capacity
     n = plan.world_size
-    values = {"step_time": e.step_time, "mfu": e.mfu,
+    sv, nodes = e.serving, plan.cluster.nodes
+    values = {"prefill_tokens_per_node_s": sv.prefill_tokens_per_s / nodes if sv else 0.0,
+              "output_tokens_per_node_s": sv.output_tokens_per_s / nodes if sv else 0.0,
+              "step_time": e.step_time, "mfu": e.mfu,
               "tokens_per_gpu_s": e.tokens_per_second / n if n else 0.0,
               "tflops_96": ((e.model_flops_per_step + recompute_flops(plan.model, e.tokens_per_step, "full"))
                             / (e.step_time * n) / 1e12) if e.step_time else 0.0}
@@ -200,6 +208,9 @@ def _fits(r: dict) -> str:
 
 def _config(case: dict) -> str:
     mesh = " ".join(f"{k}{v}" for k, v in case["mesh"].items() if v != 1 or k == "tp")
+    if "serve" in case:
+        sv = case["serve"]
+        return ", ".join([mesh] + [f"{k} {_value(v)}" for k, v in sv.items() if k != "max_model_len"])
     sch = case["schedule"]
     bits = [mesh, f"mb {sch['micro_batch']}", f"gb {sch['global_batch']}"]
     if sch.get("pipeline") and sch["pipeline"] != "1f1b":
@@ -266,6 +277,15 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
         out += [f"- `{r['case']['id']}`: {r['case']['source']}." + (f" Assumed: {r['case']['assumed']}." if r["case"].get("assumed") else "")
                 for r in rows]
         out.append("")
+    out += ["## Serving rows", "",
+            "The serving rows compare `parc explain`'s throughput at the stated workload with published "
+            "serving measurements that state the hardware, the model and the parallel layout. Only the "
+            "SGLang team's DeepSeek-V3 deployment on 96 H100 (LMSYS blog, 2025-05-05) was found with all "
+            "three; its decode batch is not stated, so that row rests on an assumption named beside it. "
+            "vLLM's Llama 3 8B/70B benchmark posts (the v0.6.0 performance update) print their results "
+            "as relative speedups and charts, not as numbers with the workload's concurrency, and "
+            "DistServe and Splitwise report goodput under latency targets rather than the throughput "
+            "parc estimates: no row is made from them.", ""]
     out += ["## Clusters and models", ""]
     out += [f"- cluster `{k}`: {v['source']}." for k, v in data["clusters"].items()]
     out += [f"- model `{k}`: {v['approximated']} (where no spec file exists)." for k, v in data["models"].items() if v.get("approximated")]
@@ -273,7 +293,8 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
             "parc's own functions against the papers' formulas and printed values "
             f"(`{CLOSED_FORM_TESTS}`, each within 0.5%): Narayanan et al. 2021 eq. 2 and Table 1 parameter counts; "
             "Korthikanti et al. 2022 eq. 7/8 FLOPs, Table 2 activation bytes and eq. 5 on the first stage; "
-            "Narayanan eq. 3; ZeRO (Rajbhandari et al. 2020) Figure 1; the vLLM paper's KV bytes per token; "
+            "Narayanan eq. 3; ZeRO (Rajbhandari et al. 2020) Figure 1; the vLLM paper's KV bytes per token, "
+            "under decode context parallelism, and MLA's latent KV (DeepSeek-V2 §2.1: DeepSeek-V3's 70,272 B); "
             "the pipeline bubble (p−1)/m and (1/v)(p−1)/m (parc reports idle over the whole step, b; the "
             "papers' idle over ideal time is b/(1−b)).", ""]
     out += _table(["test", "outcome"], [[f"`{n}`", o] for n, o in closed])

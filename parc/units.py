@@ -48,6 +48,17 @@ def nbytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def nbytes_binary(n: float) -> str:
+    """Bytes in binary units, as a node's own tools print them (nvidia-smi's MiB, df -h, ulimit):
+    ``"64 MiB"``, ``"79.6 GiB"``, ``"512 B"``: three significant digits, whole above 100."""
+    n = float(n)
+    for div, unit in ((2.0 ** 40, "TiB"), (2.0 ** 30, "GiB"), (2.0 ** 20, "MiB"), (2.0 ** 10, "KiB")):
+        if abs(n) >= div:
+            v = n / div
+            return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
+    return f"{n:.0f} B"
+
+
 def rate(n: float) -> str:
     """Bytes per second: ``"450 GB/s"``."""
     return nbytes(n) + "/s"

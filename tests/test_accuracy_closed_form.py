@@ -227,6 +227,39 @@ def test_kv_bytes_per_token_match_vllm(name, layers, kv, d, tp, want):
     assert close(kv_bytes_per_token(layers, kv, d, 2, tp), want)
 
 
+@pytest.mark.parametrize("dtype,tp,dcp,want", [
+    ("bf16", 1, 1, 70_272),     # DeepSeek-V3: 61 layers × (kv_lora_rank 512 + qk_rope_head_dim 64) × 2 bytes
+    ("bf16", 8, 1, 70_272),     # the latent is kept whole on every tp rank, not split
+    ("bf16", 8, 8, 8_784),      # decode context parallel 8: each rank keeps every 8th token
+    ("fp8", 8, 1, 35_136),      # fp8 KV cache: one byte an element
+])
+def test_mla_kv_bytes_per_token_match_deepseek_v2(dtype, tp, dcp, want):
+    from parc.cost.memory import model_kv_bytes_per_token
+    m = _preset("deepseek_v3")
+    assert close(model_kv_bytes_per_token(m, 61, {"bf16": 2, "fp8": 1}[dtype], tp, dcp=dcp), want)
+
+
+@pytest.mark.parametrize("tp,dcp,want", [
+    (8, 1, 40_960),    # Llama 3 70B: 2 · 80 · max(1, 8 // 8) · 128 · 2
+    (16, 1, 40_960),   # one head replicated on two GPUs
+    (16, 2, 20_480),   # dcp 2 splits those two GPUs' tokens
+])
+def test_gqa_kv_bytes_under_dcp_match_vllm(tp, dcp, want):
+    from parc.cost.memory import model_kv_bytes_per_token
+    assert close(model_kv_bytes_per_token(_preset("llama3_70b"), 80, 2, tp, dcp=dcp), want)
+
+
+def _preset(name: str) -> Model:
+    """A model preset from parc/model/data/models.toml, as a Model."""
+    import dataclasses
+
+    from parc.resolve.catalog import presets
+
+    fields = {f.name for f in dataclasses.fields(Model)}
+    given = {k: v for k, v in presets("models")[name].items() if k in fields and k != "name"}
+    return Model(name=name, **{"head_dim": None, "params": None, **given})
+
+
 # --- pipeline bubble: Narayanan et al. 2021 §2.2 ----------------------------------------------------
 
 @pytest.mark.parametrize("p,m", [(2, 8), (4, 16), (8, 64), (16, 32), (35, 280), (64, 512)])

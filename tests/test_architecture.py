@@ -1,12 +1,12 @@
 """The package reads as the pipeline: every import under parc/ points to an earlier layer.
 
-    language -> model -> resolve -> cost -> rules -> targets -> report -> planner | lint | runtime | calibrate -> cli
+    language -> model -> resolve -> topo -> cost -> rules -> targets -> report -> planner | lint | runtime | calibrate | doctor -> cli
 
 An import may point into its own layer or an earlier one, never a later one. Foundations --
 ``parc/__init__.py``, ``parc/words.py``, ``parc/language/diagnostics.py`` -- may be imported by
 anyone and import only one another (a new top-level module, such as a shared number formatter,
-is a foundation too). ``parc/api.py`` is the facade: it may import any layer but cli. planner, lint, runtime and
-calibrate are siblings that do not import one another; runtime imports only model/, cost/ and foundations;
+is a foundation too). ``parc/api.py`` is the facade: it may import any layer but cli. planner, lint, runtime,
+calibrate and doctor are siblings that do not import one another; runtime imports only model/, cost/ and foundations;
 only parc/runtime imports torch. The imports read are the module-level ones, the ones inside
 functions, and ``importlib.import_module("parc....")`` with a literal (or f-string) name.
 docs/architecture.md explains the rule; this file is its enforcement.
@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PARC = ROOT / "parc"
 
-ORDER = ("language", "model", "resolve", "cost", "rules", "targets", "report", "planner|lint|runtime|calibrate",
+ORDER = ("language", "model", "resolve", "topo", "cost", "rules", "targets", "report", "planner|lint|runtime|calibrate|doctor",
          "cli")
 RANK = {pkg: i for i, group in enumerate(ORDER) for pkg in group.split("|")}
-SIBLINGS = {"planner", "lint", "runtime", "calibrate"}
+SIBLINGS = {"planner", "lint", "runtime", "calibrate", "doctor"}
 FACADE = "parc.api"
 RUNTIME_MAY_IMPORT = {"model", "cost", "runtime"}
 

@@ -154,7 +154,12 @@ def test_serving_estimate(check_spec):
                         rest="serve {\n  max_model_len = 8192\n  gpu_memory_utilization = 0.9\n}"))
     e = cm.estimate(r.plan)
     assert e.kv_bytes_per_token == 81_920
-    expect = int((0.9 * r.plan.cluster.gpu.memory - e.memory.weights) // 81_920)
+    # vLLM's sizing: what gpu_memory_utilization leaves after the weights and everything else the
+    # engine keeps (the profiling pass's activations, CUDA context, NCCL buffers, CUDA graphs, sampler)
+    mem = e.memory
+    engine = mem.activations + mem.cuda_context + mem.nccl_buffers + mem.cuda_graphs + mem.sampler
+    assert engine > 0
+    expect = int((0.9 * r.plan.cluster.gpu.memory - mem.weights - engine) // 81_920)
     assert e.kv_capacity_tokens == expect
     assert e.max_concurrent_seqs == expect // 8192
     j = e.to_json()

@@ -267,7 +267,8 @@ def test_overheads_default_from_data_and_appear_in_json(check_spec):
     from parc.model.overheads import table
 
     d = table()
-    assert d == {"cuda_context": 800_000_000, "nccl_buffers": 268_435_456, "fragmentation": 0.05}
+    assert {k: d[k] for k in ("cuda_context", "nccl_buffers", "fragmentation")} == \
+        {"cuda_context": 800_000_000, "nccl_buffers": 268_435_456, "fragmentation": 0.05}
     plan = check_spec(OVERHEAD_SPEC.replace("CLUSTER", "")).plan
     e = cm.estimate(plan, cache=False)
     j = e.to_json()["memory_per_gpu"]

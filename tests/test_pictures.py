@@ -208,7 +208,8 @@ def test_memory_of_a_serving_plan_shows_the_kv_cache():
     plan = load_plan(EXAMPLES / "llama3-70b-serve.par")
     root = parse(svg.memory(plan))
     parts = {s.get("data-part") for s in by_class(root, "rect", "segment")}
-    assert parts == {"weights", "kv_cache"}
+    # the engine's own memory beside weights and KV cache: vLLM subtracts it before sizing the cache
+    assert parts == {"weights", "kv_cache", "activations", "cuda_context", "nccl_buffers", "cuda_graphs", "sampler"}
 
 
 # ------------------------------------------------------------------------------ parc draw
@@ -268,7 +269,8 @@ def test_explain_html_option_writes_the_page(tmp_path, capsys):
     out = tmp_path / "plan.html"
     assert main(["explain", str(EXAMPLES / "llama3-70b-serve.par"), "--html", str(out)]) == 0
     page = out.read_text()
-    assert re.findall(r'<svg [^>]*class="parc-(\w+)"', page) == ["mesh", "memory"]
+    assert re.findall(r'<svg [^>]*class="parc-(\w+)"', page) == ["mesh", "memory", "timeline"]
+    assert ">Serving at the workload" in page and "TTFT" in page
     capsys.readouterr()
 
 
@@ -397,3 +399,27 @@ KIND_F = svg.KIND_COLORS["F"]
 def test_draw_help_names_the_png_extra(capsys):
     assert main(["draw", "--help"]) == 0
     assert "parc[png]" in " ".join(capsys.readouterr().out.split())
+
+
+def test_serving_timeline_is_forward_only_and_as_long_as_the_estimate(write_spec, capsys):
+    from parc.cost.estimate import estimate as est_of
+
+    spec = write_spec(SERVE_PP)
+    assert main(["draw", str(spec), "--what", "timeline"]) == 0
+    root = parse(capsys.readouterr().out)
+    blocks = by_class(root, "rect", "block")
+    assert {b.get("data-kind") for b in blocks} == {"P", "D"}
+    plan = load_plan(spec)
+    sv = est_of(plan).serving
+    # one prefill per stage, then 6 steps of each of the 2 batches (one per stage) on each stage
+    pre = [b for b in blocks if b.get("data-kind") == "P"]
+    assert len(pre) == 2 and len(blocks) == 2 + 2 * 2 * 6
+    # the prompt passes stage 0 then stage 1: each block as long as that stage's prefill estimate
+    for b in pre:
+        r = int(b.get("data-rank"))
+        assert float(b.get("data-end")) - float(b.get("data-start")) == pytest.approx(sv.prefill[r].time)
+    assert float(pre[1].get("data-start")) == pytest.approx(float(pre[0].get("data-end")))
+    # a decode step of a batch leaves stage 1 at most one TPOT after it left it the step before
+    ends = sorted(float(b.get("data-end")) for b in blocks
+                  if b.get("data-kind") == "D" and b.get("data-rank") == "1" and b.get("data-batch") == "0")
+    assert all(b - a == pytest.approx(sv.tpot) for a, b in zip(ends[1:], ends[2:]))

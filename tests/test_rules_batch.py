@@ -186,6 +186,32 @@ def test_p616_torch_runtime_refuses_dualpipe_and_names_what_runs_it(check_spec):
     assert_quiet(check_spec, pipe("dualpipe_v", 16, v=2, target=TORCH), "P616")
     # without a target nothing launches it, and parc's own numbers still hold: no P616
     assert_quiet(check_spec, pipe("dualpipe", 16), "P616")
+    # the message lists what the runtime has, from its table (families.toml [torch.schedules])
+    assert "it has gpipe (ScheduleGPipe), 1f1b (Schedule1F1B)" in d.message
+    assert "dualpipe_v (ScheduleDualPipeV)" in d.message
+    # torchtitan reads its own table (target.toml [schedules]: torchtitan's schedule names)
+    titan = {"torchtitan": 'module = "llama3"; config = "llama3_70b"'}
+    d = assert_fires(check_spec, pipe("dualpipe", 16, target=titan), "P616", "pipeline = dualpipe",
+                     target="torchtitan")
+    assert "dualpipe_v (DualPipeV)" in d.message and "zero_bubble (ZBVZeroBubble)" in d.message
+    assert_quiet(check_spec, pipe("zero_bubble", 16, v=2, target=titan), "P616")
     # Megatron-LM: P607, whose help no longer sends dualpipe to torchrun as if torch had it
     d = assert_fires(check_spec, pipe("dualpipe", 16, target=MEG), "P607", "pipeline = dualpipe", target="megatron")
     assert "dualpipe_v (DualPipe cut in half" in d.help
+
+
+def test_pipeline_tables_are_what_each_runtime_has():
+    # one table per runtime; the rules and the planner read the same (P607, P616, P688)
+    from parc.model.targets import pipelines, runs_pipeline
+
+    assert set(pipelines("torch")) == {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v"}
+    assert set(pipelines("torchtitan")) == set(pipelines("torch"))
+    assert set(pipelines("megatron")) == {"1f1b", "interleaved_1f1b"}
+    assert set(pipelines("deepspeed")) == {"1f1b", "gpipe", "dualpipe_v"}
+    # a target without a table (vllm serves; torchrun brings the torch family) runs any
+    assert runs_pipeline("vllm", "dualpipe")
+    # the torch table names classes torch.distributed.pipelining really has
+    sch = pytest.importorskip("torch.distributed.pipelining.schedules")
+    for names in pipelines("torch").values():
+        for name in names.split(" / "):
+            assert hasattr(sch, name), name

@@ -122,12 +122,23 @@ def test_p610_torch_tied_embeddings_with_pipeline(check_spec):
     assert_quiet(check_spec, bad.replace('target torchrun {\n  entrypoint = "train.py"\n}', ""), "P610")
 
 
-def test_p611_torch_etp(check_spec):
+def test_p611_torch_runtime_runs_any_etp_and_torchtitan_none(check_spec):
+    # parc's torch runtime builds Megatron-LM's expert grid (parc/runtime/mesh.py) for any etp that
+    # P112 and P113 accept: etp = 2 with tp = 4 (ep · etp = 4 · 2 = 8 divides dp·cp·tp = 4·1·4 = 16)
+    # is not refused (P611 used to refuse it, after torchtitan's TOML-era "ETP=TP or ETP=1")
     bad = spec("from = mixtral_8x7b; seq_len = 4096", nodes=2, mesh="dp = 4; tp = 4; ep = 4; etp = 2",
                schedule="micro_batch = 1; global_batch = 64", train="zero = 1; sequence_parallel = true",
                target=TORCH)
-    assert_fires(check_spec, bad, "P611", "etp = 2", target="torch")
-    assert_quiet(check_spec, bad.replace("etp = 2", "etp = 4"), "P611")
+    assert_quiet(check_spec, bad, "P611")
+    # torchtitan 0.3.0 has no expert tensor parallelism at all: P632, and P611 (its rule before
+    # 0.3.0, rules.toml until = "0.3.0") is not in force for the release parc launches
+    from parc.rules import in_force
+
+    titan = bad.replace('target torchrun {\n  entrypoint = "train.py"\n}',
+                        'target torchtitan {\n  module = "m"\n  config = "c"\n}')
+    assert_fires(check_spec, titan, "P632", "etp = 2", target="torchtitan", targets=("torchtitan",))
+    assert_quiet(check_spec, titan, "P611", targets=("torchtitan",))
+    assert not in_force("P611", "torchtitan", "0.3.0") and in_force("P632", "torchtitan", "0.3.0")
 
 
 def test_p612_megatron_moe_bias_needs_etp1(check_spec):

@@ -22,6 +22,9 @@ def _plan(path):
     r = check_file(path)
     if not r.ok:
         pytest.skip(f"{path.name} has errors")
+    m = r.plan.model
+    if m.first_k_dense or m.is_mla or m.mtp_layers:   # what engine.unbuilt_features names
+        pytest.skip(f"the runtime does not build {path.name}'s model (dense first layers, MLA or MTP)")
     return r.plan
 
 

@@ -44,9 +44,27 @@ def _fake_python(tmp: Path) -> str:
     return str(p)
 
 
+def _sides(plan) -> list[tuple[str | None, str, dict, int]]:
+    """What each launch script of the plan starts: (disaggregation side or None, script, the mesh
+    of its servers, nodes it runs on). A disaggregated plan has prefill.sh and decode.sh, one per
+    pool, on the pool's instances' whole nodes; another plan one script over the cluster."""
+    settings = plan["targets"].get("sglang", {}).get("settings", {})
+    gpn = plan["cluster"]["gpus_per_node"]
+    if plan["pools"]:
+        return [(p["name"], f"{p['name']}.sh", p["mesh"],
+                 p["instances"] * -(-_gpus(p["mesh"]) // gpn)) for p in plan["pools"]]
+    one = plan["cluster"]["nodes"] == 1
+    return [(settings.get("disaggregation"), "serve.sh" if one else "launch.sh", plan["mesh"],
+             plan["cluster"]["nodes"])]
+
+
+def _gpus(m: dict) -> int:
+    return m["dp"] * m["tp"] * m["pp"] * m["cp"]
+
+
 def _commands(tmp_path_factory):
-    """(spec, plan, files, [argv after `python -m sglang.launch_server` for each node], router argv
-    or None) for every sglang launch parc emits for the examples and test specs."""
+    """(spec, plan, [(side, mesh, argv after `python -m sglang.launch_server`) for each node],
+    router argv or None) for every sglang launch parc emits for the examples and test specs."""
     out = []
     for spec, t, files in accepted_cases():
         if t != "sglang":
@@ -54,16 +72,15 @@ def _commands(tmp_path_factory):
         tmp = tmp_path_factory.mktemp(Path(spec).stem)
         d = write_out(files, tmp / "out")
         plan = json.loads((d / "plan.json").read_text())
-        names = [f.path for f in files]
-        one = "serve.sh" in names
         env = {"PYTHON": _fake_python(tmp), "MASTER_ADDR": ADDR}
         nodes = []
-        for k in range(1 if one else plan["cluster"]["nodes"]):
-            got = run_emitted(d / ("serve.sh" if one else "launch.sh"), tmp, *([] if one else [str(k)]), env=env)
-            assert got["python3"][:2] == ["-m", "sglang.launch_server"]
-            nodes.append(got["python3"][2:])
+        for side, script, mesh, n in _sides(plan):
+            for k in range(n):
+                got = run_emitted(d / script, tmp, *([] if script == "serve.sh" else [str(k)]), env=env)
+                assert got["python3"][:2] == ["-m", "sglang.launch_server"]
+                nodes.append((side, mesh, got["python3"][2:]))
         rt = None
-        if "router.sh" in names:
+        if "router.sh" in [f.path for f in files]:
             hosts = [f"10.0.0.{i + 1}" for i in range(_servers(files))]
             rt = run_emitted(d / "router.sh", tmp, *hosts, env=env)["python3"][2:]
         out.append((spec, plan, nodes, rt))
@@ -75,39 +92,69 @@ def _servers(files) -> int:
     return int(text.split("if (( $# != ", 1)[1].split(" ", 1)[0])
 
 
+def _first_nodes(nodes, side) -> int:
+    """The servers among a side's node commands: the nodes of node rank 0 (or of a one-node server)."""
+    return sum(1 for s, _, argv in nodes if s == side and dict(zip(argv, argv[1:])).get("--node-rank", "0") == "0")
+
+
+def _check_degrees(spec, plan, side, m, v):
+    """SGLang's resolved sizes against the plan's (a pool's own mesh for a disaggregated plan)."""
+    settings = plan["targets"].get("sglang", {}).get("settings", {})
+    attn = bool(plan["serve"]["dp_attention"] or settings.get("dp_attention")) and m["dp"] > 1
+    # a server's tp_size is dp · tp with attention DP; the experts span ep ranks (an all-to-all
+    # backend makes it the whole tp_size, which parc's P694 holds equal to the spec's ep)
+    assert v["tp"] == (m["dp"] * m["tp"] if attn else m["tp"]) and v["pp"] == m["pp"], spec
+    assert v["attn_dp"] == (m["dp"] if attn else 1), spec
+    assert v["ep"] == (m["ep"] if plan["model"]["experts"] else 1), spec
+    assert v["dcp"] == m["dcp"], spec
+    assert v["disaggregation_mode"] == (side or "null"), spec
+    if side:
+        kv = plan["serve"]["kv_transfer"]
+        assert v["transfer_backend"] == (kv if kv else settings.get("transfer_backend", "mooncake")), spec
+    assert v["context_length"] == plan["serve"]["max_model_len"], spec
+    assert v["max_running_requests"] == plan["serve"]["max_num_seqs"], spec
+    assert v["host"] == "0.0.0.0", spec
+
+
 @pytest.mark.sglang
 def test_sglang_accepts_what_parc_emits(sglang, tmp_path_factory):
     cmds = _commands(tmp_path_factory)
-    assert len(cmds) >= 7 and any(rt for *_, rt in cmds)
+    assert len(cmds) >= 10 and any(rt for *_, rt in cmds)
+    assert any(plan["pools"] for _, plan, _, _ in cmds) and any(plan["mesh"]["dcp"] > 1 for _, plan, _, _ in cmds)
     items, where = [], []
     for spec, plan, nodes, rt in cmds:
         folder = _model_folder(plan["model"], tmp_path_factory.mktemp("m") / "m")
-        for k, argv in enumerate(nodes):
+        for side, mesh, argv in nodes:
             items.append({"server": _with_model(argv, folder)})
-            where.append((spec, plan, k, argv))
+            where.append((spec, plan, side, mesh, argv))
         if rt:
             items.append({"router": rt})
-            where.append((spec, plan, None, rt))
-    for (spec, plan, k, argv), v in zip(where, _judge(sglang, items)):
-        assert v["ok"], f"{spec} node {k}: SGLang refuses {argv}: {v.get('error')}"
-        m, settings = plan["mesh"], plan["targets"]["sglang"]["settings"] if "sglang" in plan["targets"] else {}
-        if k is None:   # the router: one worker URL per server
-            servers = len(v["worker_urls"])
-            assert servers > 1 and all(u.endswith(":30000") for u in v["worker_urls"]), spec
-            continue
-        attn = bool(settings.get("dp_attention")) and m["dp"] > 1
-        # SGLang's degrees against the plan's: a server's tp_size is dp · tp with attention DP
-        assert v["tp"] == (m["dp"] * m["tp"] if attn else m["tp"]) and v["pp"] == m["pp"], spec
-        assert v["attn_dp"] == (m["dp"] if attn else 1), spec
-        assert v["ep"] == (m["ep"] if plan["model"]["experts"] else 1), spec
-        assert v["context_length"] == plan["serve"]["max_model_len"], spec
-        assert v["max_running_requests"] == plan["serve"]["max_num_seqs"], spec
-        assert v["host"] == "0.0.0.0", spec
-    # the world: each server's dp · tp · pp over its nodes, times the servers, is the plan's
+            where.append((spec, plan, "router", nodes, rt))
+    replicas: dict = {}
+    for (spec, plan, side, mesh, argv), v in zip(where, _judge(sglang, items)):
+        assert v["ok"], f"{spec} {side}: SGLang refuses {argv}: {v.get('error')}"
+        if side != "router":
+            _check_degrees(spec, plan, side, mesh, v)
+            if v["node_rank"] == 0:   # a server's first node: its data-parallel replicas or attention groups
+                replicas[spec, side] = replicas.get((spec, side), 0) + max(v["dp"], v["attn_dp"])
+        elif plan["pools"]:   # the PD router: each prefill server with its bootstrap port, then each decode server
+            assert v["pd"] and not v["worker_urls"], spec
+            assert len(v["prefill_urls"]) == _first_nodes(mesh, "prefill") > 0, spec
+            assert len(v["decode_urls"]) == _first_nodes(mesh, "decode") > 0, spec
+            assert all(u.endswith(":30000") and port == 8998 for u, port in v["prefill_urls"]), spec
+        else:   # one worker URL per server
+            assert not v["pd"] and len(v["worker_urls"]) > 1, spec
+            assert all(u.endswith(":30000") for u in v["worker_urls"]), spec
+    # dp: the replicas (or attention groups) of every server of a side are the plan's dp, times a
+    # pool's instances
     for spec, plan, nodes, rt in cmds:
-        m = plan["mesh"]
-        per_node = [_judged_world(a) for a in nodes]
-        assert sum(per_node) == m["dp"] * m["tp"] * m["pp"] * m["cp"], (spec, per_node)
+        for side, _, mesh, _ in _sides(plan):
+            pool = next((p for p in plan["pools"] if p["name"] == side), {"instances": 1})
+            assert replicas[spec, side] == mesh["dp"] * pool["instances"], (spec, side, replicas[spec, side])
+    # the world: each server's dp · tp · pp over its nodes, summed over every node, is the plan's
+    for spec, plan, nodes, rt in cmds:
+        per_node = [_judged_world(a) for _, _, a in nodes]
+        assert sum(per_node) == plan["world_size"], (spec, per_node)
 
 
 def _judged_world(argv: list[str]) -> float:
@@ -127,8 +174,10 @@ def test_sglang_refuses_what_it_should(sglang, tmp_path):
     bad = [{"server": ["--model-path", folder, "--tp-size", "two"]},
            {"server": ["--model-path", folder, "--tp-size", "4", "--dp-size", "2", "--nnodes", "2"]},
            {"server": ["--model-path", folder, "--tp-size", "4", "--attn-dp-size", "2", "--dp-size", "2"]},
+           # attention DP wider than the server (sglang#5873's dp > tp): parc's --tp-size dp·tp never is
+           {"server": ["--model-path", folder, "--tp-size", "4", "--attn-dp-size", "8"]},
            {"router": ["--worker-urls", "http://a:1", "--policy", "no-such-policy"]}]
-    assert [v["ok"] for v in _judge(sglang, bad)] == [False, False, False, False]
+    assert [v["ok"] for v in _judge(sglang, bad)] == [False, False, False, False, False]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -198,13 +247,13 @@ def test_sglang_accepts_what_parc_accepts(sglang, check_spec, tmp_path):
     from support.specs import spec
 
     specs = [
-        spec(MIXTRAL + "; experts = 16", nodes=2, mesh="dp = 8; tp = 2; ep = 16", serve="max_model_len = 4096",
-             placement="tp on intra_node; dp on inter_node",
-             target={"sglang": 'model = "m"; dp_attention = true; moe_a2a_backend = deepep'}),
-        spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve="max_model_len = 4096",
-             target={"sglang": 'model = "m"; dp_attention = true; version = "0.5.21"'}),
+        spec(MIXTRAL + "; experts = 16", nodes=2, mesh="dp = 8; tp = 2; ep = 16",
+             serve="max_model_len = 4096; dp_attention = true", placement="tp on intra_node; dp on inter_node",
+             target={"sglang": 'model = "m"; moe_a2a_backend = deepep'}),
+        spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve="max_model_len = 4096; dp_attention = true",
+             target={"sglang": 'model = "m"; version = "0.5.21"'}),
         spec(L8, mesh="dp = 2; tp = 2; pp = 2", serve="max_model_len = 4096",
-             target={"sglang": 'model = "m"; dp_attention = true'}),
+             target={"sglang": 'model = "m"; dp_attention = true'}),   # the older spelling, still read
         spec(L8, mesh="tp = 8", serve="max_model_len = 8192",
              target={"sglang": 'model = "m"; disaggregation = prefill; transfer_backend = mooncake'}),
     ]
@@ -220,3 +269,106 @@ def test_sglang_accepts_what_parc_accepts(sglang, check_spec, tmp_path):
     assert "--enable-dp-attention" in items[1]["server"] and (v[1]["tp"], v[1]["attn_dp"], v[1]["dp"]) == (8, 4, 1)
     assert (v[2]["tp"], v[2]["pp"], v[2]["attn_dp"]) == (4, 2, 2)
     assert (v[3]["disaggregation_mode"], v[3]["transfer_backend"]) == ("prefill", "mooncake")
+
+
+# ----------------------------------------------------------------------------------------------
+# The rules of the serving keys of 2026 (parc/targets/sglang/serving_rules.py): for each, a spec
+# that trips it and one that passes, and SGLang's own verdict on the command parc emits for each.
+
+def _rule_cases():
+    """code: (spec that trips it, spec that passes, the argv change that says the tripping plan to
+    SGLang where parc's own command cannot)."""
+    from support.specs import spec
+
+    s = 'model = "m"'
+    moe = MIXTRAL + "; experts = 16"
+    prefill = s + "; disaggregation = prefill"
+    return {
+        # dcp = 3 does not divide tp = 8 / tp = 8 with dcp 2 on a model of 2 KV heads
+        "P624": (spec(L8 + "; kv_heads = 2", mesh="tp = 8; dcp = 3", serve="max_model_len = 4096", target={"sglang": s}),
+                 spec(L8 + "; kv_heads = 2", mesh="tp = 8; dcp = 2", serve="max_model_len = 4096", target={"sglang": s}),
+                 None),
+        # 8 KV heads · dcp 2 > tp 8 / 2 KV heads · dcp 4 = tp 8
+        "P625": (spec(L8, mesh="tp = 8; dcp = 2", serve="max_model_len = 4096", target={"sglang": s}),
+                 spec(L8 + "; kv_heads = 2", mesh="tp = 8; dcp = 4", serve="max_model_len = 4096", target={"sglang": s}),
+                 None),
+        # EPLB with ep 1 / with ep 8 = tp
+        "P627": (spec(MIXTRAL, mesh="tp = 8", serve="max_model_len = 4096; eplb = true", target={"sglang": s}),
+                 spec(MIXTRAL, mesh="tp = 8; ep = 8", serve="max_model_len = 4096; eplb = true; eplb_interval = 500; "
+                                                        "eplb_window = 200", target={"sglang": s}),
+                 None),
+        # 16 + 4 = 20 slots over ep 8 / 16 + 8 = 24 slots, 3 a rank
+        "P628": (spec(moe, mesh="tp = 8; ep = 8", serve="max_model_len = 4096; eplb = true; redundant_experts = 4",
+                      target={"sglang": s}),
+                 spec(moe, mesh="tp = 8; ep = 8", serve="max_model_len = 4096; eplb = true; redundant_experts = 8",
+                      target={"sglang": s}),
+                 None),
+        # lmcache is a vLLM connector / nixl is SGLang's too
+        "P639": (spec(L8, mesh="tp = 8", serve="max_model_len = 4096; kv_transfer = lmcache", target={"sglang": prefill}),
+                 spec(L8, mesh="tp = 8", serve="max_model_len = 4096; kv_transfer = nixl", target={"sglang": prefill}),
+                 ("--disaggregation-transfer-backend", "lmcache")),
+    }
+
+
+@pytest.mark.sglang
+def test_sglang_judges_the_serving_rules(sglang, check_spec, tmp_path):
+    """Each rule's tripping spec is an error in parc, its passing spec is clean, and SGLang's own
+    verdict on the commands is what the audit (parc/targets/sglang/rules.toml) says: refused at the
+    argument check (P627, P639), or accepted, to fail later (P624 when the DCP groups form, P628
+    when the expert slots are laid out) or to serve wrong results (P625: SGLang's own ModelConfig
+    gives the ranks of a DCP group other KV heads than tp alone would)."""
+    from parc.rules import audit
+
+    items, where = [], []
+    for code, (bad, good, tweak) in _rule_cases().items():
+        for kind, text in (("trips", bad), ("passes", good)):
+            r = check_spec(text, ("sglang",))
+            codes = {d.code for d in r.errors}
+            assert (code in codes) == (kind == "trips"), (code, kind, [f"{d.code} {d.message}" for d in r.diagnostics])
+            assert kind == "trips" or not codes, (code, codes)
+            argv = _argv(r.plan, _model_folder(r.plan.to_dict()["model"], tmp_path / f"{code}-{kind}"))
+            if kind == "trips" and tweak:
+                argv[argv.index(tweak[0]) + 1] = tweak[1]
+            items.append({"server": argv})
+            where.append((code, kind, r.plan))
+    verdicts = _judge(sglang, items)
+    got = {(code, kind): v for (code, kind, _), v in zip(where, verdicts)}
+    for (code, kind, plan), v in zip(where, verdicts):
+        if kind == "passes":
+            assert v["ok"], f"{code}: parc accepts, SGLang refuses: {v}"
+            assert (v["dcp"], v["tp"]) == (plan.mesh.dcp, plan.mesh.tp), (code, v)
+            continue
+        fails = audit(code, "sglang")["fails"]
+        assert v["ok"] == (fails != "argument check"), f"{code} ({fails}): {v}"
+    # P625: tp 8, 8 KV heads: one a rank; with dcp 2 SGLang's ModelConfig gives each rank 2, so
+    # the two ranks of a DCP group hold different heads. Passing: 2 heads at tp 8 (replicated,
+    # 1 a rank) and 1 a rank with dcp 4 (8 // 4 = 2 groups of the 2 heads).
+    assert got["P625", "trips"]["kv_heads"] == [1, 2] and got["P625", "passes"]["kv_heads"] == [1, 1]
+    assert got["P624", "trips"]["dcp"] == 3     # accepted: 8 ranks in groups of 3 leave one short
+    # EPLB: the ep SGLang needs; the interval, and the window as the recorder's buffer
+    assert "AssertionError" in got["P627", "trips"]["error"]
+    ok = got["P627", "passes"]
+    assert (ok["enable_eplb"], ok["ep"], ok["eplb_interval"], ok["recorder_buffer"]) == (True, 8, 500, 200)
+    assert (got["P628", "trips"]["redundant_experts"], got["P628", "passes"]["redundant_experts"]) == (4, 8)
+    assert got["P639", "trips"]["stage"] == "parser"
+    assert (got["P639", "passes"]["disaggregation_mode"], got["P639", "passes"]["transfer_backend"]) == ("prefill", "nixl")
+
+
+@pytest.mark.sglang
+def test_sglang_reads_deepep_mode_only_with_deepep(sglang, check_spec, tmp_path):
+    """P626 warns that deepep_mode does nothing without a DeepEP backend: SGLang accepts the
+    option and serves without an all-to-all backend; with deepep it keeps the mode."""
+    from support.specs import spec
+
+    texts = [spec(MIXTRAL, mesh="tp = 8; ep = 8", serve="max_model_len = 4096",
+                  target={"sglang": 'model = "m"; deepep_mode = normal'}),
+             spec(MIXTRAL, mesh="tp = 8; ep = 8", serve="max_model_len = 4096",
+                  target={"sglang": 'model = "m"; deepep_mode = normal; moe_a2a_backend = deepep'})]
+    items = []
+    for i, text in enumerate(texts):
+        r = check_spec(text, ("sglang",))
+        assert ("P626" in {d.code for d in r.diagnostics}) == (i == 0) and not r.errors
+        items.append({"server": _argv(r.plan, _model_folder(r.plan.to_dict()["model"], tmp_path / str(i)))})
+    bare, deepep = _judge(sglang, items)
+    assert bare["ok"] and bare["moe_a2a_backend"] == "none"
+    assert deepep["ok"] and (deepep["moe_a2a_backend"], deepep["deepep_mode"]) == ("deepep", "normal")

@@ -3,56 +3,15 @@ router in front of several servers, the spelling of release-bound flags, and the
 ServerArgs checks enforce, each as a fire/quiet pair."""
 from __future__ import annotations
 
-import stat
-from pathlib import Path
-
 import pytest
 
 from backends_support import compile_rel, run_emitted, write_out
+from support.sglang_cmd import argv as _argv, compile_plan as _compile, opts as _opts, recording_python as _python
 from support.specs import assert_fires, assert_quiet, spec
 
 MIXTRAL = "from = mixtral_8x7b"
 L8 = "from = llama3_8b"
 SERVE = "max_model_len = 4096"
-
-
-def _python(tmp: Path) -> str:
-    """A python3 that records its argv, as run_emitted's launchers do."""
-    b = tmp / "fakebin"
-    b.mkdir(parents=True, exist_ok=True)
-    p = b / "python3"
-    p.write_text('#!/usr/bin/env bash\nprintf \'%s\\0\' "$@" > "$ARGV_DIR/python3"\n')
-    p.chmod(p.stat().st_mode | stat.S_IEXEC)
-    return str(p)
-
-
-def _compile(check_spec, text):
-    from parc.targets import sglang
-
-    r = check_spec(text, ("sglang",))
-    assert not r.errors, [f"{d.code} {d.message}" for d in r.errors]
-    return r.plan, sglang.build(r.plan)
-
-
-def _argv(files, tmp: Path, *args: str, env: dict | None = None) -> list[str]:
-    d = write_out(files, tmp / "out")
-    script = next(f.path for f in files if f.path in ("serve.sh", "launch.sh"))
-    got = run_emitted(d / script, tmp, *args, env={"PYTHON": _python(tmp), **(env or {})})
-    return got["python3"]
-
-
-def _opts(argv: list[str]) -> dict:
-    """--flag value pairs of an argv (a flag without a value maps to True)."""
-    out, i = {}, 0
-    while i < len(argv):
-        if argv[i].startswith("--"):
-            if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                out[argv[i]] = argv[i + 1]
-                i += 2
-                continue
-            out[argv[i]] = True
-        i += 1
-    return out
 
 
 def test_one_node_server(tmp_path):
@@ -72,8 +31,8 @@ def test_one_node_server(tmp_path):
 def test_dp_attention_spans_the_server(check_spec, tmp_path):
     """dp = 4 attention groups of tp = 2 in one server: tp_size = 4 · 2 = 8, attention dp 4, the
     experts over all 8 GPUs (ep = 8, each expert whole: etp = 1)."""
-    plan, files = _compile(check_spec, spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve=SERVE,
-                                            target={"sglang": 'model = "m"; dp_attention = true'}))
+    plan, files = _compile(check_spec, spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve=SERVE + "; dp_attention = true",
+                                            target={"sglang": 'model = "m"'}))
     o = _opts(_argv(files, tmp_path))
     assert (o["--tp-size"], o["--attn-dp-size"], o["--ep-size"]) == ("8", "4", "8")
     assert "--dp-size" not in o and "--enable-dp-attention" not in o
@@ -82,8 +41,8 @@ def test_dp_attention_spans_the_server(check_spec, tmp_path):
 def test_dp_attention_in_the_older_spelling(check_spec, tmp_path):
     """Before SGLang 0.5.22 attention data parallelism was `--dp-size N --enable-dp-attention`
     (flags.toml): a block pinned to 0.5.21 gets it, the default (the newest) `--attn-dp-size`."""
-    text = spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve=SERVE,
-                target={"sglang": 'model = "m"; dp_attention = true; version = "0.5.21"'})
+    text = spec(MIXTRAL, mesh="dp = 4; tp = 2; ep = 8", serve=SERVE + "; dp_attention = true",
+                target={"sglang": 'model = "m"; version = "0.5.21"'})
     _, files = _compile(check_spec, text)
     argv = _argv(files, tmp_path / "old")
     i = argv.index("--dp-size")
@@ -189,8 +148,10 @@ def test_p675_replica_between_nodes(check_spec):
 
 
 def test_p676_dp_attention_without_dp(check_spec):
-    text = spec(L8, mesh="tp = 8", serve=SERVE, target={"sglang": 'model = "m"; dp_attention = true'})
+    text = spec(L8, mesh="tp = 8", serve=SERVE + "; dp_attention = true", target={"sglang": 'model = "m"'})
     assert_fires(check_spec, text, "P697", "dp_attention", severity="warning", target="sglang", targets=("sglang",))
+    old = spec(L8, mesh="tp = 8", serve=SERVE, target={"sglang": 'model = "m"; dp_attention = true'})
+    assert_fires(check_spec, old, "P697", "dp_attention", severity="warning", target="sglang", targets=("sglang",))
     assert_quiet(check_spec, text.replace("tp = 8", "dp = 2\n  tp = 4"), "P697", ("sglang",))
 
 

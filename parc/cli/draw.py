@@ -8,15 +8,17 @@ from parc.words import count
 
 DESCRIPTION = """Draw a plan: `mesh` (nodes, their GPUs coloured by tensor-parallel group and labelled
 with (pp, dp, cp, tp), and what crosses between nodes), `schedule` (each pipeline rank's F, B
-and W blocks over time, idle time hatched) or `memory` (stacked bars per pipeline stage
-against the GPU's capacity). SVG is written by parc itself, with nothing else installed. PNG
+and W blocks over time, idle time hatched), `memory` (stacked bars per pipeline stage
+against the GPU's capacity) or, for a serving plan, `timeline` (each pipeline rank's prefill and
+decode steps at the workload, as long as the cost model estimates them). SVG is written by parc itself, with nothing else installed. PNG
 needs the `png` extra, `pip install "parc[png]"`: cairosvg, which draws with the system's cairo
 library (libcairo2 on Debian and Ubuntu, cairo on Homebrew)."""
 EPILOG = """examples:
   parc draw examples/llama3-70b-train.par --what mesh -o mesh.svg
-  parc draw examples/llama3-70b-train.par --what schedule -o schedule.png"""
+  parc draw examples/llama3-70b-train.par --what schedule -o schedule.png
+  parc draw examples/llama3-70b-serve.par --what timeline -o timeline.svg"""
 
-WHAT = ("mesh", "schedule", "memory")
+WHAT = ("mesh", "schedule", "memory", "timeline")
 
 
 def add_arguments(p):
@@ -103,6 +105,8 @@ def run(args) -> int:
                       file=sys.stderr)
                 return 2
         picture = svg.schedule(r.plan, microbatches=args.microbatches)
+    elif args.what == "timeline":
+        picture = svg.draw(r.plan, "timeline")
     else:
         picture = svg.memory(r.plan)
     if not out:

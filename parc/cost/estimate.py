@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from parc.cost.comm import (ALGORITHMS, allgather_bytes, allreduce_bytes, axis_time, comm_calls,
+from parc.cost.comm import (ALGORITHMS, allgather_bytes, p2p_time, allreduce_bytes, axis_time, comm_calls,
                             cp_bytes_per_layer, dp_bytes, dp_bytes_parts, ep_bytes_per_layer, link_latency, link_params, serving_calls,
                             pp_bytes_per_microbatch, tp_bytes_per_layer)
 from parc.cost.flops import (active_matmul_params, model_flops, recompute_factors, recompute_flops,
@@ -15,14 +15,16 @@ from parc.cost.flops import (active_matmul_params, model_flops, recompute_factor
 from parc.cost.memory import (StateBytes, activation_bytes_per_layer, caches_fp8_weights, fp8_weight_cache_bytes, kv_bytes_per_token,
                               kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
                               model_kv_bytes_per_token,
-                              model_state_bytes, nccl_communicators, overhead_bytes, stage_activation_bytes,
+                              model_state_bytes, nccl_communicators, overhead_bytes, overheads,
+                              prefill_chunk_tokens, sampler_bytes, serving_activation_bytes, stage_activation_bytes,
                               state_bytes_per_param, zero_state_bytes, _train_state)
 from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, DTYPE_BYTES, PARTS,
                               StageLayout, attention_params, balanced_split, chunks_of_rank, dtype_bytes,
                               embedding_params, expert_params, head_dim, is_moe_layer, kv_heads_per_gpu,
                               layer_params, layer_split, layout_tensors, layouts_of, mlp_params,
                               moe_layer_mlp_params, norm_params, output_params, param_bytes_on_rank,
-                              param_count, params_by_part, params_on_rank, shard_groups, split_layers,
+                              param_count, params_by_part, params_on_rank, serving_expert_split, shard_groups,
+                              split_layers,
                               stage_chunks, stage_layouts, stage_parts, stage_tensors, uses_v_placement,
                               _shard_groups, _stage_parts, _weight_dtype, _zero)
 from parc.cost.gemm import stage_compute_time, stage_rates
@@ -62,10 +64,12 @@ class Memory:
     cuda_context: float = 0.0
     nccl_buffers: float = 0.0
     fragmentation: float = 0.0
+    cuda_graphs: float = 0.0     # serving: the decode CUDA graphs
+    sampler: float = 0.0         # serving: the sampler's logits and probabilities
 
     @property
     def overheads(self) -> float:
-        return self.cuda_context + self.nccl_buffers + self.fragmentation
+        return self.cuda_context + self.nccl_buffers + self.fragmentation + self.cuda_graphs + self.sampler
 
     @property
     def total(self) -> float:
@@ -77,6 +81,7 @@ class Memory:
                 "activations": int(self.activations), "kv_cache": int(self.kv_cache),
                 "fp8_weights": int(self.fp8_weights), "cuda_context": int(self.cuda_context),
                 "nccl_buffers": int(self.nccl_buffers), "fragmentation": int(self.fragmentation),
+                "cuda_graphs": int(self.cuda_graphs), "sampler": int(self.sampler),
                 "total": int(self.total), "capacity": int(self.capacity)}
 
 
@@ -138,6 +143,19 @@ class Estimate:
     max_concurrent_seqs: int = 0
     rank_map: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+    plan: object = None         # the plan estimated (serving numbers are worked out from it on demand)
+    _serving: object = None
+
+    @property
+    def serving(self):
+        """A serving plan's speed at its workload (:func:`parc.cost.serving.serve_numbers`),
+        worked out on first use so that searches that need only memory do not pay for it."""
+        if self._serving is None and self.mode == "serve" and self.plan is not None \
+                and getattr(self.plan, "serve", None) is not None:
+            from parc.cost.serving import serve_numbers
+
+            self._serving = serve_numbers(self.plan, self, self.efficiency)
+        return self._serving
 
     @property
     def memory(self) -> Memory:
@@ -159,9 +177,11 @@ class Estimate:
     def to_json(self) -> dict:
         """The ``parc explain --format json`` object (docs/json.md lists its keys). Serving
         plans give 0 for per-step quantities and add ``comm_per_token`` (bytes per GPU per decoded
-        token) and ``comm_time_per_token``."""
+        token) and ``comm_time_per_token``, with decode context parallel's ``dcp`` beside the axes,
+        and ``serving``."""
         mem = self.memory
         train = self.mode == "train"
+        axes = AXES if train else AXES + ("dcp",)
         out = {
             "mode": self.mode,
             "world_size": self.world_size,
@@ -178,9 +198,9 @@ class Estimate:
                          "capacity_tokens": self.kv_capacity_tokens,
                          "max_concurrent_seqs": self.max_concurrent_seqs},
             "comm_per_step": {ax: int(self.comm_bytes.get(ax, 0)) if train else 0 for ax in AXES},
-            ("comm_time" if train else "comm_time_per_token"): {ax: self.comm_time.get(ax, 0.0) for ax in AXES},
-            "comm_link": {ax: self.comm_link.get(ax) for ax in AXES},
-            "comm_algorithm": {ax: self.comm_algorithm.get(ax) for ax in AXES},
+            ("comm_time" if train else "comm_time_per_token"): {ax: self.comm_time.get(ax, 0.0) for ax in axes},
+            "comm_link": {ax: self.comm_link.get(ax) for ax in axes},
+            "comm_algorithm": {ax: self.comm_algorithm.get(ax) for ax in axes},
             "comm_exposed": {ax: self.comm_exposed.get(ax, 0.0) for ax in AXES},
             "gemm_peak": self.gemm_peak,
             "compute_split": self.compute_split(),
@@ -204,7 +224,9 @@ class Estimate:
             "notes": list(self.notes),
         }
         if not train:
-            out["comm_per_token"] = {ax: int(self.comm_bytes.get(ax, 0)) for ax in AXES}
+            out["comm_per_token"] = {ax: int(self.comm_bytes.get(ax, 0)) for ax in AXES + ("dcp",)}
+            if self.serving is not None:
+                out["serving"] = self.serving.to_json()
         return out
 
 
@@ -269,7 +291,8 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
         mem.weights = nparams * dtype_bytes(_weight_dtype(plan))
         st.kv_bytes_per_token = model_kv_bytes_per_token(m, lay.layers, kv_nbytes, mesh.tp,
                                                          plan.serve.max_model_len if plan.serve else None,
-                                                         lay.local_layers)
+                                                         lay.local_layers, dcp=mesh.dcp)
+        _serving_overheads(plan, lay, mem)
         return st
     full = _stage_parts(plan, lay, sharded=False)
     n_dense, n_exp = _shard_groups(plan)
@@ -299,13 +322,28 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     return st
 
 
+def _serving_overheads(plan, lay: StageLayout, mem: Memory) -> None:
+    """What a serving engine holds beside weights and KV cache (vLLM's ``non_kv_cache_memory``): the
+    peak activations of a ``max_num_batched_tokens`` forward pass, the CUDA context and NCCL
+    buffers, the decode CUDA graphs, and on the last stage the sampler's logits."""
+    m, mesh = plan.model, plan.mesh
+    ep, etp, _ = serving_expert_split(plan)
+    moe_dp = max(1, ep * etp // (mesh.tp * mesh.cp))          # dp ranks whose MoE layers this GPU shares
+    mem.activations = serving_activation_bytes(m, prefill_chunk_tokens(plan.cluster.gpu), mesh.tp, ep, etp,
+                                               moe_dp)
+    comms = nccl_communicators(mesh.pp, moe_dp, mesh.cp, mesh.tp, ep, 1, m.is_moe)
+    mem.cuda_context, mem.nccl_buffers, _ = overhead_bytes(plan.cluster, comms, 0.0)
+    mem.cuda_graphs = float(overheads()["cuda_graphs"])
+    mem.sampler = sampler_bytes(m, plan.serve.max_num_seqs) if lay.head else 0.0
+
+
 def _serving_kv(plan, stages: list[StageEstimate]) -> tuple[int, int, int]:
     """(KV bytes per token of the fullest stage, tokens of KV cache, concurrent sequences)."""
     srv = plan.serve
     if srv is None:
         return 0, 0, 0
-    caps = [kv_capacity_tokens(float(plan.cluster.gpu.memory), srv.gpu_memory_utilization, st.memory.weights,
-                               st.kv_bytes_per_token) for st in stages]
+    caps = [kv_capacity_tokens(float(plan.cluster.gpu.memory), srv.gpu_memory_utilization,
+                               st.memory.total - st.memory.kv_cache, st.kv_bytes_per_token) for st in stages]
     kv_cap = min(caps) if caps else 0
     for st, c in zip(stages, caps):
         st.kv_capacity_tokens = c
@@ -341,10 +379,10 @@ def _comm(plan, stages, most: int, train: bool, per) -> dict:
     t, cp, wbytes = mesh.tp, mesh.cp, dtype_bytes(_weight_dtype(plan))
     crit = stages[most] if not train else _critical(stages)
     if not train:   # per decoded token of one sequence
-        from parc.cost.serving import decode_comm_bytes
+        from parc.cost.serving import activation_bytes, decode_comm_bytes
 
-        return {"cp": 0.0, "dp": 0.0,
-                **decode_comm_bytes(m, crit.layers, crit.moe_layers, t, mesh.ep, mesh.pp, wbytes)}
+        return {"cp": 0.0, "dp": 0.0, **decode_comm_bytes(m, crit.layers, crit.moe_layers, t, mesh.ep, mesh.pp,
+                                                          activation_bytes(m), dcp=mesh.dcp)}
     tr = plan.train
     full = _stage_parts(plan, stage_layouts(plan)[most], sharded=False)
     _, n_exp = _shard_groups(plan)
@@ -436,6 +474,10 @@ def _estimate(plan, efficiency: float) -> Estimate:
     crit = _critical(stages) if train else stages[most]
     local = {}
     ctime, clink, algo = _comm_times(plan, comm, rm, bw, kind, _calls(plan, crit, train), local)
+    if not train and mesh.dcp > 1:   # decode context parallel: inside the tp group, on its link
+        lp = link_params(plan.profile, bw, kind)
+        clink["dcp"], algo["dcp"] = clink.get("tp") or "intra_node", "ring"
+        ctime["dcp"] = float(p2p_time(comm["dcp"], 2 * crit.layers, lp[clink["dcp"]]))
     tokens = sch.global_batch * m.seq_len if train else 0
     mflops = model_flops(m, tokens) if train else 0.0
     hflops = mflops + recompute_flops(m, tokens, plan.train.recompute) if train else 0.0
@@ -451,7 +493,7 @@ def _estimate(plan, efficiency: float) -> Estimate:
         step = float(step_time(compute, exposed, bub))
         mfu = mflops / (step * plan.world_size * cl.gpu.flops) if step else 0.0   # on the BF16 peak
         tps = tokens / step if step else 0.0
-    return Estimate(
+    est = Estimate(
         mode=plan.mode, world_size=plan.world_size,
         mesh={"order": list(mesh.order), "pp": p, "dp": mesh.dp, "cp": mesh.cp, "tp": mesh.tp, "ep": mesh.ep,
               "etp": mesh.etp},
@@ -465,4 +507,16 @@ def _estimate(plan, efficiency: float) -> Estimate:
         comm_algorithm=algo, comm_exposed=exposed, comm_local=local,
         gemm_peak=cl.gpu.peak(plan.train.precision) if train else cl.gpu.flops,
         kv_bytes_per_token=kv_tok, kv_capacity_tokens=kv_cap, max_concurrent_seqs=max_seqs,
-        rank_map=rm.summary(), notes=notes)
+        rank_map=_rank_map(plan, rm), notes=notes, plan=plan)
+    return est
+
+
+def _rank_map(plan, rm) -> dict:
+    """The rank map's summary; with a cluster topology also ``physical_gpu``, the GPU each local
+    rank runs on under the launch's device order (:func:`parc.model.topology.physical_gpus`)."""
+    from parc.model.topology import physical_gpus
+
+    out = rm.summary()
+    if plan.cluster.topology is not None:
+        out["physical_gpu"] = physical_gpus(plan)
+    return out

@@ -329,7 +329,8 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim_: int, nbytes: int, 
     return 2 * layers * kv_heads_per_gpu(kv_heads, tp) * head_dim_ * nbytes
 
 
-def model_kv_bytes_per_token(m: Model, layers: int, nbytes: int, tp: int = 1, context=None, local=None):
+def model_kv_bytes_per_token(m: Model, layers: int, nbytes: int, tp: int = 1, context=None, local=None, *,
+                             dcp: int = 1):
     """:func:`kv_bytes_per_token` of ``layers`` layers of ``m``; with multi-head latent attention
     the cache holds the latent and the rotary key, (kv_lora_rank + qk_rope_head_dim) · layers ·
     bytes per token, the same on every TP rank (vLLM's MLA backends replicate it): DeepSeek-V3
@@ -341,14 +342,24 @@ def model_kv_bytes_per_token(m: Model, layers: int, nbytes: int, tp: int = 1, co
     ``context``-token sequence, per layer × (global + local · min(context, window) / context),
     rounded up. ``local``: how many of the layers are local (a stage's
     :attr:`~parc.cost.params.StageLayout.local_layers`); by default those of layers 0..layers-1.
-    Scalars or numpy arrays (``tp``, ``context``)."""
+    Scalars or numpy arrays (``tp``, ``context``).
+
+    Decode context parallelism (``dcp``) spreads the tokens of each sequence over dcp ranks of the
+    tp group that would otherwise hold the same KV heads (vLLM ``decode_context_parallel_size``,
+    ``cp_kv_cache_interleave_size``: token i on rank i mod dcp), so one GPU stores 1/dcp of them:
+    the bytes per token of a sequence on one GPU are divided by dcp (Llama 3 70B at tp 16, dcp 2:
+    one KV head per GPU, 40,960 / 2 = 20,480 B)."""
     if m.is_mla:
         per_layer = (m.kv_lora_rank + m.qk_rope_head_dim) * nbytes
     else:
         per_layer = kv_bytes_per_token(1, m.kv_heads, head_dim(m), nbytes, tp)
     if context is None or m.attention_window <= 0:
-        return per_layer * layers
-    return -(-per_layer * kv_layer_tokens(m, layers, context, local) // context)
+        per = per_layer * layers
+    else:
+        per = -(-per_layer * kv_layer_tokens(m, layers, context, local) // context)
+    if dcp == 1:
+        return per
+    return per // dcp if isinstance(per, int) and per % dcp == 0 else per / dcp
 
 
 def kv_layer_tokens(m: Model, layers: int, context, local=None):
@@ -366,7 +377,36 @@ def kv_layer_tokens(m: Model, layers: int, context, local=None):
 
 def kv_capacity_tokens(capacity: float, utilization: float, weights: float, per_token: float) -> int:
     """Tokens of KV cache that fit: (utilization · memory − weights) / bytes per token, as vLLM
-    sizes its block pool (activation workspace and CUDA graphs are not counted)."""
+    sizes its block pool; ``weights`` is everything else the engine holds (the estimate passes
+    weights, peak activations and engine overheads, vLLM's ``non_kv_cache_memory``)."""
     if per_token <= 0:
         return 0
     return max(0, int((utilization * capacity - weights) // per_token))
+
+
+def prefill_chunk_tokens(gpu) -> int:
+    """Tokens vLLM's profiling forward pass (and a chunked prefill) runs at once:
+    ``max_num_batched_tokens``' default for its OpenAI server on ``gpu`` (``overheads.toml``)."""
+    for least, tokens in overheads()["prefill_chunk_tokens"]:
+        if gpu.memory >= least and not (tokens == 8192 and "a100" in gpu.name.lower()):
+            return int(tokens)
+    return 2048
+
+
+def serving_activation_bytes(m: Model, tokens: float, tp: int, ep: int, etp: int, moe_dp: int = 1) -> float:
+    """Peak activation bytes of one serving forward pass over ``tokens`` tokens on one GPU (an
+    inference pass frees each layer's tensors before the next): the residual stream and the norm's
+    output (2h), and the widest of the layer's inner tensors, the MLP's gate/up and its activation
+    (3 · ffn/tp for SwiGLU) or a MoE layer's routed copies with their experts' (top_k · (h + 3 ·
+    moe_ffn/etp) for the tokens of the ``moe_dp`` dp ranks whose MoE layer it shares, over ep),
+    16-bit. Bytes, per GPU."""
+    dense = 3 * m.ffn_hidden / tp if (not m.is_moe or m.first_k_dense or m.moe_every > 1) else 0
+    moe = (m.top_k or 1) * (m.hidden + 3 * m.moe_ffn_hidden / etp) * moe_dp / ep + 3 * m.shared_experts \
+        * m.moe_ffn_hidden / tp if m.is_moe else 0
+    return 2 * tokens * (2 * m.hidden + max(dense, moe))
+
+
+def sampler_bytes(m: Model, seqs: int) -> float:
+    """The sampler's fp32 logits and probabilities over the vocabulary for ``seqs`` sequences, on
+    the last pipeline stage (vLLM's ``_dummy_sampler_run`` profiles max_num_seqs of them)."""
+    return 2 * 4 * seqs * m.vocab

@@ -168,8 +168,12 @@ def stage_tensors(plan, layout: StageLayout) -> list[tuple]:
     return layout_tensors(plan.model, layout, plan.mesh.tp, plan.mesh.ep, plan.mesh.etp)
 
 
-def layout_tensors(m: Model, layout: StageLayout, tp: int, ep: int, etp: int) -> list[tuple]:
-    """:func:`stage_tensors` for model ``m`` under tensor, expert and expert-tensor degrees."""
+def layout_tensors(m: Model, layout: StageLayout, tp: int, ep: int, etp: int, redundant: int = 0,
+                   mtp: bool = True) -> list[tuple]:
+    """:func:`stage_tensors` for model ``m`` under tensor, expert and expert-tensor degrees;
+    ``redundant`` extra expert copies spread over ``ep`` with the experts (EPLB), ``mtp = False``
+    leaves out the multi-token-prediction modules (a serving engine without speculative decoding
+    does not load them)."""
     t, h, d = tp, m.hidden, head_dim(m)
     aq = _cdiv(m.heads, t) * d
     kvq = kv_heads_per_gpu(m.kv_heads, t) * d
@@ -194,7 +198,7 @@ def layout_tensors(m: Model, layout: StageLayout, tp: int, ep: int, etp: int) ->
         out += _mlp_tensors(m, _cdiv(m.ffn_hidden, t), "mlp", False, dense)
     if moe:
         out.append(("router", False, moe, m.experts, m.experts * h))                    # [E, h]
-        local = _cdiv(m.experts, ep)
+        local = _cdiv(m.experts + redundant, ep)
         out += _mlp_tensors(m, _cdiv(m.moe_ffn_hidden, etp), "experts", True, moe * local)
         if m.shared_experts:
             out += _mlp_tensors(m, _cdiv(m.moe_ffn_hidden, t), "mlp", False, moe * m.shared_experts)
@@ -205,7 +209,8 @@ def layout_tensors(m: Model, layout: StageLayout, tp: int, ep: int, etp: int) ->
             out.append(("embedding", False, 1, m.seq_len, m.seq_len * h))
     if layout.head:
         out += _norm_tensors(m, 1)
-        out += _mtp_tensors(m, tp, ep, etp)
+        if mtp:
+            out += _mtp_tensors(m, tp, ep, etp)
         # the output head is the embedding itself only when one rank holds both and they are tied
         if not (m.tied_embeddings and layout.embedding):
             out.append(("output", False, 1, vrows, vrows * h))
@@ -294,17 +299,46 @@ def params_by_part(plan, rank: int = 0, *, sharded: bool = True) -> dict[str, in
 def _stage_parts(plan, layout: StageLayout, k_dense: int = 0, k_exp: int = 0, sharded: bool = True
                  ) -> dict[str, int]:
     mesh = plan.mesh
+    if plan.mode == "serve" and plan.serve is not None:
+        ep, etp, extra = serving_expert_split(plan)
+        return stage_parts(plan.model, layout, mesh.dp, mesh.cp, mesh.tp, ep, etp, redundant=extra, mtp=False)
     return stage_parts(plan.model, layout, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp,
                        zero3=sharded and _zero(plan) >= 3, k_dense=k_dense, k_exp=k_exp)
 
 
+def serving_expert_split(plan) -> tuple[int, int, int]:
+    """(ep, etp, redundant) as a serving engine holds a MoE model's routed experts: the one place
+    the estimate, the memory rules and the planner read it from.
+
+    * ``ep > 1``: whole experts spread over the expert-parallel group, (experts +
+      ``redundant_experts``) / ep per GPU (vLLM ``--enable-expert-parallel`` over dp·pcp·tp,
+      ``FusedMoEParallelConfig.make``; SGLang ``--ep-size``; EPLB's redundant copies add to each
+      GPU's share: vLLM ``eplb_config.num_redundant_experts``, SGLang ``--ep-num-redundant-experts``);
+    * ``ep = 1``: every expert on every GPU, its width split over the engine's MoE tensor-parallel
+      group: tp·cp, or dp·cp·tp where the dp ranks are one engine (``dp_attention``, and vLLM's data
+      parallelism, whose ranks always run the MoE layers together: ``flatten_tp_across_dp``).
+
+    Training keeps the mesh's own ep and etp. Not a MoE model: (1, 1, 0)."""
+    m, mesh, srv = plan.model, plan.mesh, plan.serve
+    if not m.is_moe:
+        return 1, 1, 0
+    if mesh.ep > 1:
+        return mesh.ep, mesh.etp, srv.redundant_experts if srv else 0
+    targets = plan.targets or {}
+    sglang = targets["sglang"].settings if "sglang" in targets else {}
+    engine_wide = bool(srv and srv.dp_attention) or bool(sglang.get("dp_attention")) or "vllm" in targets
+    return 1, mesh.tp * mesh.cp * (mesh.dp if engine_wide else 1), 0
+
+
 def stage_parts(m: Model, layout: StageLayout, dp: int, cp: int, tp: int, ep: int, etp: int, *,
-                zero3: bool = False, k_dense: int = 0, k_exp: int = 0) -> dict[str, int]:
+                zero3: bool = False, k_dense: int = 0, k_exp: int = 0, redundant: int = 0,
+                mtp: bool = True) -> dict[str, int]:
     """Parameters by part on one GPU of stage ``layout``: shard ``k_dense`` of the dense tensors and
-    ``k_exp`` of the expert ones under ZeRO-3 (``zero3``), else everything it holds."""
+    ``k_exp`` of the expert ones under ZeRO-3 (``zero3``), else everything it holds;
+    ``redundant`` and ``mtp`` as :func:`layout_tensors`."""
     n_dense, n_exp = shard_groups(dp, cp, tp, ep, etp) if zero3 else (1, 1)
-    parts = dict.fromkeys(PARTS + (("mtp",) if m.mtp_layers else ()), 0)
-    for part, expert, count, dim0, numel in layout_tensors(m, layout, tp, ep, etp):
+    parts = dict.fromkeys(PARTS + (("mtp",) if m.mtp_layers and mtp else ()), 0)
+    for part, expert, count, dim0, numel in layout_tensors(m, layout, tp, ep, etp, redundant, mtp):
         n, k = (n_exp, k_exp) if expert else (n_dense, k_dense)
         parts[part] += count * _chunk_numel(dim0, numel, n, k)
     return parts

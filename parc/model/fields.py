@@ -90,6 +90,25 @@ BLOCKS: dict[str, dict[str, F]] = {
         "fp8_flops": F("flops", 0, doc="the dense FP8 peak (0: no FP8 tensor cores)"),
         "nvls": F("bool", doc="NVSwitch with NVLink SHARP: all-reduces inside a node reduce in the switch"),
     },
+    # inside `cluster`: one node's wiring, as `parc topo` writes it (parc.model.topology)
+    "topology": {
+        "islands": F("any", doc="the GPU sets NVLink (or XGMI) joins, by index on the node: [[0, 1], [2, 3]]; "
+                                "a pair in one island is NVLink"),
+        "numa": F("any", doc="the NUMA node of each GPU: [0, 0, 1, 1]; a pair on two NUMA nodes crosses the "
+                             "SMP interconnect (SYS)"),
+        "links": F("strlist", doc="only where islands and numa do not say enough: one row per GPU of the "
+                                  "classes nvidia-smi topo -m prints (X, NV#, XGMI, PIX, PXB, PHB, NODE, SYS); "
+                                  "without it, a pair in no common island on one NUMA node is PHB"),
+        "nics": F("strlist", doc="the network device nearest each GPU (mlx5_0, ...), from the NIC rows of "
+                                 "nvidia-smi topo -m"),
+    },
+    # inside `cluster`: nodes of one kind in a heterogeneous cluster
+    "group": {
+        "nodes": F("int", 1, 2**17, doc="the nodes of this kind"),
+        "gpus_per_node": F("int", 1, 2**10, doc="their GPUs each (every group has the same number)"),
+        "gpu": F("preset", doc="their GPU preset"),
+        "intra_node": F("link", doc="their link inside a node (default: NVLink where the GPU has it)"),
+    },
     "mesh": {
         "pp": F("int_or_auto", 1, 2**21), "dp": F("int_or_auto", 1, 2**21), "cp": F("int_or_auto", 1, 2**21),
         "tp": F("int_or_auto", 1, 2**21), "ep": F("int", 1, 2**21), "etp": F("int", 1, 2**21),
@@ -187,6 +206,7 @@ BLOCKS: dict[str, dict[str, F]] = {
 
 # Blocks that take a label, and whether it is required.
 LABELS = {"model": "optional", "cluster": "optional", "target": "required", "gpu": "optional",
+          "topology": "none", "group": "required",
           "mesh": "none", "placement": "none", "schedule": "none", "train": "none", "serve": "none",
           "profile": "optional", "prefill": "none", "decode": "none"}
 TOP_BLOCKS = ("model", "cluster", "mesh", "placement", "schedule", "train", "serve", "profile", "target")

@@ -13,6 +13,7 @@ from typing import Any, Literal, Optional, Union
 
 from parc.language.diagnostics import Span
 from parc.model.dims import ParallelDims
+from parc.model.topology import Topology
 
 
 @dataclass(slots=True)
@@ -105,6 +106,16 @@ class Link:
 
 
 @dataclass(slots=True)
+class NodeGroup:
+    """Nodes of one kind in a heterogeneous cluster (``group "name" { ... }`` in a cluster)."""
+    name: str
+    nodes: int
+    gpus_per_node: int
+    gpu: GPU
+    intra_node: Optional[Link] = None
+
+
+@dataclass(slots=True)
 class Cluster:
     name: str
     nodes: int
@@ -118,6 +129,9 @@ class Cluster:
     nccl_buffers: Optional[int] = None    # bytes per NCCL communicator the rank joins
     fragmentation: Optional[float] = None  # allocator fragmentation, a fraction of the activations
     nvlink_domain: Optional[int] = None   # GPUs sharing one NVLink fabric (GB200 NVL72: 72); None: a node
+    topology: Optional[Topology] = None   # inside a node: NVLink islands, NUMA nodes, NICs (parc topo)
+    # node groups of different kinds; the fields above then describe the slowest (parc.resolve.topology)
+    groups: list[NodeGroup] = field(default_factory=list)
 
     @property
     def world(self) -> int:
@@ -316,6 +330,9 @@ class Plan:
         d = {k: v for k, v in asdict(self).items() if k not in ("spans", "files", "source")}
         d["file"] = self.source or self.file
         d["world_size"] = self.world_size
+        for k, empty in (("topology", None), ("groups", [])):   # present only where the spec says them
+            if d["cluster"].get(k) == empty:
+                del d["cluster"][k]
         return d
 
 

@@ -80,10 +80,13 @@ def torch_schedule_name(pipeline: str, virtual_stages: int = 1) -> str:
 
 
 def in_torch(pipeline: str) -> bool:
-    """Whether torch.distributed.pipelining (torch 2.13) has a schedule class for ``pipeline``:
-    every one but ``dualpipe``, which only deepseek-ai/DualPipe implements."""
+    """Whether torch.distributed.pipelining (torch 2.13) has a schedule class for ``pipeline``
+    (the torch family's table in parc/targets/families.toml): every one but ``dualpipe``, which
+    only deepseek-ai/DualPipe implements."""
+    from parc.model.targets import pipelines
+
     _check_name(pipeline)
-    return pipeline != "dualpipe"
+    return pipeline in pipelines("torch")
 
 
 def placement_style(pipeline: str, virtual_stages: int = 1) -> str:

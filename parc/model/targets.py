@@ -16,6 +16,9 @@ target facts here without importing any target's code:
   refuses a plan, and where the tool stands in messages that list several;
 * ``inherits``: ``{ from = "torchrun", keys = [...] }``, the keys a block that leaves them out
   takes from another target's block;
+* ``[schedules]``: the pipeline schedules the tool's runtime has (parc's name -> its own), and
+  ``pipeline_runtime``, what builds them (for messages): a pipeline absent from a table is
+  refused (P607, P616, P688) and the planner leaves it out;
 * ``rank_order``: per mode, the order (outermost first) in which the tool lays ranks out whatever
   the mesh lists; ``rank_orders``: the layouts it can express, with the argument that picks each;
 * ``[keys]``: every key a ``target`` block takes (``kind``, ``doc``, ``min``/``max``/``choices``,
@@ -348,3 +351,21 @@ def merge_docs(into: dict[str, dict], docs: dict[str, dict]) -> dict[str, dict]:
             else:
                 entry[key] = value
     return into
+
+
+def pipelines(name: str | None) -> dict[str, str]:
+    """The pipeline schedules the runtime of target or family ``name`` has: parc's pipeline
+    name -> the runtime's own name for it (``[schedules]`` in its target.toml or families.toml);
+    empty where the target declares none (it runs no pipeline of its own, or the script does)."""
+    return dict(_entry(name).get("schedules", {}))
+
+
+def pipeline_runtime(name: str | None) -> str:
+    """What builds the pipeline of ``name`` (for messages): ``pipeline_runtime`` in its data."""
+    return _entry(name).get("pipeline_runtime", display(name))
+
+
+def runs_pipeline(name: str | None, pipeline: str) -> bool:
+    """Whether ``name``'s runtime has ``pipeline``; a target without a table runs any."""
+    table = pipelines(name)
+    return not table or pipeline in table

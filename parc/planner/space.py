@@ -31,6 +31,7 @@ from parc.model.dims import (ParallelDims, auto_degree, divisors, grid_fits, seq
                              tp_fits_model)
 from parc.model.fields import PIPELINES
 from parc.model.rankmap import RankMap
+from parc.model.targets import runs_pipeline
 from parc.planner.inputs import Problem
 
 RECOMPUTE = ("none", "selective", "full")
@@ -88,7 +89,7 @@ def mesh_shapes(pr: Problem) -> list[tuple[int, int, int, int, int, int]]:
 
 def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple[int, int]]:
     """(ep, etp) pairs: P109 experts % ep, P112 ep·etp | dp·cp·tp, P113 moe_ffn_hidden % etp, and
-    the targets' P606 (vLLM: ep spans the stage, etp = 1), P611 (torch: etp is 1 or tp), P612
+    the targets' P606 (vLLM: ep spans the stage, etp = 1), P632 (torchtitan 0.3.0: etp = 1), P612
     (Megatron-LM: no etp with biases), P613 (Megatron-LM: expert dp = dp unless pp is outermost)."""
     m = pr.model
     dims = ParallelDims(pp=pp, dp=dp, cp=cp, tp=tp)
@@ -107,7 +108,7 @@ def _expert_grids(pr: Problem, pp: int, dp: int, cp: int, tp: int) -> list[tuple
                 continue
             if "vllm" in tg and pr.mode == "serve" and (etp > 1 or (ep > 1 and ep != region)):
                 continue
-            if "torch" in tg and etp not in (1, tp):
+            if "torchtitan" in tg and etp > 1:                  # P632 (0.3.0 has no etp)
                 continue
             if "megatron" in tg and m.bias and etp > 1:
                 continue
@@ -204,12 +205,8 @@ def layout_options(pr: Problem, pp: int) -> list[tuple[int, int, int]]:
     pipes = _fixed(pr, "schedule.pipeline", PIPELINES if pp > 1 else ("1f1b",))
     if pp == 1 and "schedule.pipeline" in pr.fixed and not pipes:
         pipes = [pr.fixed["schedule.pipeline"]]   # a schedule named for pp = 1 is kept as written
-    if pp > 1 and "megatron" in pr.rule_targets:                       # P607
-        pipes = [x for x in pipes if x in ("1f1b", "interleaved_1f1b")]
-    if pp > 1 and pr.rule_targets & {"torch", "torchtitan"}:          # P616
-        pipes = [x for x in pipes if x != "dualpipe"]
-    if pp > 1 and "deepspeed" in pr.rule_targets:                      # P688
-        pipes = [x for x in pipes if x in ("1f1b", "gpipe", "dualpipe_v")]
+    for t in sorted(pr.rule_targets) if pp > 1 else ():    # P607, P616, P688: the runtimes' tables
+        pipes = [x for x in pipes if runs_pipeline(t, x)]
     for name in pipes:
         if pp == 1:
             vs = [1]

@@ -49,14 +49,18 @@ def render_text(plan, est, file: str, diagnostics=()) -> str:
         out.append(f"The spec has {count(len(errors), 'error')} ({', '.join(sorted({d.code for d in errors}))}, "
                    "listed above); the numbers below are the plan as written.")
     out.append("")
-    memory = _memory(plan, est)
+    memory = _memory(plan, est) if not plan.pools else _pool_memory(plan, est)
     fixes = [d for d in errors if d.code in MEMORY_CODES]
     if fixes:
         memory[2:2] = [f"  does not fit ({d.code}): {d.help}" if d.help else f"  does not fit ({d.code})"
                        for d in fixes]   # right under the table (heading, table, ...)
-    out += _mesh(est) + memory + _communication(plan, est)
+    from parc.report import explain_serve
+
+    out += _mesh(est) + explain_serve.pool_lines(plan, est) + memory + _communication(plan, est)
     if plan.mode == "train":
         out += _time(plan, est)
+    else:
+        out += explain_serve.speed_lines(plan, est)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -78,6 +82,12 @@ def _mesh(est) -> list[str]:
         line.append(f"{', '.join(x.upper() for x in across)} {plural(len(across), 'crosses', 'cross')} {unit}s")
     if line:
         out.append("  " + "; ".join(line) + ".")
+    gpus = rm.get("physical_gpu")
+    if gpus is not None:
+        moved = gpus != list(range(len(gpus)))
+        out.append("  Physical GPU of each local rank" + (" (the launch sets this order on every node)" if moved
+                                                          else "") + ": "
+                   + ", ".join(f"{i}→GPU{g}" for i, g in enumerate(gpus)) + ".")
     return out + [""]
 
 
@@ -99,20 +109,34 @@ def _memory(plan, est) -> list[str]:
                   f"{s.inflight:g}" if plan.mode == "train" else "-"] for s in est.stages]
         out += ["", indent(table(["stage", "layers", "params", "memory", "in flight"], cells, "rrrrr"))]
     if plan.mode == "serve":
-        srv = plan.serve
-        out += ["", f"KV cache: {est.kv_bytes_per_token:,} bytes per token per GPU; "
-                    f"{count(est.kv_capacity_tokens, 'token', sep=True)} fit at gpu_memory_utilization = "
-                    f"{srv.gpu_memory_utilization:g}, i.e. {count(est.max_concurrent_seqs, 'concurrent sequence')} "
-                    f"of max_model_len = {srv.max_model_len:,}"]
+        from parc.report.explain_serve import kv_lines
+
+        out += [""] + kv_lines(plan, est)
     return out + [""]
+
+
+def _pool_memory(plan, est) -> list[str]:
+    """A disaggregated plan's memory: one GPU of each pool, as the plan one instance runs."""
+    out = []
+    for name, p in (est.serving.pools if est.serving else {}).items():
+        inst = _memory_plan(plan, name)
+        out += [f"Pool {name}: {count(p['instances'], 'instance')}, each:"] + _memory(inst, p["estimate"])
+    return out
+
+
+def _memory_plan(plan, name: str):
+    from parc.model.pools import pool_plans
+
+    return next(pp for pool, pp in pool_plans(plan) if pool.name == name)
 
 
 def _state_rows(plan, est, st) -> list[list]:
     """The rows between weights and total: training state, or the serving KV cache."""
     mem = st.memory
     if plan.mode != "train":
-        return [["kv cache", nbytes(mem.kv_cache),
-                 f"{count(est.kv_capacity_tokens, 'token', sep=True)} × {est.kv_bytes_per_token:,} B/token"]]
+        from parc.report.explain_serve import memory_rows
+
+        return memory_rows(plan, est, st)
     sb, t = est.state_bytes, plan.train
     sp = ", SP" if t.sequence_parallel and plan.mesh.tp > 1 else ""
     return _training_rows(plan, est, st, sb, t, sp) + _overhead_rows(plan, st)
@@ -155,7 +179,7 @@ def _communication(plan, est) -> list[str]:
     out = [f"Communication per GPU {per}"]
     cells = []
     train = plan.mode == "train"
-    for ax in ("tp", "cp", "ep", "pp", "dp"):
+    for ax in ("tp", "cp", "ep", "pp", "dp", "dcp"):
         ln = est.comm_link.get(ax)
         if ln is None:
             continue
@@ -225,6 +249,8 @@ def _comm_what(plan, ax: str) -> str:
         return "ring K/V exchange per layer"
     if ax == "ep":
         return "all-to-all per MoE layer"
+    if ax == "dcp":
+        return "all-gather + reduce-scatter per layer"
     if ax == "pp":
         return "send/recv per microbatch" if plan.mode == "train" else "send/recv of activations"
     z = plan.train.zero if plan.mode == "train" else 0

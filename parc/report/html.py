@@ -91,6 +91,12 @@ def explain_page(plan, estimate, diagnostics=()) -> str:
     parts += [_memory(plan, est, errors), _communication(plan, est)]
     if plan.mode == "train":
         parts.append(_step_time(est))
+    elif est.get("serving"):
+        from parc.report.explain_serve import html_rows
+
+        parts.append('<section id="serving"><h2>Serving at the workload</h2>'
+                     f'<figure class="drawing">{svg.draw(plan, "timeline", estimate)}</figure>'
+                     + _table(["quantity", "value"], html_rows(est["serving"]), "ll") + "</section>")
     notes = est.get("notes") or []
     if notes:
         parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
@@ -125,6 +131,10 @@ def _cards(plan, est) -> str:
         kv = est.get("kv_cache", {})
         cards += [("KV cache tokens", f"{int(kv.get('capacity_tokens') or 0):,}", False),
                   ("concurrent sequences", f"{int(kv.get('max_concurrent_seqs') or 0):,}", False)]
+        sv = est.get("serving")
+        if sv:
+            cards += [("TTFT", _time(sv["ttft"]), False), ("TPOT", _time(sv["tpot"]), False),
+                      ("output tokens/s", f"{float(sv['output_tokens_per_s']):,.0f}", False)]
     return '<div class="cards">' + "".join(
         f'<div class="card{" bad" if bad else ""}"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>'
         for k, v, bad in cards) + "</div>"

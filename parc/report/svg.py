@@ -26,10 +26,10 @@ AXIS_COLORS = {"pp": "#e15759", "dp": "#4e79a7", "cp": "#59a14f", "tp": "#f28e2b
 KIND_COLORS = {"F": "#4e79a7", "B": "#59a14f", "W": "#f28e2b"}
 PART_COLORS = {"weights": "#4e79a7", "grads": "#f28e2b", "optimizer": "#e15759", "activations": "#59a14f",
                "kv_cache": "#b07aa1", "fp8_weights": "#76b7b2", "cuda_context": "#9c755f", "nccl_buffers": "#bab0ac",
-               "fragmentation": "#edc948"}
+               "fragmentation": "#edc948", "cuda_graphs": "#ff9da7", "sampler": "#86bc86"}
 # the memory parts in the order they stack (Memory.to_json's keys)
 MEMORY_PARTS = ("weights", "grads", "optimizer", "activations", "kv_cache", "fp8_weights", "cuda_context",
-                "nccl_buffers", "fragmentation")
+                "nccl_buffers", "fragmentation", "cuda_graphs", "sampler")
 FONT = "font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"
 
 _BASE_CSS = (f"text {{ {FONT}; fill: #222; font-size: 11px; }} .muted {{ fill: #666; }} "
@@ -86,6 +86,10 @@ def mesh(plan, max_nodes: int = 16) -> str:
     box = {"gw": 74, "gh": 40, "gap": 6, "pad": 10, "head": 20, "left": 16, "per_row": per_row}
     box["node_w"] = box["pad"] * 2 + per_row * box["gw"] + (per_row - 1) * box["gap"]
     box["node_h"] = box["head"] + rows_per_node * box["gh"] + (rows_per_node - 1) * box["gap"] + box["pad"]
+    if plan.cluster.topology is not None:   # each rank's physical GPU under the launch's device order
+        from parc.model.topology import physical_gpus
+
+        box["gpus"] = physical_gpus(plan)
     left, tp = box["left"], rm.sizes["tp"]
     experts = "".join(f", {a}={rm.size(a)}" for a in ("ep", "etp") if rm.size(a) > 1)
     title = (f"Rank map: {count(world, 'GPU')} on {count(n_nodes, 'node')} × {g}; "
@@ -137,16 +141,19 @@ def _mesh_nodes(rm, shown: list[int], box: dict, body: list[str]) -> tuple[dict[
             c = {a: int(coords[a][r]) for a in ("pp", "dp", "cp", "tp")}
             grp = uniq[int(tp_group_key[r])]
             fill = PALETTE[grp % len(PALETTE)] if tp > 1 else "#8fa9c4"
-            tip = (f"rank {r} (node {node}, local {local}): pp={c['pp']} dp={c['dp']} cp={c['cp']} "
+            phys = box["gpus"][local] if "gpus" in box else None
+            where = f"local {local}" + (f", GPU {phys}" if phys is not None else "")
+            tip = (f"rank {r} (node {node}, {where}): pp={c['pp']} dp={c['dp']} cp={c['cp']} "
                    f"tp={c['tp']}; TP group {grp}")
             body.append(
                 f'<g class="gpu" data-rank="{r}" data-node="{node}" data-local="{local}" '
                 f'data-pp="{c["pp"]}" data-dp="{c["dp"]}" data-cp="{c["cp"]}" data-tp="{c["tp"]}" '
-                f'data-tp-group="{grp}" transform="translate({gx},{gy})">'
+                f'data-tp-group="{grp}"' + (f' data-gpu="{phys}"' if phys is not None else "")
+                + f' transform="translate({gx},{gy})">'
                 f"<title>{_t(tip)}</title>"
                 f'<rect x="0" y="0" width="{gw}" height="{gh}" rx="4" fill="{fill}" fill-opacity="0.85" '
                 f'stroke="#333" stroke-width="0.6"/>'
-                + _text(gw / 2, 15, f"r{r}", "small title", "middle")
+                + _text(gw / 2, 15, f"r{r}" + (f" · gpu{phys}" if phys is not None else ""), "small title", "middle")
                 + _text(gw / 2, 30, f"({c['pp']},{c['dp']},{c['cp']},{c['tp']})", "tiny", "middle")
                 + "</g>")
         body.append("</g>")
@@ -508,6 +515,10 @@ DRAWINGS = {"mesh": mesh, "schedule": schedule, "memory": memory}
 def draw(plan, what: str, estimate=None) -> str:
     if what == "memory":
         return memory(plan, estimate)
+    if what == "timeline":
+        from parc.report.svg_serve import timeline
+
+        return timeline(plan, estimate)
     if what not in DRAWINGS:
         raise ValueError(f"unknown drawing {what!r}; expected one of {', '.join(DRAWINGS)}")
     return DRAWINGS[what](plan)

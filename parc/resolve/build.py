@@ -13,6 +13,7 @@ from parc.model.dims import AXES, ParallelDims, auto_degree
 from parc.model.params import balanced_split, param_count
 from parc.model.plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, Placement, Plan, Pool, Profile,
                              Schedule, Serve, Target, Train)
+from parc.resolve import topology as T
 from parc.resolve.catalog import presets, target_keys
 from parc.resolve.evaluate import Evaluator, Poison, check_range, describe, did_you_mean
 from parc.resolve.merge import PARTIAL_BLOCKS, Block
@@ -130,6 +131,24 @@ _MODEL_COUNTS = ("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_d
 _MODEL_SWITCHES = ("qkv_bias", "qk_norm", "attention_sinks")
 
 
+def preset_gpu(name: str) -> GPU:
+    """The GPU of a preset in parc/model/data/gpus.toml."""
+    g = presets("gpus")[name]
+    return GPU(name, int(g["memory"]), float(g["flops"]), float(g.get("hbm_bandwidth", 0)),
+               float(g.get("nvlink_bandwidth", 0)), float(g.get("pcie_bandwidth", 0)),
+               float(g.get("fp8_flops", 0)), bool(g.get("nvls", False)))
+
+
+def _group_gpu(r: Evaluator, name: str, span: Span) -> GPU | None:
+    """A node group's GPU preset, or None where the name is unknown (reported)."""
+    if name in presets("gpus"):
+        return preset_gpu(name)
+    sug = did_you_mean(name, presets("gpus"))
+    r.err("P010", f"unknown GPU preset `{name}`", span,
+          help=(f"did you mean `{sug}`? " if sug else "") + "`parc presets` lists them")
+    return None
+
+
 def build_gpu(r: Evaluator, top: Span) -> GPU:
     cl = r.blocks["cluster"]
     child = cl.children.get("gpu")
@@ -150,13 +169,10 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
                   help=(f"did you mean `{sug}`? " if sug else "") + "`parc presets` lists them, or describe it "
                        "with `gpu { memory = 80GB  flops = 989TFLOPS }`")
             raise _Incomplete()
-        g = table[name]
         sp = r.spans.get("cluster.gpu")
         for k in ("memory", "flops", "hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth"):
             r.spans[f"cluster.gpu.{k}"] = sp
-        return GPU(name, int(g["memory"]), float(g["flops"]), float(g.get("hbm_bandwidth", 0)),
-                   float(g.get("nvlink_bandwidth", 0)), float(g.get("pcie_bandwidth", 0)),
-                   float(g.get("fp8_flops", 0)), bool(g.get("nvls", False)))
+        return preset_gpu(name)
     # a gpu { ... } block, evaluated with the gpu field table
     r.blocks["gpu"] = child
     try:
@@ -207,9 +223,17 @@ def build_cluster(r: Evaluator, top: Span) -> Cluster:
     domain = _get(r, "cluster", "nvlink_domain")
     overheads = {k: _get(r, "cluster", k) for k in ("cuda_context", "nccl_buffers", "fragmentation")}
     try:
-        gpu = build_gpu(r, top)
+        groups = T.build_groups(r, lambda name, span: _group_gpu(r, name, span))
+    except T.Failed:
+        raise _Incomplete()
+    slow_gpu, slow_link = T.slowest(groups) if groups else (None, None)
+    try:
+        gpu = build_gpu(r, top) if not groups or r.blocks["cluster"].children.get("gpu") or \
+            r.assign("cluster", "gpu") else slow_gpu
     except _Incomplete:
         gpu = None
+    if groups:
+        nodes, gpn, intra = _from_groups(r, groups, nodes, gpn, intra, slow_link, head)
     if gpn is None:
         r.err("P018", "the cluster needs `gpus_per_node`", head, help="for example `gpus_per_node = 8`")
         raise _Incomplete()
@@ -246,7 +270,32 @@ def build_cluster(r: Evaluator, top: Span) -> Cluster:
         r.err("P017", f"a cluster of {nodes * gpn:,} GPUs is larger than parc plans for ({MAX_WORLD:,})",
               r.spans.get("cluster.nodes", head))
         raise _Incomplete()
-    return Cluster(label, nodes, gpn, gpu, intra_l, inter_l, ifname, **overheads, nvlink_domain=domain)
+    try:
+        topology = T.build_topology(r, gpn)
+    except T.Failed:
+        raise _Incomplete()
+    return Cluster(label, nodes, gpn, gpu, intra_l, inter_l, ifname, **overheads, nvlink_domain=domain,
+                   topology=topology, groups=groups)
+
+
+def _from_groups(r: Evaluator, groups, nodes, gpn, intra, slow_link, head: Span):
+    """The node count, GPUs per node and intra-node link of a cluster of node groups: the sum, the
+    groups' common count, the slowest link (parc.resolve.topology); a cluster key that disagrees
+    with its groups is an error."""
+    total = sum(g.nodes for g in groups)
+    if r.assign("cluster", "nodes") is not None and nodes not in (_FAILED, total):
+        r.err("P018", f"the cluster says nodes = {nodes} but its groups hold {total}",
+              r.spans.get("cluster.nodes", head), help="drop `nodes` (the groups' sum is the count) or correct it")
+        raise _Incomplete()
+    per = groups[0].gpus_per_node
+    if gpn not in (None, _FAILED, per):
+        r.err("P018", f"the cluster says gpus_per_node = {gpn} but its groups have {per}",
+              r.spans.get("cluster.gpus_per_node", head), help="drop `gpus_per_node` from the cluster")
+        raise _Incomplete()
+    r.spans.setdefault("cluster.gpus_per_node", r.spans.get(f"cluster.group.{groups[0].name}.gpus_per_node", head))
+    if intra is None and slow_link is not None:
+        intra = (slow_link.kind, slow_link.bandwidth, None)
+    return total, per, intra
 
 
 def build_mesh(r: Evaluator, cluster: Cluster | None, top: Span, kind: str = "mesh") -> Mesh:

@@ -21,6 +21,7 @@ _UNIT_KIND = {"int": "count", "int_or_auto": "count", "frac": None, "bytes": "by
 _UNIT_EXAMPLE = {"bytes": "80GB", "bandwidth": "450GB/s", "flops": "989TFLOPS"}
 _UNIT_WORDS = {"count": "a count", "bytes": "a size in bytes", "bandwidth": "a bandwidth",
                "flops": "a compute rate"}
+_NESTED = ("gpu", "topology", "group")  # blocks inside `cluster`: not referred to as block.field
 _REF_HELP = "refer to a field as `block.field`, e.g. `cluster.gpus_per_node`"
 
 
@@ -385,8 +386,8 @@ class Evaluator:
             blk, fld = parts
         else:
             fail("P011", f"cannot resolve `{node.name}`", node.span, help=_REF_HELP)
-        if blk not in SC.BLOCKS or blk == "gpu":
-            sug = did_you_mean(blk, [b for b in SC.BLOCKS if b != "gpu"])
+        if blk not in SC.BLOCKS or blk in _NESTED:
+            sug = did_you_mean(blk, [b for b in SC.BLOCKS if b not in _NESTED])
             fail("P011", f"cannot resolve `{node.name}`: no block `{blk}`"
                  if len(parts) == 2 else f"cannot resolve `{node.name}`", node.span,
                  help=f"did you mean `{sug}.{fld}`?" if sug and len(parts) == 2 else _REF_HELP)

@@ -14,6 +14,7 @@ from parc.resolve.evaluate import did_you_mean
 # Blocks whose fields nothing else in the plan is computed from: a bad value there leaves the
 # field's default in a partial plan, so the checks that do not read the block still run.
 PARTIAL_BLOCKS = ("train", "serve")
+NESTED = ("gpu", "topology", "group")   # the blocks a `cluster` block may hold
 
 
 @dataclass
@@ -134,8 +135,10 @@ class Document:
             merged.order.append(st.key)
 
     def _nested(self, merged: Block, kind: str, st: S.Block, seen: dict) -> None:
-        """A block inside a block: `gpu { ... }` inside `cluster`, the pools `prefill { ... }` and
-        `decode { ... }` inside `serve`."""
+        """A block inside a block: `gpu { ... }`, `topology { ... }` and `group "name" { ... }`
+        inside `cluster` (a group's key in ``children`` is ``group.<name>``), the pools
+        `prefill { ... }` and `decode { ... }` inside `serve`. `topology`, groups and pools merge
+        key by key over the block of the same name an imported file gives."""
         if kind == "serve" and st.kind in SC.POOLS:
             if st.kind in seen:
                 self.err("P009", f"block `{st.kind}` is defined twice in `serve`", st.kind_span,
@@ -152,16 +155,24 @@ class Document:
             child.span = st.span
             self.merge_items(child, st, st.kind)
             return
-        if kind == "cluster" and st.kind == "gpu":
-            if "gpu" in seen:
-                self.err("P008", "`gpu` is set twice in `cluster`", st.kind_span,
-                         related=[Related(seen["gpu"].key_span, "first set here")])
+        if kind == "cluster" and st.kind in NESTED:
+            name = st.kind if st.kind != "group" else f"group.{st.label}"
+            if st.kind == "group" and st.label is None:
+                self.err("P021", "a `group` block needs a name, e.g. `group \"l40s_nodes\" { ... }`", st.kind_span)
                 return
-            seen["gpu"] = S.Assign("gpu", st.kind_span, S.Auto(st.span), st.span)
-            child = Block("gpu", st.label, st.span, st.label_span)   # the label names a custom GPU
-            self.merge_items(child, st, "gpu")
-            merged.children["gpu"] = child
-            merged.assigns.pop("gpu", None)
+            if name in seen:
+                self.err("P008", f"`{name}` is set twice in `cluster`", st.kind_span,
+                         related=[Related(seen[name].key_span, "first set here")])
+                return
+            seen[name] = S.Assign(name, st.kind_span, S.Auto(st.span), st.span)
+            if st.label is not None and st.kind not in ("group", "gpu"):   # a gpu's label names a custom GPU
+                self.err("P021", f"block `{st.kind}` takes no label", st.label_span)
+            child = merged.children.get(name) if st.kind != "gpu" else None
+            if child is None:
+                child = merged.children[name] = Block(st.kind, st.label, st.span, st.label_span)
+            child.span = st.span
+            self.merge_items(child, st, st.kind)
+            merged.assigns.pop(name, None)
             return
         sug = None
         if st.kind in SC.TOP_BLOCKS:

@@ -39,7 +39,7 @@ TARGET_FAMILIES = tuple(T.rule_targets())
 # The rules of the plan itself. A target's own rules live in its folder and are registered by
 # ``parc.targets.load_rules()``, which whoever checks a plan for targets calls: this registry
 # never imports a target.
-_MODULES = ("mesh", "batch", "topology", "memory", "advice", "style", "serving")
+_MODULES = ("mesh", "batch", "topology", "placement", "memory", "advice", "style", "serving")
 
 
 @dataclass(slots=True)
@@ -236,6 +236,8 @@ DEPENDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "P302": ((), ("world",)),
     "P303": (COUNTS, ()),
     "P304": (COUNTS, ("topology",)),
+    "P305": (COUNTS, ()),
+    "P306": (COUNTS, ()),
     "P401": (LAYOUT, ()),
     "P402": (LAYOUT, ()),
     "P403": (LAYOUT, ()),

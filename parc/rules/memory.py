@@ -287,15 +287,18 @@ def kv_cache_one_sequence(plan, c):
     fixes = []
     if e.kv_capacity_tokens > 0:
         fixes.append(f"`max_model_len = {e.kv_capacity_tokens}` fits")
-    util = (max(st.memory.weights + srv.max_model_len * st.kv_bytes_per_token for st in e.stages)) / cap
+    util = (max(st.memory.total - st.memory.kv_cache + srv.max_model_len * st.kv_bytes_per_token
+                for st in e.stages)) / cap
     util = int(util * 100 + 1) / 100
     if util <= 0.98:
         fixes.append(f"`gpu_memory_utilization = {util:.2f}` fits one full sequence")
     fixes.append(_mesh_help(plan, smallest_serving_mesh(plan)))
+    engine = e.memory.total - e.memory.weights - e.memory.kv_cache
     c.report(c.at("serve.max_model_len", "serve"),
              f"the KV cache holds {e.kv_capacity_tokens:,} tokens per GPU, fewer than one "
-             f"max_model_len = {srv.max_model_len:,} sequence: after {gb(e.memory.weights)} of weights, "
-             f"{gb(max(0.0, budget - e.memory.weights))} is left at {per:,} bytes per token",
+             f"max_model_len = {srv.max_model_len:,} sequence: after {gb(e.memory.weights)} of weights and "
+             f"{gb(engine)} the engine keeps (activations, CUDA context and graphs, NCCL, sampler), "
+             f"{gb(max(0.0, budget - e.memory.weights - engine))} is left at {per:,} bytes per token",
              help="; or ".join(fixes))
 
 
@@ -315,3 +318,72 @@ def kv_cache_max_num_seqs(plan, c):
              f"sequences run at once and the engine preempts the rest",
              help=f"set `max_num_seqs = {fit}`, or lower max_model_len to "
                   f"{e.kv_capacity_tokens // srv.max_num_seqs:,} to keep {srv.max_num_seqs} sequences")
+
+
+# --- the serving workload --------------------------------------------------------------------------
+
+def _workload(plan):
+    """(workload, replicas, KV tokens per replica, decode plan) of a serving plan: of its decode
+    pool when it has pools (:attr:`Estimate.serving`)."""
+    sv = _est(plan).serving
+    if sv is None:
+        return None
+    dec = sv.pools.get("decode", {}).get("estimate") or _est(plan)
+    return sv.workload, sv.replicas, dec.kv_capacity_tokens, sv
+
+
+@rule("P406", "kv-cache-holds-the-workload", severity=WARNING, whole=True)
+def kv_cache_workload(plan, c):
+    if plan.mode != "serve" or plan.serve is None or plan.serve.concurrency is None:
+        return
+    got = _workload(plan)
+    if got is None:
+        return
+    w, replicas, cap, sv = got
+    per = w.prompt_tokens + w.output_tokens
+    batch = -(-w.concurrency // replicas)
+    if batch * per <= cap or cap < per:
+        return
+    fit = (cap // per) * replicas
+    c.report(c.at("serve.concurrency"),
+             f"concurrency = {w.concurrency} requests of {w.prompt_tokens:,} + {w.output_tokens:,} tokens need "
+             f"{batch:,} × {per:,} = {batch * per:,} tokens of KV cache per replica ({count(replicas, 'replica')}) "
+             f"but {cap:,} fit: the engine runs {fit} at once and queues or preempts the rest",
+             help=f"`concurrency = {fit}` fits; or add replicas (dp), or a smaller kv_cache_dtype")
+
+
+@rule("P407", "concurrency-above-max-num-seqs", severity=WARNING, whole=True)
+def concurrency_max_num_seqs(plan, c):
+    if plan.mode != "serve" or plan.serve is None or plan.serve.concurrency is None:
+        return
+    got = _workload(plan)
+    if got is None:
+        return
+    w, replicas, cap, _ = got
+    batch = -(-w.concurrency // replicas)
+    seqs = plan.serve.max_num_seqs
+    if batch <= seqs:
+        return
+    fits = cap // max(1, w.prompt_tokens + w.output_tokens)
+    fix = (f"`max_num_seqs = {batch}`, which the KV cache holds" if batch <= fits else
+           f"`max_num_seqs = {fits}` holds as many as the KV cache does, and `concurrency = {fits * replicas}`")
+    c.report(c.at("serve.concurrency"),
+             f"concurrency = {w.concurrency} is {batch} requests per replica ({count(replicas, 'replica')}) but "
+             f"max_num_seqs = {seqs}: the engine schedules {seqs} at once and the rest wait for a slot, "
+             f"so their time to first token grows by whole requests",
+             help=fix, related=[(c.at("serve.max_num_seqs", "serve"), f"max_num_seqs = {seqs}")])
+
+
+@rule("P408", "workload-longer-than-max-model-len", severity=WARNING, whole=True)
+def workload_max_model_len(plan, c):
+    srv = plan.serve
+    if plan.mode != "serve" or srv is None or srv.prompt_tokens is None:
+        return
+    out = srv.output_tokens or 0
+    if srv.prompt_tokens + out <= srv.max_model_len:
+        return
+    c.report(c.at("serve.prompt_tokens"),
+             f"prompt_tokens + output_tokens = {srv.prompt_tokens:,} + {out:,} = {srv.prompt_tokens + out:,} exceed "
+             f"max_model_len = {srv.max_model_len:,}: the engine refuses such requests (vLLM: \"This model's "
+             f"maximum context length is ...\"), so none of the workload is served",
+             help=f"raise max_model_len to {srv.prompt_tokens + out:,}, or shorten the workload")

@@ -139,6 +139,22 @@ def nccl_env(plan) -> list[Env]:
     return out
 
 
+def device_env(plan, target: str | None = None) -> list[Env]:
+    """The node's GPU order (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES on AMD) where the plan's
+    groups land on NVLink islands only in that order (:func:`parc.model.topology.visible_devices`,
+    under the rank order ``target`` imposes, if any): local rank i then runs on physical GPU
+    order[i] on every node."""
+    from parc.model.targets import rank_order
+    from parc.model.topology import visible_devices, visible_devices_var
+
+    order = visible_devices(plan, rank_order(target, plan.mode) if target else None)
+    if not order:
+        return []
+    return [Env(visible_devices_var(plan.cluster), ",".join(map(str, order)),
+                "the GPU order that keeps each group of consecutive ranks on one NVLink island "
+                "(the cluster's topology)", default=False)]
+
+
 def target_span(plan, c, name, fallback: str | None = None):
     """The target's block; without one (a target asked for with --target), the block the fix
     belongs to (``fallback``), never the top of the file."""

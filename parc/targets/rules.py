@@ -1,14 +1,15 @@
 """The rules that span several targets: a key a target cannot do without (P602), values no
 command line can carry (P662) or that a launcher would read as options (P690), and the rules
-of the families without a folder of their own: parc's torch runtime (P610, P611, P616), which comes
-with torchrun, slurm and kubernetes."""
+of the families without a folder of their own: parc's torch runtime (P610, P616), which comes
+with torchrun, slurm and kubernetes. The runtime builds Megatron-LM's expert grid for any etp that
+P112 and P113 accept, so it has no etp rule of its own (P611 is torchtitan's, before 0.3.0)."""
 from __future__ import annotations
 
 import json
 import re
 
-from parc.model import schedules
-from parc.model.targets import example, inherits, keys, launch_targets, required, requiring_targets
+from parc.model.targets import (example, inherits, keys, launch_targets, pipeline_runtime, pipelines, required,
+                                requiring_targets, runs_pipeline)
 from parc.rules import rule
 from parc.rules.util import join, target_name
 from parc.targets.base import dash_keys, option_lists, settings, target_span
@@ -81,32 +82,34 @@ def torch_tied_pp(plan, c):
              related=[(c.at("model.tied_embeddings"), "tied_embeddings = true")])
 
 
-# ------------------------------------------------------------------------------------ P611
-
-@rule("P611", "torch-etp-one-or-tp", targets=("torch",))
-def torch_etp(plan, c):
-    m = plan.mesh
-    if not plan.model.is_moe or m.etp in (1, m.tp):
-        return
-    c.report(c.at("mesh.etp"),
-             f"{target_name(c.target)} splits experts either over the whole TP group or not at all: etp must be 1 or "
-             f"tp = {m.tp}, not {m.etp} (torchtitan: \"Currently we only support ETP=TP or ETP=1\")",
-             help=f"set etp = 1 or etp = {m.tp}" if m.tp > 1 else "set etp = 1")
-
-
 # ------------------------------------------------------------------------------------ P616
+
+def pipeline_missing(plan, target: str) -> bool:
+    """Whether a pipelined training plan names a schedule ``target``'s runtime does not have
+    (its ``[schedules]`` table): P607, P616 and P688 ask this one question."""
+    return plan.mode == "train" and plan.mesh.pp > 1 and not runs_pipeline(target, plan.schedule.pipeline)
+
+
+def schedules_text(target: str) -> str:
+    """The schedules ``target``'s runtime has, parc's name with the runtime's own."""
+    return ", ".join(f"{p} ({name})" for p, name in pipelines(target).items())
+
 
 @rule("P616", "torch-no-dualpipe", targets=("torch", "torchtitan"))
 def torch_no_dualpipe(plan, c):
+    """A pipeline absent from the runtime's table (families.toml for the torch runtime,
+    torchtitan's target.toml): today that is dualpipe alone, for both."""
     s = plan.schedule
-    if plan.mode != "train" or plan.mesh.pp <= 1 or schedules.in_torch(s.pipeline):
+    if not pipeline_missing(plan, c.target):
         return
+    why = (": DualPipe runs only with deepseek-ai/DualPipe's DualPipe module, which no parc target launches"
+           if s.pipeline == "dualpipe" else "")
     c.report(c.at("schedule.pipeline"),
-             f"{target_name(c.target)} builds its pipeline with torch.distributed.pipelining, which has "
-             f"ScheduleDualPipeV but no DualPipe: pipeline = dualpipe runs only with deepseek-ai/DualPipe's "
-             f"DualPipe module, which no parc target launches",
-             help=f"use `pipeline = dualpipe_v` with `virtual_stages = 2` (DualPipe cut in half, pp = {plan.mesh.pp} "
-                  f"ranks holding one copy of the model), or `pipeline = zero_bubble` or `interleaved_1f1b`")
+             f"{target_name(c.target)} builds its pipeline with {pipeline_runtime(c.target)}, which has no "
+             f"pipeline = {s.pipeline}{why}; it has {schedules_text(c.target)}",
+             help=(f"use `pipeline = dualpipe_v` with `virtual_stages = 2` (DualPipe cut in half, pp = {plan.mesh.pp} "
+                   f"ranks holding one copy of the model), or another of those" if s.pipeline == "dualpipe"
+                   else "choose one of those"))
 
 
 # ------------------------------------------------------------------------------------ P662

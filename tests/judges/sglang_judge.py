@@ -9,9 +9,12 @@ makes of it:
   (``resolve_once()``: the resolution pipeline with its ValueErrors and assertions, and
   ``check_server_args()``). The model path must be a local folder with a config.json (the test
   writes one from the spec's model, no weights): SGLang reads it while resolving. The verdict
-  gives the sizes SGLang resolved (tp, pp, dp, attention dp, ep, nodes), or its message;
+  gives the sizes SGLang resolved (tp, pp, dp, attention dp, ep, dcp, nodes, disaggregation
+  mode, EPLB settings) and the KV heads its ModelConfig gives each rank without and with decode
+  context parallelism, or its message;
 * ``{"router": [...]}``: the arguments of ``python -m sglang_router.launch_router``, through
-  its own ``parse_router_args`` and ``RouterArgs._validate_router_args``.
+  its own ``parse_router_args`` and ``RouterArgs._validate_router_args``, with the prefill and
+  decode URLs it read in ``--pd-disaggregation`` mode.
 
 Two stand-ins, both outside what the checks read: there is no GPU here, so ``--device cuda``
 (what SGLang picks on a GPU host) is added where the command names no device; and the CPU torch
@@ -63,6 +66,7 @@ except Exception:
 
 import argparse  # noqa: E402
 
+from sglang.srt.arg_groups.model_override_base import model_config_of  # noqa: E402
 from sglang.srt.arg_groups.overrides import resolving_view  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 from sglang_router.launch_router import parse_router_args  # noqa: E402
@@ -88,13 +92,21 @@ def server(argv):
     except (ValueError, AssertionError, RuntimeError, TypeError) as x:
         return {"ok": False, "stage": "ServerArgs", "error": f"{type(x).__name__}: {x}"}
     v = resolving_view(args)
-    return {"ok": True, "tp": v.tp_size, "pp": v.pp_size, "dp": v.dp_size, "attn_dp": v.attn_dp_size,
+    # the KV heads each rank holds by SGLang's own ModelConfig: without and with decode context
+    # parallelism, over the attention TP group (the ranks of a DCP group must hold the same ones)
+    attn_tp = v.tp_size // v.attn_dp_size
+    mc = model_config_of(args)
+    kv = [mc.get_num_kv_heads(attn_tp), mc.get_num_kv_heads(attn_tp, v.dcp_size)]
+    return {"ok": True, "kv_heads": kv, "tp": v.tp_size, "pp": v.pp_size, "dp": v.dp_size, "attn_dp": v.attn_dp_size,
             "ep": v.ep_size, "nnodes": v.nnodes, "node_rank": v.node_rank, "dist_init_addr": v.dist_init_addr,
             "context_length": raw.context_length, "mem_fraction_static": v.mem_fraction_static,
             "max_running_requests": v.max_running_requests, "host": v.host, "port": v.port,
             "moe_a2a_backend": v.moe_a2a_backend, "disaggregation_mode": v.disaggregation_mode,
             "transfer_backend": v.disaggregation_transfer_backend, "dtype": v.dtype,
-            "kv_cache_dtype": v.kv_cache_dtype}
+            "kv_cache_dtype": v.kv_cache_dtype, "dcp": v.dcp_size, "deepep_mode": v.deepep_mode,
+            "enable_eplb": v.enable_eplb, "redundant_experts": v.ep_num_redundant_experts,
+            "eplb_interval": v.eplb_rebalance_num_iterations,
+            "recorder_buffer": v.expert_distribution_recorder_buffer_size}
 
 
 def router(argv):
@@ -106,7 +118,9 @@ def router(argv):
         a._validate_router_args()
     except (ValueError, AssertionError) as x:
         return {"ok": False, "stage": "RouterArgs", "error": str(x)}
-    return {"ok": True, "worker_urls": list(a.worker_urls), "host": a.host, "port": a.port}
+    return {"ok": True, "worker_urls": list(a.worker_urls), "host": a.host, "port": a.port,
+            "pd": a.pd_disaggregation, "prefill_urls": [list(u) for u in a.prefill_urls],
+            "decode_urls": list(a.decode_urls)}
 
 
 def judge(item):

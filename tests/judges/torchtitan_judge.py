@@ -53,7 +53,8 @@ def judge(item):
            "pp": dims.pp, "ep": dims.ep, "world": dims.world_size, "seq_len": t.seq_len,
            "local_batch_size": t.local_batch_size, "global_batch_size": t.global_batch_size,
            "reshard_after_forward": p.fsdp_reshard_after_forward, "sequence_parallel": p.enable_sequence_parallel,
-           "mixed_precision_param": t.mixed_precision_param}
+           "mixed_precision_param": t.mixed_precision_param,
+           "async_tp": config.compile.enable_async_tensor_parallel, "compile": config.compile.enable}
     # Trainer.__init__, "validate dense activation sequence length evenness"
     divisor = (dims.tp if p.enable_sequence_parallel else 1) * (2 * dims.cp if dims.cp > 1 else 1)
     if t.seq_len % divisor:

@@ -11,8 +11,10 @@ The config (DeepSpeed's ``DeepSpeedConfig``, deepspeed/runtime/config.py):
   takes it from ``PipelineModule.mpu()`` with pp > 1 and from the world size otherwise. With
   AutoTP (tp > 1) it is the world unless the script passes an ``mpu``, so parc leaves
   ``train_batch_size`` out and DeepSpeed derives it from the two it is given;
-* ``zero_optimization``: the plan's ZeRO stage with ``overlap_comm``, ``contiguous_gradients``
-  and ``reduce_bucket_size`` (target keys, DeepSpeed's defaults otherwise);
+* ``zero_optimization``: the plan's ZeRO stage with ``overlap_comm`` (the gradient reduction under
+  the backward: the train block's ``overlap_grad_reduce`` unless the target block's
+  ``overlap_comm`` says otherwise), ``contiguous_gradients`` and ``reduce_bucket_size`` (a target
+  key, DeepSpeed's default otherwise);
 * ``bf16`` or ``fp16`` as the plan's precision says (fp8 trains in bf16 here: DeepSpeed's config
   has no fp8 training; P687 says so);
 * ``tensor_parallel.autotp_size`` = tp (AutoTP shards the model's linear layers);
@@ -56,7 +58,7 @@ def config(plan) -> dict:
         out["fp16"] = {"enabled": True}
     zero: dict = {"stage": t.zero}
     if t.zero > 0:
-        zero.update(overlap_comm=bool(s.get("overlap_comm", True)), contiguous_gradients=True,
+        zero.update(overlap_comm=bool(s.get("overlap_comm", t.overlap_grad_reduce)), contiguous_gradients=True,
                     reduce_bucket_size=int(s.get("reduce_bucket_size", REDUCE_BUCKET)))
     out["zero_optimization"] = zero
     if me.tp > 1:

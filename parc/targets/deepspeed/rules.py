@@ -4,11 +4,9 @@ from __future__ import annotations
 from parc.rules import WARNING, rule
 from parc.targets.base import settings, target_span
 from parc.targets.deepspeed import TARGET
+from parc.targets.rules import pipeline_missing
 from parc.words import count
 
-# the pipeline schedules DeepSpeed 0.19.8 runs: a PipelineModule under PipelineEngine (TrainSchedule,
-# 1F1B; a GPipe plan runs as 1F1B, P689) or a DualPipeVModule under DualPipeVEngine
-SCHEDULES = ("1f1b", "gpipe", "dualpipe_v")
 
 
 # ------------------------------------------------------------------------------------ P615
@@ -72,7 +70,7 @@ def deepspeed_fp8(plan, c):
 @rule("P688", "deepspeed-pipeline-schedule", targets=(TARGET,))
 def deepspeed_schedule(plan, c):
     s, m = plan.schedule, plan.mesh
-    if plan.mode != "train" or m.pp <= 1 or s.pipeline in SCHEDULES:
+    if not pipeline_missing(plan, TARGET):      # target.toml [schedules]
         return
     what = ("no interleaved pipeline (each stage holds one contiguous block of layers)"
             if s.pipeline == "interleaved_1f1b" else f"no {s.pipeline} schedule")

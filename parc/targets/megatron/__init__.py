@@ -18,7 +18,6 @@ from parc.targets import torchrun
 
 TARGET = "megatron"
 DEFAULT_ENTRYPOINT = "pretrain_gpt.py"
-SCHEDULES = ("1f1b", "interleaved_1f1b")
 
 
 def mapping(plan) -> tuple[bool, str | None]:
@@ -75,7 +74,33 @@ def moe_layer_freq(m) -> str:
 
 def arg_lines(plan) -> list[list]:
     """Every Megatron-LM argument of the plan: its parallelism, its model, its training setup."""
-    return _parallel_lines(plan) + _model_lines(plan) + _training_lines(plan)
+    return _parallel_lines(plan) + _model_lines(plan) + _training_lines(plan) + overlap_lines(plan)
+
+
+def overlap_lines(plan) -> list[list]:
+    """The train block's overlap keys as Megatron-LM 0.20 spells them. Each of its switches is
+    off unless given (``--overlap-grad-reduce``, ``--overlap-param-gather`` and
+    ``--tp-comm-overlap`` in megatron/training/arguments.py; ``--overlap-moe-expert-parallel-comm``
+    generated from ModelParallelConfig), so a true key is its flag and a false one is nothing;
+    ``--tp-comm-overlap`` only with tp > 1 and ``--overlap-moe-expert-parallel-comm`` only with
+    ep > 1, where they have collectives to overlap (Megatron-LM turns sequence parallelism off at
+    tp = 1 and then refuses the first; it refuses the second without expert parallelism). The attention
+    backend is ``auto`` by default (Transformer Engine picks its flash or cuDNN fused kernel,
+    parc's ``flash_attention = true``); ``flash_attention = false`` is ``--attention-backend
+    unfused``. P654, P655 and P659 refuse the combinations Megatron-LM asserts against."""
+    tr, me = plan.train, plan.mesh
+    out: list[list] = []
+    if tr.overlap_grad_reduce:
+        out.append(["--overlap-grad-reduce"])
+    if tr.overlap_param_gather:
+        out.append(["--overlap-param-gather"])
+    if tr.tp_comm_overlap and me.tp > 1:
+        out.append(["--tp-comm-overlap"])
+    if tr.ep_comm_overlap and plan.model.is_moe and me.ep > 1:
+        out.append(["--overlap-moe-expert-parallel-comm"])
+    if not tr.flash_attention:
+        out.append(["--attention-backend", "unfused"])
+    return out
 
 
 def _parallel_lines(plan) -> list[list]:

@@ -6,6 +6,7 @@ from parc.model.targets import rank_orders
 from parc.rules import WARNING, rule
 from parc.rules.util import dims
 from parc.targets.base import settings, target_span
+from parc.targets.rules import pipeline_missing
 from parc.targets.megatron import TARGET, fsdp
 
 
@@ -26,7 +27,7 @@ def megatron_training_only(plan, c):
 @rule("P607", "megatron-schedule-unsupported", targets=(TARGET,))
 def megatron_schedule(plan, c):
     s = plan.schedule
-    if plan.mode != "train" or plan.mesh.pp <= 1 or s.pipeline in ("1f1b", "interleaved_1f1b"):
+    if not pipeline_missing(plan, TARGET):      # target.toml [schedules]
         return
     c.report(c.at("schedule.pipeline"),
              f"Megatron-LM runs only 1F1B and interleaved 1F1B pipelines; pipeline = {s.pipeline} cannot be "
@@ -156,3 +157,76 @@ def tokenizer_model(plan, c):
                  "tokenizer has nothing to load and pretrain_gpt.py stops before the first step",
                  help=f'replace the --tokenizer-type pair with `tokenizer = "{_hf_id(plan)}"` in `target megatron` '
                       "(a Hugging Face id or a local folder)")
+
+
+# --- the overlap switches Megatron-LM refuses -----------------------------------------------
+@rule("P654", "megatron-overlap-param-gather", targets=(TARGET,))
+def overlap_param_gather(plan, c):
+    """validate_args: --overlap-param-gather only with the distributed optimizer (or
+    Megatron-FSDP) and only together with --overlap-grad-reduce."""
+    tr = plan.train
+    if plan.mode != "train" or tr is None or not tr.overlap_param_gather:
+        return
+    if tr.zero == 0:
+        c.report(c.at("train.overlap_param_gather", "train"),
+                 "overlap_param_gather = true with zero = 0: without the distributed optimizer every rank holds "
+                 "all parameters, so there is no all-gather to overlap, and Megatron-LM refuses "
+                 "--overlap-param-gather (\"only supported with distributed optimizer, megatron fsdp, or dist_muon\")",
+                 help="set `zero = 1` (the distributed optimizer), or remove `overlap_param_gather`",
+                 related=[(c.at("train.zero", "train"), "zero = 0")])
+    elif not tr.overlap_grad_reduce:
+        c.report(c.at("train.overlap_param_gather", "train"),
+                 "overlap_param_gather = true with overlap_grad_reduce = false: Megatron-LM overlaps the parameter "
+                 "all-gather only together with the gradient reduce-scatter (\"Must use --overlap-param-gather "
+                 "with --overlap-grad-reduce\")",
+                 help="set `overlap_grad_reduce = true` (parc's default), or remove `overlap_param_gather`",
+                 related=[(c.at("train.overlap_grad_reduce", "train"), "overlap_grad_reduce = false")])
+
+
+@rule("P655", "megatron-tp-comm-overlap-needs-sp", targets=(TARGET,))
+def tp_comm_overlap(plan, c):
+    """validate_args: --tp-comm-overlap pipelines the all-gathers and reduce-scatters of sequence
+    parallelism with Transformer Engine's GEMMs (parc always emits --transformer-impl
+    transformer_engine); without sequence parallelism there are none."""
+    tr, me = plan.train, plan.mesh
+    if plan.mode != "train" or tr is None or not tr.tp_comm_overlap or me.tp <= 1 or tr.sequence_parallel:
+        return
+    c.report(c.at("train.tp_comm_overlap", "train"),
+             f"tp_comm_overlap = true with tp = {me.tp} but no sequence parallelism: Megatron-LM overlaps only the "
+             "all-gathers and reduce-scatters of sequence parallelism with their GEMMs (\"Tensor parallel "
+             "communication/GEMM overlap can happen only when sequence parallelism is enabled\")",
+             help="set `sequence_parallel = true` in train, or remove `tp_comm_overlap`")
+
+
+def _ep_overlap_faults(plan) -> list[tuple[str, str, str]]:
+    """(path, what, Megatron-LM's words) for each TransformerConfig assertion of
+    overlap_moe_expert_parallel_comm that the plan breaks."""
+    tr, me, sc = plan.train, plan.mesh, plan.schedule
+    out = []
+    if me.pp > 1 and sc.virtual_stages <= 1:
+        out.append(("schedule.pipeline", f"pp = {me.pp} without virtual stages",
+                    "virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1"))
+    if tr.recompute == "full":
+        out.append(("train.recompute", "recompute = full",
+                    "disable full recomputation when enabling overlap_moe_expert_parallel_comm"))
+    if tr.precision not in ("bf16", "fp16", "fp8"):
+        out.append(("train.precision", f"precision = {tr.precision}",
+                    "overlap_moe_expert_parallel_comm is only supported with bf16 or fp16 model"))
+    return out
+
+
+@rule("P659", "megatron-ep-comm-overlap", targets=(TARGET,))
+def ep_comm_overlap(plan, c):
+    """TransformerConfig.__post_init__ asserts what overlap_moe_expert_parallel_comm needs; the
+    alltoall dispatcher and ep > 1 come with the launch (the flag is emitted only with ep > 1)."""
+    tr, me = plan.train, plan.mesh
+    if plan.mode != "train" or tr is None or not tr.ep_comm_overlap or not plan.model.is_moe or me.ep <= 1:
+        return
+    for path, what, words in _ep_overlap_faults(plan):
+        c.report(c.at(path, "schedule" if path.startswith("schedule") else "train"),
+                 f"ep_comm_overlap = true with {what}: Megatron-LM's --overlap-moe-expert-parallel-comm "
+                 f"refuses it (\"{words}\")",
+                 help={"schedule.pipeline": "use `pipeline = interleaved_1f1b` with virtual_stages ≥ 2, ",
+                       "train.recompute": "use `recompute = selective` or none, ",
+                       "train.precision": "use `precision = bf16`, "}[path] + "or remove `ep_comm_overlap`",
+                 related=[(c.at("train.ep_comm_overlap", "train"), "ep_comm_overlap = true")])

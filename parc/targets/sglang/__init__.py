@@ -14,17 +14,24 @@ How the mesh becomes SGLang's sizes (SGLang's ServerArgs, arg_groups/fields/para
   (``--tp-size dp·tp --attn-dp-size dp``), the expert layers spanning all of them;
 * expert parallelism inside the server's tp_size (``--ep-size``; the MoE tensor-parallel size is
   what is left, tp_size / ep); the all-to-all backends (``--moe-a2a-backend``) set ep = tp_size;
-* prefill/decode disaggregation: ``--disaggregation-mode`` and its transfer backend.
+* decode context parallelism inside each attention TP group (``--dcp-size``), EPLB
+  (``--enable-eplb``, ``--ep-num-redundant-experts``, ``--eplb-rebalance-num-iterations``, the
+  statistics window as ``--expert-distribution-recorder-buffer-size``);
+* prefill/decode disaggregation: a spec with ``prefill`` and ``decode`` pools compiles into
+  prefill.sh and decode.sh (each pool's servers, ``--disaggregation-mode`` and the transfer
+  backend of ``serve.kv_transfer``) and router.sh with ``--pd-disaggregation``; the older
+  one-side spec (``disaggregation = prefill``) still compiles one side.
 
 Across nodes a server is started with ``--nnodes``/``--node-rank``/``--dist-init-addr`` on each
-of its nodes; MASTER_ADDR names the server's first node. P691 to P697 and P683 refuse what SGLang cannot
-run or parc cannot express.
+of its nodes; MASTER_ADDR names the server's first node. P691 to P697, P683 and P623 to P645
+(serving_rules.py) refuse what SGLang cannot run or parc cannot express.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from parc.targets.base import Cat, File, Var, mesh_text, nccl_env, plan_json, settings, spec_name
+from parc.targets.base import Cat, File, Var, device_env, mesh_text, nccl_env, plan_json, settings, spec_name
 from parc.words import count
 
 TARGET = "sglang"
@@ -34,6 +41,14 @@ KV_DTYPES = {"auto": "auto", "bf16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8
 PORT = 30000
 DIST_PORT = 5000
 ROUTER_PORT = 8000
+# SGLang's default --disaggregation-bootstrap-port (arg_groups/fields/disagg.py), which the PD
+# router pairs with each prefill server's URL
+BOOTSTRAP_PORT = 8998
+# serve.kv_transfer as --disaggregation-transfer-backend (arg_groups/choices.py
+# DISAGG_TRANSFER_BACKEND_CHOICES); lmcache and p2p_nccl are vLLM connectors SGLang has not (P639)
+KV_TRANSFER = {"mooncake": "mooncake", "nixl": "nixl"}
+# the all-to-all backends whose mode --deepep-mode selects (arg_groups/fields/exec_.py)
+DEEPEP_MODE_BACKENDS = ("deepep", "deepep_v2", "mori")
 
 
 @dataclass(frozen=True)
@@ -58,8 +73,33 @@ def replica(plan) -> int:
     return plan.mesh.tp * plan.mesh.pp
 
 
+def dp_attention_asked(plan) -> bool:
+    """Whether the spec asks for attention data parallelism: ``serve.dp_attention``, or the
+    target block's ``dp_attention``, its older spelling (P623 asks to move it)."""
+    sv = plan.serve
+    return bool((sv is not None and sv.dp_attention) or settings(plan, TARGET).get("dp_attention"))
+
+
 def dp_attention(plan) -> bool:
-    return bool(settings(plan, TARGET).get("dp_attention")) and plan.mesh.dp > 1
+    """Whether the plan's dp runs as attention data parallelism inside one server (P697 warns
+    where it is asked with dp = 1)."""
+    return dp_attention_asked(plan) and plan.mesh.dp > 1
+
+
+def transfer_backend(plan) -> str:
+    """--disaggregation-transfer-backend: ``serve.kv_transfer`` where SGLang has it, else the
+    target block's ``transfer_backend`` (P640 refuses the two disagreeing), else SGLang's
+    default, mooncake."""
+    kv = plan.serve.kv_transfer if plan.serve is not None else None
+    return KV_TRANSFER.get(kv) or settings(plan, TARGET).get("transfer_backend") or "mooncake"
+
+
+def server_ep(plan) -> int:
+    """The expert-parallel size SGLang serves: the server's tp_size under an all-to-all backend
+    (it overrides --ep-size, P694), else the mesh's ep; 1 for a dense model."""
+    if not plan.model.is_moe:
+        return 1
+    return layout(plan).tp_size if settings(plan, TARGET).get("moe_a2a_backend") else plan.mesh.ep
 
 
 def layout(plan) -> Layout:
@@ -90,9 +130,10 @@ def attn_dp_words(plan, n: int) -> list:
     return [flag(TARGET, "dp_size", version), n, flag(TARGET, "enable_dp_attention", version)]
 
 
-def server_lines(plan, node_rank) -> list[list]:
+def server_lines(plan, node_rank, side: str | None = None) -> list[list]:
     """The options of ``sglang.launch_server`` after ``--model-path``; ``node_rank`` is the node's
-    rank inside its server (an int or a shell variable)."""
+    rank inside its server (an int or a shell variable); ``side`` the pool (prefill or decode)
+    of a disaggregated plan's instance, default the target block's ``disaggregation``."""
     s = settings(plan, TARGET)
     sv, m = plan.serve, plan.model
     lay = layout(plan)
@@ -107,6 +148,7 @@ def server_lines(plan, node_rank) -> list[list]:
         a(["--ep-size", lay.ep_size])
     if s.get("moe_a2a_backend"):
         a(["--moe-a2a-backend", s["moe_a2a_backend"]])
+    out += _serving_lines(plan)
     a(["--context-length", sv.max_model_len])
     a(["--mem-fraction-static", repr(float(sv.gpu_memory_utilization))])
     a(["--max-running-requests", sv.max_num_seqs])
@@ -114,9 +156,10 @@ def server_lines(plan, node_rank) -> list[list]:
     a(["--dtype", DTYPES[m.dtype]])
     if m.dtype == "fp8":
         a(["--quantization", "fp8"])
-    if s.get("disaggregation"):
-        a(["--disaggregation-mode", s["disaggregation"]])
-        a(["--disaggregation-transfer-backend", s.get("transfer_backend", "mooncake")])
+    side = side or s.get("disaggregation")
+    if side:
+        a(["--disaggregation-mode", side])
+        a(["--disaggregation-transfer-backend", transfer_backend(plan)])
     if lay.nnodes > 1:
         a(["--nnodes", lay.nnodes])
         a(["--node-rank", node_rank])
@@ -124,18 +167,52 @@ def server_lines(plan, node_rank) -> list[list]:
     return out + [[x] for x in s.get("extra_args") or []]
 
 
-def _header(plan, lay: Layout) -> list[str]:
+def _serving_lines(plan) -> list[list]:
+    """The options of the 2026 serving keys, each spelled as the pinned release does
+    (flags.toml): decode context parallelism, the DeepEP mode and EPLB (MoE models only)."""
+    from parc.model.targets import flag, pinned
+
+    def opt(what, *value):
+        return [flag(TARGET, what, pinned(plan, TARGET)), *value]
+
+    s, sv = settings(plan, TARGET), plan.serve
+    out = [opt("dcp_size", plan.mesh.dcp)] if plan.mesh.dcp > 1 else []
+    if not plan.model.is_moe:
+        return out
+    if s.get("deepep_mode"):
+        out.append(opt("deepep_mode", s["deepep_mode"]))
+    if sv.eplb:
+        out.append(opt("enable_eplb"))
+    if sv.redundant_experts:
+        out.append(opt("ep_num_redundant_experts", sv.redundant_experts))
+    if sv.eplb and sv.eplb_interval:
+        out.append(opt("eplb_rebalance_num_iterations", sv.eplb_interval))
+    if sv.eplb and sv.eplb_window:
+        out.append(opt("expert_distribution_recorder_buffer_size", sv.eplb_window))
+    return out
+
+
+def _header(plan, lay: Layout, side: str | None = None, script: str = "launch.sh") -> list[str]:
+    """The comment of a launch script: what it starts, how to run it, the mesh; ``side`` names
+    the pool of a disaggregated plan whose servers ``script`` starts."""
     cl = plan.cluster
-    mesh = f"Mesh: {mesh_text(plan)}; {cl.nodes} node{'s' if cl.nodes > 1 else ''} x {count(cl.gpus_per_node, 'GPU')}."
+    nodes = lay.nodes if side else cl.nodes
+    mesh = f"Mesh: {mesh_text(plan)}; {nodes} node{'s' if nodes > 1 else ''} x {count(cl.gpus_per_node, 'GPU')}."
+    pd = " (one side of a prefill/decode pair: the PD router joins it to the other side's servers)"
     what = (f"one SGLang server over {count(lay.nnodes, 'node')}" if lay.servers == 1 else
             f"{count(lay.servers, 'SGLang server')} of {count(lay.nnodes, 'node')} each"
-            + (", with router.sh in front" if router(plan) else " (one side of a prefill/decode pair: the PD router joins it to the other side's servers)"))
+            + (pd if side or settings(plan, TARGET).get("disaggregation") else ", with router.sh in front"))
+    role = f"SGLang {side} servers of a prefill/decode-disaggregated plan" if side else "SGLang server"
+    if side:
+        what += "; router.sh pairs them with the other pool's servers"
     if lay.nodes == 1:
-        return [f"SGLang server, compiled by parc from {spec_name(plan)}.", mesh]
+        return [f"{role}, compiled by parc from {spec_name(plan)}" + (f": {what}." if side else "."), mesh]
     first = ("the first node of this node's server (node rank · "
              f"{lay.nnodes} rounded down)" if lay.servers > 1 else "node 0")
-    return [f"SGLang launch for any node of {lay.nodes}, compiled by parc from {spec_name(plan)}: {what}.",
-            f"Usage: launch.sh NODE_RANK (0 to {lay.nodes - 1}); without an argument the rank comes from "
+    rank = f", the node's rank within the {side} pool" if side else ""
+    return [f"{'SGLang ' + side + ' pool' if side else 'SGLang'} launch for any node of {lay.nodes}, compiled by parc "
+            f"from {spec_name(plan)}: {what}.",
+            f"Usage: {script} NODE_RANK (0 to {lay.nodes - 1}{rank}); without an argument the rank comes from "
             "SLURM_NODEID or NODE_RANK.", mesh]\
         + ([f"Set MASTER_ADDR to the address of {first} before running it."] if lay.nnodes > 1 else [])
 
@@ -146,32 +223,61 @@ def router(plan) -> bool:
     return layout(plan).servers > 1 and not settings(plan, TARGET).get("disaggregation")
 
 
-def _router_script(plan) -> str:
+def _router_script(plan, lay: Layout) -> str:
     from parc.targets.render import render
 
     s = settings(plan, TARGET)
-    lay = layout(plan)
     return render("sglang/router.sh.j2", need_here=False, servers=lay.servers, port=s.get("port", PORT),
-                  router_port=s.get("router_port", ROUTER_PORT), nnodes=lay.nnodes,
+                  router_port=s.get("router_port", ROUTER_PORT), nnodes=lay.nnodes, prefill=0,
                   header=[f"sglang_router in front of the {lay.servers} SGLang servers of {spec_name(plan)}.",
                           f"Usage: router.sh HOST... (the address of each server's first node: node ranks "
                           f"0, {lay.nnodes}, ...; {lay.servers} in all)."])
 
 
-def _script(plan) -> str:
+def _script(plan, lay: Layout, side: str | None = None, script: str = "launch.sh") -> str:
     from parc.targets.render import render
 
-    lay = layout(plan)
-    multi = lay.nodes > 1
     node = Var("local_rank") if lay.servers > 1 else Var("node_rank")
-    return render("sglang/launch.sh.j2", header=_header(plan, lay), need_here=False, env=nccl_env(plan),
-                  multi=multi, nnodes=lay.nodes, per_server=lay.nnodes, servers=lay.servers,
-                  model=settings(plan, TARGET)["model"], lines=server_lines(plan, node))
+    return render("sglang/launch.sh.j2", header=_header(plan, lay, side, script), need_here=False,
+                  env=device_env(plan, TARGET) + nccl_env(plan), multi=lay.nodes > 1, nnodes=lay.nodes, per_server=lay.nnodes,
+                  servers=lay.servers, model=settings(plan, TARGET)["model"], lines=server_lines(plan, node, side))
+
+
+def pool_layouts(plan) -> list[tuple[str, object, Layout]]:
+    """Each pool of a disaggregated plan: its name, the plan of one instance
+    (:func:`parc.model.pools.pool_plan`) and SGLang's layout of the whole pool, the instance's
+    servers repeated ``instances`` times (P644 refuses instances that would share a node)."""
+    from parc.model.pools import pool_plans
+
+    out = []
+    for pool, pp in pool_plans(plan):
+        lay = layout(pp)
+        out.append((pool.name, pp, dataclasses.replace(lay, servers=lay.servers * pool.instances)))
+    return out
+
+
+def _pd_router_script(plan, pools) -> str:
+    from parc.targets.render import render
+
+    s = settings(plan, TARGET)
+    (_, _, pre), (_, _, dec) = pools
+    return render("sglang/router.sh.j2", need_here=False, servers=pre.servers + dec.servers,
+                  port=s.get("port", PORT), router_port=s.get("router_port", ROUTER_PORT),
+                  prefill=pre.servers, bootstrap=BOOTSTRAP_PORT,
+                  header=[f"sglang_router pairing the {count(pre.servers, 'prefill server')} and "
+                          f"{count(dec.servers, 'decode server')} of {spec_name(plan)} (--pd-disaggregation).",
+                          f"Usage: router.sh HOST... (the first node of each prefill server, prefill.sh node ranks "
+                          f"0, {pre.nnodes}, ...; then of each decode server, decode.sh node ranks 0, {dec.nnodes}, "
+                          f"...; {pre.servers + dec.servers} in all)."])
 
 
 def build(plan) -> list[File]:
-    name = "launch.sh" if layout(plan).nodes > 1 else "serve.sh"
-    files = [File(name, _script(plan), True)]
+    if plan.pools:
+        pools = pool_layouts(plan)
+        files = [File(f"{side}.sh", _script(pp, lay, side, f"{side}.sh"), True) for side, pp, lay in pools]
+        return files + [File("router.sh", _pd_router_script(plan, pools), True), File("plan.json", plan_json(plan))]
+    lay = layout(plan)
+    files = [File("launch.sh" if lay.nodes > 1 else "serve.sh", _script(plan, lay), True)]
     if router(plan):
-        files.append(File("router.sh", _router_script(plan), True))
+        files.append(File("router.sh", _router_script(plan, lay), True))
     return files + [File("plan.json", plan_json(plan))]

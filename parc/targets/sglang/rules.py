@@ -5,7 +5,7 @@ from __future__ import annotations
 from parc.rules import WARNING, rule
 from parc.rules.util import divisors, join
 from parc.targets.base import settings, target_span
-from parc.targets.sglang import TARGET, dp_attention, layout, replica
+from parc.targets.sglang import TARGET, dp_attention, dp_attention_asked, layout, replica
 from parc.words import count
 
 
@@ -108,9 +108,10 @@ def sglang_node_layout(plan, c):
 
 @rule("P697", "sglang-dp-attention-without-dp", severity=WARNING, targets=(TARGET,), reads=("dp",))
 def sglang_dp_attention_dp1(plan, c):
-    if plan.mode != "serve" or not settings(plan, TARGET).get("dp_attention") or plan.mesh.dp > 1:
+    if plan.mode != "serve" or not dp_attention_asked(plan) or plan.mesh.dp > 1:
         return
-    c.report(c.at(f"target.{TARGET}.dp_attention", f"target.{TARGET}"),
+    key = "serve.dp_attention" if plan.serve is not None and plan.serve.dp_attention else f"target.{TARGET}.dp_attention"
+    c.report(c.at(key, f"target.{TARGET}"),
              "dp_attention = true does nothing with dp = 1: attention data parallelism needs more than one "
              "attention group (SGLang runs --attn-dp-size 1 as plain tensor parallelism)",
              help="set dp > 1 (the attention groups, tp GPUs each) or remove `dp_attention`")
@@ -128,3 +129,7 @@ def sglang_context_length(plan, c):
              help=f"set `max_model_len = {m.max_positions}` or less, or the model's `max_positions` where its "
                   "config allows longer sequences (RoPE scaling)",
              related=[(c.at("model.max_positions", "model"), f"the model has {m.max_positions:,} positions")])
+
+
+# the rules of the 2026 serving keys live beside these; importing registers them
+from parc.targets.sglang import serving_rules  # noqa: E402,F401

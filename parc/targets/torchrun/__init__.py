@@ -23,7 +23,8 @@ start separate worlds.
 """
 from __future__ import annotations
 
-from parc.targets.base import Cat, Env, File, Var, mesh_text, nccl_env, plan_id, plan_json, settings, spec_name
+from parc.targets.base import (Cat, Env, File, Var, device_env, mesh_text, nccl_env, plan_id, plan_json, settings,
+                               spec_name)
 from parc.words import count
 
 TARGET = "torchrun"
@@ -58,7 +59,7 @@ def launcher_lines(plan, *, rdzv: str, endpoint: str | None, max_restarts: int,
 
 
 def launch_env(plan, extra: list[Env] = ()) -> list[Env]:
-    return list(extra) + nccl_env(plan)
+    return list(extra) + device_env(plan) + nccl_env(plan)
 
 
 def header(plan, what: str) -> list[str]:

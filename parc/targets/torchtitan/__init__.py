@@ -15,7 +15,8 @@ else the block's ``module`` and ``config``); the degrees and batch sizes come fr
   optimizer states; zero 1 and 2 keep the gathered parameters from forward to backward
   (``fsdp_reshard_after_forward = never``), zero 3 frees them after each forward
   (``always``). So zero 1 and 2 need no more memory than the plan counts for them;
-* cp, tp, pp and ep by their own degrees; ``enable_sequence_parallel`` from the train block;
+* cp, tp, pp and ep by their own degrees; ``enable_sequence_parallel`` from the train block,
+  and with tp > 1 its ``tp_comm_overlap`` as AsyncTP (``compile.enable_async_tensor_parallel``);
 * the pipeline schedule by torchtitan's name for it (target.toml ``[schedules]``); an even layer
   split by ``pipeline_parallel_layers_per_stage`` with neither end stage shortened, so torchtitan
   makes exactly pp × virtual_stages stages; the micro batch is
@@ -89,6 +90,7 @@ def overrides(plan) -> list[list]:
             [par + "pipeline_parallel_degree", me.pp], [par + "expert_parallel_degree", me.ep]]
     if me.tp > 1:
         out.append([par + ("enable_sequence_parallel" if tr.sequence_parallel else "no_enable_sequence_parallel")])
+        out += async_tp(plan)
     local = sc.micro_batch
     if me.pp > 1:
         out += [[par + "pipeline_parallel_schedule", schedule_name(plan)],
@@ -106,6 +108,16 @@ def overrides(plan) -> list[list]:
     if tr.precision in PRECISION:
         out.append(["--training.mixed_precision_param", PRECISION[tr.precision]])
     return out
+
+
+def async_tp(plan) -> list[list]:
+    """``tp_comm_overlap`` as torchtitan's AsyncTP, ``compile.enable_async_tensor_parallel``
+    (torchtitan/config/configs.py CompileConfig, 0.3.0): Inductor's micro-pipeline TP pass, so it
+    needs ``--compile.enable`` with the model among ``compile.components`` (the default). Both
+    ways are written out, since torchtitan's own llama3_405b config turns it on (config_registry.py)."""
+    if plan.train.tp_comm_overlap:
+        return [["--compile.enable"], ["--compile.enable_async_tensor_parallel"]]
+    return [["--compile.no_enable_async_tensor_parallel"]]
 
 
 def build(plan) -> list[File]:

@@ -45,6 +45,18 @@ def expert_tensor_parallel(plan, c):
                  help="use etp = 1: each expert whole on its expert-parallel rank")
 
 
+@rule("P611", "torch-etp-one-or-tp", targets=(TARGET,))
+def etp_one_or_tp(plan, c):
+    """torchtitan before 0.3.0 (rules.toml ``until``): etp is 1 or tp; 0.3.0 has none (P632)."""
+    m = plan.mesh
+    if plan.mode != "train" or not plan.model.is_moe or m.etp in (1, m.tp):
+        return
+    c.report(c.at("mesh.etp"),
+             f"torchtitan splits experts either over the whole TP group or not at all: etp must be 1 or "
+             f"tp = {m.tp}, not {m.etp} (ParallelDims: \"Currently we only support ETP=TP or ETP=1\")",
+             help=f"set etp = 1 or etp = {m.tp}" if m.tp > 1 else "set etp = 1")
+
+
 @rule("P633", "torchtitan-replicate-degree", targets=(TARGET,))
 def replicate_degree(plan, c):
     s = settings(plan, TARGET)

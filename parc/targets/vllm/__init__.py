@@ -26,7 +26,7 @@ here add the multi-node layout and the rank order.
 from __future__ import annotations
 
 from parc.model.targets import flag, pinned
-from parc.targets.base import (Cat, Env, File, Var, settings, mesh_text, nccl_env, plain_ifname, plan_json,
+from parc.targets.base import (Cat, Env, File, Var, device_env, settings, mesh_text, nccl_env, plain_ifname, plan_json,
                     spec_name)
 from parc.words import count
 
@@ -130,7 +130,7 @@ def _env(plan) -> list[Env]:
     if part:
         env.append(Env("VLLM_PP_LAYER_PARTITION", ",".join(map(str, part)),
                        "the plan's uneven layer split, one count per pipeline stage", default=False))
-    return env + nccl_env(plan)
+    return env + device_env(plan, TARGET) + nccl_env(plan)
 
 
 def _script(plan) -> str:

@@ -1,0 +1,217 @@
+"""Serving numbers against hand computation from the papers and the engines' source: MoE expert
+sharding (vLLM ``FusedMoEParallelConfig.make``, SGLang ``--ep-size``), the KV cache per token under
+MLA (DeepSeek-V2 §2.1) and GQA (the vLLM paper), decode context parallel, fp8 KV, and the latency
+and throughput estimates of ``parc explain``."""
+from __future__ import annotations
+
+import pytest
+
+import parc.cost.estimate as cm
+
+# DeepSeek-V3 (config.json): 61 layers, the first 3 dense, so 58 MoE layers of 256 routed experts,
+# each a SwiGLU MLP of 3 · hidden 7168 · moe_ffn 2048 = 44,040,192 parameters.
+EXPERT = 3 * 7168 * 2048
+MOE_LAYERS = 61 - 3
+
+
+def dsv3(mesh: str, serve: str = "", nodes: int = 2, target: str = "", gpu: str = "h200") -> str:
+    return (f'model "m" {{ from = deepseek_v3 }}\n'
+            f'cluster "c" {{\n  nodes = {nodes}\n  gpus_per_node = 8\n  gpu = {gpu}\n'
+            f'  intra_node = nvlink(450GB/s)\n  inter_node = infiniband(400Gb/s)\n}}\n'
+            f'mesh {{ {mesh} }}\n'
+            f'serve {{\n  max_model_len = 8192\n  {serve}\n}}\n{target}')
+
+
+def llama70b(tp: int, dcp: int = 1, gpus: int = 8, kv: str = "") -> str:
+    return (f'model "m" {{ from = llama3_70b }}\n'
+            f'cluster "c" {{\n  nodes = 1\n  gpus_per_node = {gpus}\n  gpu = h100_sxm\n'
+            f'  intra_node = nvlink(450GB/s)\n  inter_node = infiniband(400Gb/s)\n}}\n'
+            f'mesh {{ tp = {tp}' + (f'; dcp = {dcp}' if dcp > 1 else '') + ' }\n'
+            f'serve {{\n  max_model_len = 8192\n' + (f'  kv_cache_dtype = {kv}\n' if kv else '') + '}\n')
+
+
+def _est(check_spec, text):
+    plan = check_spec(text).plan
+    return plan, cm.estimate(plan, cache=False)
+
+
+def test_vllm_tp8_splits_every_expert_over_tp(check_spec):
+    """Without expert parallelism vLLM shards each expert's width over dp·tp: 2048 / 8 = 256."""
+    plan, e = _est(check_spec, dsv3("tp = 8", nodes=1, target='target vllm {\n  model = "x"\n}\n'))
+    assert cm.serving_expert_split(plan) == (1, 8, 0)
+    # 58 layers × 256 experts × 3 · 7168 · 256 = 81,738,596,352 (1/8 of the 658B routed parameters)
+    assert e.stages[0].parts["experts"] == MOE_LAYERS * 256 * 3 * 7168 * 256 == 81_738_596_352
+    assert e.memory.weights == 2 * e.stages[0].params
+    assert "mtp" not in e.stages[0].parts       # the engine does not load the MTP module
+
+
+def test_dp_attention_ep8_holds_32_whole_experts(check_spec):
+    plan, e = _est(check_spec, dsv3("dp = 8; tp = 1; ep = 8", "dp_attention = true", nodes=1))
+    assert cm.serving_expert_split(plan) == (8, 1, 0)
+    # 256 / 8 = 32 whole experts per GPU per MoE layer: 58 × 32 × 44,040,192
+    assert e.stages[0].parts["experts"] == MOE_LAYERS * 32 * EXPERT == 81_738_596_352
+    # attention is data parallel: every GPU holds all of it (tp = 1), eight times tp 8's share
+    _, e8 = _est(check_spec, dsv3("tp = 8", nodes=1))
+    assert e.stages[0].parts["attention"] > 4 * e8.stages[0].parts["attention"]
+
+
+def test_redundant_experts_add_weights(check_spec):
+    plan, e = _est(check_spec, dsv3("dp = 2; tp = 8; ep = 16",
+                                    "dp_attention = true\n  eplb = true\n  redundant_experts = 32"))
+    assert cm.serving_expert_split(plan) == (16, 1, 32)
+    # (256 + 32) / 16 = 18 experts per GPU: 58 × 18 × 44,040,192 = 45,977,960,448
+    assert e.stages[0].parts["experts"] == MOE_LAYERS * 18 * EXPERT == 45_977_960_448
+    _, plain = _est(check_spec, dsv3("dp = 2; tp = 8; ep = 16", "dp_attention = true"))
+    assert e.memory.weights - plain.memory.weights == 2 * MOE_LAYERS * 2 * EXPERT   # 2 more experts, bf16
+
+
+def test_sglang_without_dp_attention_keeps_experts_in_each_server(check_spec):
+    """SGLang's dp without dp-attention is independent servers: experts split over tp only."""
+    plan, _ = _est(check_spec, dsv3("dp = 2; tp = 8", target='target sglang {\n  model = "x"\n}\n'))
+    assert cm.serving_expert_split(plan) == (1, 8, 0)
+    plan, _ = _est(check_spec, dsv3("dp = 2; tp = 8", target='target vllm {\n  model = "x"\n}\n'))
+    assert cm.serving_expert_split(plan) == (1, 16, 0)   # vLLM: flatten_tp_across_dp, 2 · 8
+
+
+def test_mla_kv_per_token_is_the_latent_on_every_tp_rank(check_spec):
+    # 61 layers × (kv_lora_rank 512 + qk_rope_head_dim 64) × 2 bytes = 70,272 B per token, not split by tp
+    _, e = _est(check_spec, dsv3("tp = 8", nodes=1))
+    assert e.kv_bytes_per_token == 61 * (512 + 64) * 2 == 70_272
+    _, e = _est(check_spec, dsv3("tp = 8; dcp = 8", nodes=1))
+    assert e.kv_bytes_per_token == 70_272 // 8 == 8_784          # dcp spreads the tokens over 8 ranks
+    _, e = _est(check_spec, dsv3("tp = 8", "kv_cache_dtype = fp8", nodes=1))
+    assert e.kv_bytes_per_token == 61 * 576 == 35_136
+    # a 8192-token sequence: 8192 × 70,272 = 575,668,224 B
+    assert cm.model_kv_bytes_per_token(_est(check_spec, dsv3("tp = 8", nodes=1))[0].model, 61, 2) * 8192 \
+        == 575_668_224
+
+
+def test_gqa_kv_per_token_under_tp_and_dcp(check_spec):
+    # Llama 3 70B: 80 layers × 8 KV heads × 128 × 2 (K, V) × 2 bytes = 327,680 B per token in all
+    plan, e = _est(check_spec, llama70b(8))
+    assert cm.model_kv_bytes_per_token(plan.model, 80, 2) == 80 * 8 * 128 * 2 * 2 == 327_680
+    assert e.kv_bytes_per_token == 327_680 // 8 == 40_960       # tp 8: one KV head per GPU
+    _, e = _est(check_spec, llama70b(4))
+    assert e.kv_bytes_per_token == 81_920                        # two heads per GPU
+    # tp 16 (a 16-GPU NVLink domain): max(1, 8 // 16) = 1 head, replicated on 2 GPUs; dcp 2 keeps half the tokens each
+    _, e16 = _est(check_spec, llama70b(16, gpus=16))
+    _, e = _est(check_spec, llama70b(16, dcp=2, gpus=16))
+    assert e16.kv_bytes_per_token == 40_960 and e.kv_bytes_per_token == 20_480
+    assert e.kv_capacity_tokens >= 2 * e16.kv_capacity_tokens - 2
+    _, e = _est(check_spec, llama70b(8, kv="fp8"))
+    assert e.kv_bytes_per_token == 20_480                       # fp8: one byte an element
+
+
+# --- speed at the workload -----------------------------------------------------------------------
+
+def llama8b(serve: str) -> str:
+    return ('model "m" { from = llama3_8b }\n'
+            'cluster "c" {\n  nodes = 1\n  gpus_per_node = 1\n  gpu = h100_sxm\n}\n'
+            'mesh { tp = 1 }\n'
+            f'serve {{\n  max_model_len = 4096\n  {serve}\n}}\n')
+
+
+def test_decode_and_prefill_are_rooflines(check_spec):
+    """Llama 3 8B on one H100 (3.35 TB/s at hbm_efficiency 0.6, 989 TFLOP/s at gemm_efficiency 0.7),
+    10 requests of 1000 + 200 tokens: no communication, so each pass is max(reads, compute)."""
+    from parc.cost.serving import decode_flops_per_token
+
+    plan, e = _est(check_spec, llama8b("prompt_tokens = 1000\n  output_tokens = 200\n  concurrency = 10"))
+    sv, m = e.serving, plan.model
+    hbm, peak = 3350e9 * 0.6, 989e12 * 0.7
+    d = sv.decode[0]
+    # every weight once, and the KV of 10 sequences of 1000 + 200/2 = 1100 tokens at 131,072 B/token
+    assert e.kv_bytes_per_token == 32 * 8 * 128 * 2 * 2 == 131_072
+    assert d.weights == pytest.approx(e.memory.weights / hbm)
+    assert d.kv == pytest.approx(10 * 1100 * 131_072 / hbm)
+    assert d.compute == pytest.approx(10 * decode_flops_per_token(m, 32, 0, 1, 1, 1100) / peak)
+    assert d.bound == "memory" and d.comm == {}
+    assert sv.tpot == pytest.approx(d.weights + d.kv)
+    assert sv.output_tokens_per_s == pytest.approx(10 / sv.tpot)
+    p = sv.prefill[0]
+    # 1000 tokens, causal attention over 500 on average: compute-bound
+    assert p.compute == pytest.approx(1000 * decode_flops_per_token(m, 32, 0, 1, 1, 500) / peak)
+    assert p.bound == "compute" and sv.ttft == pytest.approx(p.time) == pytest.approx(p.compute)
+    assert sv.prefill_tokens_per_s == pytest.approx(1000 / p.time)
+
+
+def test_default_workload_is_vllm_benchmark(check_spec):
+    plan, e = _est(check_spec, llama8b(""))
+    w = e.serving.workload
+    # vLLM's RandomDataset: 1024 prompt + 128 output tokens; as many requests as max_num_seqs (256) allows
+    assert (w.prompt_tokens, w.output_tokens, w.stated) == (1024, 128, ())
+    assert w.concurrency == min(256, e.kv_capacity_tokens // 1152)
+    plan, e = _est(check_spec, llama8b("").replace("max_model_len = 4096", "max_model_len = 576"))
+    assert (e.serving.workload.prompt_tokens, e.serving.workload.output_tokens) == (512, 64)   # × 576/1152
+
+
+def test_experts_touched_by_a_small_batch():
+    from parc.cost.serving import experts_touched
+
+    # 8 routed copies over 256 experts reach 256 · (1 − (255/256)^8) ≈ 7.89 of them
+    assert 256 * experts_touched(256, 8) == pytest.approx(256 * (1 - (255 / 256) ** 8))
+    assert experts_touched(256, 1e6) == pytest.approx(1.0)
+
+
+def test_disaggregated_ttft_is_prefill_transfer_and_first_step(check_spec):
+    # Llama 3 70B on 4 nodes: 2 prefill instances of tp 8, 1 decode instance of dp 2 · tp 8
+    text = (llama70b(8).replace("nodes = 1", "nodes = 4")
+            .replace("  max_model_len = 8192\n", "  max_model_len = 8192\n  kv_transfer = nixl\n  prompt_tokens = 1024\n"
+                     "  output_tokens = 128\n  concurrency = 64\n  prefill {\n    instances = 2\n  }\n"
+                     "  decode {\n    dp = 2\n  }\n"))
+    plan, e = _est(check_spec, text)
+    assert [p.name for p in plan.pools] == ["prefill", "decode"]
+    sv = e.serving
+    # the whole model's KV per token: 80 layers × 8 heads × 128 × 2 (K, V) × 2 B = 327,680; × 1024 tokens
+    assert sv.kv_transfer_bytes == 1024 * 327_680
+    # each of the prefill instance's 8 GPUs sends its 40,960 B/token share over its 50 GB/s link
+    assert sv.kv_transfer_time == pytest.approx(1024 * 40_960 / 50e9)
+    assert sv.ttft == pytest.approx(sv.prefill_time + sv.kv_transfer_time + sv.tpot)
+    assert set(sv.pools) == {"prefill", "decode"} and sv.replicas == 2      # decode: 1 instance of dp 2
+    assert sv.batch == 32
+
+
+def test_workload_rules(check_spec):
+    from support.specs import only
+
+    r = check_spec(llama8b("prompt_tokens = 1000\n  output_tokens = 200\n  concurrency = 400"))
+    d = only(r, "P407")
+    assert "max_num_seqs = 256" in d.message
+    r = check_spec(llama8b("prompt_tokens = 3000\n  output_tokens = 1000\n  concurrency = 200\n"
+                           "  max_num_seqs = 200"))
+    e = cm.estimate(r.plan)
+    fit = e.kv_capacity_tokens // 4000
+    d = only(r, "P406")
+    assert f"`concurrency = {fit}` fits" in d.help
+    assert [x.code for x in check_spec(llama8b(f"prompt_tokens = 3000\n  output_tokens = 1000\n"
+                                                f"  concurrency = {fit}")).diagnostics] == []
+    r = check_spec(llama8b("prompt_tokens = 4000\n  output_tokens = 200"))
+    d = only(r, "P408")
+    assert "4,200" in d.message and "max_model_len = 4,096" in d.message
+
+
+def test_dcp_gathers_queries_and_reduces_outputs_in_the_latent_space(check_spec):
+    """DeepSeek-V3 at tp 8, dcp 8: per layer and token each GPU sends (dcp − 1) × 16 heads × (query 512 + 64
+    + output 512) × 2 bytes over the tp group's link; the TP all-reduce is unchanged."""
+    _, e = _est(check_spec, dsv3("tp = 8; dcp = 8", nodes=1))
+    assert e.comm_bytes["dcp"] == 7 * 16 * (576 + 512) * 2 * 61 == 14_866_432
+    assert e.comm_link["dcp"] == "intra_node" and e.comm_time["dcp"] > 0
+    _, e1 = _est(check_spec, dsv3("tp = 8", nodes=1))
+    assert e1.comm_bytes["dcp"] == 0 and e.comm_bytes["tp"] == e1.comm_bytes["tp"]
+    # decode waits for it; the prefill does not
+    assert "dcp" in e.serving.decode[0].comm and "dcp" not in e.serving.prefill[0].comm
+
+
+def test_explain_text_shows_each_pool_and_the_speed(check_spec):
+    from parc.report.explain import render_text
+
+    text = (llama70b(8).replace("nodes = 1", "nodes = 4")
+            .replace("  max_model_len = 8192\n", "  max_model_len = 8192\n  kv_transfer = nixl\n"
+                     "  prefill {\n    instances = 2\n  }\n  decode {\n    dp = 2\n  }\n"))
+    plan, e = _est(check_spec, text)
+    out = render_text(plan, e, "pd.par")
+    assert "Pool prefill: 2 instances, each:" in out and "Pool decode: 1 instance, each:" in out
+    assert "KV transfer" in out and "over nixl" in out
+    assert "TTFT" in out and "= prefill + KV transfer + first decode step" in out
+    # the decode pool's memory is its own plan's: dp 2 · tp 8
+    assert e.serving.pools["decode"]["estimate"].mesh["dp"] == 2
