@@ -9,17 +9,12 @@ knows about one instance comes from here, and everything here comes from the cos
   instance of that size gets (:func:`parc.model.pools.pool_cluster`);
 * a decode step at ``b`` sequences of ``context`` tokens is :func:`parc.cost.serving.serve_perf`'s
   (the roofline of each pipeline stage, its all-reduces and all-to-alls);
-* a prompt's prefill is the same kernels over the ``prompt`` tokens of one request: FLOPs of
-  :func:`parc.cost.serving.decode_flops_per_token` at the mean causal context ``prompt / 2``,
-  the stage's weights read once (:func:`parc.cost.serving.stage_step_time`'s roofline), the
-  per-token collectives of :func:`parc.cost.serving.decode_comm_bytes` for every prompt token;
-  the stages run one after another (a single prompt does not fill a pipeline);
-* the KV cache a prefill instance hands to a decode instance is
-  :func:`parc.cost.memory.model_kv_bytes_per_token` of the whole model per prompt token, sent
-  over the inter-node link.
+* a prompt's prefill is :func:`parc.cost.serving.prefill_phases` over its stages one after
+  another, and the KV cache a prefill instance hands to a decode instance
+  :func:`parc.cost.serving.kv_transfer`'s, as ``parc explain`` reports them for a plan.
 
-When the cost layer gains its own prefill and time-to-first-token kernels, this module calls
-them in place of :func:`prefill_time`'s composition; nothing else in the planner prices a plan.
+How instances combine into a deployment (a mesh's ranks prefilling between decode steps, a
+prefill pool keeping its decode pool fed) is the search's (:mod:`parc.planner.serve_search`).
 """
 from __future__ import annotations
 
@@ -29,10 +24,7 @@ from types import SimpleNamespace
 from typing import Optional
 
 from parc.cost import estimate as cm
-from parc.cost.comm import axis_time, link_params, serving_calls
-from parc.cost.memory import model_kv_bytes_per_token
-from parc.cost.params import dtype_bytes
-from parc.cost.serving import decode_comm_bytes, decode_flops_per_token, serve_perf, stage_step_time
+from parc.cost.serving import kv_transfer, prefill_phases, serve_perf
 from parc.model.plan import Mesh, Pool
 from parc.model.pools import pool_cluster
 from parc.planner.inputs import Problem
@@ -113,48 +105,23 @@ def _stage_key(st) -> tuple:
 
 
 def prefill_time(plan, est, prompt: int) -> float:
-    """Seconds to prefill one ``prompt``-token request: each stage's roofline over the prompt
-    (weights read once, the KV written, the FLOPs at the mean causal context) plus its
-    collectives for every prompt token, the stages one after another."""
-    m, mesh, cl = plan.model, plan.mesh, plan.cluster
-    lp = link_params(plan.profile, est.link_bandwidth, est.link_kind)
-    sizes = {"tp": mesh.tp, "ep": mesh.ep, "pp": mesh.pp}
-    total, seen = 0.0, {}
+    """Seconds to prefill one ``prompt``-token request: :func:`parc.cost.serving.prefill_phases`,
+    the stages one after another (explain's ``prefill_time``); stages alike in layers and
+    weights are timed once."""
+    counts, distinct = {}, {}
     for st in est.stages:
         key = _stage_key(st)
-        if key in seen:                      # stages alike in layers and weights take alike times
-            total += seen[key]
-            continue
-        nbytes = decode_comm_bytes(m, st.layers, st.moe_layers, mesh.tp, mesh.ep, mesh.pp, dtype_bytes(m.dtype),
-                                   prompt)
-        calls = serving_calls(st.layers, st.moe_layers)
-        comm = sum(float(axis_time(ax, nbytes[ax], sizes[ax], calls[ax], est.comm_local[ax], lp["intra_node"],
-                                   lp.get("inter_node"), cl.gpu.nvls)[0])
-                   for ax in sizes if est.comm_link.get(ax) is not None)
-        flops = prompt * decode_flops_per_token(m, st.layers, st.moe_layers, mesh.tp, mesh.etp, prompt // 2)
-        seen[key] = stage_step_time(st.memory.weights, prompt * st.kv_bytes_per_token, flops, comm,
-                                    cl.gpu.hbm_bandwidth, cl.gpu.flops, plan.profile.gemm_efficiency,
-                                    plan.profile.hbm_efficiency)
-        total += seen[key]
-    return total
+        counts[key] = counts.get(key, 0) + 1
+        distinct.setdefault(key, st)
+    phases = prefill_phases(plan, dataclasses.replace(est, stages=list(distinct.values())), prompt,
+                            plan.profile.gemm_efficiency)
+    return sum(ph.time * counts[key] for key, ph in zip(distinct, phases))
 
 
-def kv_transfer_bytes(pr: Problem, prompt: int) -> int:
-    """Bytes of KV cache one prefilled request hands to its decode instance: the whole model's
-    cache for the prompt's tokens."""
-    srv = pr.serve
-    nbytes = dtype_bytes(srv.kv_cache_dtype if srv.kv_cache_dtype != "auto" else pr.model.dtype)
-    return prompt * model_kv_bytes_per_token(pr.model, pr.model.layers, nbytes)
-
-
-def kv_transfer_time(pr: Problem, prompt: int) -> float:
-    """Seconds to send :func:`kv_transfer_bytes` over the inter-node link (the intra-node one
-    when the cluster names none) at the profile's efficiency."""
-    cl, prof = pr.cluster, pr.profile
-    link, eff = (cl.inter_node, prof.inter_node_efficiency) if cl.inter_node else \
-        (cl.intra_node, prof.intra_node_efficiency)
-    bw = (link.bandwidth if link else 0.0) * eff
-    return kv_transfer_bytes(pr, prompt) / bw if bw > 0 else 0.0
+def kv_transfer_time(pr: Problem, ic: "InstanceCost", prompt: int) -> float:
+    """Seconds one request's KV cache takes from a prefill instance of ``ic``'s layout to its
+    decode instance, on the problem's cluster (:func:`parc.cost.serving.kv_transfer`)."""
+    return kv_transfer(dataclasses.replace(ic.plan, cluster=pr.cluster), ic.est, prompt)[1]
 
 
 def instance_problem(pr: Problem, gpus: int) -> Problem:

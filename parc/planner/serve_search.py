@@ -251,15 +251,15 @@ def _pool_nodes(gpus, per: int):
 
 def _disaggregated(t: _Table, pre: list[InstanceCost], dec: list[InstanceCost], goal: Goal, pr: Problem):
     """Every prefill pool × decode pool that fits the cluster's nodes, as arrays."""
-    xfer = kv_transfer_time(pr, goal.prompt_tokens)
+    xfer = np.array([kv_transfer_time(pr, p, goal.prompt_tokens) for p in pre])
     for d in dec:
         same = [i for i, p in enumerate(pre) if p.shape.dp_attention == d.shape.dp_attention]
         if not same:
             continue
-        _pools_for(t, [pre[i] for i in same], d, goal, pr, xfer)
+        _pools_for(t, [pre[i] for i in same], d, goal, pr, xfer[same])
 
 
-def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, pr: Problem, xfer: float):
+def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, pr: Problem, xfer: np.ndarray):
     """Decode pools of ``d``'s layout with every prefill pool of ``pre`` (one `dp_attention`
     setting serves both pools)."""
     cl = pr.cluster
@@ -282,7 +282,7 @@ def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, 
     left = nodes - _pool_nodes(n_d * g_d, per)                  # nodes the prefill pool may take
     # prefill instances: the counts that can be best (with a concurrency), else the fewest that
     # keep the decode pool fed
-    ttft0 = p_t[None, :] + xfer + step[:, None]
+    ttft0 = p_t[None, :] + xfer[None, :] + step[:, None]
     if goal.concurrency is not None:
         N = _prefill_counts(goal, p_t, p_r, ttft0, O * step)
         I, P, _ = np.meshgrid(np.arange(len(n_d)), np.arange(len(pre)), np.arange(N.shape[2]), indexing="ij")
