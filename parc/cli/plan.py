@@ -13,7 +13,10 @@ EPILOG = """exit status: 0 plans found, 1 no plan fits (or the spec has errors),
 examples:
   parc plan --model llama3_70b --cluster examples/clusters/dgx-h100-8node.par --global-batch 512
   parc plan --model llama3_70b --cluster box.par --serve --seq-len 8192 -o best.par
-  parc plan examples/llama3-70b-train.par --top 5 --format json"""
+  parc plan examples/llama3-70b-train.par --top 5 --format json
+  parc plan --model deepseek_v3 --cluster h200.par --serve --objective min-gpus --ttft 2s --tpot 50ms \\
+      --concurrency 512 -o serve.par
+  parc plan --model llama3_70b --cluster box.par --serve --objective tokens-per-gpu --tpot 40ms"""
 
 
 def add_arguments(p):
@@ -29,6 +32,19 @@ def add_arguments(p):
     p.add_argument("--global-batch", type=int, metavar="N",
                    help="sequences per training step (default: the spec's, else about 4M tokens)")
     p.add_argument("--top", type=int, default=10, metavar="K", help="how many plans to report (default 10)")
+    sv = p.add_argument_group("serving deployments (with --serve; any of these searches replicas, "
+                              "dp-attention with ep, dcp and prefill/decode pools)")
+    sv.add_argument("--objective", choices=("min-gpus", "tokens-per-gpu"),
+                    help="min-gpus: the fewest GPUs that meet the latency targets at --concurrency; "
+                         "tokens-per-gpu: the most output tokens/s per GPU that meets them")
+    sv.add_argument("--ttft", type=_duration, metavar="TIME", help="time to first token, at most (2s, 500ms)")
+    sv.add_argument("--tpot", type=_duration, metavar="TIME", help="time per output token, at most (50ms)")
+    sv.add_argument("--concurrency", type=_positive, metavar="N", help="requests in flight (default: the spec's)")
+    sv.add_argument("--prompt-tokens", type=_positive, metavar="N", help="prompt tokens per request (default: "
+                    "the spec's, else 1024)")
+    sv.add_argument("--output-tokens", type=_positive, metavar="N", help="output tokens per request (default: "
+                    "the spec's, else 128)")
+    sv.add_argument("--no-pools", action="store_true", help="do not try prefill/decode disaggregation")
     p.add_argument("-o", "--output", metavar="FILE", help="write the best plan there as a formatted spec")
     from parc.cli.targets import add_target
 
@@ -37,15 +53,47 @@ def add_arguments(p):
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in")
 
 
+def _duration(text: str) -> float:
+    """Seconds from ``2s``, ``50ms``, ``800us`` or a bare number of seconds."""
+    import argparse
+
+    t = text.strip().lower()
+    for unit, f in (("ms", 1e-3), ("us", 1e-6), ("µs", 1e-6), ("s", 1.0)):
+        if t.endswith(unit):
+            t, scale = t[: -len(unit)], f
+            break
+    else:
+        scale = 1.0
+    try:
+        v = float(t) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time (2s, 50ms)") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be above zero")
+    return v
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return v
+
+
+_SERVE_GOAL = ("objective", "ttft", "tpot", "concurrency", "prompt_tokens", "output_tokens", "no_pools")
+
+
 def _usage(msg: str) -> int:
     sys.stderr.write(f"parc plan: {msg}\n")
     return 2
 
 
 def run(args) -> int:
-    import json
-
-    from parc.files import write_atomic
     from parc.planner import InputError, search_problem
     from parc.planner.emit import plan_text
     from parc.progress import Progress
@@ -89,23 +137,31 @@ def run(args) -> int:
             return 1
         return _usage(str(e))
 
+    if any(getattr(args, k) not in (None, False) for k in _SERVE_GOAL):
+        if pr.mode != "serve":
+            return _usage("--objective, --ttft, --tpot, --concurrency and the token counts are for --serve")
+        return _run_serve_goal(args, pr)
     bar = Progress(after=1.0)
     try:
         res = search_problem(pr, top=args.top, targets=args.target, progress=bar.fraction)
     finally:
         bar.close()
 
-    text = None
-    if res.plans:
-        text = plan_text(res)
+    return _finish(args, res, plan_text(res) if res.plans else None, render_result)
+
+
+def _finish(args, res, text, render) -> int:
+    """Check the best plan's spec ``text``, print ``res`` (``render`` for text), write ``-o``."""
+    import json
+
+    from parc.files import write_atomic
+
+    if text is not None:
         err = _check_text(text, args.target, args.output or "best.par")
         if err:
             sys.stderr.write("parc plan: the best plan does not pass `parc check`:\n" + err)
             return 1
-    if args.format == "json":
-        print(json.dumps(res.to_json(), indent=2))
-    else:
-        print(render_result(res))
+    print(json.dumps(res.to_json(), indent=2) if args.format == "json" else render(res))
     if args.output and text is not None:
         try:
             write_atomic(args.output, text)
@@ -125,3 +181,19 @@ def _check_text(text: str, targets, name: str) -> str:
     path = os.path.abspath(name)
     r = check_file(path, targets, root=os.path.dirname(path), text=text)
     return render_text(r.errors, r.sources) if r.errors else ""
+
+
+def _run_serve_goal(args, pr) -> int:
+    """``parc plan --serve --objective ...``: the deployment search and its report."""
+    from parc.planner.serve_emit import deployment_text
+    from parc.planner.serve_search import search_serving, workload_goal
+    from parc.report.plan_serve import render_text
+
+    try:
+        goal = workload_goal(pr, args.objective or "tokens-per-gpu", ttft=args.ttft, tpot=args.tpot,
+                             concurrency=args.concurrency, prompt_tokens=args.prompt_tokens,
+                             output_tokens=args.output_tokens, disaggregate=not args.no_pools)
+        res = search_serving(pr, goal, top=args.top, targets=args.target)
+    except ValueError as e:
+        return _usage(str(e))
+    return _finish(args, res, deployment_text(res.problem, goal, res.plans[0]) if res.plans else None, render_text)

@@ -1,0 +1,422 @@
+"""``parc plan --serve --objective ...``: the serving deployment that meets a latency target with
+the fewest GPUs, or serves the most output tokens per GPU.
+
+A deployment is either one mesh of ``n`` engine replicas (prefill and decode on the same GPUs),
+or two pools (``n_p`` prefill instances and ``n_d`` decode instances, each pool with its own
+layout, the KV cache of each prompt sent from one to the other). Every engine layout comes from
+:mod:`parc.planner.serve_space` (the degrees the rules accept), every instance's memory, prefill
+and decode step from :mod:`parc.planner.serve_costs`; the deployments built from them are
+evaluated together as numpy arrays. With ``C`` requests in flight, each ``P`` prompt and ``O``
+output tokens, and ``r`` data-parallel ranks per instance (1, or dp with data-parallel attention):
+
+* one mesh: a rank holds ``b = ⌈C / (n·r)⌉`` sequences and prefills each of its requests between
+  decode steps, so one turn of its ``b`` requests takes ``b·t_prefill + O·t_step(b)``; a request
+  waits ``t_prefill + t_step`` for its first token (TTFT) and ``t_step + (b − 1)·t_prefill / O``
+  per output token after it (TPOT, the prefills of its neighbours spread over its tokens);
+* two pools: the decode ranks hold ``b = ⌈C / (n_d·r_d)⌉`` sequences and TPOT is ``t_step(b)``;
+  TTFT is ``t_prefill + t_transfer + t_step(b)`` while the prefill pool keeps up, and a request
+  comes round every ``R = max(TTFT + O·TPOT, C·t_prefill / (n_p·r_p))`` seconds (when the
+  prefill pool is the bottleneck, requests queue for it and TTFT grows to ``R − O·TPOT``);
+* throughput is ``C·O / R`` output tokens/s (Little's law over the ``C`` requests in flight).
+
+Without a concurrency each rank holds as many sequences as its memory and the TPOT target
+allow (the largest such ``b``, found by bisection: TPOT grows with ``b``), one mesh takes the
+whole cluster, and a prefill pool is sized to keep its decode pool fed. With one, the prefill
+pools tried are one instance and the counts around the fewest that keep up or meet TTFT
+(:func:`_prefill_counts`: more only add GPUs), so the pairs of pools grow with the layouts and
+the decode instance counts, not with their product with the prefill counts.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+import numpy as np
+
+from parc.planner.inputs import Problem
+from parc.planner.serve_costs import InstanceCost, kv_transfer_time, largest
+from parc.planner.serve_space import instance_costs
+
+OBJECTIVES = ("min-gpus", "tokens-per-gpu")
+# the workload when neither the spec nor a flag gives one: vLLM's serving benchmark's random dataset
+# (vllm/benchmarks/datasets/datasets.py RandomDataset: DEFAULT_INPUT_LEN 1024, DEFAULT_OUTPUT_LEN 128)
+DEFAULT_PROMPT, DEFAULT_OUTPUT = 1024, 128
+MAX_REJECTED_WALK = 200
+
+
+@dataclass
+class Goal:
+    """What the search optimises and the workload it serves."""
+    objective: str = "tokens-per-gpu"
+    ttft: Optional[float] = None           # seconds, at most
+    tpot: Optional[float] = None           # seconds per output token, at most
+    concurrency: Optional[int] = None      # requests in flight
+    prompt_tokens: int = DEFAULT_PROMPT
+    output_tokens: int = DEFAULT_OUTPUT
+    disaggregate: bool = True              # also try prefill/decode pools
+
+    def __post_init__(self):
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
+
+    @property
+    def context(self) -> int:
+        """Tokens of a sequence's KV cache midway through its output."""
+        return self.prompt_tokens + self.output_tokens // 2
+
+    def targets_text(self) -> str:
+        from parc.units import seconds_short
+
+        parts = [f"TTFT ≤ {seconds_short(self.ttft)}"] if self.ttft else []
+        parts += [f"TPOT ≤ {seconds_short(self.tpot)}"] if self.tpot else []
+        return " and ".join(parts) or "no latency target"
+
+
+def workload_goal(pr: Problem, objective: str = "tokens-per-gpu", **kw) -> Goal:
+    """A :class:`Goal` whose workload defaults to the spec's ``serve`` keys, then to vLLM's
+    serving benchmark's random requests (1,024 prompt and 128 output tokens, as explain assumes),
+    shortened in proportion to fit ``max_model_len``."""
+    srv = pr.serve
+    prompt = kw.pop("prompt_tokens", None) or srv.prompt_tokens
+    output = kw.pop("output_tokens", None) or srv.output_tokens
+    conc = kw.pop("concurrency", None) or srv.concurrency
+    scale = min(1.0, srv.max_model_len / (DEFAULT_PROMPT + DEFAULT_OUTPUT))
+    prompt = prompt or max(1, int(DEFAULT_PROMPT * scale))
+    output = output or max(1, int(DEFAULT_OUTPUT * scale))
+    return Goal(objective=objective, prompt_tokens=int(prompt), output_tokens=int(output),
+                concurrency=int(conc) if conc else None, **kw)
+
+
+@dataclass
+class Deployment:
+    """One way to serve the workload, with its estimated latency and throughput. ``prefill`` is
+    None for one mesh of ``instances`` replicas (``decode`` then names their layout)."""
+    decode: InstanceCost
+    instances: int
+    prefill: Optional[InstanceCost] = None
+    prefill_instances: int = 0
+    batch: int = 0                 # sequences per decode rank
+    gpus: int = 0
+    ttft: float = 0.0
+    tpot: float = 0.0
+    throughput: float = 0.0        # output tokens/s of the deployment
+    memory: float = 0.0            # bytes per GPU, the fullest decode GPU at the workload
+    rank: int = 0
+    warnings: list = field(default_factory=list)
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill is not None
+
+    @property
+    def tokens_per_gpu(self) -> float:
+        return self.throughput / self.gpus if self.gpus else 0.0
+
+    @property
+    def capacity(self) -> float:
+        return self.decode.memory_capacity
+
+    def label(self) -> str:
+        if not self.disaggregated:
+            return f"{self.instances} × [{self.decode.shape.label()}]"
+        return (f"prefill {self.prefill_instances} × [{self.prefill.shape.label()}] + "
+                f"decode {self.instances} × [{self.decode.shape.label()}]")
+
+    def to_json(self) -> dict:
+        def pool(ic, n):
+            s = ic.shape
+            return {"instances": n, "tp": s.tp, "pp": s.pp, "dp": s.dp, "ep": s.ep, "dcp": s.dcp,
+                    "dp_attention": s.dp_attention, "gpus_per_instance": s.gpus}
+        return {"rank": self.rank, "disaggregated": self.disaggregated, "gpus": self.gpus,
+                "prefill": pool(self.prefill, self.prefill_instances) if self.prefill else None,
+                "decode": pool(self.decode, self.instances), "batch_per_rank": self.batch,
+                "ttft": self.ttft, "tpot": self.tpot, "throughput": self.throughput,
+                "tokens_per_gpu": self.tokens_per_gpu,
+                "memory_per_gpu": {"total": int(self.memory), "capacity": int(self.capacity)},
+                "warnings": list(self.warnings)}
+
+
+@dataclass
+class ServeResult:
+    """What :func:`search_serving` found: ``plans`` (best first, each passing ``parc check``),
+    how many deployments were evaluated and why the others failed, and when none meets the
+    goal, the ``closest``."""
+    problem: Problem
+    goal: Goal
+    mode: str = "serve"
+    evaluated: int = 0
+    feasible: int = 0
+    failed: dict = field(default_factory=dict)        # reason -> deployments
+    plans: list = field(default_factory=list)
+    rejected: list = field(default_factory=list)      # (deployment, error codes)
+    closest: Optional[Deployment] = None
+    seconds: float = 0.0
+
+    @property
+    def best(self) -> Optional[Deployment]:
+        return self.plans[0] if self.plans else None
+
+    def to_json(self) -> dict:
+        g, pr = self.goal, self.problem
+        return {"mode": "serve", "objective": g.objective, "model": pr.model.name, "cluster": pr.cluster.name,
+                "world_size": pr.cluster.world,
+                "workload": {"prompt_tokens": g.prompt_tokens, "output_tokens": g.output_tokens,
+                             "concurrency": g.concurrency, "ttft": g.ttft, "tpot": g.tpot},
+                "evaluated": self.evaluated, "feasible": self.feasible, "failed": dict(self.failed),
+                "rejected_by_rules": len(self.rejected), "seconds": self.seconds,
+                "plans": [d.to_json() for d in self.plans],
+                "closest": self.closest.to_json() if self.closest else None}
+
+
+# --- deployments as arrays --------------------------------------------------------------------------
+
+class _Table:
+    """Deployments as columns: which instance costs, how many of each, and the estimates."""
+
+    KEYS = ("dec", "n", "pre", "n_p", "batch", "gpus", "ttft", "tpot", "tput", "memory", "fits")
+
+    def __init__(self):
+        self.parts: dict[str, list] = {k: [] for k in self.KEYS}
+
+    def add(self, **cols):
+        size = max(np.size(v) for v in cols.values())
+        for k in self.KEYS:
+            self.parts[k].append(np.broadcast_to(np.asarray(cols[k]), (size,)))
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in self.parts.items()}
+
+
+def _batches(ic: InstanceCost, goal: Goal, n: np.ndarray) -> np.ndarray:
+    """Sequences per rank with ``n`` instances sharing the concurrency."""
+    return -(-goal.concurrency // (n * ic.shape.ranks))
+
+
+def _mem_ok(ic: InstanceCost, goal: Goal, b) -> np.ndarray:
+    seq = goal.prompt_tokens + goal.output_tokens
+    return (b * seq <= ic.kv_capacity_tokens) & (ic.kv_capacity_tokens >= ic.plan.serve.max_model_len)
+
+
+def _steps(ic: InstanceCost, goal: Goal, b: np.ndarray) -> np.ndarray:
+    return np.array([ic.step(x, goal.context) for x in b.tolist()], dtype=np.float64)
+
+
+def _best_batch(ic: InstanceCost, goal: Goal, ttft_of, tpot_of) -> Optional[int]:
+    """The most sequences a rank can hold that memory and the latency targets allow (both
+    latencies grow with the batch); 1 when even one misses them, None when none fits."""
+    hi = ic.kv_capacity_tokens // (goal.prompt_tokens + goal.output_tokens)
+    if ic.kv_capacity_tokens < ic.plan.serve.max_model_len or hi < 1:
+        return None
+    if goal.tpot is None and goal.ttft is None:
+        return hi
+    return largest(lambda b: (goal.tpot is None or tpot_of(b) <= goal.tpot)
+                   and (goal.ttft is None or ttft_of(b) <= goal.ttft), hi) or 1
+
+
+def _colocated(t: _Table, ic: InstanceCost, goal: Goal, world: int, per: int):
+    O, tp_ = goal.output_tokens, ic.prefill
+    most = 1 if ic.shape.dp_attention else world // ic.shape.gpus
+    if most < 1:
+        return
+    if goal.ttft is not None and tp_ > goal.ttft:     # its prefill alone misses TTFT: no decode step needed
+        t.add(dec=ic, n=most, pre=None, n_p=0, batch=1, gpus=most * ic.shape.gpus, ttft=tp_, tpot=np.inf,
+              tput=0.0, memory=ic.weights, fits=True)
+        return
+    if goal.concurrency is not None:
+        n = np.arange(1, most + 1)
+        n = n[(n * ic.shape.gpus <= per) | (n * ic.shape.gpus % per == 0)]   # whole nodes, or part of one
+        b = _batches(ic, goal, n)
+        step = _steps(ic, goal, b)
+        cycle = b * tp_ + O * step
+        t.add(dec=ic, n=n, pre=None, n_p=0, batch=b, gpus=n * ic.shape.gpus, ttft=tp_ + step,
+              tpot=step + (b - 1) * tp_ / O, tput=goal.concurrency * O / cycle,
+              memory=ic.memory_at(b, goal.prompt_tokens + O), fits=_mem_ok(ic, goal, b))
+        return
+    b = _best_batch(ic, goal, lambda x: tp_ + ic.step(x, goal.context),
+                    lambda x: ic.step(x, goal.context) + (x - 1) * tp_ / O)
+    if b is None:
+        t.add(dec=ic, n=most, pre=None, n_p=0, batch=1, gpus=most * ic.shape.gpus, ttft=np.inf, tpot=np.inf,
+              tput=0.0, memory=ic.weights, fits=False)
+        return
+    step = ic.step(b, goal.context)
+    t.add(dec=ic, n=most, pre=None, n_p=0, batch=b, gpus=most * ic.shape.gpus, ttft=tp_ + step,
+          tpot=step + (b - 1) * tp_ / O, tput=most * ic.shape.ranks * b * O / (b * tp_ + O * step),
+          memory=ic.memory_at(b, goal.prompt_tokens + O), fits=True)
+
+
+def _pool_nodes(gpus, per: int):
+    return -(-gpus // per)
+
+
+def _disaggregated(t: _Table, pre: list[InstanceCost], dec: list[InstanceCost], goal: Goal, pr: Problem):
+    """Every prefill pool × decode pool that fits the cluster's nodes, as arrays."""
+    xfer = np.array([kv_transfer_time(pr, p, goal.prompt_tokens) for p in pre])
+    for d in dec:
+        same = [i for i, p in enumerate(pre) if p.shape.dp_attention == d.shape.dp_attention]
+        if not same:
+            continue
+        _pools_for(t, [pre[i] for i in same], d, goal, pr, xfer[same])
+
+
+def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, pr: Problem, xfer: np.ndarray):
+    """Decode pools of ``d``'s layout with every prefill pool of ``pre`` (one `dp_attention`
+    setting serves both pools)."""
+    cl = pr.cluster
+    O, per, nodes = goal.output_tokens, cl.gpus_per_node, cl.nodes
+    p_t = np.array([p.prefill for p in pre])
+    p_g = np.array([p.shape.gpus for p in pre])
+    p_r = np.array([p.shape.ranks for p in pre])
+    g_d = d.shape.gpus
+    n_d = np.arange(1, cl.world // g_d + 1)
+    if goal.concurrency is not None:
+        b = _batches(d, goal, n_d)
+        fits_d = _mem_ok(d, goal, b)
+        step = _steps(d, goal, b)
+    else:
+        bb = _best_batch(d, goal, lambda x: 0.0, lambda x: d.step(x, goal.context))   # TTFT: per prefill layout
+        if bb is None:
+            return
+        b, fits_d = np.full(len(n_d), bb), np.ones(len(n_d), dtype=bool)
+        step = np.full(len(n_d), d.step(bb, goal.context))
+    left = nodes - _pool_nodes(n_d * g_d, per)                  # nodes the prefill pool may take
+    # prefill instances: the counts that can be best (with a concurrency), else the fewest that
+    # keep the decode pool fed
+    ttft0 = p_t[None, :] + xfer[None, :] + step[:, None]
+    if goal.concurrency is not None:
+        N = _prefill_counts(goal, p_t, p_r, ttft0, O * step)
+        I, P, _ = np.meshgrid(np.arange(len(n_d)), np.arange(len(pre)), np.arange(N.shape[2]), indexing="ij")
+        tried = N > 0
+        I, P, N = I[tried], P[tried], N[tried]
+        R = np.maximum(ttft0[I, P] + O * step[I], goal.concurrency * p_t[P] / (N * p_r[P]))
+        ttft, tput = R - O * step[I], goal.concurrency * O / R
+    else:
+        rate = (n_d * d.shape.ranks * b)[:, None] / (ttft0 + O * step[:, None])
+        I, P = np.meshgrid(np.arange(len(n_d)), np.arange(len(pre)), indexing="ij")
+        N = np.maximum(1, np.ceil(rate * p_t[None, :] / p_r[None, :] - 1e-9)).astype(np.int64)
+        ttft, tput = ttft0, rate * O
+    ok = _pool_nodes(N * p_g[P], per) <= left[I]
+    I, P, N, ttft, tput = I[ok], P[ok], N[ok], np.asarray(ttft)[ok], np.asarray(tput)[ok]
+    if not len(I):
+        return
+    t.add(dec=d, n=n_d[I], pre=np.array(pre, dtype=object)[P], n_p=N, batch=b[I], gpus=n_d[I] * g_d + N * p_g[P],
+          ttft=ttft, tpot=step[I], tput=tput,
+          memory=d.memory_at(b[I], goal.prompt_tokens + O), fits=fits_d[I])
+
+
+def _prefill_counts(goal: Goal, p_t, p_r, ttft0, decode_time) -> np.ndarray:
+    """Prefill instance counts worth trying, per decode count and prefill layout (0: a repeat).
+    Below the fewest that keep the prefill queue empty, each instance more shortens the round
+    and raises tokens per GPU; above it the round no longer shortens and instances only add
+    GPUs. So the counts either side of that one, the fewest that meet the TTFT target, and one
+    instance (the cheapest, for the failures and the closest) cover every objective's best."""
+    need = goal.concurrency * p_t[None, :] / p_r[None, :]          # seconds of prefill per round, per rank
+    keep_up = need / (ttft0 + decode_time[:, None])
+    counts = [np.ones_like(keep_up), np.floor(keep_up), np.ceil(keep_up)]
+    if goal.ttft is not None:
+        counts.append(np.ceil(need / (goal.ttft + decode_time[:, None])))
+    n = np.sort(np.maximum(np.stack(counts, axis=-1), 1).astype(np.int64), axis=-1)
+    repeat = np.zeros(n.shape, dtype=bool)
+    repeat[..., 1:] = n[..., 1:] == n[..., :-1]
+    return np.where(repeat, 0, n)
+
+
+# --- ranking, checking, the search --------------------------------------------------------------------
+
+def _order(cols: dict, goal: Goal) -> np.ndarray:
+    per_gpu = cols["tput"] / np.maximum(cols["gpus"], 1)
+    if goal.objective == "min-gpus":
+        return np.lexsort((cols["ttft"], -per_gpu, cols["gpus"]))
+    return np.lexsort((cols["ttft"], cols["gpus"], -np.round(per_gpu, 6)))
+
+
+def _deployment(cols: dict, i: int) -> Deployment:
+    pre = cols["pre"][i]
+    return Deployment(decode=cols["dec"][i], instances=int(cols["n"][i]), prefill=pre,
+                      prefill_instances=int(cols["n_p"][i]) if pre is not None else 0,
+                      batch=int(cols["batch"][i]), gpus=int(cols["gpus"][i]), ttft=float(cols["ttft"][i]),
+                      tpot=float(cols["tpot"][i]), throughput=float(cols["tput"][i]),
+                      memory=float(cols["memory"][i]))
+
+
+def _verdicts(cols: dict, goal: Goal, world: int) -> tuple[np.ndarray, dict]:
+    """Which deployments meet the goal, and how many fail for each reason (the first that applies)."""
+    reasons = [("memory", ~cols["fits"].astype(bool)), ("cluster", cols["gpus"] > world)]
+    if goal.ttft is not None:
+        reasons.append(("ttft", cols["ttft"] > goal.ttft))
+    if goal.tpot is not None:
+        reasons.append(("tpot", cols["tpot"] > goal.tpot))
+    bad = np.zeros(len(cols["gpus"]), dtype=bool)
+    failed = {}
+    for name, mask in reasons:
+        new = mask & ~bad
+        if new.any():
+            failed[name] = int(new.sum())
+        bad |= mask
+    return ~bad, failed
+
+
+def _closest(cols: dict, goal: Goal, world: int) -> Optional[int]:
+    """The deployment that fits memory and the cluster and misses the latency targets least."""
+    ok = cols["fits"].astype(bool) & (cols["gpus"] <= world)
+    if not ok.any():
+        return None
+    miss = np.ones(len(ok))
+    if goal.ttft is not None:
+        miss = np.maximum(miss, cols["ttft"] / goal.ttft)
+    if goal.tpot is not None:
+        miss = np.maximum(miss, cols["tpot"] / goal.tpot)
+    miss = np.where(ok, miss, np.inf)
+    return int(np.lexsort((cols["gpus"], miss))[0])
+
+
+def search_serving(pr: Problem, goal: Goal, *, top: int = 10, targets: Iterable[str] = ()) -> ServeResult:
+    """The deployments of ``pr``'s model on its cluster that best meet ``goal``, each checked by
+    ``parc check`` on the spec :func:`parc.planner.serve_emit.deployment_text` writes for it."""
+    from dataclasses import replace
+
+    from parc.planner.serve_emit import check_text, deployment_text
+
+    t0 = time.perf_counter()
+    if goal.objective == "min-gpus" and goal.concurrency is None:
+        raise ValueError("the min-gpus objective needs a concurrency (--concurrency, or serve.concurrency)")
+    tnames = tuple(dict.fromkeys(list(pr.extra_targets) + list(targets)))
+    pr = replace(pr, extra_targets=tnames)
+    costs, small = instance_costs(pr, goal)
+    usable = [ic for ic in costs if ic.weights_fit]
+    t = _Table()
+    for ic in usable:
+        _colocated(t, ic, goal, pr.cluster.world, pr.cluster.gpus_per_node)
+    prefill = [ic for ic in usable if ic.kv_capacity_tokens >= pr.serve.max_model_len]
+    if goal.disaggregate and prefill:
+        _disaggregated(t, prefill, usable, goal, pr)
+    cols = t.columns()
+    unfit = len(costs) - len(usable) + small       # engine layouts whose weights alone overflow
+    res = ServeResult(pr, goal, evaluated=len(cols["gpus"]) + unfit)
+    if unfit:
+        res.failed["memory"] = unfit
+    if not len(cols["gpus"]):
+        res.seconds = time.perf_counter() - t0
+        return res
+    good, failed = _verdicts(cols, goal, pr.cluster.world)
+    for k, v in failed.items():
+        res.failed[k] = res.failed.get(k, 0) + v
+    res.feasible = int(good.sum())
+    order = _order(cols, goal)
+    misses = 0
+    for i in order[good[order]]:
+        if len(res.plans) >= top or misses >= MAX_REJECTED_WALK:
+            break
+        d = _deployment(cols, int(i))
+        errs, warns = check_text(deployment_text(pr, goal, d, formatted=False), tnames)
+        if errs:
+            res.rejected.append((d, errs))
+            misses += 1
+            continue
+        d.rank, d.warnings = len(res.plans) + 1, warns
+        res.plans.append(d)
+    if not res.plans:
+        j = _closest(cols, goal, pr.cluster.world)
+        res.closest = _deployment(cols, j) if j is not None else None
+    res.seconds = time.perf_counter() - t0
+    return res
