@@ -8,7 +8,7 @@ memory against the GPU's capacity. The closed-form rows (parameters, FLOPs, acti
 ZeRO, KV cache, bubble) are the tests of tests/test_accuracy_closed_form.py; their outcome is
 tabulated here. The same input gives the same bytes.
 
-Targets (issue 13): closed-form rows within 0.5%; measured step time and MFU with median error
+Targets: closed-form rows within 0.5%; measured step time and MFU with median error
 at most 10% and none beyond 25%; every published run fits in memory.
 
 Run:   python bench/accuracy.py            (writes docs/accuracy.md, prints a summary)

@@ -1,5 +1,5 @@
 """Calibration in the accuracy table: fit the cluster's profile on a few rows of a published
-table, then predict the rows held out, before and after (issue #13, item 5).
+table, then predict the rows held out, before and after.
 
 The accuracy benchmark calls :func:`calibration_rows` with the cases of one table (plans of one
 model family on one cluster, each with its measured step time) and renders them with

@@ -1,6 +1,6 @@
 """Cost-model performance: `parc check` + `parc explain --format json` in process, and the rank map.
 
-Targets (issue 3):
+Targets:
 * check + explain (JSON) of a 16,384-GPU spec, in process: median <= 20 ms;
 * the rank map of a 131,072-GPU cluster: <= 200 ms.
 

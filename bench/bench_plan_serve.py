@@ -1,6 +1,6 @@
 """Serving planner performance: `parc plan --serve` for DeepSeek-V3 on 64 H200s (8 nodes of 8).
 
-Target (issue #15, item 5): the whole search (every engine layout costed, every deployment of
+Target: the whole search (every engine layout costed, every deployment of
 one mesh or of prefill and decode pools evaluated, the top 10 checked by `parc check`'s rules)
 in at most 2 s in process. Reported as the wall time and its ratio to the target (and the
 process's CPU time, the fairer figure on a machine other work shares), for both

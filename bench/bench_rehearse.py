@@ -1,5 +1,5 @@
 """Rehearsal cost: a world-8 plan (pp2·dp2·tp2, 1F1B, FSDP, sequence parallel), 3 SGD steps
-with --verify, as one `parc run` process (target from issue 5: <= 60 s wall on 2 cores).
+with --verify, as one `parc run` process (target: <= 60 s wall on 2 cores).
 
 Prints the wall time of the whole command and its split as the report measures it: the spec
 check, imports, the single-process reference, launching and building the ranks, the steps;

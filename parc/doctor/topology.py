@@ -1,6 +1,6 @@
 """The node's GPU topology against the cluster block's, where the block describes one.
 
-A cluster block with a ``topology { islands, numa, links }`` (issue #16; written by ``parc topo``)
+A cluster block with a ``topology { islands, numa, links }`` (written by ``parc topo``)
 says how the GPUs of a node are wired, and the placement rules judged the plan's TP, CP and EP
 groups on it. This check reads the node's own (``nvidia-smi topo -m``, else ``rocm-smi
 --showtopo``, through ``parc.topo``) and compares the class of every GPU pair
