@@ -140,15 +140,20 @@ def check(ctx: Context) -> list[Finding | Passed]:
 
 
 def preset_named(name: str) -> str | None:
-    """The GPU preset of a name the driver reports (node.toml [gpus.names], first match)."""
-    return next((p for key, p in node_facts()["gpus"]["names"].items() if key.lower() in name.lower()), None)
+    """The GPU preset of a name the driver reports (parc/topo/gpu_names.toml, first match: the
+    table `parc topo` names a node's GPU by)."""
+    from parc.topo.probe import preset_for
+
+    return preset_for(name)
 
 
 def matches(preset: str, memory: int, dev: Device) -> bool:
     """Whether device ``dev`` is the cluster's GPU: its name maps to ``preset`` (any name for a
     preset no name maps to) and its total memory is within node.toml's tolerance."""
     facts = node_facts()["gpus"]
-    named = preset not in facts["names"].values() or preset_named(dev.name) == preset
+    from parc.topo.probe import gpu_names
+
+    named = preset not in gpu_names().values() or preset_named(dev.name) == preset
     return named and abs(dev.total - memory) <= facts["memory_tolerance"] * memory
 
 

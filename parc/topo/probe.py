@@ -30,7 +30,8 @@ def run_tool(cmd: list[str], timeout: float = 60) -> str:
 
 
 @lru_cache(maxsize=1)
-def _names() -> dict[str, str]:
+def gpu_names() -> dict[str, str]:
+    """Each name `nvidia-smi` and `rocm-smi` print (a substring) and its GPU preset; longer first."""
     import tomllib
 
     return tomllib.loads((Path(__file__).parent / "gpu_names.toml").read_text(encoding="utf-8"))
@@ -38,7 +39,7 @@ def _names() -> dict[str, str]:
 
 def preset_for(name: str) -> str | None:
     """The GPU preset of a name the tools print (``NVIDIA H100 80GB HBM3`` -> ``h100_sxm``)."""
-    return next((p for key, p in _names().items() if key.lower() in name.lower()), None)
+    return next((p for key, p in gpu_names().items() if key.lower() in name.lower()), None)
 
 
 def gpu_preset(amd: bool, run=run_tool) -> str | None:
