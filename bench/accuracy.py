@@ -41,6 +41,7 @@ METRICS = {   # metric -> (how the table prints it, unit)
     "tokens_per_gpu_s": ("{:,.0f}", "tokens/s/GPU"),
     "prefill_tokens_per_node_s": ("{:,.0f}", "input tokens/s/node"),
     "output_tokens_per_node_s": ("{:,.0f}", "output tokens/s/node"),
+    "decode_tokens_per_node_s": ("{:,.0f}", "output tokens/s/node of a decode pool"),
 }
 
 
@@ -125,6 +126,7 @@ def run_case(case: dict, data: dict, tmp: Path) -> dict:
     sv, nodes = e.serving, plan.cluster.nodes
     values = {"prefill_tokens_per_node_s": sv.prefill_tokens_per_s / nodes if sv else 0.0,
               "output_tokens_per_node_s": sv.output_tokens_per_s / nodes if sv else 0.0,
+              "decode_tokens_per_node_s": sv.decode_tokens_per_s / nodes if sv else 0.0,
               "step_time": e.step_time, "mfu": e.mfu,
               "tokens_per_gpu_s": e.tokens_per_second / n if n else 0.0,
               "tflops_96": ((e.model_flops_per_step + recompute_flops(plan.model, e.tokens_per_step, "full"))

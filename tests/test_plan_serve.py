@@ -203,3 +203,20 @@ def test_dcp_layouts_are_kept_only_where_they_hold_more_kv():
         if s.dcp > 1:
             twin = by_shape[Shape(tp=s.tp, pp=s.pp, dp=s.dp, ep=s.ep)]
             assert ic.kv_capacity_tokens > twin.kv_capacity_tokens
+
+
+@pytest.mark.parametrize("disaggregate", [True, False])
+def test_explain_gives_every_reported_plan_the_planners_latencies(two_nodes, disaggregate):
+    # one model of requests over time (parc.cost.serving.colocated_latency and
+    # disaggregated_latency): the spec the planner writes for a deployment, explained, has the
+    # TTFT, TPOT and output tokens/s the planner ranked it by
+    from parc.cost.estimate import estimate
+    from parc.cost.serving import serve_numbers
+
+    res = _search("llama3_8b", two_nodes, seq_len=8192, objective="min-gpus", concurrency=64, tpot=0.02,
+                  ttft=2.0, prompt_tokens=4000, output_tokens=32, disaggregate=disaggregate)
+    assert res.plans and all(d.disaggregated == disaggregate for d in res.plans)
+    for d in res.plans:
+        plan = check_file("best.par", text=deployment_text(res.problem, res.goal, d)).plan
+        n = serve_numbers(plan, estimate(plan))
+        assert (n.ttft, n.tpot, n.output_tokens_per_s) == pytest.approx((d.ttft, d.tpot, d.throughput), rel=0.02)

@@ -34,12 +34,18 @@ all-reduces and hands the activations to the next stage.
   decode batch reads a small share of the expert weights.
 * Decode context parallelism (``dcp``) adds, per layer, the all-gather of the queries and the
   reduce-scatter of the partial attention outputs over the dcp ranks.
+* Requests over time (:func:`colocated_latency`, :func:`disaggregated_latency`; explain and
+  ``parc plan --serve`` both read them): on one mesh a new request's prefill runs between the
+  decode steps of the others, so it waits ``t_prefill + t_step`` for its first token and each of
+  its tokens also waits for its neighbours' prefills, spread over its output; with prefill and
+  decode pools the prefill pool may queue requests (Little's law over the requests in flight).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
+from parc.cost import xp
 from parc.cost.comm import (allreduce_bytes, axis_time, ep_bytes_per_layer, link_params, p2p_time,
                             serving_calls)
 from parc.cost.memory import model_kv_bytes_per_token
@@ -255,6 +261,8 @@ class ServeNumbers:
     tpot: float                   # seconds between two output tokens of one request (pp · step)
     output_tokens_per_s: float
     ttft: float
+    decode_step: float = 0.0          # pp decode steps: a request's token cadence between prefills
+    decode_tokens_per_s: float = 0.0  # what the decode side sustains between prefills (a decode pool's rate)
     kv_transfer_bytes: float = 0.0    # per request, prefill pool → decode pool
     kv_transfer_time: float = 0.0
     pools: dict = field(default_factory=dict)   # pool name -> {"instances", "gpus", "estimate"}
@@ -266,6 +274,7 @@ class ServeNumbers:
                 "replicas": self.replicas, "batch_per_replica": self.batch, "requests_fit_per_replica": self.fits,
                 "ttft": self.ttft, "tpot": self.tpot, "prefill_time": self.prefill_time,
                 "prefill_tokens_per_s": self.prefill_tokens_per_s, "output_tokens_per_s": self.output_tokens_per_s,
+                "decode_step": self.decode_step, "decode_tokens_per_s": self.decode_tokens_per_s,
                 "prefill_stages": [p.to_json() for p in self.prefill],
                 "decode_stages": [p.to_json() for p in self.decode],
                 "kv_transfer": {"bytes_per_request": int(self.kv_transfer_bytes), "time": self.kv_transfer_time},
@@ -309,13 +318,42 @@ def serve_numbers(plan, est, efficiency: float | None = None) -> ServeNumbers:
     tpot = dplan.mesh.pp * step
     prefill_time = sum(ph.time for ph in prefill)
     prefill_rate = pre["instances"] * pplan.mesh.dp * w.prompt_tokens / max(ph.time for ph in prefill)
-    out = ServeNumbers(w, replicas, batch, int(fits), prefill, decode, prefill_time, prefill_rate, tpot,
-                       replicas * batch / tpot, prefill_time,
-                       pools={k: {kk: v[kk] for kk in ("instances", "gpus", "estimate")} for k, v in pools.items()})
+    O = w.output_tokens
+    decode_step, decode_rate = tpot, replicas * batch / tpot
     if plan.pools:
-        out.kv_transfer_bytes, out.kv_transfer_time = kv_transfer(plan, pest, w.prompt_tokens)
-        out.ttft = prefill_time + out.kv_transfer_time + tpot
-    return out
+        xfer_bytes, xfer = kv_transfer(plan, pest, w.prompt_tokens)
+        ttft, rnd = disaggregated_latency(prefill_time, xfer, tpot, O, w.concurrency,
+                                          pre["instances"] * pplan.mesh.dp)
+        rate = w.concurrency * O / rnd
+    else:
+        xfer_bytes = xfer = 0.0
+        ttft, tpot, turn = colocated_latency(prefill_time, tpot, batch, O)
+        rate = replicas * batch * O / turn
+    return ServeNumbers(w, replicas, batch, int(fits), prefill, decode, prefill_time, prefill_rate, tpot,
+                        rate, ttft, decode_step, decode_rate, xfer_bytes, xfer,
+                        pools={k: {kk: v[kk] for kk in ("instances", "gpus", "estimate")} for k, v in pools.items()})
+
+
+def colocated_latency(prefill, step, batch, output_tokens):
+    """(TTFT, TPOT, seconds one turn of a rank's ``batch`` requests takes) where prefill and decode
+    share the GPUs (vLLM's and SGLang's default scheduling): a request waits ``prefill + step``
+    for its first token; each of its ``output_tokens`` also waits for the prefills of its
+    ``batch − 1`` neighbours, spread over its output, so TPOT is ``step + (batch − 1) · prefill /
+    output_tokens``; the rank serves ``batch`` requests every ``batch · prefill + output_tokens ·
+    step`` seconds. Scalars or numpy arrays."""
+    return (prefill + step, step + (batch - 1) * prefill / output_tokens,
+            batch * prefill + output_tokens * step)
+
+
+def disaggregated_latency(prefill, transfer, step, output_tokens, concurrency, prefill_ranks):
+    """(TTFT, seconds per request round) of a prefill pool of ``prefill_ranks`` engines' ranks
+    feeding a decode pool whose step is ``step``, with ``concurrency`` requests in flight: a
+    request comes round every ``R = max(prefill + transfer + step + output_tokens · step,
+    concurrency · prefill / prefill_ranks)`` seconds (the second when the prefill pool cannot keep
+    up: requests queue for it and TTFT grows to ``R − output_tokens · step``). Scalars or arrays."""
+    ttft0 = prefill + transfer + step
+    rnd = xp.maximum(ttft0 + output_tokens * step, concurrency * prefill / prefill_ranks)
+    return rnd - output_tokens * step, rnd
 
 
 def kv_transfer(plan, prefill_est, prompt: int) -> tuple[float, float]:

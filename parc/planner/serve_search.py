@@ -34,6 +34,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from parc.cost.serving import colocated_latency, disaggregated_latency
 from parc.planner.inputs import Problem
 from parc.planner.serve_costs import InstanceCost, kv_transfer_time, largest
 from parc.planner.serve_space import instance_costs
@@ -228,20 +229,20 @@ def _colocated(t: _Table, ic: InstanceCost, goal: Goal, world: int, per: int):
         n = n[(n * ic.shape.gpus <= per) | (n * ic.shape.gpus % per == 0)]   # whole nodes, or part of one
         b = _batches(ic, goal, n)
         step = _steps(ic, goal, b)
-        cycle = b * tp_ + O * step
-        t.add(dec=ic, n=n, pre=None, n_p=0, batch=b, gpus=n * ic.shape.gpus, ttft=tp_ + step,
-              tpot=step + (b - 1) * tp_ / O, tput=goal.concurrency * O / cycle,
+        ttft, tpot, cycle = colocated_latency(tp_, step, b, O)
+        t.add(dec=ic, n=n, pre=None, n_p=0, batch=b, gpus=n * ic.shape.gpus, ttft=ttft,
+              tpot=tpot, tput=goal.concurrency * O / cycle,
               memory=ic.memory_at(b, goal.prompt_tokens + O), fits=_mem_ok(ic, goal, b))
         return
-    b = _best_batch(ic, goal, lambda x: tp_ + ic.step(x, goal.context),
-                    lambda x: ic.step(x, goal.context) + (x - 1) * tp_ / O)
+    b = _best_batch(ic, goal, lambda x: colocated_latency(tp_, ic.step(x, goal.context), x, O)[0],
+                    lambda x: colocated_latency(tp_, ic.step(x, goal.context), x, O)[1])
     if b is None:
         t.add(dec=ic, n=most, pre=None, n_p=0, batch=1, gpus=most * ic.shape.gpus, ttft=np.inf, tpot=np.inf,
               tput=0.0, memory=ic.weights, fits=False)
         return
-    step = ic.step(b, goal.context)
-    t.add(dec=ic, n=most, pre=None, n_p=0, batch=b, gpus=most * ic.shape.gpus, ttft=tp_ + step,
-          tpot=step + (b - 1) * tp_ / O, tput=most * ic.shape.ranks * b * O / (b * tp_ + O * step),
+    ttft, tpot, cycle = colocated_latency(tp_, ic.step(b, goal.context), b, O)
+    t.add(dec=ic, n=most, pre=None, n_p=0, batch=b, gpus=most * ic.shape.gpus, ttft=ttft,
+          tpot=tpot, tput=most * ic.shape.ranks * b * O / cycle,
           memory=ic.memory_at(b, goal.prompt_tokens + O), fits=True)
 
 
@@ -288,8 +289,8 @@ def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, 
         I, P, _ = np.meshgrid(np.arange(len(n_d)), np.arange(len(pre)), np.arange(N.shape[2]), indexing="ij")
         tried = N > 0
         I, P, N = I[tried], P[tried], N[tried]
-        R = np.maximum(ttft0[I, P] + O * step[I], goal.concurrency * p_t[P] / (N * p_r[P]))
-        ttft, tput = R - O * step[I], goal.concurrency * O / R
+        ttft, R = disaggregated_latency(p_t[P], xfer[P], step[I], O, goal.concurrency, N * p_r[P])
+        tput = goal.concurrency * O / R
     else:
         rate = (n_d * d.shape.ranks * b)[:, None] / (ttft0 + O * step[:, None])
         I, P = np.meshgrid(np.arange(len(n_d)), np.arange(len(pre)), indexing="ij")
