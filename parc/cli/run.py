@@ -134,12 +134,7 @@ def _run(args) -> int:
         raise _Refused(128 + e.signum, f"run {e}") from None
     if report is None:          # a rank other than 0 under torchrun
         return 0
-    if args.report:
-        try:
-            with open(args.report, "w", encoding="utf-8") as f:
-                f.write(json.dumps(report, indent=2) + "\n")
-        except OSError as e:
-            raise _Refused(2, f"cannot write {args.report}: {e.strerror or e}") from None
+    _write_report(args.report, report)
     v = report["verify"]
     failed = v["ran"] and not v["passed"]
     if not args.quiet:
@@ -148,6 +143,17 @@ def _run(args) -> int:
         sys.stdout.write(render.render_json(report, not failed) if args.format == "json"
                          else render.render_text(report, args.spec))
     return 1 if failed else 0
+
+
+def _write_report(path, report: dict) -> None:
+    """--report FILE: the report as JSON (exit 2 where it cannot be written)."""
+    if not path:
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(report, indent=2) + "\n")
+    except OSError as e:
+        raise _Refused(2, f"cannot write {path}: {e.strerror or e}") from None
 
 
 def _run_pools(args, plan, opts, bar, t_start) -> int:
@@ -179,12 +185,7 @@ def _run_pools(args, plan, opts, bar, t_start) -> int:
         reports.append({"pool": pool.name, "instances": pool.instances, **rep})
     out = {"pools": reports, "timing": {"total": time.perf_counter() - t_start}}
     failed = any(r["verify"]["ran"] and not r["verify"]["passed"] for r in reports)
-    if args.report:
-        try:
-            with open(args.report, "w", encoding="utf-8") as f:
-                f.write(json.dumps(out, indent=2) + "\n")
-        except OSError as e:
-            raise _Refused(2, f"cannot write {args.report}: {e.strerror or e}") from None
+    _write_report(args.report, out)
     if not args.quiet:
         if args.format == "json":
             sys.stdout.write(render.render_json(out, not failed))
