@@ -323,25 +323,25 @@ def kv_cache_max_num_seqs(plan, c):
 # --- the serving workload --------------------------------------------------------------------------
 
 def _workload(plan):
-    """(workload, replicas, KV tokens per replica, decode plan) of a serving plan: of its decode
-    pool when it has pools (:attr:`Estimate.serving`)."""
+    """(workload, replicas, KV tokens per replica, requests per replica) of a serving plan whose
+    `serve` block states a concurrency: of its decode pool when it has pools
+    (:attr:`Estimate.serving`); None otherwise."""
+    if plan.mode != "serve" or plan.serve is None or plan.serve.concurrency is None:
+        return None
     sv = _est(plan).serving
     if sv is None:
         return None
     dec = sv.pools.get("decode", {}).get("estimate") or _est(plan)
-    return sv.workload, sv.replicas, dec.kv_capacity_tokens, sv
+    return sv.workload, sv.replicas, dec.kv_capacity_tokens, -(-sv.workload.concurrency // sv.replicas)
 
 
 @rule("P406", "kv-cache-holds-the-workload", severity=WARNING, whole=True)
 def kv_cache_workload(plan, c):
-    if plan.mode != "serve" or plan.serve is None or plan.serve.concurrency is None:
-        return
     got = _workload(plan)
     if got is None:
         return
-    w, replicas, cap, sv = got
+    w, replicas, cap, batch = got
     per = w.prompt_tokens + w.output_tokens
-    batch = -(-w.concurrency // replicas)
     if batch * per <= cap or cap < per:
         return
     fit = (cap // per) * replicas
@@ -354,13 +354,10 @@ def kv_cache_workload(plan, c):
 
 @rule("P407", "concurrency-above-max-num-seqs", severity=WARNING, whole=True)
 def concurrency_max_num_seqs(plan, c):
-    if plan.mode != "serve" or plan.serve is None or plan.serve.concurrency is None:
-        return
     got = _workload(plan)
     if got is None:
         return
-    w, replicas, cap, _ = got
-    batch = -(-w.concurrency // replicas)
+    w, replicas, cap, batch = got
     seqs = plan.serve.max_num_seqs
     if batch <= seqs:
         return
