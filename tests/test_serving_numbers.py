@@ -126,13 +126,20 @@ def test_decode_and_prefill_are_rooflines(check_spec):
     assert d.kv == pytest.approx(10 * 1100 * 131_072 / hbm)
     assert d.compute == pytest.approx(10 * decode_flops_per_token(m, 32, 0, 1, 1, 1100) / peak)
     assert d.bound == "memory" and d.comm == {}
-    assert sv.tpot == pytest.approx(d.weights + d.kv)
-    assert sv.output_tokens_per_s == pytest.approx(10 / sv.tpot)
+    assert sv.decode_step == pytest.approx(d.weights + d.kv)
+    assert sv.decode_tokens_per_s == pytest.approx(10 / sv.decode_step)
     p = sv.prefill[0]
     # 1000 tokens, causal attention over 500 on average: compute-bound
     assert p.compute == pytest.approx(1000 * decode_flops_per_token(m, 32, 0, 1, 1, 500) / peak)
-    assert p.bound == "compute" and sv.ttft == pytest.approx(p.time) == pytest.approx(p.compute)
+    assert p.bound == "compute" and sv.prefill_time == pytest.approx(p.time) == pytest.approx(p.compute)
     assert sv.prefill_tokens_per_s == pytest.approx(1000 / p.time)
+    # one mesh: a request waits for its prefill and one step; each of its 200 tokens also for
+    # the 9 other requests' prefills, spread over them; the replica turns its 10 requests every
+    # 10 prefills + 200 steps
+    step, pre = sv.decode_step, p.time
+    assert sv.ttft == pytest.approx(pre + step)
+    assert sv.tpot == pytest.approx(step + 9 * pre / 200)
+    assert sv.output_tokens_per_s == pytest.approx(10 * 200 / (10 * pre + 200 * step))
 
 
 def test_default_workload_is_vllm_benchmark(check_spec):
@@ -166,7 +173,9 @@ def test_disaggregated_ttft_is_prefill_transfer_and_first_step(check_spec):
     assert sv.kv_transfer_bytes == 1024 * 327_680
     # each of the prefill instance's 8 GPUs sends its 40,960 B/token share over its 50 GB/s link
     assert sv.kv_transfer_time == pytest.approx(1024 * 40_960 / 50e9)
+    # the prefill pool keeps up with the requests in flight: no queue before it
     assert sv.ttft == pytest.approx(sv.prefill_time + sv.kv_transfer_time + sv.tpot)
+    assert sv.tpot == sv.decode_step
     assert set(sv.pools) == {"prefill", "decode"} and sv.replicas == 2      # decode: 1 instance of dp 2
     assert sv.batch == 32
 
