@@ -73,7 +73,7 @@ def pooled_serving(plan, c):
     their own, each with its own leader, which is what the lws target emits."""
     if not plan.pools:
         return
-    c.report(c.at("serve.prefill", "serve"),
+    c.report(c.at("prefill", "serve"),
              "target kubernetes runs one PyTorchJob of equal pods, and this plan's prefill and decode pools are "
              f"{count(sum(p.instances for p in plan.pools), 'engine instance')} of their own behind a proxy",
              help="compile it for target lws (a LeaderWorkerSet per pool and the proxy or router in front), or "
