@@ -154,12 +154,70 @@ def check_sglang(spec: str, plan: dict, v: dict, settings: dict) -> None:
             assert "--nnodes" not in argv and "--dist-init-addr" not in argv, spec
 
 
+# the ports a vLLM pool's instances serve on, and the proxy's (vllm/__init__.py POOL_PORTS, PROXY_PORT)
+POOL_PORTS = {"prefill": 8100, "decode": 8200}
+
+
+def pool_sets(plan: dict, v: dict):
+    """(pool, its LeaderWorkerSet's verdict, the pool's mesh) of a disaggregated plan, in order."""
+    return [(pool["name"], s, pool["mesh"]) for pool, s in zip(plan["pools"], v["sets"])]
+
+
+def check_pooled(spec: str, plan: dict, v: dict) -> None:
+    """A LeaderWorkerSet per pool, each group running its pool's degrees with the pool's KV
+    transfer role, and the proxy or router pointed at every group's leader."""
+    gpn, name = plan["cluster"]["gpus_per_node"], v["sets"][0]["name"].rsplit("-", 1)[0]
+    sglang = engine(plan) == "sglang"
+    leaders = {}
+    for pool, s, m in pool_sets(plan, v):
+        assert s["ok"] and s["name"] == f"{name}-{pool}", spec
+        g = m["tp"] * m["pp"] * m["cp"] * m["dp"]
+        # a group per instance (vLLM): its nodes the pods, each with its GPUs on a node
+        if not sglang:
+            want = [p for p in plan["pools"] if p["name"] == pool][0]["instances"]
+            assert s["replicas"] == want and s["size"] == max(1, g // gpn), spec
+        assert s["replicas"] * s["size"] * s["pods"][0]["gpus"] == g * [
+            p for p in plan["pools"] if p["name"] == pool][0]["instances"], spec
+        port = PORTS["sglang"] if sglang else POOL_PORTS[pool]
+        assert s["pods"][0]["probe"] == {"path": "/health", "port": port}, spec
+        [svc] = s["services"]
+        assert svc["ports"] == [[port, port]], spec
+        for p in s["pods"]:
+            assert p["returncode"] == 0, (spec, p["stderr"])
+            argv = sglang_argv(p) if sglang else p["runs"]["vllm"][0]
+            if sglang:
+                assert option(argv, "--disaggregation-mode") == pool, spec
+                continue
+            assert (option(argv, "--tensor-parallel-size"), option(argv, "--pipeline-parallel-size"),
+                    option(argv, "--data-parallel-size", "1")) == (str(m["tp"]), str(m["pp"]), str(m["dp"])), spec
+            assert "NixlConnector" in option(argv, "--kv-transfer-config"), spec
+            assert ("--headless" in argv) == (p["index"] > 0), spec
+            if p["index"] == 0:
+                assert option(argv, "--port") == str(port), spec
+        leaders[pool] = [f"{s['name']}-{k}.{s['name']}" for k in range(s["replicas"])]
+    proxy = v["proxy"]
+    assert proxy["returncode"] == 0, (spec, proxy["stderr"])
+    [argv] = proxy["runs"]["python3"]
+    if sglang:
+        urls = [argv[i + 1] for i, w in enumerate(argv) if w in ("--prefill", "--decode")]
+        assert urls == [f"http://{h}:{PORTS['sglang']}" for h in leaders["prefill"] + leaders["decode"]], spec
+        return
+    ends = [i for i, w in enumerate(argv) if w.startswith("--")] + [len(argv)]
+    args = {argv[i]: argv[i + 1:j] for i, j in zip(ends, ends[1:])}
+    assert args["--prefiller-hosts"] == leaders["prefill"] and args["--decoder-hosts"] == leaders["decode"], spec
+    assert args["--prefiller-ports"] == [str(POOL_PORTS["prefill"])] * len(leaders["prefill"]), spec
+    assert args["--port"] == [str(proxy["ports"][0])], spec
+
+
 def test_kubernetes_accepts_what_parc_emits_with_the_plans_degrees(lws_python):
     cases = manifests()
     assert len(cases) >= 8
     for (spec, plan, _), v in zip(cases, judge(lws_python, [text for _, _, text in cases])):
         assert v["ok"], f"{spec}: {v.get('stage')}: {v.get('errors')}"
-        check_degrees(spec, plan, v)
+        if plan.get("pools"):
+            check_pooled(spec, plan, v)
+        else:
+            check_degrees(spec, plan, v)
 
 
 def test_the_judge_refuses_what_kubernetes_refuses(lws_python):
@@ -298,13 +356,15 @@ def test_vllm_accepts_what_the_pods_run(lws_python, vllm_python):
     cases = [c for c in manifests() if engine(c[1]) == "vllm"]
     found = []
     for (spec, plan, _), v in zip(cases, judge(lws_python, [text for _, _, text in cases])):
-        for p in v["pods"]:
-            for argv in p["runs"].get("vllm", []):
-                found.append((spec, plan, p["index"], argv[1:]))
+        # a disaggregated plan: each pool's set, with the pool's mesh
+        sets = [(s, m) for _, s, m in pool_sets(plan, v)] if plan.get("pools") else [(v, plan["mesh"])]
+        for s, m in sets:
+            for p in s["pods"]:
+                for argv in p["runs"].get("vllm", []):
+                    found.append((spec, plan, m, p["index"], argv[1:]))
     assert len({spec for spec, *_ in found}) == len(cases)
-    for (spec, plan, k, argv), got in zip(found, vllm_judge(vllm_python, [a for *_, a in found])):
+    for (spec, plan, m, k, argv), got in zip(found, vllm_judge(vllm_python, [a for *_, a in found])):
         assert got["ok"], f"{spec} pod {k}: vLLM refuses {argv}: {got.get('error')}"
-        m = plan["mesh"]
         one_engine = plan["model"]["experts"] > 0 and m["ep"] > 1 and m["dp"] > 1
         assert (got["tp"], got["pp"], got["pcp"]) == (m["tp"], m["pp"], m["cp"]), spec
         assert got["dp"] == (m["dp"] if one_engine else 1), spec
@@ -368,23 +428,28 @@ def test_sglang_accepts_what_the_pods_run(lws_python, sglang_python, check_spec,
     items, where = [], []
     for (name, plan, _), v in zip(cases, judge(lws_python, [text for *_, text in cases])):
         assert v["ok"], f"{name}: {v.get('stage')}: {v.get('errors')}"
-        check_degrees(name, plan, v)
+        (check_pooled if plan.get("pools") else check_degrees)(name, plan, v)
         folder = sglang_judge.model_folder(plan["model"], tmp_path / name.replace("/", "_"))
-        for p in v["pods"]:
-            items.append({"server": sglang_judge.with_model(sglang_argv(p), folder)})
-            where.append((name, plan, v, p["index"]))
+        # a disaggregated plan: every pool's set, with the pool's mesh
+        # (its groups are the servers of all its instances: those of one instance count here)
+        sets = ([(s, m, n["instances"]) for (_, s, m), n in zip(pool_sets(plan, v), plan["pools"])]
+                if plan.get("pools") else [(v, plan["mesh"], 1)])
+        for lw, m, n in sets:
+            for p in lw["pods"]:
+                items.append({"server": sglang_judge.with_model(sglang_argv(p), folder)})
+                where.append((name, plan, {**lw, "replicas": lw["replicas"] // n}, m, p["index"]))
     got = sglang_judge.ask(sglang_python, items)
-    for (name, plan, lw, k), s in zip(where, got):
+    for (name, plan, lw, m, k), s in zip(where, got):
         assert s["ok"], f"{name} pod {k}: SGLang refuses it: {s.get('error')}"
-        m = plan["mesh"]
-        attn = bool(engine_settings(plan).get("dp_attention")) and m["dp"] > 1
+        asked = engine_settings(plan).get("dp_attention") or (plan.get("serve") or {}).get("dp_attention")
+        attn = bool(asked) and m["dp"] > 1
         assert (s["tp"], s["pp"]) == (m["dp"] * m["tp"] if attn else m["tp"], m["pp"]), name
         assert s["attn_dp"] == (m["dp"] if attn else 1) and s["dp"] * lw["replicas"] == (1 if attn else m["dp"]), name
         assert s["ep"] == (m["ep"] if plan["model"]["experts"] else 1), name
         assert (s["nnodes"], s["node_rank"]) == (lw["size"], k), name
         assert lw["size"] == 1 or s["dist_init_addr"] == lw["leader_address"] + ":5000", name
     # the 405B test spec: one server of tp 8 · pp 2 over the group's two pods
-    lead = next(s for (name, *_), s in zip(where, got) if "lws-sglang" in name)
+    lead = next(s for (name, *_), s in zip(where, got) if name.endswith("lws-sglang.par"))
     assert (lead["tp"], lead["pp"], lead["dp"], lead["nnodes"], lead["node_rank"], lead["port"]) == (8, 2, 1, 2, 0, 30000)
 
 

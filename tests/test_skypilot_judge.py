@@ -82,6 +82,39 @@ def check_serve(name: str, plan: dict, v: dict) -> None:
     assert v["ports"] == [option(serves[0], "--port")], name
 
 
+def check_pooled(name: str, plan: dict, v: dict) -> None:
+    """A disaggregated plan: every node runs the vllm serve of the instances placed on it with its
+    pool's degrees, and node 0 the proxy, pointed at each instance's first node."""
+    gpn = plan["cluster"]["gpus_per_node"]
+    want = {}
+    for pool in plan["pools"]:
+        m = pool["mesh"]
+        g = m["tp"] * m["pp"] * m["cp"] * m["dp"]
+        key = (str(m["tp"]), str(m["pp"]), str(m["dp"]), str(m["cp"]))
+        # one vllm serve per node of every instance: ceil(g / gpn) nodes, or one for a part of a node
+        want[key] = want.get(key, 0) + pool["instances"] * max(1, -(-g // gpn))
+    got, firsts = {}, {"8100": [], "8200": []}
+    ip = [v["head"][:-1] + str(i + 1) for i in range(v["num_nodes"])]
+    for n, node in enumerate(v["nodes"]):
+        for c in node["calls"]:
+            a = c["argv"]
+            if a[0] != "vllm":
+                continue
+            key = (option(a, "--tensor-parallel-size"), option(a, "--pipeline-parallel-size"),
+                   option(a, "--data-parallel-size", "1"), option(a, "--prefill-context-parallel-size", "1"))
+            got[key] = got.get(key, 0) + 1
+            if "--data-parallel-address" in a:
+                assert option(a, "--data-parallel-address") == c["master_addr"], name
+            if option(a, "--port") in firsts:   # an instance's API server: its first node
+                firsts[option(a, "--port")].append(ip[n])
+    assert got == want, name
+    [proxy] = [c["argv"] for c in v["nodes"][0]["calls"] if c["argv"][0] == "toy_proxy_server.py"]
+    ends = [i for i, w in enumerate(proxy) if w.startswith("--")] + [len(proxy)]
+    args = {proxy[i]: proxy[i + 1:j] for i, j in zip(ends, ends[1:])}
+    assert args["--prefiller-hosts"] == firsts["8100"] and args["--decoder-hosts"] == firsts["8200"], name
+    assert v["ports"] == args["--port"], name
+
+
 def test_skypilot_accepts_every_task_with_the_plans_degrees(sky_python):
     cases = tasks()
     assert len(cases) >= 10
@@ -93,7 +126,10 @@ def test_skypilot_accepts_every_task_with_the_plans_degrees(sky_python):
         assert list(v["accelerators"].values()) == [cl["gpus_per_node"]], name
         for node in v["nodes"]:
             assert node["setup_rc"] == 0 and node["run_rc"] == 0, (name, node)
-        (check_serve if plan["mode"] == "serve" else check_train)(name, plan, v)
+        if plan.get("pools"):
+            check_pooled(name, plan, v)
+        else:
+            (check_serve if plan["mode"] == "serve" else check_train)(name, plan, v)
 
 
 def _task(check_spec, text):

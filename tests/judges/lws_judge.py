@@ -126,13 +126,51 @@ def pod_facts(template, lws_env, tmp):
 
 
 def judge(text):
+    """One LeaderWorkerSet: its facts. Several (a disaggregated plan's pools): ``sets``, the facts
+    of each with its own Service, and ``proxy``, what the Deployment in front of them ran."""
     docs = [d for d in yaml.safe_load_all(text) if d]
-    errors = []
-    lws = [d for d in docs if d.get("kind") == "LeaderWorkerSet"]
+    sets = [d for d in docs if d.get("kind") == "LeaderWorkerSet"]
     svcs = [d for d in docs if d.get("kind") == "Service"]
-    if len(lws) != 1:
-        return {"ok": False, "errors": [f"{len(lws)} LeaderWorkerSets"]}
-    lws = lws[0]
+    if not sets or (len(sets) > 1) != any(d.get("kind") == "Deployment" for d in docs):
+        return {"ok": False, "errors": [f"{len(sets)} LeaderWorkerSets"]}
+    errors = []
+    for d in docs:
+        if d.get("kind") != "LeaderWorkerSet":
+            errors += builtin_errors(d, d.get("kind", "?"))
+    if errors:
+        return {"ok": False, "stage": "built-in objects", "errors": errors}
+    if len(sets) == 1:
+        return judge_set(sets[0], svcs)
+    out = [judge_set(lws, [s for s in svcs if s["metadata"]["name"] == lws["metadata"]["name"] + "-leader"])
+           for lws in sets]
+    bad = [v for v in out if not v["ok"]]
+    if bad:
+        return bad[0]
+    [dep] = [d for d in docs if d.get("kind") == "Deployment"]
+    [cm] = [d for d in docs if d.get("kind") == "ConfigMap"]
+    return {"ok": True, "sets": out, "proxy": run_deployment(dep, cm)}
+
+
+def run_deployment(dep, cm):
+    """The Deployment's container run with the ConfigMap's files where it mounts them, the toy
+    proxy (VLLM_PROXY) and python3 recorded; its Service's ports."""
+    spec = dep["spec"]["template"]["spec"]
+    [c] = spec["containers"]
+    [mount] = c["volumeMounts"]
+    with tempfile.TemporaryDirectory() as tmp:
+        files = os.path.join(tmp, "configmap")
+        os.makedirs(files)
+        for k, v in cm["data"].items():
+            with open(os.path.join(files, k), "w") as f:
+                f.write(v)
+        c = dict(c, command=[w.replace(mount["mountPath"], files) for w in c["command"]])
+        facts = run_pod(c, {"VLLM_PROXY": "toy_proxy_server.py"}, tmp)
+    return {"name": dep["metadata"]["name"], "ports": [p["containerPort"] for p in c.get("ports") or []],
+            "env": {e["name"]: e.get("value") for e in c.get("env") or []}, **facts}
+
+
+def judge_set(lws, svcs):
+    errors = []
     if lws.get("apiVersion") != "leaderworkerset.x-k8s.io/v1":
         errors.append(f"apiVersion {lws.get('apiVersion')}")
     errors += [f"LeaderWorkerSet {'/'.join(map(str, e.absolute_path))}: {e.message}"
@@ -149,9 +187,6 @@ def judge(text):
                                  f"{role} PodTemplate")
     for s in svcs:
         errors += name_errors(s["metadata"], "Service")
-    for d in docs:
-        if d.get("kind") != "LeaderWorkerSet":
-            errors += builtin_errors(d, d.get("kind", "?"))
     if errors:
         return {"ok": False, "stage": "built-in objects", "errors": errors}
     name, ns = lws["metadata"]["name"], lws["metadata"].get("namespace", "default")

@@ -14,7 +14,8 @@ what SkyPilot makes of it:
   with the variables SkyPilot sets (sky/backends/task_codegen.py: SKYPILOT_NODE_RANK,
   SKYPILOT_NODE_IPS with one address a line, the head's first, SKYPILOT_NUM_NODES,
   SKYPILOT_NUM_GPUS_PER_NODE the accelerator count) and `torchrun`, `vllm` and `ray` replaced by
-  recorders of their argv (with MASTER_ADDR as each saw it).
+  recorders of their argv (with MASTER_ADDR as each saw it), and so is the toy proxy a
+  disaggregated plan's proxy.sh runs (``VLLM_PROXY``, recorded as ``toy_proxy_server.py``).
 
 The test compares the degrees with the plan."""
 import atexit
@@ -30,7 +31,7 @@ import tempfile
 import yaml
 
 MARK = "@@skypilot-judge "
-RECORDERS = ("torchrun", "vllm", "ray")
+RECORDERS = ("torchrun", "vllm", "ray", "toy_proxy_server.py")
 RECORDER = """#!/usr/bin/env python3
 import json, os, sys
 with open(os.environ["PARC_RECORD"], "a") as f:
@@ -57,7 +58,7 @@ def run_node(tmp, rank, task, gpus):
     env = {"PATH": bindir + os.pathsep + os.environ["PATH"], "HOME": home, "PARC_RECORD": record,
            "SKYPILOT_NODE_RANK": str(rank), "SKYPILOT_NODE_IPS": "\n".join(ips(task.num_nodes)),
            "SKYPILOT_NUM_NODES": str(task.num_nodes), "SKYPILOT_NUM_GPUS_PER_NODE": str(gpus),
-           "VLLM_HOST_IP": ips(task.num_nodes)[rank]}
+           "VLLM_HOST_IP": ips(task.num_nodes)[rank], "VLLM_PROXY": os.path.join(bindir, "toy_proxy_server.py")}
     out = {}
     for step in ("setup", "run"):
         text = getattr(task, step)

@@ -65,3 +65,16 @@ def infiniband(plan, c):
                   "advertises) to `target kubernetes`, with `host_network = true` where the HCAs are reached "
                   "through the node's own network",
              related=[(c.at("target.kubernetes"), "target kubernetes")])
+
+
+@rule("P600", "kubernetes-pooled-serving", targets=(TARGET,), whole=True)
+def pooled_serving(plan, c):
+    """A PyTorchJob's pods are one world of equal ranks: prefill and decode pools are engines of
+    their own, each with its own leader, which is what the lws target emits."""
+    if not plan.pools:
+        return
+    c.report(c.at("prefill", "serve"),
+             "target kubernetes runs one PyTorchJob of equal pods, and this plan's prefill and decode pools are "
+             f"{count(sum(p.instances for p in plan.pools), 'engine instance')} of their own behind a proxy",
+             help="compile it for target lws (a LeaderWorkerSet per pool and the proxy or router in front), or "
+                  "for slurm or skypilot")

@@ -29,6 +29,17 @@ its ``--node-rank``, ``--dist-init-addr`` the leader's address), ``replicas`` th
 pod the server's GPUs over its nodes (its own ``--dp-size`` replicas, or attention data
 parallelism, inside). The engine's rules are the ones that run (target.toml's ``engine``); each
 engine's image and health path are data in target.toml.
+
+A prefill/decode-disaggregated plan is one LeaderWorkerSet per pool, ``<name>-prefill`` and
+``<name>-decode``, each with its Service: with vLLM a group is one instance of the pool
+(``size`` its nodes, ``replicas`` the pool's instances, each pod the instance's GPUs on a node)
+running the vllm target's options for that pool (its KV connector, its API on the pool's port);
+with SGLang a group is one server of the pool as the sglang target lays the pool out. In front
+of them a Deployment ``<name>-proxy`` runs the engine target's proxy.sh (vLLM) or router.sh
+(SGLang) from the ConfigMap, pointed at every group leader's DNS name (``<set>-<group>.<set>``,
+LeaderWorkerSet's headless Service), with a Service ``<name>-proxy`` for the API. vLLM's proxy
+is the toy proxy of vLLM's source, which its image does not hold: set ``VLLM_PROXY`` in the
+Deployment to where your image has it.
 """
 from __future__ import annotations
 
@@ -49,7 +60,7 @@ LEADER_ADDRESS, WORKER_INDEX = "LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX"
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 WORKER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 # the engine targets' shell variables, as LeaderWorkerSet provides them
-K8S_VARS = {"master_addr": LEADER_ADDRESS, "node_rank": WORKER_INDEX}
+K8S_VARS = {"master_addr": LEADER_ADDRESS, "node_rank": WORKER_INDEX, "port": "PARC_PORT"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,8 +117,13 @@ def _sglang_groups(plan) -> Groups:
     return Groups(lay.nnodes, lay.servers, lay.tp_size * lay.pp_size * lay.dp_size // lay.nnodes, plan)
 
 
-def serve_port(plan) -> int:
-    """The port the leader serves on: the engine target's ``port`` (vLLM 8000, SGLang 30000)."""
+def serve_port(plan, pool: str | None = None) -> int:
+    """The port the leader serves on: the engine target's ``port`` (vLLM 8000, SGLang 30000); a
+    vLLM pool's instances serve on the pool's port, as the vllm target's scripts and proxy have it."""
+    if engine(plan) == "vllm" and pool:
+        from parc.targets.vllm import POOL_PORTS
+
+        return POOL_PORTS[pool]
     if engine(plan) == "sglang":
         from parc.targets.sglang import PORT
 
@@ -138,10 +154,11 @@ def _sh(words: list, tail: str = "") -> str:
     return " ".join(shlex.quote(_word(w)) for w in words) + tail
 
 
-def commands(plan, grp: Groups) -> tuple[list[str], list[str] | None]:
-    """The leader's command and the workers' (None for a group of one pod)."""
+def commands(plan, grp: Groups, pool: str | None = None) -> tuple[list[str], list[str] | None]:
+    """The leader's command and the workers' (None for a group of one pod); ``pool`` the pool of
+    a disaggregated plan whose instance the group runs (``grp.plan`` its instance plan)."""
     if engine(plan) == "sglang":
-        return _sglang_commands(plan, grp)
+        return _sglang_commands(plan, grp, pool)
     from parc.targets.vllm import RAY_PORT, launch_mode, serve_lines
 
     sub = grp.plan
@@ -149,14 +166,14 @@ def commands(plan, grp: Groups) -> tuple[list[str], list[str] | None]:
     mode = launch_mode(sub)
     flat = (lambda lines: [w for ln in lines for w in ln])
     if mode == "single":
-        return [_word(w) for w in head + flat(serve_lines(sub, None))], None
-    leader = head + flat(serve_lines(sub, 0))
+        return [_word(w) for w in head + flat(serve_lines(sub, None, pool))], None
+    leader = head + flat(serve_lines(sub, 0, pool))
     if mode == "ray":
         # node 0 starts the Ray head, then serves; the others join it (vLLM waits for their GPUs)
         start = ["ray", "start", "--head", "--port", RAY_PORT]
         return (["sh", "-c", _sh(start) + " && exec " + _sh(leader)],
                 ["ray", "start", "--address", f"$({LEADER_ADDRESS}):{RAY_PORT}", "--block"])
-    worker = head + flat(serve_lines(sub, Var("node_rank")))
+    worker = head + flat(serve_lines(sub, Var("node_rank"), pool))
     if mode == "dp":
         # a worker's first data-parallel rank is its index times the replicas a pod holds
         i = worker.index(Var("start_rank"))
@@ -166,7 +183,7 @@ def commands(plan, grp: Groups) -> tuple[list[str], list[str] | None]:
     return [_word(w) for w in leader], [_word(w) for w in worker]
 
 
-def _sglang_commands(plan, grp: Groups) -> tuple[list[str], list[str] | None]:
+def _sglang_commands(plan, grp: Groups, side: str | None = None) -> tuple[list[str], list[str] | None]:
     """SGLang's server on each pod of a group: the sglang target's options, the worker's node
     rank its LWS_WORKER_INDEX and ``--dist-init-addr`` the leader's address (a group of one pod
     has neither)."""
@@ -174,10 +191,10 @@ def _sglang_commands(plan, grp: Groups) -> tuple[list[str], list[str] | None]:
 
     head = ["python3", "-m", "sglang.launch_server", "--model-path", settings(plan, "sglang")["model"]]
     flat = (lambda lines: [_word(w) for ln in lines for w in ln])
-    leader = [_word(w) for w in head] + flat(server_lines(plan, 0))
+    leader = [_word(w) for w in head] + flat(server_lines(grp.plan, 0, side))
     if grp.size == 1:
         return leader, None
-    return leader, [_word(w) for w in head] + flat(server_lines(plan, Var("node_rank")))
+    return leader, [_word(w) for w in head] + flat(server_lines(grp.plan, Var("node_rank"), side))
 
 
 def _env(plan) -> list[Env]:
@@ -192,30 +209,44 @@ def _env(plan) -> list[Env]:
     return [Env(e.name, literal(e.value)) for e in [plan_env] + env + nccl_env(plan)]
 
 
-def build(plan) -> list[File]:
-    from parc.targets.kubernetes import CPU_PER_GPU, MEMORY_PER_GPU, PLAN_DIR, SHM_DEFAULT, quantity
-    from parc.targets.render import render
+def _set(plan, grp: Groups, name: str, pool: str | None = None, env: list[Env] | None = None) -> dict:
+    """One LeaderWorkerSet (and its Service) as the template writes it: ``grp``'s groups running
+    the engine's commands (of ``pool``'s instances for a disaggregated plan)."""
+    from parc.targets.kubernetes import CPU_PER_GPU, MEMORY_PER_GPU, SHM_DEFAULT, quantity
 
     s = settings(plan, TARGET)
-    grp = groups(plan)
-    facts = engine_facts(plan)
-    name = job_name(plan)
-    leader, worker = commands(plan, grp)
+    leader, worker = commands(plan, grp, pool)
     memory = s.get("memory", MEMORY_PER_GPU * grp.gpus)
-    port = serve_port(plan)
     roles = [{"key": "leaderTemplate" if worker else "workerTemplate", "command": leader, "leader": True}]
     if worker:
         roles.append({"key": "workerTemplate", "command": worker, "leader": False})
+    return {"name": name, "replicas": grp.replicas, "size": grp.size, "gpus": grp.gpus, "roles": roles,
+            "env": env if env is not None else _env(plan), "port": serve_port(plan, pool),
+            "cpu": str(s.get("cpu", CPU_PER_GPU * grp.gpus)), "memory": quantity(memory),
+            "shm": quantity(s.get("shm_size", min(SHM_DEFAULT, memory)))}
+
+
+def build(plan) -> list[File]:
+    from parc.targets.kubernetes import PLAN_DIR
+    from parc.targets.render import render
+
+    s = settings(plan, TARGET)
+    facts = engine_facts(plan)
+    name = job_name(plan)
+    if plan.pools:
+        from parc.targets.lws.pools import pooled
+
+        sets, proxy, scripts, what = pooled(plan, name)
+    else:
+        grp = groups(plan)
+        sets, proxy, scripts = [_set(plan, grp, name)], None, []
+        what = (f"Mesh: {mesh_text(plan)}; {count(grp.replicas, 'group')} of {count(grp.size, 'pod')} x "
+                f"{count(grp.gpus, 'GPU')}; the Service {name}-leader sends requests to the groups' leaders.")
     header = [f"LeaderWorkerSet compiled by parc from {spec_name(plan)}: kubectl apply -f lws.yaml "
-              "(the LeaderWorkerSet controller must be installed)",
-              f"Mesh: {mesh_text(plan)}; {count(grp.replicas, 'group')} of {count(grp.size, 'pod')} x "
-              f"{count(grp.gpus, 'GPU')}; the Service {name}-leader sends requests to the groups' leaders."]
+              "(the LeaderWorkerSet controller must be installed)", what]
     text = render("lws/lws.yaml.j2", header=header, name=name, namespace=s.get("namespace"),
                   image=s.get("image", facts["image"]), container=facts["container"], health=facts["health"],
-                  engine=display(engine(plan)),
-                  port=port, replicas=grp.replicas, size=grp.size, gpus=grp.gpus, roles=roles, env=_env(plan),
-                  cpu=str(s.get("cpu", CPU_PER_GPU * grp.gpus)), memory=quantity(memory),
-                  shm=quantity(s.get("shm_size", min(SHM_DEFAULT, memory))), rdma=s.get("rdma_resource"),
-                  rdma_devices=s.get("rdma_devices", 1), name_label=NAME_LABEL, worker_label=WORKER_LABEL,
-                  plan_json=plan_json(plan), plan_dir=PLAN_DIR)
+                  engine=display(engine(plan)), sets=sets, proxy=proxy, scripts=scripts,
+                  rdma=s.get("rdma_resource"), rdma_devices=s.get("rdma_devices", 1), name_label=NAME_LABEL,
+                  worker_label=WORKER_LABEL, plan_json=plan_json(plan), plan_dir=PLAN_DIR)
     return [File("lws.yaml", text), File("plan.json", plan_json(plan))]

@@ -14,6 +14,11 @@ once, checks that SkyPilot gave the node the GPUs the plan runs on
 so the rank map and the degrees are the other targets' exactly (sky/skylet/constants.py names the
 variables; sky/backends/task_codegen.py sets them, node 0 the head, whose address comes first).
 
+A prefill/decode-disaggregated plan asks for every node its pools take
+(:func:`parc.model.pools.nodes_needed`) and runs ``node.sh`` (:mod:`parc.targets.pooled`) with
+the node's ``SKYPILOT_NODE_RANK`` and every node's address: it starts the vllm target's pool
+scripts of the instances placed on that node, and on node 0 the proxy, whose port the task opens.
+
 A served plan opens the API's port (``resources.ports``). Several nodes linked by InfiniBand ask
 for ``network_tier: best`` (the cloud's InfiniBand or GPUDirect network) unless the block says
 otherwise.
@@ -70,6 +75,10 @@ def network_tier(plan) -> str | None:
 def launch(plan) -> list[File]:
     """The files the torchrun target (training) or the vllm target (serving) emits for the plan:
     a launch script and plan.json."""
+    if plan.pools:
+        from parc.targets.pooled import node_files
+
+        return node_files(plan)
     if plan.mode == "serve":
         from parc.targets import vllm
 
@@ -106,16 +115,26 @@ def scripts(plan) -> tuple[str, str]:
     # shell text parc writes itself (the folder is a fixed word, the files' text goes in
     # here-documents) and the spec's own setup, which is shell by definition
     folder = f'"$HOME/.parc/{plan_id(plan)}"'
-    script = next(f.path for f in files if f.executable)
+    script = "node.sh" if plan.pools else next(f.path for f in files if f.executable)
     setup = render("skypilot/setup.sh.j2", user=Quoted(s["setup"]) if s.get("setup") else None,
                    folder=Quoted(folder), writes=[Quoted(heredoc(f"{folder}/{f.path}", f.text)) for f in files],
                    executables=[Quoted(f"{folder}/{f.path}") for f in files if f.executable])
-    run = render("skypilot/run.sh.j2", gpus=plan.cluster.gpus_per_node, multi=plan.cluster.nodes > 1,
-                 script=Quoted(f"{folder}/{script}"))
+    run = render("skypilot/run.sh.j2", gpus=plan.cluster.gpus_per_node, multi=nodes(plan) > 1 or bool(plan.pools),
+                 pooled=bool(plan.pools), script=Quoted(f"{folder}/{script}"))
     return setup, run
 
 
+def nodes(plan) -> int:
+    """The nodes the task asks for: the cluster's, or those a disaggregated plan's pools take."""
+    if plan.pools:
+        from parc.model.pools import nodes_needed
+
+        return nodes_needed(plan)
+    return plan.cluster.nodes
+
+
 def build(plan) -> list[File]:
+    from parc.targets.pooled import pools_text
     from parc.targets.render import render
 
     s = settings(plan, TARGET)
@@ -124,11 +143,15 @@ def build(plan) -> list[File]:
     setup, run = scripts(plan)
     what = "serves" if plan.mode == "serve" else "trains"
     header = [f"SkyPilot task compiled by parc from {spec_name(plan)}: sky launch -c {name} task.yaml",
-              f"Mesh: {mesh_text(plan)}; {count(cl.nodes, 'node')} x {cl.gpus_per_node} {accelerator(plan)} = "
+              f"{pools_text(plan) if plan.pools else 'Mesh: ' + mesh_text(plan)}; {count(nodes(plan), 'node')} x {cl.gpus_per_node} {accelerator(plan)} = "
               f"{count(plan.world_size, 'rank')}; every node {what} with the "
               f"{'vllm' if plan.mode == 'serve' else 'torchrun'} target's launch."]
     port = settings(plan, "vllm").get("port", 8000) if plan.mode == "serve" else None
-    text = render("skypilot/task.yaml.j2", header=header, name=name, workdir=s.get("workdir"), nodes=cl.nodes,
+    if plan.pools:
+        from parc.targets.vllm import PROXY_PORT
+
+        port = PROXY_PORT
+    text = render("skypilot/task.yaml.j2", header=header, name=name, workdir=s.get("workdir"), nodes=nodes(plan),
                   accelerators=f"{accelerator(plan)}:{cl.gpus_per_node}", infra=s.get("infra"),
                   image_id=s.get("image_id"), use_spot=s.get("use_spot"), disk_size=s.get("disk_size"),
                   network_tier=network_tier(plan), port=port, setup=yaml_text(setup), run=yaml_text(run))

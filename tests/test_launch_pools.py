@@ -1,0 +1,141 @@
+"""The launchers of a prefill/decode-disaggregated plan: slurm and skypilot run node.sh on every
+node (parc/targets/pooled.py), lws writes a LeaderWorkerSet per pool and the proxy Deployment,
+kubernetes refuses the plan (P600) and names lws."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from support.specs import assert_fires, assert_quiet
+
+# llama3-8b on two 8-GPU nodes: two prefill instances of tp 4 share node 0 (GPUs 0-3 and 4-7),
+# one decode instance of tp 8 takes node 1
+SPEC = """model "llama" { from = llama3_8b }
+cluster "c" {
+  nodes         = 2
+  gpus_per_node = 8
+  gpu           = h100_sxm
+  intra_node    = nvlink(450GB/s)
+  inter_node    = infiniband(400Gb/s)
+}
+mesh { tp = 4 }
+serve {
+  max_model_len = 8192
+  kv_transfer   = nixl
+  prefill {
+    instances = 2
+  }
+  decode {
+    tp = 8
+  }
+}
+target vllm { model = "meta-llama/Llama-3.1-8B" }
+"""
+KUBERNETES = 'target kubernetes { image = "vllm/vllm-openai:v0.33.0" }\n'
+
+
+def files(r, target: str) -> dict[str, str]:
+    from parc.targets import get
+
+    return {f.path: f.text for f in get(target).build(r.plan)}
+
+
+def test_node_sh_starts_each_nodes_instances_and_the_proxy(check_spec, tmp_path):
+    r = check_spec(SPEC, ("slurm",))
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    out = files(r, "slurm")
+    assert "#SBATCH --nodes=2" in out["job.sbatch"] and 'bash "$here/"node.sh' in out["job.sbatch"]
+    for name, text in out.items():
+        (tmp_path / name).write_text(text)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("vllm", "python3"):   # record each call: its argv, the GPUs it sees, MASTER_ADDR
+        (bindir / tool).write_text('#!/bin/sh\necho "$(basename "$0") CVD=${CUDA_VISIBLE_DEVICES:-} $*" '
+                                   '>> "$REC"\n')
+        (bindir / tool).chmod(0o755)
+    rec = tmp_path / "rec"
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", REC=str(rec), PARC_HOSTS="10.0.0.1\n10.0.0.2",
+               VLLM_PROXY="toy_proxy_server.py")
+    for node in (0, 1):
+        p = subprocess.run(["bash", str(tmp_path / "node.sh"), str(node)], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+    calls = sorted(rec.read_text().splitlines())
+    serves = [c for c in calls if c.startswith("vllm")]
+    # node 0: the two prefill instances in slots 0 and 1: GPUs 0-3 on port 8100, GPUs 4-7 on 8101;
+    # node 1: the decode instance on all 8 GPUs (no CUDA_VISIBLE_DEVICES of its own) on port 8200
+    assert [(c.split()[1], c.split()[c.split().index("--port") + 1]) for c in serves] == [
+        ("CVD=", "8200"), ("CVD=0,1,2,3", "8100"), ("CVD=4,5,6,7", "8101")]
+    [proxy] = [c for c in calls if c.startswith("python3")]
+    # the proxy on node 0: both prefill instances on node 0's address (ports 8100, 8101), decode on node 1's
+    assert ("--prefiller-hosts 10.0.0.1 10.0.0.1 --prefiller-ports 8100 8101 "
+            "--decoder-hosts 10.0.0.2 --decoder-ports 8200") in proxy
+
+
+def test_node_sh_stops_the_node_when_a_process_fails(check_spec, tmp_path):
+    r = check_spec(SPEC, ("slurm",))
+    for name, text in files(r, "slurm").items():
+        (tmp_path / name).write_text(text)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "vllm").write_text("#!/bin/sh\nexec sleep 60\n")   # a server that keeps running
+    (bindir / "vllm").chmod(0o755)
+    # without VLLM_PROXY the proxy fails at once: node.sh ends with its status, stopping the servers
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", PARC_HOSTS="a b")
+    env.pop("VLLM_PROXY", None)
+    start = time.monotonic()
+    p = subprocess.run(["bash", str(tmp_path / "node.sh"), "0"], env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "VLLM_PROXY" in p.stderr
+    assert time.monotonic() - start < 15
+
+
+def test_skypilot_asks_for_the_pools_nodes_and_runs_node_sh(check_spec):
+    r = check_spec(SPEC, ("skypilot",))
+    task = yaml.safe_load(files(r, "skypilot")["task.yaml"])
+    assert task["num_nodes"] == 2 and task["resources"]["ports"] == 8000   # vllm PROXY_PORT
+    assert '/node.sh "$SKYPILOT_NODE_RANK"' in task["run"] and 'PARC_HOSTS="$SKYPILOT_NODE_IPS"' in task["run"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_lws_writes_a_set_per_pool_and_the_proxy(check_spec, engine):
+    text = SPEC + f"target lws {{ engine = {engine} }}\n"
+    pre_gpus = 4
+    if engine == "sglang":   # SGLang's instances take whole nodes (P644): prefill of tp 8 on nodes 0 and 1
+        pre_gpus = 8
+        text = (text.replace("kv_transfer   = nixl", "kv_transfer   = mooncake").replace("tp = 4", "tp = 8")
+                .replace("nodes         = 2", "nodes         = 3") + 'target sglang { model = "meta-llama/Llama-3.1-8B" }\n')
+    r = check_spec(text, ("lws",))
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    docs = list(yaml.safe_load_all(files(r, "lws")["lws.yaml"]))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "LeaderWorkerSet", "Service", "LeaderWorkerSet", "Service",
+                                         "Deployment", "Service"]
+    pre, dec = docs[1], docs[3]
+    # prefill: 2 groups (instances) of one pod with 4 GPUs (SGLang's 8); decode: 1 group of one pod with 8
+    for d, name, replicas, gpus in ((pre, "llama-prefill", 2, pre_gpus), (dec, "llama-decode", 1, 8)):
+        lwt = d["spec"]["leaderWorkerTemplate"]
+        c = lwt["workerTemplate"]["spec"]["containers"][0]
+        assert (d["metadata"]["name"], d["spec"]["replicas"], lwt["size"]) == (name, replicas, 1)
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == gpus
+    dep = docs[5]["spec"]["template"]["spec"]["containers"][0]
+    leaders = ["llama-prefill-0.llama-prefill", "llama-prefill-1.llama-prefill", "llama-decode-0.llama-decode"]
+    if engine == "vllm":
+        assert dep["command"] == ["bash", "/etc/parc/proxy.sh"]
+        assert {e["name"]: e["value"] for e in dep["env"]} == {"PREFILL_HOSTS": " ".join(leaders[:2]),
+                                                               "DECODE_HOSTS": leaders[2]}
+        assert "proxy.sh" in docs[0]["data"]
+        pre_cmd = pre["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["command"]
+        assert pre_cmd[pre_cmd.index("--port") + 1] == "$(PARC_PORT)"
+    else:
+        assert dep["command"] == ["bash", "/etc/parc/router.sh", *leaders] and "router.sh" in docs[0]["data"]
+
+
+def test_p600_kubernetes_refuses_pools_and_names_lws(check_spec):
+    # at the prefill block, target kubernetes's own error
+    d = assert_fires(check_spec, SPEC + KUBERNETES, "P600", "prefill {", target="kubernetes", targets=("kubernetes",))
+    assert "lws" in d.help
+    one = SPEC[:SPEC.index("  prefill {")] + "}\n" + SPEC[SPEC.index('target vllm'):] + KUBERNETES
+    assert_quiet(check_spec, one, "P600", ("kubernetes",))
