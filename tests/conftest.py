@@ -34,3 +34,12 @@ def check_spec(write_spec, tmp_path):
         return check_file(p, targets, root=tmp_path)
 
     return _check
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line, when the judges were off, saying how to run them (tests/support/judges.py)."""
+    from support.judges import HOW, enabled
+
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not enabled() and any(HOW in str(getattr(r, "longrepr", "")) for r in skipped):
+        terminalreporter.write_line(HOW)

@@ -4,64 +4,33 @@ parser and hostfile reader and the config it names through DeepSpeed's DeepSpeed
 (tests/judges/deepspeed_judge.py); the degrees DeepSpeed derives must be the plan's. The other
 way round, the specs parc refuses for DeepSpeed's reasons, built into a config and hostfile
 anyway, are refused by DeepSpeed with the same message. All in an isolated virtual environment
-that tests/judges/deepspeed_env.sh creates (never parc's own). Without a reachable package
-registry the tests skip with the reason; PARC_JUDGES=required makes that a failure.
+that tests/judges/deepspeed_env.sh creates (never parc's own). The tests run when PARC_JUDGES asks for them (tests/support/judges.py; .ci/run sets it).
 PARC_DEEPSPEED_PYTHON names an existing environment's python instead."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from backends_support import ROOT, accepted_cases, run_emitted, write_out
+from support import judges
 
 JUDGES = ROOT / "tests" / "judges"
 MARK = "@@deepspeed-judge "
 
 
-def _missing(reason: str):
-    if os.environ.get("PARC_JUDGES") == "required":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def ds_judge(tmp_path_factory):
     """One deepspeed_judge.py process for the module, fed one batch of launches a call."""
-    py = os.environ.get("PARC_DEEPSPEED_PYTHON")
-    if not py:
-        try:
-            r = subprocess.run(["bash", str(JUDGES / "deepspeed_env.sh")], capture_output=True, text=True,
-                               timeout=1200, env={**os.environ, "PYTHON": sys.executable})
-        except subprocess.TimeoutExpired:
-            _missing("creating the DeepSpeed environment took more than 20 minutes")
-        if r.returncode:
-            _missing("no DeepSpeed environment: " + (r.stderr.strip().splitlines() or ["deepspeed_env.sh failed"])[-1])
-        py = r.stdout.strip().splitlines()[-1]
-    if not os.access(py, os.X_OK):
-        _missing(f"no DeepSpeed environment: {py} (PARC_DEEPSPEED_PYTHON) is not an executable python")
-    err = open(tmp_path_factory.mktemp("judge") / "stderr", "w+")
-    proc = subprocess.Popen([py, str(JUDGES / "deepspeed_judge.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=err, text=True, env={**os.environ, "DS_ACCELERATOR": "cpu", "DS_BUILD_OPS": "0"})
-    proc.stderr_file = err
+    proc = judges.start("deepspeed", "PARC_DEEPSPEED_PYTHON", tmp_path_factory.mktemp("judge") / "stderr",
+                        env={"DS_ACCELERATOR": "cpu", "DS_BUILD_OPS": "0"})
     yield proc
-    proc.stdin.close()
-    proc.wait(timeout=60)
-    err.close()
+    judges.stop(proc)
 
 
 def _judge(proc, items: list) -> list[dict]:
-    proc.stdin.write(json.dumps(items) + "\n")
-    proc.stdin.flush()
-    for line in proc.stdout:
-        if line.startswith(MARK):
-            return json.loads(line[len(MARK):])
-    proc.stderr_file.seek(0)
-    raise AssertionError("deepspeed_judge.py stopped: " + proc.stderr_file.read()[-3000:])
+    return judges.ask(proc, MARK, items)
 
 
 def _launches(tmp_path_factory):

@@ -5,8 +5,7 @@ kubernetes-validate (strict) for the Service and the pod templates; then each po
 its command as the kubelet would, with LWS's environment, and the judge reports the sizes and the
 `vllm serve` or `python3 -m sglang.launch_server` argv it found, which must be the plan's; vLLM's
 and SGLang's own parsers and checks then judge those argv, each in its own judge's environment.
-All in an isolated virtual environment that tests/judges/lws_env.sh creates (never parc's own). Without a reachable package registry the
-tests skip with the reason; PARC_JUDGES=required makes that a failure. PARC_LWS_PYTHON names an
+All in an isolated virtual environment that tests/judges/lws_env.sh creates (never parc's own). The tests run when PARC_JUDGES asks for them (tests/support/judges.py; .ci/run sets it). PARC_LWS_PYTHON names an
 existing environment's python instead."""
 from __future__ import annotations
 

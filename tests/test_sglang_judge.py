@@ -5,8 +5,7 @@ check_server_args) on a local model folder made from the spec's model (no weight
 router.sh through sglang_router's own parser; the degrees SGLang resolves must be the plan's.
 The other way round, what parc refuses for SGLang, SGLang refuses too, where the audit in
 parc/targets/sglang/rules.toml says it does. All in an isolated virtual environment that
-tests/judges/sglang_env.sh creates (never parc's own). Without a reachable package registry the
-tests skip with the reason; PARC_JUDGES=required makes that a failure. PARC_SGLANG_PYTHON names
+tests/judges/sglang_env.sh creates (never parc's own). The tests run when PARC_JUDGES asks for them (tests/support/judges.py; .ci/run sets it). PARC_SGLANG_PYTHON names
 an existing environment's python instead."""
 from __future__ import annotations
 

@@ -4,63 +4,29 @@ function, tyro's overrides, Trainer.Config's checks) and ParallelDims with the p
 and the degrees torchtitan derives must be the plan's. The other way round, the specs parc
 refuses for torchtitan's reasons are refused by torchtitan for the same reason, and a spec parc
 accepts (HSDP) is accepted by torchtitan. All in an isolated virtual environment that
-tests/judges/torchtitan_env.sh creates (never parc's own). Without a reachable package registry
-the test skips with the reason; PARC_JUDGES=required makes that a failure.
+tests/judges/torchtitan_env.sh creates (never parc's own). The tests run when PARC_JUDGES asks for them (tests/support/judges.py; .ci/run sets it).
 PARC_TORCHTITAN_PYTHON names an existing environment's python instead."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from backends_support import ROOT, accepted_cases, run_emitted, write_out
+from support import judges
 
 JUDGES = ROOT / "tests" / "judges"
 MARK = "@@torchtitan-judge "
 
 
-def _missing(reason: str):
-    if os.environ.get("PARC_JUDGES") == "required":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory):
     """judge(items) -> verdicts: one torchtitan_judge.py process for the module."""
-    py = os.environ.get("PARC_TORCHTITAN_PYTHON")
-    if not py:
-        try:
-            r = subprocess.run(["bash", str(JUDGES / "torchtitan_env.sh")], capture_output=True, text=True,
-                               timeout=1200, env={**os.environ, "PYTHON": sys.executable})
-        except subprocess.TimeoutExpired:
-            _missing("creating the torchtitan environment took more than 20 minutes")
-        if r.returncode:
-            _missing("no torchtitan environment: " + (r.stderr.strip().splitlines() or ["torchtitan_env.sh failed"])[-1])
-        py = r.stdout.strip().splitlines()[-1]
-    if not os.access(py, os.X_OK):
-        _missing(f"no torchtitan environment: {py} (PARC_TORCHTITAN_PYTHON) is not an executable python")
-    err = open(tmp_path_factory.mktemp("judge") / "stderr", "w+")
-    proc = subprocess.Popen([py, str(JUDGES / "torchtitan_judge.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=err, text=True)
+    proc = judges.start("torchtitan", "PARC_TORCHTITAN_PYTHON", tmp_path_factory.mktemp("judge") / "stderr")
 
-    def ask(items: list) -> list[dict]:
-        proc.stdin.write(json.dumps(items) + "\n")
-        proc.stdin.flush()
-        for line in proc.stdout:
-            if line.startswith(MARK):
-                return json.loads(line[len(MARK):])
-        err.seek(0)
-        raise AssertionError("torchtitan_judge.py stopped: " + err.read()[-3000:])
-
-    yield ask
-    proc.stdin.close()
-    proc.wait(timeout=60)
-    err.close()
+    yield lambda items: judges.ask(proc, MARK, items)
+    judges.stop(proc)
 
 
 def _emitted(tmp_path_factory):

@@ -3,54 +3,28 @@ examples and test specs goes through vLLM's own parser (make_arg_parser, EngineA
 ParallelConfig checks, and the other way round every vLLM refusal of parc's goes through vLLM's
 create_engine_config on a local model folder (no weights) and must be refused there too, or
 where the audit in data/rules.toml says vLLM fails. All in an isolated virtual environment that
-tests/judges/vllm_env.sh creates (never parc's own). Without a reachable package registry the test skips with the reason;
-PARC_JUDGES=required makes that a failure (CI sets it where the registry is known to work).
+tests/judges/vllm_env.sh creates (never parc's own). The tests run when PARC_JUDGES asks for them (tests/support/judges.py; .ci/run sets it).
 PARC_VLLM_PYTHON names an existing environment's python instead."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from backends_support import ROOT, accepted_cases, run_emitted, write_out
+from support import judges
 
 JUDGES = ROOT / "tests" / "judges"
-
-
-def _missing(reason: str):
-    if os.environ.get("PARC_JUDGES") == "required":
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
 def vllm_python(tmp_path_factory):
     """A judge: one vllm_judge.py process for the module, fed one batch of commands a call."""
-    py = os.environ.get("PARC_VLLM_PYTHON")
-    if not py:
-        try:
-            r = subprocess.run(["bash", str(JUDGES / "vllm_env.sh")], capture_output=True, text=True, timeout=1200,
-                               env={**os.environ, "PYTHON": sys.executable})
-        except subprocess.TimeoutExpired:
-            _missing("creating the vLLM environment took more than 20 minutes")
-        if r.returncode:
-            _missing("no vLLM environment: " + (r.stderr.strip().splitlines() or ["vllm_env.sh failed"])[-1])
-        py = r.stdout.strip().splitlines()[-1]
-    if not os.access(py, os.X_OK):
-        _missing(f"no vLLM environment: {py} (PARC_VLLM_PYTHON) is not an executable python")
-    err = open(tmp_path_factory.mktemp("judge") / "stderr", "w+")
-    proc = subprocess.Popen([py, str(JUDGES / "vllm_judge.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=err, text=True)
-    proc.stderr_file = err
+    proc = judges.start("vllm", "PARC_VLLM_PYTHON", tmp_path_factory.mktemp("judge") / "stderr")
     yield proc
-    proc.stdin.close()
-    proc.wait(timeout=60)
-    err.close()
+    judges.stop(proc)
 
 
 MARK = "@@vllm-judge "

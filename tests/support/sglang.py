@@ -4,7 +4,6 @@ and the local model folder SGLang reads instead of the Hub."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from support import judges
@@ -13,19 +12,8 @@ MARK = "@@sglang-judge "
 
 
 def start(tmp_path_factory):
-    """One sglang_judge.py process (tests/judges/sglang_judge.py) for a test module. CI creates the
-    environment (.ci/run); a local run uses it once created, and never spends the minutes its
-    creation takes inside a test run unless PARC_JUDGES=required asks."""
-    build = os.environ.get("PARC_JUDGES") == "required" or bool(os.environ.get("CI"))
-    old = os.environ.get("PARC_JUDGES_ONLY_CACHED")
-    os.environ["PARC_JUDGES_ONLY_CACHED"] = "" if build else "1"
-    try:
-        return judges.start("sglang", "PARC_SGLANG_PYTHON", tmp_path_factory.mktemp("judge") / "stderr", 1500)
-    finally:
-        if old is None:
-            os.environ.pop("PARC_JUDGES_ONLY_CACHED")
-        else:
-            os.environ["PARC_JUDGES_ONLY_CACHED"] = old
+    """One sglang_judge.py process (tests/judges/sglang_judge.py) for a test module."""
+    return judges.start("sglang", "PARC_SGLANG_PYTHON", tmp_path_factory.mktemp("judge") / "stderr", 1500)
 
 
 def ask(proc, items: list) -> list[dict]:
