@@ -32,8 +32,28 @@ def compile_rel(spec: str, target: str | None):
         os.chdir(old)
 
 
-def golden_text(files) -> str:
-    return "\n".join(f"==> {f.path}{' (executable)' if f.executable else ''} <==\n{f.text}" for f in files)
+PLAN_MARK = "(plan.json: the resolved plan, as json.txt beside this file has it)"
+
+
+def golden_text(files, plan_text: str | None = None) -> str:
+    """Every emitted file under a ``==> path <==`` line. With ``plan_text`` (the plan's
+    ``plan.json``), each copy of it (the file, or a ConfigMap's indented copy) stands as one line
+    naming ``json.txt``, the one golden of the resolved plan per spec; a file that holds another
+    text where plan.json should be fails here."""
+    import textwrap
+
+    out = []
+    for f in files:
+        text = f.text
+        if plan_text is not None:
+            if f.path.rsplit("/", 1)[-1] == "plan.json":
+                assert text == plan_text, f"{f.path} is not the plan's plan.json"
+                text = PLAN_MARK + "\n"
+            else:
+                for indent in ("        ", "      ", "    ", "  "):
+                    text = text.replace(textwrap.indent(plan_text, indent), indent + PLAN_MARK + "\n")
+        out.append(f"==> {f.path}{' (executable)' if f.executable else ''} <==\n{text}")
+    return "\n".join(out)
 
 
 def golden_path(spec: str, target: str) -> Path:

@@ -25,7 +25,14 @@ def test_golden(spec, target):
         assert_no_snapshot(path, f"{spec} no longer compiles for {target}: " + "; ".join(
             f"{d.code} {d.message}" for d in r.errors))
         return
-    assert_snapshot(path, golden_text(files))
+    if target == "json":
+        assert_snapshot(path, golden_text(files))
+        return
+    from parc.targets.base import plan_json
+
+    text = golden_text(files, plan_json(r.plan))
+    assert '"cluster": {' not in text, f"a copy of plan.json in the {target} files is not the plan's"
+    assert_snapshot(path, text)
 
 
 def test_every_target_has_goldens():
