@@ -388,7 +388,7 @@ def _layer_activations(pr: Problem, mb, tp, cp, etp, rc, sp):
         r = RECOMPUTE[int(rc[sel][0])]
         s_on = bool(spe[sel][0])
         kw = dict(t=tp[sel], sp=s_on, recompute=r, cp=cp[sel], ffn=m.ffn_hidden, mlp=m.mlp,
-                  kv_heads=m.kv_heads, head_dim=cm.head_dim(m), flash=True,
+                  kv_heads=m.kv_heads, head_dim=cm.head_dim(m),
                   **cm.model_activation_options(m, pr.train))
         act_d[sel] = cm.activation_bytes_per_layer(m.seq_len, mb[sel], m.hidden, m.heads, **kw)
         if m.is_moe:

@@ -201,6 +201,12 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
         r.err("P018", "the `gpu` block needs " + " and ".join(f"`{k}`" for k in missing), child.span,
               help="for example `memory = 80GB` and `flops = 989TFLOPS` (dense BF16)")
         raise _Incomplete()
+    if not vals.get("hbm_bandwidth"):   # every memory-bound kernel would take 0 s
+        r.err("P033", "the `gpu` block needs `hbm_bandwidth`: without it parc cannot time what memory "
+              "bandwidth bounds (elementwise kernels, the loss, decoding), which would take no time at all",
+              child.span, help="add `hbm_bandwidth = 3.35TB/s` (the datasheet's memory bandwidth), or start "
+              "from a preset: `from = h100_sxm`")
+        raise _Incomplete()
     name = child.label or r.values.get("gpu.from") or "custom"
     return GPU(name, int(vals["memory"]), float(vals["flops"]), float(vals.get("hbm_bandwidth") or 0),
                float(vals.get("nvlink_bandwidth") or 0), float(vals.get("pcie_bandwidth") or 0),
