@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from parc.cli.main import main
 
 GPT_22B = """model "gpt-22b" {{
@@ -101,3 +103,81 @@ def test_a_gpu_block_from_a_preset_takes_the_presets_hbm_bandwidth(tmp_path):
     r = _check(tmp_path, "from = h100_sxm\n    memory = 96GB")
     assert r.ok and not [d for d in r.diagnostics if d.code == "P033"]
     assert r.plan.cluster.gpu.hbm_bandwidth == 3350e9
+
+
+# --- P518: a calibrated profile used by a plan of another framework or GPU -------------------------
+
+def _with_profile(framework: str, gpu: str = '"h100_sxm"') -> str:
+    from support.specs import spec
+
+    return spec(mesh="dp = 8", train="zero = 3\nrecompute = full") + (
+        f'profile "lab" {{\n  framework = {framework}\n  gpu = {gpu}\n  gemm_efficiency = 0.6\n}}\n')
+
+
+def test_p518_fires_on_a_profile_fitted_on_another_framework(check_spec):
+    from support.specs import assert_fires
+
+    text = _with_profile("torchtitan")
+    d = assert_fires(check_spec, text, "P518", 'profile "lab"', severity="warning")
+    assert "torchtitan runs" in d.message and "this plan runs megatron" in d.message
+    other_gpu = _with_profile("megatron", '"a100_sxm_80gb"')
+    d = assert_fires(check_spec, other_gpu, "P518", 'profile "lab"', severity="warning")
+    assert "a100_sxm_80gb GPUs" in d.message and "this plan's GPU is h100_sxm" in d.message
+
+
+def test_p518_quiet_on_a_profile_of_the_same_runs(check_spec):
+    from support.specs import assert_quiet
+
+    assert_quiet(check_spec, _with_profile("megatron"), "P518")
+    # a profile that names nothing it was fitted on (written by hand) is not judged
+    from support.specs import spec
+
+    assert_quiet(check_spec, spec(mesh="dp = 8", train="zero = 3\nrecompute = full")
+                 + 'profile "p" {\n  gemm_efficiency = 0.6\n}\n', "P518")
+
+
+# --- data: frameworks, kernels, GPU variants ------------------------------------------------------
+
+def test_the_field_tables_name_what_the_data_files_hold():
+    from parc.model import fields
+    from parc.model.frameworks import frameworks, fp8_recipes
+    from parc.resolve.catalog import presets
+
+    assert set(fields.FRAMEWORKS) == set(frameworks())
+    assert set(fields.FP8_RECIPES) == set(fp8_recipes())
+    assert {g["arch"] for g in presets("gpus").values()} <= set(fields.GPU_ARCHS)
+
+
+def test_a_power_limit_takes_the_peak_between_the_datasheets_points(tmp_path):
+    # torchtitan's H100s at 500 W: 835 + (500 - 400) / (700 - 400) · (989 - 835) = 886.33 TFLOPS
+    r = _check(tmp_path, "from = h100_sxm\n    power_limit = 500W")
+    assert r.ok, [d.message for d in r.diagnostics]
+    g = r.plan.cluster.gpu
+    assert g.flops == pytest.approx(886.333e12, rel=1e-5) and g.power_limit == 500
+    assert g.fp8_flops == pytest.approx(1979e12 * 886.333 / 989, rel=1e-5)
+    assert _check(tmp_path, "from = h100_sxm\n    power_limit = 700W").plan.cluster.gpu.flops == 989e12
+    # an A100 preset has no low-power datasheet point: P034, and its help (the peak itself) passes
+    bad = _check(tmp_path, "from = a100_sxm_80gb\n    power_limit = 300W")
+    d = [x for x in bad.diagnostics if x.code == "P034"]
+    assert len(d) == 1 and d[0].span.line == 7 and "flops = " in d[0].help
+    fixed = _check(tmp_path, "from = a100_sxm_80gb\n    power_limit = 300W\n    flops = 280TFLOPS")
+    assert fixed.ok and fixed.plan.cluster.gpu.flops == 280e12
+
+
+def test_the_framework_follows_the_target_and_sets_its_kernels(tmp_path):
+    from parc.api import check_file
+    from parc.cost.estimate import estimate
+
+    text = BOX.format(gpu="from = h100_sxm").replace("recompute = full", "recompute = selective")
+    plain = tmp_path / "plain.par"
+    plain.write_text(text)
+    tt = tmp_path / "tt.par"
+    tt.write_text(text.replace("train {\n  zero = 3", "train {\n  framework = torchtitan\n  zero = 3"))
+    a, b = check_file(plain, root=tmp_path).plan, check_file(tt, root=tmp_path).plan
+    assert (a.train.framework, b.train.framework) == ("megatron", "torchtitan")
+    assert (a.train.fp8_recipe, b.train.fp8_recipe) == ("delayed", "tensorwise")
+    ea, eb = estimate(a, cache=False).compute_split(), estimate(b, cache=False).compute_split()
+    # torchtitan's eager kernels move more bytes; its attention is FlashAttention-2 (35% of an H100's
+    # peak), Megatron-LM's cuDNN's (62% forward)
+    assert eb["memory_bound"] > ea["memory_bound"] and eb["attention"] > ea["attention"]
+    assert eb["gemm"] > ea["gemm"]   # and per-op selective recompute repeats every second matmul

@@ -111,13 +111,16 @@ def allreduce_times(ring_bytes, n, calls, local, intra: tuple, inter: tuple | No
     A group over k = n/local nodes runs hierarchically, as NCCL does: the node's ``local`` members
     reduce-scatter and all-gather over NVLink (ring, or NVLS) around a ring or tree over the nodes
     of S/local per GPU on the inter-node link. A reduce-scatter + all-gather pair (ZeRO, sequence
-    parallelism) moves what one all-reduce does and is priced the same. Scalars or arrays."""
+    parallelism) moves what one all-reduce does and is priced the same by ring and tree, but not
+    by NVLS: the switch reduces an all-reduce's data once on its way through, where a
+    reduce-scatter sends all of it up and an all-gather brings all of it down, 2S in all; the
+    caller passes ``nvls`` false (or an array of flags) for pairs. Scalars or arrays."""
     n = np.maximum(n, 2)
     local = np.minimum(np.maximum(local, 1), n)
     S = ring_bytes * n / (2 * (n - 1))
     bw_i, a_i = intra
     ring_i = 2 * (local - 1) / local * S / bw_i + calls * 2 * (local - 1) * a_i
-    nvls_i = np.where(local > 1, S / bw_i + calls * 2 * a_i, 0.0) if nvls else np.inf
+    nvls_i = np.where(nvls, np.where(local > 1, S / bw_i + calls * 2 * a_i, 0.0), np.inf)
     if inter is None:
         tree = 2 * S / bw_i + calls * 2 * np.ceil(np.log2(n)) * a_i
         return ring_i, np.where(n > 2, tree, np.inf), nvls_i

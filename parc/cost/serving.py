@@ -218,7 +218,7 @@ def serve_perf(plan, est, efficiency: float | None = None) -> ServePerf:
     ``efficiency`` (of peak FLOP/s) defaults to the plan's profile's ``gemm_efficiency``; the HBM
     reads always use its ``hbm_efficiency``."""
     if efficiency is None:
-        efficiency = plan.profile.gemm_efficiency
+        efficiency = plan.profile.gemm_efficiency or plan.cluster.gpu.gemm_efficiency
     B = min(est.max_concurrent_seqs, plan.serve.max_num_seqs)
     if B <= 0:
         return ServePerf(0, 0.0, 0.0, 0.0, [])
@@ -291,7 +291,7 @@ def serve_numbers(plan, est, efficiency: float | None = None) -> ServeNumbers:
     TTFT = the prefill + the KV transfer + the first decode step."""
     from parc.model.pools import pool_plans
 
-    eff = plan.profile.gemm_efficiency if efficiency is None else efficiency
+    eff = (plan.profile.gemm_efficiency or plan.cluster.gpu.gemm_efficiency) if efficiency is None else efficiency
     pools = {}
     if plan.pools:
         from parc.cost.estimate import estimate

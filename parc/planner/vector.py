@@ -28,6 +28,7 @@ from parc.model import schedules
 from parc.planner.inputs import Problem
 from parc.planner.space import (PIPELINES, RECOMPUTE, SPLITS, ask_rank_map, batch_options, crosses,
                     few_microbatches_refused, layout_options, mesh_shapes, train_options, zero_options)
+from parc.model.frameworks import framework
 from parc.planner.plans import stage_split
 
 _PIPE = {name: i for i, name in enumerate(PIPELINES)}
@@ -125,7 +126,7 @@ def _layouts(pr: Problem, meshes):
 
 def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> TrainCosts:
     """Every training candidate of ``pr`` that fits in memory (``efficiency``: the profile's)."""
-    efficiency = pr.profile.gemm_efficiency if efficiency is None else efficiency
+    efficiency = (pr.profile.gemm_efficiency or pr.cluster.gpu.gemm_efficiency) if efficiency is None else efficiency
     out = TrainCosts()
     out.meshes = meshes = mesh_shapes(pr)
     if not meshes:
@@ -191,7 +192,7 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> 
     # 5. the full model, in chunks (a progress callback sees each one)
     ctx = _Context(pr=pr, per=per, cap=cap, zeros=zeros, state=state, c_stage=c_stage, c_layers=c_layers,
                    c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par, c_lin=c_lin,
-                   links=_axis_links(pr, meshes), efficiency=efficiency)
+                   links=_axis_links(pr, meshes), efficiency=efficiency, factors=_factors(pr))
     rows = dict(lo=lo, zero=zero, mb=mb, m=nmb, gb=gb, recompute=rc, sp=sp, mesh=mi, pp=pp, dp=dp, cp=cp,
                 tp=tp, ep=ep, etp=etp, pipeline=pipe, v=v, split=split)
     chunks = []
@@ -222,10 +223,11 @@ class _Context:
     c_lin: np.ndarray
     links: tuple
     efficiency: float
+    factors: np.ndarray      # (matmul, attention, elementwise) recompute factors per RECOMPUTE code
 
 
 def _memory(ctx: _Context, r: dict):
-    """(total bytes of every stage class, the most loaded class, its bytes) for rows ``r``."""
+    """(the most loaded stage class, its bytes, its optimizer state's bytes) for rows ``r``."""
     m, lo, zero, tp = ctx.pr.model, r["lo"], r["zero"], r["tp"]
     n, K = len(lo), ctx.c_valid.shape[1]
     w, g, o = (np.empty((n, K)) for _ in range(3))
@@ -253,10 +255,13 @@ def _memory(ctx: _Context, r: dict):
     # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most
     # loaded one, in the order Memory.total adds them
     rows = np.arange(n)
-    return most, total[rows, most] + ((ctx_b + nccl[:, 0]) + frag[rows, most])
+    return most, total[rows, most] + ((ctx_b + nccl[:, 0]) + frag[rows, most]), o[rows, most]
 
 
-_FACTORS = np.array([cm.recompute_factors(name) for name in RECOMPUTE])   # (matmul, attention) per code
+def _factors(pr: Problem) -> np.ndarray:
+    """(matmul, attention, elementwise) recompute factors per RECOMPUTE code, for the framework."""
+    sel = framework(pr.train.framework)["selective"]
+    return np.array([cm.recompute_factors(name, sel) for name in RECOMPUTE])
 
 
 def _comm(ctx: _Context, r: dict, L_s, moe_s, most) -> tuple[dict, dict]:
@@ -267,15 +272,22 @@ def _comm(ctx: _Context, r: dict, L_s, moe_s, most) -> tuple[dict, dict]:
     edp = cm.shard_groups(r["dp"], r["cp"], r["tp"], r["ep"], r["etp"])[1]
     comm = {ax: np.zeros(len(lo)) for ax in (*AXES, "dp_gather")}
     calls = {ax: np.zeros(len(lo)) for ax in AXES}
+    fw = framework(pr.train.framework)
     for key in np.unique(rc * 4 + zero):
         sel = (rc * 4 + zero) == key
+        z = int(key) & 3
+        passes = cm.zero3_passes(z, r["pp"][sel], r["m"][sel], fw)
         got = cm.train_comm_bytes(
             pr.model, r["mb"][sel] * (pr.model.seq_len / r["cp"][sel]), L_s[sel], moe_s[sel], pp=r["pp"][sel],
             tp=r["tp"][sel], cp=r["cp"][sel], ep=r["ep"][sel], v=r["v"][sel], microbatches=r["m"][sel],
-            wbytes=cm.dtype_bytes(pr.train.precision), recompute=RECOMPUTE[int(key) >> 2], sp=r["sp"][sel],
+            wbytes=cm.comm_dtype_bytes(pr.train.precision), recompute=RECOMPUTE[int(key) >> 2],
+            sp=(r["sp"][sel] == 1) & (r["tp"][sel] > 1),
             dense_params=ctx.c_par[0][lo[sel], most[sel]], expert_params_=ctx.c_par[1][lo[sel], most[sel]],
-            zero=int(key) & 3, n_dp=r["dp"][sel] * r["cp"][sel], n_exp=edp[sel], per=ctx.per)
+            zero=z, n_dp=r["dp"][sel] * r["cp"][sel], n_exp=edp[sel], per=ctx.per, passes=passes,
+            fp8=pr.train.precision == "fp8")
         n_calls = cm.comm_calls(L_s[sel], moe_s[sel], r["m"][sel], r["v"][sel], r["cp"][sel], RECOMPUTE[int(key) >> 2])
+        if z >= 3:   # per layer: a gather for the forward, one for the backward, a reduce-scatter
+            n_calls["dp"] = 3 * L_s[sel] * passes
         for ax in comm:
             comm[ax][sel] = got[ax]
         for ax in AXES:
@@ -288,10 +300,16 @@ def _comm_times(ctx: _Context, r: dict, comm: dict, calls: dict) -> dict:
     m, gpu = ctx.pr.model, ctx.pr.cluster.gpu
     local_t, intra, inter = ctx.links
     sizes = {"tp": r["tp"], "cp": r["cp"], "pp": r["pp"], "ep": r["ep"], "dp": r["dp"] * r["cp"]}
+    sp = (r["sp"] == 1) & (r["tp"] > 1)
+    flat = framework(ctx.pr.train.framework)["zero3_collectives"] == "flat"
     ctime = {}
     for j, ax in enumerate(AXES):
         n = sizes[ax]
-        t, _ = cm.axis_time(ax, comm[ax], n, calls[ax], local_t[r["mesh"], j], intra, inter, gpu.nvls)
+        local = local_t[r["mesh"], j]
+        if ax == "dp" and flat:           # ZeRO-3's flat rings: each GPU's share on its own link
+            local = np.where(r["zero"] >= 3, 1.0, local)
+        t, _ = cm.axis_time(ax, comm[ax], n, calls[ax], local, intra, inter,
+                            cm.nvls_allreduce(gpu, ax, sp, r["zero"]))
         ctime[ax] = np.where((n > 1) & (ax != "ep" or m.is_moe), t, 0.0)
     return ctime
 
@@ -299,37 +317,43 @@ def _comm_times(ctx: _Context, r: dict, comm: dict, calls: dict) -> dict:
 def _cost_rows(ctx: _Context, r: dict) -> dict:
     """The estimate of every row of ``r`` that fits in memory (the others are dropped)."""
     m, cl, pr = ctx.pr.model, ctx.pr.cluster, ctx.pr
-    most, mem_total = _memory(ctx, r)
+    most, mem_total, opt_bytes = _memory(ctx, r)
     keep = np.nonzero(mem_total <= ctx.cap)[0]
     if len(keep) < len(most):   # only what fits is costed further
         r = {k: a[keep] for k, a in r.items()}
-        most, mem_total = most[keep], mem_total[keep]
+        most, mem_total, opt_bytes = most[keep], mem_total[keep], opt_bytes[keep]
     lo, rows = r["lo"], np.arange(len(most))
     layers, moe, head = ctx.c_layers[lo], ctx.c_moe[lo], ctx.c_head[lo]
     # seconds per microbatch of every stage class (at the rates of its GEMM shapes), the slowest one
-    f = _FACTORS[r["recompute"]]
+    f = ctx.factors[r["recompute"]]
     tokens = r["mb"] * (m.seq_len / r["cp"])
-    rates = [np.asarray(x)[:, None] for x in np.broadcast_arrays(*cm.stage_rates(
-        m, tokens, r["tp"], r["etp"], r["ep"], cl.gpu, pr.train.precision, pr.profile, ctx.efficiency,
-        pr.train.flash_attention))]
+    sp = (r["sp"] == 1) & (r["tp"] > 1)
+    got = cm.stage_rates(m, tokens, r["tp"], r["etp"], r["ep"], cl.gpu, pr.train, pr.profile, ctx.efficiency, sp)
+    rates = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), tokens.shape)[:, None] for k, v in got.items()}
     share = schedules.microbatch_share_array(r["pipeline"])       # DualPipe: half a rank's layers
-    gemm, attn = cm.stage_compute_time(m, tokens[:, None], r["tp"][:, None], rates, layers - moe, moe, head,
-                                       f[:, 0:1], f[:, 1:2])
-    gemm, attn = share[:, None] * gemm, share[:, None] * attn
-    crit = np.argmax(np.where(ctx.c_valid[lo], gemm + attn, -np.inf), axis=1)
+    casts = 1.0 / np.maximum(r["m"], 1)[:, None] if cm.caches_fp8_weights(pr.train) else 1.0
+    accumulate = framework(pr.train.framework)["grad_accumulation_bytes"] * (ctx.c_par[0][lo] + ctx.c_par[1][lo])
+    gemm, attn, memb = cm.stage_compute_time(m, tokens[:, None], r["tp"][:, None], rates, layers - moe, moe, head,
+                                             f[:, 0:1], f[:, 1:2], f[:, 2:3], casts, accumulate)
+    gemm, attn, memb = share[:, None] * gemm, share[:, None] * attn, share[:, None] * memb
+    crit = np.argmax(np.where(ctx.c_valid[lo], gemm + attn + memb, -np.inf), axis=1)
     comm, calls = _comm(ctx, r, layers[rows, crit] * share, moe[rows, crit] * share, most)
     ctime = _comm_times(ctx, r, comm, calls)
     # step time, MFU (on the BF16 peak)
     bub = schedules.bubble_array(r["pipeline"], r["pp"], r["m"], r["v"])
-    gemm, attn = gemm[rows, crit] * r["m"], attn[rows, crit] * r["m"]
+    gemm, attn, memb = gemm[rows, crit] * r["m"], attn[rows, crit] * r["m"], memb[rows, crit] * r["m"]
     gather = np.where(comm["dp"] > 0, ctime["dp"] * comm["dp_gather"] / np.maximum(comm["dp"], 1e-300), 0.0)
-    exposed = cm.exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, r["m"], pr.train, pr.profile.overlap)
-    step = cm.step_time(gemm + attn, exposed, bub)
+    exposed = cm.exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, r["m"], pr.train, pr.profile.overlap,
+                              memory=memb, zero3=r["zero"] >= 3)
+    per = ctx.per
+    owned = opt_bytes / per.optimizer if per.optimizer else 0.0
+    opt = cm.optimizer_bytes(owned, per) * rates["per_hbm_byte"][:, 0]
+    step = cm.step_time(gemm + attn + memb, exposed, bub) + opt
     tokens = r["gb"] * m.seq_len
     mflops = _per_unit(lambda k: cm.model_flops(m, k), tokens)
     cols = {k: a for k, a in r.items() if k != "lo"}
     cols.update(step_time=step, tokens_per_second=tokens / step, mfu=mflops / (step * cl.world * cl.gpu.flops),
-                bubble=bub, memory=mem_total, compute=gemm + attn)
+                bubble=bub, memory=mem_total, compute=gemm + attn + memb)
     for ax in AXES:
         cols[f"t_{ax}"] = ctime[ax]
     return cols

@@ -131,12 +131,34 @@ _MODEL_COUNTS = ("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_d
 _MODEL_SWITCHES = ("qkv_bias", "qk_norm", "attention_sinks")
 
 
+_GPU_EXTRA = ("arch", "matmul_efficiency", "fp8_matmul_efficiency", "tdp")
+
+
 def preset_gpu(name: str) -> GPU:
     """The GPU of a preset in parc/model/data/gpus.toml."""
     g = presets("gpus")[name]
     return GPU(name, int(g["memory"]), float(g["flops"]), float(g.get("hbm_bandwidth", 0)),
                float(g.get("nvlink_bandwidth", 0)), float(g.get("pcie_bandwidth", 0)),
-               float(g.get("fp8_flops", 0)), bool(g.get("nvls", False)))
+               float(g.get("fp8_flops", 0)), bool(g.get("nvls", False)), str(g.get("arch", "")),
+               float(g.get("matmul_efficiency", 0)), float(g.get("fp8_matmul_efficiency", 0)),
+               float(g.get("tdp", 0)))
+
+
+def power_capped(base: dict, watts: float) -> float | None:
+    """The share of its peaks a GPU keeps at a power limit of ``watts``: 1 at or above its TDP,
+    else linear between the datasheet's low-power point (``low_power`` W, ``low_power_flops``: the
+    same die as a lower-power part states it, the H100 NVL for the H100) and the TDP; None where the
+    preset gives no low-power point. torchtitan's 500 W H100s: "between SXM and NVL"
+    (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md), 835 + (500 - 400) / 300 ·
+    (989 - 835) = 886 TFLOPS."""
+    tdp = float(base.get("tdp", 0))
+    if tdp and watts >= tdp:
+        return 1.0
+    low, low_flops, flops = base.get("low_power"), base.get("low_power_flops"), base.get("flops")
+    if not (tdp and low and low_flops and flops):
+        return None
+    at = low_flops + (max(watts, low) - low) / (tdp - low) * (flops - low_flops)
+    return at / flops
 
 
 def _group_gpu(r: Evaluator, name: str, span: Span) -> GPU | None:
@@ -182,7 +204,8 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
     base = dict(base or {})
     vals = {}
     failed = False
-    for k in ("memory", "flops", "hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth", "fp8_flops", "nvls"):
+    for k in ("memory", "flops", "hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth", "fp8_flops", "nvls",
+              *_GPU_EXTRA, "power_limit"):
         v = _get(r, "gpu", k)
         if v is _FAILED:
             failed = True
@@ -208,9 +231,27 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
               "from a preset: `from = h100_sxm`")
         raise _Incomplete()
     name = child.label or r.values.get("gpu.from") or "custom"
-    return GPU(name, int(vals["memory"]), float(vals["flops"]), float(vals.get("hbm_bandwidth") or 0),
-               float(vals.get("nvlink_bandwidth") or 0), float(vals.get("pcie_bandwidth") or 0),
-               float(vals.get("fp8_flops") or 0), bool(vals.get("nvls") or False))
+    gpu = GPU(name, int(vals["memory"]), float(vals["flops"]), float(vals.get("hbm_bandwidth") or 0),
+              float(vals.get("nvlink_bandwidth") or 0), float(vals.get("pcie_bandwidth") or 0),
+              float(vals.get("fp8_flops") or 0), bool(vals.get("nvls") or False), str(vals.get("arch") or ""),
+              float(vals.get("matmul_efficiency") or 0), float(vals.get("fp8_matmul_efficiency") or 0),
+              float(vals.get("tdp") or 0), float(vals.get("power_limit") or 0))
+    if gpu.power_limit and "flops" not in child.assigns:
+        _cap_power(r, gpu, base, child)
+    return gpu
+
+
+def _cap_power(r: Evaluator, gpu: GPU, base: dict, child) -> None:
+    """A `power_limit` lowers the peaks the block took from its preset (:func:`power_capped`);
+    P034 where the preset has no low-power point to scale by."""
+    share = power_capped(base, gpu.power_limit)
+    if share is None:
+        r.err("P034", f"`power_limit = {gpu.power_limit:g}W`: parc has no datasheet point of this GPU at a lower "
+              "power to scale its peaks by", r.spans.get("gpu.power_limit", child.span),
+              help="give the peaks at that power yourself: `flops = ...` (and `fp8_flops = ...`)")
+        raise _Incomplete()
+    gpu.flops *= share
+    gpu.fp8_flops *= share
 
 
 def build_cluster(r: Evaluator, top: Span) -> Cluster:
@@ -535,11 +576,24 @@ def resolve_document(loader, main_file: str, partial: bool = False) -> Plan | No
     if parts["profile"] is not None:
         plan.profile = parts["profile"]
         plan.profile.name = r.blocks["profile"].label
+    _run_defaults(r, plan)
     for kind in ("model", "cluster", "mesh", "placement", "schedule", "train", "serve", "profile"):
         if kind in r.blocks:
             r.spans[kind] = _head(r, kind, top)
     _resolve_split(plan)
     return plan
+
+
+def _run_defaults(r: Evaluator, plan: Plan) -> None:
+    """What a spec leaves out of how its run was done, from what it says: the framework from its
+    training target, the FP8 recipe and weight caching from the framework
+    (parc/model/data/frameworks.toml), the GEMM efficiency from the GPU's matmul benchmark."""
+    from parc.model.frameworks import fill_train_defaults
+
+    if plan.profile.gemm_efficiency is None:
+        plan.profile.gemm_efficiency = plan.cluster.gpu.gemm_efficiency
+    if plan.train is not None:
+        fill_train_defaults(plan.train, plan.targets, r.blocks["train"].assigns if "train" in r.blocks else {})
 
 
 def _build_parts(r: Evaluator, top: Span, partial: bool) -> dict[str, Any] | None:
