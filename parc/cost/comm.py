@@ -24,6 +24,15 @@ def allgather_bytes(nbytes: float, n: int) -> float:
     return (n - 1) / n * nbytes
 
 
+def again(recompute):
+    """How many times a layer's forward collectives run: 1.5 under full recompute (the forward's
+    half of them once more), else 1. ``recompute`` is a setting's name, or a numpy array of booleans
+    (full recompute or not) for the planner's rows."""
+    if isinstance(recompute, str):
+        return 1.5 if recompute == "full" else 1.0
+    return np.where(recompute, 1.5, 1.0)
+
+
 def tp_bytes_per_layer(tokens: float, h: int, t: int, nbytes: int = 2, recompute: str = "none") -> float:
     """Tensor-parallel bytes per GPU for one layer over ``tokens`` tokens, forward and backward:
     four all-reduces of tokens·h (two forward, two backward), or with sequence parallelism the
@@ -31,7 +40,7 @@ def tp_bytes_per_layer(tokens: float, h: int, t: int, nbytes: int = 2, recompute
     (Narayanan et al. 2021 §4.1; Korthikanti et al. 2022 §4.2.2). Full recompute repeats the
     forward's two (×1.5)."""
     vol = 2 * allreduce_bytes(tokens * h * nbytes, t) * 2
-    return vol * (1.5 if recompute == "full" else 1.0)
+    return vol * again(recompute)
 
 
 def cp_bytes_per_layer(tokens_local: float, kv_width: int, cp: int, nbytes: int = 2) -> float:
@@ -163,9 +172,9 @@ def comm_calls(layers, moe_layers, microbatches, v, cp, recompute: str):
     forward and backward), 2v pipeline sends per microbatch, and one gradient reduction and one
     parameter gather per step (Megatron-LM buckets them; the bytes, not the count, dominate).
     Full recompute repeats the forward's (×1.5)."""
-    again = 1.5 if recompute == "full" else 1.0
-    return {"tp": 4 * layers * microbatches * again, "cp": 3 * (cp - 1) * layers * microbatches * again,
-            "ep": 4 * moe_layers * microbatches * again, "pp": 2 * v * microbatches, "dp": 2}
+    again_ = again(recompute)
+    return {"tp": 4 * layers * microbatches * again_, "cp": 3 * (cp - 1) * layers * microbatches * again_,
+            "ep": 4 * moe_layers * microbatches * again_, "pp": 2 * v * microbatches, "dp": 2}
 
 
 def serving_calls(layers, moe_layers) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from parc.cost.comm import (ALGORITHMS, allgather_bytes, p2p_time, allreduce_bytes, axis_time, comm_calls,
+from parc.cost.comm import (ALGORITHMS, again, allgather_bytes, p2p_time, allreduce_bytes, axis_time, comm_calls,
                             cp_bytes_per_layer, dp_bytes, dp_bytes_parts, ep_bytes_per_layer, link_latency, link_params, serving_calls,
                             pp_bytes_per_microbatch, tp_bytes_per_layer)
 from parc.cost.flops import (active_matmul_params, model_flops, recompute_factors, recompute_flops,
@@ -403,7 +403,7 @@ def train_comm_bytes(m, tokens_local, layers, moe_layers, *, pp, tp, cp, ep, v, 
         "tp": tp_bytes_per_layer(tokens_local, m.hidden, tp, wbytes, recompute) * layers * steps
         * (np.where(sp, 7 / 8, 1.0) if fp8 else 1.0),
         "cp": cp_bytes_per_layer(tokens_local, kv_width, cp, wbytes) * layers * steps
-        * (1.5 if recompute == "full" else 1),
+        * again(recompute),
         "dp": (dp_bytes(dense_params, zero, n_dp, per.grads, per.weights)
                + dp_bytes(expert_params_, zero, n_exp, per.grads, per.weights)) * passes,
         "pp": pp_bytes_per_microbatch(tokens_local, m.hidden, tp, v, wbytes) * steps * (pp > 1),

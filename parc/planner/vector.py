@@ -97,6 +97,7 @@ class TrainCosts:
         self.bounded = 0           # of which the memory lower bound refused without the full model
         self.costed = 0            # costed in full
         self.meshes: list = []
+        self.least_memory = float("inf")   # the least memory per GPU of any candidate (a bound where none was costed)
 
 
 def _layouts(pr: Problem, meshes):
@@ -124,8 +125,10 @@ def _layouts(pr: Problem, meshes):
     return lo_mesh, lo_pipe, lo_v, lo_split, (*ints, *flags, c_par[:4], c_par[4:])
 
 
-def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> TrainCosts:
-    """Every training candidate of ``pr`` that fits in memory (``efficiency``: the profile's)."""
+def train_costs(pr: Problem, efficiency: float | None = None, progress=None, least: bool = False) -> TrainCosts:
+    """Every training candidate of ``pr`` that fits in memory (``efficiency``: the profile's);
+    with ``least``, also the least memory per GPU any candidate needs (``TrainCosts.least_memory``:
+    the smallest estimate among those costed, else the smallest model-state bound)."""
     efficiency = (pr.profile.gemm_efficiency or pr.cluster.gpu.gemm_efficiency) if efficiency is None else efficiency
     out = TrainCosts()
     out.meshes = meshes = mesh_shapes(pr)
@@ -167,41 +170,61 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> 
         if z not in zero_options(pr, 2):                                 # P615 with a pipeline
             allowed = mesh_a[lo_mesh_a, 0] <= 1
         out.enumerated += int(per_s[allowed[s_lo]].sum())
-        fit[z] = allowed & (np.where(c_valid, w + g + o, -np.inf).max(axis=1) <= cap)
+        bound = np.where(c_valid, w + g + o, -np.inf).max(axis=1)
+        fit[z] = allowed & (bound <= cap)
+        if least and allowed.any():
+            out.least_memory = min(out.least_memory, float(bound[allowed].min()))
     parts = [(np.nonzero(fit[z][s_lo])[0], z) for z in zeros]
     r_s = np.concatenate([p_ for p_, _ in parts])
     zero = np.concatenate([np.full(len(p_), z, dtype=np.int64) for p_, z in parts])
     out.bounded = out.enumerated - int(per_s[r_s].sum())
 
-    # 4. expand the pairs that fit by (recompute, sequence parallel)
+    # 4. expand the pairs that fit by (recompute, sequence parallel): kept as indices (pair, zero,
+    #    train option) and gathered chunk by chunk; a pair's ZeRO stages next to each other, so the
+    #    rows of one (pair, train option) share a chunk and its compute (:func:`_distinct`)
+    o = np.argsort(r_s, kind="stable")
+    r_s, zero = r_s[o], zero[o]
     t_mesh = lo_mesh_a[s_lo[r_s]]
     r2 = np.repeat(np.arange(len(r_s)), tcount[t_mesh])
-    r_t = toff[t_mesh][r2] + _ramp(tcount[t_mesh])
-    lo, r_b, zero = s_lo[r_s][r2], s_b[r_s][r2], zero[r2]
-    mb, nmb, gb = bopts[r_b, 0], bopts[r_b, 1], bopts[r_b, 2]
-    rc, sp = topts[r_t, 0], topts[r_t, 1]
-    mi = lo_mesh_a[lo]
-    pp, dp, cp, tp, ep, etp = (mesh_a[mi, j] for j in range(6))
-    pipe, v = lo_pipe_a[lo], lo_v_a[lo]
-    split = np.asarray(lo_split, dtype=np.int64)[lo]
-    n = len(lo)
+    r_t = (toff[t_mesh][r2] + _ramp(tcount[t_mesh])).astype(np.int32)
+    pair, zero = r_s[r2].astype(np.int32), zero[r2].astype(np.int8)
+    n = len(pair)
     out.costed = n
     if n == 0:
         return out
 
-    # 5. the full model, in chunks (a progress callback sees each one)
+    # 5. what depends only on the pair (layout option, batch option): microbatches in flight per
+    #    stage class and the pipeline's idle share, once per pair
+    p_pipe, p_pp, p_m, p_v = lo_pipe_a[s_lo], mesh_a[lo_mesh_a[s_lo], 0], bopts[s_b, 1], lo_v_a[s_lo]
+    tables = dict(inflight=schedules.inflight_array(p_pipe[:, None], p_pp[:, None], p_m[:, None], p_v[:, None],
+                                                    c_stage[s_lo]),
+                  bubble=schedules.bubble_array(p_pipe, p_pp, p_m, p_v))
+
+    # 6. the full model, in chunks (a progress callback sees each one)
     ctx = _Context(pr=pr, per=per, cap=cap, zeros=zeros, state=state, c_stage=c_stage, c_layers=c_layers,
                    c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par, c_lin=c_lin,
-                   links=_axis_links(pr, meshes), efficiency=efficiency, factors=_factors(pr))
-    rows = dict(lo=lo, zero=zero, mb=mb, m=nmb, gb=gb, recompute=rc, sp=sp, mesh=mi, pp=pp, dp=dp, cp=cp,
-                tp=tp, ep=ep, etp=etp, pipeline=pipe, v=v, split=split)
-    chunks = []
+                   links=_axis_links(pr, meshes), efficiency=efficiency, factors=_factors(pr), pairs=tables,
+                   state_stack=(np.stack([(state[z][0] + state[z][1]) + state[z][2] for z in zeros]),
+                                np.stack([state[z][2] for z in zeros])),
+                   zero_index=np.array([zeros.index(z) if z in zeros else 0 for z in range(4)]))
+    split_a = np.asarray(lo_split, dtype=np.int64)
+    chunks, least_costed = [], float("inf")
     for start in range(0, n, CHUNK):
         sel = slice(start, min(n, start + CHUNK))
-        chunks.append(_cost_rows(ctx, {k: a[sel] for k, a in rows.items()}))
+        pr_, lo, b, t = pair[sel], s_lo[pair[sel]], s_b[pair[sel]], r_t[sel]
+        mi = lo_mesh_a[lo]
+        rows = dict(pair=pr_, topt=t, lo=lo, zero=zero[sel].astype(np.int64), mb=bopts[b, 0], m=bopts[b, 1], gb=bopts[b, 2],
+                    recompute=topts[t, 0], sp=topts[t, 1], mesh=mi,
+                    **{k: mesh_a[mi, j] for j, k in enumerate(("pp", "dp", "cp", "tp", "ep", "etp"))},
+                    pipeline=lo_pipe_a[lo], v=lo_v_a[lo], split=split_a[lo])
+        got, lowest = _cost_rows(ctx, rows)
+        chunks.append(got)
+        least_costed = min(least_costed, lowest)
         if progress is not None:
             progress(min(n, start + CHUNK) / n)
     out.cols = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    if least and least_costed < float("inf"):
+        out.least_memory = least_costed
     return out
 
 
@@ -224,30 +247,46 @@ class _Context:
     links: tuple
     efficiency: float
     factors: np.ndarray      # (matmul, attention, elementwise) recompute factors per RECOMPUTE code
+    pairs: dict              # per (layout, batch) pair: "inflight" per stage class, "bubble"
+    state_stack: tuple = ()  # (weights + grads + optimizer, optimizer) per (zero index, layout option, stage class)
+    zero_index: np.ndarray = None   # ZeRO stage -> its index in state_stack
+
+
+def _distinct(r: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(the first row of each distinct (pair, train option) among rows ``r``, and each row's index
+    among them): rows that differ only in their ZeRO stage share everything but the model state,
+    the data-parallel traffic and what follows from them, which are computed once per distinct row."""
+    _, first, inv = np.unique(r["pair"].astype(np.int64) * 256 + r["topt"], return_index=True,
+                              return_inverse=True)
+    return first, inv.reshape(-1)
+
+
+def _activations(ctx: _Context, s: dict):
+    """(activation bytes of every stage class, CUDA context + NCCL bytes, fragmentation bytes) of
+    the distinct rows ``s``."""
+    m, lo, tp = ctx.pr.model, s["lo"], s["tp"]
+    act_d, act_m = _layer_activations(ctx.pr, s["mb"], tp, s["cp"], s["etp"], s["recompute"], s["sp"])
+    inflight = ctx.pairs["inflight"][s["pair"]]
+    layers, moe = ctx.c_layers[lo], ctx.c_moe[lo]
+    act = cm.stage_activation_bytes(layers - moe, moe, act_d[:, None], act_m[:, None], inflight, ctx.c_emb[lo],
+                                    ctx.c_head[lo], (m.seq_len / s["cp"])[:, None], s["mb"][:, None], m,
+                                    tp[:, None], ctx.pr.train.offload_layers)
+    comms = cm.nccl_communicators(s["pp"], s["dp"], s["cp"], tp, s["ep"], s["etp"], m.is_moe)
+    ctx_b, nccl, frag = cm.overhead_bytes(ctx.pr.cluster, comms[:, None], act)
+    return act, ctx_b + nccl[:, 0], frag
 
 
 def _memory(ctx: _Context, r: dict):
     """(the most loaded stage class, its bytes, its optimizer state's bytes) for rows ``r``."""
-    m, lo, zero, tp = ctx.pr.model, r["lo"], r["zero"], r["tp"]
-    n, K = len(lo), ctx.c_valid.shape[1]
-    w, g, o = (np.empty((n, K)) for _ in range(3))
-    for z in ctx.zeros:
-        sel = zero == z
-        if sel.any():
-            w[sel], g[sel], o[sel] = (x[lo[sel]] for x in ctx.state[z])
-    act_d, act_m = _layer_activations(ctx.pr, r["mb"], tp, r["cp"], r["etp"], r["recompute"], r["sp"])
-    inflight = schedules.inflight_array(r["pipeline"][:, None], r["pp"][:, None], r["m"][:, None], r["v"][:, None],
-                                        ctx.c_stage[lo])
-    layers, moe = ctx.c_layers[lo], ctx.c_moe[lo]
+    lo, zero = r["lo"], r["zero"]
+    n = len(lo)
+    states, opt = ctx.state_stack
+    zi = ctx.zero_index[zero]
+    first, inv = _distinct(r)
+    act, fixed, frag = _activations(ctx, {k: a[first] for k, a in r.items()})
+    act, fixed, frag = act[inv], fixed[inv], frag[inv]
     tr = ctx.pr.train
-    act = cm.stage_activation_bytes(layers - moe, moe, act_d[:, None], act_m[:, None], inflight, ctx.c_emb[lo],
-                                    ctx.c_head[lo], (m.seq_len / r["cp"])[:, None], r["mb"][:, None], m,
-                                    tp[:, None], tr.offload_layers)
-    comms = cm.nccl_communicators(r["pp"], r["dp"], r["cp"], tp, r["ep"], r["etp"], m.is_moe)
-    ctx_b, nccl, frag = cm.overhead_bytes(ctx.pr.cluster, comms[:, None], act)
-    total = w                           # w, g and o are this call's own arrays: summed in place
-    total += g
-    total += o
+    total = states[zi, lo]              # weights + grads + optimizer (summed in that order), this call's own
     total += act
     if cm.caches_fp8_weights(tr):
         total += cm.fp8_weight_cache_bytes(np.where((zero >= 3)[:, None], ctx.c_lin[1][lo], ctx.c_lin[0][lo]))
@@ -255,7 +294,7 @@ def _memory(ctx: _Context, r: dict):
     # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most
     # loaded one, in the order Memory.total adds them
     rows = np.arange(n)
-    return most, total[rows, most] + ((ctx_b + nccl[:, 0]) + frag[rows, most]), o[rows, most]
+    return most, total[rows, most] + (fixed + frag[rows, most]), opt[zi, lo, most]
 
 
 def _factors(pr: Problem) -> np.ndarray:
@@ -266,26 +305,27 @@ def _factors(pr: Problem) -> np.ndarray:
 
 def _comm(ctx: _Context, r: dict, L_s, moe_s, most) -> tuple[dict, dict]:
     """Bytes per GPU per step on each axis, and how many collectives carry them, through the cost
-    model's kernels, one call per (recompute, zero) group of rows."""
+    model's kernels, one call per ZeRO stage's rows."""
     pr = ctx.pr
     lo, rc, zero = r["lo"], r["recompute"], r["zero"]
     edp = cm.shard_groups(r["dp"], r["cp"], r["tp"], r["ep"], r["etp"])[1]
     comm = {ax: np.zeros(len(lo)) for ax in (*AXES, "dp_gather")}
     calls = {ax: np.zeros(len(lo)) for ax in AXES}
     fw = framework(pr.train.framework)
-    for key in np.unique(rc * 4 + zero):
-        sel = (rc * 4 + zero) == key
-        z = int(key) & 3
+    full = rc == RECOMPUTE.index("full")
+    for z in np.unique(zero):
+        z = int(z)
+        sel = zero == z
         passes = cm.zero3_passes(z, r["pp"][sel], r["m"][sel], fw)
         got = cm.train_comm_bytes(
             pr.model, r["mb"][sel] * (pr.model.seq_len / r["cp"][sel]), L_s[sel], moe_s[sel], pp=r["pp"][sel],
             tp=r["tp"][sel], cp=r["cp"][sel], ep=r["ep"][sel], v=r["v"][sel], microbatches=r["m"][sel],
-            wbytes=cm.comm_dtype_bytes(pr.train.precision), recompute=RECOMPUTE[int(key) >> 2],
+            wbytes=cm.comm_dtype_bytes(pr.train.precision), recompute=full[sel],
             sp=(r["sp"][sel] == 1) & (r["tp"][sel] > 1),
             dense_params=ctx.c_par[0][lo[sel], most[sel]], expert_params_=ctx.c_par[1][lo[sel], most[sel]],
             zero=z, n_dp=r["dp"][sel] * r["cp"][sel], n_exp=edp[sel], per=ctx.per, passes=passes,
             fp8=pr.train.precision == "fp8")
-        n_calls = cm.comm_calls(L_s[sel], moe_s[sel], r["m"][sel], r["v"][sel], r["cp"][sel], RECOMPUTE[int(key) >> 2])
+        n_calls = cm.comm_calls(L_s[sel], moe_s[sel], r["m"][sel], r["v"][sel], r["cp"][sel], full[sel])
         if z >= 3:   # per layer: a gather for the forward, one for the backward, a reduce-scatter
             n_calls["dp"] = 3 * L_s[sel] * passes
         for ax in comm:
@@ -314,49 +354,61 @@ def _comm_times(ctx: _Context, r: dict, comm: dict, calls: dict) -> dict:
     return ctime
 
 
-def _cost_rows(ctx: _Context, r: dict) -> dict:
-    """The estimate of every row of ``r`` that fits in memory (the others are dropped)."""
+def _compute(ctx: _Context, s: dict):
+    """(GEMM, attention-core and memory-bound seconds per microbatch of every stage class, and the
+    seconds per HBM byte) of the distinct rows ``s``."""
+    m, cl, pr, lo = ctx.pr.model, ctx.pr.cluster, ctx.pr, s["lo"]
+    layers, moe, head = ctx.c_layers[lo], ctx.c_moe[lo], ctx.c_head[lo]
+    f = ctx.factors[s["recompute"]]
+    tokens = s["mb"] * (m.seq_len / s["cp"])
+    sp = (s["sp"] == 1) & (s["tp"] > 1)
+    got = cm.stage_rates(m, tokens, s["tp"], s["etp"], s["ep"], cl.gpu, pr.train, pr.profile, ctx.efficiency, sp)
+    rates = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), tokens.shape)[:, None] for k, v in got.items()}
+    share = schedules.microbatch_share_array(s["pipeline"])       # DualPipe: half a rank's layers
+    casts = 1.0 / np.maximum(s["m"], 1)[:, None] if cm.caches_fp8_weights(pr.train) else 1.0
+    accumulate = framework(pr.train.framework)["grad_accumulation_bytes"] * (ctx.c_par[0][lo] + ctx.c_par[1][lo])
+    gemm, attn, memb = cm.stage_compute_time(m, tokens[:, None], s["tp"][:, None], rates, layers - moe, moe, head,
+                                             f[:, 0:1], f[:, 1:2], f[:, 2:3], casts, accumulate)
+    return share[:, None] * gemm, share[:, None] * attn, share[:, None] * memb, rates["per_hbm_byte"][:, 0]
+
+
+def _cost_rows(ctx: _Context, r: dict) -> tuple[dict, float]:
+    """The estimate of every row of ``r`` that fits in memory (the others are dropped), and the
+    least memory per GPU among all of them."""
     m, cl, pr = ctx.pr.model, ctx.pr.cluster, ctx.pr
     most, mem_total, opt_bytes = _memory(ctx, r)
+    lowest = float(mem_total.min()) if len(mem_total) else float("inf")
     keep = np.nonzero(mem_total <= ctx.cap)[0]
     if len(keep) < len(most):   # only what fits is costed further
         r = {k: a[keep] for k, a in r.items()}
         most, mem_total, opt_bytes = most[keep], mem_total[keep], opt_bytes[keep]
     lo, rows = r["lo"], np.arange(len(most))
-    layers, moe, head = ctx.c_layers[lo], ctx.c_moe[lo], ctx.c_head[lo]
+    layers, moe = ctx.c_layers[lo], ctx.c_moe[lo]
     # seconds per microbatch of every stage class (at the rates of its GEMM shapes), the slowest one
-    f = ctx.factors[r["recompute"]]
-    tokens = r["mb"] * (m.seq_len / r["cp"])
-    sp = (r["sp"] == 1) & (r["tp"] > 1)
-    got = cm.stage_rates(m, tokens, r["tp"], r["etp"], r["ep"], cl.gpu, pr.train, pr.profile, ctx.efficiency, sp)
-    rates = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), tokens.shape)[:, None] for k, v in got.items()}
     share = schedules.microbatch_share_array(r["pipeline"])       # DualPipe: half a rank's layers
-    casts = 1.0 / np.maximum(r["m"], 1)[:, None] if cm.caches_fp8_weights(pr.train) else 1.0
-    accumulate = framework(pr.train.framework)["grad_accumulation_bytes"] * (ctx.c_par[0][lo] + ctx.c_par[1][lo])
-    gemm, attn, memb = cm.stage_compute_time(m, tokens[:, None], r["tp"][:, None], rates, layers - moe, moe, head,
-                                             f[:, 0:1], f[:, 1:2], f[:, 2:3], casts, accumulate)
-    gemm, attn, memb = share[:, None] * gemm, share[:, None] * attn, share[:, None] * memb
+    first, inv = _distinct(r)          # the compute does not depend on the ZeRO stage
+    gemm, attn, memb, per_hbm_byte = (x[inv] for x in _compute(ctx, {k: a[first] for k, a in r.items()}))
     crit = np.argmax(np.where(ctx.c_valid[lo], gemm + attn + memb, -np.inf), axis=1)
     comm, calls = _comm(ctx, r, layers[rows, crit] * share, moe[rows, crit] * share, most)
     ctime = _comm_times(ctx, r, comm, calls)
     # step time, MFU (on the BF16 peak)
-    bub = schedules.bubble_array(r["pipeline"], r["pp"], r["m"], r["v"])
+    bub = ctx.pairs["bubble"][r["pair"]]
     gemm, attn, memb = gemm[rows, crit] * r["m"], attn[rows, crit] * r["m"], memb[rows, crit] * r["m"]
     gather = np.where(comm["dp"] > 0, ctime["dp"] * comm["dp_gather"] / np.maximum(comm["dp"], 1e-300), 0.0)
     exposed = cm.exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, r["m"], pr.train, pr.profile.overlap,
                               memory=memb, zero3=r["zero"] >= 3)
     per = ctx.per
     owned = opt_bytes / per.optimizer if per.optimizer else 0.0
-    opt = cm.optimizer_bytes(owned, per) * rates["per_hbm_byte"][:, 0]
+    opt = cm.optimizer_bytes(owned, per) * per_hbm_byte
     step = cm.step_time(gemm + attn + memb, exposed, bub) + opt
     tokens = r["gb"] * m.seq_len
     mflops = _per_unit(lambda k: cm.model_flops(m, k), tokens)
-    cols = {k: a for k, a in r.items() if k != "lo"}
+    cols = {k: a for k, a in r.items() if k not in ("lo", "pair", "topt")}
     cols.update(step_time=step, tokens_per_second=tokens / step, mfu=mflops / (step * cl.world * cl.gpu.flops),
                 bubble=bub, memory=mem_total, compute=gemm + attn + memb)
     for ax in AXES:
         cols[f"t_{ax}"] = ctime[ax]
-    return cols
+    return cols, lowest
 
 
 def _ramp(counts: np.ndarray) -> np.ndarray:
