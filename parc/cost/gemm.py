@@ -1,34 +1,36 @@
 """How fast a GEMM runs on one GPU: the rate of the matrix shapes a layer multiplies after tensor
-and expert sharding, and the compute time of a pipeline stage per microbatch from it.
+and expert sharding, the attention core's kernel, and the compute time of a pipeline stage per
+microbatch from them.
 
 One GEMM of shape M×N×K (2·M·N·K FLOPs, reading and writing M·K + K·N + M·N elements) runs at
 
     rate = 2MNK / max( 2MNK / (peak · e · d/(d + d½)),  bytes / (hbm · hbm_efficiency) )
 
-* ``e`` is the profile's ``gemm_efficiency``: what the largest GEMMs sustain.
+* ``e`` is the profile's ``gemm_efficiency``, by default the GPU's measured maximum achievable
+  matmul rate over its peak (``parc/model/data/gpus.toml``, a matmul benchmark's): what the
+  largest GEMMs sustain.
 * ``d`` is the GEMM's smallest dimension and ``d½`` the profile's ``gemm_half_size``: a GEMM whose
   smallest side is ``d½`` runs at half of ``e``. Tiles that do not fill the GPU's SMs, a K loop
   too short to hide its prologue and wave quantization all grow as a dimension shrinks; one
-  saturation in the smallest side is the simplest form that captures them (Korthikanti et al.
-  2022, Table 4: one 22B layer at tp 8, whose output projection has K = 768, runs at 43.7%
-  of peak where the 1T model's layers, K = 3200, reach 57%).
+  saturation in the smallest side is the simplest form that captures them. ``d½`` is fitted on
+  the fit rows of the accuracy table alone (``bench/accuracy_fit.py``).
 * The second term is the roofline (Williams et al. 2009): a GEMM with few rows (decoding, a
   small expert's share of tokens) is bound by HBM, not by the tensor cores.
 
-Under ``precision = fp8`` the linear layers' GEMMs run at ``profile.fp8_gemm_speedup`` times the
-BF16 peak (at most the FP8 peak): the per-tensor casts, scaling and amax reductions of FP8
-recipes keep them well short of the peaks' 2×. The default 1.5 is the end-to-end speedup
-torchao's float8 reports for Llama 3 405B on 512 H100s (pytorch/ao torchao/float8/README.md,
-"up to 1.5x"); a 13B GPT in Megatron-LM with Transformer Engine gained 1.4× (0.34 → 0.24 s per
-step, NVIDIA/Megatron-LM issue #396).
+Under ``precision = fp8`` the linear layers' GEMMs run on the FP8 peak at the GPU's
+``fp8_matmul_efficiency`` (or the recipe's own kernel rate: DeepGEMM's for block-wise scaling),
+scaled as the profile scales BF16's; the recipe's casts are memory traffic
+(:mod:`parc.cost.kernels`, ``parc/model/data/kernels.toml``). The output head stays 16-bit.
 
-Attention's core (QKᵀ and AV, flash attention) runs at ``peak · e`` in BF16 whatever the
-plan's precision: FP8 recipes (Transformer Engine, torchtitan's float8) cast the linear layers'
-GEMMs only. Without flash attention (``train.flash_attention = false``: Megatron-LM before
-2023, the runs of Narayanan et al. 2021 and Korthikanti et al. 2022) the core materialises the
-a·s²·b scores of every layer and its softmax and dropout are separate memory-bound kernels that
-read and write them; :data:`SCORE_BYTES` counts their traffic per score element, at
-``hbm · hbm_efficiency``. Every function takes scalars or numpy arrays for the sizes.
+Attention's core (QKᵀ and AV) with flash attention runs at the rate of the framework's kernel on
+the GPU's architecture (FlashAttention-2 or -3, cuDNN; :func:`parc.model.frameworks.attention_efficiency`),
+its backward 2.5 forward passes of FLOPs, over the blocks the causal mask keeps
+(:func:`causal_share`). Without flash attention (``train.flash_attention = false``: Megatron-LM
+before 2023, the runs of Narayanan et al. 2021 and Korthikanti et al. 2022) the core's batched
+GEMMs run at ``peak · e`` and materialise the a·s²·b scores of every layer, whose softmax and
+dropout are separate memory-bound kernels that read and write them; :data:`SCORE_BYTES` counts
+their traffic per score element, at ``hbm · hbm_efficiency``. Every function takes scalars or
+numpy arrays for the sizes.
 """
 from __future__ import annotations
 

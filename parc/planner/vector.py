@@ -128,7 +128,10 @@ def _layouts(pr: Problem, meshes):
 def train_costs(pr: Problem, efficiency: float | None = None, progress=None, least: bool = False) -> TrainCosts:
     """Every training candidate of ``pr`` that fits in memory (``efficiency``: the profile's);
     with ``least``, also the least memory per GPU any candidate needs (``TrainCosts.least_memory``:
-    the smallest estimate among those costed, else the smallest model-state bound)."""
+    the smallest estimate among those costed, else the smallest model-state bound).
+
+    Long because: one pipeline of array stages, each pruning before the next multiplies out
+    (layouts, batches, the state bound per ZeRO stage, the train options, the chunks)."""
     efficiency = (pr.profile.gemm_efficiency or pr.cluster.gpu.gemm_efficiency) if efficiency is None else efficiency
     out = TrainCosts()
     out.meshes = meshes = mesh_shapes(pr)
