@@ -126,10 +126,10 @@ def _unexpected_character(file: str, text: str, exc) -> Diagnostic:
     if ch == '"':
         eol = text.find("\n", off)
         eol = len(text) if eol < 0 else eol
-        eol -= text[off:eol].endswith("\r")
+        end = off + 1 + len(text[off + 1:eol].rstrip(" \t\r})]"))  # before the brackets that close the line
         return Diagnostic("P001", ERROR, "unterminated string: a string must close on the same line",
                           span, help='close it with `"`',
-                          fixes=[Fix("close the string at the end of the line", (Edit(Span.of(file, text, eol, eol), '"'),))])
+                          fixes=[Fix('close the string with `"`', (Edit(Span.of(file, text, end, end), '"'),))])
     shown = repr(ch)[1:-1]
     return Diagnostic("P001", ERROR, f"unexpected character `{shown}`; expected {_words(exc.allowed or [])}",
                       span)
@@ -187,6 +187,9 @@ def _hint_fix(file: str, text: str, hint: dict, span: Span) -> Fix | None:
         while a > 0 and text[a - 1] in " \t;":
             a -= 1
         gap = Span.of(file, text, a, span.start)
+        head = text[text.rfind("\n", 0, a) + 1:a]
+        if head.count("{") > head.count("}"):  # a block on one line: keep it there
+            return Fix("separate the statements with `;`", (Edit(gap, "; "),))
         return Fix("move it to a line of its own", (Edit(gap, "\n" + _indent(text, a)),))
     if "before" in how:
         return Fix(f"insert `{how['before'].strip()}`", (Edit(_empty(span), how["before"]),))

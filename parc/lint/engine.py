@@ -15,7 +15,7 @@ from parc.language.diagnostics import ERROR, WARNING, Diagnostic, ParcError, sor
 from parc.lint.discover import discover, imported, is_fragment, read_files
 from parc.lint.suppress import CODE, UNUSED_SUPPRESSION, Suppression, apply, stale, suppressions
 
-__all__ = ["Selector", "UsageError", "LintResult", "lint_paths", "lint_files", "exit_code", "discover",
+__all__ = ["Selector", "UsageError", "LintResult", "lint_paths", "lint_files", "lint_texts", "exit_code", "discover",
            "read_files", "suppressions", "Suppression", "UNUSED_SUPPRESSION"]
 
 
@@ -106,15 +106,27 @@ def lint_files(files: Sequence[str], *, select=None, ignore=None, targets: Seque
     """Lint ``files`` (already discovered); see the module doc for what runs on each."""
     from parc.language.parser import shared_parses
 
-    selector = select if isinstance(select, Selector) else Selector(select, ignore)
     texts, failed = read_files(files, root)
+    res = lint_texts(texts, select=select, ignore=ignore, targets=targets, root=root)
+    res.diagnostics = sorted([*res.diagnostics, *failed], key=sort_key)  # reported whatever the selection
+    res.io_errors = [_one_line(d) for d in failed]
+    return res
+
+
+def lint_texts(texts: dict[str, str], *, select=None, ignore=None, targets: Sequence[str] = (), root=None,
+               used: set[str] | None = None) -> LintResult:
+    """Lint specs whose text is given (an editor's unsaved buffer, a fix being tried), each
+    under its file name; their imports are read from disk. ``used``: the real paths other
+    specs import (default: those these texts import), which tells fragments from specs."""
+    from parc.language.parser import shared_parses
+
+    selector = select if isinstance(select, Selector) else Selector(select, ignore)
     run = _Run(texts, selector)
     with shared_parses():  # each text parsed once: for the checks, the layout and its comments
-        run.check_all(targets, root)
+        run.check_all(targets, root, imported(texts) if used is None else used)
         out, suppressed = run.suppress(selector)
-    out.extend(failed)  # files that could not be read: reported whatever the selection
     out.sort(key=sort_key)
-    return LintResult(list(texts), out, run.sources, suppressed, [_one_line(d) for d in failed])
+    return LintResult(list(texts), out, run.sources, suppressed)
 
 
 class _Run:
@@ -164,10 +176,9 @@ class _Run:
             self.seen.add(k)
             self.raw.append(d)
 
-    def check_all(self, targets, root):
+    def check_all(self, targets, root, used: set[str]):
         from parc.rules.style import text_checks
 
-        used = imported(self.texts)
         for f, text in self.texts.items():
             if is_fragment(f, text, used):
                 self.syntax_only(f, text)

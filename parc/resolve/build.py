@@ -437,8 +437,7 @@ def build_placement(r: Evaluator, top: Span) -> Placement:
             sug = did_you_mean(name, SC.PLACEMENT_STYLES) if name else None
             r.err("P016", f"a module placement is one of colwise(tp), rowwise(tp), sequence(tp), experts(ep) or "
                           f"replicate; got {describe(node)}", node.span,
-                  help=f"did you mean `{sug}`?" if sug else None,
-                  fixes=rename(node.name_span, sug, name) if isinstance(node, S.Call) else [])
+                  help=f"did you mean `{sug}`?" if sug else None, fixes=rename(node.name_span, sug, name) if sug else [])
             failed = True
             continue
         if len(node.args) != 1 or not (isinstance(node.args[0], S.Ref) and len(node.args[0].parts) == 1):
