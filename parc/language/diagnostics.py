@@ -96,6 +96,22 @@ def apply_edits(text: str, edits) -> str:
     return "".join(out)
 
 
+def diff_edits(file: str, old: str, new: str) -> tuple[Edit, ...]:
+    """The edits that turn ``old`` into ``new``, one per run of changed lines (a formatter's
+    result as a fix, or as an editor's text edits)."""
+    from difflib import SequenceMatcher
+
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    starts = [0]
+    for line in a:
+        starts.append(starts[-1] + len(line))
+    edits = []
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            edits.append(Edit(Span.of(file, old, starts[i1], starts[i2]), "".join(b[j1:j2])))
+    return tuple(edits)
+
+
 @dataclass(slots=True)
 class Related:
     span: Span

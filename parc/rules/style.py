@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from fractions import Fraction
 
-from parc.language.diagnostics import WARNING, Diagnostic, Edit, Fix, Span
+from parc.language.diagnostics import WARNING, Diagnostic, Edit, Fix, Span, diff_edits
 from parc.resolve.reader import source_text
 from parc.rules import rule
 from parc.rules.util import dims
@@ -183,21 +183,6 @@ def _formatter():
     return None
 
 
-def _line_edits(file: str, old: str, new: str) -> tuple[Edit, ...]:
-    """The edits that turn ``old`` into ``new``, one per run of changed lines."""
-    from difflib import SequenceMatcher
-
-    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    starts = [0]
-    for line in a:
-        starts.append(starts[-1] + len(line))
-    edits = []
-    for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag != "equal":
-            edits.append(Edit(Span.of(file, old, starts[i1], starts[i2]), "".join(b[j1:j2])))
-    return tuple(edits)
-
-
 def text_checks(file: str, text: str) -> list[Diagnostic]:
     """The style checks that need only the text: P551, a file `parc fmt` would change."""
     out: list[Diagnostic] = []
@@ -223,5 +208,5 @@ def text_checks(file: str, text: str) -> list[Diagnostic]:
     out.append(Diagnostic("P551", WARNING,
                           f"the file is not in the canonical layout ({changed} line{'s' if changed != 1 else ''} "
                           f"would change, the first here)",
-                          span, help=f"run `parc fmt {file}`", fixes=[Fix("format the file", _line_edits(file, text, new))]))
+                          span, help=f"run `parc fmt {file}`", fixes=[Fix("format the file", diff_edits(file, text, new))]))
     return out
