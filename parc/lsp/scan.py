@@ -4,7 +4,9 @@ The language server answers completion and hover while the user types, so the te
 the cursor is read here with a small scanner rather than the parser: the blocks that enclose
 the cursor (kind and label, outermost first), the key of the statement it is in and whether it
 stands at the key or in the value, and the word under it. Strings and comments are skipped as
-the lexer skips them (a string ends at its line).
+the lexer skips them (a string ends at its line). A block whose head starts a line (no
+indentation, as ``parc fmt`` writes top-level blocks) closes the blocks left open above it: the
+user is typing the one above.
 """
 from __future__ import annotations
 
@@ -80,6 +82,8 @@ def _blocks(text: str, offset: int) -> list[tuple[str, str | None]]:
             label = m.group(2) if m else None
             if label and label.startswith('"'):
                 label = label[1:-1]
+            if m and stack and (stmt == 0 or text[stmt - 1] == "\n") and text[stmt:stmt + 1].isalpha():
+                stack.clear()  # a block at the start of a line: the one above was left open mid-edit
             stack.append((m.group(1), label) if m else ("?", None))
             stmt = i + 1
         elif ch == "}":
