@@ -91,21 +91,22 @@ def test_diff_needs_fix(capsys):
     assert "--diff" in capsys.readouterr().err
 
 
-def test_alternatives_are_left_for_the_user(tmp_path, capsys):
-    path = _copy(tmp_path, DATA / "render" / "heads.par")
+def _fixed_unchanged(tmp_path, capsys, src: Path) -> str:
+    """``parc lint --fix`` on a copy of ``src`` that it must leave as it was; what it printed."""
+    path = _copy(tmp_path, src)
     before = path.read_text()
     main(["lint", "--fix", str(path)])
-    out = capsys.readouterr().out
     assert path.read_text() == before
+    return capsys.readouterr().out
+
+
+def test_alternatives_are_left_for_the_user(tmp_path, capsys):
+    out = _fixed_unchanged(tmp_path, capsys, DATA / "render" / "heads.par")
     assert re.search(r"^left \S+:13:3: P102 3 alternatives \(set `tp = 1` and `dp = 12`; ", out, re.M)
 
 
 def test_a_fix_that_would_add_a_finding_is_refused(tmp_path, capsys):
-    path = _copy(tmp_path, DATA / "fix" / "duplicate.par")
-    before = path.read_text()
-    main(["lint", "--fix", str(path)])
-    out = capsys.readouterr().out
-    assert path.read_text() == before
+    out = _fixed_unchanged(tmp_path, capsys, DATA / "fix" / "duplicate.par")
     assert "P007 the fix would bring P008 at line 13: `tp` is set twice in `mesh`" in out
 
 
