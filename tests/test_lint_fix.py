@@ -132,3 +132,14 @@ def test_every_safe_fix_applies_to_its_own_text():
                 apply_edits(text, same)
                 for e in same:
                     assert text.count("\n", 0, e.span.start) + 1 == e.span.line
+
+
+def test_fix_of_standard_input_prints_the_fixed_text(capsys, monkeypatch):
+    import io
+
+    text = (DATA / "fix" / "syntax.par").read_text()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert main(["lint", "--fix", "-"]) == 0
+    cap = capsys.readouterr()
+    assert 'target vllm { model = "meta-llama/Llama-3.1-8B" }' in cap.out
+    assert "fixed 4 findings in 1 file" in cap.err

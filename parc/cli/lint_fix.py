@@ -6,7 +6,8 @@ import sys
 
 def run_fix(args) -> int | None:
     """Apply the fixes and say what changed and what was left; the exit status with ``--diff``
-    (1 when there are fixes to apply), None when the lint report of what is left follows."""
+    (1 when there are fixes to apply) and for standard input (whose fixed text is printed: 1
+    when it still has errors), None when the lint report of what is left follows."""
     from parc.files import write_atomic
     from parc.lint.discover import discover
     from parc.lint.fix import fix_files
@@ -34,8 +35,10 @@ def run_fix(args) -> int | None:
     if not args.quiet:
         for line in _report(fixes, args.diff):
             print(line, file=say)
-    if args.diff or any(f.file == STDIN_NAME for f in fixes):
+    if args.diff:
         return status or (1 if any(f.changed for f in fixes) else 0)
+    if any(f.file == STDIN_NAME for f in fixes):  # the fixed text went to stdout: its errors decide
+        return status or (1 if any(d.severity == "error" for f in fixes for d in f.remaining) else 0)
     return status or None
 
 

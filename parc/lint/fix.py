@@ -36,6 +36,7 @@ class FileFix:
     after: str
     fixed: list[Diagnostic] = field(default_factory=list)
     left: list[tuple[Diagnostic, str]] = field(default_factory=list)
+    remaining: list[Diagnostic] = field(default_factory=list)  # what the fixed text still reports
 
     @property
     def changed(self) -> bool:
@@ -143,6 +144,7 @@ def fix_text(file: str, text: str, lint) -> FileFix:
             canonical = canonical or d.code == LAYOUT
     left = {_key(d) for d, _ in out.left}
     out.left += [(d, why_left(d)) for d in diags if d.fixes and _key(d) not in left and _key(d) not in tried]
+    out.remaining = diags
     return out
 
 
