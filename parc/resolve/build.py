@@ -15,7 +15,7 @@ from parc.model.plan import (Cluster, Link, Mesh, Model, ModulePlacement, Placem
                              Schedule, Serve, Target, Train)
 from parc.resolve import topology as T
 from parc.resolve.catalog import target_keys
-from parc.resolve.evaluate import Evaluator, Poison, check_range, describe, did_you_mean
+from parc.resolve.evaluate import Evaluator, Poison, check_range, describe, did_you_mean, rename
 from parc.resolve.gpu import _group_gpu, build_gpu
 from parc.resolve.merge import PARTIAL_BLOCKS, Block
 from parc.resolve.parts import _FAILED, _Incomplete, _get, _head
@@ -309,13 +309,15 @@ def build_placement(r: Evaluator, top: Span) -> Placement:
         if rule.axis not in SC.MESH_AXES + SC.MOE_AXES:
             sug = did_you_mean(rule.axis, SC.MESH_AXES + SC.MOE_AXES)
             r.err("P011", f"unknown axis `{rule.axis}`", rule.axis_span,
-                  help=(f"did you mean `{sug}`? " if sug else "") + "axes: pp, dp, cp, tp, ep, etp")
+                  help=(f"did you mean `{sug}`? " if sug else "") + "axes: pp, dp, cp, tp, ep, etp",
+                  fixes=rename(rule.axis_span, sug, rule.axis))
             failed = True
             continue
         if rule.link not in ("intra_node", "inter_node"):
             sug = did_you_mean(rule.link, ("intra_node", "inter_node"))
             r.err("P011", f"unknown link `{rule.link}`", rule.link_span,
-                  help=(f"did you mean `{sug}`? " if sug else "") + "place an axis `on intra_node` or `on inter_node`")
+                  help=(f"did you mean `{sug}`? " if sug else "") + "place an axis `on intra_node` or `on inter_node`",
+                  fixes=rename(rule.link_span, sug, rule.link))
             failed = True
             continue
         p.links[rule.axis] = rule.link
@@ -337,7 +339,7 @@ def build_placement(r: Evaluator, top: Span) -> Placement:
             sug = did_you_mean(name, SC.PLACEMENT_STYLES) if name else None
             r.err("P016", f"a module placement is one of colwise(tp), rowwise(tp), sequence(tp), experts(ep) or "
                           f"replicate; got {describe(node)}", node.span,
-                  help=f"did you mean `{sug}`?" if sug else None)
+                  help=f"did you mean `{sug}`?" if sug else None, fixes=rename(node.name_span, sug, name) if sug else [])
             failed = True
             continue
         if len(node.args) != 1 or not (isinstance(node.args[0], S.Ref) and len(node.args[0].parts) == 1):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from parc.language.diagnostics import Span
 from parc.model.plan import GPU
 from parc.resolve.catalog import presets
-from parc.resolve.evaluate import Evaluator, Poison, did_you_mean
+from parc.resolve.evaluate import Evaluator, Poison, did_you_mean, rename
 from parc.resolve.parts import _FAILED, _Incomplete, _get, _head
 
 
@@ -45,7 +45,7 @@ def _group_gpu(r: Evaluator, name: str, span: Span) -> GPU | None:
         return preset_gpu(name)
     sug = did_you_mean(name, presets("gpus"))
     r.err("P010", f"unknown GPU preset `{name}`", span,
-          help=(f"did you mean `{sug}`? " if sug else "") + "`parc presets` lists them")
+          help=(f"did you mean `{sug}`? " if sug else "") + "`parc presets` lists them", fixes=rename(span, sug, name))
     return None
 
 
@@ -67,7 +67,7 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
             sug = did_you_mean(name, table)
             r.err("P010", f"unknown GPU preset `{name}`", a.value.span,
                   help=(f"did you mean `{sug}`? " if sug else "") + "`parc presets` lists them, or describe it "
-                       "with `gpu { memory = 80GB  flops = 989TFLOPS }`")
+                       "with `gpu { memory = 80GB  flops = 989TFLOPS }`", fixes=rename(a.value.span, sug, name))
             raise _Incomplete()
         sp = r.spans.get("cluster.gpu")
         for k in ("memory", "flops", "hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth"):
