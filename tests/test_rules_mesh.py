@@ -143,6 +143,28 @@ def test_p109_ep_without_experts(check_spec):
     assert_quiet(check_spec, spec(mesh="dp = 8"), "P109")
 
 
+# SGLang's DeepSeek-V3 decode layout (its "large-scale EP" blog and docs: 9 decode nodes, dp attention
+# over 72 GPUs, --ep-num-redundant-experts 32): 256 + 32 = 288 expert slots, 4 per GPU
+DSV3_DECODE = dict(model="from = deepseek_v3", nodes=9, mesh="dp = 72; ep = 72",
+                   serve="max_model_len = 4096; dp_attention = true; eplb = true; redundant_experts = 32",
+                   target={"sglang": 'model = "deepseek-ai/DeepSeek-V3-0324"'})
+
+
+def test_p109_counts_redundant_experts(check_spec):
+    good = spec(**DSV3_DECODE)
+    assert_quiet(check_spec, good, "P109")
+    assert_quiet(check_spec, good, "P112")
+    # DeepSeek's own 144-GPU decode (ep 144, 32 redundant: 288 / 144 = 2) likewise
+    assert_quiet(check_spec, spec(**{**DSV3_DECODE, "nodes": 18, "mesh": "dp = 144; ep = 144"}), "P109")
+    # 33 redundant copies leave 289 slots that 72 ranks cannot share
+    bad = good.replace("redundant_experts = 32", "redundant_experts = 33")
+    d = assert_fires(check_spec, bad, "P109", "ep = 72")
+    assert "256 experts + 33 redundant = 289 expert slots" in d.message, d.message
+    assert "redundant_experts = 32 (288 = 72 × 4) or 104 (360 = 72 × 5)" in d.help, d.help
+    # without the redundant copies 256 experts do not divide over 72 ranks
+    assert_fires(check_spec, good.replace("redundant_experts = 32", "redundant_experts = 0"), "P109", "ep = 72")
+
+
 def test_p112_expert_grid(check_spec):
     bad = spec(MOE, nodes=1, mesh="dp = 4; tp = 2; ep = 8; etp = 2", schedule="micro_batch = 1; global_batch = 64",
                train="zero = 1; sequence_parallel = true")

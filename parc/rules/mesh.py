@@ -296,19 +296,26 @@ def experts_ep(plan, c):
     if fact:
         region = dims(plan).region
         ok = fact.alternatives
-        helps = (f"expert-parallel degrees that divide {count(md.experts, 'expert')} and fit the dp·cp·tp = {region} "
-                 f"ranks of a stage: ep = {join(ok)}" if ok else f"ep must divide experts = {md.experts}")
+        extra = fact.values["redundant"]
+        slots = md.experts + extra
+        what = count(md.experts, "expert") + (f" + {extra} redundant = {count(slots, 'expert slot')}" if extra else "")
+        helps = (f"expert-parallel degrees that divide {what} and fit the dp·cp·tp = {region} "
+                 f"ranks of a stage: ep = {join(ok)}" if ok else f"ep must divide {what}")
+        if extra:
+            fits = [r for r in (extra - slots % m.ep, extra - slots % m.ep + m.ep) if r >= 0]
+            helps += "; or redundant_experts = " + join(
+                [f"{r} ({md.experts + r} = {m.ep} × {(md.experts + r) // m.ep})" for r in fits], "or")
         related = [(c.at("model.experts"), f"experts = {md.experts}")]
         # vLLM spreads the remainder over the first ranks (determine_expert_map); Megatron-LM's
         # validate_args and the torch runtime (torchtitan's update_from_config) refuse it
         strict = c.active & {"megatron", "torch"}
         if plan.mode == "serve" and "vllm" in c.active and not strict:
-            k, extra = divmod(md.experts, m.ep)
+            k, rest = divmod(slots, m.ep)
             d = c.report(c.at("mesh.ep"),
-                         f"vLLM spreads the model's {count(md.experts, 'expert')} over ep = {count(m.ep, 'rank')} unevenly "
-                         f"(determine_expert_map): {plural(extra, 'rank holds', 'ranks hold')} {count(k + 1, 'expert')} and "
-                         f"{m.ep - extra} hold {k}, so the slowest rank holds {k + 1} of {count(md.experts, 'expert')}, "
-                         f"{(k + 1) * m.ep / md.experts:.2f}× an even share ({ratio(md.experts, m.ep)}), and every MoE "
+                         f"vLLM spreads the model's {what} over ep = {count(m.ep, 'rank')} unevenly "
+                         f"(determine_expert_map): {plural(rest, 'rank holds', 'ranks hold')} {count(k + 1, 'expert')} and "
+                         f"{m.ep - rest} hold {k}, so the slowest rank holds {k + 1} of {slots}, "
+                         f"{(k + 1) * m.ep / slots:.2f}× an even share ({ratio(slots, m.ep)}), and every MoE "
                          f"layer waits for it",
                          help=helps, related=related, severity=WARNING)
             d.target = "vllm"
@@ -316,7 +323,7 @@ def experts_ep(plan, c):
         who = (join(sorted(target_name(t) for t in strict), "and") + " refuse" + ("s" if len(strict) == 1 else "")
                if strict else "Megatron-LM (validate_args) and the torch runtime refuse")
         c.report(c.at("mesh.ep"),
-                 f"ep = {m.ep} does not divide the model's {count(md.experts, 'expert')} ({count(ratio(md.experts, m.ep), 'expert')} "
+                 f"ep = {m.ep} does not divide the model's {what} ({count(ratio(slots, m.ep), 'expert')} "
                  f"per GPU); every rank of an EP group must hold whole experts, and {who} it before the first step",
                  help=helps, related=related)
 
