@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from parc.cost import estimate as cm
 from support.specs import assert_fires, assert_quiet, spec
 
 SERVE = "max_model_len = 4096"
@@ -234,6 +235,38 @@ def test_p104_vllm_splits_unevenly_by_itself(check_spec):
     # asked for `even`, or without the vllm target, the split must divide
     assert_fires(check_spec, text.replace("serve {", "placement {\n  layers = even\n}\nserve {"), "P104", "layers = even")
     assert_fires(check_spec, spec("from = llama3_405b", nodes=4, mesh="pp = 4; tp = 8", serve=SERVE), "P104", "pp = 4")
+
+
+def test_p104_each_engine_splits_uneven_layers_its_own_way(check_spec):
+    # DeepSeek-V3's 61 layers over pp = 4: vLLM gives the remainder to the stages before the last,
+    # SGLang to the last ones (their get_pp_indices); memory and explain read that split
+    for engine, want in (("vllm", [15, 15, 16, 15]), ("sglang", [15, 15, 15, 16])):
+        text = spec("from = deepseek_v3", nodes=4, gpn=8, mesh="pp = 4; tp = 8", serve=SERVE,
+                    target={engine: 'model = "deepseek-ai/DeepSeek-V3"'})
+        r = assert_quiet(check_spec, text, "P104")
+        assert r.plan.placement.layers == want, engine
+        assert [st.layers for st in cm.estimate(r.plan).stages] == want
+    # named on the command line instead of in the spec: the same split
+    text = spec("from = deepseek_v3", nodes=4, gpn=8, mesh="pp = 4; tp = 8", serve=SERVE)
+    r = assert_quiet(check_spec, text, "P104", targets=("sglang",))
+    assert r.plan.placement.layers == [15, 15, 15, 16]
+
+
+def test_p104_torchtitan_splits_uneven_layers_itself(check_spec):
+    # torchtitan counts the embedding and the head as a layer each: 32 + 2 over 3 stages is 12, 11,
+    # 11, less one at each end (_generate_llm_fqn_per_model_part)
+    train = dict(mesh="pp = 3", gpn=3, schedule="micro_batch = 1; global_batch = 6", train="zero = 1")
+    text = spec(**train, target={"torchtitan": ""})
+    r = assert_quiet(check_spec, text, "P104")
+    assert r.plan.placement.layers == [11, 11, 10]
+    # Megatron-LM refuses the same count (validate_args), so a spec for both is refused
+    both = spec(**train, target={"torchtitan": "", "megatron": 'entrypoint = "pretrain_gpt.py"'})
+    d = assert_fires(check_spec, both, "P104", "pp = 3")
+    assert "Megatron-LM refuses it, though torchtitan would split it" in d.message
+    # torchtitan itself refuses a stage with less than one of the layers + 2: 4 layers on 8 stages
+    tiny = spec("from = llama3_8b; layers = 4", mesh="pp = 8", schedule="micro_batch = 1; global_batch = 8",
+                target={"torchtitan": ""})
+    assert_fires(check_spec, tiny, "P104", "pp = 8")
 
 
 def test_p109_vllm_spreads_experts_unevenly(check_spec):

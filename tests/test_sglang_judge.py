@@ -371,3 +371,16 @@ def test_sglang_reads_deepep_mode_only_with_deepep(sglang, check_spec, tmp_path)
     bare, deepep = _judge(sglang, items)
     assert bare["ok"] and bare["moe_a2a_backend"] == "none"
     assert deepep["ok"] and (deepep["moe_a2a_backend"], deepep["deepep_mode"]) == ("deepep", "normal")
+
+
+@pytest.mark.slow
+def test_sglang_splits_layers_as_parc_says(sglang):
+    # SGLang's own get_pp_indices against parc.model.params.engine_split, over every layer count
+    # up to 128 and pipeline size up to 16
+    from parc.model.params import engine_split
+    from parc.model.targets import layer_split
+
+    cases = [(layers, pp) for layers in range(1, 129) for pp in range(2, 17)]
+    got = _judge(sglang, [{"split": [layers, pp]} for layers, pp in cases])
+    for (layers, pp), split in zip(cases, got):
+        assert engine_split(layer_split("sglang"), layers, pp) == split, (layers, pp)

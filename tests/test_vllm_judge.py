@@ -287,3 +287,16 @@ def test_vllm_accepts_the_serving_examples_flags(vllm_python, check_spec):
     assert (v["redundant"], v["eplb_window"], v["eplb_interval"]) == (sv.redundant_experts, sv.eplb_window,
                                                                      sv.eplb_interval)
     assert v["all2all"] == "deepep_low_latency"
+
+
+@pytest.mark.slow
+def test_vllm_splits_layers_as_parc_says(vllm_python):
+    # every layer count and pipeline size up to 128 layers and 16 stages: vLLM's own get_pp_indices
+    # against parc.model.params.engine_split, the split parc's memory and explain use for vLLM
+    from parc.model.params import engine_split
+    from parc.model.targets import layer_split
+
+    cases = [(layers, pp) for layers in range(1, 129) for pp in range(2, 17)]
+    got = _judge(vllm_python, [{"split": [layers, pp]} for layers, pp in cases])
+    for (layers, pp), split in zip(cases, got):
+        assert engine_split(layer_split("vllm"), layers, pp) == split, (layers, pp)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from parc.rules import WARNING, rule
 from parc.rules.util import (axes_product, describe_tp_options, dims, divisors, given, join,
-                   nearest, plural, ratio, target_name, tp_options)
+                   nearest, plural, ratio, refusers, target_name, tp_options)
 from parc.model.dims import grid_fits, splits
 from parc.words import count
 
@@ -155,12 +155,23 @@ def layers_stages(plan, c):
     fact = _fact(plan, "layers_stages")
     if pl.layers_mode != "even" or not fact:
         return
-    v, stages = fact.values["virtual_stages"], dims(plan).stages
-    if plan.mode == "serve" and "vllm" in plan.targets and set(plan.targets) <= {"vllm", "json"} \
-            and not given(plan, "placement.layers"):
-        return  # vLLM splits layers unevenly by itself when the spec does not ask for `even`
-    from parc.model.params import balanced_split
+    from parc.model.params import balanced_split, engine_split
+    from parc.model.targets import layer_split
 
+    v, stages = fact.values["virtual_stages"], dims(plan).stages
+    why = ""
+    if not given(plan, "placement.layers"):
+        def splits_itself(t):
+            return engine_split(layer_split(t), md.layers, stages) is not None if layer_split(t) else None
+
+        # engines that split the layers themselves run the plan (placement.layers holds their split)
+        who = refusers(plan, c, "P104", splits_itself)
+        if who == []:
+            return
+        split_by = [t for t in c.active if splits_itself(t)]
+        if who and split_by:
+            why = (f": {join(sorted(target_name(t) for t in who), 'and')} refuse{'s' if len(who) == 1 else ''} "
+                   f"it, though {join(sorted(target_name(t) for t in split_by), 'and')} would split it")
     what = f"pp = {m.pp}" + (f" × virtual_stages = {v} = {count(stages, 'stage')}" if v > 1 else " stages")
     w, inner = plan.cluster.world, m.cp * m.tp
     ok = sorted({p for p in fact.alternatives if p != m.pp and w % (p * inner) == 0})
@@ -174,7 +185,8 @@ def layers_stages(plan, c):
         alts = [f"pp = {p} (dp = {w // (p * inner)})" for p in nearest(ok, m.pp, 3)]
         helps.append(f"or a pipeline size that divides {count(md.layers, 'layer')} on {count(w, 'GPU')}: {join(alts)}")
     c.report(c.at("placement.layers", "mesh.pp"),
-             f"{count(md.layers, 'layer')} cannot be split evenly over {what} ({ratio(md.layers, stages)} per stage)",
+             f"{count(md.layers, 'layer')} cannot be split evenly over {what} ({ratio(md.layers, stages)} per stage)"
+             + why,
              help="; ".join(helps) or None,
              related=[(c.at("model.layers"), f"layers = {md.layers}")])
 

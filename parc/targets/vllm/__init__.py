@@ -61,7 +61,11 @@ def launch_mode(plan) -> str:
 
 
 def uneven_partition(plan) -> list[int] | None:
+    """The spec's uneven split for VLLM_PP_LAYER_PARTITION; None for an even one, or where the spec
+    leaves the split to vLLM (``placement.layers`` then holds vLLM's own, which it makes unasked)."""
     layers = plan.placement.layers
+    if plan.placement.layers_mode == "even":
+        return None
     if plan.mesh.pp > 1 and layers and len(layers) == plan.mesh.pp and len(set(layers)) > 1:
         return list(layers)
     return None
