@@ -269,6 +269,23 @@ def test_p104_torchtitan_splits_uneven_layers_itself(check_spec):
     assert_fires(check_spec, tiny, "P104", "pp = 8")
 
 
+def test_p127_names_the_empty_stage(check_spec):
+    # 2 layers on 4 pipeline stages: vLLM's split [0, 1, 1, 0] leaves two stages empty, which used to
+    # read as a KV cache of 0 tokens next to the whole GPU free
+    text = spec("from = llama3_8b; layers = 2", nodes=4, gpn=8, mesh="pp = 4; tp = 8", serve=SERVE,
+                target={"vllm": 'model = "m"'})
+    d = assert_fires(check_spec, text, "P127", "pp = 4")
+    assert "stages 0 and 3 of 4" in d.message and "[0, 1, 1, 0]" in d.message and "one KV block" in d.message
+    assert "pp = 2 (dp = 2)" in d.help
+    r = check_spec(text)
+    assert not [x for x in r.diagnostics if x.code == "P403"]
+    assert cm.estimate(r.plan).kv_capacity_tokens > 0
+    # SGLang's split [0, 0, 1, 1]
+    d = assert_fires(check_spec, text.replace("target vllm", "target sglang"), "P127", "pp = 4")
+    assert "stages 0 and 1 of 4" in d.message and "[0, 0, 1, 1]" in d.message
+    assert_quiet(check_spec, text.replace("pp = 4\n", "pp = 2\n  dp = 2\n"), "P127")
+
+
 def test_p109_vllm_spreads_experts_unevenly(check_spec):
     # vLLM's determine_expert_map gives the first experts % ep ranks one expert more: a warning
     # stating the imbalance; Megatron-LM and the torch runtime refuse the same split

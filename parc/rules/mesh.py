@@ -232,6 +232,46 @@ def explicit_split(plan, c):
                  help=f"give every middle stage at least one layer{fix_s}")
 
 
+# ------------------------------------------------------------------------------------ P127
+
+def _fewer_stages_help(plan) -> str:
+    """Pipeline sizes that give every stage a layer and fill the cluster (dp takes the rest)."""
+    m, md, w = plan.mesh, plan.model, plan.cluster.world
+    inner = m.cp * m.tp
+    ok = [p for p in divisors(max(1, w // inner)) if p <= md.layers and w % (p * inner) == 0]
+    alts = [f"pp = {p}" + (f" (dp = {w // (p * inner)})" if w // (p * inner) > 1 else "") for p in nearest(ok, m.pp, 3)]
+    return f"give every stage a layer: at most pp = {md.layers}" + (f", such as {join(alts)}" if alts else "")
+
+
+@rule("P127", "empty-pipeline-stage")
+def empty_stage(plan, c):
+    """A serving pipeline stage that holds no layers (the engine's own split of fewer layers than
+    stages, or a split that says 0) keeps no KV cache: vLLM then sizes every stage's cache at one
+    block (v1/core/kv_cache_planning.py get_kv_cache_configs gives a worker without KV cache groups
+    one block, and every worker takes the smallest count)."""
+    m, md, pl = plan.mesh, plan.model, plan.placement
+    split = pl.layers
+    if plan.mode != "serve" or m.pp <= 1 or not split or len(split) != m.pp:
+        return
+    empty = [i for i, n in enumerate(split) if n == 0]
+    if pl.layers_mode == "explicit":
+        empty = [i for i in empty if i in (0, len(split) - 1)]     # P105 names the middle ones
+    if not empty:
+        return
+    from parc.model.params import split_engine
+
+    engine = split_engine(plan, c.active) if pl.layers_mode == "even" else None
+    whose = f"{target_name(engine)} splits them {split}" if engine else f"the split is {split}"
+    vllm = (": vLLM gives a stage without attention layers one KV block and sizes every stage's cache by the "
+            "smallest, so the whole cache would hold one block (get_kv_cache_configs)") if "vllm" in c.active else ""
+    stages = join([str(i) for i in empty], "and")
+    c.report(c.at("placement.layers", "mesh.pp"),
+             f"pipeline stage{'s' if len(empty) > 1 else ''} {stages} of {m.pp} would hold none of the model's "
+             f"{count(md.layers, 'layer')} ({whose}) and keep no KV cache{vllm}",
+             help=_fewer_stages_help(plan),
+             related=[(c.at("model.layers"), f"layers = {md.layers}")])
+
+
 # ------------------------------------------------------------------------------------ P106
 
 @rule("P106", "mlp-width-divisible-by-tp")
