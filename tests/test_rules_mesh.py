@@ -118,6 +118,25 @@ def test_p110_torch_refuses_kv_replication(check_spec):
     assert_quiet(check_spec, bad.replace("tp = 16", "tp = 8; dp = 2"), "P110")
 
 
+def test_p110_torchtitan_refuses_kv_replication(check_spec):
+    # torchtitan's model build: tensor_parallel_degree must divide n_kv_heads (decoder.py
+    # update_from_config): Llama 3's 8 KV heads with tp = 16
+    bad = spec(nodes=2, gpn=8, mesh="tp = 16", schedule="micro_batch = 1; global_batch = 8",
+               target={"torchtitan": ""})
+    d = assert_fires(check_spec, bad, "P110", "tp = 16", target="torchtitan")
+    assert "torchtitan only splits them" in d.message
+    assert_quiet(check_spec, bad.replace("tp = 16", "tp = 8\n  dp = 2"), "P110")
+
+
+def test_p109_torchtitan_leaves_ep_unused_on_a_dense_model(check_spec):
+    tt = spec(mesh="dp = 8; ep = 2", schedule="micro_batch = 1; global_batch = 8", target={"torchtitan": ""})
+    d = assert_fires(check_spec, tt, "P109", "ep = 2", severity="warning")
+    assert "no effect" in d.message
+    meg = spec(mesh="dp = 8; ep = 2", schedule="micro_batch = 1; global_batch = 8",
+               target={"megatron": 'entrypoint = "pretrain_gpt.py"'})
+    assert_fires(check_spec, meg, "P109", "ep = 2")
+
+
 def test_p110_with_check_target_flag(check_spec):
     text = spec(nodes=1, gpn=16, mesh="tp = 16", serve=SERVE)
     assert_quiet(check_spec, text, "P110")

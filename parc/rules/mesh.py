@@ -341,8 +341,13 @@ def experts_ep(plan, c):
         return
     if not md.is_moe:
         ax = "ep" if m.ep > 1 else "etp"
-        c.report(c.at(f"mesh.{ax}"), f"{ax} = {m.size(ax)} but model \"{md.name}\" has no experts",
-                 help=f"remove `{ax}` from the mesh, or give the model `experts` (and `top_k`)")
+        msg = f"{ax} = {m.size(ax)} but model \"{md.name}\" has no experts"
+        help_ = f"remove `{ax}` from the mesh, or give the model `experts` (and `top_k`)"
+        if refusers(plan, c, "P109", field="without_experts") == []:
+            # torchtitan leaves the expert degree unused on a dense model
+            c.report(c.at(f"mesh.{ax}"), msg + ": no layer uses it, so it has no effect", help=help_, severity=WARNING)
+            return
+        c.report(c.at(f"mesh.{ax}"), msg, help=help_)
         return
     fact = _fact(plan, "experts_ep")
     if fact:
@@ -399,7 +404,7 @@ def hidden_heads(plan, c):
 
 # ------------------------------------------------------------------------------------ P110
 
-@rule("P110", "kv-heads-replicated", targets=("torch",))
+@rule("P110", "kv-heads-replicated", targets=("torch", "torchtitan"))
 def kv_replicated(plan, c):
     m, md = plan.mesh, plan.model
     t, kv = m.tp, md.kv_heads

@@ -60,10 +60,11 @@ def ratio(a: int, b: int) -> str:
 RUNS = ("runs", "not applicable", "not checked")
 
 
-def refusers(plan, c, code: str, runs=None) -> list[str] | None:
+def refusers(plan, c, code: str, runs=None, field: str = "fails") -> list[str] | None:
     """The active targets whose own checks refuse what rule ``code`` judges, by their audit in
-    rules.toml (``fails`` other than :data:`RUNS`), in message order; ``runs(target)`` may answer
-    for a target instead (None: ask the audit). A launcher whose audit is that of a fixed other
+    rules.toml (``fails`` other than :data:`RUNS`; ``field`` names another key of the entry that
+    says it for one case of the rule, falling back to ``fails``), in message order;
+    ``runs(target)`` may answer for a target instead (None: ask the audit). A launcher whose audit is that of a fixed other
     target (slurm's is torchrun's) is judged through the rule family it brings. None when no
     active target has an audit entry for ``code`` (no target named: the rule keeps parc's own
     stance)."""
@@ -81,7 +82,7 @@ def refusers(plan, c, code: str, runs=None) -> list[str] | None:
             continue
         judged = True
         ok = runs(t) if runs is not None else None
-        if not (e.get("fails") in RUNS if ok is None else ok):
+        if not (e.get(field, e.get("fails")) in RUNS if ok is None else ok):
             out.append(t)
     return out if judged else None
 
