@@ -374,6 +374,12 @@ def layer_split(name: str | None) -> str | None:
     return _entry(name).get("layer_split")
 
 
+def tp_across_nodes(name: str | None) -> bool:
+    """Whether target or family ``name`` runs a tensor-parallel group across nodes when serving
+    (``tp_across_nodes`` in its data): P301 is then a warning with the cost, not an error."""
+    return bool(_entry(name).get("tp_across_nodes"))
+
+
 def runs_pipeline(name: str | None, pipeline: str) -> bool:
     """Whether ``name``'s runtime has ``pipeline``; a target without a table runs any."""
     table = pipelines(name)
