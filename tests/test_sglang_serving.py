@@ -94,6 +94,21 @@ def test_deepep_mode_option(check_spec, tmp_path):
     assert (o["--moe-a2a-backend"], o["--deepep-mode"]) == ("deepep", "low_latency")
 
 
+def test_deepep_mode_auto_is_a_value(check_spec, tmp_path):
+    # `auto` is a keyword (dp = auto), and SGLang's default --deepep-mode: a key that lists it takes
+    # it as its own value
+    text = spec(MIXTRAL, mesh="tp = 8; ep = 8", serve=SERVE,
+                target={"sglang": S + "; moe_a2a_backend = deepep; deepep_mode = auto"})
+    assert not check_spec(text, T).errors
+    o = _opts(_argv(_compile(check_spec, text)[1], tmp_path))
+    assert o["--deepep-mode"] == "auto"
+    # a key that does not list it still refuses it, and a mesh axis still computes it
+    bad = text.replace("moe_a2a_backend = deepep", "moe_a2a_backend = auto")
+    assert [d.code for d in check_spec(bad, T).errors] == ["P016"]
+    auto_dp = spec(MIXTRAL, mesh="dp = auto; tp = 4", serve=SERVE, target={"sglang": S})
+    assert check_spec(auto_dp, T).plan.mesh.dp == 2
+
+
 def test_disaggregated_example(tmp_path):
     """examples/deepseek-v3-pd.par on 4 nodes of 8 H200s: 2 prefill instances of tp 8 with the
     experts over its 8 GPUs (one node each: prefill.sh node ranks 0-1, one server a node, dp 1 so
