@@ -305,6 +305,20 @@ def test_p127_names_the_empty_stage(check_spec):
     assert_quiet(check_spec, text.replace("pp = 4\n", "pp = 2\n  dp = 2\n"), "P127")
 
 
+def test_p128_vllm_and_sglang_split_the_padded_vocabulary(check_spec):
+    # 48 heads split over tp = 6, but vLLM pads a 32,000-token vocabulary to 32,000 (a multiple of
+    # 64) and 32,000 rows do not divide over 6 GPUs (VocabParallelEmbedding's divide)
+    model = "from = llama3_8b; vocab = 32000; heads = 48; kv_heads = 48; hidden = 6144; ffn_hidden = 16896"
+    text = spec(model, gpn=6, mesh="tp = 6", serve=SERVE, target={"vllm": 'model = "m"'})
+    d = assert_fires(check_spec, text, "P128", "tp = 6", target="vllm")
+    assert "32000 is not divisible by 6" in d.message and "tp = 2" in d.help
+    assert_fires(check_spec, text.replace("target vllm", "target sglang"), "P128", "tp = 6", target="sglang")
+    # 32,064 rows (Phi-3's vocabulary, already a multiple of 64) split over 6 GPUs: 5,344 each
+    assert_quiet(check_spec, text.replace("vocab = 32000", "vocab = 32064"), "P128")
+    # 32,001 pads to 32,064
+    assert_quiet(check_spec, text.replace("vocab = 32000", "vocab = 32001"), "P128")
+
+
 def test_p109_vllm_spreads_experts_unevenly(check_spec):
     # vLLM's determine_expert_map gives the first experts % ep ranks one expert more: a warning
     # stating the imbalance; Megatron-LM and the torch runtime refuse the same split

@@ -332,6 +332,34 @@ def vocab_tp_torch(plan, c):
              related=[(c.at("model.vocab"), f"vocab = {md.vocab}")])
 
 
+# ------------------------------------------------------------------------------------ P128
+
+# vLLM and SGLang pad the vocabulary to a multiple of this before splitting it over tp
+# (DEFAULT_VOCAB_PADDING_SIZE in vllm/model_executor/layers/vocab_parallel_embedding.py and
+# sglang/srt/layers/vocab_parallel_embedding.py)
+VOCAB_PADDING = 64
+
+
+@rule("P128", "padded-vocab-divisible-by-tp", targets=("vllm", "sglang"))
+def padded_vocab_tp(plan, c):
+    """vLLM and SGLang pad the vocabulary to a multiple of 64 and split the padded rows evenly over
+    tp: VocabParallelEmbedding's ``divide(num_embeddings_padded, tp_size)`` asserts it."""
+    m, md = plan.mesh, plan.model
+    if plan.mode != "serve" or m.tp <= 1 or _heads_fail(plan) or _kv_fail(plan):
+        return
+    padded = -(-md.vocab // VOCAB_PADDING) * VOCAB_PADDING
+    if padded % m.tp == 0:
+        return
+    ok = [t for t, _ in tp_options(plan) if padded % t == 0 and t > 1]
+    c.report(c.at("mesh.tp"),
+             f"{target_name(c.target)} pads the vocabulary to a multiple of {VOCAB_PADDING} (vocab = {md.vocab} → "
+             f"{padded} rows) and splits the padded rows evenly over tp, but {padded} is not divisible by "
+             f"tp = {m.tp}: its VocabParallelEmbedding fails with \"{padded} is not divisible by {m.tp}\"",
+             help=(f"tensor-parallel degrees that split the padded vocabulary and this model: tp = {join(ok)}" if ok else
+                   f"tp must divide the padded vocabulary {padded}"),
+             related=[(c.at("model.vocab"), f"vocab = {md.vocab}")])
+
+
 # ------------------------------------------------------------------------------------ P109
 
 @rule("P109", "experts-divisible-by-ep")
