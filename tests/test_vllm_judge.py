@@ -300,3 +300,22 @@ def test_vllm_splits_layers_as_parc_says(vllm_python):
     got = _judge(vllm_python, [{"split": [layers, pp]} for layers, pp in cases])
     for (layers, pp), split in zip(cases, got):
         assert engine_split(layer_split("vllm"), layers, pp) == split, (layers, pp)
+
+
+@pytest.mark.vllm
+def test_vllm_judges_dcp_against_tp_alone_beside_prefill_cp(vllm_python, check_spec, tmp_path):
+    """ParallelConfig lets dcp span tp · pcp, but ModelConfig.verify_with_parallel_config judges a
+    grouped-query model's dcp against tp alone: vLLM refuses dcp = 32 with tp 16, pcp 2 and 8 KV
+    heads, as parc's P667 does, and takes dcp = pcp = 2 (its V2 model runner runs pcp)."""
+    from support.specs import spec
+
+    argvs, codes = [], []
+    for dcp in (32, 2):
+        r = check_spec(spec("from = llama3_8b; max_positions = 131072", nodes=4, mesh=f"tp = 16; cp = 2; dcp = {dcp}",
+                            serve="max_model_len = 131072", target={"vllm": 'model = "m"'}), ("vllm",))
+        codes.append({d.code for d in r.errors})
+        argvs.append({"argv": _argv(r.plan, _model_folder(r.plan.model, tmp_path / f"dcp{dcp}")),
+                      "env": {"VLLM_USE_V2_MODEL_RUNNER": "1"}})
+    bad, good = _judge(vllm_python, argvs)
+    assert "P667" in codes[0] and not bad["ok"] and "exceeds the maximum supported value (2)" in bad["error"], bad
+    assert not codes[1] and good["ok"] and good["dcp"] == 2, good

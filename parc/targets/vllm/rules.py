@@ -187,16 +187,21 @@ def vllm_dcp_pcp(plan, c):
 
 @rule("P667", "vllm-dcp-kv-heads", targets=(TARGET,), reads=("tp",))
 def vllm_dcp_heads(plan, c):
-    """vLLM's ModelConfig.verify_with_parallel_config, for grouped-query and multi-query attention."""
+    """vLLM's ModelConfig.verify_with_parallel_config, for grouped-query and multi-query attention.
+    It judges dcp against ``--tensor-parallel-size`` alone, also beside prefill context parallel,
+    where ParallelConfig lets dcp span the whole tp · cp block (P666): dcp = tp · cp on such a
+    model is refused here (it exceeds tp // kv_heads)."""
     m, md = plan.mesh, plan.model
-    if plan.mode != "serve" or m.dcp <= 1 or md.is_mla or not md.kv_heads or m.tp % m.dcp:
-        return
+    if plan.mode != "serve" or m.dcp <= 1 or md.is_mla or not md.kv_heads or (m.cp <= 1 and m.tp % m.dcp):
+        return   # without prefill context parallel a dcp that does not divide tp is P121's
     kv, most = md.kv_heads, m.tp // md.kv_heads
     if m.tp <= kv:
         why = f"tp = {m.tp} is not greater than the model's {kv} KV heads"
         fix = f"raise tp above {kv}, or remove `dcp`"
     elif m.dcp > most:
-        why = f"dcp = {m.dcp} exceeds tp // kv_heads = {m.tp} // {kv} = {most}"
+        why = f"dcp = {m.dcp} exceeds tp // kv_heads = {m.tp} // {kv} = {most}" + (
+            f" (vLLM judges it against tp alone, even where dcp spans the tp · cp = {m.tp * m.cp} block of prefill "
+            f"context parallel)" if m.cp > 1 and m.dcp > m.tp else "")
         fix = f"use dcp = {most} or less"
     elif (md.heads // kv) % m.dcp:
         why = f"the {md.heads // kv} query heads per KV head do not divide by dcp = {m.dcp}"
