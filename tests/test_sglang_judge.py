@@ -384,3 +384,29 @@ def test_sglang_splits_layers_as_parc_says(sglang):
     got = _judge(sglang, [{"split": [layers, pp]} for layers, pp in cases])
     for (layers, pp), split in zip(cases, got):
         assert engine_split(layer_split("sglang"), layers, pp) == split, (layers, pp)
+
+
+@pytest.mark.sglang
+def test_sglang_runs_pools_sharing_a_node(sglang, check_spec, tmp_path):
+    """A prefill and a decode server of one GPU each on one 2-GPU node (SGLang's one-node
+    disaggregation example): SGLang accepts both commands, each with its own --base-gpu-id and
+    port, and the PD router pairs them on those ports."""
+    from support.specs import spec
+
+    text = spec("from = llama3_8b", gpn=2, mesh="tp = 1",
+                serve="max_model_len = 8192; kv_transfer = mooncake; prefill {; }; decode {; }",
+                target={"sglang": 'model = "m"'})
+    r = check_spec(text, ("sglang",))
+    assert not r.errors and r.plan.pools, [(d.code, d.message) for d in r.errors]
+    from parc.targets import sglang as target
+
+    d = write_out(target.build(r.plan), tmp_path / "out")
+    env = {"PYTHON": _fake_python(tmp_path), "MASTER_ADDR": ADDR}
+    argvs = [run_emitted(d / f"{side}.sh", tmp_path, env=env)["python3"][2:] for side in ("prefill", "decode")]
+    rt = run_emitted(d / "router.sh", tmp_path, ADDR, ADDR, env=env)["python3"][2:]
+    folder = _model_folder(r.plan.to_dict()["model"], tmp_path / "m")
+    pre, dec, router = _judge(sglang, [{"server": _with_model(a, folder)} for a in argvs] + [{"router": rt}])
+    assert pre["ok"] and dec["ok"], (pre, dec)
+    assert [dict(zip(a, a[1:]))["--base-gpu-id"] for a in argvs] == ["0", "1"]
+    assert router["ok"] and router["prefill_urls"] == [[f"http://{ADDR}:30000", 8998]], router
+    assert router["decode_urls"] == [f"http://{ADDR}:30001"], router

@@ -378,18 +378,14 @@ def experts_ep(plan, c):
         c.report(c.at(f"mesh.{ax}"), msg, help=help_)
         return
     fact = _fact(plan, "experts_ep")
+    if fact and fact.values["redundant"]:
+        return   # EPLB's copies spread with the experts: P125 (and SGLang's P628) judge experts + redundant
     if fact:
         region = dims(plan).region
         ok = fact.alternatives
-        extra = fact.values["redundant"]
-        slots = md.experts + extra
-        what = count(md.experts, "expert") + (f" + {extra} redundant = {count(slots, 'expert slot')}" if extra else "")
+        slots, what = md.experts, count(md.experts, "expert")
         helps = (f"expert-parallel degrees that divide {what} and fit the dp·cp·tp = {region} "
                  f"ranks of a stage: ep = {join(ok)}" if ok else f"ep must divide {what}")
-        if extra:
-            fits = [r for r in (extra - slots % m.ep, extra - slots % m.ep + m.ep) if r >= 0]
-            helps += "; or redundant_experts = " + join(
-                [f"{r} ({md.experts + r} = {m.ep} × {(md.experts + r) // m.ep})" for r in fits], "or")
         related = [(c.at("model.experts"), f"experts = {md.experts}")]
         # vLLM spreads the remainder over the first ranks (determine_expert_map); Megatron-LM's
         # validate_args and the torch runtime (torchtitan's update_from_config) refuse it
