@@ -410,3 +410,30 @@ def test_sglang_runs_pools_sharing_a_node(sglang, check_spec, tmp_path):
     assert [dict(zip(a, a[1:]))["--base-gpu-id"] for a in argvs] == ["0", "1"]
     assert router["ok"] and router["prefill_urls"] == [[f"http://{ADDR}:30000", 8998]], router
     assert router["decode_urls"] == [f"http://{ADDR}:30001"], router
+
+
+@pytest.mark.sglang
+def test_sglang_derives_the_context_parc_derives(sglang, check_spec, tmp_path):
+    """Each RoPE scaling, with and without its original positions, at the model's positions and at
+    positions × factor: SGLang refuses the context length exactly where parc's P683 does
+    (get_context_length; parc.model.rope.context_limit)."""
+    from support.specs import spec
+    from parc.targets import sglang as target
+
+    items, codes = [], []
+    for k, kind in enumerate(("linear", "dynamic", "yarn", "llama3")):
+        for original in (None, 4096):
+            for length in (16384, 65536):
+                model = (f"from = llama3_8b; max_positions = 16384; rope_scaling = {kind}; rope_factor = 4"
+                         + (f"; rope_original_positions = {original}" if original else ""))
+                r = check_spec(spec(model, mesh="tp = 8", serve=f"max_model_len = {length}",
+                                    target={"sglang": 'model = "m"'}), ("sglang",))
+                codes.append((kind, original, length, "P683" in {d.code for d in r.errors}))
+                tmp = tmp_path / f"{k}-{original}-{length}"
+                d = write_out(target.build(r.plan), tmp / "out")
+                argv = run_emitted(d / "serve.sh", tmp, env={"PYTHON": _fake_python(tmp)})["python3"][2:]
+                items.append({"server": _with_model(argv, _model_folder(r.plan.to_dict()["model"], tmp / "m"))})
+    for (kind, original, length, refused), v in zip(codes, _judge(sglang, items)):
+        sglang_refuses = not v["ok"] and "context_length" in (v.get("error") or "")
+        assert refused == sglang_refuses, (kind, original, length, v.get("error"))
+    assert any(c[3] for c in codes) and not all(c[3] for c in codes)

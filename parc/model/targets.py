@@ -374,6 +374,12 @@ def layer_split(name: str | None) -> str | None:
     return _entry(name).get("layer_split")
 
 
+def context_rule(name: str | None) -> dict:
+    """How target or family ``name`` derives a model's context limit from its RoPE scaling
+    (``[context]`` in its data, :func:`parc.model.rope.context_limit`); empty where it has none."""
+    return dict(_entry(name).get("context", {}))
+
+
 def tp_across_nodes(name: str | None) -> bool:
     """Whether target or family ``name`` runs a tensor-parallel group across nodes when serving
     (``tp_across_nodes`` in its data): P301 is then a warning with the cost, not an error."""

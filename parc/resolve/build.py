@@ -115,6 +115,8 @@ def build_model(r: Evaluator, top: Span) -> Model:
         moe_ffn_hidden=vals.get("moe_ffn_hidden") or 0, shared_experts=vals.get("shared_experts") or 0,
         moe_every=vals.get("moe_every") or 1, rope_theta=vals.get("rope_theta") or 10000,
         max_positions=vals.get("max_positions"), preset=r.values.get("model.from"),
+        rope_scaling=vals.get("rope_scaling") or "none", rope_factor=float(vals.get("rope_factor") or 1.0),
+        rope_original_positions=vals.get("rope_original_positions"),
         **{k: vals.get(k) or 0 for k in _MODEL_COUNTS}, **{k: bool(vals.get(k)) for k in _MODEL_SWITCHES})
     if vals.get("seq_len") is None:
         r.spans["model.seq_len"] = head

@@ -157,16 +157,20 @@ def multi_node(plan, c):
 
 @rule("P658", "vllm-max-model-len-beyond-positions", targets=(TARGET,))
 def max_model_len_beyond_positions(plan, c):
-    """vLLM refuses a max_model_len above the model config's max_position_embeddings
-    (ModelConfig's derived max_model_len) unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
+    """vLLM refuses a max_model_len above the context it derives from the model's config
+    (max_position_embeddings, times the RoPE factor where vLLM applies it:
+    :func:`parc.model.rope.context_limit`) unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
+    from parc.model.rope import context_limit, context_words
+
     m, sv = plan.model, plan.serve
-    if plan.mode != "serve" or sv is None or not m.max_positions or sv.max_model_len <= m.max_positions:
+    limit = context_limit(m, TARGET)
+    if plan.mode != "serve" or sv is None or not limit or sv.max_model_len <= limit:
         return
     c.report(c.at("serve.max_model_len", "serve"),
-             f"max_model_len = {sv.max_model_len:,} tokens is more than model `{m.name}` supports "
-             f"({m.max_positions:,} positions): vLLM refuses it when it reads the model's config",
-             help=f"set `max_model_len = {m.max_positions}` or less, or set the model's `max_positions` if "
-                  "its config really allows longer sequences (RoPE scaling)",
+             f"max_model_len = {sv.max_model_len:,} tokens is more than model `{m.name}` supports in vLLM "
+             f"({context_words(m, TARGET)}): vLLM refuses it when it reads the model's config",
+             help=f"set `max_model_len = {limit}` or less, or describe the model's RoPE scaling (`rope_scaling`, "
+                  "`rope_factor`, `rope_original_positions`) or `max_positions` as its config.json states them",
              related=[(c.at("model.max_positions", "model"), f"the model has {m.max_positions:,} positions")])
 
 
