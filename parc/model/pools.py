@@ -13,6 +13,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from parc.model.params import resolve_split
 from parc.model.plan import Plan, Pool
 
 _MESH_KEYS = ("pp", "dp", "cp", "tp", "ep", "etp", "dcp")
@@ -44,7 +45,10 @@ def pool_plan(plan: Plan, pool: Pool) -> Plan:
             spans.pop(f"mesh.{key}.value", None)
     if head is not None:
         spans["mesh"] = head
-    return dataclasses.replace(plan, mesh=pool.mesh, cluster=pool_cluster(plan, pool), pools=[], spans=spans)
+    out = dataclasses.replace(plan, mesh=pool.mesh, cluster=pool_cluster(plan, pool), pools=[], spans=spans,
+                              placement=dataclasses.replace(plan.placement))
+    resolve_split(out)    # the pool's own pipeline, split as its engine splits it
+    return out
 
 
 def pool_plans(plan: Plan) -> list[tuple[Pool, Plan]]:
