@@ -303,6 +303,9 @@ def test_p127_names_the_empty_stage(check_spec):
     d = assert_fires(check_spec, text.replace("target vllm", "target sglang"), "P127", "pp = 4")
     assert "stages 0 and 1 of 4" in d.message and "[0, 0, 1, 1]" in d.message
     assert_quiet(check_spec, text.replace("pp = 4\n", "pp = 2\n  dp = 2\n"), "P127")
+    # where the spec writes dp, the help's sizes come as fixes (lint --fix, editors)
+    d = assert_fires(check_spec, text.replace("pp = 4\n", "pp = 4\n  dp = 1\n"), "P127", "pp = 4")
+    assert "set `pp = 2` and `dp = 2`" in [f.message for f in d.fixes]
 
 
 def test_p128_vllm_and_sglang_split_the_padded_vocabulary(check_spec):

@@ -240,12 +240,18 @@ def explicit_split(plan, c):
 
 # ------------------------------------------------------------------------------------ P127
 
-def _fewer_stages_help(plan) -> str:
+def _fewer_stages(plan) -> list[int]:
     """Pipeline sizes that give every stage a layer and fill the cluster (dp takes the rest)."""
     m, md, w = plan.mesh, plan.model, plan.cluster.world
     inner = m.cp * m.tp
     ok = [p for p in divisors(max(1, w // inner)) if p <= md.layers and w % (p * inner) == 0]
-    alts = [f"pp = {p}" + (f" (dp = {w // (p * inner)})" if w // (p * inner) > 1 else "") for p in nearest(ok, m.pp, 3)]
+    return nearest(ok, m.pp, 3)
+
+
+def _fewer_stages_help(plan) -> str:
+    m, md, w = plan.mesh, plan.model, plan.cluster.world
+    inner = m.cp * m.tp
+    alts = [f"pp = {p}" + (f" (dp = {w // (p * inner)})" if w // (p * inner) > 1 else "") for p in _fewer_stages(plan)]
     return f"give every stage a layer: at most pp = {md.layers}" + (f", such as {join(alts)}" if alts else "")
 
 
@@ -275,7 +281,9 @@ def empty_stage(plan, c):
              f"pipeline stage{'s' if len(empty) > 1 else ''} {stages} of {m.pp} would hold none of the model's "
              f"{count(md.layers, 'layer')} ({whose}) and keep no KV cache{vllm}",
              help=_fewer_stages_help(plan),
-             related=[(c.at("model.layers"), f"layers = {md.layers}")])
+             related=[(c.at("model.layers"), f"layers = {md.layers}")],
+             fixes=value_fixes(plan, [{"mesh.pp": p, "mesh.dp": plan.cluster.world // (p * m.cp * m.tp)}
+                                      for p in _fewer_stages(plan)]))
 
 
 # ------------------------------------------------------------------------------------ P106
@@ -356,14 +364,17 @@ def padded_vocab_tp(plan, c):
     padded = -(-md.vocab // VOCAB_PADDING) * VOCAB_PADDING
     if padded % m.tp == 0:
         return
-    ok = [t for t, _ in tp_options(plan) if padded % t == 0 and t > 1]
+    fits = [(t, dp) for t, dp in tp_options(plan) if padded % t == 0 and t > 1]
+    ok = [t for t, _ in fits]
     c.report(c.at("mesh.tp"),
              f"{target_name(c.target)} pads the vocabulary to a multiple of {VOCAB_PADDING} (vocab = {md.vocab} → "
              f"{padded} rows) and splits the padded rows evenly over tp, but {padded} is not divisible by "
              f"tp = {m.tp}: its VocabParallelEmbedding fails with \"{padded} is not divisible by {m.tp}\"",
              help=(f"tensor-parallel degrees that split the padded vocabulary and this model: tp = {join(ok)}" if ok else
                    f"tp must divide the padded vocabulary {padded}"),
-             related=[(c.at("model.vocab"), f"vocab = {md.vocab}")])
+             related=[(c.at("model.vocab"), f"vocab = {md.vocab}")],
+             fixes=value_fixes(plan, [{"mesh.tp": t, **({"mesh.dp": dp} if dp not in (None, m.dp) and m.auto != "dp"
+                                                        else {})} for t, dp in fits]))
 
 
 # ------------------------------------------------------------------------------------ P109
