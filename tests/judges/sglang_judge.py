@@ -12,6 +12,8 @@ makes of it:
   gives the sizes SGLang resolved (tp, pp, dp, attention dp, ep, dcp, nodes, disaggregation
   mode, EPLB settings) and the KV heads its ModelConfig gives each rank without and with decode
   context parallelism, or its message;
+* ``{"swa_slice": {"pp_size": N}}``: whether the KV sender of a prefill server of N pipeline
+  stages slices a sliding-window model's state for a decode server of another tp (swa_slice);
 * ``{"router": [...]}``: the arguments of ``python -m sglang_router.launch_router``, through
   its own ``parse_router_args`` and ``RouterArgs._validate_router_args``, with the prefill and
   decode URLs it read in ``--pd-disaggregation`` mode.
@@ -123,7 +125,30 @@ def router(argv):
             "decode_urls": list(a.decode_urls)}
 
 
+def swa_slice(item):
+    """Whether SGLang's KV sender slices the sliding-window state of a prefill server with
+    ``pp_size`` pipeline stages for a decode server of another attention tp: its own
+    CommonKVManager._get_mha_head_slice_blocks (disaggregation/common/conn.py, 0.5.22 on) on a
+    sender that holds only the attributes it reads first. Past the pipeline check it reads the
+    layout and the pointers, which this stand-in does not give: any other error means it went on."""
+    from types import SimpleNamespace
+
+    from sglang.srt.disaggregation.common.conn import CommonKVManager
+
+    me = SimpleNamespace(pp_size=item["pp_size"], kv_args=SimpleNamespace(swa_kv_cache_layout="nhd"))
+    try:
+        CommonKVManager._get_mha_head_slice_blocks(me, [], [], [], [], None, None, 8, 0)
+    except RuntimeError as x:
+        if "pipeline parallelism" in str(x):
+            return {"ok": False, "error": str(x)}
+    except Exception:
+        pass
+    return {"ok": True}
+
+
 def judge(item):
+    if "swa_slice" in item:
+        return swa_slice(item["swa_slice"])
     return server(item["server"]) if "server" in item else router(item["router"])
 
 
