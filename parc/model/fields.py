@@ -31,7 +31,7 @@ MOE_AXES = ("ep", "etp")                      # carved out of dp·cp·tp
 POOLS = ("prefill", "decode")                 # blocks inside `serve` of a disaggregated plan
 # Megatron-LM's --recompute-modules (megatron/core/transformer/transformer_config.py)
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe", "moe_act", "shared_experts", "mla_up_proj")
-LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce")
+LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce", "efa")
 
 BLOCKS: dict[str, dict[str, F]] = {
     "model": {
