@@ -7,36 +7,12 @@ import json
 import pytest
 
 from parc.cli.main import main
+from test_accuracy_closed_form import SPEC
 
-GPT_22B = """model "gpt-22b" {{
-  layers = 48
-  hidden = 6144
-  ffn_hidden = 24576
-  heads = 64
-  kv_heads = 64
-  vocab = 51200
-  seq_len = 2048
-  mlp = gelu
-  norm = layernorm
-  position = learned
-  bias = true
-  tied_embeddings = true
-}}
-cluster "selene" {{
-  nodes = 1
-  gpus_per_node = 8
-  gpu = a100_sxm_80gb
-  intra_node = nvlink(300GB/s)
-}}
-mesh {{ tp = 8 }}
-schedule {{
-  micro_batch = 1
-  global_batch = 1
-}}
-train {{
-  flash_attention = {flash}
-}}
-"""
+# Korthikanti et al. 2022's 22B layer shape on one DGX A100 (tests/test_accuracy_closed_form.py's
+# spec), one microbatch of one sequence, with the flash_attention setting under test
+GPT_22B = (SPEC.format(l=48, h=6144, ffn=24576, a=64, nodes=1, p=1, v=1, b=1, B=1, pipeline="1f1b")
+           .replace("  sequence_parallel = true\n  recompute = selective\n", "  flash_attention = FLASH\n"))
 
 
 def _explain(capsys, tmp_path, name: str, text: str) -> dict:
@@ -52,8 +28,8 @@ def test_unfused_attention_stores_its_scores_in_explains_memory(capsys, tmp_path
     # Korthikanti et al. 2022 Table 2, tensor parallel without recompute: sbh(10 + 24/t + 5as/(ht)).
     # The flash kernel never writes the scores, so the difference is 5·a·s²·b/t per layer:
     # 5 · 64 · 2048² · 1 / 8 = 167,772,160 bytes, × 48 layers on the one stage.
-    fused = _explain(capsys, tmp_path, "fused", GPT_22B.format(flash="true"))
-    unfused = _explain(capsys, tmp_path, "unfused", GPT_22B.format(flash="false"))
+    fused = _explain(capsys, tmp_path, "fused", GPT_22B.replace("FLASH", "true"))
+    unfused = _explain(capsys, tmp_path, "unfused", GPT_22B.replace("FLASH", "false"))
     per_layer = 5 * 64 * 2048 ** 2 * 1 / 8
     assert unfused["activation_bytes_per_layer"] - fused["activation_bytes_per_layer"] == per_layer
     grown = unfused["memory_per_gpu"]["activations"] - fused["memory_per_gpu"]["activations"]
