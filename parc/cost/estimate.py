@@ -388,30 +388,35 @@ def comm_dtype_bytes(precision: str) -> int:
 
 def train_comm_bytes(m, tokens_local, layers, moe_layers, *, pp, tp, cp, ep, v, microbatches, wbytes,
                      recompute: str, sp, dense_params, expert_params_, zero: int, n_dp, n_exp, per,
-                     passes=1, fp8=False) -> dict:
+                     passes=1, fp8=False, axes=AXES) -> dict:
     """Bytes per GPU per training step on each axis for a stage of ``layers`` (``moe_layers`` of
     them MoE) over ``tokens_local`` tokens per microbatch, activations in ``wbytes``
     (:func:`comm_dtype_bytes`); ``n_dp`` is the dense gradients' group (dp·cp); the data-parallel
     traffic runs ``passes`` times (:func:`zero3_passes`). Under ``fp8`` with sequence parallelism the
     forward all-gathers of the linear layers' inputs move FP8 copies (Transformer Engine's and
-    torchao's FP8 all-gather), one of the four TP collectives at half the bytes. Scalars or numpy
-    arrays for the sizes, single ``recompute`` and ``zero``."""
+    torchao's FP8 all-gather), one of the four TP collectives at half the bytes. Only ``axes`` are
+    computed (``dp`` brings ``dp_gather``). Scalars or numpy arrays for the sizes, single
+    ``recompute`` and ``zero``."""
     steps = microbatches + (microbatches < 1) * (1 - microbatches)
-    _, gather = dp_bytes_parts(dense_params, zero, n_dp, per.grads, per.weights)
-    _, gather_e = dp_bytes_parts(expert_params_, zero, n_exp, per.grads, per.weights)
-    kv_width = kv_heads_per_gpu(m.kv_heads, tp) * head_dim(m)
-    ep_tokens = tokens_local / (1 + sp * (tp > 1) * (tp - 1))
-    return {
-        "tp": tp_bytes_per_layer(tokens_local, m.hidden, tp, wbytes, recompute) * layers * steps
-        * (np.where(sp, 7 / 8, 1.0) if fp8 else 1.0),
-        "cp": cp_bytes_per_layer(tokens_local, kv_width, cp, wbytes) * layers * steps
-        * again(recompute),
-        "dp": (dp_bytes(dense_params, zero, n_dp, per.grads, per.weights)
-               + dp_bytes(expert_params_, zero, n_exp, per.grads, per.weights)) * passes,
-        "pp": pp_bytes_per_microbatch(tokens_local, m.hidden, tp, v, wbytes) * steps * (pp > 1),
-        "ep": ep_bytes_per_layer(ep_tokens, m.hidden, m.top_k or 1, ep, wbytes) * moe_layers * steps,
-        "dp_gather": (gather + gather_e) * passes,   # of "dp": the parameters' all-gather
-    }
+    out = {}
+    if "tp" in axes:
+        out["tp"] = (tp_bytes_per_layer(tokens_local, m.hidden, tp, wbytes, recompute) * layers * steps
+                     * (np.where(sp, 7 / 8, 1.0) if fp8 else 1.0))
+    if "cp" in axes:
+        kv_width = kv_heads_per_gpu(m.kv_heads, tp) * head_dim(m)
+        out["cp"] = cp_bytes_per_layer(tokens_local, kv_width, cp, wbytes) * layers * steps * again(recompute)
+    if "dp" in axes:
+        _, gather = dp_bytes_parts(dense_params, zero, n_dp, per.grads, per.weights)
+        _, gather_e = dp_bytes_parts(expert_params_, zero, n_exp, per.grads, per.weights)
+        out["dp"] = (dp_bytes(dense_params, zero, n_dp, per.grads, per.weights)
+                     + dp_bytes(expert_params_, zero, n_exp, per.grads, per.weights)) * passes
+        out["dp_gather"] = (gather + gather_e) * passes   # of "dp": the parameters' all-gather
+    if "pp" in axes:
+        out["pp"] = pp_bytes_per_microbatch(tokens_local, m.hidden, tp, v, wbytes) * steps * (pp > 1)
+    if "ep" in axes:
+        ep_tokens = tokens_local / (1 + sp * (tp > 1) * (tp - 1))
+        out["ep"] = ep_bytes_per_layer(ep_tokens, m.hidden, m.top_k or 1, ep, wbytes) * moe_layers * steps
+    return out
 
 
 def _comm(plan, stages, most: int, train: bool, per) -> dict:

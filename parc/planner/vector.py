@@ -179,22 +179,21 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None, lea
             out.least_memory = min(out.least_memory, float(bound[allowed].min()))
     parts = [(np.nonzero(fit[z][s_lo])[0], z) for z in zeros]
     r_s = np.concatenate([p_ for p_, _ in parts])
-    zero = np.concatenate([np.full(len(p_), z, dtype=np.int64) for p_, z in parts])
     out.bounded = out.enumerated - int(per_s[r_s].sum())
 
-    # 4. expand the pairs that fit by (recompute, sequence parallel): kept as indices (pair, zero,
-    #    train option) and gathered chunk by chunk; a pair's ZeRO stages next to each other, so the
-    #    rows of one (pair, train option) share a chunk and its compute (:func:`_distinct`)
-    o = np.argsort(r_s, kind="stable")
-    r_s, zero = r_s[o], zero[o]
-    t_mesh = lo_mesh_a[s_lo[r_s]]
-    r2 = np.repeat(np.arange(len(r_s)), tcount[t_mesh])
-    r_t = (toff[t_mesh][r2] + _ramp(tcount[t_mesh])).astype(np.int32)
-    pair, zero = r_s[r2].astype(np.int32), zero[r2].astype(np.int8)
-    n = len(pair)
-    out.costed = n
-    if n == 0:
+    # 4. expand the pairs some ZeRO stage fits by (recompute, sequence parallel): each (pair, train
+    #    option) is costed once, its ZeRO stages a last dimension (they differ only in the model
+    #    state and the data-parallel traffic), kept as indices and gathered chunk by chunk
+    out.costed = int(per_s[r_s].sum())
+    u_pairs = np.unique(r_s)
+    if not len(u_pairs):
         return out
+    zfit = np.stack([fit[z][s_lo] for z in zeros])                    # (ZeRO stage, pair)
+    t_mesh = lo_mesh_a[s_lo[u_pairs]]
+    u2 = np.repeat(np.arange(len(u_pairs)), tcount[t_mesh])
+    r_t = (toff[t_mesh][u2] + _ramp(tcount[t_mesh])).astype(np.int32)
+    pair = u_pairs[u2].astype(np.int32)
+    n = len(pair)
 
     # 5. what depends only on the pair (layout option, batch option): microbatches in flight per
     #    stage class and the pipeline's idle share, once per pair
@@ -216,11 +215,11 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None, lea
         sel = slice(start, min(n, start + CHUNK))
         pr_, lo, b, t = pair[sel], s_lo[pair[sel]], s_b[pair[sel]], r_t[sel]
         mi = lo_mesh_a[lo]
-        rows = dict(pair=pr_, topt=t, lo=lo, zero=zero[sel].astype(np.int64), mb=bopts[b, 0], m=bopts[b, 1], gb=bopts[b, 2],
+        rows = dict(pair=pr_, topt=t, lo=lo, mb=bopts[b, 0], m=bopts[b, 1], gb=bopts[b, 2],
                     recompute=topts[t, 0], sp=topts[t, 1], mesh=mi,
                     **{k: mesh_a[mi, j] for j, k in enumerate(("pp", "dp", "cp", "tp", "ep", "etp"))},
                     pipeline=lo_pipe_a[lo], v=lo_v_a[lo], split=split_a[lo])
-        got, lowest = _cost_rows(ctx, rows)
+        got, lowest = _cost_rows(ctx, rows, zfit)
         chunks.append(got)
         least_costed = min(least_costed, lowest)
         if progress is not None:
@@ -255,15 +254,6 @@ class _Context:
     zero_index: np.ndarray = None   # ZeRO stage -> its index in state_stack
 
 
-def _distinct(r: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(the first row of each distinct (pair, train option) among rows ``r``, and each row's index
-    among them): rows that differ only in their ZeRO stage share everything but the model state,
-    the data-parallel traffic and what follows from them, which are computed once per distinct row."""
-    _, first, inv = np.unique(r["pair"].astype(np.int64) * 256 + r["topt"], return_index=True,
-                              return_inverse=True)
-    return first, inv.reshape(-1)
-
-
 def _activations(ctx: _Context, s: dict):
     """(activation bytes of every stage class, CUDA context + NCCL bytes, fragmentation bytes) of
     the distinct rows ``s``."""
@@ -279,25 +269,37 @@ def _activations(ctx: _Context, s: dict):
     return act, ctx_b + nccl[:, 0], frag
 
 
-def _memory(ctx: _Context, r: dict):
-    """(the most loaded stage class, its bytes, its optimizer state's bytes) for rows ``r``."""
-    lo, zero = r["lo"], r["zero"]
-    n = len(lo)
+def _memory(ctx: _Context, u: dict, zfit: np.ndarray):
+    """The rows of ``u`` (distinct (pair, train option) rows) × ZeRO stage that fit in memory:
+    (index into ``u``, ZeRO stage, most loaded stage class, its bytes, its optimizer state's bytes),
+    and the least memory per GPU among all of them, fitting or not."""
+    lo = u["lo"]
+    act, fixed, frag = _activations(ctx, u)
     states, opt = ctx.state_stack
-    zi = ctx.zero_index[zero]
-    first, inv = _distinct(r)
-    act, fixed, frag = _activations(ctx, {k: a[first] for k, a in r.items()})
-    act, fixed, frag = act[inv], fixed[inv], frag[inv]
     tr = ctx.pr.train
-    total = states[zi, lo]              # weights + grads + optimizer (summed in that order), this call's own
-    total += act
-    if cm.caches_fp8_weights(tr):
-        total += cm.fp8_weight_cache_bytes(np.where((zero >= 3)[:, None], ctx.c_lin[1][lo], ctx.c_lin[0][lo]))
-    most = np.argmax(np.where(ctx.c_valid[lo], total + frag, -np.inf), axis=1)
-    # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most
-    # loaded one, in the order Memory.total adds them
-    rows = np.arange(n)
-    return most, total[rows, most] + (fixed + frag[rows, most]), opt[zi, lo, most]
+    got, lowest = [], float("inf")
+    for k, z in enumerate(ctx.zeros):
+        sel = np.nonzero(zfit[k][u["pair"]])[0]
+        if not len(sel):
+            continue
+        lz = lo[sel]
+        total = states[k][lz]           # weights + grads + optimizer (summed in that order), this call's own
+        total += act[sel]
+        if cm.caches_fp8_weights(tr):
+            total += cm.fp8_weight_cache_bytes(ctx.c_lin[1][lz] if z >= 3 else ctx.c_lin[0][lz])
+        fz = frag[sel]
+        most = np.argmax(np.where(ctx.c_valid[lz], total + fz, -np.inf), axis=1)
+        # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most
+        # loaded one, in the order Memory.total adds them
+        rows = np.arange(len(sel))
+        mem = total[rows, most] + (fixed[sel] + fz[rows, most])
+        lowest = min(lowest, float(mem.min()))
+        keep = np.nonzero(mem <= ctx.cap)[0]
+        got.append((sel[keep], np.full(len(keep), z), most[keep], mem[keep], opt[k][lz[keep], most[keep]]))
+    if not got:
+        return (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0),) * 2, lowest
+    return tuple(np.concatenate(x) for x in zip(*got)), lowest
+
 
 
 def _factors(pr: Problem) -> np.ndarray:
@@ -306,53 +308,61 @@ def _factors(pr: Problem) -> np.ndarray:
     return np.array([cm.recompute_factors(name, sel) for name in RECOMPUTE])
 
 
-def _comm(ctx: _Context, r: dict, L_s, moe_s, most) -> tuple[dict, dict]:
-    """Bytes per GPU per step on each axis, and how many collectives carry them, through the cost
-    model's kernels, one call per ZeRO stage's rows."""
+ROW_AXES = ("tp", "cp", "pp", "ep")   # axes whose traffic does not depend on the ZeRO stage
+
+
+def _comm(ctx: _Context, r: dict, L_s, moe_s, most=None, zero=None) -> tuple[dict, dict]:
+    """Bytes per GPU per step and how many collectives carry them, through the cost model's
+    kernels: of :data:`ROW_AXES` for rows ``r`` (``zero`` None), or of the data-parallel axis for
+    rows ``r`` of ZeRO stages ``zero`` with their most loaded stage class ``most``, one call per stage."""
     pr = ctx.pr
-    lo, rc, zero = r["lo"], r["recompute"], r["zero"]
+    lo, full = r["lo"], r["recompute"] == RECOMPUTE.index("full")
+    kw = lambda sel: dict(pp=r["pp"][sel], tp=r["tp"][sel], cp=r["cp"][sel], ep=r["ep"][sel],   # noqa: E731
+                          v=r["v"][sel], microbatches=r["m"][sel], wbytes=cm.comm_dtype_bytes(pr.train.precision),
+                          recompute=full[sel], sp=(r["sp"][sel] == 1) & (r["tp"][sel] > 1), per=ctx.per,
+                          fp8=pr.train.precision == "fp8")
+    tokens = r["mb"] * (pr.model.seq_len / r["cp"])
+    if zero is None:
+        got = cm.train_comm_bytes(pr.model, tokens, L_s, moe_s, dense_params=0.0, expert_params_=0.0, zero=0,
+                                  n_dp=1, n_exp=1, axes=ROW_AXES, **kw(slice(None)))
+        calls = cm.comm_calls(L_s, moe_s, r["m"], r["v"], r["cp"], full)
+        return got, {ax: calls[ax] for ax in ROW_AXES}
     edp = cm.shard_groups(r["dp"], r["cp"], r["tp"], r["ep"], r["etp"])[1]
-    comm = {ax: np.zeros(len(lo)) for ax in (*AXES, "dp_gather")}
-    calls = {ax: np.zeros(len(lo)) for ax in AXES}
+    comm = {ax: np.zeros(len(lo)) for ax in ("dp", "dp_gather")}
+    calls = {"dp": np.full(len(lo), 2.0)}
     fw = framework(pr.train.framework)
-    full = rc == RECOMPUTE.index("full")
     for z in np.unique(zero):
         z = int(z)
         sel = zero == z
         passes = cm.zero3_passes(z, r["pp"][sel], r["m"][sel], fw)
         got = cm.train_comm_bytes(
-            pr.model, r["mb"][sel] * (pr.model.seq_len / r["cp"][sel]), L_s[sel], moe_s[sel], pp=r["pp"][sel],
-            tp=r["tp"][sel], cp=r["cp"][sel], ep=r["ep"][sel], v=r["v"][sel], microbatches=r["m"][sel],
-            wbytes=cm.comm_dtype_bytes(pr.train.precision), recompute=full[sel],
-            sp=(r["sp"][sel] == 1) & (r["tp"][sel] > 1),
-            dense_params=ctx.c_par[0][lo[sel], most[sel]], expert_params_=ctx.c_par[1][lo[sel], most[sel]],
-            zero=z, n_dp=r["dp"][sel] * r["cp"][sel], n_exp=edp[sel], per=ctx.per, passes=passes,
-            fp8=pr.train.precision == "fp8")
-        n_calls = cm.comm_calls(L_s[sel], moe_s[sel], r["m"][sel], r["v"][sel], r["cp"][sel], full[sel])
-        if z >= 3:   # per layer: a gather for the forward, one for the backward, a reduce-scatter
-            n_calls["dp"] = 3 * L_s[sel] * passes
+            pr.model, tokens[sel], L_s[sel], moe_s[sel], dense_params=ctx.c_par[0][lo[sel], most[sel]],
+            expert_params_=ctx.c_par[1][lo[sel], most[sel]], zero=z, n_dp=r["dp"][sel] * r["cp"][sel],
+            n_exp=edp[sel], passes=passes, axes=("dp",), **kw(sel))
         for ax in comm:
             comm[ax][sel] = got[ax]
-        for ax in AXES:
-            calls[ax][sel] = n_calls[ax]
+        if z >= 3:   # per layer: a gather for the forward, one for the backward, a reduce-scatter
+            calls["dp"][sel] = 3 * L_s[sel] * passes
     return comm, calls
 
 
 def _comm_times(ctx: _Context, r: dict, comm: dict, calls: dict) -> dict:
-    """Seconds of each axis's communication per step (:func:`parc.cost.comm.axis_time`)."""
+    """Seconds of each axis's communication in ``comm`` per step (:func:`parc.cost.comm.axis_time`)."""
     m, gpu = ctx.pr.model, ctx.pr.cluster.gpu
     local_t, intra, inter = ctx.links
     sizes = {"tp": r["tp"], "cp": r["cp"], "pp": r["pp"], "ep": r["ep"], "dp": r["dp"] * r["cp"]}
     sp = (r["sp"] == 1) & (r["tp"] > 1)
     flat = framework(ctx.pr.train.framework)["zero3_collectives"] == "flat"
+    zero = r.get("zero", np.zeros(len(sp), dtype=np.int64))
     ctime = {}
     for j, ax in enumerate(AXES):
+        if ax not in comm:
+            continue
         n = sizes[ax]
         local = local_t[r["mesh"], j]
         if ax == "dp" and flat:           # ZeRO-3's flat rings: each GPU's share on its own link
-            local = np.where(r["zero"] >= 3, 1.0, local)
-        t, _ = cm.axis_time(ax, comm[ax], n, calls[ax], local, intra, inter,
-                            cm.nvls_allreduce(gpu, ax, sp, r["zero"]))
+            local = np.where(zero >= 3, 1.0, local)
+        t, _ = cm.axis_time(ax, comm[ax], n, calls[ax], local, intra, inter, cm.nvls_allreduce(gpu, ax, sp, zero))
         ctime[ax] = np.where((n > 1) & (ax != "ep" or m.is_moe), t, 0.0)
     return ctime
 
@@ -375,28 +385,32 @@ def _compute(ctx: _Context, s: dict):
     return share[:, None] * gemm, share[:, None] * attn, share[:, None] * memb, rates["per_hbm_byte"][:, 0]
 
 
-def _cost_rows(ctx: _Context, r: dict) -> tuple[dict, float]:
-    """The estimate of every row of ``r`` that fits in memory (the others are dropped), and the
-    least memory per GPU among all of them."""
+def _cost_rows(ctx: _Context, u: dict, zfit: np.ndarray) -> tuple[dict, float]:
+    """The estimate of every (row of ``u``, ZeRO stage) that fits in memory (the others are
+    dropped), and the least memory per GPU among all of them."""
     m, cl, pr = ctx.pr.model, ctx.pr.cluster, ctx.pr
-    most, mem_total, opt_bytes = _memory(ctx, r)
-    lowest = float(mem_total.min()) if len(mem_total) else float("inf")
-    keep = np.nonzero(mem_total <= ctx.cap)[0]
-    if len(keep) < len(most):   # only what fits is costed further
-        r = {k: a[keep] for k, a in r.items()}
-        most, mem_total, opt_bytes = most[keep], mem_total[keep], opt_bytes[keep]
-    lo, rows = r["lo"], np.arange(len(most))
-    layers, moe = ctx.c_layers[lo], ctx.c_moe[lo]
-    # seconds per microbatch of every stage class (at the rates of its GEMM shapes), the slowest one
-    share = schedules.microbatch_share_array(r["pipeline"])       # DualPipe: half a rank's layers
-    first, inv = _distinct(r)          # the compute does not depend on the ZeRO stage
-    gemm, attn, memb, per_hbm_byte = (x[inv] for x in _compute(ctx, {k: a[first] for k, a in r.items()}))
-    crit = np.argmax(np.where(ctx.c_valid[lo], gemm + attn + memb, -np.inf), axis=1)
-    comm, calls = _comm(ctx, r, layers[rows, crit] * share, moe[rows, crit] * share, most)
-    ctime = _comm_times(ctx, r, comm, calls)
+    (idx, zero, most, mem_total, opt_bytes), lowest = _memory(ctx, u, zfit)
+    first, inv = np.unique(idx, return_inverse=True)
+    inv = inv.reshape(-1)
+    # what does not depend on the ZeRO stage, once per distinct row: the compute of every stage
+    # class (at the rates of its GEMM shapes), the slowest one, and the tp, cp, pp and ep traffic
+    f = {k: a[first] for k, a in u.items()}
+    gemm, attn, memb, per_hbm_byte = _compute(ctx, f)
+    crit = np.argmax(np.where(ctx.c_valid[f["lo"]], gemm + attn + memb, -np.inf), axis=1)
+    frows = np.arange(len(first))
+    share = schedules.microbatch_share_array(f["pipeline"])       # DualPipe: half a rank's layers
+    L_s, moe_s = ctx.c_layers[f["lo"], crit] * share, ctx.c_moe[f["lo"], crit] * share
+    comm_f, calls_f = _comm(ctx, f, L_s, moe_s)
+    ctime_f = _comm_times(ctx, f, comm_f, calls_f)
+    gemm, attn, memb = gemm[frows, crit][inv], attn[frows, crit][inv], memb[frows, crit][inv]
+    r = {k: a[idx] for k, a in u.items()}
+    r["zero"] = zero
+    comm, calls = _comm(ctx, r, L_s[inv], moe_s[inv], most, zero)
+    ctime = {ax: t[inv] for ax, t in ctime_f.items()} | _comm_times(ctx, r, comm, calls)
+    per_hbm_byte = per_hbm_byte[inv]
     # step time, MFU (on the BF16 peak)
     bub = ctx.pairs["bubble"][r["pair"]]
-    gemm, attn, memb = gemm[rows, crit] * r["m"], attn[rows, crit] * r["m"], memb[rows, crit] * r["m"]
+    gemm, attn, memb = gemm * r["m"], attn * r["m"], memb * r["m"]
     gather = np.where(comm["dp"] > 0, ctime["dp"] * comm["dp_gather"] / np.maximum(comm["dp"], 1e-300), 0.0)
     exposed = cm.exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, r["m"], pr.train, pr.profile.overlap,
                               memory=memb, zero3=r["zero"] >= 3)
