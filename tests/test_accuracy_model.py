@@ -7,10 +7,10 @@ import json
 import pytest
 
 from parc.cli.main import main
-from test_accuracy_closed_form import SPEC
+from support.specs import KORTHIKANTI_SPEC as SPEC
 
-# Korthikanti et al. 2022's 22B layer shape on one DGX A100 (tests/test_accuracy_closed_form.py's
-# spec), one microbatch of one sequence, with the flash_attention setting under test
+# Korthikanti et al. 2022's 22B layer shape on one DGX A100 (tests/support/specs.py's
+# KORTHIKANTI_SPEC), one microbatch of one sequence, with the flash_attention setting under test
 GPT_22B = (SPEC.format(l=48, h=6144, ffn=24576, a=64, nodes=1, p=1, v=1, b=1, B=1, pipeline="1f1b")
            .replace("  sequence_parallel = true\n  recompute = selective\n", "  flash_attention = FLASH\n"))
 
