@@ -103,18 +103,20 @@ def build_model(r: Evaluator, top: Span) -> Model:
             vals["top_k"] = min(2, experts)
         if vals.get("moe_ffn_hidden") is None:
             vals["moe_ffn_hidden"] = vals["ffn_hidden"]
+    dtype, fmt = _precisions(vals)
     label = r.blocks["model"].label
     m = Model(
         name=label or pre.get("name") or (r.values.get("model.from") or "model"),
         layers=vals["layers"], hidden=h, ffn_hidden=vals["ffn_hidden"], heads=a,
         kv_heads=vals["kv_heads"], head_dim=vals.get("head_dim"), vocab=vals["vocab"], params=0,
-        dtype=vals.get("dtype") or "bf16", seq_len=vals.get("seq_len") or 4096,
+        dtype=dtype, checkpoint_format=fmt, seq_len=vals.get("seq_len") or 4096,
         tied_embeddings=bool(vals.get("tied_embeddings")) if vals.get("tied_embeddings") is not None else False,
         mlp=mlp, norm=vals.get("norm") or "rmsnorm", position=vals.get("position") or "rope",
         bias=bool(vals.get("bias")), experts=experts, top_k=vals.get("top_k") or 0,
         moe_ffn_hidden=vals.get("moe_ffn_hidden") or 0, shared_experts=vals.get("shared_experts") or 0,
         moe_every=vals.get("moe_every") or 1, rope_theta=vals.get("rope_theta") or 10000,
         max_positions=vals.get("max_positions"), preset=r.values.get("model.from"),
+        local_attention=vals.get("local_attention") or "sliding",
         **{k: vals.get(k) or 0 for k in _MODEL_COUNTS}, **{k: bool(vals.get(k)) for k in _MODEL_SWITCHES})
     if vals.get("seq_len") is None:
         r.spans["model.seq_len"] = head
@@ -122,6 +124,17 @@ def build_model(r: Evaluator, top: Span) -> Model:
     if vals.get("params") is None:
         r.spans["model.params"] = from_span
     return m
+
+
+def _precisions(vals: dict) -> tuple[str, str]:
+    """(dtype, checkpoint_format): each as given, else derived from the other
+    (:func:`parc.model.checkpoints.default_dtype` and ``default_format``); bf16 when neither is."""
+    from parc.model.checkpoints import default_dtype, default_format
+
+    dtype, fmt = vals.get("dtype"), vals.get("checkpoint_format")
+    if fmt is None:
+        fmt = default_format(dtype or "bf16")
+    return dtype or default_dtype(fmt), fmt
 
 
 # Model keys that default to 0 (absent): the first dense layers, MLA widths, MTP modules.
