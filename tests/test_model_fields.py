@@ -342,3 +342,18 @@ def test_changed_field_is_p620_at_its_line(check_spec):
     d = assert_fires(check_spec, text, "P620", "qk_norm = false", target="vllm", targets=("vllm",))
     assert "--hf-overrides" in d.message
     assert_quiet(check_spec, text.replace("qk_norm = false", "layers = 48"), "P620", ("vllm",))
+
+
+def test_torchtitan_expert_parallel_runs_without_cuda_graphs(check_spec):
+    """torchtitan's Trainer.Config refuses CUDA graphs with expert parallelism through its
+    all-to-all token dispatcher (it synchronizes with the CPU): the launch turns them off, as it
+    does for a pipeline."""
+    from parc.targets.torchtitan import overrides
+
+    def words(mesh):
+        r, found = _torchtitan(check_spec, "from = qwen3_30b_a3b", "zero = 3; recompute = full", mesh=mesh)
+        assert not found, found
+        return [w for line in overrides(r.plan) for w in line]
+
+    assert "--training.disable_cuda_graphs" in words("dp = 64; ep = 8")
+    assert "--training.disable_cuda_graphs" not in words("dp = 64")

@@ -55,6 +55,13 @@ def load_quantization(m) -> str | None:
     return "fp8" if storage(m) == ONLINE_FP8 else None
 
 
+def precisions(dtype: str | None, fmt: str | None) -> tuple[str, str]:
+    """(dtype, checkpoint_format) of a model block: each as given, else derived from the other
+    (:func:`default_dtype`, :func:`default_format`); bf16 when neither is given."""
+    fmt = fmt or default_format(dtype or "bf16")
+    return dtype or default_dtype(fmt), fmt
+
+
 def default_format(dtype: str) -> str:
     """The checkpoint format a model block that names none has: its dtype's 16 or 32 bits (bf16
     for an FP8 model: a 16-bit checkpoint quantized at load)."""
@@ -92,9 +99,16 @@ def engine_method(fmt: str, engine: str) -> str | None:
 
 def engine_accepts(fmt: str, engine: str, quantization: str) -> bool:
     """Whether ``engine`` accepts ``--quantization quantization`` for a checkpoint of ``fmt``:
-    any on a 16-bit checkpoint (it quantizes at load), else only the method it detects from the
-    checkpoint or one it lists as compatible (vLLM and SGLang ``_verify_quantization``)."""
+    any on a 16-bit checkpoint (it quantizes at load) or on one whose method replaces the user's
+    (ModelOpt's), else only the method it detects from the checkpoint or one it lists as compatible
+    (vLLM and SGLang ``_verify_quantization``)."""
     method = engine_method(fmt, engine)
-    if method is None:
+    if method is None or table()[fmt].get(f"{engine}_overrides"):
         return True
     return quantization == method or quantization in table()[fmt].get(f"{engine}_compatible", ())
+
+
+def engine_deprecated(fmt: str, engine: str) -> bool:
+    """Whether ``engine`` loads a checkpoint of ``fmt`` only when told to allow a deprecated
+    quantization method (vLLM: --allow-deprecated-quantization)."""
+    return bool(table()[fmt].get(f"{engine}_deprecated"))

@@ -209,7 +209,7 @@ def quantization_conflict(plan, c):
     """vLLM and SGLang read a quantized checkpoint's method from its quantization_config and
     refuse a --quantization that is another (ModelConfig._verify_quantization); parc writes one
     only for a 16-bit checkpoint served in FP8 (:func:`parc.model.checkpoints.load_quantization`)."""
-    from parc.model.checkpoints import engine_accepts, engine_method, is_quantized
+    from parc.model.checkpoints import engine_accepts, engine_method, gemm_dtype, is_quantized
 
     if plan.mode != "serve":
         return
@@ -225,7 +225,7 @@ def quantization_conflict(plan, c):
                      "checkpoint in another format")
         return
     given = _given_quantization(plan, t)
-    if m.dtype == "fp8" and given is None and not engine_accepts(fmt, t, "fp8"):
+    if m.dtype == "fp8" and gemm_dtype(fmt) != "fp8" and given is None and not engine_accepts(fmt, t, "fp8"):
         c.report(c.at("model.dtype", "model"),
                  f"dtype = fp8 on a {fmt} checkpoint: {name} would need --quantization fp8 to run it in FP8, and it "
                  f"refuses any method but the checkpoint's own ({method}: \"Quantization method specified in the "

@@ -186,9 +186,11 @@ def overrides(plan) -> list[list]:
             out += [[par + "pipeline_parallel_first_stage_less_layers", 0],
                     [par + "pipeline_parallel_last_stage_less_layers", 0],
                     [par + "pipeline_parallel_layers_per_stage", per_stage]]
-        # torchtitan's Trainer.Config refuses CUDA graphs with a pipeline
-        out.append(["--training.disable_cuda_graphs"])
         local = sc.micro_batch * (sc.microbatches or 1)
+    # torchtitan's Trainer.Config refuses CUDA graphs with a pipeline, and with expert parallelism
+    # through a token dispatcher that synchronizes with the CPU (the all-to-all its MoE models use)
+    if me.pp > 1 or (plan.model.is_moe and me.ep > 1):
+        out.append(["--training.disable_cuda_graphs"])
     out += [["--training.local_batch_size", local], ["--training.global_batch_size", sc.global_batch],
             ["--training.seq_len", plan.model.seq_len]]
     if tr.precision in PRECISION:

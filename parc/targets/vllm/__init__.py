@@ -131,15 +131,18 @@ def model_lines(plan, F) -> list[list]:
     """The model as vLLM loads it: ``--dtype`` (an FP8 model runs bfloat16 activations),
     ``--quantization fp8`` only for a 16-bit checkpoint served in FP8 (vLLM quantizes it at load;
     a quantized checkpoint names its own method, and another --quantization is refused: P619),
+    ``--allow-deprecated-quantization`` for a method vLLM deprecates (FBGEMM FP8),
     and ``--hf-overrides`` with the config.json keys of the fields that differ from the preset's
     checkpoint (parc/targets/hf_config.toml; P620 refuses a field without one)."""
-    from parc.model.checkpoints import load_quantization
+    from parc.model.checkpoints import engine_deprecated, load_quantization
     from parc.targets.hf import overrides
 
     m = plan.model
     out: list[list] = [[F("dtype"), DTYPES[m.dtype]]]
     if load_quantization(m):
         out.append([F("quantization"), load_quantization(m)])
+    if engine_deprecated(m.checkpoint_format, TARGET) and F("allow_deprecated_quantization"):
+        out.append([F("allow_deprecated_quantization")])   # else vLLM refuses an FBGEMM FP8 checkpoint
     found, _ = overrides(m)
     if found:
         out.append([F("hf_overrides"), json.dumps(found, separators=(",", ":"), sort_keys=True)])
@@ -150,7 +153,7 @@ def inexpressible(plan) -> list[tuple[str, str, str]]:
     """(path, what, help) of each model field vLLM cannot be told (P620)."""
     from parc.targets.hf import inexpressible as changed
 
-    return changed(plan, "vLLM", "--hf-overrides")
+    return changed(plan, "vLLM", options(plan)("hf_overrides"))
 
 
 def eplb_config(sv) -> dict:
