@@ -55,11 +55,11 @@ def load_quantization(m) -> str | None:
     return "fp8" if storage(m) == ONLINE_FP8 else None
 
 
-def precisions(dtype: str | None, fmt: str | None) -> tuple[str, str]:
-    """(dtype, checkpoint_format) of a model block: each as given, else derived from the other
+def precisions(dtype: str | None, fmt: str | None) -> dict[str, str]:
+    """``{dtype, checkpoint_format}`` of a model block: each as given, else derived from the other
     (:func:`default_dtype`, :func:`default_format`); bf16 when neither is given."""
     fmt = fmt or default_format(dtype or "bf16")
-    return dtype or default_dtype(fmt), fmt
+    return {"dtype": dtype or default_dtype(fmt), "checkpoint_format": fmt}
 
 
 def default_format(dtype: str) -> str:

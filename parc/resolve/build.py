@@ -104,19 +104,18 @@ def build_model(r: Evaluator, top: Span) -> Model:
             vals["top_k"] = min(2, experts)
         if vals.get("moe_ffn_hidden") is None:
             vals["moe_ffn_hidden"] = vals["ffn_hidden"]
-    dtype, fmt = precisions(vals.get("dtype"), vals.get("checkpoint_format"))
     label = r.blocks["model"].label
     m = Model(
         name=label or pre.get("name") or (r.values.get("model.from") or "model"),
         layers=vals["layers"], hidden=h, ffn_hidden=vals["ffn_hidden"], heads=a,
         kv_heads=vals["kv_heads"], head_dim=vals.get("head_dim"), vocab=vals["vocab"], params=0,
-        dtype=dtype, checkpoint_format=fmt, seq_len=vals.get("seq_len") or 4096,
+        seq_len=vals.get("seq_len") or 4096, **precisions(vals.get("dtype"), vals.get("checkpoint_format")),
         mlp=mlp, norm=vals.get("norm") or "rmsnorm", position=vals.get("position") or "rope",
+        local_attention=vals.get("local_attention") or "sliding",
         bias=bool(vals.get("bias")), experts=experts, top_k=vals.get("top_k") or 0,
         moe_ffn_hidden=vals.get("moe_ffn_hidden") or 0, shared_experts=vals.get("shared_experts") or 0,
         moe_every=vals.get("moe_every") or 1, rope_theta=vals.get("rope_theta") or 10000,
         max_positions=vals.get("max_positions"), preset=r.values.get("model.from"),
-        local_attention=vals.get("local_attention") or "sliding",
         **{k: vals.get(k) or 0 for k in _MODEL_COUNTS}, **{k: bool(vals.get(k)) for k in _MODEL_SWITCHES})
     if vals.get("seq_len") is None:
         r.spans["model.seq_len"] = head
@@ -129,8 +128,7 @@ def build_model(r: Evaluator, top: Span) -> Model:
 # Model keys that default to 0 (absent): the first dense layers, MLA widths, MTP modules.
 _MODEL_COUNTS = ("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                  "v_head_dim", "mtp_layers", "attention_window", "global_every")
-# Model switches that default to false: tied embeddings, the attention's extra parameters.
-_MODEL_SWITCHES = ("tied_embeddings", "qkv_bias", "qk_norm", "attention_sinks")
+_MODEL_SWITCHES = ("tied_embeddings", "qkv_bias", "qk_norm", "attention_sinks")   # switches, default false
 
 
 def preset_gpu(name: str) -> GPU:
