@@ -89,11 +89,18 @@ def test_every_model_field_is_checked_somewhere():
 
 @pytest.mark.parametrize("preset", [p for p in PRESETS if p != "llama4_maverick"])
 def test_megatron_builds_the_preset(check_spec, preset):
+    """Every field, in options Megatron-LM 0.20's parser defines (tests/data/flags, read from
+    megatron/training/arguments.py at d98e8a64ddf3)."""
+    from pathlib import Path
+
     from parc.targets.megatron import arg_lines
 
     plan, p620 = _plan(check_spec, spec(model=f"from = {preset}", target={"megatron": ""}, **BIG), "megatron")
     assert not p620, [d.message for d in p620]
-    assert megatron_model(_argv(arg_lines(plan))) == plan_model(plan.model)
+    a = _argv(arg_lines(plan))
+    assert megatron_model(a) == plan_model(plan.model)
+    known = Path(__file__).parent / "data" / "flags" / "megatron-core-0.20.0.txt"
+    assert set(a) <= {ln.strip() for ln in known.read_text().splitlines() if ln.startswith("--")}
 
 
 def test_megatron_deepseek_v3_flags(check_spec):
