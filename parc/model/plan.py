@@ -58,6 +58,9 @@ class Model:
     rope_theta: int = 10000               # RoPE base frequency (Megatron-LM --rotary-base)
     max_positions: Optional[int] = None   # the longest sequence the model was built for, when known
     checkpoint_format: str = "bf16"       # how the checkpoint stores its weights (data/checkpoints.toml)
+    rope_scaling: str = "none"            # RoPE scaling type (rope_scaling.rope_type): parc.model.rope
+    rope_factor: float = 1.0              # its factor
+    rope_original_positions: Optional[int] = None   # its original_max_position_embeddings
     preset: Optional[str] = None
 
     @property

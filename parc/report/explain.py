@@ -165,9 +165,9 @@ def _training_rows(plan, est, st, sb, t, sp) -> list[list]:
                         else "")
     return [
         ["grads", nbytes(mem.grads),
-         f"{t.main_grads} main grads, {sb.grads:g} B/param" + (" / dp (zero ≥ 2)" if t.zero >= 2 else "")],
+         f"{t.main_grads} main grads, {sb.grads:g} B/param" + (f" / {_shard_words(plan)} (zero ≥ 2)" if t.zero >= 2 else "")],
         ["optimizer", nbytes(mem.optimizer),
-         f"{t.optimizer}, {sb.optimizer:g} B/param" + (" / dp (zero ≥ 1)" if t.zero >= 1 else "")],
+         f"{t.optimizer}, {sb.optimizer:g} B/param" + (f" / {_shard_words(plan)} (zero ≥ 1)" if t.zero >= 1 else "")],
         ["activations", nbytes(mem.activations),
          f"{nbytes(est.activation_bytes_per_layer)}/layer × {count(st.layers, 'layer')} × "
          f"{st.inflight:g} {plural(st.inflight, 'microbatch')} in flight ({rc} recompute{sp}{off})"],
@@ -236,7 +236,7 @@ def _weights_note(plan) -> str:
     if plan.mode != "train":
         return _served_weights_note(plan.model)
     dt = plan.train.precision
-    z3 = " / dp (zero 3)" if plan.train.zero >= 3 else ""
+    z3 = f" / {_shard_words(plan)} (zero 3)" if plan.train.zero >= 3 else ""
     if dt == "fp8" and plan.train.fp8_param_gather:
         return f"linear layers fp8, 1 B/param, the rest bf16, 2 B/param{z3} (fp8_param_gather)"
     if dt == "fp8":
@@ -258,6 +258,15 @@ def _served_weights_note(m) -> str:
     what = ("a 16-bit checkpoint quantized to fp8 at load" if st == ONLINE_FP8
             else f"{st} checkpoint")
     return f"{what}: {', '.join(parts)} {b:.4g} B/param, the rest {m.checkpoint_format if st == ONLINE_FP8 else 'bf16'}"
+
+
+def _shard_words(plan) -> str:
+    """The group ZeRO shards a dense parameter's state over, in words: ``dp`` or ``dp·cp = 8``
+    (:func:`parc.cost.params.shard_groups`)."""
+    from parc.cost.params import dense_shard_group
+
+    mesh = plan.mesh
+    return "dp" if mesh.cp <= 1 else f"dp·cp = {dense_shard_group(mesh.dp, mesh.cp)}"
 
 
 def _comm_what(plan, ax: str) -> str:

@@ -221,6 +221,8 @@ DEPENDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "P114": (("cp",), ("seq",)),
     "P115": (("tp", "cp", "seq", "train"), ("seq",)),
     "P116": ((), ()),
+    "P127": (("pp",), ("stages",)),
+    "P128": (("tp",), ("tp",)),
     "P201": (("world", "dp"), ("microbatches",)),
     "P202": (("world", "pp", "microbatches"), ("schedule",)),
     "P203": (("world", "pp", "microbatches"), ("schedule",)),

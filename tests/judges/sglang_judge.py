@@ -13,6 +13,8 @@ makes of it:
   mode, EPLB settings), the KV heads its ModelConfig gives each rank without and with decode
   context parallelism, and the layers and quantization method it reads (with
   --json-model-override-args and the checkpoint's quantization_config), or its message;
+* ``{"split": [layers, pp]}``: the layers of each pipeline rank as SGLang's own
+  ``get_pp_indices`` splits them;
 * ``{"router": [...]}``: the arguments of ``python -m sglang_router.launch_router``, through
   its own ``parse_router_args`` and ``RouterArgs._validate_router_args``, with the prefill and
   decode URLs it read in ``--pd-disaggregation`` mode.
@@ -24,6 +26,7 @@ has no torchvision wheel, so a module that answers every attribute stands in for
 import importlib.machinery
 import json
 import logging
+import os
 import sys
 import types
 
@@ -125,7 +128,17 @@ def router(argv):
             "decode_urls": list(a.decode_urls)}
 
 
+def split(layers, pp):
+    """The layers of each pipeline rank as SGLang's get_pp_indices gives them (no partition set)."""
+    from sglang.srt.distributed.utils import get_pp_indices
+
+    os.environ.pop("SGLANG_PP_LAYER_PARTITION", None)
+    return [end - start for start, end in (get_pp_indices(layers, r, pp) for r in range(pp))]
+
+
 def judge(item):
+    if "split" in item:
+        return split(*item["split"])
     return server(item["server"]) if "server" in item else router(item["router"])
 
 

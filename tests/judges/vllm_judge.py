@@ -1,7 +1,8 @@
 """Runs inside the vLLM virtual environment (tests/judges/vllm_env.sh), never in parc's own.
 
-Reads JSON lists of `vllm serve` argument lists (without `vllm serve`; or {"argv", "env"}), one
-list a line, on stdin and prints, for
+Reads JSON lists of `vllm serve` argument lists (without `vllm serve`; or {"argv", "env"}; or
+{"split": [layers, pp]}, answered with vLLM's layers per pipeline rank), one list a line, on
+stdin and prints, for
 each, whether vLLM's own parser (make_arg_parser, EngineArgs.from_cli_args) and its
 ParallelConfig checks accept it, with the parallel sizes vLLM derived or vLLM's message.
 
@@ -116,10 +117,21 @@ def judge(argv):
             "kv_transfer": getattr(e.kv_transfer_config, "kv_connector", None), **out}
 
 
+def split(layers, pp):
+    """The layers of each pipeline rank as vLLM's get_pp_indices gives them (no partition set)."""
+    from vllm.distributed.utils import get_pp_indices
+
+    os.environ.pop("VLLM_PP_LAYER_PARTITION", None)
+    return [end - start for start, end in (get_pp_indices(layers, r, pp) for r in range(pp))]
+
+
 def judge_item(item):
-    """An argument list, or {"argv": [...], "env": {...}}: environment variables for that command."""
+    """An argument list, or {"argv": [...], "env": {...}}: environment variables for that command;
+    or {"split": [layers, pp]}: vLLM's own layer split."""
     if isinstance(item, list):
         return judge(item)
+    if "split" in item:
+        return split(*item["split"])
     saved = {k: os.environ.get(k) for k in item["env"]}
     os.environ.update(item["env"])
     try:
