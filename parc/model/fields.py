@@ -40,7 +40,7 @@ RECOMPUTE = ("none", "selective", "selective_op", "full")
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "rowwise_with_gw_hp")
 # Megatron-LM's --recompute-modules (megatron/core/transformer/transformer_config.py)
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe", "moe_act", "shared_experts", "mla_up_proj")
-LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce")
+LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce", "efa")
 
 BLOCKS: dict[str, dict[str, F]] = {
     "model": {

@@ -106,7 +106,7 @@ class GPU:
 
 @dataclass(slots=True)
 class Link:
-    kind: str          # nvlink | pcie | infiniband | ethernet | xgmi | roce
+    kind: str          # nvlink | pcie | infiniband | ethernet | xgmi | roce | efa
     bandwidth: float   # bytes/s per GPU per direction
 
 

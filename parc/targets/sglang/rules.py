@@ -136,3 +136,5 @@ def sglang_context_length(plan, c):
 
 # the rules of the 2026 serving keys live beside these; importing registers them
 from parc.targets.sglang import serving_rules  # noqa: E402,F401
+
+from parc.targets.sglang import known_defects  # noqa: E402,F401  (P7xx: the known defects of each release)

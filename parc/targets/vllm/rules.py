@@ -347,3 +347,6 @@ def vllm_nixl_tp(plan, c):
              f"to tp_ratio prefill ranks: \"Local tensor parallel size … is not divisible by remote tensor "
              f"parallel size …\")", help=f"give the pools tensor-parallel sizes of which one divides the other",
              related=[(c.at("prefill.tp", "prefill"), f"prefill tp = {p.mesh.tp}")])
+
+
+from parc.targets.vllm import known_defects  # noqa: E402,F401  (P7xx: the known defects of each release)
