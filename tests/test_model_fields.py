@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from parc.model.params import is_local_layer, is_moe_layer
+from parc.model.params import is_moe_layer
 from parc.model.plan import Model
 from support.specs import assert_fires, assert_quiet, spec
 

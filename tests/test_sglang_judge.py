@@ -443,33 +443,19 @@ def test_sglang_derives_the_context_parc_derives(sglang, check_spec, tmp_path):
 # How the checkpoint is stored, read by SGLang's own ModelConfig from the config.json's
 # quantization_config (as the published checkpoints write it): parc's P619 refuses what SGLang
 # refuses, the command parc emits loads with the method parc expects, and a field that differs
-# from the checkpoint reaches SGLang through --json-model-override-args.
-QUANT_CONFIGS = {
-    "fp8_block": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
-    "modelopt_fp8": {"quant_method": "modelopt", "quant_algo": "FP8"},
-    "nvfp4": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16},
-}
-# (mxfp4 is left out: SGLang registers its loader at import only on a CUDA, CPU, gfx95 or XPU
-# platform, srt/layers/quantization/__init__.py, and the judge's torch sees none of them)
-
+# from the checkpoint reaches SGLang through --json-model-override-args. mxfp4 is left out: SGLang
+# registers its loader at import only on a CUDA, CPU, gfx95 or XPU platform
+# (srt/layers/quantization/__init__.py), and the judge's torch sees none of them.
 
 @pytest.mark.sglang
 def test_sglang_judges_the_checkpoint_quantization(sglang, check_spec, tmp_path):
-    import json as _json
-
     from parc.model.checkpoints import engine_method
-    from support.specs import spec
+    from support.checkpoints import quantization_cases
 
-    cases = []
-    for fmt, qc in QUANT_CONFIGS.items():
-        for extra in ("", '; extra_args = ["--quantization", "fp8"]'):
-            r = check_spec(spec(f"{L8}; checkpoint_format = {fmt}", mesh="tp = 8", serve="max_model_len = 4096",
-                                target={"sglang": 'model = "m"' + extra}), ("sglang",))
-            folder = Path(_model_folder(r.plan.to_dict()["model"], tmp_path / f"{fmt}{len(extra)}"))
-            cfg = _json.loads((folder / "config.json").read_text())
-            (folder / "config.json").write_text(_json.dumps({**cfg, "quantization_config": qc}))
-            cases.append((fmt, extra, "P619" in {d.code for d in r.errors}, _argv(r.plan, str(folder))))
-    for (fmt, extra, refused, argv), v in zip(cases, _judge(sglang, [{"server": c[3]} for c in cases])):
+    cases = quantization_cases(check_spec, "sglang", ("fp8_block", "modelopt_fp8", "nvfp4"),
+                               lambda plan, name: _model_folder(plan.to_dict()["model"], tmp_path / name))
+    verdicts = _judge(sglang, [{"server": _argv(c[3], c[4])} for c in cases])
+    for (fmt, extra, refused, plan, folder), v in zip(cases, verdicts):
         if refused:
             assert not v["ok"] and "does not match" in v["error"], (fmt, extra, v)
         else:

@@ -357,36 +357,15 @@ def test_vllm_derives_the_context_parc_derives(vllm_python, check_spec, tmp_path
 # How the checkpoint is stored: the quantization_config each format's config.json carries (as the
 # published checkpoints write it), read by vLLM's own ModelConfig; parc's P619 refuses exactly what
 # vLLM refuses, and the command parc emits loads with the method parc expects.
-QUANT_CONFIGS = {
-    "fp8_block": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
-    "modelopt_fp8": {"quant_method": "modelopt", "quant_algo": "FP8"},
-    "fbgemm_fp8": {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0, "modules_to_not_convert": ["lm_head"]},
-    "compressed_tensors_fp8": {"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
-                               "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-                                   "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True,
-                                   "dynamic": False}, "input_activations": {"num_bits": 8, "type": "float",
-                                                                            "strategy": "token", "dynamic": True,
-                                                                            "symmetric": True}}}},
-    "mxfp4": {"quant_method": "mxfp4", "modules_to_not_convert": ["lm_head"]},
-    "nvfp4": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16},
-}
-
 
 @pytest.mark.vllm
 def test_vllm_judges_the_checkpoint_quantization(vllm_python, check_spec, tmp_path):
     from parc.model.checkpoints import engine_method
-    from support.specs import spec
+    from support.checkpoints import QUANT_CONFIGS, quantization_cases
 
-    cases = []
-    for fmt, qc in QUANT_CONFIGS.items():
-        for extra in ("", '\nextra_args = ["--quantization", "fp8"]'):
-            r = check_spec(spec(f"from = llama3_8b; checkpoint_format = {fmt}", mesh="tp = 8",
-                                serve="max_model_len = 4096", target={"vllm": 'model = "m"' + extra}), ("vllm",))
-            folder = Path(_model_folder(r.plan.model, tmp_path / f"{fmt}{len(extra)}"))
-            cfg = json.loads((folder / "config.json").read_text())
-            (folder / "config.json").write_text(json.dumps({**cfg, "quantization_config": qc}))
-            cases.append((fmt, extra, "P619" in {d.code for d in r.errors}, _argv(r.plan, str(folder))))
-    for (fmt, extra, refused, argv), v in zip(cases, _judge(vllm_python, [c[3] for c in cases])):
+    cases = quantization_cases(check_spec, "vllm", QUANT_CONFIGS,
+                               lambda plan, name: _model_folder(plan.model, tmp_path / name))
+    for (fmt, extra, refused, plan, folder), v in zip(cases, _judge(vllm_python, [_argv(c[3], c[4]) for c in cases])):
         assert refused == (not v["ok"]), (fmt, extra, v)
         if refused:
             assert "does not match" in v["error"], v
@@ -398,12 +377,11 @@ def test_vllm_judges_the_checkpoint_quantization(vllm_python, check_spec, tmp_pa
 def test_vllm_reads_the_overridden_field(vllm_python, check_spec, tmp_path):
     """A field that differs from the preset's checkpoint reaches vLLM's config through
     --hf-overrides: the model folder says 32 layers, the plan 16, vLLM builds 16."""
+    from support.checkpoints import add_to_config
     from support.specs import spec
 
     r = check_spec(spec("from = llama3_8b; layers = 16", mesh="tp = 8", serve="max_model_len = 4096",
                         target={"vllm": 'model = "m"'}), ("vllm",))
-    folder = _model_folder(r.plan.model, tmp_path / "m")
-    cfg = json.loads((Path(folder) / "config.json").read_text())
-    (Path(folder) / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 32}))
+    folder = add_to_config(_model_folder(r.plan.model, tmp_path / "m"), num_hidden_layers=32)
     [v] = _judge(vllm_python, [_argv(r.plan, folder)])
     assert v["ok"] and v["layers"] == 16, v
