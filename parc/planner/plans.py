@@ -166,7 +166,8 @@ def build_plan(pr: Problem, c: Candidate) -> Plan:
         n = c.pp if c.pp > 1 else 1
         sched = Schedule(global_batch=c.dp * n, microbatches=n)
         train = None
-        serve = replace(pr.serve, max_num_seqs=max(1, c.max_num_seqs))
+        # a candidate's own max_num_seqs (the memory-limit search's), else the spec's or the engine's
+        serve = replace(pr.serve, max_num_seqs=c.max_num_seqs or pr.serve.max_num_seqs)
     return Plan(file=pr.file, model=pr.model, cluster=pr.cluster, mesh=mesh, placement=placement,
                 schedule=sched, mode=pr.mode, train=train, serve=serve, targets=dict(pr.targets),
                 profile=pr.profile, spans=written_spans(pr, c))

@@ -120,7 +120,7 @@ def sglang_dp_attention_dp1(plan, c):
 @rule("P683", "sglang-context-length-beyond-positions", targets=(TARGET,), reads=("serve",))
 def sglang_context_length(plan, c):
     m, sv = plan.model, plan.serve
-    if plan.mode != "serve" or sv is None or not m.max_positions or sv.max_model_len <= m.max_positions:
+    if plan.mode != "serve" or sv is None or not m.max_positions or (sv.max_model_len or 0) <= m.max_positions:
         return
     c.report(c.at("serve.max_model_len", "serve"),
              f"SGLang refuses --context-length {sv.max_model_len} for model `{m.name}` of {m.max_positions:,} "

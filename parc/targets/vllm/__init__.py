@@ -94,9 +94,7 @@ def _lines(plan, node_rank, pool: str | None = None) -> tuple[list[list], list[l
     if me.ep > 1:
         a([F("enable_expert_parallel")])
     out += _moe_lines(plan, F, s, pool)
-    a([F("max_model_len"), sv.max_model_len])
-    a([F("gpu_memory_utilization"), repr(float(sv.gpu_memory_utilization))])
-    a([F("max_num_seqs"), sv.max_num_seqs])
+    out += _scheduler_lines(sv, F)
     a([F("kv_cache_dtype"), KV_DTYPES[sv.kv_cache_dtype]])
     a([F("dtype"), DTYPES[m.dtype]])
     if m.dtype == "fp8":
@@ -127,6 +125,21 @@ def _lines(plan, node_rank, pool: str | None = None) -> tuple[list[list], list[l
     others.append([F("headless")])
     port = Var("port") if pool else s.get("port", 8000)
     return out, [[F("port"), port]], others, [[x] for x in s.get("extra_args") or []]
+
+
+def _scheduler_lines(sv, F) -> list[list]:
+    """The scheduler and speculative options the spec gives (a key it leaves out is vLLM's own
+    default: not written)."""
+    out = [[F(k), getattr(sv, k)] for k in ("max_model_len",) if getattr(sv, k) is not None]
+    out.append([F("gpu_memory_utilization"), repr(float(sv.gpu_memory_utilization))])
+    out += [[F(k), getattr(sv, k)] for k in ("max_num_seqs", "max_num_batched_tokens") if getattr(sv, k) is not None]
+    if sv.two_batch_overlap:
+        out.append([F("enable_dbo")])
+    if sv.speculative:
+        cfg = {"method": sv.speculative, "model": sv.draft_model, "num_speculative_tokens": sv.speculative_tokens or 1}
+        out.append([F("speculative_config"), json.dumps({k: v for k, v in cfg.items() if v is not None},
+                                                        separators=(",", ":"))])
+    return out
 
 
 def eplb_config(sv) -> dict:

@@ -160,7 +160,7 @@ def max_model_len_beyond_positions(plan, c):
     """vLLM refuses a max_model_len above the model config's max_position_embeddings
     (ModelConfig's derived max_model_len) unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
     m, sv = plan.model, plan.serve
-    if plan.mode != "serve" or sv is None or not m.max_positions or sv.max_model_len <= m.max_positions:
+    if plan.mode != "serve" or sv is None or not m.max_positions or (sv.max_model_len or 0) <= m.max_positions:
         return
     c.report(c.at("serve.max_model_len", "serve"),
              f"max_model_len = {sv.max_model_len:,} tokens is more than model `{m.name}` supports "
