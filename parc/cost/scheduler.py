@@ -90,12 +90,9 @@ class Batcher:
         mean = (1 - f) * td + f * tm
         x = d * E / (max(O - 1, 1e-9) * mean)
         second = (1 - f) * td ** 2 + f * tm ** 2
-        # prompts that fit one step together; a prompt that finds the steps' prompt room taken
-        # waits for it as in M/D/1 (the room busy a share u of the time)
-        fit = np.maximum(np.floor(room / P), 1.0)
         return {"d": d, "k": k, "chunk": chunk, "mixed": f, "td": td, "tm": tm, "mean": mean,
                 "second": second, "x": x, "prefilling": x * k * tm, "pbar": pbar, "room": room,
-                "residual": second / (2 * mean), "busy": x * k * tm / fit}
+                "residual": second / (2 * mean), "busy": x * tm * np.minimum(P / room, k)}
 
     def grid(self) -> dict:
         """:meth:`at` on ``GRID`` batch sizes from 0 to the cap (denser near 0), and the cap."""
@@ -135,9 +132,10 @@ def _invert(xs: np.ndarray, ys: np.ndarray, targets: np.ndarray) -> np.ndarray:
 
 
 def collide(s: dict, share=1.0):
-    """Seconds a prompt waits for the steps' prompt room, taken by another prompt a share
-    ``share × busy`` of the time (M/D/1, a prompt's own steps the service; ``share`` the other
-    users' part of the load: (N − 1)/N for N users)."""
+    """Seconds a prompt waits for the steps' prompt room, which the other prompts hold a share
+    ``share × busy`` of the time (busy = X · τ_M · P / room, each prompt holding its share of a
+    step's room; ``share`` the other users' part of the load, (N − 1)/N for N users): M/D/1 with
+    a prompt's own steps as the service."""
     u = np.minimum(s["busy"] * share, 0.999)
     return u / (2 * (1 - u)) * s["k"] * s["tm"]
 

@@ -8,14 +8,14 @@ P121–P126: decode context parallel and expert-parallel load balancing, as vLLM
 (vllm/config/parallel.py, vllm/config/model.py) and SGLang form them."""
 from __future__ import annotations
 
-from parc.model.pools import nodes_needed
+from parc.model.pools import instance_gpus, nodes_needed
 from parc.rules import WARNING, rule
 from parc.rules.util import divisors, join, plural
 from parc.words import count
 
 
 def _pools_desc(plan) -> str:
-    return " and ".join(f"{p.name} {p.instances} × {count(p.mesh.product, 'GPU')}" for p in plan.pools)
+    return " and ".join(f"{p.name} {p.instances} × {count(instance_gpus(p.mesh), 'GPU')}" for p in plan.pools)
 
 
 # ------------------------------------------------------------------------------------ P117
@@ -64,7 +64,7 @@ def pools_idle(plan, c):
 def pool_whole_nodes(plan, c):
     per = plan.cluster.gpus_per_node
     for p in plan.pools:
-        g = p.mesh.product
+        g = instance_gpus(p.mesh)
         if g <= per or g % per == 0:
             if g < per and per % g:
                 c.report(c.at(p.name),

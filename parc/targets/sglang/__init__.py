@@ -69,8 +69,10 @@ class Layout:
 
 
 def replica(plan) -> int:
-    """The GPUs of one data-parallel replica: tp · pp."""
-    return plan.mesh.tp * plan.mesh.pp
+    """The GPUs of one data-parallel replica (:func:`parc.model.pools.replica_gpus`)."""
+    from parc.model.pools import replica_gpus
+
+    return replica_gpus(plan.mesh)
 
 
 def dp_attention_asked(plan) -> bool:

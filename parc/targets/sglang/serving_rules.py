@@ -4,6 +4,7 @@ SGLang's own source (named in parc/targets/sglang/rules.toml); where SGLang's ar
 accepts a plan that then fails when the model loads or serves wrong results, the message says so."""
 from __future__ import annotations
 
+from parc.model.pools import instance_gpus
 from parc.rules import WARNING, rule
 from parc.rules.util import divisors, join
 from parc.targets.base import settings
@@ -137,7 +138,7 @@ def sglang_pool_instances(plan, c):
         return
     gpn = plan.cluster.gpus_per_node
     for pool in plan.pools:
-        g = pool.mesh.product
+        g = instance_gpus(pool.mesh)
         if pool.instances > 1 and g < gpn:
             c.report(c.at(f"{pool.name}.instances", pool.name),
                      f"{pool.instances} {pool.name} instances of {count(g, 'GPU')} share nodes of {count(gpn, 'GPU')}: "

@@ -47,8 +47,10 @@ PROXY_PORT = 8000
 
 
 def replica(plan) -> int:
-    me = plan.mesh
-    return me.tp * me.pp * me.cp
+    """The GPUs of one data-parallel rank (:func:`parc.model.pools.replica_gpus`)."""
+    from parc.model.pools import replica_gpus
+
+    return replica_gpus(plan.mesh)
 
 
 def launch_mode(plan) -> str:
@@ -208,7 +210,9 @@ def _header(plan, pool) -> list[str]:
 
 def pool_slots(plan, pool) -> int:
     """How many instances of ``pool`` share one node (1 for an instance of a node or more)."""
-    return max(1, plan.cluster.gpus_per_node // pool.mesh.product)
+    from parc.model.pools import instance_gpus
+
+    return max(1, plan.cluster.gpus_per_node // instance_gpus(pool.mesh))
 
 
 def _pool_ctx(plan, pool) -> dict | None:
@@ -216,7 +220,9 @@ def _pool_ctx(plan, pool) -> dict | None:
     GPUs), its API port and, with NixlConnector, its side-channel port (one per instance on a node)."""
     if pool is None:
         return None
-    g, slots = pool.mesh.product, pool_slots(plan, pool)
+    from parc.model.pools import instance_gpus
+
+    g, slots = instance_gpus(pool.mesh), pool_slots(plan, pool)
     return {"name": pool.name, "slots": slots, "port": POOL_PORTS[pool.name],
             "gpus": [",".join(str(k * g + i) for i in range(g)) for k in range(slots)] if slots > 1 else None,
             "nixl": NIXL_PORT if plan.serve.kv_transfer == "nixl" else None}
