@@ -88,12 +88,12 @@ def deployment_text(pr: Problem, goal, d, formatted: bool = True) -> str:
     return format_text(text, "best.par") if formatted else text
 
 
-def check_text(text: str, targets=()) -> tuple[list[str], list[str]]:
-    """(error codes, warning codes) ``parc check`` gives a written spec."""
+def check_text(text: str, targets=()) -> tuple[list[str], list[str], object]:
+    """(error codes, warning codes, the plan) ``parc check`` gives a written spec."""
     from parc.api import check_file
     from parc.language.diagnostics import ERROR
 
     r = check_file("best.par", targets, text=text)
     errs = sorted({x.code for x in r.diagnostics if x.severity == ERROR})
     warns = sorted({x.code for x in r.diagnostics if x.severity != ERROR})
-    return errs, warns
+    return errs, warns, r.plan

@@ -327,6 +327,16 @@ def _deployment(cols: dict, i: int) -> Deployment:
                       memory=float(cols["memory"][i]))
 
 
+def _as_explained(d: Deployment, plan) -> None:
+    """``d``'s numbers as ``parc explain`` gives them for the spec written for it (the search
+    ranks by its own costing of the instances, which that spec's plan may differ from in the
+    last percent: its NCCL groups and cluster are the deployment's whole)."""
+    from parc.cost.estimate import estimate
+
+    sv = estimate(plan, cache=False).serving
+    d.ttft, d.tpot, d.throughput, d.batch = sv.ttft, sv.tpot, sv.output_tokens_per_s, sv.batch
+
+
 def _verdicts(cols: dict, goal: Goal, world: int) -> tuple[np.ndarray, dict]:
     """Which deployments meet the goal, and how many fail for each reason (the first that applies)."""
     reasons = [("memory", ~cols["fits"].astype(bool)), ("cluster", cols["gpus"] > world)]
@@ -396,9 +406,13 @@ def search_serving(pr: Problem, goal: Goal, *, top: int = 10, targets: Iterable[
         if len(res.plans) >= top or misses >= MAX_REJECTED_WALK:
             break
         d = _deployment(cols, int(i))
-        errs, warns = check_text(deployment_text(pr, goal, d, formatted=False), tnames)
+        errs, warns, plan = check_text(deployment_text(pr, goal, d, formatted=False), tnames)
         if errs:
             res.rejected.append((d, errs))
+            misses += 1
+            continue
+        _as_explained(d, plan)
+        if not _meets(goal, d.ttft, d.tpot):       # its own spec, explained, misses the targets
             misses += 1
             continue
         d.rank, d.warnings = len(res.plans) + 1, warns
