@@ -152,3 +152,19 @@ def cost_instance(pr: Problem, shape: Shape, split: str, prompt: int) -> Instanc
         ic.inst = Instance("instance", plan, est, 1, limits(plan, est.kv_capacity_tokens),
                            StepModel(plan, est, pr.profile.gemm_efficiency))
     return ic
+
+
+def instance_cost_of(plan, est, efficiency: float | None = None) -> InstanceCost:
+    """An instance the spec itself lays out (its mesh, or a pool's instance plan), costed through
+    this seam as the search costs its own layouts."""
+    from parc.cost.engine import limits
+    from parc.cost.serve_step import StepModel
+
+    m, srv = plan.mesh, plan.serve
+    shape = Shape(tp=m.tp, pp=m.pp, dp=m.dp if srv.dp_attention else 1, ep=m.ep, dcp=m.dcp)
+    cap = float(est.memory.capacity)
+    ic = InstanceCost(shape, plan, est, float(est.memory.weights), cap, int(est.kv_capacity_tokens),
+                      est.memory.weights <= srv.gpu_memory_utilization * cap)
+    ic.inst = Instance("instance", plan, est, 1, limits(plan, est.kv_capacity_tokens),
+                       StepModel(plan, est, efficiency))
+    return ic

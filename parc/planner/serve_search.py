@@ -422,3 +422,37 @@ def search_serving(pr: Problem, goal: Goal, *, top: int = 10, targets: Iterable[
         res.closest = _deployment(cols, j) if j is not None else None
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def evaluate_deployment(pr: Problem, plan):
+    """The search's numbers for the deployment a spec's ``plan`` lays out (one mesh of dp ranks,
+    or its pools): each instance costed through :mod:`parc.planner.serve_costs`, the deployment
+    evaluated as the search evaluates its own (the closed loop of the spec's workload over one
+    mesh's ranks, or the prefill pool feeding the decode pool). ``parc explain`` of the same spec
+    gives the same TTFT, TPOT and step (tests/test_serving_views.py)."""
+    from types import SimpleNamespace
+
+    from parc.cost.estimate import estimate
+    from parc.cost.scheduler import closed_loop, open_loop, pooled
+    from parc.cost.serving import kv_transfer, serve_load
+    from parc.model.pools import instance_gpus, pool_plans
+    from parc.planner.serve_costs import instance_cost_of
+
+    est = estimate(plan, pr.profile.gemm_efficiency, cache=False)
+    w, dec_inst = serve_load(plan, est)
+    P, O = w.prompt_tokens, w.output_tokens
+    if not plan.pools:
+        ic = instance_cost_of(plan, est, pr.profile.gemm_efficiency)
+        ranks = plan.mesh.dp
+        b = ic.batcher(P, O)
+        st = (open_loop(b, w.request_rate / ranks) if w.request_rate is not None
+              else closed_loop(b, w.concurrency / ranks)).item()
+        return SimpleNamespace(ttft=st["ttft"], tpot=st["tpot"], step=st["step_mean"],
+                               gpus_per_instance={"serve": instance_gpus(plan.mesh)})
+    ics = {p.name: (instance_cost_of(pp, estimate(pp, pr.profile.gemm_efficiency, cache=False),
+                                     pr.profile.gemm_efficiency), p.instances * pp.mesh.dp) for p, pp in pool_plans(plan)}
+    (pre, n_p), (dec, n_d) = ics["prefill"], ics["decode"]
+    xfer = kv_transfer(plan, pre.est, P)[1]
+    st = pooled(dec.batcher(P, O), n_d, pre.prefill(P, O), n_p, xfer, users=w.concurrency, rate=w.request_rate).item()
+    return SimpleNamespace(ttft=st["ttft"], tpot=st["tpot"], step=st["step_decode"],
+                           gpus_per_instance={k: instance_gpus(ic.plan.mesh) for k, (ic, _) in ics.items()})
