@@ -85,8 +85,9 @@ class Batcher:
         pbar = d * E * P / max(O - 1, 1e-9)
         chunk = np.minimum(np.maximum(alone, pbar), room)
         f = np.clip(pbar / np.maximum(chunk, 1e-9), 0.0, 1.0)
-        td = self.step(d, 0.0)
-        tm = self.step(d, chunk)
+        both = np.asarray(self.step(np.concatenate([np.ravel(d), np.ravel(d)]),
+                                    np.concatenate([np.zeros(np.size(d)), np.ravel(chunk)])))
+        td, tm = both[:np.size(d)].reshape(np.shape(d)), both[np.size(d):].reshape(np.shape(d))
         mean = (1 - f) * td + f * tm
         x = d * E / (max(O - 1, 1e-9) * mean)
         second = (1 - f) * td ** 2 + f * tm ** 2

@@ -105,17 +105,6 @@ def _shape(m, half: float):
     return np.maximum(m, 1e-9) / (np.maximum(m, 1e-9) + half)
 
 
-def _least(lines: list, x):
-    """min over (a, b) of a + b·x, for a number or an array ``x``."""
-    if isinstance(x, (int, float)):
-        return min(a + b * x for a, b in lines)
-    out = None
-    for a, b in lines:
-        t = a + b * x
-        out = t if out is None else np.minimum(out, t)
-    return out
-
-
 def experts_touched(experts, copies):
     """Expected share of ``experts`` that ``copies`` uniformly routed token copies reach:
     1 − (1 − 1/E)^n. Scalars or arrays."""
@@ -224,7 +213,8 @@ class StepModel:
         eff = prof.gemm_efficiency if efficiency is None else efficiency
         self.plan, self.est, self.model, self.pp = plan, est, m, mesh.pp
         wdtype = m.dtype
-        self.hbm = cl.gpu.hbm_bandwidth * prof.hbm_efficiency
+        # a GPU without an HBM bandwidth reads nothing in time: its steps are compute-bound
+        self.hbm = cl.gpu.hbm_bandwidth * prof.hbm_efficiency or float("inf")
         self.gemm_rate = gemm_rate(plan, eff)
         self.attn_rate = cl.gpu.flops * eff
         self.half = float(prof.gemm_half_size)
@@ -237,6 +227,7 @@ class StepModel:
                 keys[k] = len(self.distinct)
                 self.distinct.append(s)
         self.slot = [keys[(s.layers, s.moe_layers, s.dense, s.experts, s.kv, s.head)] for s in self.stages]
+        self._distinct = tuple(self.distinct)
         spec = srv.speculative if srv is not None else None
         self.drafts = (srv.speculative_tokens or 1) if spec else 0
         self.verify = self.drafts + 1
@@ -307,45 +298,70 @@ class StepModel:
         self._line_cache[key] = out
         return out
 
-    def _terms(self, st: Stage, d, p, cd, cp, last: bool) -> dict:
-        """The roofline terms (seconds) of stage ``st`` for ``d`` decode requests and ``p``
-        prefill tokens of its micro-batch, the requests ``cd`` tokens deep, prompts attending to
-        ``cp`` tokens on average."""
-        v = self.verify if self.draft is not None else 1
-        dec = d * v
-        n = dec + p
-        w = st.dense + st.experts * experts_touched(st.local, n * st.copies)
-        out = {"weights": w / self.hbm, "kv": d * cd * st.kv / self.hbm}
-        # a GEMM of M rows reaches M / (M + gemm_half_size) of its rate (parc.cost.gemm): the step's
-        # tokens for the dense ones, each expert's routed tokens for the grouped ones
-        per_expert = n * st.copies / max(st.local, 1)
-        gemm = (n * st.gemm + (dec if last else 0.0) * st.head) / (self.gemm_rate * _shape(n, self.half)) \
-            + n * st.gemm_expert / (self.gemm_rate * _shape(per_expert, self.half))
-        out["gemm"] = gemm
-        out["attention"] = (dec * cd * st.attn_decode + p * cp * st.attn_prefill) / self.attn_rate
-        out["compute"] = gemm + out["attention"]
-        out["comm"] = self._comm(st, n, dec, p)
+    def _stack(self, stages: tuple) -> dict:
+        """The coefficients of ``stages`` as columns (one row per stage) and, per axis, the lines
+        of each stage's collective (rows × algorithms), for :meth:`_terms` over arrays."""
+        key = tuple(id(st) for st in stages)
+        got = self._line_cache.get(key)
+        if got is not None:
+            return got
+        out = {f: np.array([[getattr(st, f)] for st in stages], dtype=float) for f in
+               ("dense", "experts", "local", "copies", "kv", "gemm", "gemm_expert", "head", "attn_decode",
+                "attn_prefill")}
+        lines = [self._lines(st) for st in stages]
+        axes = list(dict.fromkeys(ax for ln in lines for ax in ln))
+        out["lines"] = {}
+        for ax in axes:
+            width = max(len(ln.get(ax, ())) for ln in lines) or 1
+            a = np.full((len(stages), width, 1), np.inf)
+            b = np.zeros((len(stages), width, 1))
+            for r, ln in enumerate(lines):
+                got_ax = ln.get(ax) or [(0.0, 0.0)]
+                for c, (x0, x1) in enumerate(got_ax):
+                    a[r, c, 0], b[r, c, 0] = x0, x1
+            out["lines"][ax] = (a, b)
+        self._line_cache[key] = out
         return out
 
-    def _comm(self, st: Stage, n, dec, p) -> dict:
+    def _terms(self, stages: tuple, d, p, cd, cp) -> dict:
+        """The roofline terms (seconds, one row per stage, one column per load) of ``stages`` for
+        ``d`` decode requests and ``p`` prefill tokens of a micro-batch, the requests ``cd``
+        tokens deep, prompts attending to ``cp`` tokens on average."""
+        c = self._stack(stages)
+        d = np.atleast_1d(np.asarray(d, dtype=float))[None, :]
+        p = np.broadcast_to(np.atleast_1d(np.asarray(p, dtype=float))[None, :], d.shape)
+        dec = d * (self.verify if self.draft is not None else 1)
+        n = dec + p
+        w = c["dense"] + c["experts"] * experts_touched(c["local"], n * c["copies"])
+        out = {"weights": w / self.hbm, "kv": d * cd * c["kv"] / self.hbm}
+        # a GEMM of M rows reaches M / (M + gemm_half_size) of its rate (parc.cost.gemm): the step's
+        # tokens for the dense ones, each expert's routed tokens for the grouped ones
+        per_expert = n * c["copies"] / np.maximum(c["local"], 1.0)
+        out["gemm"] = (n * c["gemm"] + dec * c["head"]) / (self.gemm_rate * _shape(n, self.half)) \
+            + n * c["gemm_expert"] / (self.gemm_rate * _shape(per_expert, self.half))
+        out["attention"] = (dec * cd * c["attn_decode"] + p * cp * c["attn_prefill"]) / self.attn_rate
+        out["compute"] = out["gemm"] + out["attention"]
+        out["comm"] = self._comm(c["lines"], n, dec, p)
+        out["tokens"] = n
+        return out
+
+    def _comm(self, lines: dict, n, dec, p) -> dict:
         """Seconds of each axis's communication for ``n`` tokens, ``dec`` of them decode tokens,
-        ``p`` prefill tokens (DeepEP's mode follows the step: normal kernels with prefill, else
-        low-latency ones, under ``--deepep-mode auto``)."""
+        ``p`` prefill tokens: the fastest of its algorithms' lines (DeepEP's mode follows the step:
+        normal kernels with prefill, else low-latency ones, under ``--deepep-mode auto``)."""
         out = {}
-        for ax, lines in self._lines(st).items():
+        for ax, (a, b) in lines.items():
             x = dec if ax == "dcp" else n
-            t = _least(lines, x)
-            if ax == "dcp":
-                t = t * (np.asarray(dec) > 0)
-            out[ax] = t
+            t = (a + b * x[:, None, :]).min(axis=1)
+            out[ax] = t * (dec > 0) if ax == "dcp" else t
         if "normal" in out:
             normal, low = out.pop("normal"), out.pop("low_latency")
             out["ep"] = normal if self.mode == "normal" else low if self.mode == "low_latency" else \
-                np.where(np.asarray(p) > 0, normal, low)
+                np.where(p > 0, normal, low)
         return out
 
-    def _time(self, t: dict, n):
-        """The stage's time: each kernel class at its own roofline, one after the other (the GEMMs
+    def _time(self, t: dict):
+        """Each stage's time: each kernel class at its own roofline, one after the other (the GEMMs
         read the weights, attention the KV cache), then the communication; with two-batch
         overlap the expert all-to-all under the rest, the weights read by both halves."""
         comm = sum(t["comm"].values()) if t["comm"] else 0.0
@@ -354,51 +370,44 @@ class StepModel:
             return plain
         ep = t["comm"].get("ep", 0.0)
         work = np.maximum(2 * t["weights"], t["gemm"]) + np.maximum(t["kv"], t["attention"])
-        return np.where(np.asarray(n) >= 2, np.maximum(work, ep) + (comm - ep), plain)
+        return np.where(t["tokens"] >= 2, np.maximum(work, ep) + (comm - ep), plain)
 
     # --- the step --------------------------------------------------------------------------------
 
-    def stage_times(self, d, p=0.0, cd=0.0, cp=0.0) -> list:
-        """Each distinct stage's time for ``d`` decode requests and ``p`` prefill tokens of the
-        rank (each micro-batch a pp-th of them)."""
+    def stage_times(self, d, p=0.0, cd=0.0, cp=0.0):
+        """Each distinct stage's time (rows) for ``d`` decode requests and ``p`` prefill tokens of
+        the rank (columns; each micro-batch a pp-th of them)."""
         b, q = np.asarray(d, dtype=float) / self.pp, np.asarray(p, dtype=float) / self.pp
-        out = []
-        last = self.slot[-1]
-        for i, st in enumerate(self.distinct):
-            t = self._time(self._terms(st, b, q, cd, cp, i == last), b * self.verify + q)
-            if i == last and self.draft is not None:
-                t = t + self._draft_time(b, cd)
-            out.append(t)
-        return out
+        times = self._time(self._terms(self._distinct, b, q, cd, cp))
+        if self.draft is not None:
+            times[self.slot[-1]] = times[self.slot[-1]] + self._draft_time(b, cd)
+        return times
 
     def _draft_time(self, b, cd):
-        dr = self.draft
-        t = self._terms(dr, b, 0.0, cd, 0.0, True)
-        one = self._time(t, 0)
-        return self.drafts * one * (np.asarray(b) > 0)
+        t = self._time(self._terms((self.draft,), b, 0.0, cd, 0.0))[0]
+        return self.drafts * t * (np.atleast_1d(b) > 0)
 
     def step(self, d, p=0.0, cd=0.0, cp=0.0):
-        """Seconds between two steps of the same request: ``pp ×`` the slowest stage's time."""
-        times = self.stage_times(d, p, cd, cp)
-        worst = times[0]
-        for t in times[1:]:
-            worst = np.maximum(worst, t)
-        return self.pp * worst
+        """Seconds between two steps of the same request: ``pp ×`` the slowest stage's time
+        (a number for numbers, an array for arrays)."""
+        worst = self.pp * self.stage_times(d, p, cd, cp).max(axis=0)
+        return float(worst[0]) if np.ndim(d) == 0 and np.ndim(p) == 0 else worst.reshape(np.broadcast(
+            np.asarray(d), np.asarray(p)).shape)
 
     def phases(self, d: float, p: float = 0.0, cd: float = 0.0, cp: float = 0.0) -> list[Phase]:
         """Every pipeline stage's pass for ``d`` decode requests and ``p`` prefill tokens of the
         rank, by roofline term (numbers, for explain and the timeline)."""
         b, q = d / self.pp, p / self.pp
+        t = self._terms(tuple(self.stages), b, q, cd, cp)
+        times = self._time(t)
         out = []
-        last = len(self.stages) - 1
-        for i, st in enumerate(self.stages):
-            t = self._terms(st, b, q, cd, cp, i == last)
-            n = b * self.verify + q
-            ph = Phase(float(n), float(t["weights"]), float(t["kv"]), float(t["compute"]),
-                       {ax: float(v) for ax, v in t["comm"].items()}, float(self._time(t, n)))
+        for i in range(len(self.stages)):
+            n = float(t["tokens"][0, 0])
+            ph = Phase(n, float(t["weights"][i, 0]), float(t["kv"][i, 0]), float(t["compute"][i, 0]),
+                       {ax: float(v[i, 0]) for ax, v in t["comm"].items()}, float(times[i, 0]))
             ph.overlapped = self.tbo and n >= 2
-            if i == last and self.draft is not None:
-                ph.draft = float(self._draft_time(b, cd))
+            if i == len(self.stages) - 1 and self.draft is not None:
+                ph.draft = float(self._draft_time(b, cd)[0])
                 ph.time += ph.draft
             out.append(ph)
         return out

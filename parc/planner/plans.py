@@ -121,7 +121,9 @@ def written(pr: Problem, c: Candidate) -> dict[str, list[str]]:
             + [k for k, d in (("precision", "bf16"), ("main_grads", "fp32"), ("optimizer_state", "fp32"))
                if getattr(t, k) != d]
     else:
-        w["serve"] = ["max_model_len", "gpu_memory_utilization", "max_num_seqs"] \
+        # max_model_len only where given (else the engine's own); max_num_seqs the candidate's
+        w["serve"] = (["max_model_len"] if pr.serve.max_model_len is not None else []) \
+            + ["gpu_memory_utilization", "max_num_seqs"] \
             + (["kv_cache_dtype"] if pr.serve.kv_cache_dtype != "auto" else [])
     return w
 

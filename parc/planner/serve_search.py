@@ -247,16 +247,21 @@ def _pool_nodes(gpus, per: int):
 
 def _disaggregated(t: _Table, pre: list[InstanceCost], dec: list[InstanceCost], goal: Goal, pr: Problem):
     """Every prefill pool × decode pool that fits the cluster's nodes, as arrays."""
-    xfer = np.array([kv_transfer_time(pr, p, goal.prompt_tokens) for p in pre])
+    P, O = goal.prompt_tokens, goal.output_tokens
+    xfer = np.array([kv_transfer_time(pr, p, P) for p in pre])
+    alone = np.array([p.prefill(P, O)["alone"] for p in pre])
+    cap = np.array([p.prefill(P, O)["capacity"] for p in pre])
     for d in dec:
         same = [i for i, p in enumerate(pre) if p.shape.dp_attention == d.shape.dp_attention]
         if same:
-            _pools_for(t, [pre[i] for i in same], d, goal, pr, xfer[same])
+            _pools_for(t, [pre[i] for i in same], d, goal, pr, xfer[same], alone[same], cap[same])
 
 
-def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, pr: Problem, xfer: np.ndarray):
+def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, pr: Problem, xfer: np.ndarray,
+               alone: np.ndarray, cap: np.ndarray):
     """Decode pools of ``d``'s layout with every prefill pool of ``pre`` (one `dp_attention`
-    setting serves both pools), each evaluated by :func:`parc.cost.scheduler.pooled` at the
+    setting serves both pools; ``xfer``, ``alone`` and ``cap`` each prefill layout's KV transfer,
+    prompt alone and full-load rate), each evaluated by :func:`parc.cost.scheduler.pooled` at the
     goal's users (or, without a concurrency, at the users that fill the decode ranks to the TPOT
     target)."""
     from parc.cost.scheduler import pooled
@@ -264,8 +269,6 @@ def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, 
     cl = pr.cluster
     P, O, per = goal.prompt_tokens, goal.output_tokens, cl.gpus_per_node
     bd = d.batcher(P, O)
-    alone = np.array([p.prefill(P, O)["alone"] for p in pre])
-    cap = np.array([p.prefill(P, O)["capacity"] for p in pre])
     p_r = np.array([p.shape.ranks for p in pre])
     p_g = np.array([p.shape.gpus for p in pre])
     n_d = np.arange(1, cl.world // d.shape.gpus + 1)

@@ -103,8 +103,11 @@ def timeline(plan, estimate=None, steps: int = 6) -> str:
     w = sv.workload
     gpus = ({k: v["gpus_per_instance"] for k, v in sv.pools.items()} if sv.pools
             else {"serve": instance_gpus(plan.mesh)})
-    where = " → ".join(f"{k} instance ({v} GPUs)" for k, v in gpus.items()) if sv.pools else \
-        f"one replica of {plan.mesh.pp * plan.mesh.cp * plan.mesh.tp} GPUs"
+    from parc.model.pools import replica_gpus
+    from parc.words import count
+
+    where = " → ".join(f"{k} instance ({count(v, 'GPU')})" for k, v in gpus.items()) if sv.pools else \
+        f"one replica of {count(replica_gpus(plan.mesh), 'GPU')}"
     title = (f"Serving timeline: {where}; forward passes only; a {w.prompt_tokens:,}-token prompt, then {steps} "
              f"steps of {sv.batch:,.4g} requests per replica")
     sub = f"TTFT {ttft_text(sv)}; TPOT {seconds(sv.tpot)}; block lengths from the cost model"
