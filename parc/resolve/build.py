@@ -358,8 +358,7 @@ def build_pools(r: Evaluator, cluster: Cluster | None, top: Span) -> list[Pool]:
         r.blocks[name] = Block(name, None, child.span, None, assigns, order)
         r.spans[name] = _head(r, name, top)
         try:
-            inst = _get(r, name, "instances", 1)
-            seqs = _get(r, name, "max_num_seqs")
+            inst, seqs = _get(r, name, "instances", 1), _get(r, name, "max_num_seqs")
             m = build_mesh(r, cluster, top, name)
         except _Incomplete:
             failed = True
