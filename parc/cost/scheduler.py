@@ -93,7 +93,7 @@ class Batcher:
         second = (1 - f) * td ** 2 + f * tm ** 2
         return {"d": d, "k": k, "chunk": chunk, "mixed": f, "td": td, "tm": tm, "mean": mean,
                 "second": second, "x": x, "prefilling": x * k * tm, "pbar": pbar, "room": room,
-                "residual": second / (2 * mean), "busy": x * tm * np.minimum(P / room, k)}
+                "residual": second / (2 * mean), "busy": x * tm * np.maximum(P / room, 1 / np.maximum(np.floor(room / P), 1))}
 
     def grid(self) -> dict:
         """:meth:`at` on ``GRID`` batch sizes from 0 to the cap (denser near 0), and the cap."""
@@ -134,9 +134,10 @@ def _invert(xs: np.ndarray, ys: np.ndarray, targets: np.ndarray) -> np.ndarray:
 
 def collide(s: dict, share=1.0):
     """Seconds a prompt waits for the steps' prompt room, which the other prompts hold a share
-    ``share × busy`` of the time (busy = X · τ_M · P / room, each prompt holding its share of a
-    step's room; ``share`` the other users' part of the load, (N − 1)/N for N users): M/D/1 with
-    a prompt's own steps as the service."""
+    ``share × busy`` of the time (busy = X · τ_M · max(P / room, 1 / ⌊room / P⌋): each prompt
+    holds its share of a step's room, and where the rest cannot hold a whole prompt, the whole
+    step; ``share`` the other users' part of the load, (N − 1)/N for N users): M/D/1 with a
+    prompt's own steps as the service."""
     u = np.minimum(s["busy"] * share, 0.999)
     return u / (2 * (1 - u)) * s["k"] * s["tm"]
 
