@@ -128,7 +128,8 @@ class ServeNumbers:
                              "concurrency": w.concurrency, "request_rate": w.request_rate, "stated": list(w.stated)},
                 "engine": self.limits.to_json(), "replicas": self.replicas, "batch_per_replica": self.batch,
                 "requests_fit_per_replica": self.fits, "limit": self.limit,
-                "ttft": self.ttft, "ttft_terms": dict(self.ttft_terms), "tpot": self.tpot,
+                "ttft": _finite(self.ttft), "ttft_terms": {k: _finite(v) for k, v in self.ttft_terms.items()},
+                "tpot": self.tpot,
                 "tpot_p99": self.tpot_p99, "itl_p99": self.itl_p99, "step": self.step,
                 "mixed_share": self.mixed_share, "accepted_tokens_per_step": self.accepted,
                 "prefill_steps": self.prefill_steps, "prefill_time": self.prefill_time,
@@ -139,6 +140,12 @@ class ServeNumbers:
                 "mixed_stages": [p.to_json() for p in self.mixed],
                 "kv_transfer": {"bytes_per_request": int(self.kv_transfer_bytes), "time": self.kv_transfer_time},
                 "pools": {name: _pool_json(p) for name, p in self.pools.items()}}
+
+
+def _finite(x: float):
+    """``x``, or None where it is infinite (a request rate the plan never drains: JSON has no
+    infinity)."""
+    return x if x < float("inf") else None
 
 
 def _pool_json(p: dict) -> dict:

@@ -18,7 +18,7 @@ TERMS = {"wait": "the step in progress", "queue": "queue", "prefill": "prefill",
          "first_decode": "first decode step"}
 LIMITS = {"users": "the users in flight", "rate": "the request rate", "budget": "max_num_batched_tokens",
           "seqs": "max_num_seqs", "kv": "the KV cache", "prefill": "the prefill pool",
-          "unstable": "nothing: the requests arrive faster than the engine serves them"}
+          "unstable": "the engine's capacity, which the requests arrive faster than"}
 
 
 def memory_rows(plan, est, st) -> list[list]:
@@ -100,8 +100,8 @@ def _phase_text(ph, what: str) -> str:
 _AXIS = {"tp": "TP all-reduce", "ep": "EP all-to-all", "pp": "PP send", "dcp": "DCP all-gather + reduce-scatter"}
 
 
-def _time(t: float) -> str:
-    return seconds(t) if math.isfinite(t) else "unbounded"
+def _time(t) -> str:
+    return seconds(t) if t is not None and math.isfinite(t) else "unbounded"
 
 
 def ttft_text(sv) -> str:

@@ -161,7 +161,8 @@ def speed_cards(sv) -> list[tuple]:
     """TTFT, TPOT and output tokens/s of a serving plan's JSON ``serving`` object."""
     if not sv:
         return []
-    return [("TTFT", _time(sv["ttft"]), False), ("TPOT", _time(sv["tpot"]), False),
+    return [("TTFT", _time(sv["ttft"]) if sv["ttft"] is not None else "unbounded", False),
+            ("TPOT", _time(sv["tpot"]), False),
             ("output tokens/s", f"{float(sv['output_tokens_per_s']):,.0f}", False)]
 
 
