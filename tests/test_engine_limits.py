@@ -44,7 +44,7 @@ def test_vllm_defaults_by_gpu_memory(check_spec, gpu, seqs, tokens):
     assert (lim.engine, lim.release) == ("vllm", "0.33")
     assert (lim.max_num_seqs, lim.max_num_batched_tokens) == (seqs, tokens)
     # max_model_len: the model's own context (llama3_8b: 8,192 positions)
-    assert lim.max_model_len == plan.model.context_limit == 8192
+    assert lim.max_model_len == plan.model.max_positions == 8192
     assert lim.stated == ()
 
 

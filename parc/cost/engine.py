@@ -97,9 +97,14 @@ def batched_tokens(plan) -> int:
 
 def max_model_len(plan) -> int:
     """The longest request the engine takes: the spec's ``max_model_len``, else the engine's own
-    default, the model's context (:attr:`parc.model.plan.Model.context_limit`)."""
+    default, the context it derives for the model from its positions and RoPE scaling
+    (:func:`parc.model.rope.context_limit`; the model's ``seq_len`` where it states no positions)."""
+    from parc.model.rope import context_limit
+
     srv = plan.serve
-    return srv.max_model_len if srv is not None and srv.max_model_len is not None else plan.model.context_limit
+    if srv is not None and srv.max_model_len is not None:
+        return srv.max_model_len
+    return context_limit(plan.model, engine_of(plan)[0]) or plan.model.seq_len
 
 
 def limits(plan, kv_tokens: int | None = None) -> Limits:
