@@ -255,3 +255,28 @@ def test_a_request_rate_drives_explain(check_spec):
     assert high.serving.output_tokens_per_s == pytest.approx(20 * 128)
     over = estimate(_plan(check_spec, spec(L8, gpn=1, mesh="tp = 1", serve="request_rate = 10000")))
     assert over.serving.limit == "unstable"
+
+
+def test_sglang_runs_prompt_steps_apart_and_explain_and_the_timeline_say_so(check_spec):
+    """SGLang 0.5.23 does not mix prompt chunks into decode steps (enable_mixed_chunk off, prefill
+    first): its decode batch is not bounded by the chunked prefill size, explain names the prompt
+    step, and the timeline draws a prompt step after the decode steps that carry no chunk."""
+    from xml.etree import ElementTree as ET
+
+    from parc.cost.estimate import estimate
+    from parc.report.explain import render_text
+    from parc.report.svg_serve import timeline
+
+    serve = "max_model_len = 4096; prompt_tokens = 2000; output_tokens = 201; concurrency = 64"
+    plans = {t: _plan(check_spec, spec(L8, gpn=1, mesh="tp = 1", serve=serve, target={t: S})) for t in ("sglang", "vllm")}
+    est = {t: estimate(p, cache=False) for t, p in plans.items()}
+    assert est["sglang"].serving.limits.mixed is False and est["vllm"].serving.limits.mixed is True
+    out = render_text(plans["sglang"], est["sglang"], "s.par")
+    assert "prompt step" in out and "apart from the decode steps" in out and "mixed step" not in out
+    assert "mixed step" in render_text(plans["vllm"], est["vllm"], "s.par")
+    svg = ET.fromstring(timeline(plans["sglang"], est["sglang"], steps=12))
+    blocks = [b for b in svg.iter("{http://www.w3.org/2000/svg}rect") if "block" in (b.get("class") or "")]
+    kinds = [b.get("class").split()[-1] for b in blocks]
+    assert "M" not in kinds and kinds.count("P") > 1
+    # each prompt step after the first prompt's own follows a decode step
+    assert all(kinds[i - 1] == "D" for i in range(1, len(kinds)) if kinds[i] == "P" and "D" in kinds[:i])

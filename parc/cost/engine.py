@@ -31,13 +31,14 @@ class Limits:
     max_num_seqs: int             # requests per dp rank
     max_num_batched_tokens: int   # tokens one step schedules per dp rank
     attn_dp: int = 1              # the dp ranks one engine's limits are shared over (SGLang's attention DP)
+    mixed: bool = True            # decode tokens ride in the prompt chunks' steps (vLLM); else apart (SGLang)
     stated: tuple = ()            # which of the three the spec gave
     notes: tuple = field(default=())   # how each default was found, in words
 
     def to_json(self) -> dict:
         return {"engine": self.engine, "release": self.release, "max_model_len": self.max_model_len,
                 "max_num_seqs_per_rank": self.max_num_seqs,
-                "max_num_batched_tokens_per_rank": self.max_num_batched_tokens,
+                "max_num_batched_tokens_per_rank": self.max_num_batched_tokens, "mixed_steps": self.mixed,
                 "stated": list(self.stated), "notes": list(self.notes)}
 
 
@@ -124,7 +125,8 @@ def limits(plan, kv_tokens: int | None = None) -> Limits:
         notes.append(f"max_num_batched_tokens {tokens:,} per rank: {_NAMES[eng]} {rel}'s default on "
                      f"{plan.cluster.gpu.name}" + (f", ÷ {share} attention-DP ranks" if share > 1 else ""))
     seqs = (_sglang_seqs if eng == "sglang" else _vllm_seqs)(plan, share, kv_tokens, mlen, tokens, notes)
-    return Limits(eng, rel or "", int(mlen), int(seqs), int(tokens), share, stated, tuple(notes))
+    return Limits(eng, rel or "", int(mlen), int(seqs), int(tokens), share, bool(_table(eng).get("mixed_steps", True)),
+                  stated, tuple(notes))
 
 
 def _vllm_seqs(plan, share, kv_tokens, mlen, tokens, notes) -> int:

@@ -23,6 +23,11 @@ request, ``E`` tokens a decode step yields per request (1, or the accepted draft
   2E[τ], when the engine is busy) + the queue + ``k·τ_M``; TPOT = ``τ̄ / E``, its 99th
   percentile from the binomial count of mixed steps among a request's ``(O − 1)/E``, ITL's 99th
   the mixed step where more than 1% of steps are mixed;
+* an engine that does not mix them (SGLang: ``enable_mixed_chunk`` off, prefill first) runs a
+  prompt step of ``P/k`` (or ``p̄``) tokens apart, between decode steps of ``d`` requests that the
+  budget does not bound: ``f_p = p̄ / chunk`` prompt steps per decode step, ``τ̄ = τ_D + f_p·τ_P``,
+  the interval with a prompt step in it ``τ_M = τ_D + max(1, f_p)·τ_P``, a prompt's own steps
+  ``k·τ_P``;
 * the batch ``d`` follows from the load: a closed loop of ``N`` has ``N = d + X·TTFT`` (Little's
   law), a rate ``λ`` has ``X = λ``; it is capped by the token budget (``v·d + p̄ ≤ T``), by ``S``
   and by the KV cache (``d + X·k·τ_M`` running requests of ``P + O/2`` tokens on average). Past
@@ -58,6 +63,7 @@ class Batcher:
     kv_tokens: int            # tokens of KV cache
     verify: int = 1           # tokens a decode request puts in a step (drafts + 1)
     accepted: float = 1.0     # tokens a decode step yields per request
+    mixed: bool = True        # decode tokens share the prompt chunks' steps (vLLM); else apart (SGLang)
     _grid: dict = field(default=None, repr=False)
     _decode: tuple = field(default=None, repr=False)
 
@@ -65,10 +71,15 @@ class Batcher:
         """(batch sizes, decode-only step) on ``GRID`` points up to the cap of a rank that only
         decodes (a decode pool's: the step budget and the running cap)."""
         if self._decode is None:
-            hi = max(1e-6, min(self.budget / self.verify, self.running_cap))
+            hi = max(1e-6, min(self.decode_budget, self.running_cap))
             xs = hi * np.linspace(0.0, 1.0, GRID) ** 2
             self._decode = (xs, np.asarray(self.step(xs, 0.0), dtype=float))
         return self._decode
+
+    @property
+    def decode_budget(self) -> float:
+        """Decode requests a step's budget holds: ``T / v`` where they share it, else unbounded."""
+        return self.budget / self.verify if self.mixed else float("inf")
 
     @property
     def running_cap(self) -> float:
@@ -76,30 +87,40 @@ class Batcher:
         return float(min(self.seqs, self.kv_tokens / max(1.0, self.prompt + self.output / 2)))
 
     def at(self, d) -> dict:
-        """Every quantity of the steady state with ``d`` decode requests (arrays)."""
+        """Every quantity of the steady state with ``d`` decode requests (arrays): ``tp`` the step
+        a prompt's chunk runs in (the mixed step, or the prompt step apart)."""
         d = np.asarray(d, dtype=float)
         P, O, T, v, E = self.prompt, self.output, self.budget, self.verify, self.accepted
-        room = np.maximum(T - v * d, 1.0)
+        room = np.maximum(T - v * d, 1.0) if self.mixed else np.full_like(d, float(T))
         k = np.ceil(P / room)
-        alone = P / k
         pbar = d * E * P / max(O - 1, 1e-9)
-        chunk = np.minimum(np.maximum(alone, pbar), room)
-        f = np.clip(pbar / np.maximum(chunk, 1e-9), 0.0, 1.0)
-        both = np.asarray(self.step(np.concatenate([np.ravel(d), np.ravel(d)]),
-                                    np.concatenate([np.zeros(np.size(d)), np.ravel(chunk)])))
-        td, tm = both[:np.size(d)].reshape(np.shape(d)), both[np.size(d):].reshape(np.shape(d))
-        mean = (1 - f) * td + f * tm
+        chunk = np.minimum(np.maximum(P / k, pbar), room)
+        fp = pbar / np.maximum(chunk, 1e-9)
+        n = np.size(d)
+        both = np.asarray(self.step(np.concatenate([np.ravel(d), np.ravel(d) * self.mixed]),
+                                    np.concatenate([np.zeros(n), np.ravel(chunk)])))
+        td, tp = both[:n].reshape(np.shape(d)), both[n:].reshape(np.shape(d))
+        f = np.clip(fp, 0.0, 1.0)
+        if self.mixed:
+            tm, mean = tp, (1 - f) * td + f * tp
+            residual = ((1 - f) * td ** 2 + f * tp ** 2) / (2 * mean)
+        else:
+            tm, mean = td + np.maximum(fp, 1.0) * tp, td + fp * tp
+            residual = (td ** 2 + fp * tp ** 2) / (2 * mean)
         x = d * E / (max(O - 1, 1e-9) * mean)
-        second = (1 - f) * td ** 2 + f * tm ** 2
-        return {"d": d, "k": k, "chunk": chunk, "mixed": f, "td": td, "tm": tm, "mean": mean,
-                "second": second, "x": x, "prefilling": x * k * tm, "pbar": pbar, "room": room,
-                "residual": second / (2 * mean), "busy": x * tm * np.maximum(P / room, 1 / np.maximum(np.floor(room / P), 1))}
+        busy = x * tp * np.maximum(P / room, 1 / np.maximum(np.floor(room / P), 1))
+        # a closed loop's request comes when another ends: apart, at the end of a decode step,
+        # when no prompt step is under way (they run first); it waits for the decode step begun
+        # and meets the prompts of those that ended in the same step
+        return {"d": d, "k": k, "chunk": chunk, "mixed": f, "td": td, "tm": tm, "tp": tp, "mean": mean,
+                "x": x, "prefilling": x * k * tp, "pbar": pbar, "room": room, "residual": residual,
+                "busy": busy, "meet": busy if self.mixed else x * mean, "arrive": residual if self.mixed else td}
 
     def grid(self) -> dict:
         """:meth:`at` on ``GRID`` batch sizes from 0 to the cap (denser near 0), and the cap."""
         if self._grid is None:
             v, E, P, O = self.verify, self.accepted, self.prompt, self.output
-            d_budget = self.budget / (v + E * P / max(O - 1, 1e-9))
+            d_budget = self.budget / (v + E * P / max(O - 1, 1e-9)) if self.mixed else float("inf")
             hi = max(1e-6, min(d_budget, self.running_cap))
             g = self.at(hi * np.linspace(0.0, 1.0, GRID) ** 2)
             running = g["d"] + g["prefilling"]
@@ -132,14 +153,14 @@ def _invert(xs: np.ndarray, ys: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return xs[i - 1] + t * (xs[i] - xs[i - 1])
 
 
-def collide(s: dict, share=1.0):
+def collide(s: dict, share=1.0, held: str = "busy"):
     """Seconds a prompt waits for the steps' prompt room, which the other prompts hold a share
     ``share × busy`` of the time (busy = X · τ_M · max(P / room, 1 / ⌊room / P⌋): each prompt
     holds its share of a step's room, and where the rest cannot hold a whole prompt, the whole
     step; ``share`` the other users' part of the load, (N − 1)/N for N users): M/D/1 with a
-    prompt's own steps as the service."""
-    u = np.minimum(s["busy"] * share, 0.999)
-    return u / (2 * (1 - u)) * s["k"] * s["tm"]
+    prompt's own steps as the service; ``held`` the key of the busy share to use)."""
+    u = np.minimum(s[held] * share, 0.999)
+    return u / (2 * (1 - u)) * s["k"] * s["tp"]
 
 
 def _refine(fn, d: np.ndarray, xs: np.ndarray, targets: np.ndarray, ys: np.ndarray) -> np.ndarray:
@@ -203,7 +224,7 @@ def _steady(b: Batcher, s: dict, wait, queue, limit) -> Steady:
     tpot99 = (s["td"] + (s["tm"] - s["td"]) * q / steps) / E if O > 1 else tpot
     itl99 = np.where(f > 0.01, s["tm"], s["td"])
     return Steady(s["x"], s["d"], s["chunk"], f, s["k"], s["td"], s["tm"], s["mean"], wait, queue,
-                  s["k"] * s["tm"], tpot, tpot99, itl99, s["x"] * O, list(limit))
+                  s["k"] * s["tp"], tpot, tpot99, itl99, s["x"] * O, list(limit))
 
 
 def closed_loop(b: Batcher, users) -> Steady:
@@ -216,7 +237,7 @@ def closed_loop(b: Batcher, users) -> Steady:
     share = (np.maximum(n, 1.0) - 1) / np.maximum(n, 1.0)
 
     def users(s, col):
-        return s["d"] + s["prefilling"] + s["x"] * (col(busy) * s["residual"] + collide(s, col(share)))
+        return s["d"] + s["prefilling"] + s["x"] * (col(busy) * s["arrive"] + collide(s, col(share), "meet"))
 
     xs = g["d"]
     ys = users(g, lambda v: v[:, None])
@@ -226,9 +247,9 @@ def closed_loop(b: Batcher, users) -> Steady:
     d = _invert(xs[within], ys[:, within], goal)
     d = np.minimum(_refine(lambda z: users(b.at(z), lambda v: v), d, xs[within], goal, ys[:, within]), g["cap"])
     s = b.at(d)
-    queue = collide(s, share) + np.where(n > n_cap, (n - n_cap) / np.maximum(s["x"], 1e-30), 0.0)
+    queue = collide(s, share, "meet") + np.where(n > n_cap, (n - n_cap) / np.maximum(s["x"], 1e-30), 0.0)
     limit = [g["limit"] if over else "users" for over in (n > n_cap)]
-    return _steady(b, s, busy * s["residual"], queue, limit)
+    return _steady(b, s, busy * s["arrive"], queue, limit)
 
 
 def open_loop(b: Batcher, rate) -> Steady:
@@ -246,7 +267,7 @@ def open_loop(b: Batcher, rate) -> Steady:
     busy = 1 - np.exp(-(s["d"] + s["prefilling"]))
     wait = busy * s["residual"]
     queue = collide(s)
-    life = s["k"] * s["tm"] + wait + s["d"] / np.maximum(s["x"], 1e-30)      # a request's time in a slot
+    life = s["k"] * s["tp"] + wait + s["d"] / np.maximum(s["x"], 1e-30)      # a request's time in a slot
     queue = queue + slot_wait(b.running_cap, lam * life, life)
     unstable = lam > x_cap * (1 + 1e-9)
     queue = np.where(unstable, np.inf, queue)
@@ -362,7 +383,7 @@ def pooled(dec: Batcher, ranks_d, pre: dict, ranks_p, transfer, users=None, rate
     def round_of(z, cc):
         return cc + np.asarray(dec.step(z, 0.0), dtype=float) * (1 + per)
 
-    limit_cap = "budget" if dec.budget / dec.verify <= dec.running_cap else (
+    limit_cap = "budget" if dec.decode_budget <= dec.running_cap else (
         "seqs" if dec.seqs <= dec.kv_tokens / max(1.0, dec.prompt + O / 2) else "kv")
     if users is not None:
         ys = xr[None, :] * (c[:, None] + td[None, :] * (1 + per))

@@ -221,7 +221,7 @@ def batcher(inst: Instance, prompt: int, output: int):
     sm, lim = inst.model, inst.limits
     cd, cp = prompt + output / 2, prompt / 2
     return Batcher(lambda d, p: sm.step(d, p, cd, cp), prompt, output, lim.max_num_batched_tokens,
-                   lim.max_num_seqs, int(inst.est.kv_capacity_tokens), sm.verify, sm.accepted)
+                   lim.max_num_seqs, int(inst.est.kv_capacity_tokens), sm.verify, sm.accepted, lim.mixed)
 
 
 def serve_numbers(plan, est, efficiency: float | None = None) -> ServeNumbers:
@@ -245,7 +245,7 @@ def serve_numbers(plan, est, efficiency: float | None = None) -> ServeNumbers:
         s, xfer_bytes, xfer = _colocated(dec, w), 0.0, 0.0
     b = s["batch"]
     decode = dec.model.phases(b, 0.0, cd, cp)
-    mixed = dec.model.phases(b, s["chunk"], cd, cp) if not plan.pools else []
+    mixed = dec.model.phases(b if dec.limits.mixed else 0.0, s["chunk"], cd, cp) if not plan.pools else []
     prefill = pre.model.phases(0.0, alone["chunk"], cd, cp)
     from parc.model.pools import instance_gpus
 

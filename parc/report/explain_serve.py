@@ -19,6 +19,7 @@ TERMS = {"wait": "the step in progress", "queue": "queue", "prefill": "prefill",
 LIMITS = {"users": "the users in flight", "rate": "the request rate", "budget": "max_num_batched_tokens",
           "seqs": "max_num_seqs", "kv": "the KV cache", "prefill": "the prefill pool",
           "unstable": "the engine's capacity, which the requests arrive faster than"}
+ITL_WHY = {True: "a step with a prompt chunk", False: "a decode step and the prompt step after it"}
 
 
 def memory_rows(plan, est, st) -> list[list]:
@@ -153,8 +154,12 @@ def speed_lines(plan, est) -> list[str]:
              ["decode step", _phase_text(slow_d, f"at {sv.batch:,.4g} requests per replica" + stages)]]
     if sv.mixed and sv.mixed_share > 0:
         slow_m = max(sv.mixed, key=lambda p: p.time)
-        cells.append(["mixed step", _phase_text(slow_m, "with a prompt chunk beside them")
-                      + f"; {percent(sv.mixed_share)} of the steps"])
+        if sv.limits.mixed:
+            cells.append(["mixed step", _phase_text(slow_m, "with a prompt chunk beside them")
+                          + f"; {percent(sv.mixed_share)} of the steps"])
+        else:
+            cells.append(["prompt step", _phase_text(slow_m, "apart from the decode steps, run first")
+                          + f"; after {percent(sv.mixed_share)} of the decode steps"])
     if sv.kv_transfer_bytes:
         kt = plan.serve.kv_transfer or "the connector"
         cells.append(["KV transfer", f"{nbytes(sv.kv_transfer_bytes)} per request ({w.prompt_tokens:,} tokens × "
@@ -163,7 +168,7 @@ def speed_lines(plan, est) -> list[str]:
     cells += [["TTFT", ttft_text(sv)],
               ["TPOT", (f"{_time(sv.tpot)} mean, {_time(sv.tpot_p99)} p99 ({1 / sv.tpot:,.1f} tokens/s per "
                         f"request{spec})") if sv.tpot else "-"],
-              ["ITL", f"{_time(sv.itl_p99)} p99 (a step with a prompt chunk)" if sv.mixed_share > 0.01
+              ["ITL", f"{_time(sv.itl_p99)} p99 ({ITL_WHY[sv.limits.mixed]})" if sv.mixed_share > 0.01
                else f"{_time(sv.itl_p99)} p99"],
               ["output", f"{sv.output_tokens_per_s:,.0f} tokens/s ({sv.output_tokens_per_s / plan.world_size:,.0f} "
                          f"per GPU); the batch is set by {LIMITS.get(sv.limit, sv.limit)}"]]

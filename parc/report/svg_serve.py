@@ -5,7 +5,8 @@ them, forward passes only, each block as long as the cost model's step
 * one mesh: a row per pipeline stage of one replica; a request's prompt in its chunks (``P``, each
   riding a step beside the decode requests), then decode steps of the replica's micro-batches
   (one per stage, vLLM's virtual engines), the share of them that carry another request's prompt
-  chunk drawn as mixed steps (``M``), the rest decode only (``D``);
+  chunk drawn as mixed steps (``M``), the rest decode only (``D``); an engine that does not mix
+  them (SGLang) runs a prompt step (``P``) after those decode steps instead;
 * prefill and decode pools: the rows of a prefill instance's stages, the KV transfer (``K``),
   then the rows of a decode instance's stages; the queue for a prefill rank is named in the
   caption, not drawn.
@@ -31,12 +32,13 @@ def mixed_steps(share: float, steps: int) -> list[bool]:
 
 
 def timeline_slots(prefill: list[float], chunks: int, decode: list[float], mixed: list[float], share: float,
-                   steps: int, start: float = 0.0) -> list[list[tuple]]:
+                   steps: int, start: float = 0.0, apart: bool = False) -> list[list[tuple]]:
     """Per pipeline rank the (kind, batch, step, start, end) blocks: a prompt's ``chunks`` passing
     the stages in turn (each stage ``prefill[r]`` long), then ``steps`` steps of each of the pp
-    micro-batches, mixed (``mixed[r]``) at ``share`` and decode-only (``decode[r]``) otherwise; a
-    stage takes a micro-batch once it is free and the previous stage has handed it on (the last
-    stage hands the next token back to the first)."""
+    micro-batches, mixed (``mixed[r]``) at ``share`` and decode-only (``decode[r]``) otherwise
+    (``apart``: an engine that does not mix them runs the decode step, then a prompt step of
+    ``mixed[r]``); a stage takes a micro-batch once it is free and the previous stage has handed
+    it on (the last stage hands the next token back to the first)."""
     pp = len(decode)
     out = [[] for _ in range(pp)]
     free = [start] * pp
@@ -53,11 +55,13 @@ def timeline_slots(prefill: list[float], chunks: int, decode: list[float], mixed
         for j in range(pp):
             t = ready[j]
             kind = "M" if kinds[k * pp + j] and mixed else "D"
+            parts = [("D", decode), ("P", mixed)] if kind == "M" and apart else [(kind, mixed if kind == "M" else decode)]
             for r in range(pp):
                 s = max(free[r], t)
-                dur = (mixed if kind == "M" else decode)[r]
-                out[r].append((kind, j, k, s, s + dur))
-                free[r] = t = s + dur
+                for name, durs in parts:
+                    out[r].append((name, j, k, s, s + durs[r]))
+                    s += durs[r]
+                free[r] = t = s
             ready[j] = t
     return out
 
@@ -69,7 +73,8 @@ def _rows(plan, sv, steps: int) -> list[tuple[str, str, list[tuple]]]:
     if not sv.pools:
         mixed = [p.time for p in sv.mixed] if sv.mixed and sv.mixed_share > 0 else []
         chunk = mixed or [p.time for p in sv.prefill]
-        slots = timeline_slots(chunk, int(sv.prefill_steps), dec, mixed, sv.mixed_share, steps)
+        slots = timeline_slots(chunk, int(sv.prefill_steps), dec, mixed, sv.mixed_share, steps,
+                               apart=not sv.limits.mixed)
         label = (lambda r: f"stage {r}") if len(slots) > 1 else (lambda r: "the replica")
         return [(label(r), "serve", row) for r, row in enumerate(slots)]
     pre = timeline_slots([p.time for p in sv.prefill], int(sv.prefill_steps), [0.0] * len(sv.prefill), [], 0.0, 0)

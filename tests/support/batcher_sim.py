@@ -11,7 +11,9 @@ carries its prompt's last chunk, its last after ``output − 1`` decode steps mo
 Load: a closed loop of ``users`` (each sends its next request when its last ends; the engine
 has begun its next step by then, so the request waits for that step; the users start spread
 over one request's life) or requests arriving at ``rate`` per second at random (Poisson, a
-fixed seed). The first third of the completed requests is the warm-up and is left out."""
+fixed seed). ``mixed=False`` runs SGLang's way instead: a step with prompt work to do
+prefills only (the chunk in progress first, then waiting requests, up to ``budget`` tokens), a
+step without decodes every running request, the budget not bounding it. The first third of the completed requests is the warm-up and is left out."""
 from __future__ import annotations
 
 import random
@@ -19,7 +21,8 @@ from collections import deque
 
 
 def simulate(step, prompt: int, output: int, budget: int, seqs: int, users: int | None = None,
-             rate: float | None = None, requests: int = 1500, seed: int = 1) -> dict:
+             rate: float | None = None, requests: int = 1500, seed: int = 1, mixed: bool = True,
+             spread: float = 0.0) -> dict:
     """Mean TTFT, TPOT (E2E − TTFT over output − 1) and requests per second."""
     rng = random.Random(seed)
     t = 0.0
@@ -29,7 +32,8 @@ def simulate(step, prompt: int, output: int, budget: int, seqs: int, users: int 
     done: list = []
 
     def new(at: float) -> dict:
-        return {"arr": at, "left": prompt, "tok": 0, "first": None, "last": None}
+        out = output if not spread else max(2, round(output * rng.uniform(1 - spread, 1 + spread)))
+        return {"arr": at, "left": prompt, "tok": 0, "first": None, "last": None, "out": out}
 
     if users is not None:
         life = output * step(users, 0)
@@ -48,7 +52,10 @@ def simulate(step, prompt: int, output: int, budget: int, seqs: int, users: int 
             continue
         room = budget
         decode = [r for r in running if r["left"] == 0]
-        room -= len(decode)
+        if mixed:
+            room -= len(decode)
+        elif any(r["left"] > 0 for r in running) or (ready and len(running) < seqs):
+            decode = []         # a prompt step alone, run first
         chunks = []
         for r in running:
             if r["left"] > 0 and room > 0:
@@ -68,7 +75,7 @@ def simulate(step, prompt: int, output: int, budget: int, seqs: int, users: int 
         for r in decode:
             r["tok"] += 1
             r["last"] = t
-            if r["tok"] >= output:
+            if r["tok"] >= r["out"]:
                 finished.append(r)
         for r, c in chunks:
             r["left"] -= c
@@ -81,6 +88,6 @@ def simulate(step, prompt: int, output: int, budget: int, seqs: int, users: int 
                 waiting.append(new(t))
     kept = done[len(done) // 3:]
     ttft = sum(r["first"] - r["arr"] for r in kept) / len(kept)
-    tpot = sum((r["last"] - r["first"]) / (output - 1) for r in kept) / len(kept)
+    tpot = sum((r["last"] - r["first"]) / (r["out"] - 1) for r in kept) / len(kept)
     e2e = sum(r["last"] - r["arr"] for r in kept) / len(kept)
     return {"ttft": ttft, "tpot": tpot, "rate": users / e2e if users is not None else rate}
