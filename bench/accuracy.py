@@ -39,7 +39,6 @@ DOC = ROOT / "docs" / "accuracy.md"
 CLOSED_FORM_TESTS = "tests/test_accuracy_closed_form.py"
 
 # (median, worst) |error| targets per role
-TARGETS = {"held_out": (0.15, 0.35), "fit": (0.10, 0.25)}
 CLOSED_FORM_TOL = 0.005
 KINDS = ("training", "serving")
 METRICS = {   # metric -> (how the table prints it, unit)
@@ -51,6 +50,9 @@ METRICS = {   # metric -> (how the table prints it, unit)
     "output_tokens_per_node_s": ("{:,.0f}", "output tokens/s/node"),
     "decode_tokens_per_node_s": ("{:,.0f}", "output tokens/s/node of a decode pool"),
 }
+from bench.accuracy_serving import METRICS as SERVING_METRICS, TARGETS, kind, summary_lines  # noqa: E402
+
+METRICS.update(SERVING_METRICS)
 
 
 # --- specs ---------------------------------------------------------------------------------------
@@ -98,9 +100,11 @@ def spec_text(case: dict, data: dict) -> str:
     parts.append(_block("mesh", {ax: mesh[ax] for ax in ("pp", "dp", "cp", "tp", "ep") if ax in mesh}))
     if "layers" in case:
         parts.append(_block("placement", {"layers": case["layers"]}))
-    if "serve" in case:     # a serving row: the serve block with its workload
+    if "serve" in case:     # a serving row: the serve block with its workload (and the engine's backends)
         parts.append(_block("serve", case["serve"]))
-        return "\n\n".join(parts) + "\n"
+        from bench.accuracy_serving import target_blocks
+
+        return "\n\n".join(parts + target_blocks(case)) + "\n"
     parts.append(_block("schedule", {"pipeline": "1f1b", **case["schedule"]}))
     parts.append(_block("train", case.get("train", {})))
     return "\n\n".join(parts) + "\n"
@@ -123,11 +127,11 @@ def metric_value(metric: str, plan, e) -> float:
     """The value of ``metric`` (the keys of :data:`METRICS`) in parc's estimate ``e`` of ``plan``."""
     from parc.cost.flops import recompute_flops
 
-    n, nodes = plan.world_size, plan.cluster.nodes
-    if metric.endswith("_per_node_s"):
-        sv = e.serving
-        key = metric.replace("_per_node_s", "_per_s")
-        return getattr(sv, key) / nodes if sv else 0.0
+    if metric in SERVING_METRICS or metric.endswith("_per_node_s"):
+        from bench.accuracy_serving import value
+
+        return value(metric, plan, e)
+    n = plan.world_size
     if metric == "step_time":
         return e.step_time
     if metric == "mfu":
@@ -246,10 +250,6 @@ def _config(case: dict) -> str:
     return ", ".join(bits)
 
 
-def kind(case: dict) -> str:
-    return "serving" if "serve" in case else "training"
-
-
 def errors_of(results: list[dict], role: str, kind_: str) -> list[float]:
     return [abs(r["error"]) for r in results
             if r["error"] is not None and r["case"].get("role") == role and kind(r["case"]) == kind_]
@@ -318,23 +318,11 @@ def fitted_lines() -> list[str]:
             + [f"- `{k.name}` = {k.shipped():g}" for k in CONSTANTS])
 
 
-def targets_section(s: dict) -> list[str]:
-    """The error of the held-out rows first, then the fit rows, training and serving each, then the
-    other targets."""
-    rows = []
-    for role, word in (("held_out", "held out"), ("fit", "fit")):
-        med_t, worst_t = TARGETS[role]
-        for k in KINDS:
-            got = s["groups"][(role, k)]
-            if got is None:
-                rows.append([f"{k}, {word}", "0", "—", "—", f"median ≤ {med_t:.0%}, worst ≤ {worst_t:.0%}", "no rows"])
-                continue
-            med, worst, n = got
-            rows.append([f"{k}, {word}", str(n), f"{med:.1%}", f"{worst:.1%}",
-                         f"median ≤ {med_t:.0%}, worst ≤ {worst_t:.0%}",
-                         f"median {_met(med <= med_t)}, worst {_met(worst <= worst_t)}"])
-    out = _table(["rows", "count", "median abs. error", "worst abs. error", "target", ""], rows)
-    out += ["", "Other targets:", ""]
+def targets_section(results: list[dict], s: dict) -> list[str]:
+    """The error of the held-out rows first, then the fit rows, training and serving each
+    (``bench/accuracy_serving.summary_lines``), then the other targets."""
+    out = summary_lines(results, _table)
+    out += ["Other targets:", ""]
     out += _table(["target", "result", ""], [
         ["closed-form quantities within 0.5%", f"{s['closed_ok']} of {s['closed']}", _met(s["closed_ok"] == s["closed"])],
         ["every published run fits in parc's memory estimate", f"{s['fit_in_memory']} of {s['ran']}",
@@ -354,12 +342,9 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
            "# Accuracy: parc against published runs", "",
            "Every number below is parc's prediction for a run someone published, next to what that run "
            "measured. Errors are parc / measured − 1 on the metric the source printed (for a time a "
-           "positive error means parc predicts slower; for a rate, faster).", "",
-           "Each row has a role. **Held-out** rows set nothing in parc: they judge it. **Fit** rows may "
-           "set a default constant, and only the constants `bench/accuracy_fit.py` fits on them, on "
-           "them alone (below). The error that counts is the held-out one.", "",
-           "## Held-out and fit error", ""]
-    out += targets_section(s)
+           "positive error means parc predicts slower; for a rate, faster). Only the constants "
+           "`bench/accuracy_fit.py` fits are fitted to published runs, on the fit rows alone (below).", ""]
+    out += targets_section(results, s)
     out += ["", "## Where parc's defaults come from", ""] + DEFAULTS_TEXT + [""]
     out += fitted_lines()
     groups: dict[str, list[dict]] = {}
@@ -390,14 +375,13 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
                 for r in rows]
         out.append("")
     out += ["## Serving rows", "",
-            "The serving rows compare `parc explain`'s throughput at the stated workload with published "
-            "serving measurements that state the hardware, the model and the parallel layout. Only the "
-            "SGLang team's DeepSeek-V3 deployment on 96 H100 (LMSYS blog, 2025-05-05) was found with all "
-            "three; its decode batch is not stated, so that row rests on an assumption named beside it. "
-            "vLLM's Llama 3 8B/70B benchmark posts (the v0.6.0 performance update) print their results "
-            "as relative speedups and charts, not as numbers with the workload's concurrency, and "
-            "DistServe and Splitwise report goodput under latency targets rather than the throughput "
-            "parc estimates: no row is made from them.", ""]
+            "The serving rows compare `parc explain`'s numbers at the stated workload (TTFT, inter-token latency "
+            "and throughput of the scheduler model, `parc/cost/scheduler.py`) with published serving measurements "
+            "that state the hardware, the model, the parallel layout and the workload: NVIDIA NIM's concurrency "
+            "sweep of Llama 3.3 70B on 2 H100, TensorRT-LLM's offline throughput table, and the SGLang team's "
+            "DeepSeek-V3 deployment on 96 H100. A row of an engine other than vLLM and SGLang states that engine's "
+            "scheduler limits (its defaults) in the `serve` block. No serving constant is fitted: every step reads "
+            "the profile's defaults and DeepEP's own measured rates.", ""]
     if planner:
         out += ["## Published plans against the planner", "",
                 "For the largest published run of each group, `parc plan` searched the same model on the "

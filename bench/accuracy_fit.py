@@ -6,13 +6,17 @@ defaults parc fits to published runs; every other rate comes from the GPU's data
 benchmark (``parc/model/data/gpus.toml``) and the kernels' own benchmarks
 (``parc/model/data/kernels.toml``). This script reads the table, keeps the fit rows, and
 minimises the sum over them of log(parc / measured)², one constant at a time by golden-section
-search over its range (three rounds), from fixed starting points: the same table gives the same
-constants.
+search over its range (three rounds), from the middle of each range: the same table gives the
+same constants, whatever parc's defaults are.
+
+The fit rows are training and serving rows alike: both kinds read the same constants.
 
 Fitted here:
 
 * ``gemm_half_size`` (``Profile.gemm_half_size``): the smallest GEMM side, after sharding, at
   which a GEMM runs at half its largest shapes' rate (parc/cost/gemm.py).
+* ``overlap`` (``Profile.overlap``): the share of the communication a plan overlaps with compute
+  that is hidden (parc/cost/timing.py).
 
 Run:   python bench/accuracy_fit.py            (prints the fit and the rows it used)
        python bench/accuracy_fit.py --check    (exits 1 when parc's defaults are not what the fit gives)
@@ -115,7 +119,7 @@ class Fit:
 def fit(cases: list[dict], data: dict, rounds: int = 3) -> Fit:
     """Fit :data:`CONSTANTS` on the fit rows of ``cases`` (the rest are never read)."""
     pairs = _plans(fit_rows(cases), data)
-    values = {k.name: k.shipped() for k in CONSTANTS}
+    values = {k.name: (k.low + k.high) / 2 for k in CONSTANTS}   # fixed starts, not parc's defaults
     for _ in range(rounds):
         for k in CONSTANTS:
             tol = 10.0 ** -k.decimals / 2

@@ -120,7 +120,7 @@ def test_the_field_tables_name_what_the_data_files_hold():
     from parc.resolve.catalog import presets
 
     assert set(fields.FRAMEWORKS) == set(frameworks())
-    assert set(fields.FP8_RECIPES) == set(fp8_recipes())
+    assert set(fields.FP8_RECIPES) <= set(fp8_recipes())
     assert {g["arch"] for g in presets("gpus").values()} <= set(fields.GPU_ARCHS)
 
 
@@ -148,12 +148,40 @@ def test_the_framework_follows_the_target_and_sets_its_kernels(tmp_path):
     plain = tmp_path / "plain.par"
     plain.write_text(text)
     tt = tmp_path / "tt.par"
-    tt.write_text(text.replace("train {\n  zero = 3", "train {\n  framework = torchtitan\n  zero = 3"))
+    tt.write_text(text.replace("train {\n  zero = 3", "train {\n  framework = torchtitan\n  zero = 3")
+                  .replace("recompute = selective", "recompute = selective_op"))
     a, b = check_file(plain, root=tmp_path).plan, check_file(tt, root=tmp_path).plan
     assert (a.train.framework, b.train.framework) == ("megatron", "torchtitan")
-    assert (a.train.fp8_recipe, b.train.fp8_recipe) == ("delayed", "tensorwise")
+    # the recipe is left unset for the launch (the framework's own), and costed as the framework's
+    from parc.model.frameworks import fp8_recipe, fp8_recipes
+
+    assert (a.train.fp8_recipe, b.train.fp8_recipe) == (None, None)
+    assert (fp8_recipe(a.train), fp8_recipe(b.train)) == (fp8_recipes()["delayed"], fp8_recipes()["rowwise"])
     ea, eb = estimate(a, cache=False).compute_split(), estimate(b, cache=False).compute_split()
     # torchtitan's eager kernels move more bytes; its attention is FlashAttention-2 (35% of an H100's
     # peak), Megatron-LM's cuDNN's (62% forward)
     assert eb["memory_bound"] > ea["memory_bound"] and eb["attention"] > ea["attention"]
-    assert eb["gemm"] > ea["gemm"]   # and per-op selective recompute repeats every second matmul
+    assert eb["gemm"] > ea["gemm"]   # and its per-op selective recompute repeats every second matmul
+
+
+def test_a_recipe_that_keeps_the_weight_gradient_in_bf16_runs_a_third_of_the_flops_at_bf16(tmp_path):
+    from dataclasses import replace
+
+    from parc.api import check_file
+    from parc.cost.gemm import stage_rates
+
+    path = tmp_path / "fp8.par"
+    path.write_text(BOX.format(gpu="from = h100_sxm").replace("recompute = full", "precision = fp8\n  fp8_recipe = rowwise"))
+    plan = check_file(path, root=tmp_path).plan
+    rates = {}
+    for name in ("rowwise", "rowwise_with_gw_hp"):
+        train = replace(plan.train, fp8_recipe=name)
+        rates[name] = stage_rates(plan.model, 8192, 1, 1, 1, plan.cluster.gpu, train, plan.profile)
+    bf16 = stage_rates(plan.model, 8192, 1, 1, 1, plan.cluster.gpu, replace(plan.train, precision="bf16"),
+                       plan.profile)
+    fp8, hp = rates["rowwise"]["dense"], rates["rowwise_with_gw_hp"]["dense"]
+    # forward and input gradient in FP8, the weight gradient (as many FLOPs) in BF16
+    assert hp == pytest.approx(3 / (2 / fp8 + 1 / bf16["dense"]), rel=1e-12)
+    assert bf16["dense"] < hp < fp8
+    # and the casts: one pass per tensor (5 bytes an element) against rowwise's two (10)
+    assert rates["rowwise_with_gw_hp"]["weights_dense"] == pytest.approx(rates["rowwise"]["weights_dense"] / 2)

@@ -12,21 +12,24 @@ from parc.cost.comm import (ALGORITHMS, again, allgather_bytes, p2p_time, allred
                             pp_bytes_per_microbatch, tp_bytes_per_layer)
 from parc.cost.flops import (active_matmul_params, model_flops, recompute_factors, recompute_flops,
                              stage_flops_parts, stage_flops_per_microbatch)
-from parc.cost.memory import (StateBytes, activation_bytes_per_layer, caches_fp8_weights, fp8_weight_cache_bytes, kv_bytes_per_token,
+from parc.cost.memory import (StateBytes, activation_bytes_per_layer, caches_fp8_weights, fp8_weight_cache_bytes,
+                              fp8_weight_terms, kv_bytes_per_token,
                               kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
                               model_kv_bytes_per_token,
                               model_state_bytes, nccl_communicators, overhead_bytes, overheads,
-                              prefill_chunk_tokens, sampler_bytes, serving_activation_bytes, stage_activation_bytes,
+                              sampler_bytes, serving_activation_bytes, stage_activation_bytes,
                               state_bytes_per_param, zero_state_bytes, _train_state)
 from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, DTYPE_BYTES, PARTS,
                               StageLayout, attention_params, balanced_split, chunks_of_rank, dtype_bytes,
-                              embedding_params, expert_params, head_dim, is_moe_layer, kv_heads_per_gpu,
+                              embedding_params, expert_params, head_dim, is_moe_layer, kv_element_bytes,
+                              kv_heads_per_gpu, part_weight_bytes, weight_bytes,
                               layer_params, layer_split, layout_tensors, layouts_of, mlp_params,
                               moe_layer_mlp_params, norm_params, output_params, param_bytes_on_rank,
                               param_count, params_by_part, params_on_rank, serving_expert_split, shard_groups,
                               split_layers,
                               stage_chunks, stage_layouts, stage_parts, stage_tensors, uses_v_placement,
-                              _shard_groups, _stage_parts, _weight_dtype, _zero)
+                              _shard_groups, _stage_parts, _zero)
+from parc.cost import engine
 from parc.cost import xp as np
 from parc.cost.gemm import stage_compute_time, stage_rates
 from parc.cost.kernels import optimizer_bytes
@@ -40,12 +43,12 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
     "recompute_factors", "recompute_flops", "stage_flops_parts", "stage_flops_per_microbatch", "StateBytes",
     "activation_bytes_per_layer", "kv_bytes_per_token", "kv_capacity_tokens", "layer_activation_bytes",
     "model_state_bytes", "stage_activation_bytes", "state_bytes_per_param", "zero_state_bytes",
-    "caches_fp8_weights", "fp8_weight_cache_bytes", "linear_params", "model_activation_options", "model_kv_bytes_per_token", "nccl_communicators", "overhead_bytes",
+    "caches_fp8_weights", "fp8_weight_cache_bytes", "fp8_weight_terms", "linear_params", "model_activation_options", "model_kv_bytes_per_token", "nccl_communicators", "overhead_bytes",
     "ASSUMED_INTER_NODE_BW", "AXES", "DEFAULT_EFFICIENCY", "DTYPE_BYTES", "PARTS",
     "StageLayout", "attention_params", "balanced_split", "chunks_of_rank", "dtype_bytes", "embedding_params",
     "expert_params", "head_dim", "is_moe_layer", "kv_heads_per_gpu", "layer_params", "layer_split",
     "layout_tensors", "layouts_of", "mlp_params", "moe_layer_mlp_params", "norm_params", "output_params",
-    "param_bytes_on_rank", "param_count", "params_by_part", "params_on_rank", "shard_groups", "split_layers",
+    "param_bytes_on_rank", "part_weight_bytes", "weight_bytes", "kv_element_bytes", "param_count", "params_by_part", "params_on_rank", "shard_groups", "split_layers",
     "stage_chunks", "stage_layouts", "stage_parts", "stage_tensors", "uses_v_placement",
     "BACKWARD_SHARE", "step_time", "exposed_comm", "stage_compute_time", "stage_rates", "axis_time", "comm_calls",
     "dp_bytes_parts", "link_latency", "ALGORITHMS", "Memory", "StageEstimate", "optimizer_bytes", "zero3_passes",
@@ -296,9 +299,9 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     mem = Memory(capacity=float(plan.cluster.gpu.memory))
     st = StageEstimate(lay.stage, lay.layers, lay.moe_layers, nparams, parts, mem, 0.0, 0.0)
     if not train:
-        mem.weights = nparams * dtype_bytes(_weight_dtype(plan))
+        mem.weights = weight_bytes(m, parts)
         st.kv_bytes_per_token = model_kv_bytes_per_token(m, lay.layers, kv_nbytes, mesh.tp,
-                                                         plan.serve.max_model_len if plan.serve else None,
+                                                         engine.max_model_len(plan) if plan.serve else None,
                                                          lay.local_layers, dcp=mesh.dcp)
         _serving_overheads(plan, lay, mem)
         return st
@@ -313,11 +316,11 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     mem.activations = stage_activation_bytes(dense_layers, lay.moe_layers, act[0], act[1], st.inflight,
                                              lay.embedding, lay.head, m.seq_len / mesh.cp, sch.micro_batch, m,
                                              mesh.tp, plan.train.offload_layers)
-    if caches_fp8_weights(plan.train):
-        mem.fp8_weights = fp8_weight_cache_bytes(linear_params(parts))
+    delta, mem.fp8_weights = fp8_weight_terms(plan.train, linear_params(parts))
+    mem.weights += delta
     comms = nccl_communicators(mesh.pp, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp, m.is_moe)
     mem.cuda_context, mem.nccl_buffers, mem.fragmentation = overhead_bytes(plan.cluster, comms, mem.activations)
-    rec_mult, rec_attn, rec_elem = recompute_factors(plan.train.recompute, framework(plan.train.framework)["selective"])
+    rec_mult, rec_attn, rec_elem = recompute_factors(plan.train.recompute)
     tokens = sch.micro_batch * m.seq_len / mesh.cp
     # a DualPipe microbatch passes one of the rank's two stages: half its layers (and heads) on average
     share = schedules.microbatch_share(sch.pipeline)
@@ -340,12 +343,11 @@ def _serving_overheads(plan, lay: StageLayout, mem: Memory) -> None:
     m, mesh = plan.model, plan.mesh
     ep, etp, _ = serving_expert_split(plan)
     moe_dp = max(1, ep * etp // (mesh.tp * mesh.cp))          # dp ranks whose MoE layers this GPU shares
-    mem.activations = serving_activation_bytes(m, prefill_chunk_tokens(plan.cluster.gpu), mesh.tp, ep, etp,
-                                               moe_dp)
+    mem.activations = serving_activation_bytes(m, engine.batched_tokens(plan), mesh.tp, ep, etp, moe_dp)
     comms = nccl_communicators(mesh.pp, moe_dp, mesh.cp, mesh.tp, ep, 1, m.is_moe)
     mem.cuda_context, mem.nccl_buffers, _ = overhead_bytes(plan.cluster, comms, 0.0)
     mem.cuda_graphs = float(overheads()["cuda_graphs"])
-    mem.sampler = sampler_bytes(m, plan.serve.max_num_seqs) if lay.head else 0.0
+    mem.sampler = sampler_bytes(m, engine.limits(plan).max_num_seqs) if lay.head else 0.0
 
 
 def _serving_kv(plan, stages: list[StageEstimate]) -> tuple[int, int, int]:
@@ -362,7 +364,8 @@ def _serving_kv(plan, stages: list[StageEstimate]) -> tuple[int, int, int]:
         st.kv_capacity_tokens = c
         st.memory.kv_cache = kv_cap * st.kv_bytes_per_token
     kv_tok = max(st.kv_bytes_per_token for st in stages)
-    return kv_tok, kv_cap, (kv_cap // srv.max_model_len if srv.max_model_len else 0)
+    return kv_tok, kv_cap, kv_cap // engine.max_model_len(plan)
+
 
 
 def zero3_passes(zero: int, pp, microbatches, fw: dict):
@@ -532,8 +535,7 @@ def _estimate(plan, efficiency: float) -> Estimate:
     per = _train_state(plan) if train else None
     act_dense = layer_activation_bytes(plan, moe=False) if train else 0.0
     act_moe = layer_activation_bytes(plan, moe=True) if (train and m.is_moe) else act_dense
-    kv_nbytes = dtype_bytes(plan.serve.kv_cache_dtype if (plan.serve and plan.serve.kv_cache_dtype != "auto")
-                            else m.dtype)
+    kv_nbytes = kv_element_bytes(m, plan.serve.kv_cache_dtype if plan.serve else "auto")
     rates = stage_rates(m, sch.micro_batch * m.seq_len / mesh.cp, mesh.tp, mesh.etp, mesh.ep, cl.gpu, plan.train,
                         plan.profile, efficiency, bool(plan.train.sequence_parallel) and mesh.tp > 1) if train else None
     stages = [_stage(plan, lay, train, per, (act_dense, act_moe), kv_nbytes, rates) for lay in stage_layouts(plan)]

@@ -130,20 +130,20 @@ def stage_rates(m, tokens, tp, etp, ep, gpu, train, profile, efficiency: float |
     * ``weights_dense``, ``weights_moe``: bytes per layer an FP8 recipe's weight casts move.
 
     ``efficiency`` overrides the profile's ``gemm_efficiency`` (None there: the GPU's)."""
-    from parc.model.frameworks import attention_efficiency, fp8_recipes, framework
+    from parc.model.frameworks import attention_efficiency, fp8_recipe, framework
 
     e = efficiency if efficiency is not None else (profile.gemm_efficiency or gpu.gemm_efficiency)
     fw = framework(train.framework)
     fp8 = train.precision == "fp8" and gpu.fp8_flops > 0
-    recipe = fp8_recipes()[train.fp8_recipe or fw["fp8_recipe"]] if fp8 else {}
+    recipe = fp8_recipe(train) if fp8 else {}
     half, hbm, hbm_e = float(profile.gemm_half_size), gpu.hbm_bandwidth, profile.hbm_efficiency
     bf16 = (gpu.peak(train.precision) if not fp8 else gpu.flops, e, half, hbm, hbm_e, 2)
     # an FP8 GEMM reaches the recipe's kernel rate (else the GPU's FP8 matmul benchmark) of the FP8
     # peak, scaled as the profile scales BF16's
-    knobs = ((gpu.fp8_flops * (recipe.get("gemm_efficiency") or gpu.fp8_gemm_efficiency) / gpu.gemm_efficiency,
-              e, half, hbm, hbm_e, 1) if fp8 else bf16)
-    dense = layer_rate(layer_gemms(m, tokens, tp), *knobs)
-    moe = layer_rate(layer_gemms(m, tokens, tp, etp, ep, moe=True), *knobs) if m.is_moe else dense
+    knobs = ((gpu.fp8_peak_on_bf16_scale(recipe.get("gemm_efficiency")), e, half, hbm, hbm_e, 1)
+             if fp8 else bf16)
+    dense = _recipe_rate(recipe, layer_gemms(m, tokens, tp), knobs, bf16)
+    moe = _recipe_rate(recipe, layer_gemms(m, tokens, tp, etp, ep, moe=True), knobs, bf16) if m.is_moe else dense
     head = layer_rate([(tokens, m.vocab / tp, m.hidden, 1)], *bf16)
     per_hbm_byte = 1.0 / (hbm * hbm_e) if hbm > 0 else 0.0
     if train.flash_attention:
@@ -162,6 +162,16 @@ def stage_rates(m, tokens, tp, etp, ep, gpu, train, profile, efficiency: float |
         out[f"elem_{kind}"], out[f"elem_{kind}_fwd"] = f_ + b_ + casts, f_
         out[f"weights_{kind}"] = cast * fp8_weight_elements(m, tp, ep, etp, moe=is_moe)
     return out
+
+
+def _recipe_rate(recipe: dict, gemms: list, knobs: tuple, bf16: tuple):
+    """A layer's GEMM rate under ``knobs``; a recipe that keeps the weight-gradient GEMM in 16 bits
+    (``high_precision_wgrad``: torchao's rowwise_with_gw_hp) runs that third of the FLOPs (forward,
+    input gradient and weight gradient are as many) at the BF16 rate."""
+    rate = layer_rate(gemms, *knobs)
+    if not recipe.get("high_precision_wgrad"):
+        return rate
+    return 3.0 / (2.0 / rate + 1.0 / layer_rate(gemms, *bf16))
 
 
 def causal_share(s):

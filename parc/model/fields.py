@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parc.model.checkpoints import formats as _checkpoint_formats
+
 
 @dataclass(frozen=True, slots=True)
 class F:
@@ -29,13 +31,19 @@ PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v", "
 MESH_AXES = ("pp", "dp", "cp", "tp")          # rank order, outermost first
 MOE_AXES = ("ep", "etp")                      # carved out of dp·cp·tp
 POOLS = ("prefill", "decode")                 # blocks inside `serve` of a disaggregated plan
+CHECKPOINT_FORMATS = _checkpoint_formats()   # data/checkpoints.toml
+# what recompute may be: Megatron-LM's layer-level choices, and torchtitan's per-op selective
+# checkpointing (SelectiveAC: the outputs of the ops on its save list are kept, the rest recomputed)
+RECOMPUTE = ("none", "selective", "selective_op", "full")
+# train.fp8_recipe: Megatron-LM's --fp8-recipe (transformer_config.py Fp8Recipe) and torchtitan's
+# float8 recipe_name (components/quantization/float8.py) and MXFP8 converter
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "rowwise_with_gw_hp")
 # Megatron-LM's --recompute-modules (megatron/core/transformer/transformer_config.py)
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe", "moe_act", "shared_experts", "mla_up_proj")
 LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce", "efa")
-# the names of parc/model/data/frameworks.toml and kernels.toml's [fp8] (tests/test_accuracy_model.py
-# checks they agree) and the architectures gpus.toml names
+# the names of parc/model/data/frameworks.toml (kernels.toml's [fp8] has every FP8_RECIPES entry:
+# tests/test_accuracy_model.py checks both) and the architectures gpus.toml names
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
-FP8_RECIPES = ("tensorwise", "rowwise", "delayed", "blockwise")
 GPU_ARCHS = ("ampere", "hopper", "blackwell", "ada", "cdna3", "cdna4")
 
 BLOCKS: dict[str, dict[str, F]] = {
@@ -44,7 +52,13 @@ BLOCKS: dict[str, dict[str, F]] = {
         "layers": F("int", 1, 10**5), "hidden": F("int", 1, 10**7), "ffn_hidden": F("int", 1, 10**8),
         "heads": F("int", 1, 10**6), "kv_heads": F("int", 1, 10**6), "head_dim": F("int", 1, 10**6),
         "vocab": F("int", 1, 10**9), "params": F("int", 1, 10**16),
-        "dtype": F("enum", choices=DTYPES), "seq_len": F("int", 1, 10**9),
+        "dtype": F("enum", choices=DTYPES, doc="the dtype the model's GEMMs run in when served (default: "
+                   "the checkpoint's; fp8 for an FP8 checkpoint, bf16 for a 4-bit one)"),
+        "checkpoint_format": F("enum", choices=CHECKPOINT_FORMATS, doc="how the checkpoint stores its "
+                               "weights: bf16, fp16, fp32, fp8_block (DeepSeek's 128x128 block-scaled e4m3), "
+                               "modelopt_fp8, fbgemm_fp8, compressed_tensors_fp8, mxfp4, nvfp4 (default: "
+                               "the dtype's 16 bits); a served model's weight memory follows it"),
+        "seq_len": F("int", 1, 10**9),
         "tied_embeddings": F("bool"),
         "mlp": F("enum", choices=("swiglu", "gelu")),
         "norm": F("enum", choices=("rmsnorm", "layernorm")),
@@ -69,6 +83,10 @@ BLOCKS: dict[str, dict[str, F]] = {
         "attention_window": F("int", 0, 10**9, doc="local attention: a local layer attends to and caches at "
                               "most this many tokens (sliding_window in a gpt-oss config, attention_chunk_size "
                               "in a Llama 4 one; 0: every layer is global)"),
+        "local_attention": F("enum", choices=("sliding", "chunked"), doc="with `attention_window`, how a local "
+                             "layer attends: to the last attention_window tokens (sliding, gpt-oss's "
+                             "sliding_window) or within its own chunk of that many (chunked, Llama 4's "
+                             "attention_chunk_size); default sliding"),
         "global_every": F("int", 0, 10**5, doc="with `attention_window`, every n-th layer (layers n-1, 2n-1, "
                           "...) attends to the whole context; 0: none does"),
         "rope_theta": F("int", 1, 10**12, doc="the RoPE base frequency (rope_theta in a Hugging Face config)"),
@@ -150,7 +168,10 @@ BLOCKS: dict[str, dict[str, F]] = {
         "optimizer": F("enum", choices=("adam", "adamw", "sgd")),
         "zero": F("int", 0, 3, hint="0: no sharding, 1: optimizer state, 2: + gradients, "
                                         "3: + parameters (FSDP)"), "sequence_parallel": F("bool"),
-        "recompute": F("enum", choices=("none", "selective", "full")),
+        "recompute": F("enum", choices=RECOMPUTE, doc="none; selective (Megatron-LM's --recompute-modules, "
+                       "core attention by default); selective_op (torchtitan's per-op selective checkpointing: "
+                       "the outputs of matmuls, attention and collectives kept, every second matmul and the "
+                       "cheap ops recomputed); full (each layer recomputed from its input)"),
         "precision": F("enum", choices=DTYPES),
         "main_grads": F("enum", choices=("fp32", "bf16")),
         "optimizer_state": F("enum", choices=("fp32", "bf16")),
@@ -158,6 +179,14 @@ BLOCKS: dict[str, dict[str, F]] = {
                                doc="what `recompute = selective` recomputes (Megatron-LM --recompute-modules)"),
         "offload_layers": F("int", 0, 10**5, doc="layers per pipeline stage whose activations go to host "
                                                 "memory (Megatron-LM --cpu-offloading-num-layers)"),
+        "fp8_recipe": F("enum", choices=FP8_RECIPES, doc="with `precision = fp8`, how FP8 tensors are "
+                        "scaled: delayed, tensorwise, blockwise, mxfp8 (Megatron-LM --fp8-recipe), rowwise, "
+                        "rowwise_with_gw_hp, mxfp8 (torchtitan's float8 and MXFP8 converters); default: "
+                        "the framework's own (Megatron-LM delayed, torchtitan rowwise); the recipe sets the "
+                        "casts' memory traffic and the GEMM kernel parc costs (parc/model/data/kernels.toml)"),
+        "fp8_param_gather": F("bool", doc="with `precision = fp8`, the linear weights are kept in FP8 (no "
+                              "16-bit copy; the fp32 master weights stay with the optimizer) and gathered in "
+                              "FP8 (Megatron-LM --fp8-param-gather; needs zero >= 1)"),
         "fp8_weight_cache": F("bool", doc="with `precision = fp8`, an FP8 copy of each linear weight and its "
                               "transpose is kept for the step (Transformer Engine, the default); false where the "
                               "framework quantizes per use (torchtitan's float8, DeepSeek-V3's framework)"),
@@ -177,14 +206,20 @@ BLOCKS: dict[str, dict[str, F]] = {
                        "(parc/model/data/frameworks.toml); default: the spec's training target, else megatron"),
         "compile": F("bool", doc="torch.compile fuses the layers' elementwise kernels (torchtitan "
                      "--compile.enable); Megatron-LM and DeepSpeed fuse them without it"),
-        "fp8_recipe": F("enum", choices=FP8_RECIPES, doc="with `precision = fp8`: how tensors are scaled, which "
-                        "sets the casts' memory traffic and the GEMM kernel (parc/model/data/kernels.toml); "
-                        "default: the framework's (Megatron-LM delayed, torchtao's tensorwise in torchtitan)"),
     },
     "serve": {
-        "max_model_len": F("int", 1, 10**9), "gpu_memory_utilization": F(
+        "max_model_len": F("int", 1, 10**9, doc="the longest request in tokens (vLLM --max-model-len, SGLang "
+                                                 "--context-length; default: the engine's, the model's context)"),
+        "gpu_memory_utilization": F(
             "frac", 0.0, 1.0, hint="it is a fraction of the GPU's memory: 0.9 means 90%"),
-        "max_num_seqs": F("int", 1, 10**7),
+        "max_num_seqs": F("int", 1, 10**7, doc="requests the engine runs at once, as it counts them: per "
+                                               "data-parallel rank for vLLM (--max-num-seqs), over all "
+                                               "attention-DP ranks for SGLang (--max-running-requests); "
+                                               "default: the engine's"),
+        "max_num_batched_tokens": F("int", 1, 10**8, doc="tokens one step schedules on a data-parallel rank, "
+                                                         "prefill chunks and decode tokens together (vLLM "
+                                                         "--max-num-batched-tokens, SGLang --chunked-prefill-size; "
+                                                         "default: the engine's, by GPU memory)"),
         "kv_cache_dtype": F("enum", choices=("auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")),
         "dp_attention": F("bool", doc="the mesh's dp ranks form one engine: attention runs data-parallel "
                                       "(each rank its own sequences and KV cache) while the expert layers "
@@ -207,12 +242,30 @@ BLOCKS: dict[str, dict[str, F]] = {
                              "moves to its decode instance (vLLM --kv-transfer-config's connector, "
                              "SGLang --disaggregation-transfer-backend)"),
         "prompt_tokens": F("int", 1, 10**9, doc="the workload's prompt length in tokens, for explain's "
-                                                "latency and throughput estimates (default: half of "
-                                                "max_model_len)"),
-        "output_tokens": F("int", 1, 10**9, doc="the workload's output length in tokens (default: a quarter "
-                                                "of max_model_len)"),
-        "concurrency": F("int", 1, 10**7, doc="the sequences served at once for explain's estimates "
-                                              "(default: as many as fit, at most max_num_seqs)"),
+                                                "latency and throughput estimates (default: 1024, vLLM's "
+                                                "benchmark's random dataset)"),
+        "output_tokens": F("int", 1, 10**9, doc="the workload's output length in tokens (default: 128, "
+                                                "vLLM's benchmark's)"),
+        "concurrency": F("int", 1, 10**7, doc="the requests in flight over the whole plan for explain's "
+                                              "estimates: a closed loop of that many users, each sending its "
+                                              "next request when the last one ends (vllm bench serve "
+                                              "--max-concurrency; default: as many as fit, at most max_num_seqs)"),
+        "request_rate": F("frac", 0.0, 1e9, doc="requests per second arriving at random over the whole plan "
+                                                "(vllm bench serve --request-rate), instead of `concurrency`",
+                          hint="requests per second, like 4.5"),
+        "two_batch_overlap": F("bool", doc="each step runs as two micro-batches, one's expert all-to-all under "
+                                           "the other's compute (SGLang --enable-two-batch-overlap, vLLM "
+                                           "--enable-dbo)"),
+        "speculative": F("enum", choices=("mtp", "eagle", "eagle3"),
+                         doc="speculative decoding: `mtp` drafts with the model's own multi-token-prediction "
+                             "layers, `eagle` and `eagle3` with the `draft_model`; the model verifies the drafts "
+                             "in one step (vLLM --speculative-config, SGLang --speculative-algorithm)"),
+        "speculative_tokens": F("int", 1, 64, doc="draft tokens per step (default 1)"),
+        "acceptance_rate": F("frac", 0.0, 1.0, doc="the chance that each draft token is accepted, as measured "
+                                                  "on the workload; a step then yields (1 − a^(k+1)) / (1 − a) "
+                                                  "tokens for k drafts (Leviathan et al. 2023)",
+                             hint="a fraction: 0.8 means 80% of the drafts are kept"),
+        "draft_model": F("str", doc="the EAGLE draft model's Hugging Face id or path"),
     },
     "profile": {
         "framework": F("enum", choices=FRAMEWORKS, doc="the framework of the runs the profile was fitted on "
@@ -308,4 +361,6 @@ def unit_kind(unit: str) -> str | None:
 # `mesh` keys (a key it leaves out is the `mesh` block's) and its instance count.
 for _pool in POOLS:
     BLOCKS[_pool] = {"instances": F("int", 1, 10**5, doc=f"independent {_pool} engine instances, each "
-                                                        "of the pool's mesh"), **BLOCKS["mesh"]}
+                                                        "of the pool's mesh"),
+                     "max_num_seqs": F("int", 1, 10**7, doc=f"the {_pool} instances' own max_num_seqs"),
+                     **BLOCKS["mesh"]}

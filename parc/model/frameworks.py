@@ -41,6 +41,12 @@ def fp8_recipes() -> dict[str, dict]:
     return _read("kernels.toml")["fp8"]
 
 
+def fp8_recipe(train) -> dict:
+    """The entry of ``kernels.toml`` for the recipe ``train`` runs FP8 with: its own, else its
+    framework's default."""
+    return fp8_recipes()[train.fp8_recipe or framework(train.framework)["fp8_recipe"]]
+
+
 @lru_cache(maxsize=None)
 def attention_efficiency(framework_name: str | None, arch: str) -> tuple[float, float, str]:
     """(forward, backward, kernel): the fraction of the BF16 peak the framework's attention kernel
@@ -54,10 +60,10 @@ def attention_efficiency(framework_name: str | None, arch: str) -> tuple[float, 
 
 def fill_train_defaults(train, targets, given=()) -> None:
     """Fill what a `train` block leaves out of how its run was done: the framework from the
-    targets (:func:`framework_of_targets`), the FP8 recipe and, unless ``given`` names it, the FP8
-    weight caching from the framework."""
+    targets (:func:`framework_of_targets`) and, unless ``given`` names it, the FP8 weight caching
+    from the framework. The FP8 recipe stays unset where the spec names none: the launch leaves it
+    to the framework, and the cost model reads the framework's (:func:`fp8_recipe`)."""
     train.framework = train.framework or framework_of_targets(targets)
     fw = framework(train.framework)
-    train.fp8_recipe = train.fp8_recipe or fw["fp8_recipe"]
     if "fp8_weight_cache" not in given:
         train.fp8_weight_cache = bool(fw["fp8_weight_cache"])

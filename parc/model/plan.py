@@ -27,7 +27,7 @@ class Model:
     head_dim: Optional[int]
     vocab: int
     params: int
-    dtype: str = "bf16"
+    dtype: str = "bf16"                   # how the served model's GEMMs run
     seq_len: int = 4096
     tied_embeddings: bool = False
     mlp: str = "swiglu"
@@ -54,8 +54,10 @@ class Model:
     # (sliding window, gpt-oss) or its own chunk of that many (Llama 4 attention_chunk_size)
     attention_window: int = 0             # 0: every layer attends to the whole context
     global_every: int = 0                 # with a window: every n-th layer stays global (0: none does)
+    local_attention: str = "sliding"      # sliding (a window of recent tokens) | chunked (its own chunk)
     rope_theta: int = 10000               # RoPE base frequency (Megatron-LM --rotary-base)
     max_positions: Optional[int] = None   # the longest sequence the model was built for, when known
+    checkpoint_format: str = "bf16"       # how the checkpoint stores its weights (data/checkpoints.toml)
     rope_scaling: str = "none"            # RoPE scaling type (rope_scaling.rope_type): parc.model.rope
     rope_factor: float = 1.0              # its factor
     rope_original_positions: Optional[int] = None   # its original_max_position_embeddings
@@ -118,6 +120,12 @@ class GPU:
     def fp8_gemm_efficiency(self) -> float:
         """The same for FP8 GEMMs against the FP8 peak."""
         return self.fp8_matmul_efficiency or self.gemm_efficiency
+
+    def fp8_peak_on_bf16_scale(self, kernel_efficiency: float | None = None) -> float:
+        """The FP8 peak scaled so that ``gemm_efficiency`` of it is what FP8 GEMMs reach: the FP8
+        peak × (``kernel_efficiency``, else the GPU's FP8 matmul benchmark) / the BF16 one. A
+        profile that scales BF16's efficiency scales FP8's alike."""
+        return self.fp8_flops * (kernel_efficiency or self.fp8_gemm_efficiency) / self.gemm_efficiency
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s of the GEMMs of a plan trained in ``precision``: the FP8 peak for
@@ -229,6 +237,8 @@ class Train:
     recompute_modules: list[str] = field(default_factory=list)   # Megatron-LM --recompute-modules
     offload_layers: int = 0               # layers whose activations go to host memory (--cpu-offloading-num-layers)
     fp8_weight_cache: bool = True         # FP8 training keeps FP8 weight copies across microbatches
+    fp8_recipe: Optional[str] = None      # FP8 scaling recipe (None: the framework's default)
+    fp8_param_gather: bool = False        # linear weights kept and gathered in FP8 (Megatron-LM --fp8-param-gather)
     # Which communication runs under compute (docs/language.md gives each framework's default):
     overlap_grad_reduce: bool = True     # DP gradient reduce-scatter under the last backward
     overlap_param_gather: bool = False   # DP parameter all-gather under the next forward
@@ -238,14 +248,15 @@ class Train:
     # How the run was implemented (parc/model/data/frameworks.toml): the resolver fills the defaults
     framework: Optional[str] = None      # megatron | torchtitan | deepspeed (None: from the targets)
     compile: bool = False                # torch.compile: an eager framework's elementwise kernels fused
-    fp8_recipe: Optional[str] = None     # tensorwise | rowwise | delayed | blockwise (None: the framework's)
 
 
 @dataclass(slots=True)
 class Serve:
-    max_model_len: int = 4096
+    # None: left to the engine (parc.cost.engine.limits: its own default for the pinned release)
+    max_model_len: Optional[int] = None
     gpu_memory_utilization: float = 0.9
-    max_num_seqs: int = 256
+    max_num_seqs: Optional[int] = None     # as the engine means it (SGLang: over all attention-DP ranks)
+    max_num_batched_tokens: Optional[int] = None   # tokens one step schedules per dp rank (chunked prefill)
     kv_cache_dtype: str = "auto"
     dp_attention: bool = False             # dp ranks are one engine: data-parallel attention, experts over dp·tp
     eplb: bool = False                     # expert-parallel load balancing
@@ -256,6 +267,12 @@ class Serve:
     prompt_tokens: Optional[int] = None    # workload for explain's estimates (None: derived defaults)
     output_tokens: Optional[int] = None
     concurrency: Optional[int] = None
+    request_rate: Optional[float] = None   # requests per second arriving at random (Poisson), instead of concurrency
+    two_batch_overlap: bool = False        # two micro-batches overlap one's all-to-all with the other's compute
+    speculative: Optional[str] = None      # mtp | eagle | eagle3: draft tokens verified in one step
+    speculative_tokens: Optional[int] = None   # draft tokens per step (default 1 with `speculative`)
+    acceptance_rate: Optional[float] = None    # the chance each draft token is accepted (stated, never assumed)
+    draft_model: Optional[str] = None      # the EAGLE draft's Hugging Face id or path
 
 
 @dataclass(slots=True)
@@ -265,10 +282,14 @@ class Pool:
     name: str                              # prefill | decode
     mesh: Mesh
     instances: int = 1
+    max_num_seqs: Optional[int] = None     # the pool's own (else the serve block's)
 
     @property
     def gpus(self) -> int:
-        return self.instances * self.mesh.product
+        """GPUs of every instance of the pool (:func:`parc.model.pools.instance_gpus` each)."""
+        from parc.model.pools import instance_gpus
+
+        return self.instances * instance_gpus(self.mesh)
 
 
 @dataclass(slots=True)
@@ -292,11 +313,11 @@ class Profile:
     framework: Optional[str] = None       # the framework of the runs it was fitted on (parc calibrate)
     gpu: Optional[str] = None             # the GPU those runs ran on
     gemm_efficiency: Optional[float] = None   # fraction of peak FLOP/s the largest GEMMs sustain (None: the GPU's)
-    gemm_half_size: float = 501.0         # smallest GEMM side (after sharding) that runs at half that
+    gemm_half_size: float = 388.0         # smallest GEMM side (after sharding) that runs at half that
     hbm_efficiency: float = 0.6           # fraction of HBM bandwidth memory-bound kernels reach
     intra_node_efficiency: float = 1.0    # fraction of the intra-node link's bandwidth a collective reaches
     inter_node_efficiency: float = 1.0    # likewise between nodes
-    overlap: float = 0.6                  # fraction of the communication the plan overlaps that is hidden
+    overlap: float = 0.57                 # fraction of the communication the plan overlaps that is hidden
 
 
 @dataclass(slots=True)

@@ -285,8 +285,9 @@ def _memory(ctx: _Context, u: dict, zfit: np.ndarray):
         lz = lo[sel]
         total = states[k][lz]           # weights + grads + optimizer (summed in that order), this call's own
         total += act[sel]
-        if cm.caches_fp8_weights(tr):
-            total += cm.fp8_weight_cache_bytes(ctx.c_lin[1][lz] if z >= 3 else ctx.c_lin[0][lz])
+        if tr.precision == "fp8":   # the FP8 weight copies (and FP8 parameters' saving)
+            delta, cache = cm.fp8_weight_terms(tr, ctx.c_lin[1][lz] if z >= 3 else ctx.c_lin[0][lz])
+            total += delta + cache
         fz = frag[sel]
         most = np.argmax(np.where(ctx.c_valid[lz], total + fz, -np.inf), axis=1)
         # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most
@@ -303,9 +304,8 @@ def _memory(ctx: _Context, u: dict, zfit: np.ndarray):
 
 
 def _factors(pr: Problem) -> np.ndarray:
-    """(matmul, attention, elementwise) recompute factors per RECOMPUTE code, for the framework."""
-    sel = framework(pr.train.framework)["selective"]
-    return np.array([cm.recompute_factors(name, sel) for name in RECOMPUTE])
+    """(matmul, attention, elementwise) recompute factors per RECOMPUTE code."""
+    return np.array([cm.recompute_factors(name) for name in RECOMPUTE])
 
 
 ROW_AXES = ("tp", "cp", "pp", "ep")   # axes whose traffic does not depend on the ZeRO stage

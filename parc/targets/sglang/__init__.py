@@ -69,8 +69,10 @@ class Layout:
 
 
 def replica(plan) -> int:
-    """The GPUs of one data-parallel replica: tp · pp."""
-    return plan.mesh.tp * plan.mesh.pp
+    """The GPUs of one data-parallel replica (:func:`parc.model.pools.replica_gpus`)."""
+    from parc.model.pools import replica_gpus
+
+    return replica_gpus(plan.mesh)
 
 
 def dp_attention_asked(plan) -> bool:
@@ -152,14 +154,9 @@ def server_lines(plan, node_rank, side: str | None = None, slotted: bool = False
         a(["--ep-size", lay.ep_size])
     if s.get("moe_a2a_backend"):
         a(["--moe-a2a-backend", s["moe_a2a_backend"]])
-    out += _serving_lines(plan)
-    a(["--context-length", sv.max_model_len])
-    a(["--mem-fraction-static", repr(float(sv.gpu_memory_utilization))])
-    a(["--max-running-requests", sv.max_num_seqs])
+    out += _serving_lines(plan) + _scheduler_lines(plan)
     a(["--kv-cache-dtype", KV_DTYPES.get(sv.kv_cache_dtype, "auto")])
-    a(["--dtype", DTYPES[m.dtype]])
-    if m.dtype == "fp8":
-        a(["--quantization", "fp8"])
+    out += model_lines(plan)
     side = side or s.get("disaggregation")
     if side:
         a(["--disaggregation-mode", side])
@@ -171,6 +168,33 @@ def server_lines(plan, node_rank, side: str | None = None, slotted: bool = False
         a(["--node-rank", node_rank])
         a(["--dist-init-addr", Cat((Var("master_addr"), f":{s.get('dist_port', DIST_PORT)}"))])
     return out + [[x] for x in s.get("extra_args") or []]
+
+
+def model_lines(plan) -> list[list]:
+    """The model as SGLang loads it: ``--dtype``, ``--quantization fp8`` only for a 16-bit
+    checkpoint served in FP8 (never for an FP8 checkpoint, as SGLang's DeepSeek guide says: it
+    reads the method from the checkpoint; P619), and ``--json-model-override-args`` with the
+    config.json keys of the fields that differ from the preset's checkpoint (P620 otherwise)."""
+    import json
+
+    from parc.model.checkpoints import load_quantization
+    from parc.targets.hf import overrides
+
+    m = plan.model
+    out: list[list] = [["--dtype", DTYPES[m.dtype]]]
+    if load_quantization(m):
+        out.append(["--quantization", load_quantization(m)])
+    found, _ = overrides(m)
+    if found:
+        out.append(["--json-model-override-args", json.dumps(found, separators=(",", ":"), sort_keys=True)])
+    return out
+
+
+def inexpressible(plan) -> list[tuple[str, str, str]]:
+    """(path, what, help) of each model field SGLang cannot be told (P620)."""
+    from parc.targets.hf import inexpressible as changed
+
+    return changed(plan, "SGLang", "--json-model-override-args")
 
 
 def _serving_lines(plan) -> list[list]:
@@ -195,6 +219,36 @@ def _serving_lines(plan) -> list[list]:
         out.append(opt("eplb_rebalance_num_iterations", sv.eplb_interval))
     if sv.eplb and sv.eplb_window:
         out.append(opt("expert_distribution_recorder_buffer_size", sv.eplb_window))
+    return out
+
+
+SPECULATIVE = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3"}
+
+
+def _scheduler_lines(plan) -> list[list]:
+    """The scheduler and speculative options the spec gives (a key it leaves out is SGLang's own
+    default: not written); max_num_seqs is --max-running-requests, the whole server's."""
+    from parc.model.targets import flag, pinned
+
+    version, sv = pinned(plan, TARGET), plan.serve
+
+    def opt(what, *value):
+        return [flag(TARGET, what, version), *value]
+
+    out = [opt("context_length", sv.max_model_len)] if sv.max_model_len is not None else []
+    out.append(["--mem-fraction-static", repr(float(sv.gpu_memory_utilization))])
+    if sv.max_num_seqs is not None:
+        out.append(opt("max_running_requests", sv.max_num_seqs))
+    if sv.max_num_batched_tokens is not None:
+        out.append(opt("chunked_prefill_size", sv.max_num_batched_tokens))
+    if sv.two_batch_overlap:
+        out.append(opt("enable_two_batch_overlap"))
+    if sv.speculative:
+        k = sv.speculative_tokens or 1
+        out += [opt("speculative_algorithm", SPECULATIVE[sv.speculative]), opt("speculative_num_steps", k),
+                opt("speculative_eagle_topk", 1), opt("speculative_num_draft_tokens", k + 1)]
+        if sv.draft_model:
+            out.append(opt("speculative_draft_model_path", sv.draft_model))
     return out
 
 
