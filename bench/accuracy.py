@@ -294,7 +294,9 @@ DEFAULTS_TEXT = [
     "FlashAttention-3 (and cuDNN's fused attention, Transformer Engine's kernel on Hopper) at about 62% "
     "forward and 52% backward; a flash kernel skips the causal mask's hidden blocks.",
     "- **FP8 recipes**: each recipe's casts in bytes per element (tensorwise and delayed scaling, rowwise, "
-    "block-wise) and DeepGEMM's published rate for block-wise GEMMs (1550 of 1979 TFLOP/s on H800); "
+    "rowwise with a BF16 weight gradient, block-wise, MXFP8) and DeepGEMM's published rate for block-wise "
+    "GEMMs (1550 of 1979 TFLOP/s on H800); otherwise FP8 GEMMs, training's and serving's, run at the GPU's "
+    "FP8 matmul benchmark; "
     "`tests/test_step_time.py` checks the tensorwise cost against torchao's published 1.39x speedup of a "
     "4096 × 8192 × 16384 linear on H100.",
     "- **Memory-bound kernels** (elementwise, FP8 casts, the loss, the optimizer step, DeepSpeed's gradient "
