@@ -362,13 +362,16 @@ def expert_grid(plan, c):
     m, md = plan.mesh, plan.model
     if not md.is_moe or (m.ep <= 1 and m.etp <= 1):
         return
-    fact = _fact(plan, "expert_grid")   # quiet while P109 reports experts % ep
-    if not fact:
+    # the grid is judged whatever P109 said of experts % ep: where P109 is an error this rule
+    # is gated off (it reads ep); where it is vLLM's warning the grid must still fit the stage
+    region = dims(plan).region
+    if grid_fits(region, m.ep, m.etp):
         return
-    region = fact.values["region"]
+    fact = _fact(plan, "expert_grid")
+    ok = fact.alternatives if fact else tuple(
+        e for e in divisors(md.experts) if e > 1 and grid_fits(region, e, m.etp))
     grid = m.ep * m.etp
     world = m.product
-    ok = fact.alternatives
     helps = []
     if ok:
         helps.append(f"ep = {join(nearest(ok, m.ep, 4))} with etp = {m.etp}")
