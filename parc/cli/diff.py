@@ -119,10 +119,12 @@ def load(path: str, root=None, shown: str | None = None, reader=None) -> Side:
 
 
 def _error_lines(sides) -> list[str]:
+    from parc.printable import printable
+
     out = []
     for s in sides:
         for d in s.errors:
-            out.append(f"{d.span.file}:{d.span.line}:{d.span.column}: {d.code} {d.message}")
+            out.append(printable(f"{d.span.file}:{d.span.line}:{d.span.column}: {d.code} {d.message}"))
     return out
 
 

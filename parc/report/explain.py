@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from parc.printable import printable
 from parc.report.term import indent, rows as aligned, table
 from parc.units import flops, nbytes, number, percent, rate, seconds
 from parc.words import count, plural
@@ -42,8 +43,9 @@ def render_text(plan, est, file: str, diagnostics=()) -> str:
     line that says so; a memory error's fix is shown under the memory table."""
     m, cl = plan.model, plan.cluster
     what = "training" if plan.mode == "train" else "serving"
-    out = [f"{file}: {what} {m.name} ({number(est.params_total)} parameters) on {cl.nodes} × "
-           f"{cl.gpus_per_node} {cl.gpu.name} ({count(est.world_size, 'GPU')}, {nbytes(cl.gpu.memory)} each)"]
+    out = [printable(f"{file}: {what} {m.name} ({number(est.params_total)} parameters) on {cl.nodes} × "
+                     f"{cl.gpus_per_node} {cl.gpu.name} ({count(est.world_size, 'GPU')}, "
+                     f"{nbytes(cl.gpu.memory)} each)")]
     errors = [d for d in diagnostics if d.severity == "error"]
     if errors:
         out.append(f"The spec has {count(len(errors), 'error')} ({', '.join(sorted({d.code for d in errors}))}, "

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from html import escape
 
+from parc.printable import printable
+
 from parc.words import count
 
 from parc.report import svg
@@ -38,7 +40,7 @@ footer { margin-top: 32px; color: #8c959f; font-size: 12px; }
 
 
 def _e(s) -> str:
-    return escape(str(s), quote=True)
+    return escape(printable(str(s)), quote=True)
 
 
 def _bytes(n) -> str:

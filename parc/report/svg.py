@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from html import escape
 
+from parc.printable import printable
+
 from parc.units import nbytes, percent
 from parc.words import count, plural
 
@@ -43,7 +45,9 @@ def _min_width(title: str) -> float:
 
 
 def _t(s) -> str:
-    return escape(str(s), quote=True)
+    """Text for the SVG: XML escaped, and a spec's control characters (which XML 1.0 cannot
+    hold) written as escapes."""
+    return escape(printable(str(s)), quote=True)
 
 
 def _svg(kind: str, width: float, height: float, body: list[str], title: str, css: str = "",
