@@ -420,3 +420,9 @@ def test_a_label_with_a_line_break_or_a_number_too_large_is_refused_not_a_crash(
         r = _parc("calibrate", BASE, csv)
         assert r.returncode == 1 and words in r.stderr, r.stderr
         assert "internal error" not in r.stderr
+
+
+def test_a_log_named_with_a_line_break_is_labelled_on_one_line(tmp_path):
+    log = tmp_path / "run\n1.log"
+    log.write_text("step: 5  loss: 1.0  tps: 1,000\n")
+    assert read_log(str(log))[0].label == "run\\n1.log"

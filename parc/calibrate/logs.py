@@ -87,6 +87,12 @@ def read_log(path: str, text: str | None = None) -> list[Run]:
                    "CSV file (.csv) with a header")
 
 
+def _file_label(path: str) -> str:
+    """A log's run label: its file name, as one printable line (a name may hold a line break)."""
+    name = Path(path).name
+    return name if name.isprintable() else ascii(name)[1:-1]
+
+
 def _median_after_warmup(steps: list[tuple[int, int, float]]) -> tuple[float, int, int]:
     """(median value, line of the last step used, steps used) of (step, line, value) triples."""
     kept = [s for s in steps[1:] if s[0] > WARMUP_STEPS] or steps[-1:]
@@ -207,7 +213,7 @@ def read_megatron(path: str, text: str) -> Run:
                 line, used = ln_, n
     if peak:
         measured["memory"] = peak
-    return Run(Path(path).name, f"{path}:{line}", settings, measured, world, used)
+    return Run(_file_label(path), f"{path}:{line}", settings, measured, world, used)
 
 
 # --- torchtitan --------------------------------------------------------------------------------
@@ -284,7 +290,7 @@ def read_torchtitan(path: str, text: str) -> Run:
                 line, used = ln_, n
     if series["memory"]:
         measured["memory"] = max(v for _, _, v in series["memory"])
-    return Run(Path(path).name, f"{path}:{line}", settings, measured, world, used)
+    return Run(_file_label(path), f"{path}:{line}", settings, measured, world, used)
 
 
 # --- CSV ---------------------------------------------------------------------------------------
