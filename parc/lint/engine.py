@@ -84,6 +84,11 @@ class LintResult:
     io_errors: list[str] = field(default_factory=list)
 
     @property
+    def named(self) -> int:
+        """The files the run was given: those read, and those that could not be (each an error)."""
+        return len(self.files) + len(self.io_errors)
+
+    @property
     def errors(self) -> int:
         return sum(d.severity == ERROR for d in self.diagnostics)
 

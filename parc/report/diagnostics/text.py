@@ -108,7 +108,7 @@ def check_summary(diags, files: int, shown) -> str:
 def lint_summary(res, shown=None) -> str:
     """`parc lint`'s last line: the counts, with the suppressed findings (``shown``: the
     findings printed, whose notes are counted too)."""
-    line = render_summary(summarize(res.diagnostics, len(res.files)),
+    line = render_summary(summarize(res.diagnostics, res.named),
                           notes=_notes(res.diagnostics if shown is None else shown))
     if line.startswith("ok:"):
         line = line.replace("checked", "linted")
