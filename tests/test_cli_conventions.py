@@ -83,6 +83,13 @@ def test_every_command_that_reads_a_spec_takes_stdin(args):
     assert r.stdout.strip(), r.stderr
 
 
+def test_calibrate_takes_stdin():
+    logs = ROOT / "tests" / "data" / "logs"
+    r = parc("calibrate", "-", logs / "runs.csv", stdin=(logs / "base.par").read_text())
+    plain = parc("calibrate", logs / "base.par", logs / "runs.csv")
+    assert r.returncode == 0 and r.stdout == plain.stdout, r.stderr
+
+
 def test_run_takes_stdin():
     r = parc("run", "-", "--steps", "0", stdin="not a spec {\n")
     assert r.returncode == 1 and "<stdin>:1:" in r.stdout + r.stderr, r.stdout + r.stderr
