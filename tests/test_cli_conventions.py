@@ -88,7 +88,7 @@ def test_calibrate_takes_stdin():
     r = parc("calibrate", "-", logs / "runs.csv", stdin=(logs / "base.par").read_text())
     plain = parc("calibrate", logs / "base.par", logs / "runs.csv")
     assert r.returncode == 0, r.stderr
-    assert r.stdout == plain.stdout.replace("tests/data/logs/base.par", "<stdin>.par")
+    assert r.stdout == plain.stdout.replace(str(logs / "base.par"), "<stdin>.par")
 
 
 def test_run_takes_stdin():
