@@ -97,6 +97,8 @@ def run(args) -> int:
         print(report.wrote(files, target, args.output))
         return 0
     sys.stdout.write(report.render_stdout(files))
+    if (note := report.left_out(files)):
+        print(note, file=sys.stderr)
     return 0
 
 
