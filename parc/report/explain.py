@@ -100,7 +100,7 @@ def _memory(plan, est) -> list[str]:
     out = [f"Memory per GPU ({where}the most loaded: {count(st.layers, 'layer')}, "
            f"{number(st.params)} parameters)"]
     mem = st.memory
-    cells = [["weights", nbytes(mem.weights), _weights_note(plan)]] + _state_rows(plan, est, st)
+    cells = [["weights", nbytes(mem.weights), _weights_note(plan, est)]] + _state_rows(plan, est, st)
     free = mem.capacity - mem.total
     cells.append(["total", nbytes(mem.total),
                   f"of {nbytes(mem.capacity)} ({percent(mem.total / mem.capacity)}), "
@@ -176,12 +176,18 @@ def _training_rows(plan, est, st, sb, t, sp) -> list[list]:
     ]
 
 
-def _communication(plan, est) -> list[str]:
-    per = "per step" if plan.mode == "train" else "per decoded token"
-    out = [f"Communication per GPU {per}"]
-    cells = []
+# The axes whose collectives a plan runs: a serving plan's dp ranks are replicas (or, with
+# data-parallel attention, the ep group's ranks) and exchange no gradients.
+COMM_AXES = {"train": ("tp", "cp", "ep", "pp", "dp"), "serve": ("tp", "cp", "ep", "pp", "dcp")}
+
+
+def comm_table(plan, est) -> tuple[list[str], list[list[str]], str]:
+    """(headings, rows, alignment) of the communication table, which the text and the HTML page
+    both show: per axis its collective, bytes, link, bandwidth, algorithm and time, and in
+    training the time compute does not hide."""
     train = plan.mode == "train"
-    for ax in ("tp", "cp", "ep", "pp", "dp", "dcp"):
+    cells = []
+    for ax in COMM_AXES[plan.mode]:
         ln = est.comm_link.get(ax)
         if ln is None:
             continue
@@ -189,9 +195,16 @@ def _communication(plan, est) -> list[str]:
         row = [ax, _comm_what(plan, ax), nbytes(est.comm_bytes[ax]), f"{ln} ({est.link_kind.get(ln)})", rate(bw),
                est.comm_algorithm.get(ax) or "-", seconds(est.comm_time[ax])]
         cells.append(row + ([seconds(est.comm_exposed.get(ax, 0.0))] if train else []))
+    head = ["axis", "collective", "bytes", "link", "bandwidth", "algorithm", "time"] + (["exposed"] if train else [])
+    return head, cells, "llrlrlr" + ("r" if train else "")
+
+
+def _communication(plan, est) -> list[str]:
+    per = "per step" if plan.mode == "train" else "per decoded token"
+    out = [f"Communication per GPU {per}"]
+    head, cells, align = comm_table(plan, est)
     if cells:
-        head = ["axis", "collective", "bytes", "link", "bandwidth", "algorithm", "time"]
-        out.append(indent(table(head + (["exposed"] if train else []), cells, "llrlrlr" + ("r" if train else ""))))
+        out.append(indent(table(head, cells, align)))
     else:
         out.append("  none: every axis has size 1")
     notes = list(est.notes)
@@ -232,14 +245,19 @@ def _compute_line(plan, est) -> str:
             f"attention core {seconds(c['attention'])}")
 
 
-def _weights_note(plan) -> str:
+def _weights_note(plan, est) -> str:
+    """The precision the weights are stored in and its bytes per parameter, as the estimate
+    counts them: training keeps FP8 runs' weights in bf16 (the GEMMs take FP8 copies,
+    ``state_bytes_per_param``); a serving engine holds the checkpoint's dtype."""
     from parc.cost.estimate import dtype_bytes
 
-    dt = plan.train.precision if plan.mode == "train" else plan.model.dtype
-    z3 = " / dp (zero 3)" if plan.mode == "train" and plan.train.zero >= 3 else ""
-    if dt == "fp8":
-        return f"bf16, 2 B/param{z3} (FP8 GEMMs on copies)"
-    return f"{dt}, {dtype_bytes(dt)} B/param{z3}"
+    if plan.mode != "train":
+        dt = plan.model.dtype
+        return f"{dt}, {dtype_bytes(dt)} B/param"
+    fp8 = plan.train.precision == "fp8"
+    stored = "bf16" if fp8 else plan.train.precision
+    z3 = " / dp (zero 3)" if plan.train.zero >= 3 else ""
+    return f"{stored}, {est.state_bytes.weights:g} B/param{z3}" + (" (FP8 GEMMs on copies)" if fp8 else "")
 
 
 def _comm_what(plan, ax: str) -> str:
