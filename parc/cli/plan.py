@@ -152,6 +152,9 @@ def run(args) -> int:
             return 1
         return _usage(str(e), args)
 
+    from parc.planner.emit import default_targets, launch_targets
+
+    pr, args.notes = launch_targets(pr, default_targets(pr, args.target))
     if any(getattr(args, k) not in (None, False) for k in _SERVE_GOAL):
         if pr.mode != "serve":
             return _usage("--objective, --ttft, --tpot, --concurrency and the token counts are for --serve", args)
@@ -184,6 +187,8 @@ def _finish(args, res, text, render) -> int:
             return 2
         if args.format == "text":
             print(f"wrote {args.output}")
+        for note in getattr(args, "notes", ()):
+            sys.stderr.write(f"parc plan: {args.output}: {note}\n")
     return 0 if res.plans else 1
 
 
@@ -193,8 +198,11 @@ def _check_text(text: str, targets, name: str) -> str:
     from parc.report.diagnostics.text import render_text
 
     path = os.path.abspath(name)
+    from parc.planner.search import NOT_A_SHAPE
+
     r = check_file(path, targets, root=os.path.dirname(path), text=text)
-    return render_text(r.errors, r.sources) if r.errors else ""
+    errors = [d for d in r.errors if d.code not in NOT_A_SHAPE]   # a key only the user knows: a note
+    return render_text(errors, r.sources) if errors else ""
 
 
 def _run_serve_goal(args, pr) -> int:
