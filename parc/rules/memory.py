@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from parc.rules import WARNING, rule
+from parc.rules.suggest import accepted, checking, variant
 from parc.model.dims import auto_degree
 from parc.rules.util import dims, divisors, gb, join
 from parc.words import count
@@ -38,21 +39,6 @@ def _pct(x: float) -> str:
 
 # --- training ------------------------------------------------------------------------------------
 
-def _variant(plan, mesh=None, train=None):
-    """A copy of ``plan`` with another mesh or train block (schedule and split follow), or None
-    when the batch would not divide."""
-    m = mesh or plan.mesh
-    sch = plan.schedule
-    mb = dims(plan, m).microbatches
-    if mb is None:
-        return None
-    if m.pp > 1 and mb < m.pp and sch.pipeline != "gpipe":
-        return None
-    pl = plan.placement if m.pp == plan.mesh.pp else replace(plan.placement, layers=None)
-    return replace(plan, mesh=m, train=train or plan.train, schedule=replace(sch, microbatches=mb),
-                   placement=pl)
-
-
 def _train_total(plan) -> float:
     from parc.cost.estimate import estimate
 
@@ -70,10 +56,14 @@ def _mesh_ok(plan, m) -> bool:
     return not any(f.code in _MESH_FACTS for f in d.violations(plan.model, plan.mode))
 
 
-def training_fixes(plan, limit: float, n: int = 3) -> list[tuple[str, str, float]]:
+def training_fixes(plan, limit: float, c=None, n: int = 3) -> list[tuple[str, str, float]]:
     """Changes that bring the most loaded GPU's training memory to at most ``limit`` bytes, as
     ``(path of the key to change, how, resulting bytes)``: a higher ZeRO stage, more
-    recomputation, sequence parallelism, or a larger tp or pp on the same GPUs (dp shrinks)."""
+    recomputation, sequence parallelism, or a larger tp or pp on the same GPUs (dp shrinks).
+    With the rule's check ``c``, each is offered only when the whole rule set accepts the
+    changed plan (:func:`parc.rules.suggest.accepted`: a tp P306 refuses is not offered)."""
+    if checking():
+        return []   # judging another suggestion: no help is shown
     tr, mesh, world = plan.train, plan.mesh, plan.world_size
     out: list[tuple[str, str, float]] = []
 
@@ -81,23 +71,23 @@ def training_fixes(plan, limit: float, n: int = 3) -> list[tuple[str, str, float
         if p is None or len(out) >= n:
             return
         total = _train_total(p)
-        if total <= limit:
+        if total <= limit and (c is None or accepted(plan, p, c.rule.code, c.active)):
             out.append((path, text, total))
 
     for z in range(tr.zero + 1, 4):
         before = len(out)
-        attempt("train.zero", f"`zero = {z}`", _variant(plan, train=replace(tr, zero=z)))
+        attempt("train.zero", f"`zero = {z}`", variant(plan, train=replace(tr, zero=z)))
         if len(out) > before:
             break
     order = ["none", "selective", "full"]
     for rc in order[order.index(tr.recompute) + 1:]:
         before = len(out)
-        attempt("train.recompute", f"`recompute = {rc}`", _variant(plan, train=replace(tr, recompute=rc)))
+        attempt("train.recompute", f"`recompute = {rc}`", variant(plan, train=replace(tr, recompute=rc)))
         if len(out) > before:
             break
     if mesh.tp > 1 and not tr.sequence_parallel:
         attempt("train.sequence_parallel", "`sequence_parallel = true`",
-                _variant(plan, train=replace(tr, sequence_parallel=True)))
+                variant(plan, train=replace(tr, sequence_parallel=True)))
     g = plan.cluster.domain    # tp stays on NVLink
     for ax in ("tp", "pp"):
         cur = mesh.size(ax)
@@ -111,23 +101,25 @@ def training_fixes(plan, limit: float, n: int = 3) -> list[tuple[str, str, float
             if not _mesh_ok(plan, m2):
                 continue
             before = len(out)
-            attempt(f"mesh.{ax}", f"`{ax} = {d}` with dp = {rest}", _variant(plan, mesh=m2))
+            attempt(f"mesh.{ax}", f"`{ax} = {d}` with dp = {rest}", variant(plan, mesh=m2))
             if len(out) > before:
                 break
     return out
 
 
-def _scale_out(plan, limit: float) -> tuple[int, float] | None:
+def _scale_out(plan, limit: float, c) -> tuple[int, float] | None:
     """The fewest nodes (the cluster grown by powers of two, dp with it) on which the plan fits
-    with ZeRO-3 and full recompute."""
+    with ZeRO-3 and full recompute, in ``limit`` bytes and as the whole rule set accepts it."""
+    if checking():
+        return None
     cl, mesh = plan.cluster, plan.mesh
     tr = replace(plan.train, zero=3, recompute="full")
     for k in (2 ** i for i in range(1, 15)):
         m2 = replace(mesh, dp=mesh.dp * k)
         p2 = replace(plan, cluster=replace(cl, nodes=cl.nodes * k), mesh=m2, train=tr,
                      schedule=replace(plan.schedule, global_batch=plan.schedule.global_batch * k))
-        p2 = _variant(p2)
-        if p2 is not None and _train_total(p2) <= limit:
+        p2 = variant(p2)
+        if p2 is not None and _train_total(p2) <= limit and accepted(plan, p2, c.rule.code, c.active):
             return cl.nodes * k, _train_total(p2)
     return None
 
@@ -168,14 +160,14 @@ def training_memory(plan, c):
         return
     name = plan.cluster.gpu.name
     gpu = f"an {name}" if name and name != "custom" else "each GPU"
-    # prefer changes that also leave the headroom P405 asks for
-    fixes = training_fixes(plan, (1 - HEADROOM) * cap) or training_fixes(plan, cap)
+    # only changes that also leave the headroom P405 asks for, and that the other rules accept
+    fixes = training_fixes(plan, (1 - HEADROOM) * cap, c)
     msg = f"training needs {gb(mem.total)} {_where(plan, e)} but {gpu} has {gb(cap)}: {_breakdown(mem)}"
     if fixes:
         path = fixes[0][0]
         help_ = _fix_help(fixes)
     else:
-        grown = _scale_out(plan, cap)
+        grown = _scale_out(plan, (1 - HEADROOM) * cap, c)
         path = "cluster.nodes"
         if grown:
             g = plan.cluster.gpus_per_node
@@ -198,7 +190,7 @@ def memory_headroom(plan, c):
     if mem.total > cap or mem.total <= (1 - HEADROOM) * cap:
         return
     free = 1 - mem.total / cap
-    fixes = training_fixes(plan, (1 - HEADROOM) * cap)
+    fixes = training_fixes(plan, (1 - HEADROOM) * cap, c)
     c.report(c.at("train"),
              f"training uses {gb(mem.total)} of {gb(cap)} {_where(plan, e)}, leaving {_pct(free)} free "
              f"({_breakdown(mem)}); runs estimated above {_pct(1 - HEADROOM)} of memory have run out, "
