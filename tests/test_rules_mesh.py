@@ -40,7 +40,8 @@ def test_p102_heads_with_alternatives(check_spec):
     bad = spec(L70, nodes=2, gpn=6, mesh="dp = 2; tp = 6", serve=SERVE)
     d = assert_fires(check_spec, bad, "P102", "tp = 6")
     assert "64 attention heads" in d.message and "nor does it split kv_heads = 8 or ffn_hidden = 28672" in d.message
-    assert "tp = 4 (dp = 3)" in d.help and "tp = 2 and pp = 3" in d.help
+    # tp = 4 divides the heads but its groups would span the nodes of 6 GPUs (P301): not offered
+    assert "tp = 2 (dp = 6)" in d.help and "tp = 2 and pp = 3" in d.help and "tp = 4" not in d.help
     # one mistake, one error: the KV-head and MLP rules stay quiet while heads fail
     r = check_spec(bad)
     assert [x.code for x in r.errors] == ["P102"]

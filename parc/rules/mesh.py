@@ -122,7 +122,7 @@ def heads_tp(plan, c):
            f"group whole heads)")
     if also:
         msg += f"; nor does it split {join(also, 'or')}"
-    opts = describe_tp_options(plan)
+    opts = describe_tp_options(plan, c=c)
     help_ = (f"tensor-parallel degrees that split this model and fit {count(plan.cluster.world, 'GPU')}: {opts}"
              if opts else f"tp must divide heads = {md.heads}: {join(divisors(md.heads)[:8])}")
     help_ += _keep_gpus_hint(plan)
@@ -137,7 +137,7 @@ def kv_heads_tp(plan, c):
     if _heads_fail(plan) or not _kv_fail(plan):
         return
     kv, t = md.kv_heads, m.tp
-    opts = describe_tp_options(plan)
+    opts = describe_tp_options(plan, c=c)
     c.report(c.at("mesh.tp"),
              f"tp = {t} can neither split the model's {kv} KV heads ({kv} % {t} = {kv % t}) nor replicate "
              f"them evenly ({t} % {kv} = {t % kv})",
@@ -231,7 +231,7 @@ def mlp_width_tp(plan, c):
     if not bad:
         return
     name, w = bad[0]
-    opts = describe_tp_options(plan)
+    opts = describe_tp_options(plan, c=c)
     path = "model.ffn_hidden" if name == "ffn_hidden" else "model.moe_ffn_hidden"
     c.report(c.at("mesh.tp"),
              f"tp = {m.tp} does not divide {name} = {w}: the column-parallel MLP would need "
@@ -346,7 +346,7 @@ def kv_replicated(plan, c):
     t, kv = m.tp, md.kv_heads
     if _heads_fail(plan) or not _fails(plan, "kv_tp_replicated"):
         return
-    opts = describe_tp_options(plan, strict_kv=True)
+    opts = describe_tp_options(plan, strict_kv=True, c=c)
     c.report(c.at("mesh.tp"),
              f"tp = {t} is larger than the model's {kv} KV heads: vLLM and Megatron-LM would replicate each KV "
              f"head {t // kv} times, but {target_name(c.target)} only splits them (tp must divide kv_heads)",

@@ -150,8 +150,18 @@ def tp_options(plan, strict_kv: bool = False, limit: int | None = None) -> list[
     return dims(plan).tp_degrees(plan.model, not strict_kv, plan.cluster.world, cap)
 
 
-def describe_tp_options(plan, strict_kv: bool = False) -> str:
+def describe_tp_options(plan, strict_kv: bool = False, c=None) -> str:
+    """The tp degrees to offer, each with the dp ``dp = auto`` gives; with the rule's check
+    ``c``, only those the whole rule set accepts (:func:`parc.rules.suggest.accepted`)."""
     opts = tp_options(plan, strict_kv)
+    if c is not None:
+        from dataclasses import replace
+
+        from parc.rules.suggest import accepted, variant
+
+        opts = [(t, dp) for t, dp in opts
+                if accepted(plan, variant(plan, mesh=replace(plan.mesh, tp=t, dp=dp or plan.mesh.dp)),
+                            c.rule.code, c.active)]
     if not opts:
         return ""
     parts = []
