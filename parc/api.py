@@ -38,10 +38,13 @@ def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, 
     # blocks still run, so the spec's other mistakes are reported in the same run
     late = [d for d in diags if d.severity == ERROR and not any(d is p for p in res.partial_errors)]
     if res.plan is not None and not late:
-        from parc.rules import run_rules
+        from parc.model.targets import implied
+        from parc.rules import active_targets, run_rules
         from parc.targets import load_rules
 
-        load_rules()   # the targets' own rules, discovered from their folders
+        # the own rules of the targets this check judges by (any mode: a pool may serve), found
+        # in their folders
+        load_rules(implied(active_targets(res.plan, targets), None, res.plan.target_settings))
         diags.extend(run_rules(res.plan, targets, select=select, failed=res.partial))
     plan = res.plan if not res.partial else None   # a partial plan is never handed on
     if select is not None:

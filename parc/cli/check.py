@@ -24,28 +24,18 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from parc.api import check_file
     from parc.language.diagnostics import summarize
     from parc.report.diagnostics.json import render_json
     from parc.report.diagnostics.text import check_summary, render_text
     from parc.report.term import use_color
 
+    from parc.language.parser import shared_parses
+
     paths, diags = spec_paths(args.specs)
     files = len(paths) + len(diags)   # every file named, read or not
-    texts, fragments, unread_stdin = _fragments(paths, args.root)
-    sources: dict[str, str] = {}
-    for path in paths:
-        if path in fragments:   # a shared file of blocks for others to `use`: its syntax, as lint judges it
-            diags.extend(fragments[path])
-            sources[path] = texts[path]
-            continue
-        if path == STDIN and STDIN not in texts:
-            diags.extend(unread_stdin)
-            continue
-        r = check_file(STDIN_NAME if path == STDIN else path, args.target, root=args.root,
-                       text=texts[STDIN] if path == STDIN else None)
-        diags.extend(r.diagnostics)
-        sources.update(r.sources)
+    with shared_parses():   # each text parsed once: to tell fragments, and to check it
+        sources = _check_all(args, paths, diags)
+
     io_fail = any(d.code == READ_CODE for d in diags)
     summary = summarize(diags, files)
     if args.format == "json":
@@ -62,6 +52,27 @@ def run(args) -> int:
     if summary["errors"] or (args.warnings_as_errors and summary["warnings"]):
         return 1
     return 0
+
+
+def _check_all(args, paths, diags) -> dict[str, str]:
+    """Check each file (a fragment for its syntax only) into ``diags``; the sources read."""
+    from parc.api import check_file
+
+    texts, fragments, unread_stdin = _fragments(paths, args.root)
+    sources: dict[str, str] = {}
+    for path in paths:
+        if path in fragments:   # a shared file of blocks for others to `use`: its syntax, as lint judges it
+            diags.extend(fragments[path])
+            sources[path] = texts[path]
+            continue
+        if path == STDIN and STDIN not in texts:
+            diags.extend(unread_stdin)
+            continue
+        r = check_file(STDIN_NAME if path == STDIN else path, args.target, root=args.root,
+                       text=texts[STDIN] if path == STDIN else None)
+        diags.extend(r.diagnostics)
+        sources.update(r.sources)
+    return sources
 
 
 def _fragments(paths, root) -> tuple[dict, dict, list]:

@@ -7,7 +7,6 @@ syntax tree, not from a pattern over its text.
 """
 from __future__ import annotations
 
-import glob
 import os
 import re
 from typing import Sequence
@@ -74,6 +73,8 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = ()) -> tuple[list[st
         elif os.path.lexists(raw):
             add(raw)
         elif _GLOB_CHARS.search(raw):
+            import glob
+
             hits = sorted(glob.glob(raw, recursive=True))
             if not hits:
                 missing(raw, "no files match this pattern", "check the pattern; quote it so that parc "

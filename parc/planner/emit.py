@@ -208,8 +208,10 @@ def launch_targets(pr: Problem, names) -> tuple[Problem, list[str]]:
     from parc.model.targets import example, required
     from parc.resolve.catalog import hub_id
 
+    from parc.model.targets import names as folders
+
     targets, notes, text = dict(pr.targets), [], dict(pr.block_text)
-    for name in names:
+    for name in [n for n in names if n in folders()]:   # a rule family (torch) has no block
         settings = dict(targets[name].settings) if name in targets else {}
         for key, what in required(name, pr.mode):
             if key in settings:

@@ -6,7 +6,6 @@ is poisoned: it is reported once, and everything computed from it stays silent.
 """
 from __future__ import annotations
 
-import difflib
 from fractions import Fraction
 from typing import Any, NoReturn
 
@@ -41,6 +40,8 @@ def did_you_mean(word: str, options) -> str | None:
     """The option ``word`` most likely meant: an alias of it, the same name in another case
     (``1F1B``: ``1f1b``), the closest of the names it begins (``h100``: ``h100_sxm`` before
     ``h100_pcie``), else the closest by spelling."""
+    import difflib   # only when a name is unknown: `parc check` of a good spec never loads it
+
     options = list(options)
     alias = SC.ALIASES.get(word)
     if alias and alias in options:
