@@ -16,6 +16,7 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 
 from support.specs import MOE, load, spec_text  # noqa: E402
+from support.timing import scaled  # noqa: E402
 
 from parc.runtime import shrink  # noqa: E402
 from parc.runtime.launch import prepare_env  # noqa: E402
@@ -29,6 +30,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
 
 
 def parc(*args, timeout=240):
+    timeout = scaled(timeout)
     return subprocess.run([sys.executable, "-m", "parc", *args], capture_output=True, text=True, env=ENV,
                           timeout=timeout)
 
@@ -84,7 +86,7 @@ def test_bad_checkpoints_are_refused_in_one_line_before_any_rank_starts(tmp_path
     def refused(ck, *words):
         with pytest.raises(Exception) as err:
             run_plan(plan, Options(steps=1, optimizer="sgd", checkpoint=str(ck)), rehearse=True, progress=False,
-                     deadline_s=120)
+                     deadline_s=scaled(120))
         msg = str(err.value)
         assert "\n" not in msg.strip(), msg
         for w in words:
