@@ -46,6 +46,10 @@ def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, 
         # in their folders
         load_rules(implied(active_targets(res.plan, targets), None, res.plan.target_settings))
         diags.extend(run_rules(res.plan, targets, select=select, failed=res.partial))
+    # a target whose block did not parse is judged when it parses: its rules' findings would
+    # follow from the block's absence
+    unparsed = {k.split(".", 1)[1] for k in res.partial if k.startswith("target.")}
+    diags = [d for d in diags if d.target not in unparsed]
     plan = res.plan if not res.partial else None   # a partial plan is never handed on
     if select is not None:
         diags = [d for d in diags if select(d.code)]
