@@ -218,18 +218,33 @@ def _tp_candidates(plan) -> list[int]:
     return [t for t, _ in dims(plan).tp_degrees(plan.model) if t > 1]
 
 
-def smallest_serving_mesh(plan) -> tuple[int, int] | None:
+def _serving_mesh_accepted(plan, c, tp: int, pp: int) -> bool:
+    """Whether the rule set accepts ``plan`` with tensor and pipeline degrees ``tp`` and ``pp``
+    (dp as `auto` makes it on the cluster); a mesh beyond the cluster is offered as a count of
+    GPUs to get, not a change to make, and is not judged here."""
+    world, rest = plan.world_size, tp * pp * plan.mesh.cp
+    if c is None or rest > world or world % rest:
+        return True
+    ep = world // pp if plan.mesh.ep > 1 else 1
+    changed = variant(plan, mesh=replace(plan.mesh, tp=tp, pp=pp, dp=world // rest, ep=ep, etp=1))
+    return accepted(plan, changed, c.rule.code, c.active)
+
+
+def smallest_serving_mesh(plan, c=None) -> tuple[int, int] | None:
     """The smallest (tp, pp) in which the weights and one max_model_len sequence fit: tp first
-    (up to a node's GPUs), then pp across nodes."""
+    (up to a node's GPUs), then pp across nodes; with the rule's check ``c``, one the whole rule
+    set accepts."""
+    if checking():
+        return None
     need = plan.serve.max_model_len
     most = max(plan.cluster.domain, 8)   # one NVLink domain
     tps = [t for t in _tp_candidates(plan) if plan.mesh.tp < t <= most]
     for t in tps:
-        if _serve_fit(plan, t)[1] >= need:
+        if _serve_fit(plan, t)[1] >= need and _serving_mesh_accepted(plan, c, t, plan.mesh.pp):
             return t, plan.mesh.pp
     top = max([t for t in _tp_candidates(plan) if t <= most] or [plan.mesh.tp])
     for pp in (d for d in range(plan.mesh.pp + 1, plan.model.layers + 1)):
-        if _serve_fit(plan, top, pp)[1] >= need:
+        if _serve_fit(plan, top, pp)[1] >= need and _serving_mesh_accepted(plan, c, top, pp):
             return top, pp
         if pp > 64:
             break
@@ -261,7 +276,7 @@ def serving_weights(plan, c):
              f"the weights alone need {gb(w)} per GPU (tp = {plan.mesh.tp}, pp = {plan.mesh.pp}) but "
              f"gpu_memory_utilization × memory = {srv.gpu_memory_utilization:g} × {gb(e.memory.capacity)} "
              f"= {gb(budget)}",
-             help=_mesh_help(plan, smallest_serving_mesh(plan)),
+             help=_mesh_help(plan, smallest_serving_mesh(plan, c)),
              related=[(c.at("model"), f"{e.params_total / 1e9:.1f}B parameters in {plan.model.dtype}")])
 
 
@@ -277,14 +292,18 @@ def kv_cache_one_sequence(plan, c):
         return
     per = e.kv_bytes_per_token
     fixes = []
-    if e.kv_capacity_tokens > 0:
+
+    def offered(**serve) -> bool:
+        return accepted(plan, variant(plan, serve=replace(srv, **serve)), c.rule.code, c.active)
+
+    if e.kv_capacity_tokens > 0 and offered(max_model_len=e.kv_capacity_tokens):
         fixes.append(f"`max_model_len = {e.kv_capacity_tokens}` fits")
     util = (max(st.memory.total - st.memory.kv_cache + srv.max_model_len * st.kv_bytes_per_token
                 for st in e.stages)) / cap
     util = int(util * 100 + 1) / 100
-    if util <= 0.98:
+    if util <= 0.98 and offered(gpu_memory_utilization=util):
         fixes.append(f"`gpu_memory_utilization = {util:.2f}` fits one full sequence")
-    fixes.append(_mesh_help(plan, smallest_serving_mesh(plan)))
+    fixes.append(_mesh_help(plan, smallest_serving_mesh(plan, c)))
     engine = e.memory.total - e.memory.weights - e.memory.kv_cache
     c.report(c.at("serve.max_model_len", "serve"),
              f"the KV cache holds {e.kv_capacity_tokens:,} tokens per GPU, fewer than one "

@@ -23,6 +23,17 @@ def _fact(plan, code: str):
     return next((f for f in dims(plan).violations(plan.model, plan.mode, replicate_kv=False) if f.code == code), None)
 
 
+def _offered(plan, c, changes: list[dict], axis: str) -> list[int]:
+    """The values of ``axis`` among ``changes`` (mesh degrees to set) that the whole rule set
+    accepts (:func:`parc.rules.suggest.accepted`), in order."""
+    from dataclasses import replace
+
+    from parc.rules.suggest import accepted, variant
+
+    return [ch[axis] for ch in changes
+            if accepted(plan, variant(plan, mesh=replace(plan.mesh, **ch)), c.rule.code, c.active)]
+
+
 def _tp_facts(plan) -> list:
     """The tensor-parallel facts of :meth:`ParallelDims.violations` for this plan."""
     return [f for f in dims(plan).violations(plan.model, plan.mode, replicate_kv=False)
@@ -295,7 +306,7 @@ def experts_ep(plan, c):
     fact = _fact(plan, "experts_ep")
     if fact:
         region = dims(plan).region
-        ok = fact.alternatives
+        ok = _offered(plan, c, [{"ep": e} for e in fact.alternatives], "ep")
         helps = (f"expert-parallel degrees that divide {count(md.experts, 'expert')} and fit the dp·cp·tp = {region} "
                  f"ranks of a stage: ep = {join(ok)}" if ok else f"ep must divide experts = {md.experts}")
         related = [(c.at("model.experts"), f"experts = {md.experts}")]
@@ -370,12 +381,14 @@ def expert_grid(plan, c):
     fact = _fact(plan, "expert_grid")
     ok = fact.alternatives if fact else tuple(
         e for e in divisors(md.experts) if e > 1 and grid_fits(region, e, m.etp))
+    ok = _offered(plan, c, [{"ep": e} for e in ok], "ep")
     grid = m.ep * m.etp
     world = m.product
     helps = []
     if ok:
         helps.append(f"ep = {join(nearest(ok, m.ep, 4))} with etp = {m.etp}")
-    etps = [e for e in divisors(region) if grid_fits(region, m.ep, e) and splits(md.moe_ffn_hidden, e)]
+    etps = _offered(plan, c, [{"etp": e} for e in divisors(region)
+                              if grid_fits(region, m.ep, e) and splits(md.moe_ffn_hidden, e)], "etp")
     if etps and m.ep > 1 and md.experts % m.ep == 0:
         helps.append(f"etp = {join(etps)} with ep = {m.ep}")
     c.report(c.at("mesh.ep" if m.ep > 1 else "mesh.etp"),
