@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from parc.rules import WARNING, rule
 from parc.rules.util import (axes_product, describe_tp_options, dims, divisors, given, join,
-                   nearest, plural, ratio, target_name, tp_options, value_fixes)
+                   nearest, offered_tp_options, plural, ratio, target_name, tp_options, value_fixes)
 from parc.model.dims import grid_fits, splits
 from parc.words import count
 
@@ -141,7 +141,7 @@ def heads_tp(plan, c):
              if opts else f"tp must divide heads = {md.heads}: {join(divisors(md.heads)[:8])}")
     help_ += _keep_gpus_hint(plan)
     options = [{"mesh.tp": t, **({"mesh.dp": dp} if dp != m.dp and m.auto != "dp" else {})}
-               for t, dp in (tp_options(plan) if opts else [])]
+               for t, dp in (offered_tp_options(plan, c=c) if opts else [])]
     c.report(c.at("mesh.tp"), msg, help=help_, related=[(c.at("model.heads"), f"heads = {md.heads}")],
              fixes=value_fixes(plan, options))
 

@@ -91,3 +91,50 @@ def variant(plan, mesh=None, train=None, serve=None):
     pl = plan.placement if m.pp == plan.mesh.pp else replace(plan.placement, layers=None)
     return replace(plan, mesh=m, train=train or plan.train, serve=serve or plan.serve,
                    schedule=replace(sch, microbatches=mb), placement=pl)
+
+
+_BLOCKS = ("mesh", "schedule", "train", "serve", "cluster")
+
+
+def changed(plan, values: dict):
+    """``plan`` with the spec values ``values`` set (``{"mesh.tp": 4, "schedule.global_batch":
+    64}``, as a fix's edits name them), resolved as :func:`variant` does: an `auto` degree the
+    values leave out follows the others. None when a value names no field a suggestion changes."""
+    from parc.model.dims import auto_degree
+
+    by: dict[str, dict] = {}
+    for path, v in values.items():
+        block, _, key = path.partition(".")
+        if block not in _BLOCKS or "." in key:
+            return None
+        by.setdefault(block, {})[key] = v
+    try:
+        if "cluster" in by or "schedule" in by:
+            plan = replace(plan, cluster=replace(plan.cluster, **by.get("cluster", {})),
+                           schedule=replace(plan.schedule, **by.get("schedule", {})))
+        mesh = replace(plan.mesh, **by["mesh"]) if "mesh" in by else plan.mesh
+        if mesh.auto and mesh.auto not in by.get("mesh", {}):
+            others = 1
+            for ax in ("pp", "dp", "cp", "tp"):
+                others *= mesh.size(ax) if ax != mesh.auto else 1
+            mesh = replace(mesh, **{mesh.auto: auto_degree(plan.cluster.world, others)})
+        train = replace(plan.train, **by["train"]) if "train" in by and plan.train else None
+        serve = replace(plan.serve, **by["serve"]) if "serve" in by and plan.serve else None
+    except TypeError:   # a key the block does not have
+        return None
+    return variant(plan, mesh=mesh, train=train, serve=serve)
+
+
+def refusals(plan, changed_plan, code: str, targets: Iterable[str] = ()) -> list[str]:
+    """Why ``changed_plan`` is not offered as the fix of ``code``: the codes the rule set reports
+    against it that it did not report against ``plan`` (P405 for the memory headroom)."""
+    if changed_plan is None or checking():
+        return []
+    targets = tuple(targets)
+    return sorted(verdict(changed_plan, targets) - (_before(plan, targets) - {code}))
+
+
+def offered(plan, c, options: list[dict]) -> list[dict]:
+    """The ``options`` (spec values to set, as :func:`changed` takes them) that rule check ``c``
+    may offer as its fix: those the whole rule set accepts (:func:`accepted`), in order."""
+    return [o for o in options if accepted(plan, changed(plan, o), c.rule.code, c.active)]
