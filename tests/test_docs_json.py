@@ -64,10 +64,11 @@ def _section(word: str) -> list:
 
 
 def test_check_json_keys(tmp_path):
-    (doc,) = _section("parc check --format json")
+    doc, fixes = _section("parc check --format json")
     render = ROOT / "tests" / "data" / "render"
     real = parc_json("check", render / "heads.par", render / "target.par", "--format", "json")
     assert missing(doc, real) == []
+    assert missing({"diagnostics": [fixes]}, real) == []   # a diagnostic's fixes, where it has some
 
 
 def test_explain_json_keys_of_a_training_plan():

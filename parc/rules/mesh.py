@@ -99,18 +99,21 @@ def mesh_product(plan, c):
     need = m.product
     if need <= world:
         return  # fewer GPUs than the cluster has: P302 (idle GPUs)
-    helps, first, options = [], None, []
+    from parc.rules.suggest import offered
+
+    found: list[tuple[str, dict]] = []
     if need % cl.gpus_per_node == 0:
-        helps.append(f"use `nodes = {need // cl.gpus_per_node}` in the cluster")
-        options.append({"cluster.nodes": need // cl.gpus_per_node})
+        found.append((f"use `nodes = {need // cl.gpus_per_node}` in the cluster",
+                      {"cluster.nodes": need // cl.gpus_per_node}))
     for ax in ("dp", "pp", "cp", "tp"):
-        if m.size(ax) <= 1:
-            continue
         rest = need // m.size(ax)
-        if world % rest == 0:
-            helps.append(f"set `{ax} = {world // rest}`" + (" (or `dp = auto`)" if ax == "dp" else ""))
-            options.append({f"mesh.{ax}": world // rest})
-            first = first or ax
+        if m.size(ax) > 1 and world % rest == 0:
+            found.append((f"set `{ax} = {world // rest}`" + (" (or `dp = auto`)" if ax == "dp" else ""),
+                          {f"mesh.{ax}": world // rest}))
+    kept = offered(plan, c, [o for _, o in found])   # only the changes the other rules accept too
+    helps = [h for h, o in found if o in kept]
+    options = [o for _, o in found if o in kept]
+    first = next((k.split(".")[1] for o in options for k in o if k.startswith("mesh.")), None)
     span = c.at(f"mesh.{first}") if first else c.at("mesh")
     c.report(span,
              f"the mesh needs {count(need, 'GPU')} ({_mesh_desc(m)}) but {where}",
