@@ -6,6 +6,8 @@ them (one mistake, one error).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from parc.rules import WARNING, rule
 from parc.rules.util import (axes_product, describe_tp_options, dims, divisors, given, join,
                    nearest, offered_tp_options, plural, ratio, target_name, tp_options, value_fixes)
@@ -26,8 +28,6 @@ def _fact(plan, code: str):
 def _offered(plan, c, changes: list[dict], axis: str) -> list[int]:
     """The values of ``axis`` among ``changes`` (mesh degrees to set) that the whole rule set
     accepts (:func:`parc.rules.suggest.accepted`), in order."""
-    from dataclasses import replace
-
     from parc.rules.suggest import accepted, variant
 
     return [ch[axis] for ch in changes
@@ -142,11 +142,15 @@ def heads_tp(plan, c):
     opts = describe_tp_options(plan, c=c)
     help_ = (f"tensor-parallel degrees that split this model and fit {count(plan.cluster.world, 'GPU')}: {opts}"
              if opts else f"tp must divide heads = {md.heads}: {join(divisors(md.heads)[:8])}")
-    help_ += _keep_gpus_hint(plan)
+    keep = _keep_gpus_hint(plan)
+    help_ += keep
     options = [{"mesh.tp": t, **({"mesh.dp": dp} if dp != m.dp and m.auto != "dp" else {})}
                for t, dp in (offered_tp_options(plan, c=c) if opts else [])]
+    fixes = value_fixes(plan, options)
+    if keep:   # the help names another way too (pp): each fix is one alternative, for the user to choose
+        fixes = [replace(f, safe=False) for f in fixes]
     c.report(c.at("mesh.tp"), msg, help=help_, related=[(c.at("model.heads"), f"heads = {md.heads}")],
-             fixes=value_fixes(plan, options))
+             fixes=fixes)
 
 
 # ------------------------------------------------------------------------------------ P103
