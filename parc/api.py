@@ -32,6 +32,7 @@ def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, 
     default), ``shown`` names the spec in diagnostics."""
     from parc.resolve import load
 
+    targets = tuple(targets)
     res = load(path, root=root, text=text, shown=shown, partial=True, reader=reader)
     diags = list(res.diagnostics)
     # errors confined to `train` or `serve` leave a partial plan: the rules that do not read those
@@ -40,6 +41,11 @@ def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, 
     if res.plan is not None and not late:
         from parc.model.targets import implied
         from parc.rules import active_targets, run_rules
+
+        if targets:   # a target named on the command line splits the layers its own way too
+            from parc.model.params import resolve_split
+
+            resolve_split(res.plan, targets)
         from parc.targets import load_rules
 
         # the own rules of the targets this check judges by (any mode: a pool may serve), found
