@@ -163,7 +163,7 @@ def test_p109_experts_not_divisible(check_spec):
     tight = spec(MOE, nodes=4, mesh="dp = 16; tp = 2; ep = 16", schedule="micro_batch = 1; global_batch = 256",
                  train="zero = 1; sequence_parallel = true")
     d = assert_fires(check_spec, tight, "P109", "ep = 16")
-    assert d.help == "ep must divide experts = 8", d.help
+    assert d.help == "ep must divide 8 experts", d.help
 
 
 def test_p109_ep_without_experts(check_spec):
