@@ -25,7 +25,6 @@ def add_arguments(p):
 
 def run(args) -> int:
     from parc.language.diagnostics import summarize
-    from parc.report.diagnostics.json import render_json
     from parc.report.diagnostics.text import check_summary, render_text
     from parc.report.term import use_color
 
@@ -39,6 +38,8 @@ def run(args) -> int:
     io_fail = any(d.code == READ_CODE for d in diags)
     summary = summarize(diags, files)
     if args.format == "json":
+        from parc.report.diagnostics.json import render_json
+
         print(render_json(diags, files))
     else:
         shown = diags if not args.quiet else [d for d in diags if d.severity in ("error", "warning")]

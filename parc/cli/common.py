@@ -19,7 +19,7 @@ def read_error(path, e: OSError) -> str:
 def spec_paths(args) -> tuple[list[str], list]:
     """The spec files that command-line arguments name (files, folders searched for .par files,
     globs, `-` for stdin) and a P030 diagnostic for each argument that names nothing."""
-    from parc.lint.engine import discover
+    from parc.lint.discover import discover
 
     return discover(args)
 
