@@ -246,18 +246,36 @@ def _compute_line(plan, est) -> str:
 
 
 def _weights_note(plan, est) -> str:
-    """The precision the weights are stored in and its bytes per parameter, as the estimate
-    counts them: training keeps FP8 runs' weights in bf16 (the GEMMs take FP8 copies,
-    ``state_bytes_per_param``); a serving engine holds the checkpoint's dtype."""
+    """The precision the weights are stored in and its bytes per parameter: training keeps FP8
+    runs' weights in bf16 (the GEMMs take FP8 copies, ``state_bytes_per_param``) unless they
+    gather FP8 parameters; a serving engine holds its checkpoint's storage."""
     from parc.cost.estimate import dtype_bytes
 
     if plan.mode != "train":
-        dt = plan.model.dtype
-        return f"{dt}, {dtype_bytes(dt)} B/param"
-    fp8 = plan.train.precision == "fp8"
-    stored = "bf16" if fp8 else plan.train.precision
+        return _served_weights_note(plan.model)
+    dt = plan.train.precision
     z3 = f" / {_shard_words(plan)} (zero 3)" if plan.train.zero >= 3 else ""
-    return f"{stored}, {est.state_bytes.weights:g} B/param{z3}" + (" (FP8 GEMMs on copies)" if fp8 else "")
+    if dt == "fp8" and plan.train.fp8_param_gather:
+        return f"linear layers fp8, 1 B/param, the rest bf16, 2 B/param{z3} (fp8_param_gather)"
+    if dt == "fp8":
+        return f"bf16, 2 B/param{z3} (FP8 GEMMs on copies)"
+    return f"{dt}, {dtype_bytes(dt)} B/param{z3}"
+
+
+def _served_weights_note(m) -> str:
+    """How a serving engine holds the weights (parc/model/data/checkpoints.toml)."""
+    from parc.cost.estimate import part_weight_bytes
+    from parc.model.checkpoints import ONLINE_FP8, storage, table
+
+    st = storage(m)
+    e = table()[st]
+    if e["bits"] >= 16:
+        return f"{st}, {e['bits'] // 8} B/param"
+    parts = [p for p in e["parts"] if p != "mtp"]
+    b = part_weight_bytes(m, parts[0])
+    what = ("a 16-bit checkpoint quantized to fp8 at load" if st == ONLINE_FP8
+            else f"{st} checkpoint")
+    return f"{what}: {', '.join(parts)} {b:.4g} B/param, the rest {m.checkpoint_format if st == ONLINE_FP8 else 'bf16'}"
 
 
 def _shard_words(plan) -> str:
