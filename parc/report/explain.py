@@ -100,7 +100,7 @@ def _memory(plan, est) -> list[str]:
     out = [f"Memory per GPU ({where}the most loaded: {count(st.layers, 'layer')}, "
            f"{number(st.params)} parameters)"]
     mem = st.memory
-    cells = [["weights", nbytes(mem.weights), _weights_note(plan, est)]] + _state_rows(plan, est, st)
+    cells = [["weights", nbytes(mem.weights), _weights_note(plan)]] + _state_rows(plan, est, st)
     free = mem.capacity - mem.total
     cells.append(["total", nbytes(mem.total),
                   f"of {nbytes(mem.capacity)} ({percent(mem.total / mem.capacity)}), "
@@ -245,7 +245,7 @@ def _compute_line(plan, est) -> str:
             f"attention core {seconds(c['attention'])}")
 
 
-def _weights_note(plan, est) -> str:
+def _weights_note(plan) -> str:
     """The precision the weights are stored in and its bytes per parameter: training keeps FP8
     runs' weights in bf16 (the GEMMs take FP8 copies, ``state_bytes_per_param``) unless they
     gather FP8 parameters; a serving engine holds its checkpoint's storage."""
