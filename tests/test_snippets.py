@@ -37,6 +37,7 @@ def parses(snippet: str) -> str | None:
     leaves out left out); else why not."""
     first = None
     snippet = _ELIDED.sub("", re.sub(r"=\s*(\.\.\.|…)", "= x", snippet))   # `key = ...`: any value
+    snippet = re.sub(r"(\w)\*", r"\1x", snippet)   # `deepep_*`: any name of that family
     for text in (snippet, "x {\n" + snippet + "\n}", "x = " + snippet):
         try:
             parse_text(text + "\n", "<snippet>")
