@@ -176,3 +176,103 @@ def test_the_comparison_finds_a_changed_setting():
     assert wild.compare(a, b) == [{"key": "serve/vllm.tensor_parallel_size", "original": "8", "emitted": "4"}]
     same = [Launch("vllm", "serve", {"vllm.model": "m", "vllm.tensor_parallel_size": 1})]
     assert wild.compare(same, [Launch("vllm", "serve", {"vllm.model": "m"})]) == []   # 1 is vLLM's default
+
+
+# -- the engines' own parsers (PARC_JUDGES) ---------------------------------------------------
+SERVER_ENGINES = ("vllm", "sglang")
+JUDGED = [e.name for e in ENTRIES if e.target in ("vllm", "sglang", "lws", "skypilot")]
+
+
+@pytest.fixture(scope="module")
+def server_judge(tmp_path_factory):
+    """judge(engine, launches) -> each launch's settings as the engine's own parser stores them:
+    one wild_judge.py process an engine, in that engine's judge environment."""
+    from support import judges
+
+    procs = {}
+
+    def ask(engine: str, launches: list) -> list[dict]:
+        if engine not in procs:
+            procs[engine] = judges.start(engine, f"PARC_{engine.upper()}_PYTHON",
+                                         tmp_path_factory.mktemp("judge") / "stderr", script=["wild_judge.py", engine])
+        return judges.ask(procs[engine], f"@@wild-{engine} ", [{"argv": la.argv, "cwd": la.cwd} for la in launches])
+
+    yield ask
+    for p in procs.values():
+        judges.stop(p)
+
+
+def _without(argv: list, words: list) -> list:
+    """``argv`` less the first run of ``words`` in it."""
+    for i in range(len(argv) - len(words) + 1):
+        if argv[i:i + len(words)] == words:
+            return argv[:i] + argv[i + len(words):]
+    raise AssertionError(f"{words} not in {argv}")
+
+
+def _as_judged(launches, ask, refused: list | None = None):
+    """The launches with each server's settings replaced by what its engine's parser stores.
+    ``refused``: words the pinned release refuses (the entry's ``judge_refuses``): the engine must
+    refuse the launch with them, and is asked again without them."""
+    from dataclasses import replace
+
+    from support.wild_argv import sglang_resolved
+    from support.wild_launch import IGNORED
+
+    out = []
+    for la in launches:
+        if la.engine not in SERVER_ENGINES:
+            out.append(la)
+            continue
+        if refused:
+            (got,) = ask(la.engine, [la])
+            assert not got["ok"], f"{la.engine} now takes {refused}: remove judge_refuses"
+            la = replace(la, argv=_without(la.argv, refused))
+        (got,) = ask(la.engine, [la])
+        assert got["ok"], f"{la.engine}'s own parser refuses {la.argv}: {got['error']}"
+        s = sglang_resolved(got["settings"]) if la.engine == "sglang" else got["settings"]
+        kept = {k: v for k, v in la.settings.items() if not k.startswith(la.engine + ".")}
+        kept.update({f"{la.engine}.{k}": v for k, v in s.items() if k not in IGNORED[la.engine]})
+        out.append(replace(la, settings=kept))
+    return out
+
+
+@pytest.mark.parametrize("name", JUDGED)
+def test_the_engines_own_parsers_find_the_listed_differences(name, server_judge, tmp_path):
+    """vLLM's and SGLang's own parsers read the original's servers and parc's: both parse, and the
+    server settings that differ are exactly those the corpus lists (the corpus's readers agree
+    with the engines')."""
+    from parc import targets
+
+    e = _entry(name)
+    original = wild.original_launches(e, tmp_path)
+    r = _checked(name)
+    try:
+        emitted = wild.emitted_launches(e.target, targets.get(e.target).build(r.plan), tmp_path) if r.plan else []
+    except Exception:        # a plan with errors that does not build: only the original is judged
+        emitted = []
+    refused = e.original.get("judge_refuses")
+    judged = _as_judged(original, server_judge, refused)
+    got = wild.compare(judged, _as_judged(emitted, server_judge)) if emitted else []
+    server = lambda k: any(f"/{x}." in k for x in SERVER_ENGINES)   # noqa: E731
+    found = {d["key"] for d in got if server(d["key"])}
+    gone = {w[2:].replace("-", "_") for w in refused or [] if w.startswith("--")}   # judged without them
+    listed = {d["key"] for d in e.differs if server(d["key"]) and d["key"].rsplit(".", 1)[-1] not in gone
+              } if emitted else set()
+    assert found == listed, (f"{name}: the engines' parsers see {sorted(found - listed)} differ, not listed; "
+                             f"the corpus lists {sorted(listed - found)}, which they do not see")
+
+
+@pytest.mark.parametrize("engine", SERVER_ENGINES)
+def test_the_option_tables_are_the_engines(engine):
+    """tests/wild/engines/<engine>.json is what the pinned release's parser lists today."""
+    import json
+    import subprocess
+
+    from support import judges
+
+    py = judges.python(engine, f"PARC_{engine.upper()}_PYTHON")
+    out = subprocess.run([py, str(ROOT / "tests" / "judges" / "wild_options.py"), engine], capture_output=True,
+                         text=True, timeout=600, check=True).stdout
+    committed = json.loads((ROOT / "tests" / "wild" / "engines" / f"{engine}.json").read_text())
+    assert json.loads(out) == committed, f"regenerate tests/wild/engines/{engine}.json with tests/judges/wild_options.py"

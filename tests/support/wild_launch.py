@@ -35,7 +35,7 @@ _MEGATRON_HYPER = {"lr", "min_lr", "lr_decay_style", "lr_decay_iters", "lr_decay
                    "moe_z_loss_coeff", "moe_router_bias_update_rate", "mtp_loss_scaling_factor"}
 IGNORED = {
     "vllm": {"host", "port", "data_parallel_address", "data_parallel_rpc_port", "download_dir", "api_key",
-             "uvicorn_log_level", "served_model_name"},
+             "uvicorn_log_level", "served_model_name", "config"},
     "sglang": {"host", "port", "dist_init_addr", "disaggregation_ib_device", "deepep_config", "log_level",
                "init_expert_location", "disaggregation_bootstrap_port", "watchdog_timeout", "decode_log_interval",
                "device"},
@@ -93,6 +93,8 @@ class Launch:
     settings: dict = field(default_factory=dict)
     node: int = 0
     partial: bool = False      # the original states only some settings: compare those
+    argv: list = field(default_factory=list)   # a server's own words (vLLM, SGLang), for the judges
+    cwd: str = ""
 
 
 def _keyed(fmt: str, d: dict) -> dict:
@@ -150,15 +152,17 @@ def from_records(records: list[dict], role: str = "") -> list[Launch]:
         name, argv, cwd = rec["name"], rec["argv"], Path(rec["cwd"])
         env = _env(rec)
         if name == "vllm" and argv[:1] == ["serve"]:
-            out.append(Launch("vllm", role or "serve", {**env, **_keyed("vllm", A.server_settings("vllm", argv[1:], cwd))}))
+            out.append(Launch("vllm", role or "serve", {**env, **_keyed("vllm", A.server_settings("vllm", argv[1:], cwd))},
+                              argv=argv[1:], cwd=str(cwd)))
         elif name == "sglang" and argv[:1] == ["serve"]:
-            out.append(_sglang(argv[1:], env, role))
+            out.append(_sglang(argv[1:], env, role, cwd))
         elif name in ("python", "python3") and argv[:1] == ["-m"] and len(argv) > 1:
             mod, rest = argv[1], argv[2:]
             if mod == "vllm.entrypoints.openai.api_server":
-                out.append(Launch("vllm", role or "serve", {**env, **_keyed("vllm", A.server_settings("vllm", rest, cwd))}))
+                out.append(Launch("vllm", role or "serve", {**env, **_keyed("vllm", A.server_settings("vllm", rest, cwd))},
+                                  argv=rest, cwd=str(cwd)))
             elif mod == "sglang.launch_server":
-                out.append(_sglang(rest, env, role))
+                out.append(_sglang(rest, env, role, cwd))
             elif mod == "sglang_router.launch_router":
                 _, args = A.long_options(rest)
                 out.append(Launch("sglang_router", "router", _keyed("sglang_router", args)))
@@ -177,9 +181,10 @@ def from_records(records: list[dict], role: str = "") -> list[Launch]:
     return out
 
 
-def _sglang(argv: list[str], env: dict, role: str) -> Launch:
+def _sglang(argv: list[str], env: dict, role: str, cwd: Path) -> Launch:
     s = A.sglang_resolved(A.server_settings("sglang", argv))
-    return Launch("sglang", role or s.get("disaggregation_mode") or "serve", {**env, **_keyed("sglang", s)})
+    return Launch("sglang", role or s.get("disaggregation_mode") or "serve", {**env, **_keyed("sglang", s)},
+                  argv=list(argv), cwd=str(cwd))
 
 
 def _hostfile(opts: dict, cwd: Path) -> dict:
