@@ -276,3 +276,17 @@ def test_the_option_tables_are_the_engines(engine):
                          text=True, timeout=600, check=True).stdout
     committed = json.loads((ROOT / "tests" / "wild" / "engines" / f"{engine}.json").read_text())
     assert json.loads(out) == committed, f"regenerate tests/wild/engines/{engine}.json with tests/judges/wild_options.py"
+
+
+def test_the_torchtitan_config_functions_are_torchtitans():
+    """tests/wild/engines/torchtitan.json is what torchtitan 0.3.0's config functions set today."""
+    import json
+    import subprocess
+
+    from support import judges
+
+    py = judges.python("torchtitan", "PARC_TORCHTITAN_PYTHON")
+    out = subprocess.run([py, str(ROOT / "tests" / "judges" / "wild_torchtitan_configs.py")], capture_output=True,
+                         text=True, timeout=600, check=True).stdout
+    committed = json.loads((ROOT / "tests" / "wild" / "engines" / "torchtitan.json").read_text())
+    assert json.loads(out) == committed, "regenerate it with tests/judges/wild_torchtitan_configs.py"

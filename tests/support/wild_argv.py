@@ -10,7 +10,9 @@ published are read by the same, independent code:
   ``tests/judges/wild_options.py`` from the installed parsers);
 * Megatron-LM: its training arguments as ``megatron/training/arguments.py`` declares them
   (``tests/wild/engines/megatron.json``, made by ``tests/judges/wild_megatron_options.py``);
-* torchtitan: ``--section.option value`` overrides on top of a TOML file's sections;
+* torchtitan: ``--section.option value`` overrides on top of a TOML file's sections (0.2) or of
+  what a config function sets (0.3: ``tests/wild/engines/torchtitan.json``, made by
+  ``tests/judges/wild_torchtitan_configs.py`` from torchtitan 0.3.0's own config functions);
 * torchrun and DeepSpeed's launcher: their own options (``torch/distributed/run.py``,
   ``deepspeed/launcher/runner.py``), and the script and its arguments after them."""
 from __future__ import annotations
@@ -273,3 +275,11 @@ def torchtitan_overrides(argv: list[str]) -> dict:
         if isinstance(v, str) and v.lower() in ("true", "false"):
             out[k] = v.lower() == "true"
     return out
+
+
+def torchtitan_config_function(module: str, config: str) -> dict:
+    """What torchtitan 0.3.0's config function ``module/config`` sets, in the TOML's keys
+    (``tests/wild/engines/torchtitan.json``, made by tests/judges/wild_torchtitan_configs.py); an
+    unknown function sets nothing the corpus can read."""
+    data = json.loads((ENGINES / "torchtitan.json").read_text())["config_functions"]
+    return dict(data.get(f"{module}/{config}", {}))

@@ -135,10 +135,12 @@ def _script(words: list[str], cwd: Path, role: str, base: dict) -> list[Launch]:
     if words[0] == "torchtitan.train":
         over = A.torchtitan_overrides(words[1:])
         toml = {}
-        if "job.config_file" in over:
+        if "job.config_file" in over:       # torchtitan 0.2: a TOML file, then the overrides
             import tomllib
 
             toml = A.toml_flat(tomllib.loads((Path(cwd) / str(over["job.config_file"])).read_text()))
+        elif "module" in over and "config" in over:   # 0.3: a config function, then the overrides
+            toml = A.torchtitan_config_function(over["module"], over["config"])
         return [Launch("torchtitan", role, {**base, **_keyed("torchtitan", {**toml, **over})})]
     _, args = A.long_options(words[1:])
     return [Launch("script", role, {**base, "script": Path(words[0]).name, **_keyed("args", args),

@@ -10,7 +10,8 @@ Every rule here is the engine's own, with the source it was read from:
   parallel_dims.py and parallelize.py): ``data_parallel_shard_degree = -1`` is the world over the
   other degrees; ``global_batch_size = -1`` is the local batch times data parallelism;
   ``fsdp_reshard_after_forward = "default"`` reshards after forward unless pipeline parallel;
-  sequence parallel, async TP and the pipeline schedule act only with tp > 1 or pp > 1; the
+  sequence parallel, async TP and the pipeline schedule act only with tp > 1 or pp > 1,
+  ``selective_ac_option`` only with ``activation_checkpoint.mode = "selective"``; the
   ``quantize.*`` sections configure converters and act only when ``model.converters`` lists
   ``float8``; ``parallelism.enable_async_tensor_parallel`` (0.2) is ``compile.
   enable_async_tensor_parallel`` (0.3);
@@ -92,6 +93,8 @@ def _torchtitan(s: dict, partial: bool) -> None:
         for k in ("pipeline_parallel_schedule", "pipeline_parallel_microbatch_size"):
             s.pop(t + "parallelism." + k, None)
         s.pop(t + "training.disable_cuda_graphs", None)
+    if s.get(t + "activation_checkpoint.mode") != "selective":   # the option of selective mode only
+        s.pop(t + "activation_checkpoint.selective_ac_option", None)
     if s.get(t + "parallelism.expert_tensor_parallel_degree") == 1:   # 0.3.0 has no etp
         del s[t + "parallelism.expert_tensor_parallel_degree"]
     if "float8" not in (s.get(t + "model.converters") or []):
