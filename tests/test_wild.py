@@ -10,8 +10,12 @@ per-engine readers (``tests/support/wild*.py``, written from the engines' parser
 parc's builders). Every difference must be listed in ``tests/wild/corpus.toml`` with its reason
 or gap, and every listed difference must still occur. ``docs/targets.md`` carries the table.
 
-Under ``PARC_JUDGES``, vLLM's and SGLang's own parsers read both launches too, and every
-difference they find must be one the corpus lists."""
+Under ``PARC_JUDGES`` the engines' own code reads both launches too: vLLM's and SGLang's server
+parsers (every server setting they find differing must be one the corpus lists, and no other),
+DeepSpeed's launcher and DeepSpeedConfig (the same world, batch, ZeRO, AutoTP, stages and
+precision), SkyPilot's Task.from_yaml_config (both tasks valid, the same nodes and an accelerator
+the original allows); and the tables the corpus's readers use are regenerated from vLLM's,
+SGLang's and torchtitan's own code and must be the committed ones."""
 from __future__ import annotations
 
 import shutil
@@ -252,6 +256,7 @@ def test_the_engines_own_parsers_find_the_listed_differences(name, server_judge,
     except Exception:        # a plan with errors that does not build: only the original is judged
         emitted = []
     refused = e.original.get("judge_refuses")
+    refused = refused if isinstance(refused, list) else None     # a string is SkyPilot's message
     judged = _as_judged(original, server_judge, refused)
     got = wild.compare(judged, _as_judged(emitted, server_judge)) if emitted else []
     server = lambda k: any(f"/{x}." in k for x in SERVER_ENGINES)   # noqa: E731
@@ -290,3 +295,103 @@ def test_the_torchtitan_config_functions_are_torchtitans():
                          text=True, timeout=600, check=True).stdout
     committed = json.loads((ROOT / "tests" / "wild" / "engines" / "torchtitan.json").read_text())
     assert json.loads(out) == committed, "regenerate it with tests/judges/wild_torchtitan_configs.py"
+
+
+DEEPSPEED = [e.name for e in ENTRIES if e.target == "deepspeed"]
+
+
+def _ds_item(la, tmp: Path) -> dict:
+    """A `deepspeed` launch for DeepSpeed's judge, its files named by absolute paths (the judge
+    reads them from its own folder). A config handed over by HF Trainer (``--deepspeed PATH``, its
+    "auto" values filled from the Trainer's own arguments, transformers/integrations/deepspeed.py)
+    is given as the filled config DeepSpeed then receives."""
+    import json
+
+    argv, cwd = list(la.argv), Path(la.cwd)
+    for i, w in enumerate(argv):
+        if w.startswith("--hostfile="):
+            argv[i] = "--hostfile=" + str(cwd / w.split("=", 1)[1])
+        elif i and argv[i - 1] in ("--hostfile", "-H", "--deepspeed_config"):
+            argv[i] = str(cwd / w)
+    if "--deepspeed_config" not in argv and not any(w.startswith("--deepspeed_config=") for w in argv):
+        config: dict = {}
+        for k, v in la.settings.items():
+            if k.startswith("ds."):
+                node = config
+                *path, leaf = k[3:].split(".")
+                for p in path:
+                    node = node.setdefault(p, {})
+                node[leaf] = v
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / "ds_config.json").write_text(json.dumps(config))
+        argv += ["--deepspeed_config", str(tmp / "ds_config.json")]
+    return {"argv": argv, "cwd": str(cwd)}
+# what DeepSpeed's own launcher and DeepSpeedConfig derive, and the corpus's name of each
+DS_FIELDS = {"world": "deepspeed.num_gpus", "nodes": "deepspeed.num_nodes", "train_batch_size": "ds.train_batch_size",
+             "micro": "ds.train_micro_batch_size_per_gpu", "gas": "ds.gradient_accumulation_steps",
+             "zero": "ds.zero_optimization.stage", "overlap_comm": "ds.zero_optimization.overlap_comm",
+             "autotp": "ds.tensor_parallel.autotp_size", "pp": "ds.pipeline.stages", "bf16": "ds.bf16.enabled",
+             "fp16": "ds.fp16.enabled"}
+
+
+@pytest.mark.parametrize("name", DEEPSPEED)
+def test_deepspeed_derives_the_same_run_from_both_launches(name, tmp_path, tmp_path_factory):
+    """DeepSpeed's own launcher parser, hostfile reader and DeepSpeedConfig (tests/judges/
+    deepspeed_judge.py) read the original's `deepspeed` launch and parc's: the world, nodes, batch
+    arithmetic, ZeRO stage, AutoTP, pipeline stages and precision they derive are equal, but for
+    the settings the corpus lists as differing."""
+    from parc import targets
+    from support import judges
+
+    e = _entry(name)
+    original = [la for la in wild.original_launches(e, tmp_path) if la.argv]
+    if not original:
+        pytest.skip(f"{name}: the original is not started by DeepSpeed's launcher")
+    emitted = [la for la in wild.emitted_launches(e.target, targets.get(e.target).build(_checked(name).plan), tmp_path)
+               if la.argv]
+    proc = judges.start("deepspeed", "PARC_DEEPSPEED_PYTHON", tmp_path_factory.mktemp("judge") / "stderr")
+    try:
+        a, b = judges.ask(proc, "@@deepspeed-judge ", [_ds_item(la, tmp_path / f"ds{i}")
+                                                       for i, la in enumerate((original[0], emitted[0]))])
+    finally:
+        judges.stop(proc)
+    assert a["ok"] and b["ok"], (a, b)
+    listed = {d["key"].split("/", 1)[1] for d in e.differs}
+    differ = {f for f, key in DS_FIELDS.items() if a[f] != b[f] and key not in listed}
+    assert not differ, {f: (a[f], b[f]) for f in differ}
+
+
+SKYPILOT = [e.name for e in ENTRIES if e.target == "skypilot"]
+
+
+@pytest.mark.parametrize("name", SKYPILOT)
+def test_skypilot_reads_both_tasks_alike(name, tmp_path_factory):
+    """SkyPilot's own Task.from_yaml_config reads the published task and parc's: both are valid
+    tasks of the same node count, and parc's accelerator is one the original allows."""
+    from parc import targets
+    from support import judges
+
+    e = _entry(name)
+    files = e.original["file"] if isinstance(e.original["file"], list) else [e.original["file"]]
+    texts = [wild.original_text(e.folder / f) for f in files]
+    r = _checked(name)
+    try:
+        built = {f.path: f.text for f in targets.get(e.target).build(r.plan)} if r.plan else {}
+    except Exception:
+        built = {}
+    items = [{"text": t} for t in texts + ([built["task.yaml"]] if "task.yaml" in built else [])]
+    proc = judges.start("skypilot", "PARC_SKYPILOT_PYTHON", tmp_path_factory.mktemp("judge") / "stderr",
+                        timeout=900, script=["wild_judge.py", "skypilot"])
+    try:
+        got = judges.ask(proc, "@@wild-skypilot ", items)
+    finally:
+        judges.stop(proc)
+    refused = e.original.get("judge_refuses")
+    if refused:          # SkyPilot's pinned release refuses the published task: say so, judge parc's
+        assert not got[0]["ok"] and refused in got[0]["error"], (got[0], refused)
+        got = got[1:]
+    assert all(g["ok"] for g in got), got
+    if len(got) == 2:
+        orig, ours = got
+        assert ours["num_nodes"] == orig["num_nodes"]
+        assert set(ours["accelerators"]) <= set(orig["accelerators"]), (ours, orig)

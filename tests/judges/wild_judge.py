@@ -1,5 +1,6 @@
-"""Runs inside the vLLM or SGLang judge environment (tests/judges/vllm_env.sh, sglang_env.sh),
-never in parc's own: the engine's own server parser reads the real-config corpus's launches.
+"""Runs inside the vLLM, SGLang or SkyPilot judge environment (tests/judges/vllm_env.sh,
+sglang_env.sh, skypilot_env.sh), never in parc's own: the engine's own parser reads the real-config
+corpus's launches.
 
 Reads JSON lists of items, one list a line, on stdin; each item is ``{"argv": [...], "cwd": DIR}``,
 the words after ``vllm serve`` or ``python -m sglang.launch_server``. For each it prints the
@@ -9,7 +10,11 @@ positional model is reported as ``model``. SGLang's parser is built as ``prepare
 builds it (``ServerArgs.add_cli_args``); its resolution is left to the test, which applies the same
 two SGLang rules to both launches (tests/support/wild_argv.py ``sglang_resolved``).
 
-    python tests/judges/wild_judge.py vllm|sglang"""
+With ``skypilot`` each item is ``{"text": TASK_YAML}``: ``sky.Task.from_yaml_config`` (the task
+schema, unknown fields refused) builds the task, and the answer is its node count and the
+accelerators of each of its candidate resources.
+
+    python tests/judges/wild_judge.py vllm|sglang|skypilot"""
 import argparse
 import contextlib
 import io
@@ -66,7 +71,27 @@ def judge(parser, item):
     return {"ok": True, "settings": out}
 
 
+def sky_task(item):
+    import sky
+    import yaml
+
+    try:
+        task = sky.Task.from_yaml_config(yaml.safe_load(item["text"]))
+    except Exception as x:   # noqa: BLE001  (any refusal, with SkyPilot's message)
+        return {"ok": False, "error": f"{type(x).__name__}: {x}"}
+    acc = sorted(f"{k}:{int(v)}" for r in task.resources for k, v in (r.accelerators or {}).items())
+    return {"ok": True, "num_nodes": task.num_nodes, "accelerators": acc}
+
+
 def main():
+    if ENGINE == "skypilot":
+        import tempfile
+
+        os.environ["HOME"] = tempfile.mkdtemp(prefix="wild-sky-")   # SkyPilot keeps state under ~/.sky
+        for line in sys.stdin:
+            if line.strip():
+                print(MARK + json.dumps([sky_task(item) for item in json.loads(line)]), flush=True)
+        return
     parser = _vllm_parser() if ENGINE == "vllm" else _sglang_parser()
     for line in sys.stdin:
         if line.strip():

@@ -15,7 +15,9 @@ commit and hash in a `#|` header), with the `.par` that states the same plan. `t
 checks each `.par` (accepted, or refused only where the engine itself refuses the plan, as `parc
 rules CODE` cites), compiles it for the original's target, runs both launches with every engine
 replaced by a recorder, reads each engine's settings the way that engine parses them, and fails on
-any difference not listed below, or listed but gone. Paths, hosts, ports, images, credentials,
+any difference not listed below, or listed but gone; under `PARC_JUDGES` the engines' own parsers
+(vLLM, SGLang, SkyPilot, DeepSpeed's launcher and config, torchtitan's config functions) read both
+launches too and must agree. Paths, hosts, ports, images, credentials,
 logging, the data pipeline and the optimizer's hyperparameters are set aside. A difference is
 either parc's choice (**reason**) or a **gap**: work that is missing, named so it can be closed.
 """

@@ -179,7 +179,9 @@ def from_records(records: list[dict], role: str = "") -> list[Launch]:
         elif name == "deepspeed":
             opts, rest = A.deepspeed_launcher(argv)
             base = {**env, **_keyed("deepspeed", opts), **_hostfile(opts, cwd)}
-            out += _script(rest, cwd, role or "train", base)
+            for la in _script(rest, cwd, role or "train", base):
+                la.argv, la.cwd = list(argv), str(cwd)      # the launcher's words, for DeepSpeed's judge
+                out.append(la)
     return out
 
 
