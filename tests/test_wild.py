@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -41,7 +41,7 @@ def _entry(name: str) -> wild.Entry:
     return next(e for e in ENTRIES if e.name == name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _checked(name: str):
     from parc.api import check_file
 
@@ -49,7 +49,7 @@ def _checked(name: str):
     return check_file(e.par, [e.target], root=ROOT)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compared(name: str):
     """(original launches, emitted launches or None, differences) of an entry."""
     from parc import targets
@@ -146,7 +146,7 @@ def _listing(diffs) -> str:
 def test_parcs_launch_equals_the_original_but_for_the_listed_differences(name):
     e = _entry(name)
     _, _, diffs = _compared(name)
-    key = lambda d: (d["key"], d["original"], d["emitted"])   # noqa: E731
+    key = lambda d: (d["key"], d["original"], d["emitted"])
     found = {key(d) for d in diffs}
     listed = {key(d) for d in e.differs}
     new = [d for d in diffs if key(d) not in listed]
@@ -259,7 +259,7 @@ def test_the_engines_own_parsers_find_the_listed_differences(name, server_judge,
     refused = refused if isinstance(refused, list) else None     # a string is SkyPilot's message
     judged = _as_judged(original, server_judge, refused)
     got = wild.compare(judged, _as_judged(emitted, server_judge)) if emitted else []
-    server = lambda k: any(f"/{x}." in k for x in SERVER_ENGINES)   # noqa: E731
+    server = lambda k: any(f"/{x}." in k for x in SERVER_ENGINES)
     found = {d["key"] for d in got if server(d["key"])}
     gone = {w[2:].replace("-", "_") for w in refused or [] if w.startswith("--")}   # judged without them
     listed = {d["key"] for d in e.differs if server(d["key"]) and d["key"].rsplit(".", 1)[-1] not in gone
@@ -340,8 +340,9 @@ def test_deepspeed_derives_the_same_run_from_both_launches(name, tmp_path, tmp_p
     deepspeed_judge.py) read the original's `deepspeed` launch and parc's: the world, nodes, batch
     arithmetic, ZeRO stage, AutoTP, pipeline stages and precision they derive are equal, but for
     the settings the corpus lists as differing."""
-    from parc import targets
     from support import judges
+
+    from parc import targets
 
     e = _entry(name)
     original = [la for la in wild.original_launches(e, tmp_path) if la.argv]
@@ -368,8 +369,9 @@ SKYPILOT = [e.name for e in ENTRIES if e.target == "skypilot"]
 def test_skypilot_reads_both_tasks_alike(name, tmp_path_factory):
     """SkyPilot's own Task.from_yaml_config reads the published task and parc's: both are valid
     tasks of the same node count, and parc's accelerator is one the original allows."""
-    from parc import targets
     from support import judges
+
+    from parc import targets
 
     e = _entry(name)
     files = e.original["file"] if isinstance(e.original["file"], list) else [e.original["file"]]

@@ -10,12 +10,12 @@ Engine, apex, ...) are not needed for that and are replaced by empty stand-ins; 
 be installed."""
 import argparse
 import enum
-import importlib.abc
-import importlib.machinery
 import json
 import sys
 import types
 import typing
+
+import wild_stubs
 
 STUB = {"triton", "transformer_engine", "apex", "flash_attn", "nvidia_resiliency_ext", "modelopt", "mamba_ssm",
         "causal_conv1d", "flashinfer", "deep_ep", "grouped_gemm", "nvtx", "wandb", "emerging_optimizers",
@@ -46,26 +46,12 @@ class _Module(types.ModuleType):
         return _Meta(f"{self.__name__}.{k}", (), {})
 
 
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in STUB:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-
-    def create_module(self, spec):
-        m = _Module(spec.name)
-        m.__path__, m.__version__ = [], "99.0"
-        return m
-
-    def exec_module(self, m):
-        pass
-
-
 def main(checkout):
-    sys.meta_path.insert(0, _Finder())
+    wild_stubs.install(STUB, _Module)
     typing.override = getattr(typing, "override", lambda f: f)   # Python 3.12's, for 3.11
     sys.path.insert(0, checkout)
     sys.argv = ["pretrain_gpt.py"]
-    import megatron.training.arguments as arguments
+    from megatron.training import arguments
 
     parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
     out = []

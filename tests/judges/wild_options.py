@@ -30,17 +30,17 @@ def _options(parser):
 def main(engine):
     if engine == "vllm":
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        import vllm
         from vllm.entrypoints.common.cli_args import make_arg_parser
         from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-        import vllm
         parser, version = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")), vllm.__version__
     else:
         here = os.path.dirname(os.path.abspath(__file__))
         src = open(os.path.join(here, "sglang_judge.py")).read().split("import argparse  # noqa: E402")[0]
         exec(compile(src, "sglang_judge.py", "exec"), {"__name__": "sglang_stub"})   # its torchvision stand-in
-        from sglang.srt.server_args import ServerArgs
         from importlib.metadata import version as v
+
+        from sglang.srt.server_args import ServerArgs
 
         parser = argparse.ArgumentParser(prog="sglang serve")
         ServerArgs.add_cli_args(parser)

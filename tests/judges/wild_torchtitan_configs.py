@@ -10,13 +10,12 @@ module and an H100's answer to the converter's capability check let the config f
 the converter build their Config (nothing is converted)."""
 import contextlib
 import importlib
-import importlib.abc
-import importlib.machinery
 import inspect
 import io
 import json
-import sys
 import types
+
+import wild_stubs
 
 FUNCTIONS = [("llama3", "llama3_8b"), ("llama3", "llama3_70b"), ("llama3", "llama3_405b"), ("qwen3", "qwen3_32b"),
              ("deepseek_v3", "deepseek_v3_16b")]
@@ -29,20 +28,6 @@ class _Module(types.ModuleType):
         if k.startswith("__"):
             raise AttributeError(k)
         return type(k, (), {}) if k[:1].isupper() else (lambda *a, **kw: None)
-
-
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] == "torchao":
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-
-    def create_module(self, spec):
-        m = _Module(spec.name)
-        m.__path__, m.__version__ = [], "0.99.0"
-        return m
-
-    def exec_module(self, m):
-        pass
 
 
 def _settings(c, source: str) -> dict:
@@ -68,8 +53,8 @@ def _settings(c, source: str) -> dict:
 
 
 def main():
-    sys.meta_path.insert(0, _Finder())
-    import torchtitan.components.quantization.float8 as float8
+    wild_stubs.install({"torchao"}, _Module)
+    from torchtitan.components.quantization import float8
     from torchtitan.config.manager import ConfigManager
 
     float8.has_cuda_capability = lambda *a: True      # the H100 the configs are written for

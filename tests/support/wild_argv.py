@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 ENGINES = Path(__file__).resolve().parent.parent / "wild" / "engines"
 
 
-@lru_cache(maxsize=None)
+@cache
 def options(engine: str) -> tuple[dict, dict]:
     """(option spelling -> option, dest -> option) of an engine's server parser."""
     data = json.loads((ENGINES / f"{engine}.json").read_text())
@@ -41,7 +41,7 @@ def _number(v):
     if isinstance(v, str):
         if re.fullmatch(r"-?\d+", v):
             return int(v)
-        if re.fullmatch(r"-?(\d+\.\d*|\.\d+|\d+)(e-?\d+)?", v, re.I):
+        if re.fullmatch(r"-?(\d+\.\d*|\.\d+|\d+)(e-?\d+)?", v, re.IGNORECASE):
             return float(v)
     return v
 

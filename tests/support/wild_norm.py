@@ -74,7 +74,7 @@ def _torchtitan(s: dict, partial: bool) -> None:
     if not partial:
         for k, v in DEFAULTS["torchtitan"].items():
             s.setdefault(t + k, v)
-    par = lambda k: s.get(t + "parallelism." + k, DEFAULTS["torchtitan"].get("parallelism." + k))  # noqa: E731
+    par = lambda k: s.get(t + "parallelism." + k, DEFAULTS["torchtitan"].get("parallelism." + k))
     world = _world(s)
     if par("data_parallel_shard_degree") == -1 and world:
         rest = par("data_parallel_replicate_degree") * par("tensor_parallel_degree") * par(
