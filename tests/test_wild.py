@@ -397,3 +397,13 @@ def test_skypilot_reads_both_tasks_alike(name, tmp_path_factory):
         orig, ours = got
         assert ours["num_nodes"] == orig["num_nodes"]
         assert set(ours["accelerators"]) <= set(orig["accelerators"]), (ours, orig)
+
+
+def test_a_refusal_counts_only_where_the_engine_refuses():
+    """The audit the check test reads: Megatron-LM itself refuses a mesh larger than the world
+    (P101, validate_args), while no serving engine refuses a TP group across nodes (P301 has no
+    engine audit), so an entry refused by P301 must name the missing work."""
+    fails, source = _audit("P101", "megatron")
+    assert fails not in NOT_A_REFUSAL and "megatron" in source
+    fails, source = _audit("P301", "sglang")
+    assert not (fails and fails not in NOT_A_REFUSAL and source)
