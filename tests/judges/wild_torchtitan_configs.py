@@ -6,8 +6,8 @@ the configuration torchtitan 0.3.0 runs. ``tests/wild/engines/torchtitan.json`` 
     python tests/judges/wild_torchtitan_configs.py > tests/wild/engines/torchtitan.json
 
 torchao (the Float8 converter's library) is not installed there and there is no GPU: a stand-in
-module and an H100's answer to the converter's capability check let the config functions that name
-the converter build their Config (nothing is converted)."""
+module and a capable GPU's answer to the converters' capability checks let the config functions
+that name a converter build their Config (nothing is converted)."""
 import contextlib
 import importlib
 import inspect
@@ -17,8 +17,8 @@ import types
 
 import wild_stubs
 
-FUNCTIONS = [("llama3", "llama3_8b"), ("llama3", "llama3_70b"), ("llama3", "llama3_405b"), ("qwen3", "qwen3_32b"),
-             ("deepseek_v3", "deepseek_v3_16b")]
+FUNCTIONS = [("llama3", "llama3_8b"), ("llama3", "llama3_8b_mxfp8"), ("llama3", "llama3_70b"), ("llama3", "llama3_405b"),
+             ("qwen3", "qwen3_32b"), ("deepseek_v3", "deepseek_v3_16b")]
 
 
 class _Module(types.ModuleType):
@@ -40,6 +40,8 @@ def _settings(c, source: str) -> dict:
         out["activation_checkpoint.selective_ac_option"] = "op"   # 0.3.0's SelectiveAC is op-level
     if "Float8LinearConverter" in source:    # the converter is applied inside the model's build
         out["model.converters"] = ["float8"]
+    elif "MXFP8LinearConverter" in source:
+        out["model.converters"] = ["mxfp8"]
     t, p = c.training, c.parallelism
     out.update({"training.local_batch_size": t.local_batch_size, "training.seq_len": t.seq_len,
                 "training.global_batch_size": t.global_batch_size,
@@ -54,10 +56,11 @@ def _settings(c, source: str) -> dict:
 
 def main():
     wild_stubs.install({"torchao"}, _Module)
-    from torchtitan.components.quantization import float8
+    from torchtitan.components.quantization import float8, mx
     from torchtitan.config.manager import ConfigManager
 
-    float8.has_cuda_capability = lambda *a: True      # the H100 the configs are written for
+    # the GPUs the converters' configs are written for (Hopper's FP8, Blackwell's MXFP8)
+    float8.has_cuda_capability = mx.has_cuda_capability = lambda *a: True
 
     out = {}
     for module, config in FUNCTIONS:

@@ -252,10 +252,21 @@ def toml_flat(data: dict, prefix: str = "") -> dict:
 
 def torchtitan_overrides(argv: list[str]) -> dict:
     """``--section.option value`` overrides (torchtitan's tyro command line: a boolean is the
-    switch alone, ``--section.no_option`` its negation; ``--module``/``--config`` name the config
+    switch alone, ``--section.no_option`` its negation; ``field:member`` picks a union field's
+    member, as ``activation-checkpoint:full`` does; ``--module``/``--config`` name the config
     function, ``--job.config_file`` a TOML file)."""
     out, i = {}, 0
     while i < len(argv):
+        if not argv[i].startswith("--") and ":" in argv[i]:   # tyro's choice of a union's member
+            field_, _, member = argv[i].partition(":")
+            if field_ == "activation-checkpoint":     # SelectiveAC is op-level in 0.3.0
+                out["activation_checkpoint.mode"] = member
+                if member == "selective":
+                    out["activation_checkpoint.selective_ac_option"] = "op"
+            else:
+                out[field_.replace("-", "_")] = member
+            i += 1
+            continue
         name, eq, value = argv[i].partition("=")
         key = name[2:]
         if eq:
