@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from parc.language.diagnostics import Diagnostic
-from parc.model.plan import Cluster, Model, Placement, Profile, Serve, Target, Train
+from parc.model.plan import Cluster, Model, Placement, Plan, Profile, Serve, Target, Train
 
 # Fields the planner searches, by mode; a partial spec fixes any of them by giving a value.
 TRAIN_FIELDS = ("mesh.pp", "mesh.dp", "mesh.cp", "mesh.tp", "mesh.ep", "mesh.etp",
@@ -74,6 +74,11 @@ class Problem:
 
             self.train = replace(self.train)
             fill_train_defaults(self.train, self.targets, ("fp8_weight_cache",))
+
+    def target_settings(self, name: str) -> dict[str, Any]:
+        """A target block's settings with what it inherits, as :meth:`Plan.target_settings` reads
+        them (the engine and release a report names come from here)."""
+        return Plan.target_settings(self, name)
 
     @property
     def rule_targets(self) -> set[str]:

@@ -115,7 +115,7 @@ def build_cluster(r: Evaluator, top: Span) -> Cluster:
     if "cluster" not in r.blocks:
         if not r.doc.import_failed:
             r.err("P018", "the spec has no `cluster` block", top,
-                  help="add `cluster \"name\" { nodes = 1  gpus_per_node = 8  gpu = h100_sxm }`, "
+                  help="add `cluster \"name\" { nodes = 1; gpus_per_node = 8; gpu = h100_sxm }`, "
                        "or `use` a shared cluster file")
         raise _Incomplete()
     head = _head(r, "cluster", top)

@@ -67,7 +67,7 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
             sug = did_you_mean(name, table)
             r.err("P010", f"unknown GPU preset `{name}`", a.value.span,
                   help=(f"did you mean `{sug}`? " if sug else "") + "`parc presets` lists them, or describe it "
-                       "with `gpu { memory = 80GB  flops = 989TFLOPS }`", fixes=rename(a.value.span, sug, name))
+                       "with `gpu { memory = 80GB; flops = 989TFLOPS }`", fixes=rename(a.value.span, sug, name))
             raise _Incomplete()
         sp = r.spans.get("cluster.gpu")
         for k in ("memory", "flops", "hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth"):
