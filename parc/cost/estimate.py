@@ -27,7 +27,7 @@ from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, D
                               moe_layer_mlp_params, norm_params, output_params, param_bytes_on_rank,
                               param_count, params_by_part, params_on_rank, serving_expert_split, shard_groups,
                               split_layers,
-                              stage_chunks, stage_layouts, stage_parts, stage_tensors, uses_v_placement,
+                              stage_chunks, stage_layouts, stage_parts, stage_tensors, tensor_parts, uses_v_placement,
                               _shard_groups, _stage_parts, _zero)
 from parc.cost import engine
 from parc.cost import xp as np
@@ -49,7 +49,7 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
     "expert_params", "head_dim", "is_moe_layer", "kv_heads_per_gpu", "layer_params", "layer_split",
     "layout_tensors", "layouts_of", "mlp_params", "moe_layer_mlp_params", "norm_params", "output_params",
     "param_bytes_on_rank", "part_weight_bytes", "weight_bytes", "kv_element_bytes", "param_count", "params_by_part", "params_on_rank", "shard_groups", "split_layers",
-    "stage_chunks", "stage_layouts", "stage_parts", "stage_tensors", "uses_v_placement",
+    "stage_chunks", "stage_layouts", "stage_parts", "stage_tensors", "tensor_parts", "uses_v_placement",
     "BACKWARD_SHARE", "step_time", "exposed_comm", "stage_compute_time", "stage_rates", "axis_time", "comm_calls",
     "dp_bytes_parts", "link_latency", "ALGORITHMS", "Memory", "StageEstimate", "optimizer_bytes", "zero3_passes",
     "zero3_flat", "comm_dtype_bytes", "nvls_allreduce",

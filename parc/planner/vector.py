@@ -38,6 +38,8 @@ AXES = cm.AXES
 
 def _per_unit(fn, keys: np.ndarray) -> np.ndarray:
     """``fn(key)`` for each element of an integer key array, called once per distinct key."""
+    if keys.size and (keys == keys.flat[0]).all():   # one key (a search of one global batch): no sort
+        return np.full(keys.shape, float(fn(int(keys.flat[0]))))
     uniq, inv = np.unique(keys, return_inverse=True)
     vals = np.array([fn(int(k)) for k in uniq], dtype=np.float64)
     return vals[inv.reshape(keys.shape)]
@@ -52,6 +54,7 @@ class _Shapes:
         self.pr = pr
         self.layouts: dict[tuple, list] = {}
         self.params: dict[tuple, tuple[int, ...]] = {}
+        self.tensors: dict[tuple, tuple] = {}   # per shape: (layout_tensors, their unsharded parts)
 
     def classes(self, pp: int, v: int, pipeline: str, split: int) -> list:
         """The distinct stages of a layout, first stage of each kind, by stage index: pipeline rank
@@ -75,11 +78,18 @@ class _Shapes:
         """(dense, expert) parameters of one GPU of stage ``st`` before ZeRO-3, and after it (the
         first, largest torch.chunk shard), then the linear parameters FP8 copies (before and after)."""
         pp, dp, cp, tp, ep, etp = mesh
-        key = (dp, cp, tp, ep, etp, st.layers, st.moe_layers, st.embedding, st.head)
+        shape = (tp, ep, etp, st.layers, st.moe_layers, st.embedding, st.head)
+        groups = cm.shard_groups(dp, cp, tp, ep, etp)   # the ZeRO-3 shards depend on dp and cp only through these
+        key = shape + groups
         got = self.params.get(key)
         if got is None:
-            full = cm.stage_parts(self.pr.model, st, dp, cp, tp, ep, etp)
-            z3 = cm.stage_parts(self.pr.model, st, dp, cp, tp, ep, etp, zero3=True)
+            m = self.pr.model
+            held = self.tensors.get(shape)
+            if held is None:
+                tensors = cm.layout_tensors(m, st, tp, ep, etp)
+                held = self.tensors[shape] = (tensors, cm.tensor_parts(m, tensors, 1, 1))
+            tensors, full = held
+            z3 = cm.tensor_parts(m, tensors, *groups)
             got = (sum(full.values()) - full["experts"], full["experts"],
                    sum(z3.values()) - z3["experts"], z3["experts"], cm.linear_params(full), cm.linear_params(z3))
             self.params[key] = got
@@ -385,13 +395,19 @@ def _compute(ctx: _Context, s: dict):
     return share[:, None] * gemm, share[:, None] * attn, share[:, None] * memb, rates["per_hbm_byte"][:, 0]
 
 
+def _distinct(idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(idx, return_inverse=True)`` for indices below ``n``, without sorting."""
+    seen = np.zeros(n, dtype=bool)
+    seen[idx] = True
+    return np.nonzero(seen)[0], (np.cumsum(seen) - 1)[idx]
+
+
 def _cost_rows(ctx: _Context, u: dict, zfit: np.ndarray) -> tuple[dict, float]:
     """The estimate of every (row of ``u``, ZeRO stage) that fits in memory (the others are
     dropped), and the least memory per GPU among all of them."""
     m, cl, pr = ctx.pr.model, ctx.pr.cluster, ctx.pr
     (idx, zero, most, mem_total, opt_bytes), lowest = _memory(ctx, u, zfit)
-    first, inv = np.unique(idx, return_inverse=True)
-    inv = inv.reshape(-1)
+    first, inv = _distinct(idx, len(u["lo"]))
     # what does not depend on the ZeRO stage, once per distinct row: the compute of every stage
     # class (at the rates of its GEMM shapes), the slowest one, and the tp, cp, pp and ep traffic
     f = {k: a[first] for k, a in u.items()}
