@@ -222,7 +222,17 @@ def batcher(inst: Instance, prompt: int, output: int):
     sm, lim = inst.model, inst.limits
     cd, cp = prompt + output / 2, prompt / 2
     return Batcher(lambda d, p: sm.step(d, p, cd, cp), prompt, output, lim.max_num_batched_tokens,
-                   lim.max_num_seqs, int(inst.est.kv_capacity_tokens), sm.verify, sm.accepted, lim.mixed)
+                   lim.max_num_seqs, int(inst.est.kv_capacity_tokens), sm.verify, sm.accepted, lim.mixed,
+                   lockstep(inst.plan))
+
+
+def lockstep(plan) -> int:
+    """Data-parallel ranks of one engine that run every step together: an MoE model's, whose
+    experts every rank's tokens reach through each layer's all-to-all (vLLM's data parallelism for
+    MoE runs dummy steps on idle ranks, docs/serving/data_parallel_deployment.md; SGLang's
+    attention data parallelism runs one forward mode on all ranks); a dense model's ranks are
+    independent engines."""
+    return plan.mesh.dp if plan.model.is_moe and plan.mesh.dp > 1 else 1
 
 
 def serve_numbers(plan, est, efficiency: float | None = None) -> ServeNumbers:
