@@ -136,7 +136,10 @@ def test_fp8_tensorwise_linear_against_torchaos_microbenchmark():
 def test_fp8_recipes_set_the_gemm_rate_and_the_casts():
     bf = cm.estimate(plan_of(gpt_spec(gpu="h100_sxm")), cache=False)
     f8 = cm.estimate(plan_of(gpt_spec(gpu="h100_sxm", train="precision = fp8")), cache=False)
-    assert f8.plan.train.fp8_recipe == "delayed"                      # Megatron-LM's default
+    from parc.model.frameworks import fp8_recipe, fp8_recipes
+
+    # unset, the recipe is the framework's default (Megatron-LM's: delayed scaling), left to it
+    assert f8.plan.train.fp8_recipe is None and fp8_recipe(f8.plan.train) == fp8_recipes()["delayed"]
     assert (bf.gemm_peak, f8.gemm_peak) == (989e12, 1979e12)
     sb, s8 = bf.compute_split(), f8.compute_split()
     assert s8["attention"] == pytest.approx(sb["attention"])          # attention's core stays BF16
