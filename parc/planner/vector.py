@@ -55,6 +55,7 @@ class _Shapes:
         self.layouts: dict[tuple, list] = {}
         self.params: dict[tuple, tuple[int, ...]] = {}
         self.tensors: dict[tuple, tuple] = {}   # per shape: (layout_tensors, their unsharded parts)
+        self.by_mesh: dict[tuple, tuple[int, ...]] = {}   # the same parameters by (dp, cp) + shape
 
     def classes(self, pp: int, v: int, pipeline: str, split: int) -> list:
         """The distinct stages of a layout, first stage of each kind, by stage index: pipeline rank
@@ -78,7 +79,10 @@ class _Shapes:
         """(dense, expert) parameters of one GPU of stage ``st`` before ZeRO-3, and after it (the
         first, largest torch.chunk shard), then the linear parameters FP8 copies (before and after)."""
         pp, dp, cp, tp, ep, etp = mesh
-        shape = (tp, ep, etp, st.layers, st.moe_layers, st.embedding, st.head)
+        full_key = (dp, cp) + (shape := (tp, ep, etp, st.layers, st.moe_layers, st.embedding, st.head))
+        got = self.by_mesh.get(full_key)
+        if got is not None:
+            return got
         groups = cm.shard_groups(dp, cp, tp, ep, etp)   # the ZeRO-3 shards depend on dp and cp only through these
         key = shape + groups
         got = self.params.get(key)
@@ -93,6 +97,7 @@ class _Shapes:
             got = (sum(full.values()) - full["experts"], full["experts"],
                    sum(z3.values()) - z3["experts"], z3["experts"], cm.linear_params(full), cm.linear_params(z3))
             self.params[key] = got
+        self.by_mesh[full_key] = got
         return got
 
 
@@ -341,7 +346,7 @@ def _comm(ctx: _Context, r: dict, L_s, moe_s, most=None, zero=None) -> tuple[dic
     comm = {ax: np.zeros(len(lo)) for ax in ("dp", "dp_gather")}
     calls = {"dp": np.full(len(lo), 2.0)}
     fw = framework(pr.train.framework)
-    for z in np.unique(zero):
+    for z in _values(zero):
         z = int(z)
         sel = zero == z
         passes = cm.zero3_passes(z, r["pp"][sel], r["m"][sel], fw)
@@ -400,6 +405,12 @@ def _distinct(idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     seen = np.zeros(n, dtype=bool)
     seen[idx] = True
     return np.nonzero(seen)[0], (np.cumsum(seen) - 1)[idx]
+
+
+def _values(a: np.ndarray) -> np.ndarray:
+    """The distinct values of a non-negative integer array of small values, ascending (as
+    ``np.unique``), by counting instead of sorting."""
+    return np.flatnonzero(np.bincount(a.astype(np.int64))) if len(a) else a[:0]
 
 
 def _cost_rows(ctx: _Context, u: dict, zfit: np.ndarray) -> tuple[dict, float]:
@@ -492,7 +503,7 @@ def _layer_activations(pr: Problem, mb, tp, cp, etp, rc, sp):
     groups = rc * 2 + spe
     if m.is_moe:
         groups = groups * 4096 + etp
-    for gkey in np.unique(groups):
+    for gkey in _values(groups):
         sel = groups == gkey
         r = RECOMPUTE[int(rc[sel][0])]
         s_on = bool(spe[sel][0])
