@@ -362,10 +362,12 @@ def engine_keeps_no_kv_memory(plan, c):
              help="; or ".join(fixes))
 
 
-@rule("P417", "engine-budget-exceeds-free-memory")
+@rule("P417", "engine-budget-exceeds-free-memory", severity=WARNING)
 def engine_budget_exceeds_free(plan, c):
     """vLLM requests gpu_memory_utilization of the GPU after its CUDA context and NCCL buffers
-    exist, and refuses to start when less is free (v1/worker/utils.py request_memory)."""
+    exist, and refuses to start when less is free (v1/worker/utils.py request_memory). A warning:
+    the context is the cluster's `cuda_context` (a training measurement by default), and a GPU
+    whose context is smaller starts (vLLM 0.21 runs Qwen3-8B at 0.9764 of an RTX A5000)."""
     if plan.mode != "serve" or plan.serve is None:
         return
     e = _est(plan)
@@ -374,10 +376,11 @@ def engine_budget_exceeds_free(plan, c):
         return
     util = _util_ceiling(e)
     c.report(c.at("serve.gpu_memory_utilization", "serve"),
-             f"vLLM refuses to start: gpu_memory_utilization = {plan.serve.gpu_memory_utilization:g} asks for "
+             f"vLLM may refuse to start: gpu_memory_utilization = {plan.serve.gpu_memory_utilization:g} asks for "
              f"{gb(su.budget)} of {gb(su.total)}, but its CUDA context and NCCL buffers "
              f"({gb(su.outside)}: the cluster's cuda_context and nccl_buffers) leave {gb(su.free_at_start)} free "
-             f"(\"Free memory on device ... is less than desired GPU memory utilization\")",
+             f"(\"Free memory on device ... is less than desired GPU memory utilization\"); state the cluster's "
+             f"cuda_context where its context is smaller",
              help=f"`gpu_memory_utilization = {util:.2f}` or less")
 
 
