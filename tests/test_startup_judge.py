@@ -19,17 +19,19 @@ VL = 'target vllm {\n  model = "m"\n}'
 
 
 @pytest.fixture(scope="module")
-def vllm_python(tmp_path_factory):
-    proc = judges.start("vllm", "PARC_VLLM_PYTHON", tmp_path_factory.mktemp("judge") / "stderr")
-    yield proc
-    judges.stop(proc)
+def engine(tmp_path_factory):
+    """``engine(name)``: the vLLM or SGLang judge, started when a test first asks for it."""
+    procs = {}
 
+    def get(name):
+        if name not in procs:
+            procs[name] = (sglang_judge.start(tmp_path_factory) if name == "sglang" else
+                           judges.start("vllm", "PARC_VLLM_PYTHON", tmp_path_factory.mktemp("judge") / "stderr"))
+        return procs[name]
 
-@pytest.fixture(scope="module")
-def sglang_python(tmp_path_factory):
-    proc = sglang_judge.start(tmp_path_factory)
-    yield proc
-    judges.stop(proc)
+    yield get
+    for proc in procs.values():
+        judges.stop(proc)
 
 
 def _one_gpu(serve: str, target: str = VL) -> str:
@@ -55,19 +57,19 @@ VLLM_LIMITS = [(256, 2048), (1024, 8192), (48, 2048), (5, 2048), (256, 300), (51
 
 
 @pytest.mark.vllm
-def test_vllm_capture_sizes_are_vllms(vllm_python, check_spec):
+def test_vllm_capture_sizes_are_vllms(engine, check_spec):
     ours = []
     for seqs, tokens in VLLM_LIMITS:
         r = check_spec(_one_gpu(f"  max_num_seqs = {seqs}\n  max_num_batched_tokens = {tokens}\n"))
         ours.append(list(estimate(r.plan).stages[0].startup.capture.piecewise))
-    answers = judges.ask(vllm_python, VLLM_MARK, [{"cudagraph_sizes": {"max_num_seqs": s, "max_num_batched_tokens": t}}
+    answers = judges.ask(engine("vllm"), VLLM_MARK, [{"cudagraph_sizes": {"max_num_seqs": s, "max_num_batched_tokens": t}}
                                                   for s, t in VLLM_LIMITS])
     for limits, mine, got in zip(VLLM_LIMITS, ours, answers):
         assert mine == got["sizes"], (limits, mine, got)
 
 
 @pytest.mark.vllm
-def test_p629_is_nixlconnectors_role_check(vllm_python, check_spec):
+def test_p629_is_nixlconnectors_role_check(engine, check_spec):
     """A prefill pool with cp 2 gets kv_producer, which vLLM accepts; a decode pool with cp 2 has
     kv_both (or, if it were written, kv_consumer), which it refuses: P629 fires exactly there."""
     from parc.model.pools import pool_plan
@@ -81,7 +83,7 @@ def test_p629_is_nixlconnectors_role_check(vllm_python, check_spec):
         for pool in r.plan.pools:
             role = kv_transfer_config(pool_plan(r.plan, pool), pool.name)["kv_role"]
             items.append((len(fired) - 1, {"nixl_pcp": {"pcp": pool.mesh.cp, "kv_role": role}}))
-    answers = judges.ask(vllm_python, VLLM_MARK, [it for _, it in items])
+    answers = judges.ask(engine("vllm"), VLLM_MARK, [it for _, it in items])
     refused = [False] * len(fired)
     for (case, item), got in zip(items, answers):
         refused[case] |= not got["ok"]
@@ -95,7 +97,7 @@ SGLANG_CASES = [("h100_sxm", 1, None), ("h100_sxm", 4, None), ("h100_sxm", 1, 10
 
 
 @pytest.mark.sglang
-def test_sglang_capture_sizes_are_sglangs(sglang_python, check_spec):
+def test_sglang_capture_sizes_are_sglangs(engine, check_spec):
     ours, items = [], []
     for gpu, tp, seqs in SGLANG_CASES:
         text = _one_gpu(f"  max_num_seqs = {seqs}\n" if seqs else "", SG).replace("h100_sxm", gpu)
@@ -103,20 +105,20 @@ def test_sglang_capture_sizes_are_sglangs(sglang_python, check_spec):
         cap = estimate(check_spec(text, ("sglang",)).plan).stages[0].startup.capture
         ours.append((list(cap.full), list(cap.piecewise)))
         items.append({"graph_sizes": {"max_bs": max(cap.full), "chunked_prefill": max(cap.piecewise)}})
-    for case, (full, piecewise), got in zip(SGLANG_CASES, ours, sglang_judge.ask(sglang_python, items)):
+    for case, (full, piecewise), got in zip(SGLANG_CASES, ours, sglang_judge.ask(engine("sglang"), items)):
         assert full == got["decode"] and piecewise == got["prefill"], (case, got)
     assert [max(f) for f, _ in ours] == [256, 512, 100, 512]
 
 
 @pytest.mark.sglang
-def test_p649_is_sglangs_decode_dcp_check(sglang_python, check_spec):
+def test_p649_is_sglangs_decode_dcp_check(engine, check_spec):
     cases = [(GQA, 2), (MLA, 2), (GQA, 1)]
     fired = []
     for model, dcp in cases:
         decode = "tp = 8" + (f"; dcp = {dcp}" if dcp > 1 else "")
         r = check_spec(pd("tp = 8", decode, model=model, nodes=2).replace(VL, SG), ("sglang",))
         fired.append("P649" in {d.code for d in r.diagnostics})
-    answers = sglang_judge.ask(sglang_python, [{"pd_decode_dcp": {"dcp": dcp, "mla": model == MLA}}
+    answers = sglang_judge.ask(engine("sglang"), [{"pd_decode_dcp": {"dcp": dcp, "mla": model == MLA}}
                                                for model, dcp in cases])
     assert fired == [not a["ok"] for a in answers] == [True, False, False], (fired, answers)
     assert "MLA or hybrid-MLA" in answers[0]["error"]

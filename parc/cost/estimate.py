@@ -16,7 +16,7 @@ from parc.cost.memory import (StateBytes, activation_bytes_per_layer, caches_fp8
                               fp8_weight_terms, kv_bytes_per_token,
                               kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
                               model_kv_bytes_per_token,
-                              model_state_bytes, nccl_communicators, overhead_bytes, overheads,
+                              model_state_bytes, nccl_communicators, overhead_bytes,
                               sampler_bytes, serving_activation_bytes, stage_activation_bytes,
                               state_bytes_per_param, zero_state_bytes, _train_state)
 from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, DTYPE_BYTES, PARTS,

@@ -75,7 +75,7 @@ def kv_lines(plan, est, sv=None) -> list[str]:
     serving numbers, where it is one mesh), and what fits."""
     from parc.cost.engine import limits
 
-    m, mesh, srv = plan.model, plan.mesh, plan.serve
+    m, mesh = plan.model, plan.mesh
     lim = limits(plan, est.kv_capacity_tokens)
     per = est.kv_bytes_per_token
     if m.is_mla:

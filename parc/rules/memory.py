@@ -368,19 +368,29 @@ def engine_budget_exceeds_free(plan, c):
     exist, and refuses to start when less is free (v1/worker/utils.py request_memory). A warning:
     the context is the cluster's `cuda_context` (a training measurement by default), and a GPU
     whose context is smaller starts (vLLM 0.21 runs Qwen3-8B at 0.9764 of an RTX A5000)."""
-    if plan.mode != "serve" or plan.serve is None:
+    su = _startup_of(plan, "vllm")
+    if su is None or su.budget <= su.free_at_start:
         return
-    e = _est(plan)
-    su = e.stages[e.most_loaded_stage].startup
-    if su is None or su.engine != "vllm" or su.budget <= su.free_at_start:
-        return
-    util = _util_ceiling(e)
-    c.report(c.at("serve.gpu_memory_utilization", "serve"),
+    _at_most(c, plan, _util_ceiling(_est(plan)),
              f"vLLM may refuse to start: gpu_memory_utilization = {plan.serve.gpu_memory_utilization:g} asks for "
              f"{gb(su.budget)} of {gb(su.total)}, but its CUDA context and NCCL buffers "
              f"({gb(su.outside)}: the cluster's cuda_context and nccl_buffers) leave {gb(su.free_at_start)} free "
              f"(\"Free memory on device ... is less than desired GPU memory utilization\"); state the cluster's "
-             f"cuda_context where its context is smaller",
+             f"cuda_context where its context is smaller")
+
+
+def _startup_of(plan, engine: str):
+    """The start-up of the most loaded GPU of a serving plan ``engine`` serves, else None."""
+    if plan.mode != "serve" or plan.serve is None:
+        return None
+    e = _est(plan)
+    su = e.stages[e.most_loaded_stage].startup
+    return su if su is not None and su.engine == engine else None
+
+
+def _at_most(c, plan, util: float, message: str) -> None:
+    """Report ``message`` at gpu_memory_utilization, with ``util`` (two decimals) as the fix."""
+    c.report(c.at("serve.gpu_memory_utilization", "serve"), message,
              help=f"`gpu_memory_utilization = {util:.2f}` or less")
 
 
@@ -390,21 +400,16 @@ def sglang_slack_holds_graphs(plan, c):
     (1 − mem_fraction_static) for activations and graphs (kv_cache_configurator.py
     _profile_available_bytes); parc judges that slack by SGLang's own reserve for its graphs
     (memory_hook.py reserve_for_graph_mb) and the chunked prefill's activations."""
-    if plan.mode != "serve" or plan.serve is None:
-        return
-    e = _est(plan)
-    su = e.stages[e.most_loaded_stage].startup
-    if su is None or su.engine != "sglang" or su.slack >= su.activations + su.graphs:
+    su = _startup_of(plan, "sglang")
+    if su is None or su.slack >= su.activations + su.graphs:
         return
     need = su.activations + su.graphs
-    util = int((1 - need / su.free_at_start) * 100) / 100
-    c.report(c.at("serve.gpu_memory_utilization", "serve"),
+    _at_most(c, plan, int((1 - need / su.free_at_start) * 100) / 100,
              f"SGLang may run out of memory capturing its CUDA graphs: mem_fraction_static = "
              f"{plan.serve.gpu_memory_utilization:g} leaves {gb(su.slack)} beside its KV pool, less than the "
              f"{gb(su.activations)} of a chunked prefill's activations and the {gb(su.graphs)} SGLang itself "
              f"reserves for its graphs ({count(su.capture.graphs, 'captured size')}); parc judges by SGLang's "
-             f"own reserve, which is an estimate",
-             help=f"`gpu_memory_utilization = {util:.2f}` or less")
+             f"own reserve, which is an estimate")
 
 
 @rule("P404", "kv-cache-holds-max-num-seqs", severity=WARNING)
