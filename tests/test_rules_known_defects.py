@@ -27,6 +27,7 @@ PAIRS = {
     "P703-fires-0.5.23": "P703", "P703-quiet-pp1-0.5.23": None,
     "P704-fires-0.26": "P704", "P704-quiet-0.27": None,
     "P705-fires-0.33": "P705", "P705-quiet-0.33": None,
+    "P706-fires-0.29": "P706", "P706-quiet-0.30": None,
 }
 OSS = "from = gpt_oss_120b"          # sliding-window layers (attention_window 128), 8 KV heads
 QWEN = "from = qwen3_30b_a3b"         # 4 KV heads, no MLA
@@ -168,6 +169,35 @@ def test_p701_leaves_hybrid_models_to_vllms_mapping(check_spec):
     assert "P701" not in _p7(r)
     plain = HYBRID.replace("; hybrid = true", "")
     assert "P701" in _p7(check_spec(_hybrid_pd("tp = 4; instances = 2", "tp = 1; instances = 8", "0.33", plain)))
+
+
+# ------------------------------------------------------------------------------ P706
+
+@pytest.mark.parametrize("version", T.versions("vllm"))
+def test_p706_holds_until_0_30(check_spec, version):
+    """A prefill pool's cp = 2 over NixlConnector: 0.26 to 0.28's connector does not know prefill
+    context parallelism, 0.29's configuration asserts against it, 0.30 runs it as kv_producer."""
+    r = check_spec(_vllm_pd("cp = 2; tp = 4", "tp = 8", version, model="from = deepseek_v2_lite"))
+    assert not [d for d in r.errors if not d.code.startswith("P7")], [f"{d.code} {d.message}" for d in r.errors]
+    affected = version in ("0.26", "0.27", "0.28", "0.29")
+    assert _p7(r) == (["P706"] if affected else []), (version, _p7(r))
+    if affected:
+        d = next(d for d in r.diagnostics if d.code == "P706")
+        assert d.message.startswith(f"vLLM {version} cannot serve the prefill pool's cp = 2 under NixlConnector")
+        assert '"NIXL does not support prefill context parallelism."' in d.message
+        assert "vLLM 0.30 and later fix it" in d.message
+        assert d.help == 'pin `version = "0.30"` in `target vllm`, or give the prefill pool cp = 1'
+
+
+@pytest.mark.parametrize("prefill,decode,kv", [
+    ("tp = 8", "tp = 8", "nixl"),                 # no prefill context parallelism
+    ("cp = 2; tp = 4", "tp = 8", "mooncake"),     # not NixlConnector
+    ("tp = 8", "cp = 2; tp = 4", "nixl"),         # the decode pool's cp: P629 from 0.29
+])
+def test_p706_quiet(check_spec, prefill, decode, kv):
+    text = pd(prefill, decode, kv=kv, model="from = deepseek_v2_lite", nodes=2).replace(
+        "target vllm {\n", 'target vllm {\n  version = "0.29"\n')
+    assert "P706" not in _p7(check_spec(text))
 
 
 # ------------------------------------------------------------------------------ P702, P703

@@ -106,3 +106,24 @@ def vllm_nixl_hybrid_decode_block_smaller(plan, c):
     _block_report(plan, c, "cannot pull the KV cache into decode blocks smaller than the prefill's",
                   "Local block size ... is not divisible by remote block size",
                   f"give both pools the same tp (prefill tp = {plan.pools[1].mesh.tp})")
+
+
+@rule("P706", "vllm-nixl-prefill-context-parallel", targets=(TARGET,), reads=(), whole=True)
+def vllm_nixl_prefill_cp(plan, c):
+    """NixlConnector with prefill context parallelism on the prefill (kv_producer) pool: 0.26 to
+    0.28's connector names its workers by tp rank alone (nixl/base_worker.py: tp_rank, world_size
+    of the tp group), so the cp ranks of one tp rank, which hold the same KV, publish and count as
+    one; 0.29's VllmConfig.__post_init__ asserts prefill_context_parallel_size == 1 for any
+    NixlConnector; 0.30 runs it. P629 says the decode pool's case, which no release runs."""
+    pools = _nixl_pools(plan)
+    if pools is None or pools[0].mesh.cp <= 1:
+        return
+    cp = pools[0].mesh.cp
+    fixed, words = c.fixed_by()
+    c.report(c.at("prefill.cp", "prefill", "serve"),
+             f"{c.release} cannot serve the prefill pool's cp = {cp} under NixlConnector: up to 0.28 the "
+             f"connector names its workers by tp rank alone, so the {cp} prefill-context-parallel ranks that "
+             f"hold the same KV heads publish one handshake and one completion between them (the defect vLLM "
+             f"PR #52779 fixed), and 0.29's configuration refuses it outright (\"NIXL does not support prefill "
+             f"context parallelism.\"); {words}",
+             help=(f"pin `version = \"{fixed}\"` in `target vllm`, or " if fixed else "") + "give the prefill pool cp = 1")
