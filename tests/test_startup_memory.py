@@ -103,6 +103,23 @@ def test_mxfp4_experts_take_the_kernels_padding(check_spec):
     assert cm.serving_expert_pad(check_spec(serve_spec(model="from = qwen3_30b_a3b")).plan) == 1.0
 
 
+def test_nvfp4_checkpoint_of_kimi_k2_5(check_spec):
+    """NVIDIA's NVFP4 Kimi-K2.5 checkpoint is published at 591 GB ("Nvidia releases Kimi K2.5
+    NVFP4! (1T, 591GB)", forums.developer.nvidia.com/t/359810): Kimi K2's architecture (the
+    language model Kimi-K2.5 keeps) with `checkpoint_format = nvfp4` holds 4-bit values and one
+    E4M3 scale per 16 in its transformer layers, embedding and head in bf16, within 3% of that
+    (its vision tower, in bf16, is not in the preset); at tp 4 on B200 each GPU holds a quarter
+    of the split weights and a whole copy of what vLLM replicates."""
+    from parc.cost.params import model_weight_bytes
+
+    text = serve_spec(model="from = kimi_k2\n  checkpoint_format = nvfp4", gpu="gpu = b200", gpn=4, mesh="tp = 4")
+    r = check_spec(text)
+    total = model_weight_bytes(r.plan.model)
+    assert total == pytest.approx(591e9, rel=0.03)
+    per_gpu = cm.estimate(r.plan).memory.weights
+    assert total / 4 < per_gpu < total / 4 * 1.02
+
+
 # --- vLLM's arithmetic ------------------------------------------------------------------------------
 
 def test_available_kv_memory_is_vllms_arithmetic(check_spec):
