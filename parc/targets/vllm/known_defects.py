@@ -86,11 +86,8 @@ def vllm_nixl_hybrid_block_size(plan, c):
     shares = hybrid_block_shares(plan)
     if shares is None or not shares[1] < shares[0]:
         return
-    fixed, _ = c.fixed_by()
-    c_help = (f"pin `version = \"{fixed}\"` in `target vllm`, or give both pools the same tp" if fixed
-              else "give both pools the same tp")
     _block_report(plan, c, "cannot move the KV cache between pools whose KV block sizes differ",
-                  "HMA does not support different remote block size yet", c_help)
+                  "HMA does not support different remote block size yet", _pin_or(c, "give both pools the same tp"))
 
 
 @rule("P705", "vllm-nixl-hybrid-decode-block-smaller", targets=(TARGET,), reads=(), whole=True)
@@ -119,11 +116,16 @@ def vllm_nixl_prefill_cp(plan, c):
     if pools is None or pools[0].mesh.cp <= 1:
         return
     cp = pools[0].mesh.cp
-    fixed, words = c.fixed_by()
+    why = (f"up to 0.28 the connector names its workers by tp rank alone, so the {cp} prefill-context-parallel "
+           f"ranks that hold the same KV heads publish one handshake and one completion between them (the defect "
+           f"vLLM PR #52779 fixed), and 0.29's configuration refuses it outright (\"NIXL does not support prefill "
+           f"context parallelism.\")")
     c.report(c.at("prefill.cp", "prefill", "serve"),
-             f"{c.release} cannot serve the prefill pool's cp = {cp} under NixlConnector: up to 0.28 the "
-             f"connector names its workers by tp rank alone, so the {cp} prefill-context-parallel ranks that "
-             f"hold the same KV heads publish one handshake and one completion between them (the defect vLLM "
-             f"PR #52779 fixed), and 0.29's configuration refuses it outright (\"NIXL does not support prefill "
-             f"context parallelism.\"); {words}",
-             help=(f"pin `version = \"{fixed}\"` in `target vllm`, or " if fixed else "") + "give the prefill pool cp = 1")
+             f"{c.release} cannot serve the prefill pool's cp = {cp} under NixlConnector: {why}; {c.fixed_by()[1]}",
+             help=_pin_or(c, "give the prefill pool cp = 1"))
+
+
+def _pin_or(c, other: str) -> str:
+    """A known defect's help: pin the release that fixed it (where one did), or ``other``."""
+    fixed, _ = c.fixed_by()
+    return f"pin `version = \"{fixed}\"` in `target vllm`, or {other}" if fixed else other
