@@ -395,6 +395,9 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
                 "the cost the published plan loses on, what parc's best does differently, and how far "
                 "parc's own prediction of the published run is from its measurement "
                 "(`bench/accuracy_planner.py`).", ""] + list(planner) + [""]
+    from bench.accuracy_serving import kv_memory_lines
+
+    out += kv_memory_lines(ROOT, _table)
     out += ["## Clusters and models", ""]
     out += [f"- cluster `{k}`: {v['source']}." for k, v in data["clusters"].items()]
     out += [f"- model `{k}`: {v['approximated']} (where no spec file exists)." for k, v in data["models"].items() if v.get("approximated")]
