@@ -10,6 +10,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from parc.cost import xp as np
+from parc.cost.params import _zero, dtype_bytes
+from parc.model.frameworks import framework
 
 
 def allreduce_bytes(nbytes: float, n: int) -> float:
@@ -195,3 +197,24 @@ def axis_time(axis: str, nbytes, n, calls, local, intra: tuple, inter: tuple | N
     if inter is None:
         return p2p_time(nbytes, calls, intra), 4
     return np.where(local < n, p2p_time(nbytes, calls, inter), p2p_time(nbytes, calls, intra)), 4
+
+
+def zero3_passes(zero: int, pp, microbatches, fw: dict):
+    """How many times a step's ZeRO-3 traffic (the parameters' gathers, the gradients'
+    reduce-scatter) runs: once per microbatch without a pipeline where the framework gathers again
+    for each (FSDP2, DeepSpeed: ``zero3_regather``), else once. Scalars or numpy arrays."""
+    if zero < 3 or fw.get("zero3_regather") != "microbatch":
+        return 1
+    return np.where(pp <= 1, np.maximum(microbatches, 1), 1)
+
+
+def zero3_flat(plan) -> bool:
+    """Whether the plan's ZeRO-3 collectives run as flat rings across nodes (the framework's
+    ``zero3_collectives``, parc/model/data/frameworks.toml)."""
+    return _zero(plan) >= 3 and framework(plan.train.framework)["zero3_collectives"] == "flat"
+
+
+def comm_dtype_bytes(precision: str) -> int:
+    """Bytes an activation element crosses a link in: 16-bit for BF16, FP16 and FP8 training (FP8
+    recipes cast inside the layers; what travels between them stays BF16), 4 for FP32."""
+    return max(2, dtype_bytes(precision))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from parc.cost.comm import comm_dtype_bytes, zero3_flat, zero3_passes
 from parc.cost.comm import (ALGORITHMS, again, allgather_bytes, p2p_time, allreduce_bytes, axis_time, comm_calls,
                             cp_bytes_per_layer, dp_bytes, dp_bytes_parts, ep_bytes_per_layer, link_latency, link_params, serving_calls,
                             pp_bytes_per_microbatch, tp_bytes_per_layer)
@@ -380,27 +381,6 @@ def _serving_kv(plan, stages: list[StageEstimate]) -> tuple[int, int, int]:
     kv_tok = max(st.kv_bytes_per_token for st in stages)
     return kv_tok, kv_cap, kv_cap // engine.max_model_len(plan)
 
-
-
-def zero3_passes(zero: int, pp, microbatches, fw: dict):
-    """How many times a step's ZeRO-3 traffic (the parameters' gathers, the gradients'
-    reduce-scatter) runs: once per microbatch without a pipeline where the framework gathers again
-    for each (FSDP2, DeepSpeed: ``zero3_regather``), else once. Scalars or numpy arrays."""
-    if zero < 3 or fw.get("zero3_regather") != "microbatch":
-        return 1
-    return np.where(pp <= 1, np.maximum(microbatches, 1), 1)
-
-
-def zero3_flat(plan) -> bool:
-    """Whether the plan's ZeRO-3 collectives run as flat rings across nodes (the framework's
-    ``zero3_collectives``, parc/model/data/frameworks.toml)."""
-    return _zero(plan) >= 3 and framework(plan.train.framework)["zero3_collectives"] == "flat"
-
-
-def comm_dtype_bytes(precision: str) -> int:
-    """Bytes an activation element crosses a link in: 16-bit for BF16, FP16 and FP8 training (FP8
-    recipes cast inside the layers; what travels between them stays BF16), 4 for FP32."""
-    return max(2, dtype_bytes(precision))
 
 
 def train_comm_bytes(m, tokens_local, layers, moe_layers, *, pp, tp, cp, ep, v, microbatches, wbytes,
