@@ -93,7 +93,10 @@ def launcher_lines(plan) -> list[list]:
             lines.append(["--launcher", s["launcher"]])
     lines += [["--num_nodes", cl.nodes], ["--num_gpus", cl.gpus_per_node]]
     if cl.nodes > 1:
-        lines += [[Var("master[@]")], ["--master_port", s.get("master_port", MASTER_PORT)]]
+        lines.append([Var("master[@]")])
+    if cl.nodes > 1 or "master_port" in s:
+        # one node still opens the rendezvous there (runner.py hands it to deepspeed.launcher.launch)
+        lines.append(["--master_port", s.get("master_port", MASTER_PORT)])
     return lines
 
 
