@@ -286,8 +286,8 @@ def test_characters_beyond_the_bmp_read_back_from_yaml(tmp_path, write_spec):
     r, files = _compile(write_spec, tmp_path, text, "kubernetes")
     assert files is not None, [f"{d.code} {d.message}" for d in r.errors]
     docs = list(yaml.safe_load_all(files[0].text))
-    cmd = docs[-1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
-    assert cmd[-1] == "caf\u00e9 \U0001F600"
+    # the pods run the torchrun target's launch.sh, which the ConfigMap carries
+    assert "  'caf\u00e9 \U0001F600'\n" in docs[0]["data"]["launch.sh"]
     assert json.loads(docs[0]["data"]["plan.json"])["model"]["name"] == "m \U0001F680"
     files[0].text.encode("utf-8")  # no lone surrogate anywhere
 

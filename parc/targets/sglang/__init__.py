@@ -281,3 +281,10 @@ def build(plan) -> list[File]:
     if router(plan):
         files.append(File("router.sh", _router_script(plan, lay), True))
     return files + [File("plan.json", plan_json(plan))]
+
+
+def node_launch(plan, s: dict):
+    """SGLang under a scheduler: parc/targets/sglang/scheduled.py (``s``: the block's settings)."""
+    from parc.targets.sglang.scheduled import node_launch as scheduled
+
+    return scheduled(plan)

@@ -255,3 +255,10 @@ def build(plan) -> list[File]:
         return files + [File("proxy.sh", _proxy(plan), True), File("plan.json", plan_json(plan))]
     name = "launch.sh" if launch_mode(plan) != "single" else "serve.sh"
     return [File(name, _script(plan), True), File("plan.json", plan_json(plan))]
+
+
+def node_launch(plan, s: dict):
+    """vLLM under a scheduler: parc/targets/vllm/scheduled.py (``s``: the block's settings)."""
+    from parc.targets.vllm.scheduled import node_launch as scheduled
+
+    return scheduled(plan)
