@@ -125,7 +125,7 @@ def wrapper_engine_ambiguous(plan, c):
     runs, default = engine_of(plan, w), default_engine(w, plan.mode)
     blocks = join([f"`target {e}`" for e in found], "and")
     related = [(c.at(f"target.{e}"), f"target {e}") for e in found if f"target.{e}" in plan.spans]
-    where = target_span(plan, c, w, f"target.{found[0]}")
+    where = target_span(plan, c, w, f"target.{runs if runs in found else found[0]}")
     if runs == default:
         c.report(where, f"target {w} runs one engine's launch on every node, and the spec has {blocks}: it runs "
                         f"{display(runs)}'s (its default), not the others'",
