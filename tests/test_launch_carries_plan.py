@@ -14,26 +14,7 @@ from pathlib import Path
 import pytest
 
 from backends_support import accepted_cases, every_target_cases
-from support.launched import launched
-
-TORCHRUN_VALUED = {"--nnodes", "--nproc-per-node", "--node-rank", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id",
-                   "--rdzv-conf", "--master-addr", "--master-port", "--max-restarts"}
-DEEPSPEED_VALUED = {"--hostfile", "--node_rank", "--master_addr", "--master_port", "--num_nodes", "--num_gpus",
-                    "--launcher", "--include", "--exclude"}
-
-
-def split(argv: list[str], valued: set[str]) -> tuple[dict, list[str]]:
-    """A launcher's own options (up to its program) and the program with its arguments."""
-    opts, i = {}, 0
-    while i < len(argv) and argv[i].startswith("-"):
-        if argv[i] in valued:
-            opts[argv[i]] = argv[i + 1]
-            i += 2
-        else:
-            opts[argv[i]] = True
-            i += 1
-    return opts, argv[i:]
-
+from support.launched import engine_run, launched, split
 
 def options(args: list[str]) -> dict:
     """``--name value`` and ``--flag`` words as a dict (a flag's value True)."""
@@ -53,7 +34,7 @@ def num(opts: dict, key: str, default: int = 1) -> int:
 def train_degrees(call: dict, engine: str) -> dict | None:
     """The degrees and batch one call of ``engine``'s launcher gives it (None: another process)."""
     if call["launcher"] == "torchrun" and engine in ("torchrun", "torchtitan", "megatron"):
-        launcher, program = split(call["argv"], TORCHRUN_VALUED)
+        launcher, program = split(call["argv"], "torchrun")
         world = num(launcher, "--nnodes") * num(launcher, "--nproc-per-node")
         if engine == "torchtitan":
             assert launcher.get("-m") and program[0] == "torchtitan.train", call["argv"]
@@ -79,7 +60,7 @@ def train_degrees(call: dict, engine: str) -> dict | None:
         return {"engine": "torchrun", "world": world, **{k: m[k] for k in ("dp", "tp", "pp", "cp", "ep")},
                 "micro": sc["micro_batch"], "global": sc["global_batch"]}
     if call["launcher"] == "deepspeed" and engine == "deepspeed":
-        launcher, program = split(call["argv"], DEEPSPEED_VALUED)
+        launcher, program = split(call["argv"], "deepspeed")
         o = options(program[1:])
         cfg = json.loads(Path(o["--deepspeed_config"]).read_text())
         world = num(launcher, "--num_nodes") * num(launcher, "--num_gpus")
@@ -160,14 +141,6 @@ def cases():
         seen.add((spec, target))
         out.append((spec, target, files))
     return out
-
-
-def engine_run(plan: dict, target: str) -> str:
-    """The engine ``target`` runs for the plan: itself, or the one a wrapper picks."""
-    from parc.model.plan import plan_from_dict
-    from parc.model.targets import engine_of, wrappers
-
-    return engine_of(plan_from_dict(plan), target) if target in wrappers() else target
 
 
 def check(spec: str, target: str, files, tmp: Path) -> None:

@@ -61,6 +61,46 @@ CLEAN = ("PET_", "SLURM_", "NODE_RANK", "MASTER_", "NCCL_", "GLOO_", "SRUN", "TO
          "PYTHON", "PARC_", "HOSTFILE", "SKYPILOT_", "LWS_", "CUDA_VISIBLE")
 
 
+def engine_run(plan: dict, target: str) -> str:
+    """The engine ``target`` runs for ``plan`` (plan.json's data): itself, or the one a wrapper
+    picks (parc.model.targets.engine_of)."""
+    from parc.model.plan import plan_from_dict
+    from parc.model.targets import engine_of, wrappers
+
+    return engine_of(plan_from_dict(plan), target) if target in wrappers() else target
+
+
+TORCHRUN_VALUED = {"--nnodes", "--nproc-per-node", "--node-rank", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id",
+                   "--rdzv-conf", "--master-addr", "--master-port", "--max-restarts"}
+DEEPSPEED_VALUED = {"--hostfile", "--node_rank", "--master_addr", "--master_port", "--num_nodes", "--num_gpus",
+                    "--launcher", "--include", "--exclude"}
+
+
+def split(argv: list[str], launcher: str) -> tuple[dict, list[str]]:
+    """A launcher's own options (up to its program) and the program with its arguments."""
+    valued = TORCHRUN_VALUED if launcher == "torchrun" else DEEPSPEED_VALUED
+    opts, i = {}, 0
+    while i < len(argv) and argv[i].startswith("-"):
+        if argv[i] in valued:
+            opts[argv[i]] = argv[i + 1]
+            i += 2
+        else:
+            opts[argv[i]] = True
+            i += 1
+    return opts, argv[i:]
+
+
+def own_program(plan: dict, engine: str, tmp: Path) -> list[str]:
+    """The program (and its arguments) the engine target's own launch hands its launcher on node 0:
+    what ``parc compile --target ENGINE`` runs, to compare a wrapper's with."""
+    from parc.model.plan import plan_from_dict
+    from parc.targets import get
+
+    calls = launched(engine, get(engine).build(plan_from_dict(plan)), tmp)
+    launcher = "deepspeed" if engine == "deepspeed" else "torchrun"
+    return split(next(c["argv"] for c in calls if c["launcher"] == launcher), launcher)[1]
+
+
 def fake_tools(folder: Path, names=LAUNCHERS) -> Path:
     """A folder of recorders, one per launcher name, and stub scontrol/srun/hostname."""
     b = folder / "bin"
@@ -153,7 +193,8 @@ def _scripts(d: Path, plan: dict, tools: Path, tmp: Path, target: str) -> list[d
 def _deepspeed(d: Path, plan: dict, tools: Path, tmp: Path, target: str) -> list[dict]:
     """The deepspeed target's launch runs on node 0 only (its launcher reaches the others)."""
     rec = _record_dir(tmp, "deepspeed")
-    extra = {"MASTER_ADDR": "10.0.0.1"}
+    # where the spec names the hosts the rendezvous is the first of them, else MASTER_ADDR's
+    extra = {"MASTER_ADDR": "" if (d / "hostfile").exists() else "10.0.0.1"}
     if plan["cluster"]["nodes"] > 1 and not (d / "hostfile").exists():
         (tmp / "nodes").write_text("".join(f"node-{k} slots={plan['cluster']['gpus_per_node']}\n"
                                            for k in range(plan["cluster"]["nodes"])))
