@@ -1,12 +1,12 @@
 """The package reads as the pipeline: every import under parc/ points to an earlier layer.
 
-    language -> model -> resolve -> topo -> cost -> rules -> targets -> report -> planner | lint | runtime | calibrate | doctor -> cli
+    language -> model -> resolve -> topo -> cost -> rules -> targets -> report -> planner | lint | runtime | calibrate | doctor | lsp -> cli
 
 An import may point into its own layer or an earlier one, never a later one. Foundations --
 ``parc/__init__.py``, ``parc/words.py``, ``parc/language/diagnostics.py`` -- may be imported by
 anyone and import only one another (a new top-level module, such as a shared number formatter,
 is a foundation too). ``parc/api.py`` is the facade: it may import any layer but cli. planner, lint, runtime,
-calibrate and doctor are siblings that do not import one another; runtime imports only model/, cost/ and foundations;
+calibrate, doctor and lsp are siblings that do not import one another (cli hands lsp the lint function); runtime imports only model/, cost/ and foundations;
 only parc/runtime imports torch. The imports read are the module-level ones, the ones inside
 functions, and ``importlib.import_module("parc....")`` with a literal (or f-string) name.
 docs/architecture.md explains the rule; this file is its enforcement.
@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PARC = ROOT / "parc"
 
-ORDER = ("language", "model", "resolve", "topo", "cost", "rules", "targets", "report", "planner|lint|runtime|calibrate|doctor",
-         "cli")
+ORDER = ("language", "model", "resolve", "topo", "cost", "rules", "targets", "report",
+         "planner|lint|runtime|calibrate|doctor|lsp", "cli")
 RANK = {pkg: i for i, group in enumerate(ORDER) for pkg in group.split("|")}
-SIBLINGS = {"planner", "lint", "runtime", "calibrate", "doctor"}
+SIBLINGS = {"planner", "lint", "runtime", "calibrate", "doctor", "lsp"}
 FACADE = "parc.api"
 RUNTIME_MAY_IMPORT = {"model", "cost", "runtime"}
 
@@ -218,8 +218,12 @@ def test_the_rule_in_examples():
 def test_nothing_outside_runtime_loads_torch():
     """Importing every module outside parc/runtime leaves torch unloaded (torch is paid for only
     when a runtime command runs)."""
+    import importlib.util
+
+    protocol = importlib.util.find_spec("pygls") is not None  # parc/lsp's server needs the `lsp` extra
     mods = sorted(module_name(p) for p in PARC.rglob("*.py")
-                  if "runtime" not in p.relative_to(PARC).parts and p.name != "__main__.py")
+                  if "runtime" not in p.relative_to(PARC).parts and p.name != "__main__.py"
+                  and (protocol or p.relative_to(PARC).parts[:1] != ("lsp",) or p.stem in ("analysis", "scan")))
     code = ("import importlib, sys\n"
             f"for m in {mods!r}:\n    importlib.import_module(m)\n"
             "loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
@@ -235,7 +239,7 @@ def test_parc_check_and_explain_leave_numpy_unloaded():
             "for argv in (['check', 'examples/llama3-70b-train.par'], ['explain', 'examples/mixtral-8x7b-ep-train.par'],\n"
             "             ['check', 'examples/llama3-405b-serve-2node.par']):\n"
             "    rc = main(argv)\n    assert rc in (0, 1), (argv, rc)\n"
-            "loaded = sorted(m for m in sys.modules if m == 'numpy' or m.startswith('numpy.'))\n"
+            "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'pygls', 'lsprotocol'))\n"
             "print(loaded[:5])\nsys.exit(1 if loaded else 0)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

@@ -7,7 +7,11 @@ DESCRIPTION = """Check specs like `parc check`, plus style and advice (P5), over
 
 Folders are searched for .par files recursively. Silence one finding on its line with a
 comment, `# parc: ignore[P552]` (several codes comma-separated); a comment that silences
-nothing is reported as P550."""
+nothing is reported as P550.
+
+--fix applies each safe fix (the one change a help names: a misspelt name, a syntax hint, a
+unit, a restated line, the layout), keeps it only if the file then lints no worse, and writes
+the file atomically; a finding whose help offers alternatives is left for you to choose."""
 EPILOG = """exit status: 0 clean or warnings only, 1 errors (or warnings with --warnings-as-errors),
 2 usage or I/O failure; --exit-zero turns 1 into 0
 
@@ -15,7 +19,9 @@ examples:
   parc lint specs/
   parc lint 'specs/**/*.par' --select P1,P5 --ignore P552
   parc lint specs/ --format sarif > parc.sarif
-  parc lint specs/ --format github"""
+  parc lint specs/ --format github
+  parc lint specs/ --fix
+  parc lint specs/ --fix --diff      (show the fixes, write nothing; exit 1 if there are some)"""
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -41,11 +47,28 @@ def add_arguments(p):
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="print only errors and warnings, and the summary only when there are some")
+    p.add_argument("--fix", action="store_true",
+                   help="apply the safe fixes, each re-checked to bring no new finding, and report the rest")
+    p.add_argument("--diff", action="store_true",
+                   help="with --fix: print the fixes as a unified diff and write nothing")
 
 
 def run(args) -> int:
     from parc.lint.engine import UsageError, exit_code, lint_paths
 
+    if args.diff and not args.fix:
+        print("parc lint: error: --diff shows what --fix would change: use it with --fix", file=sys.stderr)
+        return 2
+    if args.fix:
+        from parc.cli.lint_fix import run_fix
+
+        try:
+            status = run_fix(args)
+        except UsageError as e:
+            print(f"parc lint: error: {e}", file=sys.stderr)
+            return 2
+        if status is not None:
+            return status
     try:
         res = lint_paths(args.paths, select=args.select, ignore=args.ignore, targets=args.target,
                          root=args.root, exclude=args.exclude)

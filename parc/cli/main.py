@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rules": ("parc.cli.rules", "list the diagnostic codes, or explain one"),
     "schema": ("parc.cli.schema", "print the JSON Schema of the resolved plan"),
     "completion": ("parc.cli.completion", "print a shell completion script"),
+    "lsp": ("parc.cli.lsp", "run the language server for editors (stdio; needs the `lsp` extra)"),
 }
 
 EPILOG = """examples:

@@ -10,7 +10,9 @@ file that ends inside a block is the one ``P002`` error "block ... is never clos
 
 Hints come from ``syntax_hints.toml`` (data): broken examples, each with the hint it earns.
 An error gets the hint of an example that fails in the same parser state on the same kind of
-token. This is lark's ``match_examples`` idea keyed by the state alone: lark's own method also
+token. A hint that names one change carries it as ``fix`` (``newline``: the statement moves to a
+line of its own; ``before``: text to insert before the misplaced token), which becomes the
+diagnostic's structured edit. This is lark's ``match_examples`` idea keyed by the state alone: lark's own method also
 compares the depth of the parser's stack, so an example would match only at the nesting depth
 it was written at.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from parc.language.diagnostics import ERROR, Diagnostic, Related, Span
+from parc.language.diagnostics import ERROR, Diagnostic, Edit, Fix, Related, Span
 
 HINTS_PATH = Path(__file__).resolve().parent / "syntax_hints.toml"
 MAX_SYNTAX_ERRORS = 200  # syntax errors reported for one file, the first included
@@ -85,7 +87,8 @@ class Braces:
 
 @lru_cache(maxsize=1)
 def hint_table() -> dict:
-    """(parser state, token type) → hint, from the examples of ``syntax_hints.toml``."""
+    """(parser state, token type) → hint (its ``help`` and ``fix``), from the examples of
+    ``syntax_hints.toml``."""
     import tomllib
 
     import lark
@@ -100,7 +103,7 @@ def hint_table() -> dict:
             try:
                 quiet_parse(example)
             except lark.UnexpectedToken as e:
-                table.setdefault((e.state.position, e.token.type), entry["help"])
+                table.setdefault((e.state.position, e.token.type), entry)
                 continue
             except lark.UnexpectedInput:
                 pass
@@ -121,8 +124,12 @@ def _unexpected_character(file: str, text: str, exc) -> Diagnostic:
     line, col = exc.line, exc.column
     span = Span(file, line, col, line, col + 1, off, off + 1)
     if ch == '"':
+        eol = text.find("\n", off)
+        eol = len(text) if eol < 0 else eol
+        end = off + 1 + len(text[off + 1:eol].rstrip(" \t\r})]"))  # before the brackets that close the line
         return Diagnostic("P001", ERROR, "unterminated string: a string must close on the same line",
-                          span, help='close it with `"`')
+                          span, help='close it with `"`',
+                          fixes=[Fix('close the string with `"`', (Edit(Span.of(file, text, end, end), '"'),))])
     shown = repr(ch)[1:-1]
     return Diagnostic("P001", ERROR, f"unexpected character `{shown}`; expected {_words(exc.allowed or [])}",
                       span)
@@ -150,12 +157,63 @@ def syntax_diag(file: str, text: str, exc, braces: Braces) -> Diagnostic:
             head_start = text.rfind("\n", 0, lb.start_pos) + 1
             return Diagnostic("P002", ERROR, f"block `{text[head_start:lb.start_pos].strip()}` opened here "
                               "is never closed", _span_at(file, text, lb.start_pos),
-                              help="add `}` at the end of the block", related=[Related(span, "the file ends here")])
+                              help="add `}` at the end of the block", related=[Related(span, "the file ends here")],
+                              fixes=[_close_block(file, text, lb.start_pos, head_start)])
     else:
         span = Span(file, tok.line, tok.column, tok.end_line or tok.line,
                     tok.end_column or tok.column + 1, tok.start_pos or 0, tok.end_pos or 0)
     hint = hint_table().get((exc.state.position, tok.type)) if exc.state is not None else None
-    return Diagnostic("P001", ERROR, f"expected {_words(expected)}, found {_found(tok)}", span, help=hint)
+    fixes = [f for f in [_hint_fix(file, text, hint, span)] if f] if hint else []
+    return Diagnostic("P001", ERROR, f"expected {_words(expected)}, found {_found(tok)}", span,
+                      help=hint["help"] if hint else None, fixes=fixes)
+
+
+def _empty(at: Span) -> Span:
+    """The empty span at the start of ``at``: where an edit inserts."""
+    return Span(at.file, at.line, at.column, at.line, at.column, at.start, at.start)
+
+
+def _indent(text: str, off: int) -> str:
+    start = text.rfind("\n", 0, off) + 1
+    line = text[start:off]
+    return line[:len(line) - len(line.lstrip(" \t"))]
+
+
+def _hint_fix(file: str, text: str, hint: dict, span: Span) -> Fix | None:
+    """The change a hint names, at the misplaced token ``span``."""
+    how = hint.get("fix") or {}
+    if how.get("newline"):
+        a = span.start
+        while a > 0 and text[a - 1] in " \t;":
+            a -= 1
+        gap = Span.of(file, text, a, span.start)
+        head = text[text.rfind("\n", 0, a) + 1:a]
+        if head.count("{") > head.count("}"):  # a block on one line: keep it there
+            return Fix("separate the statements with `;`", (Edit(gap, "; "),))
+        return Fix("move it to a line of its own", (Edit(gap, "\n" + _indent(text, a)),))
+    if "before" in how:
+        return Fix(f"insert `{how['before'].strip()}`", (Edit(_empty(span), how["before"]),))
+    return None
+
+
+def _close_block(file: str, text: str, brace: int, head_start: int) -> Fix:
+    """`}` after the block's last line: before the next line that starts at the block's own
+    indentation (the next block), else at the end of the file."""
+    indent = _indent(text, head_start + 1) if head_start < len(text) else ""
+    at, pos = len(text), text.find("\n", brace)
+    while 0 <= pos < len(text):
+        line_end = text.find("\n", pos + 1)
+        line = text[pos + 1:len(text) if line_end < 0 else line_end]
+        body = line.strip()
+        if body and not body.startswith("#") and not line.startswith(indent + " ") \
+                and not line.startswith(indent + "\t") and line.startswith(indent):
+            at = pos + 1
+            while at > 1 and text[at - 2] == "\n" and text[:at - 1].strip():  # above the blank lines
+                at -= 1
+            break
+        pos = line_end
+    new = "}\n" if at == 0 or text[at - 1] == "\n" else "\n}\n"
+    return Fix("close the block with `}`", (Edit(Span.of(file, text, at, at), new),))
 
 
 class Recovery:

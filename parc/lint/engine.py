@@ -15,7 +15,7 @@ from parc.language.diagnostics import ERROR, WARNING, Diagnostic, ParcError, sor
 from parc.lint.discover import discover, imported, is_fragment, read_files
 from parc.lint.suppress import CODE, UNUSED_SUPPRESSION, Suppression, apply, stale, suppressions
 
-__all__ = ["Selector", "UsageError", "LintResult", "lint_paths", "lint_files", "exit_code", "discover",
+__all__ = ["Selector", "UsageError", "LintResult", "lint_paths", "lint_files", "lint_texts", "exit_code", "discover",
            "read_files", "suppressions", "Suppression", "UNUSED_SUPPRESSION"]
 
 
@@ -82,6 +82,7 @@ class LintResult:
     sources: dict[str, str]
     suppressed: int = 0
     io_errors: list[str] = field(default_factory=list)
+    plans: dict = field(default_factory=dict)  # each checked spec's plan (None where it has errors)
 
     @property
     def errors(self) -> int:
@@ -106,23 +107,36 @@ def lint_files(files: Sequence[str], *, select=None, ignore=None, targets: Seque
     """Lint ``files`` (already discovered); see the module doc for what runs on each."""
     from parc.language.parser import shared_parses
 
-    selector = select if isinstance(select, Selector) else Selector(select, ignore)
     texts, failed = read_files(files, root)
-    run = _Run(texts, selector)
+    res = lint_texts(texts, select=select, ignore=ignore, targets=targets, root=root)
+    res.diagnostics = sorted([*res.diagnostics, *failed], key=sort_key)  # reported whatever the selection
+    res.io_errors = [_one_line(d) for d in failed]
+    return res
+
+
+def lint_texts(texts: dict[str, str], *, select=None, ignore=None, targets: Sequence[str] = (), root=None,
+               used: set[str] | None = None, reader=None) -> LintResult:
+    """Lint specs whose text is given (an editor's unsaved buffer, a fix being tried), each
+    under its file name; their imports are read by ``reader`` (``parc.resolve.loader``; the
+    disk by default). ``used``: the real paths other specs import (default: those these texts
+    import), which tells fragments from specs."""
+    from parc.language.parser import shared_parses
+
+    selector = select if isinstance(select, Selector) else Selector(select, ignore)
+    run = _Run(texts, selector, reader)
     with shared_parses():  # each text parsed once: for the checks, the layout and its comments
-        run.check_all(targets, root)
+        run.check_all(targets, root, imported(texts) if used is None else used)
         out, suppressed = run.suppress(selector)
-    out.extend(failed)  # files that could not be read: reported whatever the selection
     out.sort(key=sort_key)
-    return LintResult(list(texts), out, run.sources, suppressed, [_one_line(d) for d in failed])
+    return LintResult(list(texts), out, run.sources, suppressed, plans=run.plans)
 
 
 class _Run:
     """The checks of one lint run: every diagnostic once, the sources read, and which files
     every rule ran over without an error (only there can a suppression be judged unused)."""
 
-    def __init__(self, texts: dict[str, str], selector: Selector):
-        self.texts = texts
+    def __init__(self, texts: dict[str, str], selector: Selector, reader=None):
+        self.texts, self.reader, self.plans = texts, reader, {}
         self.layout_check = selector("P551")  # formatting every file again is the costly style check
         self.sources: dict[str, str] = dict(texts)
         self.raw: list[Diagnostic] = []
@@ -164,10 +178,9 @@ class _Run:
             self.seen.add(k)
             self.raw.append(d)
 
-    def check_all(self, targets, root):
+    def check_all(self, targets, root, used: set[str]):
         from parc.rules.style import text_checks
 
-        used = imported(self.texts)
         for f, text in self.texts.items():
             if is_fragment(f, text, used):
                 self.syntax_only(f, text)
@@ -191,7 +204,8 @@ class _Run:
         from parc.rules.style import linting
 
         with linting(self.sources):
-            r = check_file(f, targets, root=root, text=text)
+            r = check_file(f, targets, root=root, text=text, reader=self.reader)
+        self.plans[f] = r.plan
         self.sources.update(r.sources)
         clean = r.plan is not None and not r.errors
         for name in r.sources:

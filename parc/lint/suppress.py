@@ -2,14 +2,15 @@
 
 A suppression silences the diagnostics of the codes it names (or of every code, bare) on its
 own line. One that silences nothing is itself reported (P550), so stale comments do not pile
-up. Comments are the lexer's: the token stream of the parse, shared with ``parc fmt``.
+up; its fix removes the comment (or the one code of several that silences nothing). Comments
+are the lexer's: the token stream of the parse, shared with ``parc fmt``.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-from parc.language.diagnostics import WARNING, Diagnostic, Span
+from parc.language.diagnostics import WARNING, Diagnostic, Edit, Fix, Span
 
 UNUSED_SUPPRESSION = "P550"
 CODE = re.compile(r"^P\d{0,3}$")
@@ -26,6 +27,8 @@ class Suppression:
     span: Span
     codes: list[tuple[str, Span]] | None
     used: set[str] = field(default_factory=set)
+    cut: Span | None = None   # what removing the comment removes: it and the blanks before it
+    alone: bool = True        # the comment holds nothing but the directive
 
     def matches(self, code: str) -> str | None:
         if self.codes is None:
@@ -57,15 +60,22 @@ def suppressions(file: str, text: str) -> list[Suppression]:
             return Span(file, line, col + a, line, col + b, base + a, base + b)
 
         whole = span(m.start(), m.end())
+        a, b = base, base + len(comment)
+        while a > starts[line - 1] and text[a - 1] in " \t":
+            a -= 1
+        if a == starts[line - 1] and b < len(text) and text[b] == "\n":
+            b += 1  # a comment on a line of its own: the line goes
+        cut = Span.of(file, text, a, b)
+        alone = not comment[1:m.start()].strip() and not comment[m.end():].strip()
         if m.group(1) is None:
-            out.append(Suppression(file, line, whole, None))
+            out.append(Suppression(file, line, whole, None, cut=cut, alone=alone))
             continue
         codes = []
         inner = m.group(2) or ""
         at = m.start(2)
         for piece in re.finditer(r"[^,\s]+", inner):
             codes.append((piece.group(0).upper(), span(at + piece.start(), at + piece.end())))
-        out.append(Suppression(file, line, whole, codes))
+        out.append(Suppression(file, line, whole, codes, cut=cut, alone=alone))
     return out
 
 
@@ -113,9 +123,24 @@ def stale(sups: list[Suppression], selector, known: set[str], complete: bool) ->
     return out, silenced
 
 
+def _drop(s: Suppression, code: str | None) -> list[Fix]:
+    """The fix of an unused suppression: the comment removed, or only ``code`` of its list."""
+    if code is None or s.codes is None or len(s.codes) < 2:
+        if s.cut is None:
+            return []
+        return [Fix("remove the comment", (Edit(s.cut, ""),), safe=s.alone)]
+    i = next(i for i, (c, _) in enumerate(s.codes) if c == code)
+    sp = s.codes[i][1]
+    nb = s.codes[i + 1][1] if i + 1 < len(s.codes) else None
+    pv = s.codes[i - 1][1] if nb is None else None
+    a, b = (sp.start, nb.start) if nb is not None else (pv.end, sp.end)
+    cut = Span(sp.file, sp.line, sp.column + a - sp.start, sp.line, sp.column + b - sp.start, a, b)
+    return [Fix(f"remove `{code}` from the comment", (Edit(cut, ""),))]
+
+
 def unused(s: Suppression, selector, known: set[str], complete: bool) -> list[Diagnostic]:
-    def diag(span: Span, msg: str, help: str) -> Diagnostic:
-        return Diagnostic(UNUSED_SUPPRESSION, WARNING, msg, span, help=help)
+    def diag(span: Span, msg: str, help: str, code: str | None = None) -> Diagnostic:
+        return Diagnostic(UNUSED_SUPPRESSION, WARNING, msg, span, help=help, fixes=_drop(s, code))
 
     if s.codes is None:
         if "*" in s.used or not complete:
@@ -130,13 +155,13 @@ def unused(s: Suppression, selector, known: set[str], complete: bool) -> list[Di
         if code in s.used:
             continue
         if not CODE.match(code) or (len(code) == 4 and code not in known) or len(code) < 2:
-            out.append(diag(span, f"`{code}` is not a parc diagnostic code",
-                            "`parc rules` lists the codes; a family prefix such as P5 also works"))
+            out.append(Diagnostic(UNUSED_SUPPRESSION, WARNING, f"`{code}` is not a parc diagnostic code", span,
+                                  help="`parc rules` lists the codes; a family prefix such as P5 also works"))
             continue
         if code.startswith(UNUSED_SUPPRESSION) or not selector.covers(code):
             continue  # that code is turned off in this run, so nothing could be reported
         if not complete and code not in _TEXT_CODES:
             continue  # the file has errors, so later checks did not run: nothing to judge
         out.append(diag(span, f"`# parc: ignore[{code}]` suppresses nothing: no {code} on this line",
-                        f"remove `{code}` from the comment" if len(s.codes) > 1 else "remove the comment"))
+                        f"remove `{code}` from the comment" if len(s.codes) > 1 else "remove the comment", code))
     return out

@@ -37,6 +37,11 @@ def pool_plan(plan: Plan, pool: Pool) -> Plan:
         s = plan.spans.get(f"{pool.name}.{key}", head)
         if s is not None:
             spans[f"mesh.{key}"] = s
+        v = plan.spans.get(f"{pool.name}.{key}.value")
+        if v is not None:
+            spans[f"mesh.{key}.value"] = v
+        else:
+            spans.pop(f"mesh.{key}.value", None)
     if head is not None:
         spans["mesh"] = head
     return dataclasses.replace(plan, mesh=pool.mesh, cluster=pool_cluster(plan, pool), pools=[], spans=spans)

@@ -15,7 +15,7 @@ from parc.model.plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, P
                              Schedule, Serve, Target, Train)
 from parc.resolve import topology as T
 from parc.resolve.catalog import presets, target_keys
-from parc.resolve.evaluate import Evaluator, Poison, check_range, describe, did_you_mean
+from parc.resolve.evaluate import Evaluator, Poison, check_range, describe, did_you_mean, rename
 from parc.resolve.merge import PARTIAL_BLOCKS, Block
 
 MAX_WORLD = 2**21  # GPUs; the rank map and the planner are sized for this
@@ -145,7 +145,7 @@ def _group_gpu(r: Evaluator, name: str, span: Span) -> GPU | None:
         return preset_gpu(name)
     sug = did_you_mean(name, presets("gpus"))
     r.err("P010", f"unknown GPU preset `{name}`", span,
-          help=(f"did you mean `{sug}`? " if sug else "") + "`parc presets` lists them")
+          help=(f"did you mean `{sug}`? " if sug else "") + "`parc presets` lists them", fixes=rename(span, sug, name))
     return None
 
 
@@ -167,7 +167,7 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
             sug = did_you_mean(name, table)
             r.err("P010", f"unknown GPU preset `{name}`", a.value.span,
                   help=(f"did you mean `{sug}`? " if sug else "") + "`parc presets` lists them, or describe it "
-                       "with `gpu { memory = 80GB  flops = 989TFLOPS }`")
+                       "with `gpu { memory = 80GB  flops = 989TFLOPS }`", fixes=rename(a.value.span, sug, name))
             raise _Incomplete()
         sp = r.spans.get("cluster.gpu")
         for k in ("memory", "flops", "hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth"):
@@ -407,13 +407,15 @@ def build_placement(r: Evaluator, top: Span) -> Placement:
         if rule.axis not in SC.MESH_AXES + SC.MOE_AXES:
             sug = did_you_mean(rule.axis, SC.MESH_AXES + SC.MOE_AXES)
             r.err("P011", f"unknown axis `{rule.axis}`", rule.axis_span,
-                  help=(f"did you mean `{sug}`? " if sug else "") + "axes: pp, dp, cp, tp, ep, etp")
+                  help=(f"did you mean `{sug}`? " if sug else "") + "axes: pp, dp, cp, tp, ep, etp",
+                  fixes=rename(rule.axis_span, sug, rule.axis))
             failed = True
             continue
         if rule.link not in ("intra_node", "inter_node"):
             sug = did_you_mean(rule.link, ("intra_node", "inter_node"))
             r.err("P011", f"unknown link `{rule.link}`", rule.link_span,
-                  help=(f"did you mean `{sug}`? " if sug else "") + "place an axis `on intra_node` or `on inter_node`")
+                  help=(f"did you mean `{sug}`? " if sug else "") + "place an axis `on intra_node` or `on inter_node`",
+                  fixes=rename(rule.link_span, sug, rule.link))
             failed = True
             continue
         p.links[rule.axis] = rule.link
@@ -435,7 +437,7 @@ def build_placement(r: Evaluator, top: Span) -> Placement:
             sug = did_you_mean(name, SC.PLACEMENT_STYLES) if name else None
             r.err("P016", f"a module placement is one of colwise(tp), rowwise(tp), sequence(tp), experts(ep) or "
                           f"replicate; got {describe(node)}", node.span,
-                  help=f"did you mean `{sug}`?" if sug else None)
+                  help=f"did you mean `{sug}`?" if sug else None, fixes=rename(node.name_span, sug, name) if sug else [])
             failed = True
             continue
         if len(node.args) != 1 or not (isinstance(node.args[0], S.Ref) and len(node.args[0].parts) == 1):

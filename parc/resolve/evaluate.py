@@ -11,7 +11,7 @@ from fractions import Fraction
 from typing import Any, NoReturn
 
 from parc.language import syntax as S
-from parc.language.diagnostics import ERROR, Diagnostic, ParcError, Span
+from parc.language.diagnostics import ERROR, Diagnostic, Fix, ParcError, Span, replace_with
 from parc.model import fields as SC
 from parc.words import count
 
@@ -25,9 +25,10 @@ _NESTED = ("gpu", "topology", "group")  # blocks inside `cluster`: not referred 
 _REF_HELP = "refer to a field as `block.field`, e.g. `cluster.gpus_per_node`"
 
 
-def fail(code: str, message: str, span: Span, help: str | None = None, related=None) -> NoReturn:
+def fail(code: str, message: str, span: Span, help: str | None = None, related=None,
+         fixes: list[Fix] | None = None) -> NoReturn:
     """Stop evaluating this value with the error ``code`` at ``span``."""
-    raise ParcError(Diagnostic(code, ERROR, message, span, help=help, related=related or []))
+    raise ParcError(Diagnostic(code, ERROR, message, span, help=help, related=related or [], fixes=fixes or []))
 
 
 class Poison(Exception):
@@ -48,6 +49,13 @@ def did_you_mean(word: str, options) -> str | None:
 
 def _maybe(sug: str | None) -> str:
     return f"did you mean `{sug}`? " if sug else ""
+
+
+def rename(span: Span, sug: str | None, word: str | None = None) -> list[Fix]:
+    """The fix of a did-you-mean: ``sug`` written over ``span`` (none without a suggestion)."""
+    if not sug:
+        return []
+    return [replace_with(span, sug, f"change `{word}` to `{sug}`" if word else f"write `{sug}`")]
 
 
 def _too_large(v) -> bool:
@@ -160,8 +168,9 @@ def _enum(node, f: SC.F, key: str):
         fail("P016", f"`{key}` expects {SC.KIND_WORDS[f.kind]}, got {describe(node)}", node.span,
              help="choose one of: " + ", ".join(f.choices) if f.choices else None)
     if f.kind == "enum" and name not in f.choices:
+        sug = did_you_mean(name, f.choices)
         fail("P016", f"`{name}` is not a valid `{key}`", node.span,
-             help=_maybe(did_you_mean(name, f.choices)) + "choose one of: " + ", ".join(f.choices))
+             help=_maybe(sug) + "choose one of: " + ", ".join(f.choices), fixes=rename(node.span, sug, name))
     return name
 
 
@@ -197,8 +206,9 @@ def _version(node, f: SC.F, key: str):
         fail("P016", f"`{key}` expects a release in double quotes, got {describe(node)}", node.span,
              help=f'write `{key} = "{f.choices[-1] if f.choices else "..."}"`; {f.hint}')
     if node.value not in f.choices:
+        sug = did_you_mean(node.value, f.choices)
         fail("P016", f"`{node.value}` is not a release parc knows for this target", node.span,
-             help=_maybe(did_you_mean(node.value, f.choices)) + f.hint)
+             help=_maybe(sug) + f.hint, fixes=rename(node.span, sug and f'"{sug}"', node.value))
     return node.value
 
 
@@ -229,8 +239,8 @@ class Evaluator:
         self.values: dict[str, Any] = {}
         self.evaluating: list[str] = []
 
-    def err(self, code, msg, span, help=None, related=None):
-        self.diags.append(Diagnostic(code, ERROR, msg, span, help=help, related=related or []))
+    def err(self, code, msg, span, help=None, related=None, fixes=None):
+        self.diags.append(Diagnostic(code, ERROR, msg, span, help=help, related=related or [], fixes=fixes or []))
 
     def assign(self, kind: str, key: str) -> S.Assign | None:
         b = self.blocks.get(kind)
@@ -271,6 +281,7 @@ class Evaluator:
             self.evaluating.pop()
         self.values[path] = v
         self.spans[path] = a.span
+        self.spans[f"{path}.value"] = a.value.span  # where a fix writes another value
         return v
 
     def eval(self, node, f: SC.F, key: str, kind: str):
@@ -303,9 +314,10 @@ class Evaluator:
         if isinstance(node, S.Ref) and len(node.parts) == 1:
             if node.parts[0] in ("even", "balanced"):
                 return node.parts[0]
+            sug = did_you_mean(node.parts[0], ("even", "balanced"))
             fail("P016", f"`{node.parts[0]}` is not a layer split", node.span,
-                 help=_maybe(did_you_mean(node.parts[0], ("even", "balanced"))) +
-                 "write `even`, `balanced` or a list like [19, 20, 20, 21]")
+                 help=_maybe(sug) + "write `even`, `balanced` or a list like [19, 20, 20, 21]",
+                 fixes=rename(node.span, sug, node.parts[0]))
         if not isinstance(node, S.List):
             fail("P016", f"`layers` expects {SC.KIND_WORDS['split']}, got {describe(node)}", node.span)
         if not node.items:
@@ -388,13 +400,16 @@ class Evaluator:
             fail("P011", f"cannot resolve `{node.name}`", node.span, help=_REF_HELP)
         if blk not in SC.BLOCKS or blk in _NESTED:
             sug = did_you_mean(blk, [b for b in SC.BLOCKS if b not in _NESTED])
+            two = bool(sug) and len(parts) == 2
             fail("P011", f"cannot resolve `{node.name}`: no block `{blk}`"
                  if len(parts) == 2 else f"cannot resolve `{node.name}`", node.span,
-                 help=f"did you mean `{sug}.{fld}`?" if sug and len(parts) == 2 else _REF_HELP)
+                 help=f"did you mean `{sug}.{fld}`?" if two else _REF_HELP,
+                 fixes=rename(node.span, f"{sug}.{fld}" if two else None, node.name))
         if fld not in SC.BLOCKS[blk]:
             sug = did_you_mean(fld, SC.BLOCKS[blk])
             fail("P011", f"cannot resolve `{node.name}`: `{blk}` has no field `{fld}`",
-                 node.span, help=f"did you mean `{blk}.{sug}`?" if sug else None)
+                 node.span, help=f"did you mean `{blk}.{sug}`?" if sug else None,
+                 fixes=rename(node.span, f"{blk}.{sug}" if sug else None, node.name))
         got = self.derived(blk, fld)  # fields that presets fill are read from the resolved value
         if got is None:
             fail("P011", f"`{blk}.{fld}` has no value to refer to", node.span,
@@ -423,8 +438,9 @@ class Evaluator:
             fail("P016", f"`{key}` expects a link like nvlink(450GB/s), got {describe(node)}", node.span,
                  help="links: " + ", ".join(f"{k}(...)" for k in SC.LINK_KINDS))
         if node.name not in SC.LINK_KINDS:
+            sug = did_you_mean(node.name, SC.LINK_KINDS)
             fail("P016", f"unknown link `{node.name}`", node.name_span,
-                 help=_maybe(did_you_mean(node.name, SC.LINK_KINDS)) + "links: " + ", ".join(SC.LINK_KINDS))
+                 help=_maybe(sug) + "links: " + ", ".join(SC.LINK_KINDS), fixes=rename(node.name_span, sug, node.name))
         if len(node.args) != 1:
             fail("P016", f"`{node.name}(...)` takes one bandwidth, got {len(node.args)} arguments",
                  node.span, help=f"write `{node.name}(450GB/s)`")
@@ -457,11 +473,19 @@ class Evaluator:
         table = presets(kind)
         if name not in table:
             a = self.assign(block, key)
+            sug = did_you_mean(name, table)
             self.err("P010", f"unknown {'model' if kind == 'models' else 'GPU'} preset `{name}`", a.value.span,
-                     help=_maybe(did_you_mean(name, table)) + "`parc presets` lists them")
+                     help=_maybe(sug) + "`parc presets` lists them", fixes=rename(a.value.span, sug, name))
             self.values[f"{block}.{key}"] = POISON
             raise Poison(block)
         return table[name]
+
+
+def unit_fix(f: SC.F, node: S.Quantity) -> list[Fix]:
+    """A size given for a bandwidth: the same number per second (what :func:`unit_help` says)."""
+    if f.kind == "bandwidth" and node.unit in SC.UNITS["bytes"]:
+        return rename(node.span, f"{node.text}/s", node.text)
+    return []
 
 
 def unit_help(f: SC.F, node: S.Quantity) -> str:
@@ -484,9 +508,11 @@ def quantity(node: S.Quantity, f: SC.F, key: str):
         return bounded(node.number * fac, node, key)
     got = SC.unit_kind(node.unit)
     if got is None:
-        fail("P004", f"unknown unit `{node.unit}` in `{node.text}`", node.span, help=unit_help(f, node))
+        fail("P004", f"unknown unit `{node.unit}` in `{node.text}`", node.span, help=unit_help(f, node),
+             fixes=unit_fix(f, node))
     if unit_kind is None:
+        bare = node.text[:len(node.text) - len(node.unit)]
         fail("P004", f"`{key}` takes a plain number, but `{node.text}` has a unit", node.span,
-             help="write the number alone")
+             help="write the number alone", fixes=rename(node.span, bare, node.text))
     fail("P004", f"`{node.text}` is {_UNIT_WORDS[got]}, but `{key}` expects {SC.KIND_WORDS[f.kind]}",
-         node.span, help=unit_help(f, node))
+         node.span, help=unit_help(f, node), fixes=unit_fix(f, node))

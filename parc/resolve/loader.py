@@ -7,7 +7,9 @@ version of a spec resolves its imports as they were at that revision.
 """
 from __future__ import annotations
 
+import json
 import os
+import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -15,7 +17,7 @@ from typing import Any, Protocol
 from parc.language import syntax as S
 from parc.language.diagnostics import ParcError
 from parc.language.parser import parse_text
-from parc.resolve.evaluate import did_you_mean
+from parc.resolve.evaluate import did_you_mean, rename
 from parc.resolve.merge import Document
 from parc.resolve.reader import ReadFailure, diagnostic as read_diagnostic, is_within, read_spec
 
@@ -200,9 +202,9 @@ class Loader:
             return None
         return _Frame(path, iter(doc.items), stack + (real,))
 
-    def _refuse(self, code: str, message: str, use: S.Use, help: str) -> None:
+    def _refuse(self, code: str, message: str, use: S.Use, help: str, fixes=None) -> None:
         self.doc.import_failed = True
-        self.doc.err(code, message, use.path_span, help=help)
+        self.doc.err(code, message, use.path_span, help=help, fixes=fixes)
 
     def _import(self, use: S.Use, importer: Path, stack: tuple[Path, ...]) -> _Frame | None:
         """Check one ``use``; the frame of the file to load next, or None (reported, or loaded
@@ -230,9 +232,11 @@ class Loader:
                 f"a chain of `use` may hold at most {MAX_IMPORT_DEPTH} files")
         if not self.reader.exists(resolved):
             near = did_you_mean(resolved.name, self._par_names(resolved.parent))
+            fixed = near and json.dumps(posixpath.join(posixpath.dirname(use.path), near), ensure_ascii=False)
             return self._refuse("P013", f"imported file `{use.path}` not found", use,
                                 f"did you mean `{near}`?" if near else
-                                f"paths are relative to {self.display(importer.parent) or '.'}/")
+                                f"paths are relative to {self.display(importer.parent) or '.'}/",
+                                rename(use.path_span, fixed, f'"{use.path}"'))
         try:
             text = self.reader.read(resolved, self.root)
         except ReadFailure as e:

@@ -9,7 +9,7 @@ from parc.language import syntax as S
 from parc.language.diagnostics import ERROR, Diagnostic, Related, Span
 from parc.model import fields as SC
 from parc.resolve.catalog import known_targets, near_target, target_keys, target_spec
-from parc.resolve.evaluate import did_you_mean
+from parc.resolve.evaluate import did_you_mean, rename
 
 # Blocks whose fields nothing else in the plan is computed from: a bad value there leaves the
 # field's default in a partial plan, so the checks that do not read the block still run.
@@ -41,8 +41,8 @@ class Document:
     partial: dict[str, list[Diagnostic]] = field(default_factory=dict)
     import_failed: bool = False  # a file could not be loaded: missing blocks are not reported
 
-    def err(self, code, msg, span, help=None, related=None):
-        self.diags.append(Diagnostic(code, ERROR, msg, span, help=help, related=related or []))
+    def err(self, code, msg, span, help=None, related=None, fixes=None):
+        self.diags.append(Diagnostic(code, ERROR, msg, span, help=help, related=related or [], fixes=fixes or []))
 
     def add_block(self, b: S.Block, seen: dict) -> None:
         """Merge one top-level block of a file; ``seen`` holds the file's blocks so far."""
@@ -51,7 +51,7 @@ class Document:
             sug = did_you_mean(kind, SC.TOP_BLOCKS)
             self.err("P006", f"unknown block `{kind}`", b.kind_span,
                      help=(f"did you mean `{sug}`?" if sug else
-                           "blocks are: " + ", ".join(SC.TOP_BLOCKS)))
+                           "blocks are: " + ", ".join(SC.TOP_BLOCKS)), fixes=rename(b.kind_span, sug, kind))
             return
         key = (kind, b.label if kind == "target" else None)
         if key in seen:
@@ -86,7 +86,7 @@ class Document:
             sug = near_target(b.label)
             self.err("P020", f"unknown target `{b.label}`", b.label_span,
                      help=(f"did you mean `{sug}`?" if sug else
-                           "targets: " + ", ".join(known_targets())))
+                           "targets: " + ", ".join(known_targets())), fixes=rename(b.label_span, sug, b.label))
             return
         merged = self.targets.get(b.label)
         if merged is None:
@@ -188,6 +188,7 @@ class Document:
             help = f"did you mean `{sug}`?"
         else:
             help = f"`{where}` takes: " + ", ".join(fields)
-        self.err("P007", f"unknown key `{st.key}` in `{where}`", st.key_span, help=help)
+        self.err("P007", f"unknown key `{st.key}` in `{where}`", st.key_span, help=help,
+                 fixes=rename(st.key_span, sug if sug and not st.quoted else None, st.key))
         if where in PARTIAL_BLOCKS:
             self.partial.setdefault(where, []).append(self.diags[-1])

@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
-from parc.language.diagnostics import ERROR, NOTE, WARNING, Diagnostic, Related, Span
+from parc.language.diagnostics import ERROR, NOTE, WARNING, Diagnostic, Fix, Related, Span
 from parc.model import targets as T
 from parc.model.plan import Plan
 
@@ -94,9 +94,9 @@ class Check:
         return f"{T.display(self.target)} {self.version}" if self.version else T.display(self.target)
 
     def report(self, span: Span, message: str, help: str | None = None, *, severity: str | None = None,
-               related: list[tuple[Span, str]] | None = None) -> Diagnostic:
+               related: list[tuple[Span, str]] | None = None, fixes: list[Fix] | None = None) -> Diagnostic:
         d = Diagnostic(self.rule.code, severity or self.rule.severity, message, span, help=help,
-                       related=[Related(s, m) for s, m in (related or [])], target=self.target)
+                       related=[Related(s, m) for s, m in (related or [])], target=self.target, fixes=fixes or [])
         self.out.append(d)
         return d
 

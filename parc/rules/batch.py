@@ -11,7 +11,7 @@ from dataclasses import replace
 from parc.rules import TARGET_FAMILIES, WARNING, rule
 from parc.model import schedules
 from parc.rules.util import (at_given, batch_span, dims, divisors, dp_terms, given, global_batches_for, join,
-                             microbatch_terms, microbatches, nearest, plural, target_name)
+                             microbatch_terms, microbatches, nearest, plural, target_name, value_fixes)
 from parc.words import count
 
 BUBBLE_WARN = 0.25   # idle share of a step above which the bubble is worth a warning
@@ -67,7 +67,9 @@ def global_batch(plan, c):
              f"(where {dp_terms(plan)})",
              help="; ".join(helps),
              related=[(c.at("schedule.micro_batch"), f"micro_batch = {s.micro_batch}"),
-                      (c.at("mesh.dp"), dp_terms(plan))])
+                      (c.at("mesh.dp"), dp_terms(plan))],
+             fixes=value_fixes(plan, [{"schedule.global_batch": n} for n in near]
+                               + [{"schedule.micro_batch": k} for k in nearest(mbs, s.micro_batch, 3)]))
 
 
 # ------------------------------------------------------------------------------------ P202

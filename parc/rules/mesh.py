@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from parc.rules import WARNING, rule
 from parc.rules.util import (axes_product, describe_tp_options, dims, divisors, given, join,
-                   nearest, plural, ratio, target_name, tp_options)
+                   nearest, plural, ratio, target_name, tp_options, value_fixes)
 from parc.model.dims import grid_fits, splits
 from parc.words import count
 
@@ -88,22 +88,25 @@ def mesh_product(plan, c):
     need = m.product
     if need <= world:
         return  # fewer GPUs than the cluster has: P302 (idle GPUs)
-    helps, first = [], None
+    helps, first, options = [], None, []
     if need % cl.gpus_per_node == 0:
         helps.append(f"use `nodes = {need // cl.gpus_per_node}` in the cluster")
+        options.append({"cluster.nodes": need // cl.gpus_per_node})
     for ax in ("dp", "pp", "cp", "tp"):
         if m.size(ax) <= 1:
             continue
         rest = need // m.size(ax)
         if world % rest == 0:
             helps.append(f"set `{ax} = {world // rest}`" + (" (or `dp = auto`)" if ax == "dp" else ""))
+            options.append({f"mesh.{ax}": world // rest})
             first = first or ax
     span = c.at(f"mesh.{first}") if first else c.at("mesh")
     c.report(span,
              f"the mesh needs {count(need, 'GPU')} ({_mesh_desc(m)}) but {where}",
              help=("; or ".join(helps) if helps else
                    f"pp · dp · cp · tp must equal the cluster's {count(world, 'GPU')}"),
-             related=[(c.at("cluster.nodes"), f"nodes = {cl.nodes}, gpus_per_node = {cl.gpus_per_node}")])
+             related=[(c.at("cluster.nodes"), f"nodes = {cl.nodes}, gpus_per_node = {cl.gpus_per_node}")],
+             fixes=value_fixes(plan, options))
 
 
 # ------------------------------------------------------------------------------------ P102
@@ -126,7 +129,10 @@ def heads_tp(plan, c):
     help_ = (f"tensor-parallel degrees that split this model and fit {count(plan.cluster.world, 'GPU')}: {opts}"
              if opts else f"tp must divide heads = {md.heads}: {join(divisors(md.heads)[:8])}")
     help_ += _keep_gpus_hint(plan)
-    c.report(c.at("mesh.tp"), msg, help=help_, related=[(c.at("model.heads"), f"heads = {md.heads}")])
+    options = [{"mesh.tp": t, **({"mesh.dp": dp} if dp != m.dp and m.auto != "dp" else {})}
+               for t, dp in (tp_options(plan) if opts else [])]
+    c.report(c.at("mesh.tp"), msg, help=help_, related=[(c.at("model.heads"), f"heads = {md.heads}")],
+             fixes=value_fixes(plan, options))
 
 
 # ------------------------------------------------------------------------------------ P103

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from fractions import Fraction
 
-from parc.language.diagnostics import WARNING, Diagnostic, Span
+from parc.language.diagnostics import WARNING, Diagnostic, Edit, Fix, Span, diff_edits
 from parc.resolve.reader import source_text
 from parc.rules import rule
 from parc.rules.util import dims
@@ -48,6 +48,37 @@ def _assigned(plan, path: str, key: str) -> Span | None:
     return s if rest.startswith("=") else None
 
 
+def _removal(s: Span) -> list[Fix]:
+    """The fix that removes the statement at ``s``: its whole line when nothing else is on it,
+    else the statement alone (a comment after it stays)."""
+    text = _source(s.file)
+    if text is None:
+        return []
+    a = text.rfind("\n", 0, s.start) + 1
+    nl = text.find("\n", s.end)
+    b = len(text) if nl < 0 else nl + 1
+    before, after = text[a:s.start], text[s.end:b]
+    if before.strip() or after.strip():
+        a, b = s.start, s.end
+        while b < len(text) and text[b] in " \t;":
+            b += 1
+    else:
+        a = a if a == 0 or b < len(text) or text[a - 1] != "\n" else a - 1
+    return [Fix("remove the line", (Edit(Span.of(s.file, text, a, b), ""),))]
+
+
+def _value_fix(s: Span, new: str) -> list[Fix]:
+    """The fix that writes ``new`` as the value of the assignment at ``s``."""
+    text = _source(s.file)
+    eq = text.find("=", s.start, s.end) if text is not None else -1
+    if eq < 0:
+        return []
+    a = eq + 1
+    while a < s.end and text[a] in " \t":
+        a += 1
+    return [Fix(f"write `{new}`", (Edit(Span.of(s.file, text, a, s.end), new),))]
+
+
 def _same(a, b) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b or a == b
@@ -77,14 +108,14 @@ def preset_value_restated(plan, c):
             if k in pre and (s := _assigned(plan, f"model.{k}", k)) and _same(getattr(md, k), pre[k]):
                 c.report(s, f"`{k} = ...` restates the preset's own value: `{md.preset}` already has "
                             f"{k} = {getattr(md, k)}",
-                         help=f"remove the line; `from = {md.preset}` sets it")
+                         help=f"remove the line; `from = {md.preset}` sets it", fixes=_removal(s))
     gpu = plan.cluster.gpu
     gpre = presets("gpus").get(gpu.name)
     if gpre:
         for k in _GPU_FIELDS:
             if k in gpre and (s := _assigned(plan, f"gpu.{k}", k)) and _same(getattr(gpu, k), gpre[k]):
                 c.report(s, f"`{k} = ...` restates the value of the GPU preset `{gpu.name}`",
-                         help=f"remove the line; `from = {gpu.name}` sets it")
+                         help=f"remove the line; `from = {gpu.name}` sets it", fixes=_removal(s))
 
 
 @rule("P553", "derived-value-restated", WARNING)
@@ -113,7 +144,7 @@ def derived_value_restated(plan, c):
         span = _assigned(plan, path, key)
         if span is not None:
             c.report(span, f"`{key} = {have}` is what parc derives from {how}",
-                     help=f"remove the line so {key} follows when the other values change")
+                     help=f"remove the line so {key} follows when the other values change", fixes=_removal(span))
 
 
 def _preset(name: str) -> dict:
@@ -133,7 +164,8 @@ def explicit_even_split(plan, c):
         span = _assigned(plan, "placement.layers", "layers")
         if span is not None:
             c.report(span, f"the explicit split {pl.layers} is the even split",
-                     help="write `layers = even`; it follows the model when layers or pp change")
+                     help="write `layers = even`; it follows the model when layers or pp change",
+                     fixes=_value_fix(span, "even"))
 
 
 # ----------------------------------------------------------------------------- text checks
@@ -176,5 +208,5 @@ def text_checks(file: str, text: str) -> list[Diagnostic]:
     out.append(Diagnostic("P551", WARNING,
                           f"the file is not in the canonical layout ({changed} line{'s' if changed != 1 else ''} "
                           f"would change, the first here)",
-                          span, help=f"run `parc fmt {file}`"))
+                          span, help=f"run `parc fmt {file}`", fixes=[Fix("format the file", diff_edits(file, text, new))]))
     return out

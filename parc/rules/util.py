@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from math import gcd
 # divisors: the rules import it from here
+from parc.language.diagnostics import Edit, Fix
 from parc.model.dims import ParallelDims, divisors, tp_fits_model, tp_widths as _model_tp_widths  # noqa: F401
 from parc.words import count as plural  # "1 node", "2 nodes": the one plural helper
 from parc.units import gb  # noqa: F401  bytes in messages ("80.0 GB"): the one number formatter
@@ -40,6 +41,30 @@ def nearest_multiples(value: int, step: int) -> list[int]:
 def nearest(values, target: int, n: int = 3) -> list[int]:
     """The ``n`` values closest to ``target``, in ascending order."""
     return sorted(sorted(set(values), key=lambda v: (abs(v - target), v))[:n])
+
+
+def set_values(plan, values: dict[str, object]) -> tuple[Edit, ...] | None:
+    """Edits that give each field (``mesh.tp``) its new value where the spec writes it; None
+    when one of them is not written in the spec (or is `auto`) and so has no value to change."""
+    edits = []
+    for path, v in values.items():
+        s = plan.spans.get(f"{path}.value")
+        if s is None or (path.startswith("mesh.") and plan.mesh.auto == path[5:]):
+            return None
+        edits.append(Edit(s, str(v)))
+    return tuple(edits)
+
+
+def value_fixes(plan, options: list[dict[str, object]]) -> list[Fix]:
+    """The fixes of a help that names new values, one per option (``{"mesh.tp": 2, "mesh.dp":
+    6}``); safe only when the help names one option, else each is an alternative to choose."""
+    fixes = []
+    for values in options:
+        edits = set_values(plan, values)
+        if edits:
+            words = " and ".join(f"`{p.rsplit('.', 1)[1]} = {v}`" for p, v in values.items())
+            fixes.append(Fix(f"set {words}", edits, safe=len(options) == 1))
+    return fixes
 
 
 def join(xs, last="or") -> str:

@@ -3,6 +3,9 @@
 A pure function of the diagnostics. The log lists every rule parc knows, in code order,
 whether it fired or not, so ``ruleIndex`` and the rule pages stay stable between runs; file
 URIs are relative to the folder the run started in (the repository root in CI), with ``/``.
+A diagnostic's fixes become the result's ``fixes``: each a replacement of an exact region (an
+empty one inserts), with ``properties.safe`` telling the one change ``parc lint --fix`` applies
+from alternatives a user chooses between.
 """
 from __future__ import annotations
 
@@ -45,6 +48,20 @@ def _region(span) -> dict:
         end_col = span.column + 1
     return {"startLine": max(1, span.line), "startColumn": max(1, span.column),
             "endLine": max(1, end_line), "endColumn": max(1, end_col)}
+
+
+def _fix(fix) -> dict:
+    """A SARIF ``fix``: the edits grouped by file, each region exact (an empty region inserts)."""
+    by_file: dict[str, list] = {}
+    for e in fix.edits:
+        s = e.span
+        by_file.setdefault(s.file, []).append({
+            "deletedRegion": {"startLine": s.line, "startColumn": s.column, "endLine": s.end_line,
+                              "endColumn": s.end_column, "charOffset": s.start, "charLength": s.end - s.start},
+            "insertedContent": {"text": e.text}})
+    return {"description": {"text": fix.message},
+            "artifactChanges": [{"artifactLocation": {"uri": _uri(f)}, "replacements": r} for f, r in by_file.items()],
+            "properties": {"safe": fix.safe}}
 
 
 def sarif_rules(severities: dict[str, str] | None = None) -> list[dict]:
@@ -107,6 +124,8 @@ def render_sarif(diags: Sequence[Diagnostic], *, version: str | None = None, ok:
                 for i, r in enumerate(d.related)]
         if d.target:
             res["properties"] = {"target": d.target}
+        if d.fixes:
+            res["fixes"] = [_fix(f) for f in d.fixes]
         results.append(res)
     log = {
         "$schema": SARIF_SCHEMA,
