@@ -124,17 +124,16 @@ def wrapper_engine_ambiguous(plan, c):
         return
     runs, default = engine_of(plan, w), default_engine(w, plan.mode)
     blocks = join([f"`target {e}`" for e in found], "and")
-    related = [(c.at(f"target.{e}"), f"target {e}") for e in found if f"target.{e}" in plan.spans]
     where = target_span(plan, c, w, f"target.{runs if runs in found else found[0]}")
+    related = [(c.at(f"target.{e}"), f"target {e}") for e in found
+               if f"target.{e}" in plan.spans and c.at(f"target.{e}") != where]
+    which = f"say which in `target {w} {{ ... }}`: " + join([f"`{key} = {e}`" for e in found], "or")
     if runs == default:
         c.report(where, f"target {w} runs one engine's launch on every node, and the spec has {blocks}: it runs "
-                        f"{display(runs)}'s (its default), not the others'",
-                 help=f"say which: `target {w} {{ {key} = {runs} }}`, or another of "
-                      f"{join([f'`{e}`' for e in found if e != runs], 'or')}", related=related)
+                        f"{display(runs)}'s (its default), not the others'", help=which, related=related)
     else:
         c.report(where, f"target {w} runs one engine's launch on every node, and the spec has {blocks}: it cannot "
-                        "tell which to run", help=f"name it: `target {w} {{ {key} = {found[0]} }}`", severity=ERROR,
-                 related=related)
+                        "tell which to run", help=which, severity=ERROR, related=related)
 
 
 # ------------------------------------------------------------------------------------ P610
