@@ -32,6 +32,7 @@ def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, 
     default), ``shown`` names the spec in diagnostics."""
     from parc.resolve import load
 
+    targets = tuple(targets)
     res = load(path, root=root, text=text, shown=shown, partial=True, reader=reader)
     diags = list(res.diagnostics)
     # errors confined to `train` or `serve` leave a partial plan: the rules that do not read those
@@ -39,6 +40,11 @@ def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, 
     late = [d for d in diags if d.severity == ERROR and not any(d is p for p in res.partial_errors)]
     if res.plan is not None and not late:
         from parc.rules import run_rules
+
+        if targets:   # a target named on the command line splits the layers its own way too
+            from parc.model.params import resolve_split
+
+            resolve_split(res.plan, targets)
         from parc.targets import load_rules
 
         load_rules()   # the targets' own rules, discovered from their folders

@@ -144,6 +144,11 @@ def test_vllm_layout_rules(nodes, mesh, code, check_spec):
     ("from = llama3_8b", 16384, "P658"),                 # Meta-Llama-3-8B: max_position_embeddings 8192
     ("from = llama3_8b\n  max_positions = 131072", 16384, None),   # Llama 3.1's 131072
     ("from = qwen2_5_7b", 131072, None),
+    # Llama 3.1's own llama3 scaling is already counted in its 131072 positions; a linear scaling
+    # of factor 2 over 8192 positions reaches 16384 in vLLM (_get_and_verify_max_len)
+    ("from = llama3_1_8b", 262144, "P658"),
+    ("from = llama3_8b\n  rope_scaling = linear\n  rope_factor = 2", 16384, None),
+    ("from = llama3_8b\n  rope_scaling = yarn\n  rope_factor = 2", 16384, "P658"),
 ])
 def test_max_model_len_within_the_models_positions(model, max_len, code, check_spec):
     """vLLM refuses --max-model-len above the config's max_position_embeddings."""
@@ -157,6 +162,9 @@ def test_max_model_len_within_the_models_positions(model, max_len, code, check_s
         return
     assert len(errs) == 1, [f"{d.code} {d.message}" for d in r.diagnostics]
     e = errs[0]
+    if "llama3_1" in model:
+        assert "262,144" in e.message and "131,072 positions, its llama3 RoPE scaling already counted" in e.message
+        return
     assert "16,384" in e.message and "8,192" in e.message and "max_model_len = 8192" in e.help
     assert text.lstrip("\n").splitlines()[e.span.line - 1].strip().startswith("serve")
 

@@ -243,6 +243,17 @@ def test_params_on_rank_zero3_chunks(check_spec):
     assert cm.estimate(plan3).memory.weights == shards[0] * 2
 
 
+def test_params_on_rank_zero3_shards_over_dp_and_cp(check_spec):
+    # the cp ranks of a model copy shard its ZeRO-3 state with the dp ranks: 8 shards, one per GPU
+    plan0 = train_plan(check_spec, "dp = 2\n  cp = 4", zero=0)
+    plan3 = train_plan(check_spec, "dp = 2\n  cp = 4", zero=3)
+    full = cm.params_on_rank(plan0, 0)
+    shards = [cm.params_on_rank(plan3, r) for r in range(8)]
+    assert sum(shards) == full
+    assert shards[0] == max(shards) < full / 7
+    assert cm.shard_groups(2, 4, 1, 1, 1) == (8, 8)
+
+
 def test_params_on_rank_tied_and_learned(check_spec):
     m = 'layers = 4\n  hidden = 256\n  ffn_hidden = 1024\n  heads = 8\n  vocab = 1000\n  seq_len = 128\n' \
         '  tied_embeddings = true\n  position = learned\n  mlp = gelu\n  norm = layernorm\n  bias = true'

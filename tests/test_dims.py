@@ -146,8 +146,13 @@ def test_experts_over_ep():
     md = model(**MOE)
     assert codes(D(dp=4, ep=4), md) == []
     f = fact(D(dp=6, ep=3), md, "experts_ep")
-    assert f.values == {"experts": 8, "ep": 3}
+    assert f.values == {"experts": 8, "redundant": 0, "ep": 3}
     assert f.alternatives == (2,)           # divides 8 experts and the 6 ranks of the stage
+    # EPLB's redundant copies spread with the experts: 8 + 4 = 12 slots over 3 and 6 ranks
+    assert codes(D(dp=6, ep=3, redundant_experts=4), md) == []
+    f = fact(D(dp=6, ep=6, redundant_experts=3), md, "experts_ep")
+    assert f.values == {"experts": 8, "redundant": 3, "ep": 6}
+    assert f.alternatives == ()             # 11 slots: no ep above 1 divides them
 
 
 def test_expert_grid():

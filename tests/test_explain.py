@@ -214,3 +214,21 @@ def test_a_serving_plan_that_does_not_fit_names_the_smallest_mesh(capsys, tmp_pa
     total = next(i for i, ln in enumerate(lines) if ln.strip().startswith("total"))
     assert lines[total].endswith("OVER")
     assert lines[total + 1].startswith("  does not fit (P402): the smallest mesh that holds the weights")
+
+
+def test_explain_states_the_context_each_engine_derives(check_spec):
+    # Llama 3.1 (131072 positions, llama3 RoPE scaling of factor 8 from 8192) for vLLM and SGLang:
+    # both read the positions as already scaled; a linear scaling of factor 2 over them doubles it
+    from parc.cost.estimate import estimate
+    from parc.report.explain_serve import kv_lines
+    from support.specs import spec
+
+    text = spec("from = llama3_1_8b", mesh="tp = 8", serve="max_model_len = 65536",
+                target={"vllm": 'model = "m"', "sglang": 'model = "m"'})
+    r = check_spec(text)
+    lines = [ln for ln in kv_lines(r.plan, estimate(r.plan)) if "context:" in ln]
+    assert [ln.split(" tokens ")[1].split(" derives")[0] for ln in lines] == ["vLLM", "SGLang"]
+    assert all("of the 131,072 tokens" in ln and "llama3 RoPE scaling already counted" in ln for ln in lines)
+    r = check_spec(text.replace("from = llama3_1_8b", "from = llama3_1_8b\n  rope_scaling = linear\n  rope_factor = 2"))
+    lines = [ln for ln in kv_lines(r.plan, estimate(r.plan)) if "context:" in ln]
+    assert "131,072 positions × linear factor 2 = 262,144" in lines[0]

@@ -76,6 +76,40 @@ def test_node_sh_starts_each_nodes_instances_and_the_proxy(check_spec, tmp_path)
             "--decoder-hosts 10.0.0.2 --decoder-ports 8200") in proxy
 
 
+# a prefill and a decode instance of one GPU each on one 2-GPU node, as SGLang's and vLLM's one-node
+# disaggregation examples run them (SGLang's docs: the decode server with --base-gpu-id 1 and
+# another port)
+ONE_NODE = SPEC.replace("nodes         = 2", "nodes         = 1").replace("gpus_per_node = 8", "gpus_per_node = 2") \
+    .replace("mesh { tp = 4 }", "mesh { tp = 1 }").replace("    instances = 2\n", "").replace("    tp = 8\n", "")
+
+
+def _record(tmp_path) -> dict:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("vllm", "python3"):   # record each call: its argv and the GPUs it sees
+        (bindir / tool).write_text('#!/bin/sh\necho "$(basename "$0") CVD=${CUDA_VISIBLE_DEVICES:-} '
+                                   'NIXL=${VLLM_NIXL_SIDE_CHANNEL_PORT:-} $*" >> "$REC"\n')
+        (bindir / tool).chmod(0o755)
+    return dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", REC=str(tmp_path / "rec"))
+
+
+def test_pools_sharing_a_node_get_their_own_gpus_and_ports(check_spec, tmp_path):
+    r = check_spec(ONE_NODE, ("vllm",))
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    out = files(r, "vllm")
+    for name, text in out.items():
+        (tmp_path / name).write_text(text)
+    env = _record(tmp_path)
+    for script in ("prefill-serve.sh", "decode-serve.sh"):
+        p = subprocess.run(["bash", str(tmp_path / script)], env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+    calls = [c.split() for c in (tmp_path / "rec").read_text().splitlines()]
+    got = [(c[1], c[2], c[c.index("--port") + 1]) for c in calls]
+    # the prefill instance on GPU 0, the decode instance on GPU 1: their own ports and NIXL side channels
+    assert got == [("CVD=0", "NIXL=5600", "8100"), ("CVD=1", "NIXL=5601", "8200")], got
+    assert "--prefiller-ports 8100" in out["proxy.sh"] and "--decoder-ports 8200" in out["proxy.sh"]
+
+
 def test_node_sh_stops_the_node_when_a_process_fails(check_spec, tmp_path):
     r = check_spec(SPEC, ("slurm",))
     for name, text in files(r, "slurm").items():
@@ -104,7 +138,7 @@ def test_skypilot_asks_for_the_pools_nodes_and_runs_node_sh(check_spec):
 def test_lws_writes_a_set_per_pool_and_the_proxy(check_spec, engine):
     text = SPEC + f"target lws {{ engine = {engine} }}\n"
     pre_gpus = 4
-    if engine == "sglang":   # SGLang's instances take whole nodes (P644): prefill of tp 8 on nodes 0 and 1
+    if engine == "sglang":   # prefill of tp 8 on nodes 0 and 1 (each pod its own GPUs)
         pre_gpus = 8
         text = (text.replace("kv_transfer   = nixl", "kv_transfer   = mooncake").replace("tp = 4", "tp = 8")
                 .replace("nodes         = 2", "nodes         = 3") + 'target sglang { model = "meta-llama/Llama-3.1-8B" }\n')
@@ -139,3 +173,4 @@ def test_p600_kubernetes_refuses_pools_and_names_lws(check_spec):
     assert "lws" in d.help
     one = SPEC[:SPEC.index("  prefill {")] + "}\n" + SPEC[SPEC.index('target vllm'):] + KUBERNETES
     assert_quiet(check_spec, one, "P600", ("kubernetes",))
+

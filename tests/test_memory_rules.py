@@ -198,3 +198,52 @@ def test_p405_follows_the_published_80_percent_rule(check_spec):
     assert "CUDA context, NCCL buffers and fragmentation 3.49 GB" in d.message
     assert "under 80% of memory" in d.help
     assert p4(check_spec(TRAIN_8B.replace("ZERO", "3"))) == []
+
+
+# torchtitan's published context-parallel benchmark (docs/performance.md, Table 2: "FSDP + CP +
+# torch.compile + Float8. Llama 3.1 8B model. 8 GPUs. Local batch size 1. Full activation
+# checkpointing", FSDP 2, CP 4, sequence length 131072: 84.0 GiB on H100s with 96 GB of HBM2e,
+# https://github.com/pytorch/torchtitan/blob/main/docs/performance.md). torchtitan shards its FSDP
+# state over dp_shard · cp (parallel_dims.py: fsdp = dp_shard * cp), so each GPU holds an eighth.
+TT_CP = '''
+model "m" {
+  from = llama3_8b
+  seq_len = 131072
+}
+cluster "c" {
+  nodes = 1
+  gpus_per_node = 8
+  gpu "h100_96" { from = h100_sxm; memory = 96GB }
+  intra_node = nvlink(450GB/s)
+}
+mesh {
+  dp = 2
+  cp = 4
+}
+schedule {
+  micro_batch = 1
+  global_batch = 2
+}
+train {
+  zero = 3
+  recompute = full
+  precision = fp8
+  fp8_weight_cache = false
+}
+'''
+
+
+def test_p401_shards_state_over_dp_and_cp(check_spec):
+    r = check_spec(TT_CP, ("torchtitan",))
+    assert not [d for d in r.diagnostics if d.code in ("P401", "P405")], [(d.code, d.message) for d in r.diagnostics]
+    est = cm.estimate(r.plan)
+    total = cm.param_count(r.plan.model)
+    # weights in bf16 over dp·cp = 8 (the first torch.chunk shard, the largest)
+    assert est.memory.weights == pytest.approx(2 * total / 8, rel=1e-3)
+    # explain says which group shards the state
+    from parc.report.explain import render_text
+
+    assert "/ dp·cp = 8 (zero 3)" in render_text(r.plan, est, "tt.par")
+    # on a 40 GB GPU the same plan is refused, with the state an eighth of the model's
+    d = only(check_spec(TT_CP.replace("memory = 96GB", "memory = 40GB")), "P401")
+    assert "weights 2.01 GB + grads 4.02 GB + optimizer 12.0 GB" in d.message, d.message

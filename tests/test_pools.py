@@ -142,3 +142,16 @@ def test_smallest_serving_mesh_of_an_expert_parallel_plan(check_spec):
     text = spec(model="from = deepseek_v3", nodes=2, mesh="dp = 2\ntp = 8\nep = 16", serve="max_model_len = 8192")
     d = only(check_spec(text), "P402")
     assert "smallest mesh" in d.help
+
+
+def test_each_pool_is_split_as_its_engine_splits_it(check_spec):
+    # DeepSeek-V3's 61 layers: the prefill pool's pp = 4 and the decode pool's pp = 3, each split as
+    # vLLM's get_pp_indices splits it (the remainder before the last stage)
+    from parc.model.pools import pool_plans
+
+    r = check_spec(pd_spec(prefill="pp = 4; instances = 1", decode="pp = 3", mesh="tp = 8", nodes=7,
+                           model="from = deepseek_v3") + 'target vllm { model = "deepseek-ai/DeepSeek-V3" }\n')
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    splits = {pool.name: pp.placement.layers for pool, pp in pool_plans(r.plan)}
+    assert splits == {"prefill": [15, 15, 16, 15], "decode": [20, 21, 20]}
+    assert r.plan.placement.layers == [61]     # the whole plan's own mesh is left as it was

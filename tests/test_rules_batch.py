@@ -87,6 +87,18 @@ def test_p204_virtual_stages_without_pp(check_spec):
                  "P204")
 
 
+def test_p204_torchtitan_runs_without_a_pipeline(check_spec):
+    # with pp = 1 torchtitan builds no pipeline schedule (parc passes it no pipeline options): the
+    # virtual stages have no effect, a warning, where Megatron-LM refuses the plan
+    sched = "pipeline = interleaved_1f1b; virtual_stages = 2; micro_batch = 1; global_batch = 64"
+    tt = spec(mesh="dp = 8", schedule=sched, train="zero = 3", target={"torchtitan": ""})
+    d = assert_fires(check_spec, tt, "P204", "virtual_stages = 2", severity="warning")
+    assert "no effect" in d.message
+    assert not check_spec(tt).errors
+    meg = spec(mesh="dp = 8", schedule=sched, train="zero = 3", target={"megatron": 'entrypoint = "pretrain_gpt.py"'})
+    assert_fires(check_spec, meg, "P204", "virtual_stages = 2")
+
+
 def test_p205_torch_rounds(check_spec):
     # 10 microbatches over pp = 4: 2 rounds, 10 % 2 == 0 passes; 9 over pp = 4: 2 rounds, 9 % 2 fails
     bad = pipe("interleaved_1f1b", 18, v=2, target=TORCH)

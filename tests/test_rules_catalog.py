@@ -39,7 +39,7 @@ def test_target_rules_name_their_targets():
     reg = registry()
     assert reg["P203"].targets == ("megatron",)
     assert reg["P205"].targets == ("torch",)
-    assert reg["P110"].targets == ("torch",)
+    assert reg["P110"].targets == ("torch", "torchtitan")     # torchtitan's model build refuses it too
     assert reg["P601"].targets == ("vllm",)
     assert reg["P102"].targets == (GENERIC,)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from parc.cost import estimate as cm
 from support.specs import assert_fires, assert_quiet, spec
 
 SERVE = "max_model_len = 4096"
@@ -117,6 +118,25 @@ def test_p110_torch_refuses_kv_replication(check_spec):
     assert_quiet(check_spec, bad.replace("tp = 16", "tp = 8; dp = 2"), "P110")
 
 
+def test_p110_torchtitan_refuses_kv_replication(check_spec):
+    # torchtitan's model build: tensor_parallel_degree must divide n_kv_heads (decoder.py
+    # update_from_config): Llama 3's 8 KV heads with tp = 16
+    bad = spec(nodes=2, gpn=8, mesh="tp = 16", schedule="micro_batch = 1; global_batch = 8",
+               target={"torchtitan": ""})
+    d = assert_fires(check_spec, bad, "P110", "tp = 16", target="torchtitan")
+    assert "torchtitan only splits them" in d.message
+    assert_quiet(check_spec, bad.replace("tp = 16", "tp = 8\n  dp = 2"), "P110")
+
+
+def test_p109_torchtitan_leaves_ep_unused_on_a_dense_model(check_spec):
+    tt = spec(mesh="dp = 8; ep = 2", schedule="micro_batch = 1; global_batch = 8", target={"torchtitan": ""})
+    d = assert_fires(check_spec, tt, "P109", "ep = 2", severity="warning")
+    assert "no effect" in d.message
+    meg = spec(mesh="dp = 8; ep = 2", schedule="micro_batch = 1; global_batch = 8",
+               target={"megatron": 'entrypoint = "pretrain_gpt.py"'})
+    assert_fires(check_spec, meg, "P109", "ep = 2")
+
+
 def test_p110_with_check_target_flag(check_spec):
     text = spec(nodes=1, gpn=16, mesh="tp = 16", serve=SERVE)
     assert_quiet(check_spec, text, "P110")
@@ -141,6 +161,28 @@ def test_p109_ep_without_experts(check_spec):
     bad = spec(mesh="dp = 8; ep = 2")
     assert_fires(check_spec, bad, "P109", "ep = 2")
     assert_quiet(check_spec, spec(mesh="dp = 8"), "P109")
+
+
+# SGLang's DeepSeek-V3 decode layout (its "large-scale EP" blog and docs: 9 decode nodes, dp attention
+# over 72 GPUs, --ep-num-redundant-experts 32): 256 + 32 = 288 expert slots, 4 per GPU
+DSV3_DECODE = dict(model="from = deepseek_v3", nodes=9, mesh="dp = 72; ep = 72",
+                   serve="max_model_len = 4096; dp_attention = true; eplb = true; redundant_experts = 32",
+                   target={"sglang": 'model = "deepseek-ai/DeepSeek-V3-0324"'})
+
+
+def test_p109_counts_redundant_experts(check_spec):
+    good = spec(**DSV3_DECODE)
+    assert_quiet(check_spec, good, "P109")
+    assert_quiet(check_spec, good, "P112")
+    # DeepSeek's own 144-GPU decode (ep 144, 32 redundant: 288 / 144 = 2) likewise
+    assert_quiet(check_spec, spec(**{**DSV3_DECODE, "nodes": 18, "mesh": "dp = 144; ep = 144"}), "P109")
+    # 33 redundant copies leave 289 slots that 72 ranks cannot share: EPLB's rules say so (P125 and
+    # SGLang's own P628), not P109 a third time
+    bad = good.replace("redundant_experts = 32", "redundant_experts = 33")
+    r = check_spec(bad)
+    assert {"P125", "P628"} <= {d.code for d in r.errors} and "P109" not in {d.code for d in r.errors}
+    # without the redundant copies 256 experts do not divide over 72 ranks
+    assert_fires(check_spec, good.replace("redundant_experts = 32", "redundant_experts = 0"), "P109", "ep = 72")
 
 
 def test_p112_expert_grid(check_spec):
@@ -212,6 +254,72 @@ def test_p104_vllm_splits_unevenly_by_itself(check_spec):
     # asked for `even`, or without the vllm target, the split must divide
     assert_fires(check_spec, text.replace("serve {", "placement {\n  layers = even\n}\nserve {"), "P104", "layers = even")
     assert_fires(check_spec, spec("from = llama3_405b", nodes=4, mesh="pp = 4; tp = 8", serve=SERVE), "P104", "pp = 4")
+
+
+def test_p104_each_engine_splits_uneven_layers_its_own_way(check_spec):
+    # DeepSeek-V3's 61 layers over pp = 4: vLLM gives the remainder to the stages before the last,
+    # SGLang to the last ones (their get_pp_indices); memory and explain read that split
+    for engine, want in (("vllm", [15, 15, 16, 15]), ("sglang", [15, 15, 15, 16])):
+        text = spec("from = deepseek_v3", nodes=4, gpn=8, mesh="pp = 4; tp = 8", serve=SERVE,
+                    target={engine: 'model = "deepseek-ai/DeepSeek-V3"'})
+        r = assert_quiet(check_spec, text, "P104")
+        assert r.plan.placement.layers == want, engine
+        assert [st.layers for st in cm.estimate(r.plan).stages] == want
+    # named on the command line instead of in the spec: the same split
+    text = spec("from = deepseek_v3", nodes=4, gpn=8, mesh="pp = 4; tp = 8", serve=SERVE)
+    r = assert_quiet(check_spec, text, "P104", targets=("sglang",))
+    assert r.plan.placement.layers == [15, 15, 15, 16]
+
+
+def test_p104_torchtitan_splits_uneven_layers_itself(check_spec):
+    # torchtitan counts the embedding and the head as a layer each: 32 + 2 over 3 stages is 12, 11,
+    # 11, less one at each end (_generate_llm_fqn_per_model_part)
+    train = dict(mesh="pp = 3", gpn=3, schedule="micro_batch = 1; global_batch = 6", train="zero = 1")
+    text = spec(**train, target={"torchtitan": ""})
+    r = assert_quiet(check_spec, text, "P104")
+    assert r.plan.placement.layers == [11, 11, 10]
+    # Megatron-LM refuses the same count (validate_args), so a spec for both is refused
+    both = spec(**train, target={"torchtitan": "", "megatron": 'entrypoint = "pretrain_gpt.py"'})
+    d = assert_fires(check_spec, both, "P104", "pp = 3")
+    assert "Megatron-LM refuses it, though torchtitan would split it" in d.message
+    # torchtitan itself refuses a stage with less than one of the layers + 2: 4 layers on 8 stages
+    tiny = spec("from = llama3_8b; layers = 4", mesh="pp = 8", schedule="micro_batch = 1; global_batch = 8",
+                target={"torchtitan": ""})
+    assert_fires(check_spec, tiny, "P104", "pp = 8")
+
+
+def test_p127_names_the_empty_stage(check_spec):
+    # 2 layers on 4 pipeline stages: vLLM's split [0, 1, 1, 0] leaves two stages empty, which used to
+    # read as a KV cache of 0 tokens next to the whole GPU free
+    text = spec("from = llama3_8b; layers = 2", nodes=4, gpn=8, mesh="pp = 4; tp = 8", serve=SERVE,
+                target={"vllm": 'model = "m"'})
+    d = assert_fires(check_spec, text, "P127", "pp = 4")
+    assert "stages 0 and 3 of 4" in d.message and "[0, 1, 1, 0]" in d.message and "one KV block" in d.message
+    assert "pp = 2 (dp = 2)" in d.help
+    r = check_spec(text)
+    assert not [x for x in r.diagnostics if x.code == "P403"]
+    assert cm.estimate(r.plan).kv_capacity_tokens > 0
+    # SGLang's split [0, 0, 1, 1]
+    d = assert_fires(check_spec, text.replace("target vllm", "target sglang"), "P127", "pp = 4")
+    assert "stages 0 and 1 of 4" in d.message and "[0, 0, 1, 1]" in d.message
+    assert_quiet(check_spec, text.replace("pp = 4\n", "pp = 2\n  dp = 2\n"), "P127")
+    # where the spec writes dp, the help's sizes come as fixes (lint --fix, editors)
+    d = assert_fires(check_spec, text.replace("pp = 4\n", "pp = 4\n  dp = 1\n"), "P127", "pp = 4")
+    assert "set `pp = 2` and `dp = 2`" in [f.message for f in d.fixes]
+
+
+def test_p128_vllm_and_sglang_split_the_padded_vocabulary(check_spec):
+    # 48 heads split over tp = 6, but vLLM pads a 32,000-token vocabulary to 32,000 (a multiple of
+    # 64) and 32,000 rows do not divide over 6 GPUs (VocabParallelEmbedding's divide)
+    model = "from = llama3_8b; vocab = 32000; heads = 48; kv_heads = 48; hidden = 6144; ffn_hidden = 16896"
+    text = spec(model, gpn=6, mesh="tp = 6", serve=SERVE, target={"vllm": 'model = "m"'})
+    d = assert_fires(check_spec, text, "P128", "tp = 6", target="vllm")
+    assert "32000 is not divisible by 6" in d.message and "tp = 2" in d.help
+    assert_fires(check_spec, text.replace("target vllm", "target sglang"), "P128", "tp = 6", target="sglang")
+    # 32,064 rows (Phi-3's vocabulary, already a multiple of 64) split over 6 GPUs: 5,344 each
+    assert_quiet(check_spec, text.replace("vocab = 32000", "vocab = 32064"), "P128")
+    # 32,001 pads to 32,064
+    assert_quiet(check_spec, text.replace("vocab = 32000", "vocab = 32001"), "P128")
 
 
 def test_p109_vllm_spreads_experts_unevenly(check_spec):

@@ -15,6 +15,24 @@ def test_p301_tp_wider_than_a_node(check_spec):
     assert_quiet(check_spec, bad.replace("tp = 8", "pp = 2\n  tp = 4"), "P301")
 
 
+def test_p301_serving_engines_run_tp_across_nodes(check_spec):
+    # SGLang's DeepSeek-V3 launch (docs/basic_usage/deepseek_v3.md, "--tp 16 --nnodes 2" on two
+    # 8×H200 nodes): SGLang runs it, so a warning that prices the all-reduces, not an error
+    text = spec("from = deepseek_v3", nodes=2, gpn=8, mesh="tp = 16", serve="max_model_len = 8192",
+                target={"sglang": 'model = "deepseek-ai/DeepSeek-V3"'}).replace("h100_sxm", "h200")
+    d = assert_fires(check_spec, text, "P301", "tp = 16", severity="warning")
+    assert "SGLang runs it" in d.message and "per step of one sequence" in d.message and "× as long" in d.message
+    assert not check_spec(text).errors
+    # vLLM likewise; without a serving engine the rule keeps its error, and training keeps it too
+    d = assert_fires(check_spec, text.replace("target sglang", "target vllm"), "P301", "tp = 16", severity="warning")
+    assert "vLLM runs it" in d.message
+    assert_fires(check_spec, text.split("target sglang")[0], "P301", "tp = 16")
+    train = spec(L70, nodes=2, gpn=8, mesh="tp = 16", schedule="micro_batch = 1; global_batch = 8",
+                 target={"megatron": 'entrypoint = "pretrain_gpt.py"'})
+    assert_fires(check_spec, train, "P301", "tp = 16")
+    assert_quiet(check_spec, text.replace("tp = 16", "dp = 2\n  tp = 8"), "P301")
+
+
 def test_p301_tp_not_innermost(check_spec):
     # tp listed first is outermost: its groups stride over dp and cross the node
     bad = spec(L70, nodes=2, mesh="tp = 4; pp = 2; dp = 2", serve=SERVE)

@@ -51,6 +51,8 @@ MATRIX = {
     "ep4-top2-fsdp": (4, "dp = 4\n  ep = 4", dict(model=MOE, zero=3)),
     "cp2": (2, "cp = 2", {}),
     "cp2-dp2-fsdp": (4, "dp = 2\n  cp = 2", dict(zero=3)),
+    # ZeRO-3 shards over the flattened dp·cp mesh in the mesh's order
+    "order-cp-dp-fsdp": (4, "cp = 2\n  dp = 2", dict(zero=3)),
     "pp2-dp2-tp2-1f1b": (8, "pp = 2\n  dp = 2\n  tp = 2", dict(zero=3, sp=True, schedule=PIPES["1f1b"])),
     "pp2-dp2-tp2-interleaved": (8, "pp = 2\n  dp = 2\n  tp = 2",
                                 dict(zero=3, sp=True, schedule=PIPES["interleaved"], layers=16)),

@@ -61,3 +61,20 @@ def test_pooled_plan_compiles_one_launch_per_pool(check_spec):
     # the proxy's ports: instance i of the prefill pool listens on 8100 + i % 2
     assert "--prefiller-ports 8100 8101 8100 8101" in files["proxy.sh"]
     assert "--decoder-ports 8200" in files["proxy.sh"]
+
+
+def test_p667_dcp_spanning_tp_and_prefill_cp(check_spec):
+    # beside prefill context parallel vLLM lets dcp span tp · cp (P666), but judges it against tp
+    # alone on a grouped-query model: 32 > 16 // 8 KV heads = 2
+    text = spec("from = llama3_8b; max_positions = 131072", nodes=4, mesh="tp = 16; cp = 2; dcp = 32",
+                serve="max_model_len = 131072", target=VLLM)
+    r = check_spec(text, ("vllm",))
+    d = next(d for d in r.errors if d.code == "P667")
+    assert "exceeds tp // kv_heads = 16 // 8 = 2" in d.message and "against tp alone" in d.message
+    assert "P666" not in {x.code for x in r.diagnostics}
+    ok = check_spec(text.replace("dcp = 32", "dcp = 2"), ("vllm",))
+    assert "P667" not in {x.code for x in ok.diagnostics}
+    # without prefill context parallel a dcp that does not divide tp stays P121's
+    r = check_spec(spec("from = llama3_8b", nodes=2, mesh="tp = 16; dcp = 32", serve="max_model_len = 4096",
+                        target=VLLM), ("vllm",))
+    assert {"P121"} <= {x.code for x in r.errors} and "P667" not in {x.code for x in r.errors}

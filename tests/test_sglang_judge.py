@@ -423,3 +423,69 @@ def test_sglang_reads_deepep_mode_only_with_deepep(sglang, check_spec, tmp_path)
     bare, deepep = _judge(sglang, items)
     assert bare["ok"] and bare["moe_a2a_backend"] == "none"
     assert deepep["ok"] and (deepep["moe_a2a_backend"], deepep["deepep_mode"]) == ("deepep", "normal")
+
+
+@pytest.mark.slow
+def test_sglang_splits_layers_as_parc_says(sglang):
+    # SGLang's own get_pp_indices against parc.model.params.engine_split, over every layer count
+    # up to 128 and pipeline size up to 16
+    from parc.model.params import engine_split
+    from parc.model.targets import layer_split
+
+    cases = [(layers, pp) for layers in range(1, 129) for pp in range(2, 17)]
+    got = _judge(sglang, [{"split": [layers, pp]} for layers, pp in cases])
+    for (layers, pp), split in zip(cases, got):
+        assert engine_split(layer_split("sglang"), layers, pp) == split, (layers, pp)
+
+
+@pytest.mark.sglang
+def test_sglang_runs_pools_sharing_a_node(sglang, check_spec, tmp_path):
+    """A prefill and a decode server of one GPU each on one 2-GPU node (SGLang's one-node
+    disaggregation example): SGLang accepts both commands, each with its own --base-gpu-id and
+    port, and the PD router pairs them on those ports."""
+    from support.specs import spec
+
+    text = spec("from = llama3_8b", gpn=2, mesh="tp = 1",
+                serve="max_model_len = 8192; kv_transfer = mooncake; prefill {; }; decode {; }",
+                target={"sglang": 'model = "m"'})
+    r = check_spec(text, ("sglang",))
+    assert not r.errors and r.plan.pools, [(d.code, d.message) for d in r.errors]
+    from parc.targets import sglang as target
+
+    d = write_out(target.build(r.plan), tmp_path / "out")
+    env = {"PYTHON": _fake_python(tmp_path), "MASTER_ADDR": ADDR}
+    argvs = [run_emitted(d / f"{side}.sh", tmp_path, env=env)["python3"][2:] for side in ("prefill", "decode")]
+    rt = run_emitted(d / "router.sh", tmp_path, ADDR, ADDR, env=env)["python3"][2:]
+    folder = _model_folder(r.plan.to_dict()["model"], tmp_path / "m")
+    pre, dec, router = _judge(sglang, [{"server": _with_model(a, folder)} for a in argvs] + [{"router": rt}])
+    assert pre["ok"] and dec["ok"], (pre, dec)
+    assert [dict(zip(a, a[1:]))["--base-gpu-id"] for a in argvs] == ["0", "1"]
+    assert router["ok"] and router["prefill_urls"] == [[f"http://{ADDR}:30000", 8998]], router
+    assert router["decode_urls"] == [f"http://{ADDR}:30001"], router
+
+
+@pytest.mark.sglang
+def test_sglang_derives_the_context_parc_derives(sglang, check_spec, tmp_path):
+    """Each RoPE scaling, with and without its original positions, at the model's positions and at
+    positions × factor: SGLang refuses the context length exactly where parc's P683 does
+    (get_context_length; parc.model.rope.context_limit)."""
+    from support.specs import spec
+    from parc.targets import sglang as target
+
+    items, codes = [], []
+    for k, kind in enumerate(("linear", "dynamic", "yarn", "llama3")):
+        for original in (None, 4096):
+            for length in (16384, 65536):
+                model = (f"from = llama3_8b; max_positions = 16384; rope_scaling = {kind}; rope_factor = 4"
+                         + (f"; rope_original_positions = {original}" if original else ""))
+                r = check_spec(spec(model, mesh="tp = 8", serve=f"max_model_len = {length}",
+                                    target={"sglang": 'model = "m"'}), ("sglang",))
+                codes.append((kind, original, length, "P683" in {d.code for d in r.errors}))
+                tmp = tmp_path / f"{k}-{original}-{length}"
+                d = write_out(target.build(r.plan), tmp / "out")
+                argv = run_emitted(d / "serve.sh", tmp, env={"PYTHON": _fake_python(tmp)})["python3"][2:]
+                items.append({"server": _with_model(argv, _model_folder(r.plan.to_dict()["model"], tmp / "m"))})
+    for (kind, original, length, refused), v in zip(codes, _judge(sglang, items)):
+        sglang_refuses = not v["ok"] and "context_length" in (v.get("error") or "")
+        assert refused == sglang_refuses, (kind, original, length, v.get("error"))
+    assert any(c[3] for c in codes) and not all(c[3] for c in codes)

@@ -94,6 +94,21 @@ def test_deepep_mode_option(check_spec, tmp_path):
     assert (o["--moe-a2a-backend"], o["--deepep-mode"]) == ("deepep", "low_latency")
 
 
+def test_deepep_mode_auto_is_a_value(check_spec, tmp_path):
+    # `auto` is a keyword (dp = auto), and SGLang's default --deepep-mode: a key that lists it takes
+    # it as its own value
+    text = spec(MIXTRAL, mesh="tp = 8; ep = 8", serve=SERVE,
+                target={"sglang": S + "; moe_a2a_backend = deepep; deepep_mode = auto"})
+    assert not check_spec(text, T).errors
+    o = _opts(_argv(_compile(check_spec, text)[1], tmp_path))
+    assert o["--deepep-mode"] == "auto"
+    # a key that does not list it still refuses it, and a mesh axis still computes it
+    bad = text.replace("moe_a2a_backend = deepep", "moe_a2a_backend = auto")
+    assert [d.code for d in check_spec(bad, T).errors] == ["P016"]
+    auto_dp = spec(MIXTRAL, mesh="dp = auto; tp = 4", serve=SERVE, target={"sglang": S})
+    assert check_spec(auto_dp, T).plan.mesh.dp == 2
+
+
 def test_disaggregated_example(tmp_path):
     """examples/deepseek-v3-pd.par on 4 nodes of 8 H200s: 2 prefill instances of tp 8 with the
     experts over its 8 GPUs (one node each: prefill.sh node ranks 0-1, one server a node, dp 1 so
@@ -202,12 +217,22 @@ def test_p640_two_kv_transfers(check_spec):
     assert_quiet(check_spec, pd(serve="kv_transfer = nixl", target=S + "; transfer_backend = nixl"), "P640", T)
 
 
-def test_p644_pool_instances_sharing_a_node(check_spec):
-    # 2 prefill instances of tp 4 would share a node of 8; one instance of dp 2 serves the same GPUs
+def test_pool_instances_sharing_a_node_get_their_gpus_and_ports(check_spec, tmp_path):
+    # 2 prefill instances of tp 4 share a node of 8 (parc.model.pools.instances: GPUs 0-3 and 4-7):
+    # SGLang runs both with --base-gpu-id and ports of their own, as its one-node disaggregation
+    # example does (the decode server with --base-gpu-id 1 and port 30001)
     text = pd(prefill="tp = 4; instances = 2", nodes=3)
-    d = assert_fires(check_spec, text, "P644", "instances = 2", target="sglang", targets=T)
-    assert "dp = 2" in d.help
-    assert_quiet(check_spec, pd(prefill="tp = 4; dp = 2", nodes=3), "P644", T)
+    _, files = _compile(check_spec, text)
+    got = []
+    for slot in ("0", "1"):
+        o = _opts(_run(files, tmp_path / slot, "prefill.sh", slot))
+        got.append((o["--base-gpu-id"], o["--port"], o["--disaggregation-bootstrap-port"]))
+    assert got == [("0", "30000", "8998"), ("4", "30004", "9002")], got
+    # the decode pool takes whole nodes: SGLang's defaults, no slot
+    o = _opts(_run(files, tmp_path / "d", "decode.sh", "0", env={"MASTER_ADDR": "10.0.0.3"}))
+    assert "--base-gpu-id" not in o and o["--port"] == "30000"
+    router = {f.path: f.text for f in files}["router.sh"]
+    assert "ports=(30000 30004 30000 30000)" in router and "bootstraps=(8998 9002)" in router
 
 
 def test_p645_disaggregation_key_with_pools(check_spec):

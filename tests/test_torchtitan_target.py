@@ -173,3 +173,36 @@ def test_dualpipe_is_refused_like_the_torch_runtime(check_spec):
     r, _ = _plan(check_spec, **dict(kw, schedule="pipeline = dualpipe_v\nvirtual_stages = 2\nmicro_batch = 1\n"
                                                  "global_batch = 32"))
     assert "P616" not in _codes(r)
+
+
+LPS = "--parallelism.pipeline_parallel_layers_per_stage"
+
+
+def test_p636_uneven_layers_left_to_torchtitan(check_spec):
+    # 32 layers over pp = 3: torchtitan splits them itself, [11, 11, 10] (the embedding and the head
+    # count as a layer each); parc passes no layers per stage and expects that split
+    r, plan = _plan(check_spec, mesh="pp = 3", gpn=3, schedule="micro_batch = 1\nglobal_batch = 8", train="zero = 1")
+    assert "P636" not in _codes(r) and "P104" not in _codes(r), [d.message for d in r.diagnostics]
+    assert plan.placement.layers == [11, 11, 10]
+    assert LPS not in _opts(plan)
+    # interleaved over 3 virtual stages: ceil((32 + 2) / 6) = 6 stages, as the plan asks
+    r, plan = _plan(check_spec, mesh="pp = 2", gpn=2, train="zero = 1",
+                    schedule="pipeline = interleaved_1f1b\nvirtual_stages = 3\nmicro_batch = 1\nglobal_batch = 8")
+    assert "P636" not in _codes(r)
+    assert _opts(plan)[LPS] == 6 and plan.placement.layers == [5, 6, 6, 6, 5, 4]
+    # 31 layers in 4 × 4 = 16 stages: no layers_per_stage makes ceil(33 / lps) = 16, so torchtitan
+    # cannot be told
+    r, plan = _plan(check_spec, model=L8 + "\nlayers = 31", mesh="pp = 4", gpn=4, train="zero = 1",
+                    schedule="pipeline = interleaved_1f1b\nvirtual_stages = 4\nmicro_batch = 1\nglobal_batch = 8")
+    d = next(d for d in r.diagnostics if d.code == "P636")
+    assert d.severity == "warning" and "16 stages" in d.message
+
+
+def test_p636_spec_split_torchtitan_cannot_take(check_spec):
+    r, plan = _plan(check_spec, mesh="pp = 2", gpn=2, schedule="micro_batch = 1\nglobal_batch = 8", train="zero = 1",
+                    placement="layers = [15, 17]")
+    d = next(d for d in r.diagnostics if d.code == "P636")
+    assert "[15, 17]" in d.message
+    r, plan = _plan(check_spec, mesh="pp = 2", gpn=2, schedule="micro_batch = 1\nglobal_batch = 8", train="zero = 1",
+                    placement="layers = [16, 16]")
+    assert "P636" not in _codes(r) and _opts(plan)[LPS] == 16

@@ -156,6 +156,12 @@ def _model_folder(model, path: Path) -> str:
         cfg["head_dim"] = model.head_dim
     if model.experts:
         cfg.update(num_local_experts=model.experts, num_experts_per_tok=model.top_k)
+    if model.rope_scaling != "none":   # as a Hugging Face config.json writes it
+        cfg["rope_scaling"] = {"rope_type": model.rope_scaling, "factor": model.rope_factor,
+                               **({"original_max_position_embeddings": model.rope_original_positions}
+                                  if model.rope_original_positions else {}),
+                               **({"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+                                  if model.rope_scaling == "llama3" else {})}
     if getattr(model, "kv_lora_rank", 0):
         # multi-head latent attention: DeepSeek-V3's config.json keys, which vLLM's ModelConfig
         # reads as MLA (use_mla) by model_type and kv_lora_rank
@@ -314,3 +320,61 @@ def test_vllm_accepts_the_serving_examples_flags(vllm_python, check_spec):
     assert (v["redundant"], v["eplb_window"], v["eplb_interval"]) == (sv.redundant_experts, sv.eplb_window,
                                                                      sv.eplb_interval)
     assert v["all2all"] == "deepep_low_latency"
+
+
+@pytest.mark.slow
+def test_vllm_splits_layers_as_parc_says(vllm_python):
+    # every layer count and pipeline size up to 128 layers and 16 stages: vLLM's own get_pp_indices
+    # against parc.model.params.engine_split, the split parc's memory and explain use for vLLM
+    from parc.model.params import engine_split
+    from parc.model.targets import layer_split
+
+    cases = [(layers, pp) for layers in range(1, 129) for pp in range(2, 17)]
+    got = _judge(vllm_python, [{"split": [layers, pp]} for layers, pp in cases])
+    for (layers, pp), split in zip(cases, got):
+        assert engine_split(layer_split("vllm"), layers, pp) == split, (layers, pp)
+
+
+@pytest.mark.vllm
+def test_vllm_judges_dcp_against_tp_alone_beside_prefill_cp(vllm_python, check_spec, tmp_path):
+    """ParallelConfig lets dcp span tp · pcp, but ModelConfig.verify_with_parallel_config judges a
+    grouped-query model's dcp against tp alone: vLLM refuses dcp = 32 with tp 16, pcp 2 and 8 KV
+    heads, as parc's P667 does, and takes dcp = pcp = 2 (its V2 model runner runs pcp)."""
+    from support.specs import spec
+
+    argvs, codes = [], []
+    for dcp in (32, 2):
+        r = check_spec(spec("from = llama3_8b; max_positions = 131072", nodes=4, mesh=f"tp = 16; cp = 2; dcp = {dcp}",
+                            serve="max_model_len = 131072", target={"vllm": 'model = "m"'}), ("vllm",))
+        codes.append({d.code for d in r.errors})
+        argvs.append({"argv": _argv(r.plan, _model_folder(r.plan.model, tmp_path / f"dcp{dcp}")),
+                      "env": {"VLLM_USE_V2_MODEL_RUNNER": "1"}})
+    bad, good = _judge(vllm_python, argvs)
+    assert "P667" in codes[0] and not bad["ok"] and "exceeds the maximum supported value (2)" in bad["error"], bad
+    assert not codes[1] and good["ok"] and good["dcp"] == 2, good
+
+
+ROPE = [(kind, original) for kind in ("linear", "dynamic", "yarn", "llama3") for original in (None, 4096)]
+
+
+@pytest.mark.vllm
+def test_vllm_derives_the_context_parc_derives(vllm_python, check_spec, tmp_path):
+    """Each RoPE scaling, with and without its original positions, at the model's positions and at
+    positions × factor: vLLM refuses the max_model_len exactly where parc's P658 does
+    (_get_and_verify_max_len; parc.model.rope.context_limit)."""
+    from support.specs import spec
+
+    argvs, codes = [], []
+    for k, (kind, original) in enumerate(ROPE):
+        for length in (16384, 65536):
+            model = (f"from = llama3_8b; max_positions = 16384; rope_scaling = {kind}; rope_factor = 4"
+                     + (f"; rope_original_positions = {original}" if original else ""))
+            r = check_spec(spec(model, mesh="tp = 8", serve=f"max_model_len = {length}",
+                                target={"vllm": 'model = "m"'}), ("vllm",))
+            codes.append((kind, original, length, "P658" in {d.code for d in r.errors}))
+            argvs.append(_argv(r.plan, _model_folder(r.plan.model, tmp_path / f"{k}-{length}")))
+    for (kind, original, length, refused), v in zip(codes, _judge(vllm_python, argvs)):
+        vllm_refuses = not v["ok"] and "max_model_len" in v.get("error", "")
+        assert refused == vllm_refuses, (kind, original, length, v.get("error"))
+        assert v["ok"] or vllm_refuses, v
+    assert any(c[3] for c in codes) and not all(c[3] for c in codes)

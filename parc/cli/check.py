@@ -6,7 +6,7 @@ import sys
 from parc.resolve.reader import READ_CODE, STDIN, STDIN_NAME, diagnostic as read_diagnostic
 from parc.cli.common import add_common, spec_paths, stdin_text
 
-DESCRIPTION = "Parse and validate specs: every P0-P6 problem, before a GPU is allocated."
+DESCRIPTION = "Parse and validate specs: every P0-P7 problem, before a GPU is allocated."
 EPILOG = """exit status: 0 clean or warnings only, 1 errors, 2 usage or I/O failure
 
 example:

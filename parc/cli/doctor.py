@@ -8,8 +8,11 @@ import sys
 DESCRIPTION = """Check this node against the plan before the launch: the GPUs (count, model, free memory)
 against the cluster block; the driver, torch and the engines the spec's targets start against the
 releases it pins; the network interfaces NCCL and Gloo will use, the InfiniBand/RoCE ports and
-NCCL_IB_DISABLE; node 0's address and rendezvous port; the launch folder on a shared filesystem;
-/dev/shm and the locked-memory limit. Run it on every node of a job, with that node's rank.
+NCCL_IB_DISABLE; what a DeepEP all-to-all or an EFA cluster needs (IBGDA, GPUDirect RDMA, NVSHMEM,
+libfabric); node 0's address, what its name resolves to and its rendezvous port; NIXL between the
+pools of a disaggregated plan (PARC_HOSTS lists the nodes); the launch folder on a shared
+filesystem; /dev/shm and the locked-memory limit. Run it on every node of a job, with that node's
+rank.
 
 Each finding has a code (D1xx, docs/doctor.md), the fix, and the numbers in the JSON form."""
 EPILOG = """exit status: 0 ready (warnings may remain), 1 problems to fix, 2 usage or I/O failure

@@ -21,6 +21,7 @@ FAMILIES = {
     "P4": "memory",
     "P5": "advice",
     "P6": "target",
+    "P7": "known defects",
 }
 
 
@@ -59,6 +60,7 @@ def catalog() -> list[dict]:
             "targets_audit": d.get("targets", {}),
             "since": d.get("since"),
             "until": d.get("until"),
+            "issues": list(d.get("issues", [])),
             "defined_in": _where(r.fn) if r else None,
         })
     return out
@@ -110,6 +112,10 @@ def _page(e: dict) -> str:
             lines.append(_item(text))
     if e.get("since") or e.get("until"):
         lines.append(f"releases: {_releases(e)}")
+    if e.get("until") and e["family"] == "P7":
+        lines.append(f"fixed in: {_releases({**e, 'since': e['until'], 'until': None})}")
+    for url in e.get("issues") or []:
+        lines.append(f"public report: {url}")
     if e.get("defined_in"):
         lines.append(f"check: {e['defined_in']}")
     return "\n".join(lines)

@@ -344,7 +344,9 @@ def _serving_kv(plan, stages: list[StageEstimate]) -> tuple[int, int, int]:
         return 0, 0, 0
     caps = [kv_capacity_tokens(float(plan.cluster.gpu.memory), srv.gpu_memory_utilization,
                                st.memory.total - st.memory.kv_cache, st.kv_bytes_per_token) for st in stages]
-    kv_cap = min(caps) if caps else 0
+    # a stage with no layers keeps no KV cache and bounds nothing (P127 names it)
+    held = [c for st, c in zip(stages, caps) if st.kv_bytes_per_token > 0]
+    kv_cap = min(held) if held else 0
     for st, c in zip(stages, caps):
         st.kv_capacity_tokens = c
         st.memory.kv_cache = kv_cap * st.kv_bytes_per_token

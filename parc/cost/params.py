@@ -274,9 +274,35 @@ def _shard_groups(plan) -> tuple[int, int]:
 
 
 def shard_groups(dp, cp, tp, ep, etp):
-    """(dense, expert) ZeRO sharding group sizes: dp for dense parameters, the expert-data-parallel
-    group dp·cp·tp/(ep·etp) (at least 1) for expert parameters. Scalars or numpy arrays."""
-    return dp, expert_dp_of(dp, cp, tp, ep, etp)
+    """(dense, expert) ZeRO sharding group sizes: dp·cp for dense parameters, the
+    expert-data-parallel group dp·cp·tp/(ep·etp) (at least 1) for expert parameters. Scalars or
+    numpy arrays.
+
+    The context-parallel ranks of a model copy hold the same parameters and reduce the same
+    gradients, so every trainer shards its ZeRO state over them too: torchtitan's FSDP mesh is
+    ``fsdp = dp_shard * cp`` (torchtitan/distributed/parallel_dims.py), Megatron-LM's distributed
+    optimizer shards over ``get_data_parallel_group(with_context_parallel=True)``
+    (megatron/core/optimizer/__init__.py), and DeepSpeed's ZeRO partitions over the
+    sequence-data-parallel group, dp × the Ulysses sequence-parallel size
+    (deepspeed/runtime/engine.py ``seq_data_parallel_group``, deepspeed/utils/groups.py
+    ``_get_sequence_data_parallel_group``: "the process group for zero sharding and gradient
+    allreduce must be across both dimensions of data and sequence parallelism")."""
+    return dense_shard_group(dp, cp), expert_dp_of(dp, cp, tp, ep, etp)
+
+
+def dense_shard_group(dp, cp):
+    """The GPUs a dense parameter's ZeRO state is sharded over: dp·cp (:func:`shard_groups`)."""
+    return dp * cp
+
+
+def dense_shard_index(mesh, dp_coord: int, cp_coord: int) -> int:
+    """A rank's place in its dp·cp sharding group: the two coordinates flattened in the mesh's
+    order (the outer axis first), as torch's ``DeviceMesh._flatten`` of the (dp, cp) submesh
+    numbers them."""
+    order = list(mesh.order)
+    if "cp" in order and "dp" in order and order.index("cp") < order.index("dp"):
+        return cp_coord * mesh.dp + dp_coord
+    return dp_coord * mesh.cp + cp_coord
 
 
 def _zero(plan) -> int:
@@ -291,7 +317,7 @@ def params_by_part(plan, rank: int = 0, *, sharded: bool = True) -> dict[str, in
     rm = RankMap(plan)
     c = rm.coords(rank)
     stage = int(c["pp"])
-    k_dense = int(c["dp"])
+    k_dense = dense_shard_index(plan.mesh, int(c["dp"]), int(c["cp"]))
     k_exp = int(rm.expert_coords(rank)["edp"])
     return _stage_parts(plan, stage_layouts(plan)[stage], k_dense, k_exp, sharded)
 
@@ -372,7 +398,8 @@ def params_on_rank(plan, rank: int) -> int:
       separate MLPs of width moe_ffn_hidden split over tp.
     * With ``zero = 3`` every tensor is further sharded along dim 0 as ``torch.chunk`` does
       (chunk k of ceil(dim0/n)-row chunks; late chunks may be short or empty): dense tensors over
-      the dp group (n = dp, k = the rank's dp coordinate), routed-expert tensors over the
+      the dp·cp group (n = dp·cp, k = :func:`dense_shard_index`; :func:`shard_groups`
+      says why cp is in it), routed-expert tensors over the
       expert-data-parallel group (n = dp·cp·tp/(ep·etp), k = the rank's edp coordinate on
       Megatron-LM's expert grid, see :mod:`parc.model.rankmap`).
     * Dimensions that the mesh does not divide are rounded up (such plans fail ``parc check``).

@@ -36,11 +36,13 @@ class Report:
 
 def checks():
     """Every check, in the order the report reads: the GPUs, the software, the networks, the
-    rendezvous, the host, the topology."""
-    from parc.doctor import gpus, host, network, rendezvous, software, topology
+    fabric the expert all-to-all needs (DeepEP, EFA), the rendezvous and its address, the KV
+    transfer between pools, the host, the topology. Each runs only where the plan needs it."""
+    from parc.doctor import fabric, gpus, host, kv, names, network, rendezvous, software, topology
 
-    return (gpus.check, software.check, network.check_interfaces, network.check_rdma, rendezvous.check,
-            host.check_shared, host.check_shm, topology.check)
+    return (gpus.check, software.check, network.check_interfaces, network.check_rdma, fabric.check_deepep,
+            fabric.check_efa, rendezvous.check, names.check, kv.check, host.check_shared, host.check_shm,
+            topology.check)
 
 
 def diagnose(ctx: Context, spec_errors: int = 0) -> Report:

@@ -35,7 +35,7 @@ class Finding:
     code: str
     name: str
     severity: str
-    check: str          # the check that found it: gpus, software, network, rdma, rendezvous, host, spec
+    check: str          # the check that found it: gpus, software, network, rdma, fabric, rendezvous, kv, host, topology, spec
     message: str
     fix: str
     data: dict = field(default_factory=dict)

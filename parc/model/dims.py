@@ -137,6 +137,7 @@ class ParallelDims:
     micro_batch: int = 1
     global_batch: int = 1
     sequence_parallel: bool = False
+    redundant_experts: int = 0      # EPLB's extra expert copies (serving): spread over ep with the experts
 
     @classmethod
     def from_plan(cls, plan, mesh=None) -> "ParallelDims":
@@ -145,8 +146,10 @@ class ParallelDims:
         m, s = mesh or plan.mesh, plan.schedule
         sp = bool(plan.train and plan.train.sequence_parallel)
         v = s.virtual_stages if plan.mode == "train" else 1
+        extra = plan.serve.redundant_experts if plan.mode == "serve" and plan.serve else 0
         return cls(pp=m.pp, dp=m.dp, cp=m.cp, tp=m.tp, ep=m.ep, etp=m.etp, virtual_stages=v,
-                   micro_batch=s.micro_batch, global_batch=s.global_batch, sequence_parallel=sp)
+                   micro_batch=s.micro_batch, global_batch=s.global_batch, sequence_parallel=sp,
+                   redundant_experts=extra)
 
     # ---------------------------------------------------------------- derived sizes
 
@@ -220,10 +223,16 @@ class ParallelDims:
                 out.append((t, world // (rest * t)))
         return out
 
+    def physical_experts(self, model) -> int:
+        """The expert slots ep spreads: the model's experts and EPLB's redundant copies (SGLang
+        loads experts + ``--ep-num-redundant-experts`` and asserts ep divides them,
+        fused_moe_triton/layer.py; vLLM's ``num_redundant_experts`` add to its global experts)."""
+        return model.experts + self.redundant_experts
+
     def ep_degrees(self, model) -> list[int]:
-        """Expert-parallel degrees above 1 that divide the experts and whose grid (with this
-        etp) fits the stage's ranks."""
-        return [d for d in divisors(gcd(model.experts, self.region))
+        """Expert-parallel degrees above 1 that divide the expert slots and whose grid (with
+        this etp) fits the stage's ranks."""
+        return [d for d in divisors(gcd(self.physical_experts(model), self.region))
                 if d > 1 and grid_fits(self.region, d, self.etp)]
 
     def etp_degrees(self, model, most: int = 8) -> list[int]:
@@ -295,10 +304,12 @@ class ParallelDims:
             ax = "ep" if self.ep > 1 else "etp"
             return [Fact("ep_without_experts", {ax: self.size(ax)})]
         out = []
-        if not splits(model.experts, self.ep):
-            out.append(Fact("experts_ep", {"experts": model.experts, "ep": self.ep}, tuple(self.ep_degrees(model))))
+        slots = self.physical_experts(model)
+        if not splits(slots, self.ep):
+            out.append(Fact("experts_ep", {"experts": model.experts, "redundant": self.redundant_experts,
+                                           "ep": self.ep}, tuple(self.ep_degrees(model))))
         elif not grid_fits(self.region, self.ep, self.etp):
-            ok = [e for e in divisors(model.experts) if e > 1 and grid_fits(self.region, e, self.etp)]
+            ok = [e for e in divisors(slots) if e > 1 and grid_fits(self.region, e, self.etp)]
             out.append(Fact("expert_grid", {"ep": self.ep, "etp": self.etp, "region": self.region}, tuple(ok)))
         if self.etp > 1 and not splits(model.moe_ffn_hidden, self.etp):
             out.append(Fact("moe_ffn_etp", {"moe_ffn_hidden": model.moe_ffn_hidden, "etp": self.etp},

@@ -22,13 +22,16 @@ class F:
 
 
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
+# RoPE scalings as Hugging Face's rope_type names them (transformers modeling_rope_utils.py);
+# DeepSeek's configs write `type = yarn`, which vLLM reads as deepseek_yarn
+ROPE_SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3", "longrope")
 PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v", "dualpipe")
 MESH_AXES = ("pp", "dp", "cp", "tp")          # rank order, outermost first
 MOE_AXES = ("ep", "etp")                      # carved out of dp·cp·tp
 POOLS = ("prefill", "decode")                 # blocks inside `serve` of a disaggregated plan
 # Megatron-LM's --recompute-modules (megatron/core/transformer/transformer_config.py)
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe", "moe_act", "shared_experts", "mla_up_proj")
-LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce")
+LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce", "efa")
 
 BLOCKS: dict[str, dict[str, F]] = {
     "model": {
@@ -66,6 +69,12 @@ BLOCKS: dict[str, dict[str, F]] = {
         "rope_theta": F("int", 1, 10**12, doc="the RoPE base frequency (rope_theta in a Hugging Face config)"),
         "max_positions": F("int", 1, 10**9, doc="the longest sequence the model supports "
                                                  "(max_position_embeddings in a Hugging Face config)"),
+        "rope_scaling": F("enum", choices=ROPE_SCALINGS, doc="how the model stretches RoPE beyond the positions "
+                          "it was trained on (rope_scaling's rope_type, or type, in a Hugging Face config); each "
+                          "engine derives the model's context limit from it (parc.model.rope.context_limit)"),
+        "rope_factor": F("frac", 1.0, 10**6, doc="the RoPE scaling factor (rope_scaling's factor)"),
+        "rope_original_positions": F("int", 1, 10**9, doc="the positions the model was trained on before RoPE "
+                                     "scaling (rope_scaling's original_max_position_embeddings)"),
     },
     "cluster": {
         "nodes": F("int", 1, 2**17), "gpus_per_node": F("int", 1, 2**10),
@@ -225,7 +234,8 @@ ALIASES = {
     "num_attention_heads": "heads", "num_key_value_heads": "kv_heads", "num_query_groups": "kv_heads",
     "ffn_hidden_size": "ffn_hidden", "intermediate_size": "ffn_hidden", "vocab_size": "vocab",
     "seq_length": "seq_len", "max_seq_len": "seq_len", "rotary_base": "rope_theta",
-    "max_position_embeddings": "max_positions", "num_experts": "experts",
+    "max_position_embeddings": "max_positions", "num_experts": "experts", "rope_type": "rope_scaling",
+    "original_max_position_embeddings": "rope_original_positions",
     "moe_router_topk": "top_k", "micro_batch_size": "micro_batch", "global_batch_size": "global_batch",
     "num_microbatches": "microbatches", "virtual_pipeline_model_parallel_size": "virtual_stages",
     "zero_stage": "zero", "recompute_granularity": "recompute", "activation_checkpointing": "recompute",

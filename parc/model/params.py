@@ -1,7 +1,8 @@
-"""The model's parameter counts by published formula, and the balanced layer split.
+"""The model's parameter counts by published formula, and the layer split of each pipeline stage:
+parc's balanced split and the split each engine makes by itself (:func:`engine_split`).
 
-These are facts of the model alone (the resolver fills ``Model.params`` and balanced
-``placement.layers`` from them); what one GPU holds under a plan is in :mod:`parc.cost.params`."""
+These are facts of the model alone (the resolver fills ``Model.params`` and ``placement.layers``
+from them); what one GPU holds under a plan is in :mod:`parc.cost.params`."""
 from __future__ import annotations
 
 from parc.model.plan import Model
@@ -186,3 +187,92 @@ def balanced_split(m: Model, stages: int) -> list[int] | None:
         i = min(range(stages), key=lambda j: (counts[j] + extra[j], j in (0, stages - 1), j))
         counts[i] += 1
     return counts
+
+
+# --- the split each engine makes by itself ----------------------------------------------------
+#
+# An engine that splits an uneven layer count over its pipeline stages by itself declares how in
+# its target.toml (``layer_split``); :func:`engine_split` is the one place that computes it, and
+# the resolver fills ``placement.layers`` with it (:func:`resolve_split`), so memory, explain, the
+# rank map and the drawings all show the split that runs.
+
+def engine_split(rule: str | None, layers: int, stages: int) -> list[int] | None:
+    """Layers per (virtual) stage when an engine whose ``layer_split`` is ``rule`` cuts ``layers``
+    into ``stages`` stages without being told how; None where it refuses (or has no rule and the
+    count is uneven). An even count is split evenly by every engine.
+
+    * ``before_last`` (vLLM, ``vllm/distributed/utils.py`` ``get_pp_indices``): the remaining
+      layers go one each to the stages before the last, from the last but one backwards (the last
+      stage holds the norm and the head); 61 layers on 4 stages: [15, 15, 16, 15].
+    * ``last`` (SGLang, ``sglang/srt/distributed/utils.py`` ``get_pp_indices``): the last
+      ``remainder`` stages take one layer more; 61 on 4: [15, 15, 15, 16].
+    * ``torchtitan`` (``torchtitan/distributed/pipeline_parallel.py``
+      ``_generate_llm_fqn_per_model_part`` with its default ``first/last_stage_less_layers`` of 1):
+      the embedding and the head count as one layer each, the layers + 2 are spread with the
+      first ``remainder`` stages one heavier, and the first and last stage give one back; 30
+      layers on 4 stages: [7, 8, 8, 7]. Refused (ValueError) when a stage would get less than one
+      of the layers + 2.
+    """
+    if stages <= 0 or layers < 0:
+        return None
+    base, rest = divmod(layers, stages)
+    if rest == 0:
+        return [base] * stages
+    if rule == "before_last":
+        parts = [base] * stages
+        for i in range(2, rest + 2):
+            parts[-i] += 1
+        return parts
+    if rule == "last":
+        return [base + (1 if i >= stages - rest else 0) for i in range(stages)]
+    if rule == "torchtitan":
+        return _torchtitan_split(layers, stages)
+    return None
+
+
+def _torchtitan_split(layers: int, stages: int, first_less: int = 1, last_less: int = 1) -> list[int] | None:
+    """torchtitan's ``_generate_llm_fqn_per_model_part`` (0.3.0) as layer counts."""
+    if stages == 1:
+        return [layers]
+    effective = layers + first_less + last_less
+    base, extra = divmod(effective, stages)
+    if stages > effective or base == 0 or first_less > base or last_less > base:
+        return None
+    parts = [base + (1 if i < extra else 0) for i in range(stages)]
+    parts[0] -= first_less
+    parts[-1] -= last_less
+    return parts
+
+
+def stage_layers(rule: str | None, layers: int, stages: int, stage: int) -> int | None:
+    """The layers of (virtual) stage ``stage`` under :func:`engine_split`."""
+    split = engine_split(rule, layers, stages)
+    return split[stage] if split is not None else None
+
+
+def split_engine(plan, extra=()) -> str | None:
+    """The target or family whose own split the plan runs: the first (in message order) of the
+    spec's targets, ``extra`` ones and the families they bring that declares a ``layer_split``."""
+    from parc.model import targets as T
+
+    named = list(plan.targets) + [t for t in extra if t not in plan.targets]
+    active = T.implied(named, plan.mode, plan.target_settings)
+    return next((t for t in T.audit_order(active) if T.layer_split(t)), None) if active else None
+
+
+def resolve_split(plan, extra=()) -> None:
+    """Fill ``placement.layers`` (explicit lists stay as given): the balanced split, the even one,
+    or, where layers do not divide the stages, the split of the engine that runs the plan
+    (:func:`split_engine`, with the targets of ``extra`` beyond the spec's), else None."""
+    from parc.model import targets as T
+
+    p = plan.placement
+    stages = plan.mesh.pp * plan.schedule.virtual_stages
+    if p.layers_mode == "explicit" or stages <= 0:
+        return
+    L = plan.model.layers
+    if p.layers_mode == "balanced":
+        p.layers = balanced_split(plan.model, stages)
+        return
+    engine = split_engine(plan, extra) if L % stages else None
+    p.layers = engine_split(T.layer_split(engine) if engine else None, L, stages)

@@ -56,6 +56,9 @@ class Model:
     global_every: int = 0                 # with a window: every n-th layer stays global (0: none does)
     rope_theta: int = 10000               # RoPE base frequency (Megatron-LM --rotary-base)
     max_positions: Optional[int] = None   # the longest sequence the model was built for, when known
+    rope_scaling: str = "none"            # RoPE scaling type (rope_scaling.rope_type): parc.model.rope
+    rope_factor: float = 1.0              # its factor
+    rope_original_positions: Optional[int] = None   # its original_max_position_embeddings
     preset: Optional[str] = None
 
     @property
@@ -101,7 +104,7 @@ class GPU:
 
 @dataclass(slots=True)
 class Link:
-    kind: str          # nvlink | pcie | infiniband | ethernet | xgmi | roce
+    kind: str          # nvlink | pcie | infiniband | ethernet | xgmi | roce | efa
     bandwidth: float   # bytes/s per GPU per direction
 
 

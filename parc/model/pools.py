@@ -13,6 +13,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from parc.model.params import resolve_split
 from parc.model.plan import Plan, Pool
 
 _MESH_KEYS = ("pp", "dp", "cp", "tp", "ep", "etp", "dcp")
@@ -44,7 +45,10 @@ def pool_plan(plan: Plan, pool: Pool) -> Plan:
             spans.pop(f"mesh.{key}.value", None)
     if head is not None:
         spans["mesh"] = head
-    return dataclasses.replace(plan, mesh=pool.mesh, cluster=pool_cluster(plan, pool), pools=[], spans=spans)
+    out = dataclasses.replace(plan, mesh=pool.mesh, cluster=pool_cluster(plan, pool), pools=[], spans=spans,
+                              placement=dataclasses.replace(plan.placement))
+    resolve_split(out)    # the pool's own pipeline, split as its engine splits it
+    return out
 
 
 def pool_plans(plan: Plan) -> list[tuple[Pool, Plan]]:
@@ -95,3 +99,25 @@ def instances(plan: Plan) -> list[Instance]:
 def nodes_needed(plan: Plan) -> int:
     """The nodes every instance of every pool together takes (:func:`instances`)."""
     return max((max(i.nodes) + 1 for i in instances(plan)), default=0)
+
+
+def placements(plan: Plan, pool: str) -> list[Instance]:
+    """The places the instances of ``pool`` take on their nodes, one per first GPU, in GPU order:
+    the slots of the pool's launch script, each with its own GPUs and ports. Instances on
+    different nodes at the same GPUs share a slot; an instance of a node or more has one."""
+    seen: dict[int, Instance] = {}
+    for inst in instances(plan):
+        if inst.pool == pool:
+            seen.setdefault(inst.first, inst)
+    return [seen[k] for k in sorted(seen)]
+
+
+def slot_of(plan: Plan, inst: Instance) -> int:
+    """The slot (:func:`placements`) of instance ``inst`` in its pool's launch script."""
+    return [p.first for p in placements(plan, inst.pool)].index(inst.first)
+
+
+def shares_nodes(plan: Plan, pool: str) -> bool:
+    """Whether an instance of ``pool`` leaves GPUs of its node to others (its own pool's or the
+    other pool's): it then needs its own GPUs and ports on that node."""
+    return any(i.pool == pool and i.gpus_per_node < plan.cluster.gpus_per_node for i in instances(plan))

@@ -25,6 +25,8 @@ target facts here without importing any target's code:
 * ``[schedules]``: the pipeline schedules the tool's runtime has (parc's name -> its own), and
   ``pipeline_runtime``, what builds them (for messages): a pipeline absent from a table is
   refused (P607, P616, P688) and the planner leaves it out;
+* ``layer_split``: how it splits a layer count that does not divide its pipeline stages, by
+  itself (a rule of :func:`parc.model.params.engine_split`);
 * ``rank_order``: per mode, the order (outermost first) in which the tool lays ranks out whatever
   the mesh lists; ``rank_orders``: the layouts it can express, with the argument that picks each;
 * ``[keys]``: every key a ``target`` block takes (``kind``, ``doc``, ``min``/``max``/``choices``,
@@ -445,6 +447,25 @@ def pipelines(name: str | None) -> dict[str, str]:
 def pipeline_runtime(name: str | None) -> str:
     """What builds the pipeline of ``name`` (for messages): ``pipeline_runtime`` in its data."""
     return _entry(name).get("pipeline_runtime", display(name))
+
+
+def layer_split(name: str | None) -> str | None:
+    """How target or family ``name`` splits an uneven layer count over its pipeline stages by
+    itself: ``layer_split`` in its data, a rule of :func:`parc.model.params.engine_split`; None
+    where it has no split of its own (it refuses the count, or takes the spec's)."""
+    return _entry(name).get("layer_split")
+
+
+def context_rule(name: str | None) -> dict:
+    """How target or family ``name`` derives a model's context limit from its RoPE scaling
+    (``[context]`` in its data, :func:`parc.model.rope.context_limit`); empty where it has none."""
+    return dict(_entry(name).get("context", {}))
+
+
+def tp_across_nodes(name: str | None) -> bool:
+    """Whether target or family ``name`` runs a tensor-parallel group across nodes when serving
+    (``tp_across_nodes`` in its data): P301 is then a warning with the cost, not an error."""
+    return bool(_entry(name).get("tp_across_nodes"))
 
 
 def runs_pipeline(name: str | None, pipeline: str) -> bool:

@@ -142,7 +142,7 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> 
     lo_mesh_a = np.asarray(lo_mesh, dtype=np.int64)
     mesh_a = np.asarray(meshes, dtype=np.int64)
     lo_dp = mesh_a[lo_mesh_a, 1]
-    lo_edp = cm.shard_groups(*(mesh_a[lo_mesh_a, j] for j in range(1, 6)))[1]
+    lo_shard, lo_edp = cm.shard_groups(*(mesh_a[lo_mesh_a, j] for j in range(1, 6)))
 
     # 2. layout options × batch options, and the schedule rules that need the microbatch count
     bopts, boff, bcount = _batch_table(pr, meshes)
@@ -160,7 +160,7 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> 
     state, fit = {}, {}
     out.enumerated = 0
     for z in zeros:
-        w, g, o = cm.model_state_bytes(*c_par, z, lo_dp[:, None], lo_edp[:, None], per)
+        w, g, o = cm.model_state_bytes(*c_par, z, lo_shard[:, None], lo_edp[:, None], per)
         state[z] = (w, g, o)
         allowed = np.ones(len(lo_mesh), dtype=bool)
         if z not in zero_options(pr, 2):                                 # P615 with a pipeline

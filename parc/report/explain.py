@@ -165,9 +165,9 @@ def _training_rows(plan, est, st, sb, t, sp) -> list[list]:
                         else "")
     return [
         ["grads", nbytes(mem.grads),
-         f"{t.main_grads} main grads, {sb.grads:g} B/param" + (" / dp (zero ≥ 2)" if t.zero >= 2 else "")],
+         f"{t.main_grads} main grads, {sb.grads:g} B/param" + (f" / {_shard_words(plan)} (zero ≥ 2)" if t.zero >= 2 else "")],
         ["optimizer", nbytes(mem.optimizer),
-         f"{t.optimizer}, {sb.optimizer:g} B/param" + (" / dp (zero ≥ 1)" if t.zero >= 1 else "")],
+         f"{t.optimizer}, {sb.optimizer:g} B/param" + (f" / {_shard_words(plan)} (zero ≥ 1)" if t.zero >= 1 else "")],
         ["activations", nbytes(mem.activations),
          f"{nbytes(est.activation_bytes_per_layer)}/layer × {count(st.layers, 'layer')} × "
          f"{st.inflight:g} {plural(st.inflight, 'microbatch')} in flight ({rc} recompute{sp}{off})"],
@@ -234,10 +234,19 @@ def _weights_note(plan) -> str:
     from parc.cost.estimate import dtype_bytes
 
     dt = plan.train.precision if plan.mode == "train" else plan.model.dtype
-    z3 = " / dp (zero 3)" if plan.mode == "train" and plan.train.zero >= 3 else ""
+    z3 = f" / {_shard_words(plan)} (zero 3)" if plan.mode == "train" and plan.train.zero >= 3 else ""
     if dt == "fp8":
         return f"bf16, 2 B/param{z3} (FP8 GEMMs on copies)"
     return f"{dt}, {dtype_bytes(dt)} B/param{z3}"
+
+
+def _shard_words(plan) -> str:
+    """The group ZeRO shards a dense parameter's state over, in words: ``dp`` or ``dp·cp = 8``
+    (:func:`parc.cost.params.shard_groups`)."""
+    from parc.cost.params import dense_shard_group
+
+    mesh = plan.mesh
+    return "dp" if mesh.cp <= 1 else f"dp·cp = {dense_shard_group(mesh.dp, mesh.cp)}"
 
 
 def _comm_what(plan, ax: str) -> str:

@@ -51,6 +51,24 @@ def kv_lines(plan, est) -> list[str]:
                + (f", {count(est.serving.fits, 'request', sep=True)} of the workload's "
                   f"{est.serving.workload.prompt_tokens + est.serving.workload.output_tokens:,} tokens"
                   if est.serving else "") + " per replica")
+    return out + context_lines(plan)
+
+
+def context_lines(plan) -> list[str]:
+    """The longest context each serving engine the spec names derives for the model, from its
+    positions and RoPE scaling (:func:`parc.model.rope.context_limit`), against max_model_len."""
+    from parc.model import targets as T
+    from parc.model.rope import context_limit, context_words
+
+    m, srv = plan.model, plan.serve
+    engines = [t for t in T.audit_order(plan.targets) if T.context_rule(t)] or [None]
+    out = []
+    for e in engines:
+        limit = context_limit(m, e)
+        if limit:
+            who = f"{T.display(e)} derives" if e else "the model states"
+            out.append(f"  context: max_model_len = {srv.max_model_len:,} of the {limit:,} tokens {who} "
+                       f"({context_words(m, e)})")
     return out
 
 

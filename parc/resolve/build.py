@@ -10,7 +10,7 @@ from parc.language import syntax as S
 from parc.language.diagnostics import ParcError, Related, Span
 from parc.model import fields as SC
 from parc.model.dims import AXES, ParallelDims, auto_degree
-from parc.model.params import balanced_split, param_count
+from parc.model.params import param_count, resolve_split
 from parc.model.plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, Placement, Plan, Pool, Profile,
                              Schedule, Serve, Target, Train)
 from parc.resolve import topology as T
@@ -115,6 +115,8 @@ def build_model(r: Evaluator, top: Span) -> Model:
         moe_ffn_hidden=vals.get("moe_ffn_hidden") or 0, shared_experts=vals.get("shared_experts") or 0,
         moe_every=vals.get("moe_every") or 1, rope_theta=vals.get("rope_theta") or 10000,
         max_positions=vals.get("max_positions"), preset=r.values.get("model.from"),
+        rope_scaling=vals.get("rope_scaling") or "none", rope_factor=float(vals.get("rope_factor") or 1.0),
+        rope_original_positions=vals.get("rope_original_positions"),
         **{k: vals.get(k) or 0 for k in _MODEL_COUNTS}, **{k: bool(vals.get(k)) for k in _MODEL_SWITCHES})
     if vals.get("seq_len") is None:
         r.spans["model.seq_len"] = head
@@ -534,7 +536,7 @@ def resolve_document(loader, main_file: str, partial: bool = False) -> Plan | No
     for kind in ("model", "cluster", "mesh", "placement", "schedule", "train", "serve", "profile"):
         if kind in r.blocks:
             r.spans[kind] = _head(r, kind, top)
-    _resolve_split(plan)
+    resolve_split(plan)
     return plan
 
 
@@ -585,16 +587,3 @@ def _fill_schedule(r: Evaluator, sched: Schedule, mesh: Mesh, top: Span) -> None
     if sb is None or "microbatches" not in sb.assigns:  # else the P2 rules compare the two
         sched.microbatches = derived
         r.spans["schedule.microbatches"] = r.spans.get("schedule.global_batch")
-
-
-def _resolve_split(plan: Plan) -> None:
-    """Fill ``placement.layers`` for even and balanced splits (explicit lists stay as given)."""
-    p = plan.placement
-    stages = plan.mesh.pp * plan.schedule.virtual_stages
-    if p.layers_mode == "explicit" or stages <= 0:
-        return
-    L = plan.model.layers
-    if p.layers_mode == "even":
-        p.layers = [L // stages] * stages if L % stages == 0 else None
-    else:
-        p.layers = balanced_split(plan.model, stages)

@@ -163,7 +163,10 @@ def literal(node, key):
 
 
 def _enum(node, f: SC.F, key: str):
-    name = _ident(node)
+    """A name from ``f.choices``. ``auto`` is a keyword of the language (``dp = auto``), yet an
+    ordinary value of a key that lists it (SGLang's ``deepep_mode = auto``, vLLM's
+    ``kv_cache_dtype = auto``): there it is that name."""
+    name = "auto" if isinstance(node, S.Auto) and "auto" in (f.choices or ()) else _ident(node)
     if name is None:
         fail("P016", f"`{key}` expects {SC.KIND_WORDS[f.kind]}, got {describe(node)}", node.span,
              help="choose one of: " + ", ".join(f.choices) if f.choices else None)

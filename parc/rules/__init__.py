@@ -103,6 +103,28 @@ class Check:
     def at(self, *paths: str) -> Span:
         return self.plan.span(*paths)
 
+    def fixed_by(self) -> tuple[str | None, str]:
+        """A known defect's way out (P7xx): the release its rules.toml entry says fixed it
+        (``until``), and the words a message ends with: ``SGLang 0.5.22 and later fix it``, or
+        ``no release parc knows (SGLang 0.5.22 to 0.5.23) fixes it``."""
+        doc, known = self.rule.doc(), T.versions(self.target)
+        tool = T.display(self.target)
+        if doc.get("until"):
+            return doc["until"], f"{tool} {doc['until']} and later fix it"
+        first = doc.get("since") or (known[0] if known else None)
+        span = f" ({tool} {first} to {known[-1]})" if first and known else ""
+        return None, f"no release parc knows{span} fixes it"
+
+    def reports(self) -> str:
+        """``llm-d#2433, sglang#38552``: the public issues of a known defect's rules.toml entry
+        (``issues``; pull requests left out), as messages cite them."""
+        refs = []
+        for url in self.rule.doc().get("issues", []):
+            parts = url.rstrip("/").split("/")
+            if len(parts) >= 2 and parts[-2] == "issues":
+                refs.append(f"{parts[-3]}#{parts[-1]}")
+        return ", ".join(refs)
+
 
 @lru_cache(maxsize=1)
 def rule_docs() -> dict[str, dict]:
@@ -230,6 +252,8 @@ DEPENDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "P114": (("cp",), ("seq",)),
     "P115": (("tp", "cp", "seq", "train"), ("seq",)),
     "P116": ((), ()),
+    "P127": (("pp",), ("stages",)),
+    "P128": (("tp",), ("tp",)),
     "P201": (("world", "dp"), ("microbatches",)),
     "P202": (("world", "pp", "microbatches"), ("schedule",)),
     "P203": (("world", "pp", "microbatches"), ("schedule",)),

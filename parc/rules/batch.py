@@ -11,7 +11,7 @@ from dataclasses import replace
 from parc.rules import TARGET_FAMILIES, WARNING, rule
 from parc.model import schedules
 from parc.rules.util import (at_given, batch_span, dims, divisors, dp_terms, given, global_batches_for, join,
-                             microbatch_terms, microbatches, nearest, plural, target_name, value_fixes)
+                             microbatch_terms, microbatches, nearest, plural, refusers, target_name, value_fixes)
 from parc.words import count
 
 BUBBLE_WARN = 0.25   # idle share of a step above which the bubble is worth a warning
@@ -150,11 +150,13 @@ def virtual_without_pp(plan, c):
     s, m = plan.schedule, plan.mesh
     if plan.mode != "train" or s.virtual_stages <= 1 or m.pp != 1:
         return
+    # torchtitan builds no pipeline with pp = 1 and runs the plan without one: a warning there
+    runs = refusers(plan, c, "P204") == []
     c.report(c.at("schedule.virtual_stages"),
              f"virtual_stages = {s.virtual_stages} interleaves model chunks over pipeline ranks, but pp = 1: "
-             f"there is no pipeline to interleave",
+             f"there is no pipeline to interleave" + ("; it has no effect" if runs else ""),
              help="set `pp` > 1 in the mesh, or remove `virtual_stages` (and the interleaved `pipeline`)",
-             related=[(c.at("mesh.pp"), "pp = 1")])
+             related=[(c.at("mesh.pp"), "pp = 1")], severity=WARNING if runs else None)
 
 
 # ------------------------------------------------------------------------------------ P205

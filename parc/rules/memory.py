@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from parc.rules import WARNING, rule
-from parc.model.dims import auto_degree
+from parc.model.dims import auto_degree, grid_fits
 from parc.rules.util import dims, divisors, gb, join
 from parc.words import count
 
@@ -65,8 +65,8 @@ _MESH_FACTS = ("heads_tp", "kv_tp", "width_tp", "expert_grid")
 def _mesh_ok(plan, m) -> bool:
     """Whether mesh ``m`` splits the model's widths, layers (over pp) and expert grid."""
     d = dims(plan, m)
-    if m.pp > 1 and plan.model.layers % m.pp:
-        return False
+    if m.pp > 1 and plan.model.layers % m.pp or not grid_fits(d.region, m.ep, m.etp):
+        return False       # the expert grid is carved from a stage's ranks even where no layer uses it
     return not any(f.code in _MESH_FACTS for f in d.violations(plan.model, plan.mode))
 
 

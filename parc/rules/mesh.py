@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from parc.rules import WARNING, rule
 from parc.rules.util import (axes_product, describe_tp_options, dims, divisors, given, join,
-                   nearest, plural, ratio, target_name, tp_options, value_fixes)
+                   nearest, plural, ratio, refusers, target_name, tp_options, value_fixes)
 from parc.model.dims import grid_fits, splits
 from parc.words import count
 
@@ -161,12 +161,23 @@ def layers_stages(plan, c):
     fact = _fact(plan, "layers_stages")
     if pl.layers_mode != "even" or not fact:
         return
-    v, stages = fact.values["virtual_stages"], dims(plan).stages
-    if plan.mode == "serve" and "vllm" in plan.targets and set(plan.targets) <= {"vllm", "json"} \
-            and not given(plan, "placement.layers"):
-        return  # vLLM splits layers unevenly by itself when the spec does not ask for `even`
-    from parc.model.params import balanced_split
+    from parc.model.params import balanced_split, engine_split
+    from parc.model.targets import layer_split
 
+    v, stages = fact.values["virtual_stages"], dims(plan).stages
+    why = ""
+    if not given(plan, "placement.layers"):
+        def splits_itself(t):
+            return engine_split(layer_split(t), md.layers, stages) is not None if layer_split(t) else None
+
+        # engines that split the layers themselves run the plan (placement.layers holds their split)
+        who = refusers(plan, c, "P104", splits_itself)
+        if who == []:
+            return
+        split_by = [t for t in c.active if splits_itself(t)]
+        if who and split_by:
+            why = (f": {join(sorted(target_name(t) for t in who), 'and')} refuse{'s' if len(who) == 1 else ''} "
+                   f"it, though {join(sorted(target_name(t) for t in split_by), 'and')} would split it")
     what = f"pp = {m.pp}" + (f" × virtual_stages = {v} = {count(stages, 'stage')}" if v > 1 else " stages")
     w, inner = plan.cluster.world, m.cp * m.tp
     ok = sorted({p for p in fact.alternatives if p != m.pp and w % (p * inner) == 0})
@@ -180,7 +191,8 @@ def layers_stages(plan, c):
         alts = [f"pp = {p} (dp = {w // (p * inner)})" for p in nearest(ok, m.pp, 3)]
         helps.append(f"or a pipeline size that divides {count(md.layers, 'layer')} on {count(w, 'GPU')}: {join(alts)}")
     c.report(c.at("placement.layers", "mesh.pp"),
-             f"{count(md.layers, 'layer')} cannot be split evenly over {what} ({ratio(md.layers, stages)} per stage)",
+             f"{count(md.layers, 'layer')} cannot be split evenly over {what} ({ratio(md.layers, stages)} per stage)"
+             + why,
              help="; ".join(helps) or None,
              related=[(c.at("model.layers"), f"layers = {md.layers}")])
 
@@ -224,6 +236,54 @@ def explicit_split(plan, c):
         c.report(span, f"stage{'s' if len(empty) > 1 else ''} {join(empty, 'and')} would hold no layers and no "
                        f"parameters: {'their' if len(empty) > 1 else 'its'} GPUs would only pass activations on",
                  help=f"give every middle stage at least one layer{fix_s}")
+
+
+# ------------------------------------------------------------------------------------ P127
+
+def _fewer_stages(plan) -> list[int]:
+    """Pipeline sizes that give every stage a layer and fill the cluster (dp takes the rest)."""
+    m, md, w = plan.mesh, plan.model, plan.cluster.world
+    inner = m.cp * m.tp
+    ok = [p for p in divisors(max(1, w // inner)) if p <= md.layers and w % (p * inner) == 0]
+    return nearest(ok, m.pp, 3)
+
+
+def _fewer_stages_help(plan) -> str:
+    m, md, w = plan.mesh, plan.model, plan.cluster.world
+    inner = m.cp * m.tp
+    alts = [f"pp = {p}" + (f" (dp = {w // (p * inner)})" if w // (p * inner) > 1 else "") for p in _fewer_stages(plan)]
+    return f"give every stage a layer: at most pp = {md.layers}" + (f", such as {join(alts)}" if alts else "")
+
+
+@rule("P127", "empty-pipeline-stage")
+def empty_stage(plan, c):
+    """A serving pipeline stage that holds no layers (the engine's own split of fewer layers than
+    stages, or a split that says 0) keeps no KV cache: vLLM then sizes every stage's cache at one
+    block (v1/core/kv_cache_planning.py get_kv_cache_configs gives a worker without KV cache groups
+    one block, and every worker takes the smallest count)."""
+    m, md, pl = plan.mesh, plan.model, plan.placement
+    split = pl.layers
+    if plan.mode != "serve" or m.pp <= 1 or not split or len(split) != m.pp:
+        return
+    empty = [i for i, n in enumerate(split) if n == 0]
+    if pl.layers_mode == "explicit":
+        empty = [i for i in empty if i in (0, len(split) - 1)]     # P105 names the middle ones
+    if not empty:
+        return
+    from parc.model.params import split_engine
+
+    engine = split_engine(plan, c.active) if pl.layers_mode == "even" else None
+    whose = f"{target_name(engine)} splits them {split}" if engine else f"the split is {split}"
+    vllm = (": vLLM gives a stage without attention layers one KV block and sizes every stage's cache by the "
+            "smallest, so the whole cache would hold one block (get_kv_cache_configs)") if "vllm" in c.active else ""
+    stages = join([str(i) for i in empty], "and")
+    c.report(c.at("placement.layers", "mesh.pp"),
+             f"pipeline stage{'s' if len(empty) > 1 else ''} {stages} of {m.pp} would hold none of the model's "
+             f"{count(md.layers, 'layer')} ({whose}) and keep no KV cache{vllm}",
+             help=_fewer_stages_help(plan),
+             related=[(c.at("model.layers"), f"layers = {md.layers}")],
+             fixes=value_fixes(plan, [{"mesh.pp": p, "mesh.dp": plan.cluster.world // (p * m.cp * m.tp)}
+                                      for p in _fewer_stages(plan)]))
 
 
 # ------------------------------------------------------------------------------------ P106
@@ -286,6 +346,37 @@ def vocab_tp_torch(plan, c):
              related=[(c.at("model.vocab"), f"vocab = {md.vocab}")])
 
 
+# ------------------------------------------------------------------------------------ P128
+
+# vLLM and SGLang pad the vocabulary to a multiple of this before splitting it over tp
+# (DEFAULT_VOCAB_PADDING_SIZE in vllm/model_executor/layers/vocab_parallel_embedding.py and
+# sglang/srt/layers/vocab_parallel_embedding.py)
+VOCAB_PADDING = 64
+
+
+@rule("P128", "padded-vocab-divisible-by-tp", targets=("vllm", "sglang"))
+def padded_vocab_tp(plan, c):
+    """vLLM and SGLang pad the vocabulary to a multiple of 64 and split the padded rows evenly over
+    tp: VocabParallelEmbedding's ``divide(num_embeddings_padded, tp_size)`` asserts it."""
+    m, md = plan.mesh, plan.model
+    if plan.mode != "serve" or m.tp <= 1 or _heads_fail(plan) or _kv_fail(plan):
+        return
+    padded = -(-md.vocab // VOCAB_PADDING) * VOCAB_PADDING
+    if padded % m.tp == 0:
+        return
+    fits = [(t, dp) for t, dp in tp_options(plan) if padded % t == 0 and t > 1]
+    ok = [t for t, _ in fits]
+    c.report(c.at("mesh.tp"),
+             f"{target_name(c.target)} pads the vocabulary to a multiple of {VOCAB_PADDING} (vocab = {md.vocab} → "
+             f"{padded} rows) and splits the padded rows evenly over tp, but {padded} is not divisible by "
+             f"tp = {m.tp}: its VocabParallelEmbedding fails with \"{padded} is not divisible by {m.tp}\"",
+             help=(f"tensor-parallel degrees that split the padded vocabulary and this model: tp = {join(ok)}" if ok else
+                   f"tp must divide the padded vocabulary {padded}"),
+             related=[(c.at("model.vocab"), f"vocab = {md.vocab}")],
+             fixes=value_fixes(plan, [{"mesh.tp": t, **({"mesh.dp": dp} if dp not in (None, m.dp) and m.auto != "dp"
+                                                        else {})} for t, dp in fits]))
+
+
 # ------------------------------------------------------------------------------------ P109
 
 @rule("P109", "experts-divisible-by-ep")
@@ -295,26 +386,34 @@ def experts_ep(plan, c):
         return
     if not md.is_moe:
         ax = "ep" if m.ep > 1 else "etp"
-        c.report(c.at(f"mesh.{ax}"), f"{ax} = {m.size(ax)} but model \"{md.name}\" has no experts",
-                 help=f"remove `{ax}` from the mesh, or give the model `experts` (and `top_k`)")
+        msg = f"{ax} = {m.size(ax)} but model \"{md.name}\" has no experts"
+        help_ = f"remove `{ax}` from the mesh, or give the model `experts` (and `top_k`)"
+        if refusers(plan, c, "P109", field="without_experts") == []:
+            # torchtitan leaves the expert degree unused on a dense model
+            c.report(c.at(f"mesh.{ax}"), msg + ": no layer uses it, so it has no effect", help=help_, severity=WARNING)
+            return
+        c.report(c.at(f"mesh.{ax}"), msg, help=help_)
         return
     fact = _fact(plan, "experts_ep")
+    if fact and fact.values["redundant"]:
+        return   # EPLB's copies spread with the experts: P125 (and SGLang's P628) judge experts + redundant
     if fact:
         region = dims(plan).region
         ok = fact.alternatives
-        helps = (f"expert-parallel degrees that divide {count(md.experts, 'expert')} and fit the dp·cp·tp = {region} "
-                 f"ranks of a stage: ep = {join(ok)}" if ok else f"ep must divide experts = {md.experts}")
+        slots, what = md.experts, count(md.experts, "expert")
+        helps = (f"expert-parallel degrees that divide {what} and fit the dp·cp·tp = {region} "
+                 f"ranks of a stage: ep = {join(ok)}" if ok else f"ep must divide {what}")
         related = [(c.at("model.experts"), f"experts = {md.experts}")]
         # vLLM spreads the remainder over the first ranks (determine_expert_map); Megatron-LM's
         # validate_args and the torch runtime (torchtitan's update_from_config) refuse it
         strict = c.active & {"megatron", "torch"}
         if plan.mode == "serve" and "vllm" in c.active and not strict:
-            k, extra = divmod(md.experts, m.ep)
+            k, rest = divmod(slots, m.ep)
             d = c.report(c.at("mesh.ep"),
-                         f"vLLM spreads the model's {count(md.experts, 'expert')} over ep = {count(m.ep, 'rank')} unevenly "
-                         f"(determine_expert_map): {plural(extra, 'rank holds', 'ranks hold')} {count(k + 1, 'expert')} and "
-                         f"{m.ep - extra} hold {k}, so the slowest rank holds {k + 1} of {count(md.experts, 'expert')}, "
-                         f"{(k + 1) * m.ep / md.experts:.2f}× an even share ({ratio(md.experts, m.ep)}), and every MoE "
+                         f"vLLM spreads the model's {what} over ep = {count(m.ep, 'rank')} unevenly "
+                         f"(determine_expert_map): {plural(rest, 'rank holds', 'ranks hold')} {count(k + 1, 'expert')} and "
+                         f"{m.ep - rest} hold {k}, so the slowest rank holds {k + 1} of {slots}, "
+                         f"{(k + 1) * m.ep / slots:.2f}× an even share ({ratio(slots, m.ep)}), and every MoE "
                          f"layer waits for it",
                          help=helps, related=related, severity=WARNING)
             d.target = "vllm"
@@ -322,7 +421,7 @@ def experts_ep(plan, c):
         who = (join(sorted(target_name(t) for t in strict), "and") + " refuse" + ("s" if len(strict) == 1 else "")
                if strict else "Megatron-LM (validate_args) and the torch runtime refuse")
         c.report(c.at("mesh.ep"),
-                 f"ep = {m.ep} does not divide the model's {count(md.experts, 'expert')} ({count(ratio(md.experts, m.ep), 'expert')} "
+                 f"ep = {m.ep} does not divide the model's {what} ({count(ratio(slots, m.ep), 'expert')} "
                  f"per GPU); every rank of an EP group must hold whole experts, and {who} it before the first step",
                  help=helps, related=related)
 
@@ -346,7 +445,7 @@ def hidden_heads(plan, c):
 
 # ------------------------------------------------------------------------------------ P110
 
-@rule("P110", "kv-heads-replicated", targets=("torch",))
+@rule("P110", "kv-heads-replicated", targets=("torch", "torchtitan"))
 def kv_replicated(plan, c):
     m, md = plan.mesh, plan.model
     t, kv = m.tp, md.kv_heads

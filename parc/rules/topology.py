@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from itertools import permutations
 
+from parc.model import targets as T
 from parc.rules import NOTE, WARNING, rule
-from parc.rules.util import divisors, fixed_order, group_ranks, join, nearest, order_words, plural, rank_map
+from parc.rules.util import (divisors, fixed_order, group_ranks, join, nearest, order_words, plural, rank_map,
+                             target_name)
+from parc.units import rate, seconds
 from parc.words import count
 
 AXES = ("pp", "dp", "cp", "tp")
@@ -101,6 +104,45 @@ def _tp_help(plan, rm, fixed=None) -> list[str]:
     return helps
 
 
+def tp_decode_seconds(plan, crossing: bool) -> tuple[float, float]:
+    """(seconds, bytes/s of the link) of the tensor-parallel all-reduces of one decode step of one
+    sequence on the busiest pipeline stage: across the nodes as the rank map places the TP group
+    (``crossing``), or with the whole group on the intra-node link."""
+    from parc.cost.comm import axis_time, link_params, serving_calls
+    from parc.cost.estimate import estimate
+    from parc.cost.serving import activation_bytes, decode_comm_bytes
+
+    est, m, tp = estimate(plan), plan.model, plan.mesh.tp
+    st = max(est.stages, key=lambda s_: s_.layers)
+    nbytes = decode_comm_bytes(m, st.layers, st.moe_layers, tp, 1, plan.mesh.pp, activation_bytes(m))["tp"]
+    lp = link_params(plan.profile, est.link_bandwidth, est.link_kind)
+    local = est.comm_local.get("tp", tp) if crossing else tp
+    link = lp.get("inter_node") if crossing else lp["intra_node"]
+    t, _ = axis_time("tp", nbytes, tp, serving_calls(st.layers, st.moe_layers)["tp"], local, lp["intra_node"],
+                     lp.get("inter_node") if crossing else None, plan.cluster.gpu.nvls and not crossing)
+    return float(t), (link or lp["intra_node"])[0]
+
+
+def _serving_tp_across(plan, c, rm, under: str) -> None:
+    """vLLM and SGLang run a TP group across nodes (SGLang's own DeepSeek-V3 launch is --tp 16
+    --nnodes 2): slow, not wrong; the warning states what it costs per decode step."""
+    cl = plan.cluster
+    across, bw_x = tp_decode_seconds(plan, True)
+    inside, bw_i = tp_decode_seconds(plan, False)
+    who = sorted({target_name(t) for t in c.active if T.tp_across_nodes(t)})
+    slower = f", {across / inside:.1f}× as long" if inside > 0 else ""
+    net = cl.inter_node.kind if cl.inter_node else "the inter-node network"
+    c.report(c.at("mesh.tp"),
+             f"{under}{_span_desc(rm, 'tp')}: {join(who, 'and')} run{'s' if len(who) == 1 else ''} it, but every "
+             f"decode step's tensor-parallel all-reduces cross {net}: {seconds(across)} per step of one sequence at "
+             f"{rate(bw_x)} per GPU, against {seconds(inside)} with the group on the intra-node link at "
+             f"{rate(bw_i)}{slower}",
+             help="; or ".join(_tp_help(plan, rm)) or f"keep each TP group inside one {_unit(rm)} of "
+                                                        f"{count(cl.domain, 'GPU')}",
+             severity=WARNING,
+             related=[(c.at("cluster.gpus_per_node", "cluster.nodes"), f"gpus_per_node = {cl.gpus_per_node}")])
+
+
 @rule("P301", "group-crosses-node")
 def group_crosses_node(plan, c):
     m, cl = plan.mesh, plan.cluster
@@ -116,6 +158,9 @@ def group_crosses_node(plan, c):
     # TP always (unless deliberately placed across nodes: P503); CP and EP where pinned to a node
     if m.tp > 1 and links.get("tp") != "inter_node" and rm.crosses_domain("tp"):
         pinned = links.get("tp") == "intra_node"
+        if plan.mode == "serve" and not pinned and any(T.tp_across_nodes(t) for t in c.active):
+            _serving_tp_across(plan, c, rm, under)
+            return
         c.report(c.at("placement.tp") if pinned else c.at("mesh.tp"),
                  f"{under}{_span_desc(rm, 'tp')}: tensor parallelism all-reduces activations twice per layer and "
                  f"microbatch, and here that traffic would cross {inter}"

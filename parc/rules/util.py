@@ -81,6 +81,37 @@ def ratio(a: int, b: int) -> str:
 
 # ---------------------------------------------------------------- the plan in the user's terms
 
+# An audit's ``fails`` that let the plan through: the target runs it, or never meets the question.
+RUNS = ("runs", "not applicable", "not checked")
+
+
+def refusers(plan, c, code: str, runs=None, field: str = "fails") -> list[str] | None:
+    """The active targets whose own checks refuse what rule ``code`` judges, by their audit in
+    rules.toml (``fails`` other than :data:`RUNS`; ``field`` names another key of the entry that
+    says it for one case of the rule, falling back to ``fails``), in message order;
+    ``runs(target)`` may answer for a target instead (None: ask the audit). A launcher whose audit is that of a fixed other
+    target (slurm's is torchrun's) is judged through the rule family it brings. None when no
+    active target has an audit entry for ``code`` (no target named: the rule keeps parc's own
+    stance)."""
+    from parc.model import targets as T
+    from parc.rules import audit, rule_docs
+
+    entries = rule_docs().get(code, {}).get("targets", {})
+    judged, out = False, []
+    for t in T.audit_order(c.active):
+        own = entries.get(t)
+        if own and own.get("same_as") not in (None, "engine"):
+            continue
+        e = audit(code, t, T.pinned(plan, t), plan)
+        if e is None:
+            continue
+        judged = True
+        ok = runs(t) if runs is not None else None
+        if not (e.get(field, e.get("fails")) in RUNS if ok is None else ok):
+            out.append(t)
+    return out if judged else None
+
+
 def dims(plan, mesh=None) -> ParallelDims:
     """The plan's :class:`ParallelDims` (with ``mesh`` in place of its own, when given)."""
     return ParallelDims.from_plan(plan, mesh)

@@ -161,8 +161,9 @@ def expert_params(stage: nn.Module) -> list[nn.Parameter]:
 
 def apply_fsdp(stages: list[nn.Module], meshes: Meshes, pipelined: bool,
                param_dtype: Optional[torch.dtype] = None) -> tuple[bool, bool]:
-    """ZeRO-3: FSDP2 over dp for dense weights (replicated over cp, whose gradients
-    :class:`GradSync` averages: HSDP), over the expert-data-parallel mesh for experts; blocks
+    """ZeRO-3: FSDP2 over the flattened dp·cp mesh for dense weights (the cp ranks of a model
+    copy hold the same weights, so they shard them too, as torchtitan's ``fsdp = dp_shard * cp``
+    and :func:`parc.cost.params.shard_groups` do), over the expert-data-parallel mesh for experts; blocks
     first, then each stage root. Under pipelining parameters stay unsharded between a
     microbatch's forward and backward (``reshard_after_forward=False``).
     Returns whether dense and expert weights are sharded."""
@@ -171,7 +172,7 @@ def apply_fsdp(stages: list[nn.Module], meshes: Meshes, pipelined: bool,
     # a bf16/fp16 plan on GPUs gathers weights in that precision and reduces gradients in fp32
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else None
     kw = {"mp_policy": mp} if mp is not None else {}
-    dense = meshes.size("dp") > 1
+    dense = meshes.dp_cp_size > 1
     experts = meshes.expert is not None
     reshard = not pipelined
     for stage in stages:
@@ -188,8 +189,8 @@ def apply_fsdp(stages: list[nn.Module], meshes: Meshes, pipelined: bool,
         layers = getattr(stage, "layers", None)
         if layers is not None:
             for layer in layers.values():
-                fully_shard(layer, mesh=meshes["dp"], reshard_after_forward=reshard, **kw)
-        fully_shard(stage, mesh=meshes["dp"], reshard_after_forward=reshard, **kw)
+                fully_shard(layer, mesh=meshes.dp_cp, reshard_after_forward=reshard, **kw)
+        fully_shard(stage, mesh=meshes.dp_cp, reshard_after_forward=reshard, **kw)
     return dense, experts
 
 
@@ -221,9 +222,8 @@ class GradSync:
                 (exp if id(p) in experts else dense).append(p)
         self.params = dense + exp
         self.buckets = []
-        if fsdp_dense:           # FSDP averaged over dp; average over cp here
-            if meshes.size("cp") > 1:
-                self.buckets.append((dense, meshes.group("cp"), meshes.size("cp"), "avg"))
+        if fsdp_dense:
+            pass                 # FSDP averages them over dp·cp
         elif meshes.dp_cp_size > 1:
             self.buckets.append((dense, meshes.group("dp_cp"), meshes.dp_cp_size, "avg"))
         elif self.zero in (1, 2):

@@ -12,6 +12,10 @@ makes of it:
   gives the sizes SGLang resolved (tp, pp, dp, attention dp, ep, dcp, nodes, disaggregation
   mode, EPLB settings) and the KV heads its ModelConfig gives each rank without and with decode
   context parallelism, or its message;
+* ``{"split": [layers, pp]}``: the layers of each pipeline rank as SGLang's own
+  ``get_pp_indices`` splits them;
+* ``{"swa_slice": {"pp_size": N}}``: whether the KV sender of a prefill server of N pipeline
+  stages slices a sliding-window model's state for a decode server of another tp (swa_slice);
 * ``{"router": [...]}``: the arguments of ``python -m sglang_router.launch_router``, through
   its own ``parse_router_args`` and ``RouterArgs._validate_router_args``, with the prefill and
   decode URLs it read in ``--pd-disaggregation`` mode.
@@ -23,6 +27,7 @@ has no torchvision wheel, so a module that answers every attribute stands in for
 import importlib.machinery
 import json
 import logging
+import os
 import sys
 import types
 
@@ -123,7 +128,40 @@ def router(argv):
             "decode_urls": list(a.decode_urls)}
 
 
+def split(layers, pp):
+    """The layers of each pipeline rank as SGLang's get_pp_indices gives them (no partition set)."""
+    from sglang.srt.distributed.utils import get_pp_indices
+
+    os.environ.pop("SGLANG_PP_LAYER_PARTITION", None)
+    return [end - start for start, end in (get_pp_indices(layers, r, pp) for r in range(pp))]
+
+
+def swa_slice(item):
+    """Whether SGLang's KV sender slices the sliding-window state of a prefill server with
+    ``pp_size`` pipeline stages for a decode server of another attention tp: its own
+    CommonKVManager._get_mha_head_slice_blocks (disaggregation/common/conn.py, 0.5.22 on) on a
+    sender that holds only the attributes it reads first. Past the pipeline check it reads the
+    layout and the pointers, which this stand-in does not give: any other error means it went on."""
+    from types import SimpleNamespace
+
+    from sglang.srt.disaggregation.common.conn import CommonKVManager
+
+    me = SimpleNamespace(pp_size=item["pp_size"], kv_args=SimpleNamespace(swa_kv_cache_layout="nhd"))
+    try:
+        CommonKVManager._get_mha_head_slice_blocks(me, [], [], [], [], None, None, 8, 0)
+    except RuntimeError as x:
+        if "pipeline parallelism" in str(x):
+            return {"ok": False, "error": str(x)}
+    except Exception:
+        pass
+    return {"ok": True}
+
+
 def judge(item):
+    if "split" in item:
+        return split(*item["split"])
+    if "swa_slice" in item:
+        return swa_slice(item["swa_slice"])
     return server(item["server"]) if "server" in item else router(item["router"])
 
 

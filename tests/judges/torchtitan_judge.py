@@ -7,7 +7,10 @@ torchtitan's own configuration accepts it, with the degrees torchtitan derives, 
 * ConfigManager().parse_args(argv): --module/--config load the config function, tyro applies the
   overrides, and Trainer.Config.__post_init__ runs torchtitan's config checks;
 * ParallelDims.from_config(config.parallelism, world): ParallelDims._validate;
-* with pp > 1, torchtitan's _get_pipeline_metadata on the config's model: the stages it makes;
+* the model config's update_from_config (what the model build checks against the parallelism:
+  tp divides the heads and the KV heads);
+* with pp > 1, torchtitan's _get_pipeline_metadata on the config's model: the stages it makes,
+  and _generate_llm_fqn_per_model_part: the layers of each;
 * the checks of Trainer.__init__ (torchtitan/trainer.py), which runs only with GPUs, are repeated
   here line for line: the sequence length evenness (seq_len divisible by tp with sequence
   parallel × 2·cp with cp > 1) and the batch sizes (global_batch_size % (local_batch_size ×
@@ -27,12 +30,14 @@ from torchtitan.distributed.parallel_dims import ParallelDims  # noqa: E402
 
 def _pipeline(dims, config):
     from torch.distributed.pipelining.schedules import get_schedule_class
-    from torchtitan.distributed.pipeline_parallel import _get_pipeline_metadata
+    from torchtitan.distributed.pipeline_parallel import _generate_llm_fqn_per_model_part, _get_pipeline_metadata
 
-    stages, layers, _, _ = _get_pipeline_metadata(dims, config.parallelism, config.model_spec.model)
+    stages, layers, first, last = _get_pipeline_metadata(dims, config.parallelism, config.model_spec.model)
     name = config.parallelism.pipeline_parallel_schedule
+    parts = config.parallelism.module_fqns_per_model_part or _generate_llm_fqn_per_model_part(stages, layers, first, last)
+    split = [sum(1 for fqn in part if fqn.startswith("layers.")) for part in parts]
     return {"schedule": name, "schedule_class": get_schedule_class(name).__name__, "stages": stages,
-            "layers": layers}
+            "layers": layers, "split": split}
 
 
 def judge(item):
@@ -67,6 +72,13 @@ def judge(item):
         return {"ok": False, "stage": "Trainer", "error": "global batch size must be multiple of local batch size "
                 f"times data-parallel degree ({global_batch} % ({t.local_batch_size} * {batch_degree}) != 0)"}
     out["grad_accumulation"] = global_batch // (t.local_batch_size * batch_degree)
+    # the model build's checks against the parallelism (Decoder.Config.update_from_config: tp
+    # divides the heads and the KV heads, weight tying without pp, MoE experts over ep)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            config.model_spec.model.update_from_config(config=config)
+    except Exception as x:
+        return {"ok": False, "stage": "model", "error": f"{type(x).__name__}: {x}"}
     if dims.pp > 1:
         out["pp_microbatches"] = t.local_batch_size // p.pipeline_parallel_microbatch_size
         try:

@@ -1,7 +1,8 @@
 """Runs inside the vLLM virtual environment (tests/judges/vllm_env.sh), never in parc's own.
 
-Reads JSON lists of `vllm serve` argument lists (without `vllm serve`; or {"argv", "env"}), one
-list a line, on stdin and prints, for
+Reads JSON lists of `vllm serve` argument lists (without `vllm serve`; or {"argv", "env"}; or
+{"split": [layers, pp]}, answered with vLLM's layers per pipeline rank; or {"nixl_handshake":
+{...}}, which nixl_handshake answers), one list a line, on stdin and prints, for
 each, whether vLLM's own parser (make_arg_parser, EngineArgs.from_cli_args) and its
 ParallelConfig checks accept it, with the parallel sizes vLLM derived or vLLM's message.
 
@@ -114,10 +115,45 @@ def judge(argv):
             "kv_transfer": getattr(e.kv_transfer_config, "kv_connector", None), **out}
 
 
+def split(layers, pp):
+    """The layers of each pipeline rank as vLLM's get_pp_indices gives them (no partition set)."""
+    from vllm.distributed.utils import get_pp_indices
+
+    os.environ.pop("VLLM_PP_LAYER_PARTITION", None)
+    return [end - start for start, end in (get_pp_indices(layers, r, pp) for r in range(pp))]
+
+
+def nixl_handshake(h):
+    """What NixlConnector's handshake asserts of a decode worker (local) reading from a prefill
+    engine (remote), computed by vLLM's own TransferTopology
+    (kv_connector/v1/nixl/base_worker.py _validate_remote_agent_handshake): for a model without
+    MLA or Mamba layers, `not (tp_ratio < 0 and is_kv_replicated(remote))`."""
+    from vllm.distributed.kv_transfer.kv_connector.utils import EngineTransferInfo, TransferTopology
+
+    topo = TransferTopology(tp_rank=0, tp_size=h["decode_tp"], block_size=16, engine_id="decode",
+                            is_mla=h["mla"], is_mamba=False, total_num_kv_heads=1 if h["mla"] else h["kv_heads"],
+                            attn_backends=[])
+    topo.register_remote_engine("prefill", EngineTransferInfo(remote_tp_size=h["prefill_tp"], remote_block_len=0,
+                                                              remote_block_size=16,
+                                                              remote_physical_blocks_per_logical=1))
+    try:
+        ratio = topo.tp_ratio(h["prefill_tp"])
+    except AssertionError as x:
+        return {"ok": False, "stage": "tp_ratio", "error": str(x)}
+    refused = not h["mla"] and ratio < 0 and topo.is_kv_replicated("prefill")
+    return {"ok": not refused, "stage": "handshake", "tp_ratio": ratio}
+
+
 def judge_item(item):
-    """An argument list, or {"argv": [...], "env": {...}}: environment variables for that command."""
+    """An argument list, or {"argv": [...], "env": {...}}: environment variables for that command;
+    or {"split": [layers, pp]}: vLLM's own layer split; or {"nixl_handshake": {...}}:
+    NixlConnector's handshake check for two tp sizes."""
     if isinstance(item, list):
         return judge(item)
+    if "split" in item:
+        return split(*item["split"])
+    if "nixl_handshake" in item:
+        return nixl_handshake(item["nixl_handshake"])
     saved = {k: os.environ.get(k) for k in item["env"]}
     os.environ.update(item["env"])
     try:

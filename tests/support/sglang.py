@@ -33,6 +33,12 @@ def model_folder(model, path: Path) -> str:
            "rms_norm_eps": 1e-5, "rope_theta": float(model["rope_theta"]), "tie_word_embeddings": False}
     if model["experts"]:
         cfg.update(num_local_experts=model["experts"], num_experts_per_tok=model["top_k"])
+    if model.get("rope_scaling", "none") != "none":   # as a Hugging Face config.json writes it
+        cfg["rope_scaling"] = {"rope_type": model["rope_scaling"], "factor": model["rope_factor"],
+                               **({"original_max_position_embeddings": model["rope_original_positions"]}
+                                  if model.get("rope_original_positions") else {}),
+                               **({"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+                                  if model["rope_scaling"] == "llama3" else {})}
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(cfg))
     return str(path)

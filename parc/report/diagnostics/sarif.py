@@ -19,7 +19,7 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/parc-dev/parc"
 _LEVEL = {ERROR: "error", WARNING: "warning", NOTE: "note"}
 _FAMILY = {"P0": "syntax-and-names", "P1": "mesh", "P2": "batch-and-schedule", "P3": "topology",
-           "P4": "memory", "P5": "advice", "P6": "target"}
+           "P4": "memory", "P5": "advice", "P6": "target", "P7": "known-defect"}
 
 
 def _uri(file: str) -> str:
@@ -84,7 +84,7 @@ def sarif_rules(severities: dict[str, str] | None = None) -> list[dict]:
         tags = [_FAMILY.get(code[:2], "parc")]
         if r and r.targets and r.targets != ("generic",):
             tags.extend(r.targets)
-        out.append({
+        entry = {
             "id": code,
             "name": d.get("name", code),
             "shortDescription": {"text": title},
@@ -93,7 +93,10 @@ def sarif_rules(severities: dict[str, str] | None = None) -> list[dict]:
             "defaultConfiguration": {"level": _LEVEL.get(sev, "warning")},
             "properties": {"tags": tags, "precision": "very-high",
                            "problem.severity": "recommendation" if sev == NOTE else _LEVEL.get(sev, "warning")},
-        })
+        }
+        if d.get("issues"):   # a known defect (P7xx): the public report of the bug
+            entry["helpUri"] = d["issues"][0]
+        out.append(entry)
     return out
 
 

@@ -130,15 +130,19 @@ def attn_dp_words(plan, n: int) -> list:
     return [flag(TARGET, "dp_size", version), n, flag(TARGET, "enable_dp_attention", version)]
 
 
-def server_lines(plan, node_rank, side: str | None = None) -> list[list]:
+def server_lines(plan, node_rank, side: str | None = None, slotted: bool = False) -> list[list]:
     """The options of ``sglang.launch_server`` after ``--model-path``; ``node_rank`` is the node's
     rank inside its server (an int or a shell variable); ``side`` the pool (prefill or decode)
-    of a disaggregated plan's instance, default the target block's ``disaggregation``."""
+    of a disaggregated plan's instance, default the target block's ``disaggregation``; with
+    ``slotted`` the instance shares its node, and its first GPU and ports come from the script's
+    slot (:func:`pool_slots`)."""
     s = settings(plan, TARGET)
     sv, m = plan.serve, plan.model
     lay = layout(plan)
-    out: list[list] = [["--host", "0.0.0.0"], ["--port", s.get("port", PORT)],
-                       ["--tp-size", lay.tp_size], ["--pp-size", lay.pp_size]]
+    out: list[list] = [["--host", "0.0.0.0"], ["--port", Var("port") if slotted else s.get("port", PORT)]]
+    if slotted:   # SGLang's own one-node disaggregation: the decode server with --base-gpu-id 1
+        out.append(["--base-gpu-id", Var("base_gpu_id")])
+    out += [["--tp-size", lay.tp_size], ["--pp-size", lay.pp_size]]
     a = out.append
     if lay.dp_size > 1:
         a(["--dp-size", lay.dp_size])
@@ -160,6 +164,8 @@ def server_lines(plan, node_rank, side: str | None = None) -> list[list]:
     if side:
         a(["--disaggregation-mode", side])
         a(["--disaggregation-transfer-backend", transfer_backend(plan)])
+        if slotted and side == "prefill":
+            a(["--disaggregation-bootstrap-port", Var("bootstrap_port")])
     if lay.nnodes > 1:
         a(["--nnodes", lay.nnodes])
         a(["--node-rank", node_rank])
@@ -234,19 +240,48 @@ def _router_script(plan, lay: Layout) -> str:
                           f"0, {lay.nnodes}, ...; {lay.servers} in all)."])
 
 
-def _script(plan, lay: Layout, side: str | None = None, script: str = "launch.sh") -> str:
+def _script(plan, lay: Layout, side: str | None = None, script: str = "launch.sh", slots: dict | None = None) -> str:
     from parc.targets.render import render
 
     node = Var("local_rank") if lay.servers > 1 else Var("node_rank")
-    return render("sglang/launch.sh.j2", header=_header(plan, lay, side, script), need_here=False,
-                  env=device_env(plan, TARGET) + nccl_env(plan), multi=lay.nodes > 1, nnodes=lay.nodes, per_server=lay.nnodes,
-                  servers=lay.servers, model=settings(plan, TARGET)["model"], lines=server_lines(plan, node, side))
+    header = _header(plan, lay, side, script) if not slots else _slot_header(plan, side, script, slots)
+    return render("sglang/launch.sh.j2", header=header, need_here=False,
+                  env=device_env(plan, TARGET) + nccl_env(plan), multi=lay.nodes > 1 and not slots, nnodes=lay.nodes,
+                  per_server=lay.nnodes, servers=lay.servers, model=settings(plan, TARGET)["model"],
+                  lines=server_lines(plan, node, side, slotted=bool(slots)), slots=slots)
+
+
+def pool_slots(plan, side: str) -> dict | None:
+    """Where the instances of pool ``side`` sit on nodes they share, with each other or with the
+    other pool (:func:`parc.model.pools.placements`): per slot the first GPU (``--base-gpu-id``),
+    the API port (the target's port plus that GPU, so the decode server beside a prefill server on
+    GPU 0 listens on 30001, as in SGLang's one-node disaggregation example) and the prefill
+    server's bootstrap port (8998 plus that GPU); None where every instance has its nodes to itself."""
+    from parc.model.pools import placements, shares_nodes
+
+    if not shares_nodes(plan, side):
+        return None
+    port = settings(plan, TARGET).get("port", PORT)
+    places = placements(plan, side)
+    return {"count": len(places), "gpu": [p.first for p in places], "port": [port + p.first for p in places],
+            "bootstrap": [BOOTSTRAP_PORT + p.first for p in places] if side == "prefill" else None}
+
+
+def _slot_header(plan, side: str, script: str, slots: dict) -> list[str]:
+    cl = plan.cluster
+    first, g = slots["gpu"][0], cl.gpus_per_node
+    usage = (f"Usage: {script} SLOT (0 to {slots['count'] - 1}, or PARC_SLOT): the place of this instance on its "
+             "node, each with its own GPUs and ports." if slots["count"] > 1 else
+             f"It takes GPU{'s' if g > 1 else ''} {first}{f' to {first + g - 1}' if g > 1 else ''} of its node.")
+    return [f"SGLang {side} server of a prefill/decode-disaggregated plan, compiled by parc from {spec_name(plan)}: "
+            "one instance on part of a node that other instances share; router.sh pairs it with the other pool's "
+            "servers.", usage, f"Mesh: {mesh_text(plan)}; {count(cl.gpus_per_node, 'GPU')}."]
 
 
 def pool_layouts(plan) -> list[tuple[str, object, Layout]]:
     """Each pool of a disaggregated plan: its name, the plan of one instance
     (:func:`parc.model.pools.pool_plan`) and SGLang's layout of the whole pool, the instance's
-    servers repeated ``instances`` times (P644 refuses instances that would share a node)."""
+    servers repeated ``instances`` times (instances on a shared node: :func:`pool_slots`)."""
     from parc.model.pools import pool_plans
 
     out = []
@@ -256,14 +291,31 @@ def pool_layouts(plan) -> list[tuple[str, object, Layout]]:
     return out
 
 
+def server_ports(plan, side: str, servers: int) -> tuple[list[int], list[int]]:
+    """(API ports, bootstrap ports) of the ``servers`` servers of pool ``side`` in order: where its
+    instances share nodes, each instance is one server with its slot's ports (:func:`pool_slots`);
+    else every server has the target's port and SGLang's bootstrap port."""
+    from parc.model.pools import instances, slot_of
+
+    s = settings(plan, TARGET)
+    slots = pool_slots(plan, side)
+    placed = [i for i in instances(plan) if i.pool == side]
+    if slots is None:
+        return [s.get("port", PORT)] * servers, [BOOTSTRAP_PORT] * servers
+    k = [slot_of(plan, i) for i in placed]
+    return [slots["port"][j] for j in k], [(slots["bootstrap"] or [BOOTSTRAP_PORT] * len(k))[j] for j in k]
+
+
 def _pd_router_script(plan, pools) -> str:
     from parc.targets.render import render
 
     s = settings(plan, TARGET)
     (_, _, pre), (_, _, dec) = pools
+    pre_ports, boot = server_ports(plan, "prefill", pre.servers)
+    dec_ports, _ = server_ports(plan, "decode", dec.servers)
     return render("sglang/router.sh.j2", need_here=False, servers=pre.servers + dec.servers,
                   port=s.get("port", PORT), router_port=s.get("router_port", ROUTER_PORT),
-                  prefill=pre.servers, bootstrap=BOOTSTRAP_PORT,
+                  prefill=pre.servers, ports=pre_ports + dec_ports, bootstraps=boot,
                   header=[f"sglang_router pairing the {count(pre.servers, 'prefill server')} and "
                           f"{count(dec.servers, 'decode server')} of {spec_name(plan)} (--pd-disaggregation).",
                           f"Usage: router.sh HOST... (the first node of each prefill server, prefill.sh node ranks "
@@ -274,7 +326,8 @@ def _pd_router_script(plan, pools) -> str:
 def build(plan) -> list[File]:
     if plan.pools:
         pools = pool_layouts(plan)
-        files = [File(f"{side}.sh", _script(pp, lay, side, f"{side}.sh"), True) for side, pp, lay in pools]
+        files = [File(f"{side}.sh", _script(pp, lay, side, f"{side}.sh", pool_slots(plan, side)), True)
+                 for side, pp, lay in pools]
         return files + [File("router.sh", _pd_router_script(plan, pools), True), File("plan.json", plan_json(plan))]
     lay = layout(plan)
     files = [File("launch.sh" if lay.nodes > 1 else "serve.sh", _script(plan, lay), True)]

@@ -119,17 +119,22 @@ def sglang_dp_attention_dp1(plan, c):
 
 @rule("P683", "sglang-context-length-beyond-positions", targets=(TARGET,), reads=("serve",))
 def sglang_context_length(plan, c):
+    from parc.model.rope import context_limit, context_words
+
     m, sv = plan.model, plan.serve
-    if plan.mode != "serve" or sv is None or not m.max_positions or sv.max_model_len <= m.max_positions:
+    limit = context_limit(m, TARGET)
+    if plan.mode != "serve" or sv is None or not limit or sv.max_model_len <= limit:
         return
     c.report(c.at("serve.max_model_len", "serve"),
-             f"SGLang refuses --context-length {sv.max_model_len} for model `{m.name}` of {m.max_positions:,} "
-             "positions when it reads the model's config (\"User-specified context_length ... is greater than "
-             "the derived context_length\") unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set",
-             help=f"set `max_model_len = {m.max_positions}` or less, or the model's `max_positions` where its "
-                  "config allows longer sequences (RoPE scaling)",
+             f"SGLang refuses --context-length {sv.max_model_len} for model `{m.name}` ({context_words(m, TARGET)}) "
+             "when it reads the model's config (\"User-specified context_length ... is greater than the derived "
+             "context_length\") unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set",
+             help=f"set `max_model_len = {limit}` or less, or describe the model's RoPE scaling (`rope_scaling`, "
+                  "`rope_factor`, `rope_original_positions`) or `max_positions` as its config.json states them",
              related=[(c.at("model.max_positions", "model"), f"the model has {m.max_positions:,} positions")])
 
 
 # the rules of the 2026 serving keys live beside these; importing registers them
 from parc.targets.sglang import serving_rules  # noqa: E402,F401
+
+from parc.targets.sglang import known_defects  # noqa: E402,F401  (P7xx: the known defects of each release)

@@ -62,14 +62,21 @@ def _servers(script: str, nodes: list[int], nnodes: int, multi: bool, what: str)
 def node_commands(plan) -> dict[int, list[tuple[str, str]]]:
     """Each node's commands in node.sh: its servers' scripts, and on node 0 router.sh with the
     first node of every server (prefill's, then decode's)."""
-    from parc.model.pools import instances
-    from parc.targets.sglang import layout, pool_layouts, router
+    from parc.model.pools import instances, slot_of
+    from parc.targets.sglang import layout, pool_layouts, pool_slots, router
 
     out: dict[int, list[tuple[str, str]]] = {}
     firsts: list[int] = []
     if plan.pools:
         placed = instances(plan)
         for side, _, lay in pool_layouts(plan):
+            slots = pool_slots(plan, side)
+            if slots:   # instances on part of a node: one server each, its script given its slot
+                for inst in (i for i in placed if i.pool == side):
+                    cmd = f'bash "$here/{side}.sh"' + (f" {slot_of(plan, inst)}" if slots["count"] > 1 else "")
+                    out.setdefault(inst.nodes[0], []).append((cmd, f"{side} server {inst.index}"))
+                    firsts.append(inst.nodes[0])
+                continue
             nodes = [n for i in placed if i.pool == side for n in i.nodes]
             for node, cmds in _servers(f"{side}.sh", nodes, lay.nnodes, lay.nodes > 1, side).items():
                 out.setdefault(node, []).extend(cmds)

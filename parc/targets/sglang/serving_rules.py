@@ -131,22 +131,6 @@ def sglang_transfer_conflict(plan, c):
              related=[(c.at("serve.kv_transfer", "serve"), f"kv_transfer = {kv}")])
 
 
-@rule("P644", "sglang-pool-instances-share-a-node", targets=(TARGET,), reads=("world",), whole=True)
-def sglang_pool_instances(plan, c):
-    if not plan.pools or plan.mode != "serve":
-        return
-    gpn = plan.cluster.gpus_per_node
-    for pool in plan.pools:
-        g = pool.mesh.product
-        if pool.instances > 1 and g < gpn:
-            c.report(c.at(f"{pool.name}.instances", pool.name),
-                     f"{pool.instances} {pool.name} instances of {count(g, 'GPU')} share nodes of {count(gpn, 'GPU')}: "
-                     "parc's sglang target starts one server per node (several launch_server processes on one "
-                     "node would need their GPUs and ports split by hand)",
-                     help=f"write one instance with dp = {pool.instances * pool.mesh.dp} in the `{pool.name}` block "
-                          "(one server whose DP controller balances the replicas), or instances of whole nodes")
-
-
 @rule("P645", "sglang-disaggregation-with-pools", targets=(TARGET,), reads=(), whole=True)
 def sglang_disaggregation_with_pools(plan, c):
     side = settings(plan, TARGET).get("disaggregation")

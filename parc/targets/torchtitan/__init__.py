@@ -75,6 +75,33 @@ def even_stage_layers(plan) -> int | None:
     return plan.model.layers // stages if plan.model.layers % stages == 0 else None
 
 
+def split_overrides(plan) -> list[list] | None:
+    """The options that make torchtitan run the plan's layer split, or None where its command line
+    cannot say it (an uneven split of the spec's own, P636):
+
+    * an even split: ``pipeline_parallel_layers_per_stage`` with neither end stage shortened, so
+      torchtitan makes exactly pp × virtual_stages stages of that many layers;
+    * an uneven count left to torchtitan (``placement.layers`` then holds torchtitan's own split,
+      :func:`parc.model.params.engine_split`): nothing where torchtitan's default number of stages
+      is the plan's (one per rank for a single-stage schedule, two for a multi-stage one:
+      ``_get_pipeline_metadata``), else the ``layers_per_stage`` whose ceil((layers + 2) /
+      layers_per_stage) stages are the plan's."""
+    me, v = plan.mesh, plan.schedule.virtual_stages
+    par = "--parallelism."
+    per_stage = even_stage_layers(plan)
+    if per_stage:
+        return [[par + "pipeline_parallel_first_stage_less_layers", 0],
+                [par + "pipeline_parallel_last_stage_less_layers", 0],
+                [par + "pipeline_parallel_layers_per_stage", per_stage]]
+    if plan.placement.layers_mode != "even":
+        return None
+    if v <= 2:
+        return []
+    stages, effective = me.pp * v, plan.model.layers + 2
+    lps = -(-effective // stages)
+    return [[par + "pipeline_parallel_layers_per_stage", lps]] if -(-effective // lps) == stages else None
+
+
 def overrides(plan) -> list[list]:
     """torchtitan's command line after ``-m torchtitan.train``, one option a line."""
     me, sc, tr = plan.mesh, plan.schedule, plan.train
@@ -95,11 +122,7 @@ def overrides(plan) -> list[list]:
     if me.pp > 1:
         out += [[par + "pipeline_parallel_schedule", schedule_name(plan)],
                 [par + "pipeline_parallel_microbatch_size", sc.micro_batch]]
-        per_stage = even_stage_layers(plan)
-        if per_stage:
-            out += [[par + "pipeline_parallel_first_stage_less_layers", 0],
-                    [par + "pipeline_parallel_last_stage_less_layers", 0],
-                    [par + "pipeline_parallel_layers_per_stage", per_stage]]
+        out += split_overrides(plan) or []
         # torchtitan's Trainer.Config refuses CUDA graphs with a pipeline
         out.append(["--training.disable_cuda_graphs"])
         local = sc.micro_batch * (sc.microbatches or 1)

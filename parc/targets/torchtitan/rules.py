@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from parc.rules import WARNING, rule
 from parc.targets.base import settings, target_span
-from parc.targets.torchtitan import TARGET, degrees, even_stage_layers, module_config, preset_config
+from parc.targets.torchtitan import TARGET, degrees, module_config, preset_config, split_overrides
 
 
 @rule("P630", "torchtitan-trains-only", targets=(TARGET,))
@@ -107,8 +107,17 @@ def precision(plan, c):
 
 @rule("P636", "torchtitan-layer-split", severity=WARNING, targets=(TARGET,))
 def layer_split(plan, c):
-    """torchtitan's command line takes an even split (layers per stage); an uneven one is its own."""
-    if plan.mode != "train" or plan.mesh.pp <= 1 or even_stage_layers(plan):
+    """torchtitan's command line takes an even split (layers per stage) or leaves an uneven count to
+    torchtitan's own split; an uneven split of the spec's own cannot be said."""
+    if plan.mode != "train" or plan.mesh.pp <= 1 or split_overrides(plan) is not None:
+        return
+    if plan.placement.layers_mode == "even":
+        stages = plan.mesh.pp * plan.schedule.virtual_stages
+        c.report(c.at("schedule.virtual_stages", "mesh.pp"),
+                 f"torchtitan cannot be told to cut {plan.model.layers} layers into {stages} stages: no "
+                 f"pipeline_parallel_layers_per_stage gives ceil(({plan.model.layers} + 2) / layers_per_stage) = {stages} "
+                 f"(_get_pipeline_metadata), and without one it makes two stages per rank",
+                 help="use virtual_stages = 2, or layers that divide evenly into pp × virtual_stages stages")
         return
     c.report(c.at("placement.layers", "mesh.pp"),
              f"torchtitan splits the {plan.model.layers} layers over its pipeline stages by its own rule (the first and "

@@ -61,7 +61,11 @@ def launch_mode(plan) -> str:
 
 
 def uneven_partition(plan) -> list[int] | None:
+    """The spec's uneven split for VLLM_PP_LAYER_PARTITION; None for an even one, or where the spec
+    leaves the split to vLLM (``placement.layers`` then holds vLLM's own, which it makes unasked)."""
     layers = plan.placement.layers
+    if plan.placement.layers_mode == "even":
+        return None
     if plan.mesh.pp > 1 and layers and len(layers) == plan.mesh.pp and len(set(layers)) > 1:
         return list(layers)
     return None
@@ -194,19 +198,35 @@ def _header(plan, pool) -> list[str]:
 
 
 def pool_slots(plan, pool) -> int:
-    """How many instances of ``pool`` share one node (1 for an instance of a node or more)."""
-    return max(1, plan.cluster.gpus_per_node // pool.mesh.product)
+    """How many places on a node the instances of ``pool`` take (:func:`parc.model.pools.placements`):
+    the slots its script chooses between (1 for an instance of a node or more)."""
+    from parc.model.pools import placements
+
+    return len(placements(plan, pool.name))
+
+
+def instance_port(plan, inst) -> int:
+    """The API port of instance ``inst`` (:class:`parc.model.pools.Instance`): its pool's port plus
+    its slot, so that the instances sharing a node listen apart."""
+    from parc.model.pools import slot_of
+
+    return POOL_PORTS[inst.pool] + slot_of(plan, inst)
 
 
 def _pool_ctx(plan, pool) -> dict | None:
-    """What a pool's script sets before `vllm serve`: the slot of the node its instance takes (its
-    GPUs), its API port and, with NixlConnector, its side-channel port (one per instance on a node)."""
+    """What a pool's script sets before `vllm serve`: the slot its instance takes on its node
+    (:func:`parc.model.pools.placements`): its GPUs where it leaves some of the node to other
+    instances, of either pool, its API port (the pool's port plus the slot) and, with
+    NixlConnector, its side-channel port (NIXL's port plus its first GPU: unique on the node
+    whatever pool shares it)."""
+    from parc.model.pools import placements, shares_nodes
+
     if pool is None:
         return None
-    g, slots = pool.mesh.product, pool_slots(plan, pool)
-    return {"name": pool.name, "slots": slots, "port": POOL_PORTS[pool.name],
-            "gpus": [",".join(str(k * g + i) for i in range(g)) for k in range(slots)] if slots > 1 else None,
-            "nixl": NIXL_PORT if plan.serve.kv_transfer == "nixl" else None}
+    places = placements(plan, pool.name)
+    return {"name": pool.name, "slots": len(places), "port": POOL_PORTS[pool.name],
+            "gpus": [p.devices for p in places] if shares_nodes(plan, pool.name) else None,
+            "nixl": [NIXL_PORT + p.first for p in places] if plan.serve.kv_transfer == "nixl" else None}
 
 
 def _script(plan, pool=None, whole=None) -> str:
@@ -236,7 +256,10 @@ def _proxy(plan) -> str:
     """proxy.sh: the proxy in front of the pools, vLLM's toy proxy of its NixlConnector guide."""
     from parc.targets.render import render
 
-    ports = {p.name: [POOL_PORTS[p.name] + i % pool_slots(plan, p) for i in range(p.instances)] for p in plan.pools}
+    from parc.model.pools import instances
+
+    placed = instances(plan)
+    ports = {p.name: [instance_port(plan, i) for i in placed if i.pool == p.name] for p in plan.pools}
     return render("vllm/proxy.sh.j2", spec=spec_name(plan), ports=ports, port=PROXY_PORT,
                   counts={p.name: p.instances for p in plan.pools})
 

@@ -157,16 +157,20 @@ def multi_node(plan, c):
 
 @rule("P658", "vllm-max-model-len-beyond-positions", targets=(TARGET,))
 def max_model_len_beyond_positions(plan, c):
-    """vLLM refuses a max_model_len above the model config's max_position_embeddings
-    (ModelConfig's derived max_model_len) unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
+    """vLLM refuses a max_model_len above the context it derives from the model's config
+    (max_position_embeddings, times the RoPE factor where vLLM applies it:
+    :func:`parc.model.rope.context_limit`) unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
+    from parc.model.rope import context_limit, context_words
+
     m, sv = plan.model, plan.serve
-    if plan.mode != "serve" or sv is None or not m.max_positions or sv.max_model_len <= m.max_positions:
+    limit = context_limit(m, TARGET)
+    if plan.mode != "serve" or sv is None or not limit or sv.max_model_len <= limit:
         return
     c.report(c.at("serve.max_model_len", "serve"),
-             f"max_model_len = {sv.max_model_len:,} tokens is more than model `{m.name}` supports "
-             f"({m.max_positions:,} positions): vLLM refuses it when it reads the model's config",
-             help=f"set `max_model_len = {m.max_positions}` or less, or set the model's `max_positions` if "
-                  "its config really allows longer sequences (RoPE scaling)",
+             f"max_model_len = {sv.max_model_len:,} tokens is more than model `{m.name}` supports in vLLM "
+             f"({context_words(m, TARGET)}): vLLM refuses it when it reads the model's config",
+             help=f"set `max_model_len = {limit}` or less, or describe the model's RoPE scaling (`rope_scaling`, "
+                  "`rope_factor`, `rope_original_positions`) or `max_positions` as its config.json states them",
              related=[(c.at("model.max_positions", "model"), f"the model has {m.max_positions:,} positions")])
 
 
@@ -187,16 +191,21 @@ def vllm_dcp_pcp(plan, c):
 
 @rule("P667", "vllm-dcp-kv-heads", targets=(TARGET,), reads=("tp",))
 def vllm_dcp_heads(plan, c):
-    """vLLM's ModelConfig.verify_with_parallel_config, for grouped-query and multi-query attention."""
+    """vLLM's ModelConfig.verify_with_parallel_config, for grouped-query and multi-query attention.
+    It judges dcp against ``--tensor-parallel-size`` alone, also beside prefill context parallel,
+    where ParallelConfig lets dcp span the whole tp · cp block (P666): dcp = tp · cp on such a
+    model is refused here (it exceeds tp // kv_heads)."""
     m, md = plan.mesh, plan.model
-    if plan.mode != "serve" or m.dcp <= 1 or md.is_mla or not md.kv_heads or m.tp % m.dcp:
-        return
+    if plan.mode != "serve" or m.dcp <= 1 or md.is_mla or not md.kv_heads or (m.cp <= 1 and m.tp % m.dcp):
+        return   # without prefill context parallel a dcp that does not divide tp is P121's
     kv, most = md.kv_heads, m.tp // md.kv_heads
     if m.tp <= kv:
         why = f"tp = {m.tp} is not greater than the model's {kv} KV heads"
         fix = f"raise tp above {kv}, or remove `dcp`"
     elif m.dcp > most:
-        why = f"dcp = {m.dcp} exceeds tp // kv_heads = {m.tp} // {kv} = {most}"
+        why = f"dcp = {m.dcp} exceeds tp // kv_heads = {m.tp} // {kv} = {most}" + (
+            f" (vLLM judges it against tp alone, even where dcp spans the tp · cp = {m.tp * m.cp} block of prefill "
+            f"context parallel)" if m.cp > 1 and m.dcp > m.tp else "")
         fix = f"use dcp = {most} or less"
     elif (md.heads // kv) % m.dcp:
         why = f"the {md.heads // kv} query heads per KV head do not divide by dcp = {m.dcp}"
@@ -338,3 +347,6 @@ def vllm_nixl_tp(plan, c):
              f"to tp_ratio prefill ranks: \"Local tensor parallel size … is not divisible by remote tensor "
              f"parallel size …\")", help=f"give the pools tensor-parallel sizes of which one divides the other",
              related=[(c.at("prefill.tp", "prefill"), f"prefill tp = {p.mesh.tp}")])
+
+
+from parc.targets.vllm import known_defects  # noqa: E402,F401  (P7xx: the known defects of each release)

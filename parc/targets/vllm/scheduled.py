@@ -93,7 +93,7 @@ def node_commands(plan, names: set[str]) -> dict[int, list[tuple[str, str]]]:
     """For each node index, node.sh's commands there: every instance's pool script (``names``:
     the vllm target's file names) with its node rank or slot, and on node 0 the proxy with the
     first node of every instance."""
-    from parc.model.pools import instances
+    from parc.model.pools import instances, slot_of
     from parc.targets.vllm import pool_slots
 
     pools = {p.name: p for p in plan.pools}
@@ -107,7 +107,7 @@ def node_commands(plan, names: set[str]) -> dict[int, list[tuple[str, str]]]:
             else:
                 cmd = f'bash "$here/{inst.pool}-serve.sh"'
                 if pool_slots(plan, pools[inst.pool]) > 1:
-                    cmd += f" {inst.first // inst.gpus_per_node}"
+                    cmd += f" {slot_of(plan, inst)}"
             out.setdefault(node, []).append((cmd, f"{inst.pool} instance {inst.index}"
                                              + (f", its node {rank}" if len(inst.nodes) > 1 else "")))
     first = {p: [i.nodes[0] for i in placed if i.pool == p] for p in pools}

@@ -1,0 +1,204 @@
+"""P7xx known defects of a release: each rule fires on the releases its rules.toml entry names
+(`since`, `until`) and keeps quiet on the release that fixed it, on the fixture pairs of
+tests/data/known_defects/; and the family behaves as the others do in `parc rules`, SARIF and
+lint's suppressions."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from parc.api import check_file
+from parc.cli.main import main
+from parc.model import targets as T
+from parc.rules import rule_docs
+from parc.targets import load_rules
+from support.serving_specs import pd
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "data" / "known_defects"
+# fixture -> the P7 code it trips (None: quiet). Each rule has one that fires on an affected
+# release and its neighbour that keeps quiet: on the release that fixed it where one exists,
+# else on the plan that avoids the bug on the same release.
+PAIRS = {
+    "P701-fires-0.33": "P701", "P701-quiet-0.33": None,
+    "P702-fires-0.5.21": "P702", "P702-quiet-0.5.22": None,
+    "P703-fires-0.5.23": "P703", "P703-quiet-pp1-0.5.23": None,
+}
+OSS = "from = gpt_oss_120b"          # sliding-window layers (attention_window 128), 8 KV heads
+QWEN = "from = qwen3_30b_a3b"         # 4 KV heads, no MLA
+
+
+def _p7(result) -> list[str]:
+    return [d.code for d in result.diagnostics if d.code.startswith("P7")]
+
+
+def _sglang_pd(prefill: str, decode: str, version: str, extra: str = "", model: str = OSS) -> str:
+    text = pd(prefill, decode, model=model, nodes=2).replace('target vllm {\n  model = "m"\n}',
+                                                            'target sglang {\n  model = "m"\n' + extra + "}")
+    return text.replace("target sglang {\n", f"target sglang {{\n  version = \"{version}\"\n")
+
+
+def _vllm_pd(prefill: str, decode: str, version: str, model: str = QWEN) -> str:
+    return pd(prefill, decode, model=model, nodes=2).replace("target vllm {\n", f"target vllm {{\n  version = \"{version}\"\n")
+
+
+# ------------------------------------------------------------------------------ the fixtures
+
+def test_every_known_defect_has_a_fixture_pair():
+    codes = sorted(c for c in load_rules() if c.startswith("P7"))
+    assert codes == sorted({c for c in PAIRS.values() if c})
+    assert sorted(p.stem for p in FIXTURES.glob("*.par")) == sorted(PAIRS)
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_fixture(name):
+    r = check_file(FIXTURES / f"{name}.par")
+    assert not [d for d in r.errors if not d.code.startswith("P7")], [f"{d.code} {d.message}" for d in r.errors]
+    want = PAIRS[name]
+    assert _p7(r) == ([want] if want else []), [f"{d.code} {d.message}" for d in r.diagnostics]
+
+
+# ------------------------------------------------------------------------------ P701
+
+@pytest.mark.parametrize("version", T.versions("vllm"))
+def test_p701_holds_for_every_vllm_release(check_spec, version):
+    """Every release parc knows asserts in the handshake (0.26.0 to 0.33.0 wheels)."""
+    d = next(d for d in check_spec(_vllm_pd("tp = 8", "tp = 4; instances = 2", version)).diagnostics
+             if d.code == "P701")
+    assert d.target == "vllm" and d.severity == "error"
+    assert f"vLLM {version} cannot pull the KV cache of a prefill instance whose tp = 8 exceeds the 4 KV heads" \
+        in d.message
+    assert "(vllm#43523); no release parc knows (vLLM 0.26 to 0.33) fixes it" in d.message
+    assert d.help.startswith("give the decode pool tp = 8 or more")
+
+
+@pytest.mark.parametrize("prefill,decode,model,kv", [
+    ("tp = 4; instances = 2", "tp = 2; instances = 4", QWEN, "nixl"),     # prefill tp = the 4 KV heads
+    ("tp = 4; instances = 2", "tp = 8", QWEN, "nixl"),                    # decode tp above prefill tp
+    ("tp = 8; ep = 8", "tp = 4; ep = 4; instances = 2", "from = deepseek_v2_lite", "nixl"),   # MLA
+    ("tp = 8", "tp = 4; instances = 2", QWEN, "mooncake"),                # not NixlConnector
+])
+def test_p701_quiet(check_spec, prefill, decode, model, kv):
+    text = pd(prefill, decode, kv=kv, model=model, nodes=2)
+    assert "P701" not in _p7(check_spec(text))
+
+
+def test_p701_leaves_tp_sizes_that_do_not_divide_to_p673(check_spec):
+    r = check_spec(_vllm_pd("tp = 8", "tp = 3", "0.33", model="from = qwen3_30b_a3b; heads = 48; kv_heads = 4"))
+    assert "P701" not in _p7(r)
+
+
+# ------------------------------------------------------------------------------ P702, P703
+
+@pytest.mark.parametrize("version,code", [("0.5.21", "P702"), ("0.5.22", None), ("0.5.23", None)])
+def test_p702_holds_until_0_5_22(check_spec, version, code):
+    r = check_spec(_sglang_pd("tp = 4; dp = 2", "tp = 8", version))
+    assert _p7(r) == ([code] if code else []), [f"{d.code} {d.message}" for d in r.diagnostics]
+
+
+def test_p702_message_names_the_fix(check_spec):
+    d = next(d for d in check_spec(_sglang_pd("tp = 4; dp = 2", "tp = 8", "0.5.21")).diagnostics if d.code == "P702")
+    assert d.message.startswith("SGLang 0.5.21 cannot move the sliding-window KV cache of `m` between pools of "
+                                "different tensor parallelism (prefill tp = 4, decode tp = 8)")
+    assert "(llm-d#2433, sglang#38552); SGLang 0.5.22 and later fix it" in d.message
+    assert d.help.startswith('pin `version = "0.5.22"` in `target sglang`')
+    # the help's first way out is itself quiet
+    assert not _p7(check_spec(_sglang_pd("tp = 4; dp = 2", "tp = 8", "0.5.22")))
+
+
+@pytest.mark.parametrize("prefill,decode,extra,model,kv", [
+    ("tp = 8", "tp = 8", "", OSS, "nixl"),                                      # the same tp
+    ("tp = 4; dp = 2", "tp = 8", '  extra_args = ["--disable-hybrid-swa-memory"]\n', OSS, "nixl"),
+    ("tp = 4; dp = 2", "tp = 8", "", "from = qwen3_30b_a3b", "nixl"),          # no sliding window
+    ("tp = 4; dp = 2", "tp = 8", '  transfer_backend = mori\n', OSS, None),     # a sender without SWA state
+])
+def test_p702_quiet(check_spec, prefill, decode, extra, model, kv):
+    text = _sglang_pd(prefill, decode, "0.5.21", extra, model)
+    if kv is None:
+        text = text.replace("  kv_transfer = nixl\n", "")
+    assert not _p7(check_spec(text)), [f"{d.code} {d.message}" for d in check_spec(text).diagnostics]
+
+
+@pytest.mark.parametrize("version,code", [("0.5.21", "P702"), ("0.5.22", "P703"), ("0.5.23", "P703")])
+def test_p703_holds_from_0_5_22(check_spec, version, code):
+    """0.5.21 refuses every tp mismatch (P702); from 0.5.22 only a pipelined prefill's."""
+    r = check_spec(_sglang_pd("tp = 4; pp = 2", "tp = 8", version))
+    assert _p7(r) == [code], [f"{d.code} {d.message}" for d in r.diagnostics]
+    d = next(d for d in r.diagnostics if d.code == code)
+    if code == "P703":
+        assert "pipeline parallelism (pp = 2)" in d.message and "(sglang#38552)" in d.message
+        assert "no release parc knows (SGLang 0.5.22 to 0.5.23) fixes it" in d.message
+        assert d.help.startswith("give both pools the same tp")
+
+
+def test_p7_rules_run_for_lws_with_their_engine(check_spec):
+    """lws brings the rules of the engine it launches, P7 included, at that engine's release."""
+    text = _sglang_pd("tp = 4; dp = 2", "tp = 8", "0.5.21") + 'target lws { engine = sglang }\n'
+    assert "P702" in _p7(check_spec(text))
+
+
+# ------------------------------------------------------------------------------ the family
+
+def test_every_p7_entry_names_its_releases_and_public_reports():
+    docs = rule_docs()
+    for code, r in load_rules().items():
+        if not code.startswith("P7"):
+            continue
+        d = docs[code]
+        (target,) = r.targets
+        assert d.get("since") in T.versions(target), code
+        assert d.get("until") is None or d["until"] in T.versions(target), code
+        assert d["issues"] and all(u.startswith("https://github.com/") for u in d["issues"]), code
+        assert r.severity == "error" and r.family == "P7"
+
+
+def test_parc_rules_lists_the_family_and_shows_the_issue(capsys):
+    assert main(["rules", "P7"]) == 0
+    out = capsys.readouterr().out
+    assert "P702  sglang-swa-hybrid-heterogeneous-tp" in out and "P7 known defects" in out
+    assert "(SGLang 0.5.21)" in out and "(vLLM 0.26 and later)" in out
+    assert main(["rules", "P702"]) == 0
+    page = capsys.readouterr().out
+    assert "family P7 (known defects)" in page and "releases: SGLang 0.5.21" in page
+    assert "fixed in: SGLang 0.5.22 and later" in page
+    assert "public report: https://github.com/llm-d/llm-d/issues/2433" in page
+    assert main(["rules", "P7", "--format", "json"]) == 0
+    entries = {e["code"]: e for e in json.loads(capsys.readouterr().out)}
+    assert entries["P701"]["issues"][0] == "https://github.com/vllm-project/vllm/issues/43523"
+    assert entries["P702"]["family_name"] == "known defects" and entries["P702"]["until"] == "0.5.22"
+
+
+def test_parc_rules_for_a_release_keeps_only_its_defects(capsys):
+    assert main(["rules", "P7", "--target", "sglang", "--version", "0.5.21"]) == 0
+    old = capsys.readouterr().out
+    assert main(["rules", "P7", "--target", "sglang", "--version", "0.5.23"]) == 0
+    new = capsys.readouterr().out
+    assert "P702" in old and "P703" not in old
+    assert "P703" in new and "P702" not in new
+
+
+def test_sarif_tags_the_family_and_links_the_issue():
+    from parc.report.diagnostics.sarif import sarif_rules
+
+    rules = {r["id"]: r for r in sarif_rules()}
+    assert rules["P702"]["properties"]["tags"] == ["known-defect", "sglang"]
+    assert rules["P702"]["helpUri"] == "https://github.com/llm-d/llm-d/issues/2433"
+    assert "helpUri" not in rules["P673"]
+
+
+def test_lint_suppresses_and_selects_the_family(tmp_path, capsys):
+    src = (FIXTURES / "P702-fires-0.5.21.par").read_text()
+    bad = tmp_path / "s.par"
+    for line, quiet in ((src, False), (src.replace("decode { tp = 8 }", "decode { tp = 8 }  # parc: ignore[P7]"), True),
+                        (src.replace("decode { tp = 8 }", "decode { tp = 8 }  # parc: ignore[P702]"), True)):
+        bad.write_text(line)
+        rc = main(["lint", "--format", "json", str(bad)])
+        got = [d["code"] for d in json.loads(capsys.readouterr().out)["diagnostics"]]
+        assert (rc, got) == ((0, []) if quiet else (1, ["P702"])), (line[-200:], got)
+    bad.write_text(src)
+    assert main(["lint", "--format", "json", "--ignore", "P7", str(bad)]) == 0
+    capsys.readouterr()
+    assert main(["lint", "--format", "json", "--select", "P7", str(bad)]) == 1
+    assert [d["code"] for d in json.loads(capsys.readouterr().out)["diagnostics"]] == ["P702"]
