@@ -174,3 +174,33 @@ def test_p600_kubernetes_refuses_pools_and_names_lws(check_spec):
     one = SPEC[:SPEC.index("  prefill {")] + "}\n" + SPEC[SPEC.index('target vllm'):] + KUBERNETES
     assert_quiet(check_spec, one, "P600", ("kubernetes",))
 
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_lws_proxy_reaches_each_pod_on_its_own_port(check_spec, engine):
+    """Instances sharing a node take a port each in the node scripts (8100, 8101); in a
+    LeaderWorkerSet every instance is a pod of its own, on its pool's port: the proxy (router) in
+    front must ask each pod on the port the pod listens on."""
+    import re
+
+    text = SPEC + f"target lws {{ engine = {engine} }}\n"
+    if engine == "sglang":
+        text = text.replace("kv_transfer   = nixl", "kv_transfer   = mooncake") + \
+            'target sglang { model = "meta-llama/Llama-3.1-8B" }\n'
+    r = check_spec(text, ("lws",))
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    docs = list(yaml.safe_load_all(files(r, "lws")["lws.yaml"]))
+    listen = {}
+    for d in docs:
+        if d["kind"] == "LeaderWorkerSet":
+            c = d["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+            env = {e["name"]: e["value"] for e in c["env"]}
+            port = c["command"][c["command"].index("--port") + 1].replace("$(PARC_PORT)", env.get("PARC_PORT", ""))
+            listen[d["metadata"]["name"].rsplit("-", 1)[1]] = [port] * d["spec"]["replicas"]
+    if engine == "vllm":
+        proxy = docs[0]["data"]["proxy.sh"]
+        asked = {p: re.search(rf"{flag} ([0-9 ]+)", proxy).group(1).split()
+                 for p, flag in (("prefill", "--prefiller-ports"), ("decode", "--decoder-ports"))}
+    else:
+        ports = re.search(r"^ports=\(([0-9 ]+)\)", docs[0]["data"]["router.sh"], re.M).group(1).split()
+        asked = {"prefill": ports[:len(listen["prefill"])], "decode": ports[len(listen["prefill"]):]}
+    assert asked == listen

@@ -76,11 +76,14 @@ class Run:
 @dataclass(frozen=True)
 class Front:
     """What stands in front of the runs of a disaggregated plan: the engine's proxy or router
-    (``file``, one of the launch's files), started with the leaders' addresses of each pool."""
+    (``file``, one of the launch's files, for runs placed by node.sh, where instances sharing a node
+    listen on ports of their own), started with the leaders' addresses of each pool; ``apart``
+    writes it for runs that each have an address of their own (a pod each, on its pool's port)."""
 
     file: str
     port: int
     command: Callable[[dict[str, list[str]]], tuple[tuple, tuple[Env, ...]]]   # hosts -> (argv, env)
+    apart: Callable[[], File]
 
 
 @dataclass(frozen=True)

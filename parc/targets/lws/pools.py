@@ -31,4 +31,5 @@ def pooled(plan, node, name: str):
     what = ("Pools: " + "; ".join(f"{s['name']}: {count(s['replicas'], 'group')} of {count(s['size'], 'pod')} x "
                                   f"{count(s['gpus'], 'GPU')} ({mesh_text(r.plan)})" for s, r in zip(sets, node.runs))
             + f"; the Service {proxy['name']} sends requests to the {front.file[:-3]} in front of them.")
-    return sets, proxy, [node.file(front.file)], what
+    # every instance is a pod of its own, on its pool's port (not the node scripts' shared-node ports)
+    return sets, proxy, [front.apart()], what

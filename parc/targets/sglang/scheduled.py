@@ -118,10 +118,13 @@ def _files(plan) -> tuple[File, ...]:
 
 
 def node_launch(plan) -> NodeLaunch:
-    from parc.targets.sglang import PORT, ROUTER_PORT, TARGET, layout, router
+    from parc.targets.sglang import PORT, ROUTER_PORT, TARGET, _pd_router_script, layout, pool_layouts, router
 
     s = settings(plan, TARGET)
-    front = Front("router.sh", s.get("router_port", ROUTER_PORT), _router) if plan.pools else None
+    front = None
+    if plan.pools:
+        apart = (lambda: File("router.sh", _pd_router_script(plan, pool_layouts(plan), apart=True), True))
+        front = Front("router.sh", s.get("router_port", ROUTER_PORT), _router, apart)
     if dispatched(plan):
         script = "node.sh"
     else:

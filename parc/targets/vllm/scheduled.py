@@ -132,11 +132,12 @@ def _files(plan) -> tuple[File, ...]:
 def node_launch(plan) -> NodeLaunch:
     from parc.model.pools import nodes_needed
     from parc.targets.vllm import PROXY_PORT, TARGET, launch_mode
+    from parc.targets.vllm import _proxy as proxy_text
 
     if plan.pools:
+        front = Front("proxy.sh", PROXY_PORT, _proxy, lambda: File("proxy.sh", proxy_text(plan, apart=True), True))
         return NodeLaunch(TARGET, partial(_files, plan), "node.sh", nodes_needed(plan), runs(plan),
-                          "the pools' vllm serve instances", hosts=True,
-                          front=Front("proxy.sh", PROXY_PORT, _proxy), port=PROXY_PORT)
+                          "the pools' vllm serve instances", hosts=True, front=front, port=PROXY_PORT)
     script = "launch.sh" if launch_mode(plan) != "single" else "serve.sh"
     return NodeLaunch(TARGET, partial(_files, plan), script, plan.cluster.nodes, runs(plan), "vllm serve",
                       port=settings(plan, TARGET).get("port", 8000))
