@@ -22,7 +22,7 @@ from parc.planner import Problem, build_plan, search, search_problem
 from parc.planner.emit import plan_text
 from parc.planner.plans import Candidate
 from parc.planner.search import _q, breakdown, fill_costs
-from parc.planner.space import PIPELINES, RECOMPUTE, SPLITS, schedule_ok
+from parc.planner.space import PIPELINES, RECOMPUTE, SEARCHED_RECOMPUTE, SPLITS, schedule_ok
 from parc.model import schedules as S
 from parc.planner.vector import schedule_ok_vec, train_costs
 
@@ -85,8 +85,9 @@ def brute_train(pr: Problem, targets=()) -> list[Candidate]:
             if tp % etp:                                      # expert TP inside the TP group
                 continue
             split = "even" if L % (pp * v) == 0 else "balanced"
-            for mb, zero, rc, sp in itertools.product(range(1, pr.global_batch + 1), range(4), RECOMPUTE,
-                                                      (False, True)):
+            # per-op selective checkpointing (torchtitan's) only where the spec fixes it
+            rcs = RECOMPUTE if "train.recompute" in pr.fixed else SEARCHED_RECOMPUTE
+            for mb, zero, rc, sp in itertools.product(range(1, pr.global_batch + 1), range(4), rcs, (False, True)):
                 if sp and tp == 1 and "train.sequence_parallel" not in pr.fixed:
                     continue                                  # sequence parallelism needs tp
                 if any(pr.fixed.get(k, x) != x for k, x in (("train.zero", zero), ("train.recompute", rc),

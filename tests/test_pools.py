@@ -139,7 +139,8 @@ def test_smallest_serving_mesh_of_an_expert_parallel_plan(check_spec):
     # and the rank map raised (`ep·etp = 16 does not divide dp·cp·tp = 8`): an internal error.
     from support.specs import spec
 
-    text = spec(model="from = deepseek_v3", nodes=2, mesh="dp = 2\ntp = 8\nep = 16", serve="max_model_len = 8192")
+    text = spec(model="from = deepseek_v3\ncheckpoint_format = bf16", nodes=2, mesh="dp = 2\ntp = 8\nep = 16",
+                serve="max_model_len = 8192")
     d = only(check_spec(text), "P402")
     assert "smallest mesh" in d.help
 

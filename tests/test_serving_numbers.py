@@ -15,7 +15,8 @@ MOE_LAYERS = 61 - 3
 
 
 def dsv3(mesh: str, serve: str = "", nodes: int = 2, target: str = "", gpu: str = "h200") -> str:
-    return (f'model "m" {{ from = deepseek_v3 }}\n'
+    """DeepSeek-V3 from a bf16 copy of its weights: 2 bytes a parameter, as the sums below count."""
+    return (f'model "m" {{ from = deepseek_v3; checkpoint_format = bf16 }}\n'
             f'cluster "c" {{\n  nodes = {nodes}\n  gpus_per_node = 8\n  gpu = {gpu}\n'
             f'  intra_node = nvlink(450GB/s)\n  inter_node = infiniband(400Gb/s)\n}}\n'
             f'mesh {{ {mesh} }}\n'

@@ -77,6 +77,9 @@ def test_torchtitan_accepts_what_parc_emits(judge, tmp_path_factory):
         assert v["dp_replicate"] == (m["dp"] if tr["zero"] == 0 else 1), spec
         assert (v["cp"], v["tp"], v["pp"], v["ep"]) == (m["cp"], m["tp"], m["pp"], m["ep"]), spec
         assert v["seq_len"] == plan["model"]["seq_len"], spec
+        # the plan's recompute, as torchtitan's activation_checkpoint subcommand
+        assert v["activation_checkpoint"] == {"none": None, "full": "FullAC.Config",
+                                              "selective_op": "SelectiveAC.Config"}[tr["recompute"]], spec
         # AsyncTP where the plan overlaps its TP collectives, off otherwise (with tp > 1)
         if m["tp"] > 1:
             assert v["async_tp"] == tr["tp_comm_overlap"], spec
@@ -265,3 +268,50 @@ def test_torchtitan_agrees_on_generated_plans(judge, check_spec):
             assert v["stages"] == plan.mesh.pp * plan.schedule.virtual_stages, kw
             assert v["split"] == plan.placement.layers, (kw, v["split"], plan.placement.layers)
     assert not disagree, "\n".join(map(str, disagree))
+
+
+def _preset_fields(name: str, entry: dict) -> dict:
+    """parc's model of the preset a shipped config function builds (with its ``differs``), in the
+    judge's terms."""
+    from parc.model.params import is_local_layer, is_moe_layer
+    from parc.api import check_file
+    from support.specs import spec as make_spec
+
+    m = check_file(ROOT / "preset.par", text=make_spec(model=f"from = {entry['preset']}"), root=ROOT).plan.model
+    for k, v in entry.get("differs", {}).items():
+        setattr(m, k, v)
+    out = {"layers": m.layers, "hidden": m.hidden, "vocab": m.vocab, "tied_embeddings": m.tied_embeddings,
+           "mtp_layers": m.mtp_layers, "heads": m.heads, "rope_theta": m.rope_theta, "qk_norm": m.qk_norm,
+           "attention_sinks": m.attention_sinks, "experts": m.experts,
+           "moe_layers": [i for i in range(m.layers) if is_moe_layer(m, i)],
+           "local_layers": [i for i in range(m.layers) if is_local_layer(m, i)], "attention_window": m.attention_window}
+    if m.is_moe:
+        out.update(top_k=m.top_k, moe_ffn_hidden=m.moe_ffn_hidden, shared_experts=m.shared_experts)
+    if m.is_mla:
+        out.update(kv_heads=m.heads, q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank,
+                   qk_rope_head_dim=m.qk_rope_head_dim, qk_nope_head_dim=m.qk_nope_head_dim, v_head_dim=m.v_head_dim)
+    else:
+        out.update(kv_heads=m.kv_heads, head_dim=m.head_dim, qkv_bias=m.bias or m.qkv_bias)
+    if out["moe_layers"] != list(range(m.layers)):
+        out["ffn_hidden"] = m.ffn_hidden
+    return out
+
+
+@pytest.mark.slow
+def test_shipped_functions_build_the_presets(judge):
+    """Each config function parc picks for a preset (torchtitan's target.toml [configs]) builds that
+    preset's model, field by field, where the table says so (``differs``: DeepSeek-V3's 671B has no
+    MTP module). A function with a float8 or MXFP8 converter is built with torchao on a GPU; without
+    them torchtitan refuses it for that very converter, which the test sees."""
+    from parc.model.targets import spec as target_spec
+
+    configs = target_spec("torchtitan")["configs"]
+    verdicts = judge([{"model": [c["module"], name]} for name, c in configs.items()])
+    assert len(verdicts) >= 10
+    for (name, entry), v in zip(configs.items(), verdicts):
+        if entry.get("precision") == "fp8":
+            assert not v["ok"] and "torchao" in v["error"], (name, v)
+            continue
+        assert v["ok"], (name, v)
+        want = _preset_fields(name, entry)
+        assert {k: v[k] for k in want} == want, name

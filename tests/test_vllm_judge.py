@@ -378,3 +378,37 @@ def test_vllm_derives_the_context_parc_derives(vllm_python, check_spec, tmp_path
         assert refused == vllm_refuses, (kind, original, length, v.get("error"))
         assert v["ok"] or vllm_refuses, v
     assert any(c[3] for c in codes) and not all(c[3] for c in codes)
+
+
+# ----------------------------------------------------------------------------------------------
+# How the checkpoint is stored: the quantization_config each format's config.json carries (as the
+# published checkpoints write it), read by vLLM's own ModelConfig; parc's P619 refuses exactly what
+# vLLM refuses, and the command parc emits loads with the method parc expects.
+
+@pytest.mark.vllm
+def test_vllm_judges_the_checkpoint_quantization(vllm_python, check_spec, tmp_path):
+    from parc.model.checkpoints import engine_method
+    from support.checkpoints import QUANT_CONFIGS, quantization_cases
+
+    cases = quantization_cases(check_spec, "vllm", QUANT_CONFIGS,
+                               lambda plan, name: _model_folder(plan.model, tmp_path / name))
+    for (fmt, extra, refused, plan, folder), v in zip(cases, _judge(vllm_python, [_argv(c[3], c[4]) for c in cases])):
+        assert refused == (not v["ok"]), (fmt, extra, v)
+        if refused:
+            assert "does not match" in v["error"], v
+        else:
+            assert v["engine_config"] and v["quantization"] == engine_method(fmt, "vllm"), (fmt, extra, v)
+
+
+@pytest.mark.vllm
+def test_vllm_reads_the_overridden_field(vllm_python, check_spec, tmp_path):
+    """A field that differs from the preset's checkpoint reaches vLLM's config through
+    --hf-overrides: the model folder says 32 layers, the plan 16, vLLM builds 16."""
+    from support.checkpoints import add_to_config
+    from support.specs import spec
+
+    r = check_spec(spec("from = llama3_8b; layers = 16", mesh="tp = 8", serve="max_model_len = 4096",
+                        target={"vllm": 'model = "m"'}), ("vllm",))
+    folder = add_to_config(_model_folder(r.plan.model, tmp_path / "m"), num_hidden_layers=32)
+    [v] = _judge(vllm_python, [_argv(r.plan, folder)])
+    assert v["ok"] and v["layers"] == 16, v

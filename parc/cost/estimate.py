@@ -12,7 +12,8 @@ from parc.cost.comm import (ALGORITHMS, allgather_bytes, p2p_time, allreduce_byt
                             pp_bytes_per_microbatch, tp_bytes_per_layer)
 from parc.cost.flops import (active_matmul_params, model_flops, recompute_factors, recompute_flops,
                              stage_flops_parts, stage_flops_per_microbatch)
-from parc.cost.memory import (StateBytes, activation_bytes_per_layer, caches_fp8_weights, fp8_weight_cache_bytes, kv_bytes_per_token,
+from parc.cost.memory import (StateBytes, activation_bytes_per_layer, caches_fp8_weights, fp8_weight_cache_bytes,
+                              fp8_weight_terms, kv_bytes_per_token,
                               kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
                               model_kv_bytes_per_token,
                               model_state_bytes, nccl_communicators, overhead_bytes, overheads,
@@ -20,7 +21,8 @@ from parc.cost.memory import (StateBytes, activation_bytes_per_layer, caches_fp8
                               state_bytes_per_param, zero_state_bytes, _train_state)
 from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, DTYPE_BYTES, PARTS,
                               StageLayout, attention_params, balanced_split, chunks_of_rank, dtype_bytes,
-                              embedding_params, expert_params, head_dim, is_moe_layer, kv_heads_per_gpu,
+                              embedding_params, expert_params, head_dim, is_moe_layer, kv_element_bytes,
+                              kv_heads_per_gpu, part_weight_bytes, weight_bytes,
                               layer_params, layer_split, layout_tensors, layouts_of, mlp_params,
                               moe_layer_mlp_params, norm_params, output_params, param_bytes_on_rank,
                               param_count, params_by_part, params_on_rank, serving_expert_split, shard_groups,
@@ -37,12 +39,12 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
     "recompute_factors", "recompute_flops", "stage_flops_parts", "stage_flops_per_microbatch", "StateBytes",
     "activation_bytes_per_layer", "kv_bytes_per_token", "kv_capacity_tokens", "layer_activation_bytes",
     "model_state_bytes", "stage_activation_bytes", "state_bytes_per_param", "zero_state_bytes",
-    "caches_fp8_weights", "fp8_weight_cache_bytes", "linear_params", "model_activation_options", "model_kv_bytes_per_token", "nccl_communicators", "overhead_bytes",
+    "caches_fp8_weights", "fp8_weight_cache_bytes", "fp8_weight_terms", "linear_params", "model_activation_options", "model_kv_bytes_per_token", "nccl_communicators", "overhead_bytes",
     "ASSUMED_INTER_NODE_BW", "AXES", "DEFAULT_EFFICIENCY", "DTYPE_BYTES", "PARTS",
     "StageLayout", "attention_params", "balanced_split", "chunks_of_rank", "dtype_bytes", "embedding_params",
     "expert_params", "head_dim", "is_moe_layer", "kv_heads_per_gpu", "layer_params", "layer_split",
     "layout_tensors", "layouts_of", "mlp_params", "moe_layer_mlp_params", "norm_params", "output_params",
-    "param_bytes_on_rank", "param_count", "params_by_part", "params_on_rank", "shard_groups", "split_layers",
+    "param_bytes_on_rank", "part_weight_bytes", "weight_bytes", "kv_element_bytes", "param_count", "params_by_part", "params_on_rank", "shard_groups", "split_layers",
     "stage_chunks", "stage_layouts", "stage_parts", "stage_tensors", "uses_v_placement",
     "BACKWARD_SHARE", "step_time", "exposed_comm", "stage_compute_time", "stage_rates", "axis_time", "comm_calls",
     "dp_bytes_parts", "link_latency", "ALGORITHMS", "Memory", "StageEstimate",
@@ -288,7 +290,7 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     mem = Memory(capacity=float(plan.cluster.gpu.memory))
     st = StageEstimate(lay.stage, lay.layers, lay.moe_layers, nparams, parts, mem, 0.0, 0.0)
     if not train:
-        mem.weights = nparams * dtype_bytes(_weight_dtype(plan))
+        mem.weights = weight_bytes(m, parts)
         st.kv_bytes_per_token = model_kv_bytes_per_token(m, lay.layers, kv_nbytes, mesh.tp,
                                                          plan.serve.max_model_len if plan.serve else None,
                                                          lay.local_layers, dcp=mesh.dcp)
@@ -305,8 +307,8 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     mem.activations = stage_activation_bytes(dense_layers, lay.moe_layers, act[0], act[1], st.inflight,
                                              lay.embedding, lay.head, m.seq_len / mesh.cp, sch.micro_batch, m,
                                              mesh.tp, plan.train.offload_layers)
-    if caches_fp8_weights(plan.train):
-        mem.fp8_weights = fp8_weight_cache_bytes(linear_params(parts))
+    delta, mem.fp8_weights = fp8_weight_terms(plan.train, linear_params(parts))
+    mem.weights += delta
     comms = nccl_communicators(mesh.pp, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp, m.is_moe)
     mem.cuda_context, mem.nccl_buffers, mem.fragmentation = overhead_bytes(plan.cluster, comms, mem.activations)
     rec_mult, rec_attn = recompute_factors(plan.train.recompute)
@@ -465,8 +467,7 @@ def _estimate(plan, efficiency: float) -> Estimate:
     per = _train_state(plan) if train else None
     act_dense = layer_activation_bytes(plan, moe=False) if train else 0.0
     act_moe = layer_activation_bytes(plan, moe=True) if (train and m.is_moe) else act_dense
-    kv_nbytes = dtype_bytes(plan.serve.kv_cache_dtype if (plan.serve and plan.serve.kv_cache_dtype != "auto")
-                            else m.dtype)
+    kv_nbytes = kv_element_bytes(m, plan.serve.kv_cache_dtype if plan.serve else "auto")
     rates = stage_rates(m, sch.micro_batch * m.seq_len / mesh.cp, mesh.tp, mesh.etp, mesh.ep, cl.gpu,
                         plan.train.precision, plan.profile, efficiency, plan.train.flash_attention) if train else None
     stages = [_stage(plan, lay, train, per, (act_dense, act_moe), kv_nbytes, rates) for lay in stage_layouts(plan)]

@@ -27,22 +27,30 @@ def model_flops(m: Model, tokens: float) -> float:
 def recompute_flops(m: Model, tokens: float, recompute: str) -> float:
     """Extra FLOPs recomputation adds: full recompute repeats the layers' forward (2·N_layers +
     4·L·s·a·d per token; Narayanan eq. 3's 96 against 72); selective recompute repeats the
-    attention core, counted as Korthikanti et al. eq. 8 does (s/3h in place of s/6h)."""
+    attention core, counted as Korthikanti et al. eq. 8 does (s/3h in place of s/6h); torchtitan's
+    per-op selective checkpointing (``selective_op``) every second matmul's forward, N_layers per
+    token (half of the layers' 2·N_layers)."""
     attn = 12 * m.layers * m.seq_len * m.heads * head_dim(m) * tokens
     if recompute == "full":
         layers = active_matmul_params(m) - m.vocab * m.hidden
         return 2 * layers * tokens + attn / 3
     if recompute == "selective":
         return attn
+    if recompute == "selective_op":
+        return (active_matmul_params(m) - m.vocab * m.hidden) * tokens
     return 0.0
 
 
 
 def recompute_factors(recompute: str) -> tuple[float, float]:
     """(matmul, attention-core) FLOP multipliers of a recompute setting: full recompute repeats the
-    forward (8/6 of the matmuls, 4/3 of attention), selective the attention core (×2)."""
+    forward (8/6 of the matmuls, 4/3 of attention), selective the attention core (×2), and
+    torchtitan's per-op selective checkpointing every second matmul's forward (7/6; it keeps the
+    attention core's output)."""
     if recompute == "full":
         return 8 / 6, 4 / 3
+    if recompute == "selective_op":
+        return 7 / 6, 1.0
     return 1.0, (2.0 if recompute == "selective" else 1.0)
 
 

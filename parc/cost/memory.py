@@ -107,11 +107,16 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp
     ``Float8Linear``): the QKV, output-projection, MLP and expert inputs; norms, attention and
     the activation function stay 16-bit. ``modules``: what ``recompute = selective`` recomputes
     (Megatron-LM ``--recompute-modules``; :data:`RECOMPUTE_MODULE_TERMS`), ``core_attn`` alone
-    when empty, as Megatron-LM's default.
+    when empty, as Megatron-LM's default. ``recompute = selective_op`` is torchtitan's per-op
+    selective checkpointing (:func:`op_sac_terms`).
     """
     s = s / cp
     if recompute == "full":
         return 2 * s * b * h / (t if sp else 1)
+    if recompute == "selective_op":
+        rep, par = op_sac_terms(h, a, ffn if ffn is not None else 4 * h, mlp, kv_heads or a, head_dim or h // a,
+                                moe, mla, t)
+        return s * b * ((rep + par) / t if sp else rep + par / t)
     sb, lin = s * b, (1 if fp8 else 2)
     mods = set(modules or ("core_attn",)) if recompute == "selective" else set()
     d, kv = head_dim or h // a, kv_heads or a
@@ -129,6 +134,57 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp
     if sp:
         return (replicated + parallel + scores) / t
     return replicated + (parallel + scores) / t
+
+
+def op_sac_terms(h: int, a: int, ffn: int, mlp: str, kv: int, d: int, moe, mla, t: int) -> tuple[float, float]:
+    """Bytes per token one layer keeps under torchtitan's per-op selective activation checkpointing
+    (``SelectiveAC``, torchtitan 0.3.0 ``torchtitan/distributed/activation_checkpoint.py``), as
+    (replicated over TP, split over TP). Its policy keeps the outputs of the ops on its save list
+    (``_get_default_save_ops``: torch's compute-intensive ops, mm and linear among them, scaled
+    dot-product and flex attention, ``max``, ``topk``, the reduce-scatter and all-to-all
+    collectives) except every second matmul of the block, and recomputes everything else from the
+    block's input, which the checkpoint keeps. In a layer, 16-bit:
+
+    * the block's input, 2h (replicated; split by sequence parallelism);
+    * the outputs of the 1st, 3rd, 5th, ... of the layer's matmuls in forward order
+      (:func:`layer_matmuls`); column-parallel outputs split over TP, a row-parallel one (w2: h
+      wide) replicated;
+    * the attention core's output, 2·a·d, and its log-sum-exp, 4·a (fp32);
+    * in a MoE layer (``moe = (top_k, moe_ffn, etp, shared)``) the all-to-all's dispatched and
+      combined tokens, 2·2·top_k·h, taken as expert-parallel (the routed experts' grouped GEMMs are
+      not on the save list: they are recomputed).
+
+    Llama 3 8B (h 4,096, 32 heads of 128, 8 KV heads, SwiGLU 14,336): its input, q·k·v (6,144),
+    w1 (14,336), w2 (4,096) and the attention output (4,096), 2·32,768 + 4·32 = 65,664 B per token,
+    against 147,456 without recompute."""
+    rep, par = 2.0 * h, 2.0 * a * d + 4.0 * a
+    for k, (width, row) in enumerate(layer_matmuls(h, a, ffn, mlp, kv, d, moe, mla)):
+        if k % 2 == 0 and row:
+            rep += 2.0 * width
+        elif k % 2 == 0:
+            par += 2.0 * width
+    if moe:
+        par += 4.0 * (moe[0] or 1) * h * t        # the all-to-all's buffers are not split over TP
+    return rep, par
+
+
+def layer_matmuls(h: int, a: int, ffn: int, mlp: str, kv: int, d: int, moe, mla) -> list[tuple[int, bool]]:
+    """(output width, row-parallel) of each matmul of a layer's forward in order, as torchtitan
+    0.3.0's modules run them (``FusedQKVLinear``, ``FeedForward``: ``w2(silu(w1(x)) * w3(x))``):
+    attention's fused q·k·v projection (MLA: wq_a and wq_b, or wq, then wkv_a and wkv_b), the output
+    projection, then a dense MLP's w1, w3, w2 (GELU: fc1, fc2) or a MoE layer's shared experts' (the
+    router gate is forced to recompute and not counted; the routed experts run grouped GEMMs)."""
+    if mla:
+        q_lora, kv_lora, rope, nope, v = mla
+        q = [(q_lora, False), (a * (nope + rope), False)] if q_lora else [(a * (nope + rope), False)]
+        out = q + [(kv_lora + rope, False), (a * (nope + v), False), (h, True)]
+    else:       # one fused projection, wqkv (FusedQKVLinear, the default of torchtitan's llama3, qwen3, gpt_oss)
+        out = [(a * d + 2 * kv * d, False), (h, True)]
+
+    def mlp_of(f: int) -> list[tuple[int, bool]]:
+        return [(f, False), (f, False), (h, True)] if mlp == "swiglu" else [(f, False), (h, True)]
+
+    return out + (mlp_of(moe[1]) * moe[3] if moe else mlp_of(ffn))
 
 
 def mla_activation_terms(a: int, q_lora: int, kv_lora: int, rope: int, nope: int, v: int, lin: int = 2
@@ -308,6 +364,21 @@ def caches_fp8_weights(train) -> bool:
     """Whether a training plan pays :func:`fp8_weight_cache_bytes`: FP8 GEMMs with the cache kept
     (``train.fp8_weight_cache``, Transformer Engine's behaviour, the default)."""
     return bool(train and train.precision == "fp8" and train.fp8_weight_cache)
+
+
+def fp8_weight_terms(train, linear):
+    """(change of the weights' bytes, FP8 cache bytes) FP8 training brings for ``linear`` linear-layer
+    parameters on one GPU (:func:`linear_params`). The cache is :func:`fp8_weight_cache_bytes` when
+    kept (``fp8_weight_cache``). With ``fp8_param_gather`` (Megatron-LM ``--fp8-param-gather``,
+    TransformerConfig.fp8_param: "keep the parameters in fp8 precision to save memory ... primarily
+    the weights of GEMMs") the module's weights are FP8 themselves, 1 byte a parameter instead of 2
+    (the fp32 master copy stays with the distributed optimizer), and only the transpose is cached, 1
+    more. Nothing without ``precision = fp8``. Scalars or numpy arrays."""
+    if not (train and train.precision == "fp8"):
+        return 0.0, 0.0
+    fp8p = bool(train.fp8_param_gather)
+    cache = (linear * 1.0 if fp8p else fp8_weight_cache_bytes(linear)) if train.fp8_weight_cache else 0.0
+    return (-1.0 * linear if fp8p else 0.0), cache
 
 
 def fp8_weight_cache_bytes(linear_params) -> float:

@@ -45,6 +45,43 @@ def dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES.get(dtype, 2)
 
 
+def activation_dtype(m: Model) -> str:
+    """The dtype a served model's activations (and its KV cache under ``kv_cache_dtype = auto``)
+    are in: the model's dtype, bf16 for an FP8 model (vLLM and SGLang run it with ``--dtype
+    bfloat16``; only the GEMMs' weights and inputs are FP8)."""
+    return "bf16" if m.dtype.startswith("fp8") else m.dtype
+
+
+def kv_element_bytes(m: Model, kv_cache_dtype: str = "auto") -> int:
+    """Bytes of one KV cache element: ``kv_cache_dtype``, or under ``auto`` the activations'."""
+    return dtype_bytes(activation_dtype(m) if kv_cache_dtype == "auto" else kv_cache_dtype)
+
+
+def part_weight_bytes(m: Model, part: str) -> float:
+    """Bytes one parameter of ``part`` (:data:`PARTS`) takes in a serving engine's memory: as the
+    checkpoint stores it (``checkpoint_format``, with its scales) or as the engine casts or
+    quantizes it at load (``dtype``), from ``parc/model/data/checkpoints.toml``. DeepSeek-V3's
+    FP8 checkpoint holds its layers' linear weights in 1 + 4/16384 bytes and its embedding, head,
+    norms and router in 2; gpt-oss's MXFP4 experts take 0.5 + 1/32."""
+    from parc.model.checkpoints import bytes_per_param, storage
+
+    return bytes_per_param(storage(m), part, m.hidden)
+
+
+def weight_bytes(m: Model, parts: dict) -> float:
+    """Bytes of the parameters ``parts`` (by part, as :func:`stage_parts` counts them) of a
+    served model: :func:`part_weight_bytes` each. Explain, the rules and the planner read the
+    weight memory of a serving plan from here."""
+    return sum(n * part_weight_bytes(m, part) for part, n in parts.items())
+
+
+def model_weight_bytes(m: Model) -> float:
+    """:func:`weight_bytes` of the whole model as a serving engine loads it (no MTP module)."""
+    whole = StageLayout(0, [0], m.layers, moe_layers_between(m, 0, m.layers), True, True,
+                        local_layers_between(m, 0, m.layers))
+    return weight_bytes(m, stage_parts(m, whole, 1, 1, 1, 1, 1, mtp=False))
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -409,7 +446,10 @@ def params_on_rank(plan, rank: int) -> int:
 
 def param_bytes_on_rank(plan, rank: int) -> int:
     """Bytes of the parameters ``rank`` holds: :func:`params_on_rank` × the bytes of the train
-    block's ``precision`` (training) or the model's ``dtype`` (serving)."""
+    block's ``precision`` (training), or :func:`weight_bytes` (serving: as the checkpoint or the
+    engine stores them)."""
+    if plan.mode != "train" or not plan.train:
+        return int(weight_bytes(plan.model, params_by_part(plan, rank)))
     return params_on_rank(plan, rank) * dtype_bytes(_weight_dtype(plan))
 
 

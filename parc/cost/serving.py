@@ -49,7 +49,8 @@ from parc.cost import xp
 from parc.cost.comm import (allreduce_bytes, axis_time, ep_bytes_per_layer, link_params, p2p_time,
                             serving_calls)
 from parc.cost.memory import model_kv_bytes_per_token
-from parc.cost.params import (attention_params, dtype_bytes, head_dim, mlp_params, serving_expert_split)
+from parc.cost.params import (activation_dtype, attention_params, dtype_bytes, head_dim, kv_element_bytes, mlp_params,
+                              part_weight_bytes, serving_expert_split)
 
 # The workload explain assumes where the serve block gives none: vLLM's serving benchmark's random
 # dataset (vllm/benchmarks/datasets/datasets.py RandomDataset: DEFAULT_INPUT_LEN 1024,
@@ -143,7 +144,7 @@ def decode_comm_bytes(m, layers: int, moe_layers: int, tp: int, ep: int, pp: int
 def activation_bytes(m) -> int:
     """Bytes of an activation element a serving engine sends: the model's dtype, 16-bit for an
     FP8 model (its GEMMs take FP8 weights; the hidden states stay in bf16)."""
-    return 2 if m.dtype.startswith("fp8") else dtype_bytes(m.dtype)
+    return dtype_bytes(activation_dtype(m))
 
 
 def expert_share(plan) -> float:
@@ -173,10 +174,9 @@ def _phase(plan, est, st, tokens: float, context: float, kv_tokens: float, effic
     each, reading ``kv_tokens`` tokens of KV cache: the roofline terms of :class:`Phase`."""
     m, mesh, cl, prof = plan.model, plan.mesh, plan.cluster, plan.profile
     ep, etp, extra = serving_expert_split(plan)
-    wbytes = dtype_bytes(m.dtype)
     ph = Phase(tokens)
     hbm = cl.gpu.hbm_bandwidth * prof.hbm_efficiency
-    experts = st.parts.get("experts", 0) * wbytes
+    experts = st.parts.get("experts", 0) * part_weight_bytes(m, "experts")
     local = -(-(m.experts + extra) // ep) if m.is_moe else 0
     copies = tokens * moe_dp(plan) * (m.top_k or 1) * local / max(1, m.experts + extra)
     read = st.memory.weights - experts + experts * experts_touched(local, copies)
@@ -363,7 +363,7 @@ def kv_transfer(plan, prefill_est, prompt: int) -> tuple[float, float]:
     from parc.cost.estimate import links
 
     m, srv = plan.model, plan.serve
-    nbytes = dtype_bytes(srv.kv_cache_dtype if srv.kv_cache_dtype != "auto" else m.dtype)
+    nbytes = kv_element_bytes(m, srv.kv_cache_dtype)
     total = prompt * model_kv_bytes_per_token(m, m.layers, nbytes, 1, prompt)   # local layers: their window
     bw, kind, _ = links(plan.cluster, plan.world_size)
     link = "inter_node" if "inter_node" in bw else "intra_node"

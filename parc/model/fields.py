@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parc.model.checkpoints import formats as _checkpoint_formats
+
 
 @dataclass(frozen=True, slots=True)
 class F:
@@ -29,6 +31,13 @@ PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v", "
 MESH_AXES = ("pp", "dp", "cp", "tp")          # rank order, outermost first
 MOE_AXES = ("ep", "etp")                      # carved out of dp·cp·tp
 POOLS = ("prefill", "decode")                 # blocks inside `serve` of a disaggregated plan
+CHECKPOINT_FORMATS = _checkpoint_formats()   # data/checkpoints.toml
+# what recompute may be: Megatron-LM's layer-level choices, and torchtitan's per-op selective
+# checkpointing (SelectiveAC: the outputs of the ops on its save list are kept, the rest recomputed)
+RECOMPUTE = ("none", "selective", "selective_op", "full")
+# train.fp8_recipe: Megatron-LM's --fp8-recipe (transformer_config.py Fp8Recipe) and torchtitan's
+# float8 recipe_name (components/quantization/float8.py) and MXFP8 converter
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "rowwise_with_gw_hp")
 # Megatron-LM's --recompute-modules (megatron/core/transformer/transformer_config.py)
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe", "moe_act", "shared_experts", "mla_up_proj")
 LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce", "efa")
@@ -39,7 +48,13 @@ BLOCKS: dict[str, dict[str, F]] = {
         "layers": F("int", 1, 10**5), "hidden": F("int", 1, 10**7), "ffn_hidden": F("int", 1, 10**8),
         "heads": F("int", 1, 10**6), "kv_heads": F("int", 1, 10**6), "head_dim": F("int", 1, 10**6),
         "vocab": F("int", 1, 10**9), "params": F("int", 1, 10**16),
-        "dtype": F("enum", choices=DTYPES), "seq_len": F("int", 1, 10**9),
+        "dtype": F("enum", choices=DTYPES, doc="the dtype the model's GEMMs run in when served (default: "
+                   "the checkpoint's; fp8 for an FP8 checkpoint, bf16 for a 4-bit one)"),
+        "checkpoint_format": F("enum", choices=CHECKPOINT_FORMATS, doc="how the checkpoint stores its "
+                               "weights: bf16, fp16, fp32, fp8_block (DeepSeek's 128x128 block-scaled e4m3), "
+                               "modelopt_fp8, fbgemm_fp8, compressed_tensors_fp8, mxfp4, nvfp4 (default: "
+                               "the dtype's 16 bits); a served model's weight memory follows it"),
+        "seq_len": F("int", 1, 10**9),
         "tied_embeddings": F("bool"),
         "mlp": F("enum", choices=("swiglu", "gelu")),
         "norm": F("enum", choices=("rmsnorm", "layernorm")),
@@ -64,6 +79,10 @@ BLOCKS: dict[str, dict[str, F]] = {
         "attention_window": F("int", 0, 10**9, doc="local attention: a local layer attends to and caches at "
                               "most this many tokens (sliding_window in a gpt-oss config, attention_chunk_size "
                               "in a Llama 4 one; 0: every layer is global)"),
+        "local_attention": F("enum", choices=("sliding", "chunked"), doc="with `attention_window`, how a local "
+                             "layer attends: to the last attention_window tokens (sliding, gpt-oss's "
+                             "sliding_window) or within its own chunk of that many (chunked, Llama 4's "
+                             "attention_chunk_size); default sliding"),
         "global_every": F("int", 0, 10**5, doc="with `attention_window`, every n-th layer (layers n-1, 2n-1, "
                           "...) attends to the whole context; 0: none does"),
         "rope_theta": F("int", 1, 10**12, doc="the RoPE base frequency (rope_theta in a Hugging Face config)"),
@@ -137,7 +156,10 @@ BLOCKS: dict[str, dict[str, F]] = {
         "optimizer": F("enum", choices=("adam", "adamw", "sgd")),
         "zero": F("int", 0, 3, hint="0: no sharding, 1: optimizer state, 2: + gradients, "
                                         "3: + parameters (FSDP)"), "sequence_parallel": F("bool"),
-        "recompute": F("enum", choices=("none", "selective", "full")),
+        "recompute": F("enum", choices=RECOMPUTE, doc="none; selective (Megatron-LM's --recompute-modules, "
+                       "core attention by default); selective_op (torchtitan's per-op selective checkpointing: "
+                       "the outputs of matmuls, attention and collectives kept, every second matmul and the "
+                       "cheap ops recomputed); full (each layer recomputed from its input)"),
         "precision": F("enum", choices=DTYPES),
         "main_grads": F("enum", choices=("fp32", "bf16")),
         "optimizer_state": F("enum", choices=("fp32", "bf16")),
@@ -145,6 +167,13 @@ BLOCKS: dict[str, dict[str, F]] = {
                                doc="what `recompute = selective` recomputes (Megatron-LM --recompute-modules)"),
         "offload_layers": F("int", 0, 10**5, doc="layers per pipeline stage whose activations go to host "
                                                 "memory (Megatron-LM --cpu-offloading-num-layers)"),
+        "fp8_recipe": F("enum", choices=FP8_RECIPES, doc="with `precision = fp8`, how FP8 tensors are "
+                        "scaled: delayed, tensorwise, blockwise, mxfp8 (Megatron-LM --fp8-recipe), rowwise, "
+                        "rowwise_with_gw_hp, mxfp8 (torchtitan's float8 and MXFP8 converters); default: "
+                        "the framework's own (Megatron-LM delayed, torchtitan rowwise)"),
+        "fp8_param_gather": F("bool", doc="with `precision = fp8`, the linear weights are kept in FP8 (no "
+                              "16-bit copy; the fp32 master weights stay with the optimizer) and gathered in "
+                              "FP8 (Megatron-LM --fp8-param-gather; needs zero >= 1)"),
         "fp8_weight_cache": F("bool", doc="with `precision = fp8`, an FP8 copy of each linear weight and its "
                               "transpose is kept for the step (Transformer Engine, the default); false where the "
                               "framework quantizes per use (torchtitan's float8, DeepSeek-V3's framework)"),

@@ -27,7 +27,7 @@ class Model:
     head_dim: Optional[int]
     vocab: int
     params: int
-    dtype: str = "bf16"
+    dtype: str = "bf16"                   # how the served model's GEMMs run
     seq_len: int = 4096
     tied_embeddings: bool = False
     mlp: str = "swiglu"
@@ -54,8 +54,10 @@ class Model:
     # (sliding window, gpt-oss) or its own chunk of that many (Llama 4 attention_chunk_size)
     attention_window: int = 0             # 0: every layer attends to the whole context
     global_every: int = 0                 # with a window: every n-th layer stays global (0: none does)
+    local_attention: str = "sliding"      # sliding (a window of recent tokens) | chunked (its own chunk)
     rope_theta: int = 10000               # RoPE base frequency (Megatron-LM --rotary-base)
     max_positions: Optional[int] = None   # the longest sequence the model was built for, when known
+    checkpoint_format: str = "bf16"       # how the checkpoint stores its weights (data/checkpoints.toml)
     rope_scaling: str = "none"            # RoPE scaling type (rope_scaling.rope_type): parc.model.rope
     rope_factor: float = 1.0              # its factor
     rope_original_positions: Optional[int] = None   # its original_max_position_embeddings
@@ -206,6 +208,8 @@ class Train:
     recompute_modules: list[str] = field(default_factory=list)   # Megatron-LM --recompute-modules
     offload_layers: int = 0               # layers whose activations go to host memory (--cpu-offloading-num-layers)
     fp8_weight_cache: bool = True         # FP8 training keeps FP8 weight copies across microbatches
+    fp8_recipe: Optional[str] = None      # FP8 scaling recipe (None: the framework's default)
+    fp8_param_gather: bool = False        # linear weights kept and gathered in FP8 (Megatron-LM --fp8-param-gather)
     # Which communication runs under compute (docs/language.md gives each framework's default):
     overlap_grad_reduce: bool = True     # DP gradient reduce-scatter under the last backward
     overlap_param_gather: bool = False   # DP parameter all-gather under the next forward

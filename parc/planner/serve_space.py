@@ -71,10 +71,9 @@ def shapes_of(pr: Problem, gpus: int) -> list[tuple[Shape, str]]:
 def instance_costs(pr: Problem, goal) -> tuple[list[InstanceCost], int]:
     """Every layout of every instance size, costed (memory, prefill of ``goal``'s prompt), and
     how many layouts were not costed because their instance size cannot hold the weights."""
-    from parc.cost.estimate import param_count
-    from parc.cost.params import dtype_bytes
+    from parc.cost.params import model_weight_bytes
 
-    weights = param_count(pr.model) * dtype_bytes(pr.model.dtype)
+    weights = model_weight_bytes(pr.model)
     room = pr.serve.gpu_memory_utilization * pr.cluster.gpu.memory
     out, small = [], 0
     for g in instance_sizes(pr):

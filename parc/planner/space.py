@@ -34,7 +34,10 @@ from parc.model.rankmap import RankMap
 from parc.model.targets import runs_pipeline
 from parc.planner.inputs import Problem
 
-RECOMPUTE = ("none", "selective", "full")
+# the recompute options, by index; the search tries the first three, torchtitan's per-op selective
+# checkpointing only where the spec fixes it
+RECOMPUTE = ("none", "selective", "full", "selective_op")
+SEARCHED_RECOMPUTE = RECOMPUTE[:3]
 SPLITS = ("even", "balanced", "explicit")
 
 
@@ -292,7 +295,8 @@ def train_options(pr: Problem, tp: int, cp: int) -> list[tuple[int, int]]:
     if "train.sequence_parallel" in pr.fixed:
         sps = [int(bool(pr.fixed["train.sequence_parallel"]))]
     sps = [s for s in sps if seq_sp_ok(pr.model.seq_len, cp, tp, s)]
-    rcs = [RECOMPUTE.index(r) for r in _fixed(pr, "train.recompute", RECOMPUTE)]
+    options = RECOMPUTE if "train.recompute" in pr.fixed else SEARCHED_RECOMPUTE
+    rcs = [RECOMPUTE.index(r) for r in _fixed(pr, "train.recompute", options)]
     return [(r, s) for r in rcs for s in sps]
 
 

@@ -247,8 +247,9 @@ def _memory(ctx: _Context, r: dict):
     total += g
     total += o
     total += act
-    if cm.caches_fp8_weights(tr):
-        total += cm.fp8_weight_cache_bytes(np.where((zero >= 3)[:, None], ctx.c_lin[1][lo], ctx.c_lin[0][lo]))
+    if tr.precision == "fp8":
+        delta, cache = cm.fp8_weight_terms(tr, np.where((zero >= 3)[:, None], ctx.c_lin[1][lo], ctx.c_lin[0][lo]))
+        total += delta + cache
     most = np.argmax(np.where(ctx.c_valid[lo], total + frag, -np.inf), axis=1)
     # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most
     # loaded one, in the order Memory.total adds them

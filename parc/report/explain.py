@@ -233,11 +233,31 @@ def _compute_line(plan, est) -> str:
 def _weights_note(plan) -> str:
     from parc.cost.estimate import dtype_bytes
 
-    dt = plan.train.precision if plan.mode == "train" else plan.model.dtype
-    z3 = f" / {_shard_words(plan)} (zero 3)" if plan.mode == "train" and plan.train.zero >= 3 else ""
+    if plan.mode != "train":
+        return _served_weights_note(plan.model)
+    dt = plan.train.precision
+    z3 = f" / {_shard_words(plan)} (zero 3)" if plan.train.zero >= 3 else ""
+    if dt == "fp8" and plan.train.fp8_param_gather:
+        return f"linear layers fp8, 1 B/param, the rest bf16, 2 B/param{z3} (fp8_param_gather)"
     if dt == "fp8":
         return f"bf16, 2 B/param{z3} (FP8 GEMMs on copies)"
     return f"{dt}, {dtype_bytes(dt)} B/param{z3}"
+
+
+def _served_weights_note(m) -> str:
+    """How a serving engine holds the weights (parc/model/data/checkpoints.toml)."""
+    from parc.cost.estimate import part_weight_bytes
+    from parc.model.checkpoints import ONLINE_FP8, storage, table
+
+    st = storage(m)
+    e = table()[st]
+    if e["bits"] >= 16:
+        return f"{st}, {e['bits'] // 8} B/param"
+    parts = [p for p in e["parts"] if p != "mtp"]
+    b = part_weight_bytes(m, parts[0])
+    what = ("a 16-bit checkpoint quantized to fp8 at load" if st == ONLINE_FP8
+            else f"{st} checkpoint")
+    return f"{what}: {', '.join(parts)} {b:.4g} B/param, the rest {m.checkpoint_format if st == ONLINE_FP8 else 'bf16'}"
 
 
 def _shard_words(plan) -> str:

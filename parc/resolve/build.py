@@ -9,6 +9,7 @@ from typing import Any
 from parc.language import syntax as S
 from parc.language.diagnostics import ParcError, Related, Span
 from parc.model import fields as SC
+from parc.model.checkpoints import precisions
 from parc.model.dims import AXES, ParallelDims, auto_degree
 from parc.model.params import param_count, resolve_split
 from parc.model.plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, Placement, Plan, Pool, Profile,
@@ -108,9 +109,9 @@ def build_model(r: Evaluator, top: Span) -> Model:
         name=label or pre.get("name") or (r.values.get("model.from") or "model"),
         layers=vals["layers"], hidden=h, ffn_hidden=vals["ffn_hidden"], heads=a,
         kv_heads=vals["kv_heads"], head_dim=vals.get("head_dim"), vocab=vals["vocab"], params=0,
-        dtype=vals.get("dtype") or "bf16", seq_len=vals.get("seq_len") or 4096,
-        tied_embeddings=bool(vals.get("tied_embeddings")) if vals.get("tied_embeddings") is not None else False,
+        seq_len=vals.get("seq_len") or 4096, **precisions(vals.get("dtype"), vals.get("checkpoint_format")),
         mlp=mlp, norm=vals.get("norm") or "rmsnorm", position=vals.get("position") or "rope",
+        local_attention=vals.get("local_attention") or "sliding",
         bias=bool(vals.get("bias")), experts=experts, top_k=vals.get("top_k") or 0,
         moe_ffn_hidden=vals.get("moe_ffn_hidden") or 0, shared_experts=vals.get("shared_experts") or 0,
         moe_every=vals.get("moe_every") or 1, rope_theta=vals.get("rope_theta") or 10000,
@@ -129,8 +130,7 @@ def build_model(r: Evaluator, top: Span) -> Model:
 # Model keys that default to 0 (absent): the first dense layers, MLA widths, MTP modules.
 _MODEL_COUNTS = ("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                  "v_head_dim", "mtp_layers", "attention_window", "global_every")
-# Model switches that default to false: the attention's extra parameters.
-_MODEL_SWITCHES = ("qkv_bias", "qk_norm", "attention_sinks")
+_MODEL_SWITCHES = ("tied_embeddings", "qkv_bias", "qk_norm", "attention_sinks")   # switches, default false
 
 
 def preset_gpu(name: str) -> GPU:

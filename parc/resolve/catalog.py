@@ -49,3 +49,35 @@ def known_targets() -> list[str]:
 @lru_cache(maxsize=1024)
 def near_target(name: str) -> str | None:
     return did_you_mean(name, _known_targets())
+
+
+# The model fields a launch builds the model from: every field of `model` but its name, its
+# parameter count (derived), the workload's sequence length and how it is served or stored.
+_NOT_SHAPE = ("name", "params", "seq_len", "dtype", "checkpoint_format", "preset")
+
+
+def preset_changes(m) -> dict[str, tuple]:
+    """{field: (the preset's value, the model's)} for each field of model ``m`` that differs from
+    the preset it came from (``from = ...``): the model that a launch taking the preset's
+    checkpoint or config function would build otherwise. A field the preset leaves out has the
+    language's default (the Model dataclass's), head_dim hidden / heads. Empty without a preset."""
+    import dataclasses
+
+    pre = presets("models").get(m.preset or "")
+    if not pre:
+        return {}
+    out = {}
+    for f in dataclasses.fields(m):
+        if f.name in _NOT_SHAPE:
+            continue
+        if f.name in pre:
+            want = pre[f.name]
+        elif f.name == "head_dim":
+            want = pre["hidden"] // pre["heads"]
+        elif f.name == "kv_heads":
+            want = pre["heads"]
+        else:
+            want = f.default
+        if getattr(m, f.name) != want:
+            out[f.name] = (want, getattr(m, f.name))
+    return out

@@ -89,8 +89,10 @@ def training_fixes(plan, limit: float, n: int = 3) -> list[tuple[str, str, float
         attempt("train.zero", f"`zero = {z}`", _variant(plan, train=replace(tr, zero=z)))
         if len(out) > before:
             break
-    order = ["none", "selective", "full"]
-    for rc in order[order.index(tr.recompute) + 1:]:
+    # torchtitan recomputes selectively per op; every other target by Megatron-LM's modules
+    order = ["none", "selective_op" if "torchtitan" in plan.targets else "selective", "full"]
+    level = 1 if tr.recompute in ("selective", "selective_op") else order.index(tr.recompute)
+    for rc in order[level + 1:]:
         before = len(out)
         attempt("train.recompute", f"`recompute = {rc}`", _variant(plan, train=replace(tr, recompute=rc)))
         if len(out) > before:

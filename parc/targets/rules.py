@@ -241,3 +241,88 @@ def value_read_as_option(plan, c):
                          f"expects {doc}, and a word beginning with `-` there is read as an option",
                          help=f"a file or folder whose name begins with `-` can be written \"./{x}\""
                               + (f"; options for the program belong in `{opts[0]}`" if opts else ""))
+
+
+# ------------------------------------------------------------------------------------ P620
+# The targets whose builder says which fields of a plan it cannot express: each defines
+# ``inexpressible(plan) -> [(path, what, help)]`` beside its ``build``.
+FIELD_TARGETS = ("megatron", "torchtitan", "vllm", "sglang")
+
+
+@rule("P620", "field-inexpressible", targets=FIELD_TARGETS)
+def field_inexpressible(plan, c):
+    """A field of the model or the training setup that the target's launch cannot carry: the
+    engine would build or train something else than the plan parc checked."""
+    import importlib
+
+    builder = importlib.import_module(f"parc.targets.{c.target}")
+    name = target_name(c.target)
+    for path, what, fix in builder.inexpressible(plan):
+        c.report(c.at(path, path.split(".")[0]), f"{name} cannot express {what}", help=fix)
+
+
+# ------------------------------------------------------------------------------------ P619
+def _given_quantization(plan, target: str) -> str | None:
+    """The --quantization (vLLM's -q) the target block's extra_args pass, if any."""
+    args = [str(a) for a in settings(plan, target).get("extra_args") or []]
+    for i, a in enumerate(args):
+        if a in ("--quantization", "-q") and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--quantization="):
+            return a.split("=", 1)[1]
+    return None
+
+
+@rule("P619", "quantization-conflicts-with-checkpoint", targets=("vllm", "sglang"))
+def quantization_conflict(plan, c):
+    """vLLM and SGLang read a quantized checkpoint's method from its quantization_config and
+    refuse a --quantization that is another (ModelConfig._verify_quantization); parc writes one
+    only for a 16-bit checkpoint served in FP8 (:func:`parc.model.checkpoints.load_quantization`)."""
+    from parc.model.checkpoints import engine_accepts, engine_method, gemm_dtype, is_quantized
+
+    if plan.mode != "serve":
+        return
+    m, t = plan.model, c.target
+    fmt, name = m.checkpoint_format, target_name(t)
+    if not is_quantized(fmt):
+        return
+    method = engine_method(fmt, t)
+    at = c.at("model.checkpoint_format", "model")
+    if not method:
+        c.report(at, f"{name} has no loader for a {fmt} checkpoint (its quantization methods do not include it), "
+                     "so it cannot load the model", help=f"serve the checkpoint with `target vllm`, or use a "
+                     "checkpoint in another format")
+        return
+    given = _given_quantization(plan, t)
+    if m.dtype == "fp8" and gemm_dtype(fmt) != "fp8" and given is None and not engine_accepts(fmt, t, "fp8"):
+        c.report(c.at("model.dtype", "model"),
+                 f"dtype = fp8 on a {fmt} checkpoint: {name} would need --quantization fp8 to run it in FP8, and it "
+                 f"refuses any method but the checkpoint's own ({method}: \"Quantization method specified in the "
+                 "model config does not match\")", help=f"remove `dtype = fp8` (the {fmt} checkpoint runs as it "
+                 "is stored), or serve a 16-bit checkpoint with `checkpoint_format = bf16`",
+                 related=[(at, f"checkpoint_format = {fmt}")])
+    elif given is not None and not engine_accepts(fmt, t, given):
+        c.report(c.at(f"target.{t}.extra_args", f"target.{t}"),
+                 f"extra_args pass --quantization {given} for a {fmt} checkpoint, whose quantization_config {name} "
+                 f"reads as {method}: it refuses the two together (\"Quantization method specified in the model "
+                 "config does not match the quantization method specified in the `quantization` argument\")",
+                 help=f"remove --quantization from extra_args: {name} takes the method from the checkpoint",
+                 related=[(at, f"checkpoint_format = {fmt}")])
+
+
+# ------------------------------------------------------------------------------------ P622
+@rule("P622", "fp8-checkpoint-served-in-16-bit", targets=("vllm", "sglang"))
+def fp8_checkpoint_in_16_bit(plan, c):
+    """An FP8 checkpoint's GEMMs run in FP8: neither engine dequantizes it to the model's dtype."""
+    from parc.model.checkpoints import gemm_dtype
+
+    m = plan.model
+    if plan.mode != "serve" or gemm_dtype(m.checkpoint_format) != "fp8" or m.dtype == "fp8":
+        return
+    c.report(c.at("model.dtype", "model"),
+             f"dtype = {m.dtype} on a {m.checkpoint_format} checkpoint: {target_name(c.target)} loads its FP8 weights "
+             f"as they are stored and runs their GEMMs in FP8 (it does not dequantize them), so the plan's "
+             f"{m.dtype} weights and GEMMs are not what runs",
+             help="remove `dtype` (an FP8 checkpoint serves in fp8), or serve a 16-bit copy of the weights with "
+                  "`checkpoint_format = bf16`",
+             related=[(c.at("model.checkpoint_format", "model"), f"checkpoint_format = {m.checkpoint_format}")])

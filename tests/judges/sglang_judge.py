@@ -10,8 +10,9 @@ makes of it:
   ``check_server_args()``). The model path must be a local folder with a config.json (the test
   writes one from the spec's model, no weights): SGLang reads it while resolving. The verdict
   gives the sizes SGLang resolved (tp, pp, dp, attention dp, ep, dcp, nodes, disaggregation
-  mode, EPLB settings) and the KV heads its ModelConfig gives each rank without and with decode
-  context parallelism, or its message;
+  mode, EPLB settings), the KV heads its ModelConfig gives each rank without and with decode
+  context parallelism, and the layers and quantization method it reads (with
+  --json-model-override-args and the checkpoint's quantization_config), or its message;
 * ``{"split": [layers, pp]}``: the layers of each pipeline rank as SGLang's own
   ``get_pp_indices`` splits them;
 * ``{"swa_slice": {"pp_size": N}}``: whether the KV sender of a prefill server of N pipeline
@@ -102,7 +103,8 @@ def server(argv):
     attn_tp = v.tp_size // v.attn_dp_size
     mc = model_config_of(args)
     kv = [mc.get_num_kv_heads(attn_tp), mc.get_num_kv_heads(attn_tp, v.dcp_size)]
-    return {"ok": True, "kv_heads": kv, "tp": v.tp_size, "pp": v.pp_size, "dp": v.dp_size, "attn_dp": v.attn_dp_size,
+    return {"ok": True, "kv_heads": kv, "layers": mc.num_hidden_layers, "quantization": mc.quantization,
+            "tp": v.tp_size, "pp": v.pp_size, "dp": v.dp_size, "attn_dp": v.attn_dp_size,
             "ep": v.ep_size, "nnodes": v.nnodes, "node_rank": v.node_rank, "dist_init_addr": v.dist_init_addr,
             "context_length": raw.context_length, "mem_fraction_static": v.mem_fraction_static,
             "max_running_requests": v.max_running_requests, "host": v.host, "port": v.port,

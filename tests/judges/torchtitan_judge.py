@@ -1,7 +1,8 @@
 """Runs inside the torchtitan virtual environment (tests/judges/torchtitan_env.sh), never in parc's own.
 
 Reads JSON lists of {"argv": [...], "world": N} on stdin, one list a line: each argv is what
-parc's launch.sh passes after ``torchrun ... -m torchtitan.train``. For each it prints whether
+parc's launch.sh passes after ``torchrun ... -m torchtitan.train`` ({"model": [module, config]}
+asks instead for the fields of parc's model block that config function builds). For each it prints whether
 torchtitan's own configuration accepts it, with the degrees torchtitan derives, or its message:
 
 * ConfigManager().parse_args(argv): --module/--config load the config function, tyro applies the
@@ -40,7 +41,60 @@ def _pipeline(dims, config):
             "layers": layers, "split": split}
 
 
+def _moe_fields(layers) -> dict:
+    """The MoE fields of parc's model block, read from torchtitan's layer configs."""
+    moe = [i for i, x in enumerate(layers) if getattr(x, "moe", None) is not None]
+    if not moe:
+        return {"experts": 0, "moe_layers": []}
+    cfg = layers[moe[0]].moe
+    inner = cfg.routed_experts.inner_experts
+    shared = cfg.shared_experts
+    return {"experts": cfg.num_experts, "top_k": cfg.router.top_k, "moe_ffn_hidden": inner.hidden_dim,
+            "shared_experts": shared.w1.out_features // inner.hidden_dim if shared is not None else 0,
+            "moe_layers": moe}
+
+
+def _attention_fields(layers) -> dict:
+    att = layers[0].attention
+    out = {"heads": att.n_heads, "rope_theta": int(att.rope.theta),
+           "qk_norm": getattr(att, "qk_norm", None) is not None,
+           "attention_sinks": isinstance(att.param_init, dict) and "sinks" in att.param_init}
+    if getattr(att, "kv_lora_rank", None):
+        out.update(kv_heads=att.n_heads, q_lora_rank=att.q_lora_rank or 0, kv_lora_rank=att.kv_lora_rank,
+                   qk_rope_head_dim=att.qk_rope_head_dim, qk_nope_head_dim=att.qk_nope_head_dim,
+                   v_head_dim=att.v_head_dim)
+    else:
+        out.update(kv_heads=att.n_kv_heads or att.n_heads, head_dim=att.head_dim or att.dim // att.n_heads)
+        qkv = getattr(att, "qkv_linear", None)
+        wq = getattr(qkv, "wqkv", None) or getattr(qkv, "wq", None)
+        out["qkv_bias"] = bool(wq is not None and wq.bias)
+    windows = [getattr(x.attention, "sliding_window_size", None) for x in layers]
+    out["local_layers"] = [i for i, w in enumerate(windows) if w]
+    out["attention_window"] = max((w for w in windows if w), default=0)
+    return out
+
+
+def model_fields(module: str, config: str) -> dict:
+    """The fields of parc's model block that torchtitan's config function builds."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            cfg = ConfigManager().parse_args(["--module", module, "--config", config])
+    except Exception as x:
+        return {"ok": False, "error": f"{type(x).__name__}: {x}"}
+    m = cfg.model_spec.model
+    dense = [x for x in m.layers if getattr(x, "feed_forward", None) is not None]
+    out = {"ok": True, "layers": len(m.layers), "hidden": m.dim, "vocab": m.vocab_size,
+           "tied_embeddings": bool(m.enable_weight_tying), "mtp_layers": len(getattr(m, "mtp_layers", None) or []),
+           "ffn_hidden": dense[0].feed_forward.w1.out_features if dense else None,
+           "activation_checkpoint": type(cfg.activation_checkpoint).__qualname__ if cfg.activation_checkpoint else None}
+    out.update(_attention_fields(m.layers))
+    out.update(_moe_fields(m.layers))
+    return out
+
+
 def judge(item):
+    if "model" in item:
+        return model_fields(*item["model"])
     argv, world = item["argv"], item["world"]
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -54,7 +108,8 @@ def judge(item):
     except Exception as x:
         return {"ok": False, "stage": "ParallelDims", "error": f"{type(x).__name__}: {x}"}
     t, p = config.training, config.parallelism
-    out = {"ok": True, "dp_replicate": dims.dp_replicate, "dp_shard": dims.dp_shard, "cp": dims.cp, "tp": dims.tp,
+    ac = config.activation_checkpoint
+    out = {"ok": True, "activation_checkpoint": type(ac).__qualname__ if ac else None, "dp_replicate": dims.dp_replicate, "dp_shard": dims.dp_shard, "cp": dims.cp, "tp": dims.tp,
            "pp": dims.pp, "ep": dims.ep, "world": dims.world_size, "seq_len": t.seq_len,
            "local_batch_size": t.local_batch_size, "global_batch_size": t.global_batch_size,
            "reshard_after_forward": p.fsdp_reshard_after_forward, "sequence_parallel": p.enable_sequence_parallel,

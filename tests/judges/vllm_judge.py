@@ -52,7 +52,9 @@ def _engine_config(a):
         return {"ok": False, "stage": "create_engine_config", "error": str(x).split(" [type=")[0]}
     finally:
         huggingface_hub.constants.HF_HUB_OFFLINE = offline
-    return {"engine_config": True, "max_model_len": c.model_config.max_model_len}
+    return {"engine_config": True, "max_model_len": c.model_config.max_model_len,
+            "quantization": c.model_config.quantization,
+            "layers": c.model_config.hf_text_config.num_hidden_layers}
 
 
 @contextlib.contextmanager

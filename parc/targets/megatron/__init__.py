@@ -64,12 +64,37 @@ def layer_flags(plan) -> list[list]:
     return [["--pipeline-model-parallel-layout", "|".join(stages)]]
 
 
-def moe_layer_freq(m) -> str:
-    """parc's layer i is MoE when (i+1) % moe_every == 0; Megatron's list gives 1 for MoE layers."""
-    bits = ["1" if (i + 1) % m.moe_every == 0 else "0" for i in range(m.layers)]
-    if m.layers % m.moe_every == 0:
-        return "([0]*%d+[1])*%d" % (m.moe_every - 1, m.layers // m.moe_every)
-    return "[" + ",".join(bits) + "]"
+def layer_pattern(bits: list[int]) -> str:
+    """A 0/1 list per layer as the Python list expression Megatron-LM's ``moe_freq_type`` evaluates
+    (``--moe-layer-freq``, ``--window-attn-skip-freq``): runs, and a repeated period where the list
+    (after its first run) is one: ``[0]*3+[1]*58``, ``([0]*1+[1]*1)*24``."""
+    def runs(xs: list[int]) -> str:
+        out, i = [], 0
+        while i < len(xs):
+            j = i
+            while j < len(xs) and xs[j] == xs[i]:
+                j += 1
+            out.append(f"[{xs[i]}]*{j - i}")
+            i = j
+        return "+".join(out)
+
+    for lead in (0, next((i for i, b in enumerate(bits) if b != bits[0]), len(bits))):
+        rest = bits[lead:]
+        for p in range(1, len(rest) // 2 + 1):
+            if len(rest) % p == 0 and rest == rest[:p] * (len(rest) // p) and len(set(rest[:p])) > 1:
+                return (runs(bits[:lead]) + "+" if lead else "") + f"({runs(rest[:p])})*{len(rest) // p}"
+    return runs(bits)
+
+
+def moe_layer_freq(m) -> str | None:
+    """``--moe-layer-freq``: 1 for each MoE layer (:func:`parc.model.params.is_moe_layer`: the
+    first ``first_k_dense`` dense, then every ``moe_every``-th), None when every layer is MoE
+    (Megatron-LM's default 1). DeepSeek-V3: ``[0]*3+[1]*58``, as Megatron-LM's own DeepSeek-R1
+    configuration writes it (examples/post_training/modelopt/conf/deepseek-ai/DeepSeek-R1.sh)."""
+    from parc.model.params import is_moe_layer
+
+    bits = [int(is_moe_layer(m, i)) for i in range(m.layers)]
+    return None if all(bits) else layer_pattern(bits)
 
 
 def arg_lines(plan) -> list[list]:
@@ -148,18 +173,75 @@ def _model_lines(plan) -> list[list]:
         a(["--rotary-base", m.rope_theta])   # Megatron's default is 10000; Llama 3 uses 500000
     if not m.bias:
         a(["--disable-bias-linear"])
+    if m.qkv_bias and not m.bias:
+        a(["--add-qkv-bias"])
     if not m.tied_embeddings:
         a(["--untie-embeddings-and-output-weights"])
+    out += attention_lines(m)
     if m.is_moe:
         a(["--num-experts", m.experts])
         a(["--moe-router-topk", m.top_k])
         a(["--moe-ffn-hidden-size", m.moe_ffn_hidden])
         if m.shared_experts:
             a(["--moe-shared-expert-intermediate-size", m.shared_experts * m.moe_ffn_hidden])
-        if m.moe_every > 1:
+        if moe_layer_freq(m):
             a(["--moe-layer-freq", moe_layer_freq(m)])
         if me.ep > 1:
             a(["--moe-token-dispatcher-type", "alltoall"])
+    if m.mtp_layers:
+        a(["--mtp-num-layers", m.mtp_layers])
+    return out
+
+
+def attention_lines(m) -> list[list]:
+    """The attention's shape as Megatron-LM 0.20 spells it (megatron/training/arguments.py, the
+    TransformerConfig fields it generates): multi-head latent attention (``--multi-latent-attention``
+    with its ranks and head widths, and ``--qk-layernorm`` for the latents' norms, as Megatron-LM's
+    DeepSeek-R1 configuration does), per-head query/key norms (``--qk-layernorm``), one learned sink
+    logit per head (``--softmax-type learnable``) and a sliding window over all but every
+    ``global_every``-th layer (``--window-size W-1,0`` and ``--window-attn-skip-freq``, as its gpt-oss
+    example: examples/gptoss/02_train.sh). Chunked local attention has no Megatron-LM spelling
+    (P620)."""
+    out: list[list] = []
+    a = out.append
+    if m.is_mla:
+        a(["--multi-latent-attention"])
+        if m.q_lora_rank:       # Megatron's default None: queries projected directly
+            a(["--q-lora-rank", m.q_lora_rank])
+        a(["--kv-lora-rank", m.kv_lora_rank])
+        a(["--qk-head-dim", m.qk_nope_head_dim])
+        a(["--qk-pos-emb-head-dim", m.qk_rope_head_dim])
+        a(["--v-head-dim", m.v_head_dim])
+    if m.is_mla or m.qk_norm:
+        a(["--qk-layernorm"])
+    if m.attention_sinks:
+        a(["--softmax-type", "learnable"])
+    if m.attention_window and m.local_attention == "sliding":
+        a(["--window-size", f"{m.attention_window - 1},0"])
+        if m.global_every:
+            a(["--window-attn-skip-freq", m.global_every])
+    return out
+
+
+def inexpressible(plan) -> list[tuple[str, str, str]]:
+    """(path, what, help) of each field of the plan Megatron-LM's arguments cannot say (P620)."""
+    m, tr = plan.model, plan.train
+    out = []
+    if m.attention_window and m.local_attention == "chunked":
+        out.append(("model.local_attention", "chunked local attention (each local layer attends within its own "
+                    f"chunk of {m.attention_window} tokens): Megatron-LM has sliding windows only (--window-size)",
+                    "compile for a target that builds the model from its checkpoint (vllm, sglang), or describe "
+                    "a sliding window with `local_attention = sliding`"))
+    if tr is None:
+        return out
+    if tr.recompute == "selective_op":
+        out.append(("train.recompute", "`recompute = selective_op` (torchtitan's per-op selective checkpointing): "
+                    "Megatron-LM recomputes whole modules (--recompute-granularity selective --recompute-modules)",
+                    "use `recompute = selective` with `recompute_modules`, or `full`"))
+    if tr.precision == "fp8" and tr.fp8_recipe in ("rowwise", "rowwise_with_gw_hp"):
+        out.append(("train.fp8_recipe", f"`fp8_recipe = {tr.fp8_recipe}` (torchao's row-wise scaling): Megatron-LM's "
+                    "--fp8-recipe is delayed, tensorwise, blockwise, mxfp8 or custom",
+                    "use `fp8_recipe = blockwise` (per-block scaling) or `tensorwise`"))
     return out
 
 
@@ -181,8 +263,7 @@ def _training_lines(plan) -> list[list]:
         a(["--bf16"])
     elif tr.precision == "fp16":
         a(["--fp16"])
-    if tr.precision == "fp8":
-        a(["--fp8-format", "hybrid"])
+    out += fp8_lines(tr)
     if tr.main_grads == "bf16" or tr.optimizer_state == "bf16":
         a(["--use-precision-aware-optimizer"])
         if tr.main_grads == "bf16":
@@ -191,7 +272,9 @@ def _training_lines(plan) -> list[list]:
             a(["--exp-avg-dtype", "bf16"])
             a(["--exp-avg-sq-dtype", "bf16"])
     if tr.recompute == "selective":
-        a(["--recompute-activations"])
+        a(["--recompute-granularity", "selective"])
+        if tr.recompute_modules:     # Megatron-LM's default is core_attn alone
+            a(["--recompute-modules", *tr.recompute_modules])
     elif tr.recompute == "full":
         a(["--recompute-granularity", "full"])
         a(["--recompute-method", "uniform"])
@@ -201,6 +284,28 @@ def _training_lines(plan) -> list[list]:
     if tok:
         a(["--tokenizer-type", "HuggingFaceTokenizer"])
         a(["--tokenizer-model", tok])
+    return out
+
+
+# Megatron-LM's --fp8-recipe for each of train.fp8_recipe it has (TransformerConfig.fp8_recipe)
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
+
+
+def fp8_lines(tr) -> list[list]:
+    """FP8 training as Megatron-LM spells it: ``--fp8-format`` (hybrid: e4m3 forward, e5m2
+    gradients, parc's choice for the delayed and tensorwise recipes; e4m3 for the block-scaled
+    recipes, which scale every tensor per block as DeepSeek-V3 trained, §3.3.2), ``--fp8-recipe``
+    where the plan names one (Megatron-LM's default is delayed), ``--fp8-param-gather`` where the
+    linear weights are kept in FP8 (its check wants the distributed optimizer or Megatron-FSDP:
+    P621)."""
+    if tr.precision != "fp8":
+        return []
+    blocks = tr.fp8_recipe in ("blockwise", "mxfp8")
+    out: list[list] = [["--fp8-format", "e4m3" if blocks else "hybrid"]]
+    if tr.fp8_recipe in FP8_RECIPES:
+        out.append(["--fp8-recipe", tr.fp8_recipe])
+    if tr.fp8_param_gather:
+        out.append(["--fp8-param-gather"])
     return out
 
 

@@ -230,3 +230,25 @@ def ep_comm_overlap(plan, c):
                        "train.recompute": "use `recompute = selective` or none, ",
                        "train.precision": "use `precision = bf16`, "}[path] + "or remove `ep_comm_overlap`",
                  related=[(c.at("train.ep_comm_overlap", "train"), "ep_comm_overlap = true")])
+
+
+# ------------------------------------------------------------------------------------ P621
+@rule("P621", "megatron-fp8-param-gather", targets=(TARGET,))
+def fp8_param_gather(plan, c):
+    """--fp8-param-gather keeps the linear weights in FP8 (TransformerConfig.fp8_param): it needs
+    FP8 training and a sharded optimizer to hold the fp32 master weights."""
+    tr = plan.train
+    if plan.mode != "train" or tr is None or not tr.fp8_param_gather:
+        return
+    at = c.at("train.fp8_param_gather", "train")
+    if tr.precision != "fp8":
+        c.report(at, f"fp8_param_gather = true with precision = {tr.precision}: FP8 weights need FP8 training "
+                     "(Megatron-LM: \"fp8_param must be used together with fp8 mode\")",
+                 help="set `precision = fp8`, or remove `fp8_param_gather`",
+                 related=[(c.at("train.precision", "train"), f"precision = {tr.precision}")])
+    elif tr.zero == 0:
+        c.report(at, "fp8_param_gather = true with zero = 0: without the distributed optimizer nothing holds the "
+                     "fp32 master weights, and Megatron-LM refuses it (\"--fp8-param-gather only supported with "
+                     "distributed optimizer, torch fsdp2, megatron fsdp, or inference mode\")",
+                 help="set `zero = 1` (the distributed optimizer), or remove `fp8_param_gather`",
+                 related=[(c.at("train.zero", "train"), "zero = 0")])

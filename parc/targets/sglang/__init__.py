@@ -157,9 +157,7 @@ def server_lines(plan, node_rank, side: str | None = None, slotted: bool = False
     a(["--mem-fraction-static", repr(float(sv.gpu_memory_utilization))])
     a(["--max-running-requests", sv.max_num_seqs])
     a(["--kv-cache-dtype", KV_DTYPES.get(sv.kv_cache_dtype, "auto")])
-    a(["--dtype", DTYPES[m.dtype]])
-    if m.dtype == "fp8":
-        a(["--quantization", "fp8"])
+    out += model_lines(plan)
     side = side or s.get("disaggregation")
     if side:
         a(["--disaggregation-mode", side])
@@ -171,6 +169,33 @@ def server_lines(plan, node_rank, side: str | None = None, slotted: bool = False
         a(["--node-rank", node_rank])
         a(["--dist-init-addr", Cat((Var("master_addr"), f":{s.get('dist_port', DIST_PORT)}"))])
     return out + [[x] for x in s.get("extra_args") or []]
+
+
+def model_lines(plan) -> list[list]:
+    """The model as SGLang loads it: ``--dtype``, ``--quantization fp8`` only for a 16-bit
+    checkpoint served in FP8 (never for an FP8 checkpoint, as SGLang's DeepSeek guide says: it
+    reads the method from the checkpoint; P619), and ``--json-model-override-args`` with the
+    config.json keys of the fields that differ from the preset's checkpoint (P620 otherwise)."""
+    import json
+
+    from parc.model.checkpoints import load_quantization
+    from parc.targets.hf import overrides
+
+    m = plan.model
+    out: list[list] = [["--dtype", DTYPES[m.dtype]]]
+    if load_quantization(m):
+        out.append(["--quantization", load_quantization(m)])
+    found, _ = overrides(m)
+    if found:
+        out.append(["--json-model-override-args", json.dumps(found, separators=(",", ":"), sort_keys=True)])
+    return out
+
+
+def inexpressible(plan) -> list[tuple[str, str, str]]:
+    """(path, what, help) of each model field SGLang cannot be told (P620)."""
+    from parc.targets.hf import inexpressible as changed
+
+    return changed(plan, "SGLang", "--json-model-override-args")
 
 
 def _serving_lines(plan) -> list[list]:

@@ -5,8 +5,10 @@ command-line overrides, and ``plan.json`` beside it.
 torchtitan (0.3.0 on) is configured by a Python function that returns a ``Trainer.Config``
 (``--module``/``--config``, torchtitan/config/manager.py ``ConfigManager._load_config``); the
 ``--section.option`` overrides that follow it win over the function's values. The model's
-architecture comes from that function (for parc's llama3 presets the function torchtitan ships,
-else the block's ``module`` and ``config``); the degrees and batch sizes come from the plan:
+architecture, with its float8 converter, comes from that function (for a preset the function
+torchtitan ships in the plan's precision, target.toml [configs], else the block's ``module`` and
+``config``; P620 refuses a model block that differs from the shipped function's model); the
+degrees and batch sizes come from the plan:
 
 * dp and zero become torchtitan's two data-parallel degrees, ``data_parallel_replicate_degree``
   × ``data_parallel_shard_degree`` = dp (``ParallelDims``). zero = 0 replicates the whole dp
@@ -22,7 +24,9 @@ else the block's ``module`` and ``config``); the degrees and batch sizes come fr
   makes exactly pp × virtual_stages stages; the micro batch is
   ``pipeline_parallel_microbatch_size``, the microbatches of one step the local batch;
 * ``training.local_batch_size`` and ``global_batch_size`` give the same gradient accumulation as
-  the plan (torchtitan's Trainer: global / (local × dp_replicate × dp_shard) steps).
+  the plan (torchtitan's Trainer: global / (local × dp_replicate × dp_shard) steps);
+* ``recompute`` as the ``activation-checkpoint:...`` subcommand, last on the command line: none,
+  full, or ``selective_op`` as torchtitan's per-op selective checkpointing.
 """
 from __future__ import annotations
 
@@ -40,15 +44,97 @@ def _data():
     return spec(TARGET)
 
 
-def preset_config(plan) -> dict | None:
-    """The {module, config} torchtitan ships for the plan's model preset, if any."""
-    return _data().get("presets", {}).get(plan.model.preset or "")
+def shipped(plan) -> dict[str, dict]:
+    """The config functions torchtitan ships for the plan's model preset (target.toml [configs])."""
+    return {name: c for name, c in _data().get("configs", {}).items() if c["preset"] == plan.model.preset}
+
+
+def preset_config(plan) -> tuple[str, dict] | None:
+    """(name, entry) of the shipped function for the plan's preset in the plan's precision and FP8
+    recipe, or None."""
+    tr = plan.train
+    fp8 = bool(tr and tr.precision == "fp8")
+    for name, c in shipped(plan).items():
+        if (c.get("precision") == "fp8") == fp8 and (not fp8 or tr.fp8_recipe in (None, c["fp8_recipe"])):
+            return name, c
+    return None
 
 
 def module_config(plan) -> tuple[str | None, str | None]:
+    """--module and --config: the block's own, else the shipped function :func:`preset_config` picks."""
     s = settings(plan, TARGET)
-    pre = preset_config(plan) or {}
-    return s.get("module", pre.get("module")), s.get("config", pre.get("config"))
+    name, pre = preset_config(plan) or (None, {})
+    return s.get("module", pre.get("module")), s.get("config", name)
+
+
+def own_config(plan) -> bool:
+    """Whether the spec names its own config function (parc cannot see the model it builds)."""
+    return "config" in settings(plan, TARGET)
+
+
+def inexpressible(plan) -> list[tuple[str, str, str]]:
+    """(path, what, help) of each field of the plan torchtitan's launch cannot carry (P620): the
+    training setup its command line has no value for, and, with a shipped config function, the
+    precision no function has and each model field that differs from the function's model
+    (torchtitan takes the model from the function: Trainer.Config.model_spec is not on its command
+    line)."""
+    tr = plan.train
+    if tr is None:
+        return []
+    out = _train_faults(tr)
+    if own_config(plan) or not shipped(plan):
+        return out
+    picked = preset_config(plan)
+    if picked is None:
+        have = ", ".join(f"{n} ({c.get('precision', 'bf16')}{', ' + c['fp8_recipe'] if 'fp8_recipe' in c else ''})"
+                         for n, c in shipped(plan).items())
+        what = f"precision = {tr.precision}" + (f" with fp8_recipe = {tr.fp8_recipe}" if tr.fp8_recipe else "")
+        out.append(("train.fp8_recipe" if tr.fp8_recipe and tr.precision == "fp8" else "train.precision",
+                    f"`{what}` for {plan.model.preset}: its precision and float8 recipe come from the config "
+                    f"function (the model converters), and torchtitan ships {have}",
+                    "choose the precision of a function it ships, or name your own with `module` and `config` "
+                    "in `target torchtitan`"))
+        return out
+    return out + _model_faults(plan, *picked)
+
+
+def _train_faults(tr) -> list[tuple[str, str, str]]:
+    out = []
+    if tr.recompute == "selective" or tr.recompute_modules:
+        out.append(("train.recompute_modules" if tr.recompute_modules else "train.recompute",
+                    "Megatron-LM's module-level selective recompute (`recompute = selective`"
+                    + (f", recompute_modules {', '.join(tr.recompute_modules)}" if tr.recompute_modules else "")
+                    + "): torchtitan checkpoints selectively per op (activation_checkpoint selective: the outputs of "
+                    "matmuls, attention and collectives kept)", "use `recompute = selective_op` (or none or full)"
+                    + (" and remove `recompute_modules`" if tr.recompute_modules else "")))
+    if tr.fp8_param_gather:
+        out.append(("train.fp8_param_gather", "`fp8_param_gather = true`: torchtitan's float8 converter keeps "
+                    "bfloat16 weights and casts them per use (Float8LinearConverter.Config has no FP8 weights)",
+                    "remove `fp8_param_gather`"))
+    return out
+
+
+def _model_faults(plan, name: str, entry: dict) -> list[tuple[str, str, str]]:
+    """Each model field that differs from what config function ``name`` builds: the preset's
+    values with the function's own ``differs``."""
+    from parc.resolve.catalog import preset_changes
+
+    m, own = plan.model, entry.get("differs", {})
+    want = {f: v for f, (v, _) in preset_changes(m).items()}
+    want.update({f: v for f, v in own.items() if getattr(m, f) != v})
+    for f in own:
+        if getattr(m, f) == own[f]:
+            want.pop(f, None)
+    return [(f"model.{f}", f"`{f} = {getattr(m, f)}`: torchtitan's {name} builds {f} = {v}, and its model comes "
+             "from the config function, not the command line", f"set `{f} = {v}`, or name your own config function "
+             "with `module` and `config` in `target torchtitan`") for f, v in want.items()]
+
+
+def recompute_word(plan) -> list[list]:
+    """train.recompute as torchtitan's activation_checkpoint subcommand (target.toml [recompute]),
+    which must come last on its command line (tyro reads no option of the trainer after it)."""
+    word = _data()["recompute"].get(plan.train.recompute)
+    return [[word]] if word else []
 
 
 def schedule_name(plan) -> str:
@@ -123,9 +209,11 @@ def overrides(plan) -> list[list]:
         out += [[par + "pipeline_parallel_schedule", schedule_name(plan)],
                 [par + "pipeline_parallel_microbatch_size", sc.micro_batch]]
         out += split_overrides(plan) or []
-        # torchtitan's Trainer.Config refuses CUDA graphs with a pipeline
-        out.append(["--training.disable_cuda_graphs"])
         local = sc.micro_batch * (sc.microbatches or 1)
+    # torchtitan's Trainer.Config refuses CUDA graphs with a pipeline, and with expert parallelism
+    # through a token dispatcher that synchronizes with the CPU (the all-to-all its MoE models use)
+    if me.pp > 1 or (plan.model.is_moe and me.ep > 1):
+        out.append(["--training.disable_cuda_graphs"])
     out += [["--training.local_batch_size", local], ["--training.global_batch_size", sc.global_batch],
             ["--training.seq_len", plan.model.seq_len]]
     if tr.precision in PRECISION:
@@ -144,7 +232,8 @@ def async_tp(plan) -> list[list]:
 
 
 def _lines(plan) -> list[list]:
-    return overrides(plan) + [[a] for a in settings(plan, TARGET).get("args") or []]
+    """torchtitan's command line: the plan's overrides, the block's own, the recompute subcommand."""
+    return overrides(plan) + [[a] for a in settings(plan, TARGET).get("args") or []] + recompute_word(plan)
 
 
 ENV = (Env("PYTORCH_ALLOC_CONF", "expandable_segments:True", "as torchtitan's run_train.sh sets it"),)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from parc.rules import WARNING, rule
 from parc.targets.base import settings, target_span
-from parc.targets.torchtitan import TARGET, degrees, module_config, preset_config, split_overrides
+from parc.targets.torchtitan import (TARGET, degrees, module_config, own_config, preset_config, shipped,
+                                     split_overrides)
 
 
 @rule("P630", "torchtitan-trains-only", targets=(TARGET,))
@@ -21,6 +22,8 @@ def config_missing(plan, c):
     module, config = module_config(plan)
     if plan.mode != "train" or (module and config):
         return
+    if not (settings(plan, TARGET).get("module") or settings(plan, TARGET).get("config")) and shipped(plan):
+        return    # a shipped function in another precision: P620 names it
     missing = " and ".join(f"`{k}`" for k, v in (("module", module), ("config", config)) if not v)
     have = "" if preset_config(plan) else (
         f" (torchtitan ships none for model `{plan.model.name}`" + (f", preset {plan.model.preset}" if plan.model.preset else "")
@@ -129,7 +132,9 @@ def layer_split(plan, c):
 
 @rule("P637", "torchtitan-fp8-needs-converter", severity=WARNING, targets=(TARGET,))
 def fp8(plan, c):
-    if plan.mode == "train" and plan.train.precision == "fp8":
+    """With the spec's own config function parc cannot see whether it sets the float8 converter
+    (a shipped one is picked by its precision: P620 where none has the plan's)."""
+    if plan.mode == "train" and plan.train.precision == "fp8" and own_config(plan):
         c.report(c.at("train.precision", "train"),
                  "torchtitan trains in fp8 only through a model converter (Float8 linear) that its config function "
                  "sets: the command line parc emits cannot turn it on, so the run is bfloat16 unless the config "

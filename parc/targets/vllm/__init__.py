@@ -102,9 +102,7 @@ def _lines(plan, node_rank, pool: str | None = None) -> tuple[list[list], list[l
     a([F("gpu_memory_utilization"), repr(float(sv.gpu_memory_utilization))])
     a([F("max_num_seqs"), sv.max_num_seqs])
     a([F("kv_cache_dtype"), KV_DTYPES[sv.kv_cache_dtype]])
-    a([F("dtype"), DTYPES[m.dtype]])
-    if m.dtype == "fp8":
-        a([F("quantization"), "fp8"])
+    out += model_lines(plan, F)
     others: list[list] = []
     if mode == "ray":
         a([F("distributed_executor_backend"), "ray"])
@@ -131,6 +129,35 @@ def _lines(plan, node_rank, pool: str | None = None) -> tuple[list[list], list[l
     others.append([F("headless")])
     port = Var("port") if pool else s.get("port", 8000)
     return out, [[F("port"), port]], others, [[x] for x in s.get("extra_args") or []]
+
+
+def model_lines(plan, F) -> list[list]:
+    """The model as vLLM loads it: ``--dtype`` (an FP8 model runs bfloat16 activations),
+    ``--quantization fp8`` only for a 16-bit checkpoint served in FP8 (vLLM quantizes it at load;
+    a quantized checkpoint names its own method, and another --quantization is refused: P619),
+    ``--allow-deprecated-quantization`` for a method vLLM deprecates (FBGEMM FP8),
+    and ``--hf-overrides`` with the config.json keys of the fields that differ from the preset's
+    checkpoint (parc/targets/hf_config.toml; P620 refuses a field without one)."""
+    from parc.model.checkpoints import engine_deprecated, load_quantization
+    from parc.targets.hf import overrides
+
+    m = plan.model
+    out: list[list] = [[F("dtype"), DTYPES[m.dtype]]]
+    if load_quantization(m):
+        out.append([F("quantization"), load_quantization(m)])
+    if engine_deprecated(m.checkpoint_format, TARGET) and F("allow_deprecated_quantization"):
+        out.append([F("allow_deprecated_quantization")])   # else vLLM refuses an FBGEMM FP8 checkpoint
+    found, _ = overrides(m)
+    if found:
+        out.append([F("hf_overrides"), json.dumps(found, separators=(",", ":"), sort_keys=True)])
+    return out
+
+
+def inexpressible(plan) -> list[tuple[str, str, str]]:
+    """(path, what, help) of each model field vLLM cannot be told (P620)."""
+    from parc.targets.hf import inexpressible as changed
+
+    return changed(plan, "vLLM", options(plan)("hf_overrides"))
 
 
 def eplb_config(sv) -> dict:
