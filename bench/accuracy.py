@@ -43,6 +43,9 @@ METRICS = {   # metric -> (how the table prints it, unit)
     "output_tokens_per_node_s": ("{:,.0f}", "output tokens/s/node"),
     "decode_tokens_per_node_s": ("{:,.0f}", "output tokens/s/node of a decode pool"),
 }
+from bench.accuracy_serving import METRICS as SERVING_METRICS  # noqa: E402
+
+METRICS.update(SERVING_METRICS)
 
 
 # --- specs ---------------------------------------------------------------------------------------
@@ -90,9 +93,11 @@ def spec_text(case: dict, data: dict) -> str:
     parts.append(_block("mesh", {ax: mesh[ax] for ax in ("pp", "dp", "cp", "tp", "ep") if ax in mesh}))
     if "layers" in case:
         parts.append(_block("placement", {"layers": case["layers"]}))
-    if "serve" in case:     # a serving row: the serve block with its workload
+    if "serve" in case:     # a serving row: the serve block with its workload (and the engine's backends)
         parts.append(_block("serve", case["serve"]))
-        return "\n\n".join(parts) + "\n"
+        from bench.accuracy_serving import target_blocks
+
+        return "\n\n".join(parts + target_blocks(case)) + "\n"
     parts.append(_block("schedule", {"pipeline": "1f1b", **case["schedule"]}))
     parts.append(_block("train", case.get("train", {})))
     return "\n\n".join(parts) + "\n"
@@ -131,6 +136,10 @@ def run_case(case: dict, data: dict, tmp: Path) -> dict:
               "tokens_per_gpu_s": e.tokens_per_second / n if n else 0.0,
               "tflops_96": ((e.model_flops_per_step + recompute_flops(plan.model, e.tokens_per_step, "full"))
                             / (e.step_time * n) / 1e12) if e.step_time else 0.0}
+    if case["metric"] in SERVING_METRICS or case["metric"].endswith("_per_node_s"):
+        from bench.accuracy_serving import value
+
+        values[case["metric"]] = value(case["metric"], plan, e)
     out["value"] = values[case["metric"]]
     out["step_time"] = e.step_time
     out["error"] = out["value"] / case["measured"] - 1 if case["measured"] else None
@@ -248,7 +257,10 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
            "Every number below is parc's prediction for a run someone published, next to what that run "
            "measured. Errors are parc / measured − 1 on the metric the source printed (for a time a "
            "positive error means parc predicts slower; for a rate, faster).", "",
-           "## Targets", ""]
+           ]
+    from bench.accuracy_serving import summary_lines
+
+    out += summary_lines(results, _table) + ["## Targets", ""]
     out += _table(["target", "result", ""], [
         ["closed-form quantities within 0.5%", f"{s['closed_ok']} of {s['closed']}", met(s["closed_ok"] == s["closed"])],
         ["median error of measured rows ≤ 10%", f"{s['median']:.1%} over {s['compared']} rows", met(s["median"] <= MEDIAN_TARGET)],
@@ -280,14 +292,13 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
                 for r in rows]
         out.append("")
     out += ["## Serving rows", "",
-            "The serving rows compare `parc explain`'s throughput at the stated workload with published "
-            "serving measurements that state the hardware, the model and the parallel layout. Only the "
-            "SGLang team's DeepSeek-V3 deployment on 96 H100 (LMSYS blog, 2025-05-05) was found with all "
-            "three; its decode batch is not stated, so that row rests on an assumption named beside it. "
-            "vLLM's Llama 3 8B/70B benchmark posts (the v0.6.0 performance update) print their results "
-            "as relative speedups and charts, not as numbers with the workload's concurrency, and "
-            "DistServe and Splitwise report goodput under latency targets rather than the throughput "
-            "parc estimates: no row is made from them.", ""]
+            "The serving rows compare `parc explain`'s numbers at the stated workload (TTFT, inter-token latency "
+            "and throughput of the scheduler model, `parc/cost/scheduler.py`) with published serving measurements "
+            "that state the hardware, the model, the parallel layout and the workload: NVIDIA NIM's concurrency "
+            "sweep of Llama 3.3 70B on 2 H100, TensorRT-LLM's offline throughput table, and the SGLang team's "
+            "DeepSeek-V3 deployment on 96 H100. A row of an engine other than vLLM and SGLang states that engine's "
+            "scheduler limits (its defaults) in the `serve` block. No serving constant is fitted: every step reads "
+            "the profile's defaults and DeepEP's own measured rates.", ""]
     out += ["## Clusters and models", ""]
     out += [f"- cluster `{k}`: {v['source']}." for k, v in data["clusters"].items()]
     out += [f"- model `{k}`: {v['approximated']} (where no spec file exists)." for k, v in data["models"].items() if v.get("approximated")]

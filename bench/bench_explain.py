@@ -2,6 +2,8 @@
 
 Targets:
 * check + explain (JSON) of a 16,384-GPU spec, in process: median <= 20 ms;
+* explain (JSON) of a serving plan with the scheduler model (examples/deepseek-v3-pd.par, two
+  pools, and examples/llama3-70b-serve.par, one mesh), in process: median <= 20 ms each;
 * the rank map of a 131,072-GPU cluster: <= 200 ms.
 
 Each figure is printed beside what it builds on (check alone; a bare numpy arange over the
@@ -112,6 +114,28 @@ def bench_explain(runs: int) -> None:
     print(f"  estimate() alone, uncached   {t_est * 1e3:7.2f} ms")
 
 
+def bench_serving(runs: int) -> None:
+    """explain of serving plans: the estimate and its serving numbers (the step model and the
+    scheduler's closed form), uncached, beside check alone."""
+    from parc.api import check_file
+    from parc.cost.estimate import estimate
+
+    print(f"serving plans with the scheduler model, median of {runs} (in process):")
+    for name in ("deepseek-v3-pd.par", "llama3-70b-serve.par", "deepseek-v3-wide-ep.par"):
+        spec = ROOT / "examples" / name
+        plan = check_file(spec).plan
+
+        def check_only():
+            check_file(spec)
+
+        def explain_json():
+            json.dumps(estimate(plan, cache=False).to_json())
+
+        t_check, t_explain = median_time(check_only, runs), median_time(explain_json, runs)
+        print(f"  {name:<26} explain --format json {t_explain * 1e3:6.2f} ms   (target <= 20 ms; "
+              f"{t_explain / t_check:.2f}x check alone, {t_check * 1e3:.2f} ms)")
+
+
 def bench_rankmap(runs: int) -> None:
     import numpy as np
 
@@ -150,6 +174,7 @@ def main():
     ap.add_argument("--runs", type=int, default=30)
     args = ap.parse_args()
     bench_explain(args.runs)
+    bench_serving(args.runs)
     bench_rankmap(args.runs)
 
 

@@ -408,19 +408,23 @@ def test_serving_timeline_is_forward_only_and_as_long_as_the_estimate(write_spec
     assert main(["draw", str(spec), "--what", "timeline"]) == 0
     root = parse(capsys.readouterr().out)
     blocks = by_class(root, "rect", "block")
-    assert {b.get("data-kind") for b in blocks} == {"P", "D"}
     plan = load_plan(spec)
     sv = est_of(plan).serving
-    # one prefill per stage, then 6 steps of each of the 2 batches (one per stage) on each stage
+    kinds = {b.get("data-kind") for b in blocks}
+    assert "P" in kinds and kinds <= {"P", "M", "D"}
+    # the prompt's chunk passes stage 0 then stage 1, each block as long as that stage's step
+    # carrying it beside the decode requests
     pre = [b for b in blocks if b.get("data-kind") == "P"]
-    assert len(pre) == 2 and len(blocks) == 2 + 2 * 2 * 6
-    # the prompt passes stage 0 then stage 1: each block as long as that stage's prefill estimate
+    assert len(pre) == 2 * sv.prefill_steps
     for b in pre:
         r = int(b.get("data-rank"))
-        assert float(b.get("data-end")) - float(b.get("data-start")) == pytest.approx(sv.prefill[r].time)
+        assert float(b.get("data-end")) - float(b.get("data-start")) == pytest.approx(sv.mixed[r].time)
     assert float(pre[1].get("data-start")) == pytest.approx(float(pre[0].get("data-end")))
-    # a decode step of a batch leaves stage 1 one decode step (pp stages' steps) after it left it
-    # the step before (TPOT adds the prefills of other requests between them)
-    ends = sorted(float(b.get("data-end")) for b in blocks
-                  if b.get("data-kind") == "D" and b.get("data-rank") == "1" and b.get("data-batch") == "0")
-    assert all(b - a == pytest.approx(sv.decode_step) for a, b in zip(ends[1:], ends[2:]))
+    # then 6 steps of each of the 2 micro-batches on each stage, decode-only or mixed
+    rest = [b for b in blocks if b.get("data-kind") != "P"]
+    assert len(rest) == 2 * 2 * 6
+    for b in rest:
+        r, kind = int(b.get("data-rank")), b.get("data-kind")
+        want = (sv.mixed if kind == "M" else sv.decode)[r].time
+        assert float(b.get("data-end")) - float(b.get("data-start")) == pytest.approx(want)
+    assert float(root.get("data-ttft")) == sv.ttft and float(root.get("data-tpot")) == sv.tpot

@@ -113,48 +113,52 @@ def llama8b(serve: str) -> str:
 
 
 def test_decode_and_prefill_are_rooflines(check_spec):
-    """Llama 3 8B on one H100 (3.35 TB/s at hbm_efficiency 0.6, 989 TFLOP/s at gemm_efficiency 0.7),
-    10 requests of 1000 + 200 tokens: no communication, so each pass is max(reads, compute)."""
-    from parc.cost.serving import decode_flops_per_token
+    """Llama 3 8B on one H100 (3.35 TB/s at hbm_efficiency 0.6, 989 TFLOP/s at gemm_efficiency 0.7,
+    GEMMs of M rows at M / (M + 192) of that), 10 requests of 1000 + 200 tokens: no
+    communication, so each step is the GEMMs' roofline (the weights' read or their FLOPs) plus
+    attention's (the KV cache's read or its FLOPs)."""
+    from parc.cost.serve_step import gemm_flops_per_token
 
     plan, e = _est(check_spec, llama8b("prompt_tokens = 1000\n  output_tokens = 200\n  concurrency = 10"))
     sv, m = e.serving, plan.model
     hbm, peak = 3350e9 * 0.6, 989e12 * 0.7
+    b = sv.batch
     d = sv.decode[0]
-    # every weight once, and the KV of 10 sequences of 1000 + 200/2 = 1100 tokens at 131,072 B/token
+    # every weight once, and the KV of b sequences of 1000 + 200/2 = 1100 tokens at 131,072 B/token
     assert e.kv_bytes_per_token == 32 * 8 * 128 * 2 * 2 == 131_072
     assert d.weights == pytest.approx(e.memory.weights / hbm)
-    assert d.kv == pytest.approx(10 * 1100 * 131_072 / hbm)
-    assert d.compute == pytest.approx(10 * decode_flops_per_token(m, 32, 0, 1, 1, 1100) / peak)
+    assert d.kv == pytest.approx(b * 1100 * 131_072 / hbm)
+    g, _ = gemm_flops_per_token(m, 32, 0, 1, 1)
+    head = 2 * m.hidden * m.vocab
+    attn = b * 1100 * 2 * 32 * 256 * 32 / peak
+    assert d.compute == pytest.approx((b * g + b * head) / (peak * b / (b + 192)) + attn)
     assert d.bound == "memory" and d.comm == {}
-    assert sv.decode_step == pytest.approx(d.weights + d.kv)
-    assert sv.decode_tokens_per_s == pytest.approx(10 / sv.decode_step)
+    assert d.time == pytest.approx(d.weights + max(d.kv, attn))
     p = sv.prefill[0]
-    # 1000 tokens, causal attention over 500 on average: compute-bound
-    assert p.compute == pytest.approx(1000 * decode_flops_per_token(m, 32, 0, 1, 1, 500) / peak)
-    assert p.bound == "compute" and sv.prefill_time == pytest.approx(p.time) == pytest.approx(p.compute)
-    assert sv.prefill_tokens_per_s == pytest.approx(1000 / p.time)
-    # one mesh: a request waits for its prefill and one step; each of its 200 tokens also for
-    # the 9 other requests' prefills, spread over them; the replica turns its 10 requests every
-    # 10 prefills + 200 steps
-    step, pre = sv.decode_step, p.time
-    assert sv.ttft == pytest.approx(pre + step)
-    assert sv.tpot == pytest.approx(step + 9 * pre / 200)
-    assert sv.output_tokens_per_s == pytest.approx(10 * 200 / (10 * pre + 200 * step))
+    # 1000 tokens in one step (vLLM's 8,192 on an H100), causal attention over 500 on average
+    assert p.tokens == 1000 and sv.prefill_steps == 1
+    assert p.compute == pytest.approx(1000 * g / (peak * 1000 / 1192) + 1000 * 500 * 2 * 32 * 256 * 32 / peak)
+    assert p.bound == "compute" and sv.prefill_time == pytest.approx(p.time)
+    # TTFT's terms sum to it; TPOT is the mean step, mixed steps and decode steps
+    assert sum(sv.ttft_terms.values()) == pytest.approx(sv.ttft)
+    assert set(sv.ttft_terms) == {"wait", "queue", "prefill"}
+    assert sv.decode_step < sv.tpot < max(ph.time for ph in sv.mixed)
+    assert sv.output_tokens_per_s == pytest.approx(sv.tpot and 10 * 200 / (sv.ttft + 199 * sv.tpot), rel=1e-6)
 
 
 def test_default_workload_is_vllm_benchmark(check_spec):
     plan, e = _est(check_spec, llama8b(""))
     w = e.serving.workload
-    # vLLM's RandomDataset: 1024 prompt + 128 output tokens; as many requests as max_num_seqs (256) allows
+    # vLLM's RandomDataset: 1024 prompt + 128 output tokens; as many requests as vLLM 0.33's default
+    # max_num_seqs on an H100 (1,024) and the KV cache allow
     assert (w.prompt_tokens, w.output_tokens, w.stated) == (1024, 128, ())
-    assert w.concurrency == min(256, e.kv_capacity_tokens // 1152)
+    assert w.concurrency == min(1024, e.kv_capacity_tokens // 1152)
     plan, e = _est(check_spec, llama8b("").replace("max_model_len = 4096", "max_model_len = 576"))
     assert (e.serving.workload.prompt_tokens, e.serving.workload.output_tokens) == (512, 64)   # × 576/1152
 
 
 def test_experts_touched_by_a_small_batch():
-    from parc.cost.serving import experts_touched
+    from parc.cost.serve_step import experts_touched
 
     # 8 routed copies over 256 experts reach 256 · (1 − (255/256)^8) ≈ 7.89 of them
     assert 256 * experts_touched(256, 8) == pytest.approx(256 * (1 - (255 / 256) ** 8))
@@ -174,21 +178,27 @@ def test_disaggregated_ttft_is_prefill_transfer_and_first_step(check_spec):
     assert sv.kv_transfer_bytes == 1024 * 327_680
     # each of the prefill instance's 8 GPUs sends its 40,960 B/token share over its 50 GB/s link
     assert sv.kv_transfer_time == pytest.approx(1024 * 40_960 / 50e9)
-    # the prefill pool keeps up with the requests in flight: no queue before it
+    # the prefill pool keeps up with the requests in flight: no queue before it; TTFT is its
+    # named terms: the prompt alone, the transfer, the first decode step
+    assert list(sv.ttft_terms) == ["queue", "prefill", "kv_transfer", "first_decode"]
+    assert sv.ttft_terms["queue"] == pytest.approx(0.0, abs=1e-9)
     assert sv.ttft == pytest.approx(sv.prefill_time + sv.kv_transfer_time + sv.tpot)
-    assert sv.tpot == sv.decode_step
+    assert sv.tpot == pytest.approx(sv.decode_step)
     assert set(sv.pools) == {"prefill", "decode"} and sv.replicas == 2      # decode: 1 instance of dp 2
-    assert sv.batch == 32
+    # 64 users over 2 decode ranks, each user's round the prefill, the transfer and 128 steps
+    assert sv.batch == pytest.approx(32 * 127 * sv.tpot / (sv.ttft + 127 * sv.tpot), rel=1e-3)
 
 
 def test_workload_rules(check_spec):
     from support.specs import only
 
-    r = check_spec(llama8b("prompt_tokens = 1000\n  output_tokens = 200\n  concurrency = 400"))
+    r = check_spec(llama8b("prompt_tokens = 1000\n  output_tokens = 200\n  concurrency = 400\n  max_num_seqs = 256"))
     d = only(r, "P407")
     assert "max_num_seqs = 256" in d.message
-    r = check_spec(llama8b("prompt_tokens = 3000\n  output_tokens = 1000\n  concurrency = 200\n"
-                           "  max_num_seqs = 200"))
+    # left out, max_num_seqs is vLLM's own: 1,024 on an H100, which holds the 400
+    assert not [x for x in check_spec(llama8b("prompt_tokens = 1000\n  output_tokens = 200\n"
+                                              "  concurrency = 400")).diagnostics if x.code == "P407"]
+    r = check_spec(llama8b("prompt_tokens = 3000\n  output_tokens = 1000\n  concurrency = 200"))
     e = cm.estimate(r.plan)
     fit = e.kv_capacity_tokens // 4000
     d = only(r, "P406")
@@ -208,20 +218,31 @@ def test_dcp_gathers_queries_and_reduces_outputs_in_the_latent_space(check_spec)
     assert e.comm_link["dcp"] == "intra_node" and e.comm_time["dcp"] > 0
     _, e1 = _est(check_spec, dsv3("tp = 8", nodes=1))
     assert e1.comm_bytes["dcp"] == 0 and e.comm_bytes["tp"] == e1.comm_bytes["tp"]
-    # decode waits for it; the prefill does not
-    assert "dcp" in e.serving.decode[0].comm and "dcp" not in e.serving.prefill[0].comm
+    # a decode step waits for it; a prompt's chunk does not
+    from parc.cost.serve_step import StepModel
+
+    step = StepModel(e.plan, e)
+    assert step.phases(8, 0.0, 1000.0, 0.0)[0].comm["dcp"] > 0
+    assert step.phases(0, 1000.0, 0.0, 500.0)[0].comm["dcp"] == 0
 
 
 def test_explain_text_shows_each_pool_and_the_speed(check_spec):
     from parc.report.explain import render_text
+    from parc.units import seconds
 
     text = (llama70b(8).replace("nodes = 1", "nodes = 4")
             .replace("  max_model_len = 8192\n", "  max_model_len = 8192\n  kv_transfer = nixl\n"
                      "  prefill {\n    instances = 2\n  }\n  decode {\n    dp = 2\n  }\n"))
     plan, e = _est(check_spec, text)
     out = render_text(plan, e, "pd.par")
-    assert "Pool prefill: 2 instances, each:" in out and "Pool decode: 1 instance, each:" in out
+    assert "Pool prefill: 2 instances of 8 GPUs, each:" in out and "Pool decode: 1 instance of 16 GPUs, each:" in out
+    assert "Pool prefill, one instance:" in out and "Pool decode, one instance:" in out
     assert "KV transfer" in out and "over nixl" in out
-    assert "TTFT" in out and "= prefill + KV transfer + first decode step" in out
+    # TTFT named term by term, with the seconds of each
+    sv = e.serving
+    terms = " + ".join(f"{name} {seconds(sv.ttft_terms[k])}" for k, name in
+                       (("queue", "queue"), ("prefill", "prefill"), ("kv_transfer", "KV transfer"),
+                        ("first_decode", "first decode step")))
+    assert f"TTFT         {seconds(sv.ttft)} = {terms}" in out
     # the decode pool's memory is its own plan's: dp 2 · tp 8
     assert e.serving.pools["decode"]["estimate"].mesh["dp"] == 2

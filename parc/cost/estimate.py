@@ -17,7 +17,7 @@ from parc.cost.memory import (StateBytes, activation_bytes_per_layer, caches_fp8
                               kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
                               model_kv_bytes_per_token,
                               model_state_bytes, nccl_communicators, overhead_bytes, overheads,
-                              prefill_chunk_tokens, sampler_bytes, serving_activation_bytes, stage_activation_bytes,
+                              sampler_bytes, serving_activation_bytes, stage_activation_bytes,
                               state_bytes_per_param, zero_state_bytes, _train_state)
 from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, DTYPE_BYTES, PARTS,
                               StageLayout, attention_params, balanced_split, chunks_of_rank, dtype_bytes,
@@ -29,6 +29,7 @@ from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, D
                               split_layers,
                               stage_chunks, stage_layouts, stage_parts, stage_tensors, uses_v_placement,
                               _shard_groups, _stage_parts, _weight_dtype, _zero)
+from parc.cost import engine
 from parc.cost.gemm import stage_compute_time, stage_rates
 from parc.cost.timing import BACKWARD_SHARE, exposed_comm, step_time
 from parc.model import schedules
@@ -292,7 +293,7 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     if not train:
         mem.weights = weight_bytes(m, parts)
         st.kv_bytes_per_token = model_kv_bytes_per_token(m, lay.layers, kv_nbytes, mesh.tp,
-                                                         plan.serve.max_model_len if plan.serve else None,
+                                                         engine.max_model_len(plan) if plan.serve else None,
                                                          lay.local_layers, dcp=mesh.dcp)
         _serving_overheads(plan, lay, mem)
         return st
@@ -331,12 +332,11 @@ def _serving_overheads(plan, lay: StageLayout, mem: Memory) -> None:
     m, mesh = plan.model, plan.mesh
     ep, etp, _ = serving_expert_split(plan)
     moe_dp = max(1, ep * etp // (mesh.tp * mesh.cp))          # dp ranks whose MoE layers this GPU shares
-    mem.activations = serving_activation_bytes(m, prefill_chunk_tokens(plan.cluster.gpu), mesh.tp, ep, etp,
-                                               moe_dp)
+    mem.activations = serving_activation_bytes(m, engine.batched_tokens(plan), mesh.tp, ep, etp, moe_dp)
     comms = nccl_communicators(mesh.pp, moe_dp, mesh.cp, mesh.tp, ep, 1, m.is_moe)
     mem.cuda_context, mem.nccl_buffers, _ = overhead_bytes(plan.cluster, comms, 0.0)
     mem.cuda_graphs = float(overheads()["cuda_graphs"])
-    mem.sampler = sampler_bytes(m, plan.serve.max_num_seqs) if lay.head else 0.0
+    mem.sampler = sampler_bytes(m, engine.limits(plan).max_num_seqs) if lay.head else 0.0
 
 
 def _serving_kv(plan, stages: list[StageEstimate]) -> tuple[int, int, int]:
@@ -353,7 +353,8 @@ def _serving_kv(plan, stages: list[StageEstimate]) -> tuple[int, int, int]:
         st.kv_capacity_tokens = c
         st.memory.kv_cache = kv_cap * st.kv_bytes_per_token
     kv_tok = max(st.kv_bytes_per_token for st in stages)
-    return kv_tok, kv_cap, (kv_cap // srv.max_model_len if srv.max_model_len else 0)
+    return kv_tok, kv_cap, kv_cap // engine.max_model_len(plan)
+
 
 
 def train_comm_bytes(m, tokens_local, layers, moe_layers, *, pp, tp, cp, ep, v, microbatches, wbytes,

@@ -455,15 +455,6 @@ def kv_capacity_tokens(capacity: float, utilization: float, weights: float, per_
     return max(0, int((utilization * capacity - weights) // per_token))
 
 
-def prefill_chunk_tokens(gpu) -> int:
-    """Tokens vLLM's profiling forward pass (and a chunked prefill) runs at once:
-    ``max_num_batched_tokens``' default for its OpenAI server on ``gpu`` (``overheads.toml``)."""
-    for least, tokens in overheads()["prefill_chunk_tokens"]:
-        if gpu.memory >= least and not (tokens == 8192 and "a100" in gpu.name.lower()):
-            return int(tokens)
-    return 2048
-
-
 def serving_activation_bytes(m: Model, tokens: float, tp: int, ep: int, etp: int, moe_dp: int = 1) -> float:
     """Peak activation bytes of one serving forward pass over ``tokens`` tokens on one GPU (an
     inference pass frees each layer's tensors before the next): the residual stream and the norm's

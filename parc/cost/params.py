@@ -364,7 +364,9 @@ def _stage_parts(plan, layout: StageLayout, k_dense: int = 0, k_exp: int = 0, sh
     mesh = plan.mesh
     if plan.mode == "serve" and plan.serve is not None:
         ep, etp, extra = serving_expert_split(plan)
-        return stage_parts(plan.model, layout, mesh.dp, mesh.cp, mesh.tp, ep, etp, redundant=extra, mtp=False)
+        # the engine loads the multi-token-prediction layers only to draft with them
+        return stage_parts(plan.model, layout, mesh.dp, mesh.cp, mesh.tp, ep, etp, redundant=extra,
+                           mtp=plan.serve.speculative == "mtp" and layout.head)
     return stage_parts(plan.model, layout, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp,
                        zero3=sharded and _zero(plan) >= 3, k_dense=k_dense, k_exp=k_exp)
 

@@ -1,129 +1,40 @@
-"""Throughput and latency of a serving plan: prefill, decode, and the KV transfer of a
-disaggregated plan, at the plan's workload (:func:`workload`) or at its memory limit
-(:func:`serve_perf`, the planner's).
+"""A serving plan's speed at its workload: what ``parc explain``, ``parc draw --what timeline``
+and ``parc plan --serve`` report, composed from two owners:
 
-The memory side (weights per GPU, KV bytes per token, KV capacity, concurrent sequences) is
-:func:`parc.cost.estimate.estimate`'s. On top of it, a decode step is the roofline of each
-pipeline stage (Williams et al. 2009; for transformer decoding Pope et al. 2022, "Efficiently
-Scaling Transformer Inference", §2): a stage streams its weights and the KV cache of the
-sequences it serves from HBM, or computes, whichever takes longer, then runs its tensor-parallel
-all-reduces and hands the activations to the next stage.
+* :mod:`parc.cost.serve_step`: what one step of an engine instance's data-parallel rank costs
+  (the roofline of each pipeline stage, the expert all-to-all, two-batch overlap, speculative
+  decoding);
+* :mod:`parc.cost.scheduler`: how the engine's scheduler fills steps with decode tokens and
+  prompt chunks under its limits (:mod:`parc.cost.engine`: the spec's, or the engine's own
+  defaults), and what that gives a closed loop of users or a request rate.
 
-* At the memory limit a replica (one dp rank: pp · tp GPUs) holds ``B`` sequences of
-  ``max_model_len`` tokens (``estimate(...).max_concurrent_seqs``, or ``max_num_seqs`` when that
-  is lower), and every step reads their whole KV cache.
-* With pipeline parallelism the ``B`` sequences are split into ``pp`` microbatches that keep
-  every stage busy (vLLM's virtual engines): a step of stage ``s`` serves ``b = B / pp`` sequences
-  and takes ``t_s(b)``; the pipeline advances every ``T = max_s t_s(b)``.
-* Throughput of the replica is ``B / (pp · T)`` tokens/s; one sequence gets its next token every
-  ``pp · T`` seconds (its inter-token latency). So pipeline stages add latency: each stage
-  reads only its share of the weights, but a token still passes all of them one after another,
-  while tensor parallelism splits every stage's reads over more GPUs. No rule of thumb is
-  needed: the formulas give it.
-* Compute uses the same sustained fraction of peak FLOP/s (``efficiency``, the profile's
-  ``gemm_efficiency``) as training; the memory-bound reads reach the profile's
-  ``hbm_efficiency`` of the HBM bandwidth. A GPU without an ``hbm_bandwidth`` is treated as
-  compute-bound.
-* A prefill of ``P`` prompt tokens is the same roofline over P tokens at once: compute-bound
-  (2 FLOPs per parameter a token passes, plus causal attention over P/2 tokens on average) or
-  the weights' one read, whichever is longer, plus the TP all-reduces and EP all-to-alls of P
-  tokens; the request passes every stage in turn (its TTFT), the prefill throughput is P over
-  the slowest stage's time.
-* A MoE layer reads only the experts the step's tokens are routed to: of ``E`` experts, ``n``
-  routed token copies touch ``E·(1 − (1 − 1/E)^n)`` on average (uniform routing), so a small
-  decode batch reads a small share of the expert weights.
-* Decode context parallelism (``dcp``) adds, per layer, the all-gather of the queries and the
-  reduce-scatter of the partial attention outputs over the dcp ranks.
-* Requests over time (:func:`colocated_latency`, :func:`disaggregated_latency`; explain and
-  ``parc plan --serve`` both read them): on one mesh a new request's prefill runs between the
-  decode steps of the others, so it waits ``t_prefill + t_step`` for its first token and each of
-  its tokens also waits for its neighbours' prefills, spread over its output; with prefill and
-  decode pools the prefill pool may queue requests (Little's law over the requests in flight).
+One mesh serves prefill and decode on the same GPUs: each of its ``dp`` ranks gets an equal
+share of the load. A disaggregated plan (``prefill`` and ``decode`` pools) is costed pool by pool
+on the plan one instance runs (:func:`parc.model.pools.pool_plans`): the prefill ranks prefill
+only, the decode ranks decode only, and each request's KV cache crosses between them
+(:func:`kv_transfer`); its TTFT is the queue for a prefill rank, the prefill, the KV transfer and
+the first decode step, each named where it is shown.
+
+Definitions, shared with docs/language.md and docs/planner.md: TTFT is the time from a request's
+arrival to its first output token; TPOT the mean time per output token after the first,
+(E2E − TTFT) / (output_tokens − 1); ITL the time between two streamed outputs; throughput the
+output tokens per second of the whole plan (``vllm bench serve`` reports the same).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from parc.cost import xp
-from parc.cost.comm import (allreduce_bytes, axis_time, ep_bytes_per_layer, link_params, p2p_time,
-                            serving_calls)
+from parc.cost.comm import allreduce_bytes, ep_bytes_per_layer
 from parc.cost.memory import model_kv_bytes_per_token
-from parc.cost.params import (activation_dtype, attention_params, dtype_bytes, head_dim, kv_element_bytes, mlp_params,
-                              part_weight_bytes, serving_expert_split)
+from parc.cost.params import activation_dtype, dtype_bytes, head_dim, kv_element_bytes
 
 # The workload explain assumes where the serve block gives none: vLLM's serving benchmark's random
 # dataset (vllm/benchmarks/datasets/datasets.py RandomDataset: DEFAULT_INPUT_LEN 1024,
 # DEFAULT_OUTPUT_LEN 128).
 DEFAULT_PROMPT_TOKENS = 1024
 DEFAULT_OUTPUT_TOKENS = 128
-
-
-@dataclass(slots=True)
-class ServePerf:
-    batch: int            # sequences per replica at the memory limit
-    step_time: float      # seconds per pipeline step (T)
-    latency: float        # seconds between two tokens of one sequence (pp · T)
-    throughput: float     # output tokens per second of the whole plan (all dp replicas)
-    stage_times: list     # t_s per pipeline stage
-
-
-@dataclass(slots=True)
-class Phase:
-    """One forward pass (a prefill or a decode step) of the slowest pipeline stage, by roofline
-    term: seconds of HBM reads (weights, KV cache), of compute, and of communication per axis."""
-    tokens: float                 # tokens the stage processes in the pass
-    weights: float = 0.0          # seconds reading weights
-    kv: float = 0.0               # seconds reading the KV cache
-    compute: float = 0.0          # seconds of FLOPs at the profile's efficiency
-    comm: dict = field(default_factory=dict)   # axis -> seconds
-    time: float = 0.0             # max(weights + kv, compute) + comm
-
-    @property
-    def bound(self) -> str:
-        mem = self.weights + self.kv
-        return "compute" if self.compute >= mem else "memory"
-
-    def to_json(self) -> dict:
-        return {"tokens": self.tokens, "time": self.time, "bound": self.bound, "hbm_weights": self.weights,
-                "hbm_kv": self.kv, "compute": self.compute, "comm": dict(self.comm)}
-
-
-@dataclass(slots=True)
-class Workload:
-    prompt_tokens: int
-    output_tokens: int
-    concurrency: int              # requests in flight over the whole plan
-    stated: tuple = ()            # the serve keys the spec gave
-
-
-def stage_step_time(weight_bytes: float, kv_bytes: float, flops: float, comm_time: float,
-                    hbm_bandwidth: float, peak_flops: float, efficiency: float,
-                    hbm_efficiency: float | None = None) -> float:
-    """One decode step of one pipeline stage: max(HBM time, compute time) + communication; the
-    HBM reads at ``hbm_efficiency`` of the bandwidth (``efficiency`` when not given)."""
-    hbm_eff = efficiency if hbm_efficiency is None else hbm_efficiency
-    mem = (weight_bytes + kv_bytes) / (hbm_bandwidth * hbm_eff) if hbm_bandwidth > 0 else 0.0
-    return max(mem, flops / (peak_flops * efficiency)) + comm_time
-
-
-def decode_flops_per_token(m, layers: int, moe_layers: int, tp: int, etp: int, context: int,
-                           expert_share: float | None = None) -> float:
-    """FLOPs one GPU spends on one decoded token over ``layers`` layers: 2 per matmul parameter it
-    holds that the token passes (attention, dense MLP or top_k routed plus shared experts, split
-    over tp or etp), plus attention over ``context`` cached tokens (4 · context · heads/tp · head_dim
-    per layer: QKᵀ and AV). ``expert_share``: the part of a routed expert's work per token this GPU
-    does (1/etp by default; :func:`expert_share`)."""
-    d = head_dim(m)
-    dense = layers - moe_layers
-    share = 1 / etp if expert_share is None else expert_share
-    per = dense * mlp_params(m, m.ffn_hidden) / tp
-    if moe_layers:
-        per += moe_layers * ((m.top_k or 1) * mlp_params(m, m.moe_ffn_hidden) * share
-                             + m.shared_experts * mlp_params(m, m.moe_ffn_hidden) / tp)
-    per += layers * attention_params(m) / tp
-    attn = 4 * context * (m.heads / tp) * d * layers
-    return 2 * per + attn
+TTFT_TERMS = {"wait": "the step in progress", "queue": "queue", "prefill": "prefill",
+              "kv_transfer": "KV transfer", "first_decode": "first decode step"}
 
 
 def decode_comm_bytes(m, layers: int, moe_layers: int, tp: int, ep: int, pp: int, wbytes: int,
@@ -147,213 +58,236 @@ def activation_bytes(m) -> int:
     return dtype_bytes(activation_dtype(m))
 
 
-def expert_share(plan) -> float:
-    """The part of one routed expert's work per token that one GPU of the engine does, with every
-    dp rank equally loaded: the MoE group's tokens (``moe_dp`` ranks' worth) spread over ep GPUs
-    that each compute 1/etp of an expert's width."""
-    ep, etp, _ = serving_expert_split(plan)
-    return moe_dp(plan) / (ep * etp)
+@dataclass(slots=True)
+class Workload:
+    prompt_tokens: int
+    output_tokens: int
+    concurrency: int | None       # requests in flight over the whole plan (a closed loop)
+    request_rate: float | None = None   # or requests per second arriving at random
+    stated: tuple = ()            # the serve keys the spec gave
 
 
-def moe_dp(plan) -> int:
-    """How many dp ranks' tokens one GPU's MoE layers serve (the dp ranks of one engine)."""
-    ep, etp, _ = serving_expert_split(plan)
-    return max(1, ep * etp // (plan.mesh.tp * plan.mesh.cp))
-
-
-def experts_touched(experts: int, copies: float) -> float:
-    """Expected share of ``experts`` that ``copies`` uniformly routed token copies reach:
-    1 − (1 − 1/E)^n."""
-    if experts <= 0:
-        return 1.0
-    return 1.0 - (1.0 - 1.0 / experts) ** max(0.0, copies)
-
-
-def _phase(plan, est, st, tokens: float, context: float, kv_tokens: float, efficiency: float) -> Phase:
-    """One pass of pipeline stage ``st`` over ``tokens`` tokens attending to ``context`` tokens
-    each, reading ``kv_tokens`` tokens of KV cache: the roofline terms of :class:`Phase`."""
-    m, mesh, cl, prof = plan.model, plan.mesh, plan.cluster, plan.profile
-    ep, etp, extra = serving_expert_split(plan)
-    ph = Phase(tokens)
-    hbm = cl.gpu.hbm_bandwidth * prof.hbm_efficiency
-    experts = st.parts.get("experts", 0) * part_weight_bytes(m, "experts")
-    local = -(-(m.experts + extra) // ep) if m.is_moe else 0
-    copies = tokens * moe_dp(plan) * (m.top_k or 1) * local / max(1, m.experts + extra)
-    read = st.memory.weights - experts + experts * experts_touched(local, copies)
-    ph.weights = read / hbm if hbm > 0 else 0.0
-    ph.kv = kv_tokens * st.kv_bytes_per_token / hbm if hbm > 0 else 0.0
-    flops = tokens * decode_flops_per_token(m, st.layers, st.moe_layers, mesh.tp, etp, context, expert_share(plan))
-    ph.compute = flops / (cl.gpu.flops * efficiency)
-    lp = link_params(prof, est.link_bandwidth, est.link_kind)
-    comm = decode_comm_bytes(m, st.layers, st.moe_layers, mesh.tp, ep, mesh.pp, activation_bytes(m), tokens,
-                             mesh.dcp)
-    calls = serving_calls(st.layers, st.moe_layers)
-    sizes = {"tp": mesh.tp, "ep": ep, "pp": mesh.pp}
-    for ax in ("tp", "ep", "pp"):
-        if est.comm_link.get(ax) is not None:
-            ph.comm[ax] = float(axis_time(ax, comm[ax], sizes[ax], calls[ax], est.comm_local[ax], lp["intra_node"],
-                                          lp.get("inter_node"), cl.gpu.nvls)[0])
-    if mesh.dcp > 1 and kv_tokens:     # decode attention over the KV cache split by dcp
-        ph.comm["dcp"] = float(p2p_time(comm["dcp"], 2 * st.layers, lp["intra_node"]))
-    ph.time = max(ph.weights + ph.kv, ph.compute) + sum(ph.comm.values())
-    return ph
-
-
-def decode_phases(plan, est, batch: float, context: float, efficiency: float) -> list[Phase]:
-    """A decode step of each pipeline stage for ``batch`` sequences per replica of ``context``
-    tokens each: the replica's batch is split into pp microbatches (vLLM's virtual engines)."""
-    b = batch / plan.mesh.pp
-    return [_phase(plan, est, st, b, context, b * context, efficiency) for st in est.stages]
-
-
-def prefill_phases(plan, est, prompt: int, efficiency: float) -> list[Phase]:
-    """A prefill of one ``prompt``-token request on each stage: causal attention over P/2 tokens
-    on average, the KV cache written, not read."""
-    return [_phase(plan, est, st, prompt, prompt / 2, 0.0, efficiency) for st in est.stages]
-
-
-def serve_perf(plan, est, efficiency: float | None = None) -> ServePerf:
-    """Throughput and latency of a serving ``plan`` at its memory limit, from its ``estimate``:
-    ``min(max_concurrent_seqs, max_num_seqs)`` sequences per replica of ``max_model_len`` tokens.
-    ``efficiency`` (of peak FLOP/s) defaults to the plan's profile's ``gemm_efficiency``; the HBM
-    reads always use its ``hbm_efficiency``."""
-    if efficiency is None:
-        efficiency = plan.profile.gemm_efficiency
-    B = min(est.max_concurrent_seqs, plan.serve.max_num_seqs)
-    if B <= 0:
-        return ServePerf(0, 0.0, 0.0, 0.0, [])
-    times = [ph.time for ph in decode_phases(plan, est, B, plan.serve.max_model_len, efficiency)]
-    p, T = plan.mesh.pp, max(times)
-    return ServePerf(B, T, p * T, plan.mesh.dp * B / (p * T), times)
-
-
-def workload(plan, est) -> Workload:
+def workload(plan, est, limits, replicas: int) -> Workload:
     """The requests explain's estimates assume: ``serve.prompt_tokens`` and ``output_tokens``
     (by default vLLM's benchmark's 1024 and 128, shortened in proportion to fit max_model_len),
-    and ``concurrency`` over the whole plan (by default as many requests as both max_num_seqs and
-    the KV cache hold per replica, times dp)."""
+    and ``concurrency`` or ``request_rate`` over the whole plan (by default as many requests as
+    both max_num_seqs and the KV cache hold per replica, times the ``replicas``)."""
     srv = plan.serve
-    stated = tuple(k for k in ("prompt_tokens", "output_tokens", "concurrency") if getattr(srv, k) is not None)
+    stated = tuple(k for k in ("prompt_tokens", "output_tokens", "concurrency", "request_rate")
+                   if getattr(srv, k) is not None)
     p, o = srv.prompt_tokens, srv.output_tokens
     if p is None or o is None:
-        scale = min(1.0, srv.max_model_len / (DEFAULT_PROMPT_TOKENS + DEFAULT_OUTPUT_TOKENS))
+        scale = min(1.0, limits.max_model_len / (DEFAULT_PROMPT_TOKENS + DEFAULT_OUTPUT_TOKENS))
         p = p if p is not None else max(1, int(DEFAULT_PROMPT_TOKENS * scale))
         o = o if o is not None else max(1, int(DEFAULT_OUTPUT_TOKENS * scale))
     c = srv.concurrency
-    if c is None:
-        c = plan.mesh.dp * max(1, min(srv.max_num_seqs, est.kv_capacity_tokens // max(1, p + o)))
-    return Workload(int(p), int(o), int(c), stated)
+    if c is None and srv.request_rate is None:
+        c = replicas * max(1, min(limits.max_num_seqs, est.kv_capacity_tokens // max(1, p + o)))
+    return Workload(int(p), int(o), None if c is None else int(c), srv.request_rate, stated)
 
 
 @dataclass(slots=True)
 class ServeNumbers:
-    """What ``parc explain`` shows of a serving plan's speed at its workload (see the module doc).
-    For a disaggregated plan ``prefill`` is the prefill pool's, ``decode`` the decode pool's, and
-    the KV cache of every request crosses between them."""
+    """What ``parc explain`` shows of a serving plan's speed at its workload (see the module
+    doc). For a disaggregated plan ``prefill`` is the prefill pool's, ``decode`` the decode
+    pool's; ``mixed`` is a step that carries a prompt chunk beside the decode requests (one mesh)."""
     workload: Workload
-    replicas: int                 # engines' dp ranks serving requests side by side (decode side)
-    batch: float                  # requests per replica
+    limits: object                # parc.cost.engine.Limits of the decode side's instance
+    replicas: int                 # data-parallel ranks serving requests side by side (decode side)
+    batch: float                  # decode requests per step per replica
     fits: int                     # requests of prompt + output tokens the KV cache holds per replica
-    prefill: list                 # Phase per pipeline stage: one prompt
-    decode: list                  # Phase per pipeline stage: one step at the workload's batch
-    prefill_time: float           # one prompt through every stage
-    prefill_tokens_per_s: float   # prompt tokens per second of the whole plan
-    tpot: float                   # seconds between two output tokens of one request (pp · step)
-    output_tokens_per_s: float
+    prefill: list                 # Phase per stage: a step of one prompt's chunk (prefill side)
+    decode: list                  # Phase per stage: a decode-only step at the batch
+    mixed: list                   # Phase per stage: a decode step with a prompt chunk (one mesh)
+    prefill_steps: float          # steps one prompt takes alone
+    prefill_time: float           # one prompt, alone, through its steps
+    prefill_tokens_per_s: float   # prompt tokens per second the prefill side sustains at full load
     ttft: float
-    decode_step: float = 0.0          # pp decode steps: a request's token cadence between prefills
-    decode_tokens_per_s: float = 0.0  # what the decode side sustains between prefills (a decode pool's rate)
-    kv_transfer_bytes: float = 0.0    # per request, prefill pool → decode pool
+    ttft_terms: dict              # name -> seconds, in order; they sum to ttft
+    tpot: float
+    tpot_p99: float
+    itl_p99: float
+    step: float                   # the mean step of a decode rank (between two tokens of a request)
+    mixed_share: float            # share of steps carrying prompt chunks
+    output_tokens_per_s: float
+    decode_tokens_per_s: float    # what the decode side sustains at the batch without prompt chunks
+    limit: str                    # what caps the batch: users | rate | budget | seqs | kv | prefill | unstable
+    accepted: float = 1.0         # tokens a decode step yields per request (speculative decoding)
+    kv_transfer_bytes: float = 0.0
     kv_transfer_time: float = 0.0
-    pools: dict = field(default_factory=dict)   # pool name -> {"instances", "gpus", "estimate"}
+    pools: dict = field(default_factory=dict)   # pool name -> {"instances", "gpus_per_instance", "gpus", ...}
+
+    @property
+    def decode_step(self) -> float:
+        """A decode-only step at the batch."""
+        return max(ph.time for ph in self.decode) * len(self.decode)
 
     def to_json(self) -> dict:
         w = self.workload
         return {"workload": {"prompt_tokens": w.prompt_tokens, "output_tokens": w.output_tokens,
-                             "concurrency": w.concurrency, "stated": list(w.stated)},
-                "replicas": self.replicas, "batch_per_replica": self.batch, "requests_fit_per_replica": self.fits,
-                "ttft": self.ttft, "tpot": self.tpot, "prefill_time": self.prefill_time,
+                             "concurrency": w.concurrency, "request_rate": w.request_rate, "stated": list(w.stated)},
+                "engine": self.limits.to_json(), "replicas": self.replicas, "batch_per_replica": self.batch,
+                "requests_fit_per_replica": self.fits, "limit": self.limit,
+                "ttft": _finite(self.ttft), "ttft_terms": {k: _finite(v) for k, v in self.ttft_terms.items()},
+                "tpot": self.tpot,
+                "tpot_p99": self.tpot_p99, "itl_p99": self.itl_p99, "step": self.step,
+                "mixed_share": self.mixed_share, "accepted_tokens_per_step": self.accepted,
+                "prefill_steps": self.prefill_steps, "prefill_time": self.prefill_time,
                 "prefill_tokens_per_s": self.prefill_tokens_per_s, "output_tokens_per_s": self.output_tokens_per_s,
                 "decode_step": self.decode_step, "decode_tokens_per_s": self.decode_tokens_per_s,
                 "prefill_stages": [p.to_json() for p in self.prefill],
                 "decode_stages": [p.to_json() for p in self.decode],
+                "mixed_stages": [p.to_json() for p in self.mixed],
                 "kv_transfer": {"bytes_per_request": int(self.kv_transfer_bytes), "time": self.kv_transfer_time},
-                "pools": {name: {"instances": p["instances"], "gpus": p["gpus"],
-                                 "memory_per_gpu": p["estimate"].memory.to_json(),
-                                 "kv_bytes_per_token_per_gpu": int(p["estimate"].kv_bytes_per_token),
-                                 "kv_capacity_tokens": int(p["estimate"].kv_capacity_tokens)}
-                          for name, p in self.pools.items()}}
+                "pools": {name: _pool_json(p) for name, p in self.pools.items()}}
+
+
+def _finite(x: float):
+    """``x``, or None where it is infinite (a request rate the plan never drains: JSON has no
+    infinity)."""
+    return x if x < float("inf") else None
+
+
+def _pool_json(p: dict) -> dict:
+    """One pool of a disaggregated plan in explain's JSON: its instances, their GPUs and mesh, and
+    one instance's memory, KV cache, rank map, communication per decoded token and limits."""
+    e = p["estimate"]
+    axes = ("tp", "cp", "dp", "pp", "ep", "dcp")
+    return {"instances": p["instances"], "gpus_per_instance": p["gpus_per_instance"], "gpus": p["gpus"],
+            "mesh": p["mesh"], "memory_per_gpu": e.memory.to_json(),
+            "stages": [{"stage": st.stage, "layers": st.layers, "params": st.params, "memory": st.memory.to_json()}
+                       for st in e.stages],
+            "kv_bytes_per_token_per_gpu": int(e.kv_bytes_per_token), "kv_capacity_tokens": int(e.kv_capacity_tokens),
+            "rank_map": e.rank_map, "comm_per_token": {ax: int(e.comm_bytes.get(ax, 0)) for ax in axes},
+            "comm_time_per_token": {ax: e.comm_time.get(ax, 0.0) for ax in axes},
+            "comm_link": {ax: e.comm_link.get(ax) for ax in axes}, "most_loaded_stage": e.most_loaded_stage,
+            "links": {k: {"kind": e.link_kind.get(k), "bandwidth": e.link_bandwidth.get(k)}
+                      for k in ("intra_node", "inter_node") if k in e.link_bandwidth},
+            "engine": p["limits"].to_json()}
+
+
+@dataclass
+class Instance:
+    """One engine instance as the serving numbers see it: its plan, estimate, limits and step."""
+    name: str
+    plan: object
+    est: object
+    instances: int
+    limits: object = None
+    model: object = None          # parc.cost.serve_step.StepModel
+
+    @property
+    def ranks(self) -> int:
+        """Data-parallel ranks over all instances."""
+        return self.instances * self.plan.mesh.dp
+
+
+def instances_of(plan, est, efficiency: float, steps: bool = True) -> dict[str, Instance]:
+    """{"serve": one mesh} or {"prefill": ..., "decode": ...}, each with its limits and (with
+    ``steps``) its step model."""
+    from parc.cost.engine import limits
+
+    if plan.pools:
+        from parc.cost.estimate import estimate
+        from parc.model.pools import pool_plans
+
+        out = {p.name: Instance(p.name, pp_, estimate(pp_, efficiency, cache=False), p.instances)
+               for p, pp_ in pool_plans(plan)}
+    else:
+        out = {"serve": Instance("serve", plan, est, 1)}
+    for inst in out.values():
+        inst.limits = limits(inst.plan, inst.est.kv_capacity_tokens)
+    if steps:
+        from parc.cost.serve_step import StepModel
+
+        for inst in out.values():
+            inst.model = StepModel(inst.plan, inst.est, efficiency)
+    return out
+
+
+def serve_load(plan, est, insts: dict | None = None) -> tuple[Workload, Instance]:
+    """The workload and the decode side's instance (its plan, estimate and limits): what the
+    memory rules read, without the scheduler's step model."""
+    insts = insts or instances_of(plan, est, plan.profile.gemm_efficiency, steps=False)
+    dec = insts.get("decode") or insts["serve"]
+    w = workload(plan, dec.est, dec.limits, dec.ranks)
+    return w, dec
+
+
+def batcher(inst: Instance, prompt: int, output: int):
+    """The scheduler of one dp rank of ``inst`` at the workload's request."""
+    from parc.cost.scheduler import Batcher
+
+    sm, lim = inst.model, inst.limits
+    cd, cp = prompt + output / 2, prompt / 2
+    return Batcher(lambda d, p: sm.step(d, p, cd, cp), prompt, output, lim.max_num_batched_tokens,
+                   lim.max_num_seqs, int(inst.est.kv_capacity_tokens), sm.verify, sm.accepted, lim.mixed)
 
 
 def serve_numbers(plan, est, efficiency: float | None = None) -> ServeNumbers:
-    """Prefill, TTFT, TPOT and tokens/s of ``plan`` at its :func:`workload`. A disaggregated plan
-    is costed pool by pool on the plan one instance runs (:func:`parc.model.pools.pool_plans`):
-    TTFT = the prefill + the KV transfer + the first decode step."""
-    from parc.model.pools import pool_plans
-
+    """Prefill, TTFT, TPOT and tokens/s of ``plan`` at its :func:`workload` (see the module doc).
+    Long because: one result assembled from the instances, the scheduler and the workload."""
     eff = plan.profile.gemm_efficiency if efficiency is None else efficiency
-    pools = {}
+    insts = instances_of(plan, est, eff)
+    w, dec = serve_load(plan, est, insts)
+    pre = insts.get("prefill") or dec
+    P, O = w.prompt_tokens, w.output_tokens
+    fits = int(dec.est.kv_capacity_tokens // max(1, P + O))
+    cd, cp = P + O / 2, P / 2
+    pb = batcher(pre, P, O)
+    from parc.cost.scheduler import prefill_rank
+
+    alone = prefill_rank(pb.step, P, pb.budget)
+    prefill_rate = pre.ranks * alone["capacity"] * P
     if plan.pools:
-        from parc.cost.estimate import estimate
-
-        for pool, pp_ in pool_plans(plan):
-            pools[pool.name] = {"instances": pool.instances, "gpus": pool.gpus, "plan": pp_,
-                                "estimate": estimate(pp_, eff, cache=False)}
-        pre, dec = pools["prefill"], pools["decode"]
+        s, xfer_bytes, xfer = _pooled(plan, pre, dec, w, alone)
     else:
-        pre = dec = {"instances": 1, "plan": plan, "estimate": est}
-    dplan, dest = dec["plan"], dec["estimate"]
-    replicas = dec["instances"] * dplan.mesh.dp
-    w = workload(dplan, dest)
-    if plan.pools and plan.serve.concurrency is None:
-        w.concurrency *= dec["instances"]
-    w.stated = tuple(k for k in ("prompt_tokens", "output_tokens", "concurrency")
-                     if getattr(plan.serve, k) is not None)
-    fits = dest.kv_capacity_tokens // max(1, w.prompt_tokens + w.output_tokens)
-    batch = max(1.0, w.concurrency / replicas)
-    pplan, pest = pre["plan"], pre["estimate"]
-    prefill = prefill_phases(pplan, pest, w.prompt_tokens, eff)
-    decode = decode_phases(dplan, dest, batch, w.prompt_tokens + w.output_tokens / 2, eff)
-    step = max(ph.time for ph in decode)
-    tpot = dplan.mesh.pp * step
-    prefill_time = sum(ph.time for ph in prefill)
-    prefill_rate = pre["instances"] * pplan.mesh.dp * w.prompt_tokens / max(ph.time for ph in prefill)
-    O = w.output_tokens
-    decode_step, decode_rate = tpot, replicas * batch / tpot
-    if plan.pools:
-        xfer_bytes, xfer = kv_transfer(plan, pest, w.prompt_tokens)
-        ttft, rnd = disaggregated_latency(prefill_time, xfer, tpot, O, w.concurrency,
-                                          pre["instances"] * pplan.mesh.dp)
-        rate = w.concurrency * O / rnd
+        s, xfer_bytes, xfer = _colocated(dec, w), 0.0, 0.0
+    b = s["batch"]
+    decode = dec.model.phases(b, 0.0, cd, cp)
+    mixed = dec.model.phases(b if dec.limits.mixed else 0.0, s["chunk"], cd, cp) if not plan.pools else []
+    prefill = pre.model.phases(0.0, alone["chunk"], cd, cp)
+    from parc.model.pools import instance_gpus
+
+    pools = {k: {"instances": v.instances, "gpus_per_instance": instance_gpus(v.plan.mesh),
+                 "gpus": v.instances * instance_gpus(v.plan.mesh), "estimate": v.est, "limits": v.limits,
+                 "plan": v.plan, "mesh": {a: v.plan.mesh.size(a) for a in ("pp", "dp", "cp", "tp")}
+                 | {"ep": v.plan.mesh.ep, "dcp": v.plan.mesh.dcp}}
+             for k, v in insts.items() if plan.pools}
+    td = dec.model.step(b, 0.0, cd, cp)
+    return ServeNumbers(w, dec.limits, dec.ranks, b, fits, prefill, decode, mixed, alone["steps"], alone["alone"],
+                        prefill_rate, s["ttft"], s["terms"], s["tpot"], s["tpot_p99"], s["itl_p99"], s["step"],
+                        s["mixed"], s["output_tokens_per_s"], float(dec.ranks * b * dec.model.accepted / td) if b else 0.0,
+                        s["limit"], dec.model.accepted, xfer_bytes, xfer, pools)
+
+
+def _colocated(inst: Instance, w: Workload) -> dict:
+    """One mesh: the scheduler of each dp rank at its share of the load."""
+    from parc.cost.scheduler import closed_loop, open_loop
+
+    b = batcher(inst, w.prompt_tokens, w.output_tokens)
+    if w.request_rate is not None:
+        st = open_loop(b, w.request_rate / inst.ranks).item()
     else:
-        xfer_bytes = xfer = 0.0
-        ttft, tpot, turn = colocated_latency(prefill_time, tpot, batch, O)
-        rate = replicas * batch * O / turn
-    return ServeNumbers(w, replicas, batch, int(fits), prefill, decode, prefill_time, prefill_rate, tpot,
-                        rate, ttft, decode_step, decode_rate, xfer_bytes, xfer,
-                        pools={k: {kk: v[kk] for kk in ("instances", "gpus", "estimate")} for k, v in pools.items()})
+        st = closed_loop(b, w.concurrency / inst.ranks).item()
+    terms = {k: st[k] for k in ("wait", "queue", "prefill")}
+    return {"batch": st["batch"], "chunk": st["chunk"], "ttft": sum(terms.values()), "terms": terms,
+            "tpot": st["tpot"], "tpot_p99": st["tpot_p99"], "itl_p99": st["itl_p99"], "step": st["step_mean"],
+            "mixed": st["mixed"], "output_tokens_per_s": st["output_tokens_per_s"] * inst.ranks,
+            "limit": st["limit"]}
 
 
-def colocated_latency(prefill, step, batch, output_tokens):
-    """(TTFT, TPOT, seconds one turn of a rank's ``batch`` requests takes) where prefill and decode
-    share the GPUs (vLLM's and SGLang's default scheduling): a request waits ``prefill + step``
-    for its first token; each of its ``output_tokens`` also waits for the prefills of its
-    ``batch − 1`` neighbours, spread over its output, so TPOT is ``step + (batch − 1) · prefill /
-    output_tokens``; the rank serves ``batch`` requests every ``batch · prefill + output_tokens ·
-    step`` seconds. Scalars or numpy arrays."""
-    return (prefill + step, step + (batch - 1) * prefill / output_tokens,
-            batch * prefill + output_tokens * step)
+def _pooled(plan, pre: Instance, dec: Instance, w: Workload, alone: dict) -> tuple[dict, float, float]:
+    """Two pools: prefill ranks feeding decode ranks over the KV transfer."""
+    from parc.cost.scheduler import pooled
 
-
-def disaggregated_latency(prefill, transfer, step, output_tokens, concurrency, prefill_ranks):
-    """(TTFT, seconds per request round) of a prefill pool of ``prefill_ranks`` engines' ranks
-    feeding a decode pool whose step is ``step``, with ``concurrency`` requests in flight: a
-    request comes round every ``R = max(prefill + transfer + step + output_tokens · step,
-    concurrency · prefill / prefill_ranks)`` seconds (the second when the prefill pool cannot keep
-    up: requests queue for it and TTFT grows to ``R − output_tokens · step``). Scalars or arrays."""
-    ttft0 = prefill + transfer + step
-    rnd = xp.maximum(ttft0 + output_tokens * step, concurrency * prefill / prefill_ranks)
-    return rnd - output_tokens * step, rnd
+    xfer_bytes, xfer = kv_transfer(plan, pre.est, w.prompt_tokens)
+    b = batcher(dec, w.prompt_tokens, w.output_tokens)
+    st = pooled(b, dec.ranks, alone, pre.ranks, xfer, users=w.concurrency, rate=w.request_rate).item()
+    terms = {k: st[k] for k in ("queue", "prefill", "kv_transfer", "first_decode")}
+    return ({"batch": st["batch"], "chunk": 0.0, "ttft": sum(terms.values()), "terms": terms, "tpot": st["tpot"],
+             "tpot_p99": st["tpot_p99"], "itl_p99": st["itl_p99"], "step": st["step_decode"], "mixed": 0.0,
+             "output_tokens_per_s": st["output_tokens_per_s"], "limit": st["limit"]}, xfer_bytes, xfer)
 
 
 def kv_transfer(plan, prefill_est, prompt: int) -> tuple[float, float]:
@@ -370,3 +304,28 @@ def kv_transfer(plan, prefill_est, prompt: int) -> tuple[float, float]:
     eff = plan.profile.inter_node_efficiency if link == "inter_node" else plan.profile.intra_node_efficiency
     per_gpu = prompt * prefill_est.kv_bytes_per_token
     return float(total), per_gpu / (bw[link] * eff)
+
+
+@dataclass(slots=True)
+class ServePerf:
+    batch: int            # sequences per replica at the memory limit
+    step_time: float      # seconds per step (between two tokens of a sequence)
+    latency: float        # the same: a sequence's inter-token latency
+    throughput: float     # output tokens per second of the whole plan (all dp replicas)
+
+
+def serve_perf(plan, est, efficiency: float | None = None) -> ServePerf:
+    """Decode throughput of a serving ``plan`` at its memory limit (``parc plan`` of a serving
+    spec without ``--serve``): as many requests of ``max_model_len`` tokens per replica as the
+    KV cache and the engine's ``max_num_seqs`` allow, decoding only."""
+    from parc.cost.engine import limits
+    from parc.cost.serve_step import StepModel
+
+    lim = limits(plan, est.kv_capacity_tokens)
+    B = min(est.max_concurrent_seqs, lim.max_num_seqs)
+    if B <= 0:
+        return ServePerf(0, 0.0, 0.0, 0.0)
+    sm = StepModel(plan, est, efficiency)
+    T = float(sm.step(B, 0.0, lim.max_model_len, 0.0))
+    return ServePerf(B, T, T, plan.mesh.dp * B * sm.accepted / T)
+

@@ -190,9 +190,18 @@ BLOCKS: dict[str, dict[str, F]] = {
                              "before --use-flash-attn)"),
     },
     "serve": {
-        "max_model_len": F("int", 1, 10**9), "gpu_memory_utilization": F(
+        "max_model_len": F("int", 1, 10**9, doc="the longest request in tokens (vLLM --max-model-len, SGLang "
+                                                 "--context-length; default: the engine's, the model's context)"),
+        "gpu_memory_utilization": F(
             "frac", 0.0, 1.0, hint="it is a fraction of the GPU's memory: 0.9 means 90%"),
-        "max_num_seqs": F("int", 1, 10**7),
+        "max_num_seqs": F("int", 1, 10**7, doc="requests the engine runs at once, as it counts them: per "
+                                               "data-parallel rank for vLLM (--max-num-seqs), over all "
+                                               "attention-DP ranks for SGLang (--max-running-requests); "
+                                               "default: the engine's"),
+        "max_num_batched_tokens": F("int", 1, 10**8, doc="tokens one step schedules on a data-parallel rank, "
+                                                         "prefill chunks and decode tokens together (vLLM "
+                                                         "--max-num-batched-tokens, SGLang --chunked-prefill-size; "
+                                                         "default: the engine's, by GPU memory)"),
         "kv_cache_dtype": F("enum", choices=("auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")),
         "dp_attention": F("bool", doc="the mesh's dp ranks form one engine: attention runs data-parallel "
                                       "(each rank its own sequences and KV cache) while the expert layers "
@@ -215,12 +224,30 @@ BLOCKS: dict[str, dict[str, F]] = {
                              "moves to its decode instance (vLLM --kv-transfer-config's connector, "
                              "SGLang --disaggregation-transfer-backend)"),
         "prompt_tokens": F("int", 1, 10**9, doc="the workload's prompt length in tokens, for explain's "
-                                                "latency and throughput estimates (default: half of "
-                                                "max_model_len)"),
-        "output_tokens": F("int", 1, 10**9, doc="the workload's output length in tokens (default: a quarter "
-                                                "of max_model_len)"),
-        "concurrency": F("int", 1, 10**7, doc="the sequences served at once for explain's estimates "
-                                              "(default: as many as fit, at most max_num_seqs)"),
+                                                "latency and throughput estimates (default: 1024, vLLM's "
+                                                "benchmark's random dataset)"),
+        "output_tokens": F("int", 1, 10**9, doc="the workload's output length in tokens (default: 128, "
+                                                "vLLM's benchmark's)"),
+        "concurrency": F("int", 1, 10**7, doc="the requests in flight over the whole plan for explain's "
+                                              "estimates: a closed loop of that many users, each sending its "
+                                              "next request when the last one ends (vllm bench serve "
+                                              "--max-concurrency; default: as many as fit, at most max_num_seqs)"),
+        "request_rate": F("frac", 0.0, 1e9, doc="requests per second arriving at random over the whole plan "
+                                                "(vllm bench serve --request-rate), instead of `concurrency`",
+                          hint="requests per second, like 4.5"),
+        "two_batch_overlap": F("bool", doc="each step runs as two micro-batches, one's expert all-to-all under "
+                                           "the other's compute (SGLang --enable-two-batch-overlap, vLLM "
+                                           "--enable-dbo)"),
+        "speculative": F("enum", choices=("mtp", "eagle", "eagle3"),
+                         doc="speculative decoding: `mtp` drafts with the model's own multi-token-prediction "
+                             "layers, `eagle` and `eagle3` with the `draft_model`; the model verifies the drafts "
+                             "in one step (vLLM --speculative-config, SGLang --speculative-algorithm)"),
+        "speculative_tokens": F("int", 1, 64, doc="draft tokens per step (default 1)"),
+        "acceptance_rate": F("frac", 0.0, 1.0, doc="the chance that each draft token is accepted, as measured "
+                                                  "on the workload; a step then yields (1 − a^(k+1)) / (1 − a) "
+                                                  "tokens for k drafts (Leviathan et al. 2023)",
+                             hint="a fraction: 0.8 means 80% of the drafts are kept"),
+        "draft_model": F("str", doc="the EAGLE draft model's Hugging Face id or path"),
     },
     "profile": {
         "gemm_efficiency": F("frac", 0.01, 1.0, doc="the fraction of peak FLOP/s the largest GEMMs sustain",
@@ -313,4 +340,6 @@ def unit_kind(unit: str) -> str | None:
 # `mesh` keys (a key it leaves out is the `mesh` block's) and its instance count.
 for _pool in POOLS:
     BLOCKS[_pool] = {"instances": F("int", 1, 10**5, doc=f"independent {_pool} engine instances, each "
-                                                        "of the pool's mesh"), **BLOCKS["mesh"]}
+                                                        "of the pool's mesh"),
+                     "max_num_seqs": F("int", 1, 10**7, doc=f"the {_pool} instances' own max_num_seqs"),
+                     **BLOCKS["mesh"]}

@@ -220,9 +220,11 @@ class Train:
 
 @dataclass(slots=True)
 class Serve:
-    max_model_len: int = 4096
+    # None: left to the engine (parc.cost.engine.limits: its own default for the pinned release)
+    max_model_len: Optional[int] = None
     gpu_memory_utilization: float = 0.9
-    max_num_seqs: int = 256
+    max_num_seqs: Optional[int] = None     # as the engine means it (SGLang: over all attention-DP ranks)
+    max_num_batched_tokens: Optional[int] = None   # tokens one step schedules per dp rank (chunked prefill)
     kv_cache_dtype: str = "auto"
     dp_attention: bool = False             # dp ranks are one engine: data-parallel attention, experts over dp·tp
     eplb: bool = False                     # expert-parallel load balancing
@@ -233,6 +235,12 @@ class Serve:
     prompt_tokens: Optional[int] = None    # workload for explain's estimates (None: derived defaults)
     output_tokens: Optional[int] = None
     concurrency: Optional[int] = None
+    request_rate: Optional[float] = None   # requests per second arriving at random (Poisson), instead of concurrency
+    two_batch_overlap: bool = False        # two micro-batches overlap one's all-to-all with the other's compute
+    speculative: Optional[str] = None      # mtp | eagle | eagle3: draft tokens verified in one step
+    speculative_tokens: Optional[int] = None   # draft tokens per step (default 1 with `speculative`)
+    acceptance_rate: Optional[float] = None    # the chance each draft token is accepted (stated, never assumed)
+    draft_model: Optional[str] = None      # the EAGLE draft's Hugging Face id or path
 
 
 @dataclass(slots=True)
@@ -242,10 +250,14 @@ class Pool:
     name: str                              # prefill | decode
     mesh: Mesh
     instances: int = 1
+    max_num_seqs: Optional[int] = None     # the pool's own (else the serve block's)
 
     @property
     def gpus(self) -> int:
-        return self.instances * self.mesh.product
+        """GPUs of every instance of the pool (:func:`parc.model.pools.instance_gpus` each)."""
+        from parc.model.pools import instance_gpus
+
+        return self.instances * instance_gpus(self.mesh)
 
 
 @dataclass(slots=True)

@@ -19,11 +19,28 @@ from parc.model.plan import Plan, Pool
 _MESH_KEYS = ("pp", "dp", "cp", "tp", "ep", "etp", "dcp")
 
 
+# --- the GPUs of an engine instance: the one owner ------------------------------------------------
+
+def replica_gpus(mesh) -> int:
+    """GPUs of one data-parallel rank of a serving engine, the unit that holds its own requests
+    and KV cache: pp · cp · tp (vLLM's and SGLang's replica; ``mesh`` any object with those
+    degrees)."""
+    return mesh.pp * mesh.cp * mesh.tp
+
+
+def instance_gpus(mesh) -> int:
+    """GPUs of one engine instance: every data-parallel rank of its mesh, pp · dp · cp · tp (a
+    pool's instance; the engine of ``dp_attention`` or of vLLM's data parallelism). Every
+    command that counts an instance's GPUs (explain's pools, the pictures, the launchers, the
+    rules, ``parc plan --serve``) asks here."""
+    return replica_gpus(mesh) * mesh.dp
+
+
 def pool_cluster(plan: Plan, pool: Pool):
     """The hosts one instance of ``pool`` runs on: whole nodes when it is larger than a node,
     else the part of one node it takes (the rank map and the launchers see exactly those GPUs)."""
     cl = plan.cluster
-    gpus = pool.mesh.product
+    gpus = instance_gpus(pool.mesh)
     if gpus >= cl.gpus_per_node:
         return dataclasses.replace(cl, nodes=math.ceil(gpus / cl.gpus_per_node))
     return dataclasses.replace(cl, nodes=1, gpus_per_node=gpus)
@@ -45,8 +62,12 @@ def pool_plan(plan: Plan, pool: Pool) -> Plan:
             spans.pop(f"mesh.{key}.value", None)
     if head is not None:
         spans["mesh"] = head
+    serve = plan.serve
+    if pool.max_num_seqs is not None and serve is not None:
+        serve = dataclasses.replace(serve, max_num_seqs=pool.max_num_seqs)
+        spans["serve.max_num_seqs"] = plan.spans.get(f"{pool.name}.max_num_seqs", head)
     out = dataclasses.replace(plan, mesh=pool.mesh, cluster=pool_cluster(plan, pool), pools=[], spans=spans,
-                              placement=dataclasses.replace(plan.placement))
+                              placement=dataclasses.replace(plan.placement), serve=serve)
     resolve_split(out)    # the pool's own pipeline, split as its engine splits it
     return out
 
@@ -81,7 +102,7 @@ def instances(plan: Plan) -> list[Instance]:
     out: list[Instance] = []
     next_node, node, used = 0, None, 0     # the node small instances fill, and its GPUs in use
     for pool in plan.pools:
-        g = pool.mesh.product
+        g = instance_gpus(pool.mesh)
         for i in range(pool.instances):
             if g >= per:
                 n = math.ceil(g / per)

@@ -82,12 +82,24 @@ def _flags(name: str) -> dict[str, list[dict]]:
         return tomllib.load(f)
 
 
+@lru_cache(maxsize=None)
+def defaults(name: str) -> dict:
+    """Target ``name``'s defaults.toml: what the engine uses where a spec leaves a scheduler
+    option out (empty for a target without one); parc.cost.engine reads it."""
+    path = FOLDER / name / "defaults.toml"
+    if not path.is_file():
+        return {}
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
 def clear_cache() -> None:
     """Forget what was read (for a test that adds a folder)."""
     _targets.cache_clear()
     _families.cache_clear()
     _common_keys.cache_clear()
     _flags.cache_clear()
+    defaults.cache_clear()
 
 
 def names() -> list[str]:

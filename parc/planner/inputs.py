@@ -225,14 +225,14 @@ def problem(model, cluster, mode: str = "train", *, seq_len: int | None = None,
             global_batch: int | None = None, root=None, **kw) -> Problem:
     """A :class:`Problem` from a model (Model, preset name or file) and a cluster (Cluster or file).
     ``seq_len`` is the training sequence length, or for serving ``max_model_len`` (by default the
-    model's ``seq_len``)."""
+    engine's own: the model's context)."""
     m = load_model(str(model), root) if isinstance(model, (str, os.PathLike)) else model
     c = cluster
     if isinstance(cluster, (str, os.PathLike)):
         c, prof = load_cluster_profile(str(cluster), root)
         kw.setdefault("profile", prof)
     if mode == "serve":
-        serve = copy.copy(kw.pop("serve", None) or Serve(max_model_len=m.seq_len))
+        serve = copy.copy(kw.pop("serve", None) or Serve())
         if seq_len is not None:
             serve.max_model_len = int(seq_len)
         kw["serve"] = serve

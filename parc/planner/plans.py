@@ -121,7 +121,9 @@ def written(pr: Problem, c: Candidate) -> dict[str, list[str]]:
             + [k for k, d in (("precision", "bf16"), ("main_grads", "fp32"), ("optimizer_state", "fp32"))
                if getattr(t, k) != d]
     else:
-        w["serve"] = ["max_model_len", "gpu_memory_utilization", "max_num_seqs"] \
+        # max_model_len only where given (else the engine's own); max_num_seqs the candidate's
+        w["serve"] = (["max_model_len"] if pr.serve.max_model_len is not None else []) \
+            + ["gpu_memory_utilization", "max_num_seqs"] \
             + (["kv_cache_dtype"] if pr.serve.kv_cache_dtype != "auto" else [])
     return w
 
@@ -166,7 +168,8 @@ def build_plan(pr: Problem, c: Candidate) -> Plan:
         n = c.pp if c.pp > 1 else 1
         sched = Schedule(global_batch=c.dp * n, microbatches=n)
         train = None
-        serve = replace(pr.serve, max_num_seqs=max(1, c.max_num_seqs))
+        # a candidate's own max_num_seqs (the memory-limit search's), else the spec's or the engine's
+        serve = replace(pr.serve, max_num_seqs=c.max_num_seqs or pr.serve.max_num_seqs)
     return Plan(file=pr.file, model=pr.model, cluster=pr.cluster, mesh=mesh, placement=placement,
                 schedule=sched, mode=pr.mode, train=train, serve=serve, targets=dict(pr.targets),
                 profile=pr.profile, spans=written_spans(pr, c))

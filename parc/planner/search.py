@@ -9,6 +9,7 @@ import numpy as np
 
 from parc.cost import estimate as cm
 from parc.language.diagnostics import ERROR
+from parc.cost.engine import max_model_len
 from parc.planner.inputs import Problem, problem as make_problem
 from parc.planner.plans import Candidate, build_plan
 from parc.planner.space import PIPELINES, RECOMPUTE, SPLITS, mesh_shapes
@@ -121,7 +122,7 @@ class SearchResult:
             plans.append(d)
         return {"mode": self.mode, "model": pr.model.name, "cluster": pr.cluster.name,
                 "world_size": pr.cluster.world, "global_batch": pr.global_batch if self.mode == "train" else None,
-                "seq_len": pr.model.seq_len if self.mode == "train" else pr.serve.max_model_len,
+                "seq_len": pr.model.seq_len if self.mode == "train" else max_model_len(pr),
                 "candidates_evaluated": self.candidates_evaluated, "costed": self.costed, "valid": self.valid,
                 "rejected_by_rules": len(self.rejected), "truncated": self.truncated, "seconds": self.seconds,
                 "plans": plans}

@@ -2,19 +2,22 @@
 
 The serving search (:mod:`parc.planner.serve_search`) combines engine instances into
 deployments: one mesh of ``n`` replicas, or a prefill pool and a decode pool. Everything it
-knows about one instance comes from here, and everything here comes from the cost layer:
+knows about one instance comes from here, and everything here comes from the cost layer, the
+same owners ``parc explain`` reads:
 
 * memory (weights per GPU, KV bytes per token, tokens of KV cache that fit) is
   :func:`parc.cost.estimate.estimate`'s for the plan the instance runs, on the GPUs a pool
-  instance of that size gets (:func:`parc.model.pools.pool_cluster`);
-* a decode step at ``b`` sequences of ``context`` tokens is :func:`parc.cost.serving.serve_perf`'s
-  (the roofline of each pipeline stage, its all-reduces and all-to-alls);
-* a prompt's prefill is :func:`parc.cost.serving.prefill_phases` over its stages one after
-  another, and the KV cache a prefill instance hands to a decode instance
-  :func:`parc.cost.serving.kv_transfer`'s, as ``parc explain`` reports them for a plan.
+  instance of that size gets (:func:`parc.model.pools.pool_cluster`), and its GPUs
+  :func:`parc.model.pools.instance_gpus`;
+* its engine's limits are :func:`parc.cost.engine.limits`' (the spec's, or the engine's own
+  defaults), its step :class:`parc.cost.serve_step.StepModel`'s, and its scheduler under a load
+  :func:`parc.cost.serving.batcher`'s (:mod:`parc.cost.scheduler`);
+* the KV cache a prefill instance hands to a decode instance is
+  :func:`parc.cost.serving.kv_transfer`'s.
 
-How instances combine into a deployment (a mesh's ranks prefilling between decode steps, a
-prefill pool keeping its decode pool fed) is the search's (:mod:`parc.planner.serve_search`).
+How instances combine into a deployment (the closed loop of the goal's requests over one mesh's
+ranks, or over a prefill pool feeding a decode pool) is the scheduler's, which the search calls
+over arrays of instance counts (:mod:`parc.planner.serve_search`).
 """
 from __future__ import annotations
 
@@ -24,9 +27,9 @@ from types import SimpleNamespace
 from typing import Optional
 
 from parc.cost import estimate as cm
-from parc.cost.serving import kv_transfer, prefill_phases, serve_perf
+from parc.cost.serving import Instance, batcher, kv_transfer
 from parc.model.plan import Mesh, Pool
-from parc.model.pools import pool_cluster
+from parc.model.pools import instance_gpus, pool_cluster
 from parc.planner.inputs import Problem
 from parc.planner.plans import Candidate, build_plan
 
@@ -44,7 +47,7 @@ class Shape:
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return instance_gpus(SimpleNamespace(pp=self.pp, dp=self.dp, cp=1, tp=self.tp))
 
     @property
     def ranks(self) -> int:
@@ -63,7 +66,7 @@ class Shape:
 
 @dataclass
 class InstanceCost:
-    """An instance of ``shape`` running the problem's model: memory, prefill, decode."""
+    """An instance of ``shape`` running the problem's model: memory, limits, step, scheduler."""
     shape: Shape
     plan: object                       # the serving Plan one instance runs
     est: object                        # its estimate
@@ -71,51 +74,44 @@ class InstanceCost:
     memory_capacity: float
     kv_capacity_tokens: int            # per data-parallel rank
     weights_fit: bool
-    prefill: float = 0.0               # seconds to prefill one prompt
-    _steps: dict = field(default_factory=dict, repr=False)
+    inst: Optional[Instance] = None    # its limits and step model (parc.cost.serving)
+    _batchers: dict = field(default_factory=dict, repr=False)
 
-    def step(self, batch: int, context: int) -> float:
-        """Seconds between two tokens of a sequence (``pp`` decode steps) with ``batch``
-        sequences of ``context`` tokens on each data-parallel rank."""
-        key = (int(batch), int(context))
-        got = self._steps.get(key)
-        if got is None:
-            got = self._steps[key] = decode_latency(self.plan, self.est, int(batch), int(context))
-        return got
+    def batcher(self, prompt: int, output: int):
+        """The scheduler of one of its dp ranks at the workload's request."""
+        key = (prompt, output)
+        if key not in self._batchers:
+            self._batchers[key] = batcher(self.inst, prompt, output)
+        return self._batchers[key]
 
-    def memory_at(self, batch: int, tokens: int) -> float:
+    def prefill(self, prompt: int, output: int) -> dict:
+        """One prompt on a rank that only prefills (:func:`parc.cost.scheduler.prefill_rank`)."""
+        from parc.cost.scheduler import prefill_rank
+
+        b = self.batcher(prompt, output)
+        key = ("prefill", prompt, output)
+        if key not in self._batchers:
+            self._batchers[key] = prefill_rank(b.step, prompt, b.budget)
+        return self._batchers[key]
+
+    def memory_at(self, batch, tokens: int):
         """Bytes per GPU with ``batch`` sequences of ``tokens`` tokens in the KV cache."""
         return self.weights + batch * tokens * self.est.kv_bytes_per_token
 
 
-def decode_latency(plan, est, batch: int, context: int) -> float:
-    """:func:`serve_perf`'s inter-token latency of ``plan`` at ``batch`` sequences per replica,
-    each ``context`` tokens long (its KV read and attention FLOPs are the context's). Only the
-    distinct stages are timed: the pipeline advances at the pace of the slowest, and stages
-    alike in layers and weights take alike times."""
-    srv = dataclasses.replace(plan.serve, max_model_len=context, max_num_seqs=batch)
-    distinct = list({_stage_key(st): st for st in est.stages}.values())
-    perf = serve_perf(dataclasses.replace(plan, serve=srv),
-                      dataclasses.replace(est, stages=distinct, max_concurrent_seqs=batch))
-    return perf.latency
-
-
-def _stage_key(st) -> tuple:
-    return (st.layers, st.moe_layers, st.memory.weights, st.kv_bytes_per_token)
-
-
-def prefill_time(plan, est, prompt: int) -> float:
-    """Seconds to prefill one ``prompt``-token request: :func:`parc.cost.serving.prefill_phases`,
-    the stages one after another (explain's ``prefill_time``); stages alike in layers and
-    weights are timed once."""
-    counts, distinct = {}, {}
-    for st in est.stages:
-        key = _stage_key(st)
-        counts[key] = counts.get(key, 0) + 1
-        distinct.setdefault(key, st)
-    phases = prefill_phases(plan, dataclasses.replace(est, stages=list(distinct.values())), prompt,
-                            plan.profile.gemm_efficiency)
-    return sum(ph.time * counts[key] for key, ph in zip(distinct, phases))
+def largest(pred, hi: int) -> Optional[int]:
+    """The largest ``b`` in 1..hi with ``pred(b)`` true, for a ``pred`` true up to some point and
+    false after it (None when ``pred(1)`` is false)."""
+    if hi < 1 or not pred(1):
+        return None
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if pred(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def kv_transfer_time(pr: Problem, ic: "InstanceCost", prompt: int) -> float:
@@ -134,8 +130,7 @@ def instance_problem(pr: Problem, gpus: int) -> Problem:
 
 def instance_plan(pr: Problem, shape: Shape, split: str):
     """The serving plan one instance of ``shape`` runs (``pr`` being :func:`instance_problem`'s)."""
-    c = Candidate(rank=0, pp=shape.pp, dp=shape.dp, cp=1, tp=shape.tp, ep=shape.ep, etp=1, layers=split,
-                  max_num_seqs=1)
+    c = Candidate(rank=0, pp=shape.pp, dp=shape.dp, cp=1, tp=shape.tp, ep=shape.ep, etp=1, layers=split)
     plan = build_plan(pr, c)
     plan.mesh.dcp = shape.dcp
     plan.serve.dp_attention = shape.dp_attention
@@ -143,27 +138,33 @@ def instance_plan(pr: Problem, shape: Shape, split: str):
 
 
 def cost_instance(pr: Problem, shape: Shape, split: str, prompt: int) -> InstanceCost:
-    """The memory and prefill of one instance of ``shape`` (``pr`` from :func:`instance_problem`)."""
+    """The memory, limits and step model of one instance of ``shape`` (``pr`` from
+    :func:`instance_problem`)."""
+    from parc.cost.engine import limits
+    from parc.cost.serve_step import StepModel
+
     plan = instance_plan(pr, shape, split)
     est = cm.estimate(plan, pr.profile.gemm_efficiency, cache=False)
     cap = float(est.memory.capacity)
     fits = est.memory.weights <= plan.serve.gpu_memory_utilization * cap
     ic = InstanceCost(shape, plan, est, float(est.memory.weights), cap, int(est.kv_capacity_tokens), fits)
     if fits:
-        ic.prefill = prefill_time(plan, est, prompt)
+        ic.inst = Instance("instance", plan, est, 1, limits(plan, est.kv_capacity_tokens),
+                           StepModel(plan, est, pr.profile.gemm_efficiency))
     return ic
 
 
-def largest(pred, hi: int) -> Optional[int]:
-    """The largest ``b`` in 1..hi with ``pred(b)`` true, for a ``pred`` true up to some point and
-    false after it (None when ``pred(1)`` is false)."""
-    if hi < 1 or not pred(1):
-        return None
-    lo = 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if pred(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+def instance_cost_of(plan, est, efficiency: float | None = None) -> InstanceCost:
+    """An instance the spec itself lays out (its mesh, or a pool's instance plan), costed through
+    this seam as the search costs its own layouts."""
+    from parc.cost.engine import limits
+    from parc.cost.serve_step import StepModel
+
+    m, srv = plan.mesh, plan.serve
+    shape = Shape(tp=m.tp, pp=m.pp, dp=m.dp if srv.dp_attention else 1, ep=m.ep, dcp=m.dcp)
+    cap = float(est.memory.capacity)
+    ic = InstanceCost(shape, plan, est, float(est.memory.weights), cap, int(est.kv_capacity_tokens),
+                      est.memory.weights <= srv.gpu_memory_utilization * cap)
+    ic.inst = Instance("instance", plan, est, 1, limits(plan, est.kv_capacity_tokens),
+                       StepModel(plan, est, efficiency))
+    return ic

@@ -15,7 +15,8 @@ import math
 from parc.planner.emit import _label, _val, cluster_block, model_block
 from parc.planner.inputs import Problem
 
-_KEPT = ("eplb", "redundant_experts", "eplb_window", "eplb_interval")
+_KEPT = ("eplb", "redundant_experts", "eplb_window", "eplb_interval", "two_batch_overlap", "speculative",
+         "speculative_tokens", "acceptance_rate", "draft_model")
 KV_TRANSFER = "nixl"      # a connector both vLLM (NixlConnector) and SGLang (--disaggregation-transfer-backend nixl) take
 
 
@@ -48,7 +49,7 @@ def deployment_text(pr: Problem, goal, d, formatted: bool = True) -> str:
     dec = d.decode.shape
     head = (f"# parc plan --serve --objective {goal.objective}: {d.label()}, {d.gpus} GPUs\n"
             f"# {goal.prompt_tokens} prompt + {goal.output_tokens} output tokens, "
-            f"{d.batch} sequences per decode rank; {goal.targets_text()}\n\n")
+            f"{d.batch:.4g} requests per decode step; {goal.targets_text()}\n\n")
     out = model_block(pr.model) + [""] + cluster_block(dataclasses.replace(pr, cluster=used_cluster(pr, d))) + [""]
     if not d.disaggregated:
         out += ["mesh {"] + ["  " + k for k in _mesh_keys(pr, dec, dec.dp if dec.dp_attention else d.instances)]
@@ -56,8 +57,12 @@ def deployment_text(pr: Problem, goal, d, formatted: bool = True) -> str:
     if pr.placement.links:
         out += ["placement {"] + [f"  {ax} on {where}" for ax, where in pr.placement.links.items()] + ["}", ""]
     out.append("serve {")
-    out += [f"  max_model_len = {srv.max_model_len}", f"  gpu_memory_utilization = {_val(srv.gpu_memory_utilization)}",
-            f"  max_num_seqs = {max(1, d.batch)}"]
+    if srv.max_model_len is not None:
+        out.append(f"  max_model_len = {srv.max_model_len}")
+    out.append(f"  gpu_memory_utilization = {_val(srv.gpu_memory_utilization)}")
+    for k in ("max_num_seqs", "max_num_batched_tokens"):    # the spec's; else the engine's own (not written)
+        if getattr(srv, k) is not None:
+            out.append(f"  {k} = {getattr(srv, k)}")
     if srv.kv_cache_dtype != "auto":
         out.append(f"  kv_cache_dtype = {srv.kv_cache_dtype}")
     if dec.dp_attention:
@@ -65,10 +70,9 @@ def deployment_text(pr: Problem, goal, d, formatted: bool = True) -> str:
     for k in _KEPT:                          # the spec's own serving settings the search does not choose
         v = getattr(srv, k)
         if v not in (None, False, 0):
-            out.append(f"  {k} = {_val(v)}")
-    conc = goal.concurrency or d.batch * d.instances * dec.ranks
+            out.append(f"  {k} = {_label(v) if k == 'draft_model' else _val(v)}")
     out += [f"  prompt_tokens = {goal.prompt_tokens}", f"  output_tokens = {goal.output_tokens}",
-            f"  concurrency = {conc}"]
+            f"  concurrency = {goal.concurrency or d.users}"]
     if d.disaggregated:
         out.append(f"  kv_transfer = {srv.kv_transfer or KV_TRANSFER}")
         for name, ic, n in (("prefill", d.prefill, d.prefill_instances), ("decode", d.decode, d.instances)):
@@ -84,12 +88,12 @@ def deployment_text(pr: Problem, goal, d, formatted: bool = True) -> str:
     return format_text(text, "best.par") if formatted else text
 
 
-def check_text(text: str, targets=()) -> tuple[list[str], list[str]]:
-    """(error codes, warning codes) ``parc check`` gives a written spec."""
+def check_text(text: str, targets=()) -> tuple[list[str], list[str], object]:
+    """(error codes, warning codes, the plan) ``parc check`` gives a written spec."""
     from parc.api import check_file
     from parc.language.diagnostics import ERROR
 
     r = check_file("best.par", targets, text=text)
     errs = sorted({x.code for x in r.diagnostics if x.severity == ERROR})
     warns = sorted({x.code for x in r.diagnostics if x.severity != ERROR})
-    return errs, warns
+    return errs, warns, r.plan

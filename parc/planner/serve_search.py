@@ -34,15 +34,14 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from parc.cost.serving import colocated_latency, disaggregated_latency
+from parc.cost.serving import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
 from parc.planner.inputs import Problem
 from parc.planner.serve_costs import InstanceCost, kv_transfer_time, largest
 from parc.planner.serve_space import instance_costs
 
 OBJECTIVES = ("min-gpus", "tokens-per-gpu")
-# the workload when neither the spec nor a flag gives one: vLLM's serving benchmark's random dataset
-# (vllm/benchmarks/datasets/datasets.py RandomDataset: DEFAULT_INPUT_LEN 1024, DEFAULT_OUTPUT_LEN 128)
-DEFAULT_PROMPT, DEFAULT_OUTPUT = 1024, 128
+# the workload when neither the spec nor a flag gives one: explain's (vLLM's benchmark's)
+DEFAULT_PROMPT, DEFAULT_OUTPUT = DEFAULT_PROMPT_TOKENS, DEFAULT_OUTPUT_TOKENS
 MAX_REJECTED_WALK = 200
 
 
@@ -82,7 +81,9 @@ def workload_goal(pr: Problem, objective: str = "tokens-per-gpu", **kw) -> Goal:
     prompt = kw.pop("prompt_tokens", None) or srv.prompt_tokens
     output = kw.pop("output_tokens", None) or srv.output_tokens
     conc = kw.pop("concurrency", None) or srv.concurrency
-    scale = min(1.0, srv.max_model_len / (DEFAULT_PROMPT + DEFAULT_OUTPUT))
+    from parc.cost.engine import max_model_len
+
+    scale = min(1.0, max_model_len(pr) / (DEFAULT_PROMPT + DEFAULT_OUTPUT))
     prompt = prompt or max(1, int(DEFAULT_PROMPT * scale))
     output = output or max(1, int(DEFAULT_OUTPUT * scale))
     return Goal(objective=objective, prompt_tokens=int(prompt), output_tokens=int(output),
@@ -97,7 +98,8 @@ class Deployment:
     instances: int
     prefill: Optional[InstanceCost] = None
     prefill_instances: int = 0
-    batch: int = 0                 # sequences per decode rank
+    batch: float = 0.0             # decode requests per step of a decode rank (the scheduler's steady state)
+    users: int = 0                 # requests in flight over the deployment (the written concurrency)
     gpus: int = 0
     ttft: float = 0.0
     tpot: float = 0.0
@@ -175,7 +177,7 @@ class ServeResult:
 class _Table:
     """Deployments as columns: which instance costs, how many of each, and the estimates."""
 
-    KEYS = ("dec", "n", "pre", "n_p", "batch", "gpus", "ttft", "tpot", "tput", "memory", "fits")
+    KEYS = ("dec", "n", "pre", "n_p", "batch", "gpus", "ttft", "tpot", "tput", "memory", "fits", "users")
 
     def __init__(self):
         self.parts: dict[str, list] = {k: [] for k in self.KEYS}
@@ -189,61 +191,54 @@ class _Table:
         return {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in self.parts.items()}
 
 
-def _batches(ic: InstanceCost, goal: Goal, n: np.ndarray) -> np.ndarray:
-    """Sequences per rank with ``n`` instances sharing the concurrency."""
-    return -(-goal.concurrency // (n * ic.shape.ranks))
+def _fits(ic: InstanceCost) -> bool:
+    """Whether the instance's KV cache holds one max_model_len request (else the engine refuses
+    to start: P402)."""
+    return ic.kv_capacity_tokens >= ic.inst.limits.max_model_len
 
 
-def _mem_ok(ic: InstanceCost, goal: Goal, b) -> np.ndarray:
-    seq = goal.prompt_tokens + goal.output_tokens
-    return (b * seq <= ic.kv_capacity_tokens) & (ic.kv_capacity_tokens >= ic.plan.serve.max_model_len)
-
-
-def _steps(ic: InstanceCost, goal: Goal, b: np.ndarray) -> np.ndarray:
-    return np.array([ic.step(x, goal.context) for x in b.tolist()], dtype=np.float64)
-
-
-def _best_batch(ic: InstanceCost, goal: Goal, ttft_of, tpot_of) -> Optional[int]:
-    """The most sequences a rank can hold that memory and the latency targets allow (both
-    latencies grow with the batch); 1 when even one misses them, None when none fits."""
-    hi = ic.kv_capacity_tokens // (goal.prompt_tokens + goal.output_tokens)
-    if ic.kv_capacity_tokens < ic.plan.serve.max_model_len or hi < 1:
-        return None
-    if goal.tpot is None and goal.ttft is None:
-        return hi
-    return largest(lambda b: (goal.tpot is None or tpot_of(b) <= goal.tpot)
-                   and (goal.ttft is None or ttft_of(b) <= goal.ttft), hi) or 1
+def _meets(goal: Goal, ttft, tpot):
+    ok = np.ones(np.shape(ttft), dtype=bool)
+    if goal.ttft is not None:
+        ok &= np.asarray(ttft) <= goal.ttft
+    if goal.tpot is not None:
+        ok &= np.asarray(tpot) <= goal.tpot
+    return ok
 
 
 def _colocated(t: _Table, ic: InstanceCost, goal: Goal, world: int, per: int):
-    O, tp_ = goal.output_tokens, ic.prefill
-    most = 1 if ic.shape.dp_attention else world // ic.shape.gpus
+    """One mesh of ``n`` replicas of ``ic``: the scheduler of each rank under its share of the
+    closed loop (:func:`parc.cost.scheduler.closed_loop`)."""
+    from parc.cost.scheduler import closed_loop
+
+    P, O = goal.prompt_tokens, goal.output_tokens
+    r, g = ic.shape.ranks, ic.shape.gpus
+    most = 1 if ic.shape.dp_attention else world // g
     if most < 1:
         return
-    if goal.ttft is not None and tp_ > goal.ttft:     # its prefill alone misses TTFT: no decode step needed
-        t.add(dec=ic, n=most, pre=None, n_p=0, batch=1, gpus=most * ic.shape.gpus, ttft=tp_, tpot=np.inf,
-              tput=0.0, memory=ic.weights, fits=True)
+    b = ic.batcher(P, O)
+    alone = ic.prefill(P, O)["alone"]
+    if goal.ttft is not None and alone > goal.ttft:     # its prefill alone misses TTFT
+        t.add(dec=ic, n=most, pre=None, n_p=0, batch=0.0, gpus=most * g, ttft=alone, tpot=np.inf, tput=0.0,
+              memory=ic.weights, fits=True, users=1)
         return
     if goal.concurrency is not None:
         n = np.arange(1, most + 1)
-        n = n[(n * ic.shape.gpus <= per) | (n * ic.shape.gpus % per == 0)]   # whole nodes, or part of one
-        b = _batches(ic, goal, n)
-        step = _steps(ic, goal, b)
-        ttft, tpot, cycle = colocated_latency(tp_, step, b, O)
-        t.add(dec=ic, n=n, pre=None, n_p=0, batch=b, gpus=n * ic.shape.gpus, ttft=ttft,
-              tpot=tpot, tput=goal.concurrency * O / cycle,
-              memory=ic.memory_at(b, goal.prompt_tokens + O), fits=_mem_ok(ic, goal, b))
-        return
-    b = _best_batch(ic, goal, lambda x: colocated_latency(tp_, ic.step(x, goal.context), x, O)[0],
-                    lambda x: colocated_latency(tp_, ic.step(x, goal.context), x, O)[1])
-    if b is None:
-        t.add(dec=ic, n=most, pre=None, n_p=0, batch=1, gpus=most * ic.shape.gpus, ttft=np.inf, tpot=np.inf,
-              tput=0.0, memory=ic.weights, fits=False)
-        return
-    ttft, tpot, cycle = colocated_latency(tp_, ic.step(b, goal.context), b, O)
-    t.add(dec=ic, n=most, pre=None, n_p=0, batch=b, gpus=most * ic.shape.gpus, ttft=ttft,
-          tpot=tpot, tput=most * ic.shape.ranks * b * O / cycle,
-          memory=ic.memory_at(b, goal.prompt_tokens + O), fits=True)
+        n = n[(n * g <= per) | (n * g % per == 0)]   # whole nodes, or part of one
+        users = goal.concurrency / (n * r)
+    else:   # the most users per rank the targets allow (latencies grow with the users)
+        tried = np.unique(np.rint(np.geomspace(1, max(1, int(b.running_cap)), 64)))
+        ok = _meets(goal, *_latencies(closed_loop(b, tried)))
+        best = tried[ok].max() if ok.any() else 1.0
+        n, users = np.array([most]), np.array([float(best)])
+    st = closed_loop(b, users)
+    t.add(dec=ic, n=n, pre=None, n_p=0, batch=st.batch, gpus=n * g, ttft=st.ttft, tpot=st.tpot,
+          tput=n * r * st.output_tokens_per_s, memory=ic.memory_at(np.minimum(users, b.running_cap), P + O),
+          fits=_fits(ic), users=np.rint(users * n * r))
+
+
+def _latencies(st):
+    return st.ttft, st.tpot
 
 
 def _pool_nodes(gpus, per: int):
@@ -252,74 +247,68 @@ def _pool_nodes(gpus, per: int):
 
 def _disaggregated(t: _Table, pre: list[InstanceCost], dec: list[InstanceCost], goal: Goal, pr: Problem):
     """Every prefill pool × decode pool that fits the cluster's nodes, as arrays."""
-    xfer = np.array([kv_transfer_time(pr, p, goal.prompt_tokens) for p in pre])
+    P, O = goal.prompt_tokens, goal.output_tokens
+    xfer = np.array([kv_transfer_time(pr, p, P) for p in pre])
+    alone = np.array([p.prefill(P, O)["alone"] for p in pre])
+    cap = np.array([p.prefill(P, O)["capacity"] for p in pre])
     for d in dec:
         same = [i for i, p in enumerate(pre) if p.shape.dp_attention == d.shape.dp_attention]
-        if not same:
-            continue
-        _pools_for(t, [pre[i] for i in same], d, goal, pr, xfer[same])
+        if same:
+            _pools_for(t, [pre[i] for i in same], d, goal, pr, xfer[same], alone[same], cap[same])
 
 
-def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, pr: Problem, xfer: np.ndarray):
+def _pools_for(t: _Table, pre: list[InstanceCost], d: InstanceCost, goal: Goal, pr: Problem, xfer: np.ndarray,
+               alone: np.ndarray, cap: np.ndarray):
     """Decode pools of ``d``'s layout with every prefill pool of ``pre`` (one `dp_attention`
-    setting serves both pools)."""
+    setting serves both pools; ``xfer``, ``alone`` and ``cap`` each prefill layout's KV transfer,
+    prompt alone and full-load rate), each evaluated by :func:`parc.cost.scheduler.pooled` at the
+    goal's users (or, without a concurrency, at the users that fill the decode ranks to the TPOT
+    target)."""
+    from parc.cost.scheduler import pooled
+
     cl = pr.cluster
-    O, per, nodes = goal.output_tokens, cl.gpus_per_node, cl.nodes
-    p_t = np.array([p.prefill for p in pre])
-    p_g = np.array([p.shape.gpus for p in pre])
+    P, O, per = goal.prompt_tokens, goal.output_tokens, cl.gpus_per_node
+    bd = d.batcher(P, O)
     p_r = np.array([p.shape.ranks for p in pre])
-    g_d = d.shape.gpus
-    n_d = np.arange(1, cl.world // g_d + 1)
+    p_g = np.array([p.shape.gpus for p in pre])
+    n_d = np.arange(1, cl.world // d.shape.gpus + 1)
+    left = cl.nodes - _pool_nodes(n_d * d.shape.gpus, per)          # nodes the prefill pool may take
+    I, J = (a.ravel() for a in np.meshgrid(np.arange(len(n_d)), np.arange(len(pre)), indexing="ij"))
+    ranks_d = n_d[I] * d.shape.ranks
     if goal.concurrency is not None:
-        b = _batches(d, goal, n_d)
-        fits_d = _mem_ok(d, goal, b)
-        step = _steps(d, goal, b)
-    else:
-        bb = _best_batch(d, goal, lambda x: 0.0, lambda x: d.step(x, goal.context))   # TTFT: per prefill layout
-        if bb is None:
+        users = np.full(len(I), float(goal.concurrency))
+    else:   # the decode ranks at the largest batch that meets TPOT, the prefill pool keeping up
+        xs, td = bd.decode_grid()
+        ok = (xs >= 1) & ((td / bd.accepted <= goal.tpot) if goal.tpot is not None else True)
+        if not ok.any():
             return
-        b, fits_d = np.full(len(n_d), bb), np.ones(len(n_d), dtype=bool)
-        step = np.full(len(n_d), d.step(bb, goal.context))
-    left = nodes - _pool_nodes(n_d * g_d, per)                  # nodes the prefill pool may take
-    # prefill instances: the counts that can be best (with a concurrency), else the fewest that
-    # keep the decode pool fed
-    ttft0 = p_t[None, :] + xfer[None, :] + step[:, None]
-    if goal.concurrency is not None:
-        N = _prefill_counts(goal, p_t, p_r, ttft0, O * step)
-        I, P, _ = np.meshgrid(np.arange(len(n_d)), np.arange(len(pre)), np.arange(N.shape[2]), indexing="ij")
-        tried = N > 0
-        I, P, N = I[tried], P[tried], N[tried]
-        ttft, R = disaggregated_latency(p_t[P], xfer[P], step[I], O, goal.concurrency, N * p_r[P])
-        tput = goal.concurrency * O / R
-    else:
-        rate = (n_d * d.shape.ranks * b)[:, None] / (ttft0 + O * step[:, None])
-        I, P = np.meshgrid(np.arange(len(n_d)), np.arange(len(pre)), indexing="ij")
-        N = np.maximum(1, np.ceil(rate * p_t[None, :] / p_r[None, :] - 1e-9)).astype(np.int64)
-        ttft, tput = ttft0, rate * O
-    ok = _pool_nodes(N * p_g[P], per) <= left[I]
-    I, P, N, ttft, tput = I[ok], P[ok], N[ok], np.asarray(ttft)[ok], np.asarray(tput)[ok]
-    if not len(I):
-        return
-    t.add(dec=d, n=n_d[I], pre=np.array(pre, dtype=object)[P], n_p=N, batch=b[I], gpus=n_d[I] * g_d + N * p_g[P],
-          ttft=ttft, tpot=step[I], tput=tput,
-          memory=d.memory_at(b[I], goal.prompt_tokens + O), fits=fits_d[I])
-
-
-def _prefill_counts(goal: Goal, p_t, p_r, ttft0, decode_time) -> np.ndarray:
-    """Prefill instance counts worth trying, per decode count and prefill layout (0: a repeat).
-    Below the fewest that keep the prefill queue empty, each instance more shortens the round
-    and raises tokens per GPU; above it the round no longer shortens and instances only add
-    GPUs. So the counts either side of that one, the fewest that meet the TTFT target, and one
-    instance (the cheapest, for the failures and the closest) cover every objective's best."""
-    need = goal.concurrency * p_t[None, :] / p_r[None, :]          # seconds of prefill per round, per rank
-    keep_up = need / (ttft0 + decode_time[:, None])
-    counts = [np.ones_like(keep_up), np.floor(keep_up), np.ceil(keep_up)]
+        per_rank = float(np.floor(xs[ok].max()))
+        steps = max(O - 1, 0) / bd.accepted
+        td = float(bd.step(float(per_rank), 0.0))
+        rate = ranks_d * per_rank / (max(steps, 1e-9) * td)
+        users = np.maximum(1.0, np.rint(rate * (alone[J] + xfer[J] + td * (1 + steps))))
+    free = pooled(bd, ranks_d, {"alone": alone[J], "capacity": cap[J]}, 1e9, xfer[J], users=users)
+    need = free.rate / (cap[J] * p_r[J])                           # prefill instances that keep up
+    counts = [np.ones(len(I)), np.floor(need), np.ceil(need)]
     if goal.ttft is not None:
-        counts.append(np.ceil(need / (goal.ttft + decode_time[:, None])))
-    n = np.sort(np.maximum(np.stack(counts, axis=-1), 1).astype(np.int64), axis=-1)
-    repeat = np.zeros(n.shape, dtype=bool)
-    repeat[..., 1:] = n[..., 1:] == n[..., :-1]
-    return np.where(repeat, 0, n)
+        room = goal.ttft + free.step_decode * max(O - 1, 0) / bd.accepted
+        counts.append(np.ceil(users / np.maximum(room, 1e-9) / (cap[J] * p_r[J])))
+    N = np.unique(np.maximum(np.stack(counts, axis=1), 1).astype(np.int64), axis=1) if len(I) else np.zeros((0, 1))
+    rows = [(i, n) for i in range(len(I)) for n in sorted(set(N[i].tolist()))]
+    K = np.array([i for i, _ in rows], dtype=np.int64)
+    NP = np.array([n for _, n in rows], dtype=np.int64)
+    if not len(K):
+        return
+    ok = _pool_nodes(NP * p_g[J[K]], per) <= left[I[K]]
+    K, NP = K[ok], NP[ok]
+    if not len(K):
+        return
+    st = pooled(bd, ranks_d[K], {"alone": alone[J[K]], "capacity": cap[J[K]]}, NP * p_r[J[K]], xfer[J[K]],
+                users=users[K])
+    t.add(dec=d, n=n_d[I[K]], pre=np.array(pre, dtype=object)[J[K]], n_p=NP, batch=st.batch,
+          gpus=n_d[I[K]] * d.shape.gpus + NP * p_g[J[K]], ttft=st.ttft, tpot=st.tpot, tput=st.output_tokens_per_s,
+          memory=d.memory_at(np.minimum(st.batch, bd.running_cap), P + O), fits=np.full(len(K), _fits(d)),
+          users=users[K])
 
 
 # --- ranking, checking, the search --------------------------------------------------------------------
@@ -335,9 +324,20 @@ def _deployment(cols: dict, i: int) -> Deployment:
     pre = cols["pre"][i]
     return Deployment(decode=cols["dec"][i], instances=int(cols["n"][i]), prefill=pre,
                       prefill_instances=int(cols["n_p"][i]) if pre is not None else 0,
-                      batch=int(cols["batch"][i]), gpus=int(cols["gpus"][i]), ttft=float(cols["ttft"][i]),
+                      batch=float(cols["batch"][i]), users=int(cols["users"][i]), gpus=int(cols["gpus"][i]),
+                      ttft=float(cols["ttft"][i]),
                       tpot=float(cols["tpot"][i]), throughput=float(cols["tput"][i]),
                       memory=float(cols["memory"][i]))
+
+
+def _as_explained(d: Deployment, plan) -> None:
+    """``d``'s numbers as ``parc explain`` gives them for the spec written for it (the search
+    ranks by its own costing of the instances, which that spec's plan may differ from in the
+    last percent: its NCCL groups and cluster are the deployment's whole)."""
+    from parc.cost.estimate import estimate
+
+    sv = estimate(plan, cache=False).serving
+    d.ttft, d.tpot, d.throughput, d.batch = sv.ttft, sv.tpot, sv.output_tokens_per_s, sv.batch
 
 
 def _verdicts(cols: dict, goal: Goal, world: int) -> tuple[np.ndarray, dict]:
@@ -388,7 +388,7 @@ def search_serving(pr: Problem, goal: Goal, *, top: int = 10, targets: Iterable[
     t = _Table()
     for ic in usable:
         _colocated(t, ic, goal, pr.cluster.world, pr.cluster.gpus_per_node)
-    prefill = [ic for ic in usable if ic.kv_capacity_tokens >= pr.serve.max_model_len]
+    prefill = [ic for ic in usable if _fits(ic)]
     if goal.disaggregate and prefill:
         _disaggregated(t, prefill, usable, goal, pr)
     cols = t.columns()
@@ -409,9 +409,13 @@ def search_serving(pr: Problem, goal: Goal, *, top: int = 10, targets: Iterable[
         if len(res.plans) >= top or misses >= MAX_REJECTED_WALK:
             break
         d = _deployment(cols, int(i))
-        errs, warns = check_text(deployment_text(pr, goal, d, formatted=False), tnames)
+        errs, warns, plan = check_text(deployment_text(pr, goal, d, formatted=False), tnames)
         if errs:
             res.rejected.append((d, errs))
+            misses += 1
+            continue
+        _as_explained(d, plan)
+        if not _meets(goal, d.ttft, d.tpot):       # its own spec, explained, misses the targets
             misses += 1
             continue
         d.rank, d.warnings = len(res.plans) + 1, warns
@@ -421,3 +425,37 @@ def search_serving(pr: Problem, goal: Goal, *, top: int = 10, targets: Iterable[
         res.closest = _deployment(cols, j) if j is not None else None
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def evaluate_deployment(pr: Problem, plan):
+    """The search's numbers for the deployment a spec's ``plan`` lays out (one mesh of dp ranks,
+    or its pools): each instance costed through :mod:`parc.planner.serve_costs`, the deployment
+    evaluated as the search evaluates its own (the closed loop of the spec's workload over one
+    mesh's ranks, or the prefill pool feeding the decode pool). ``parc explain`` of the same spec
+    gives the same TTFT, TPOT and step (tests/test_serving_views.py)."""
+    from types import SimpleNamespace
+
+    from parc.cost.estimate import estimate
+    from parc.cost.scheduler import closed_loop, open_loop, pooled
+    from parc.cost.serving import kv_transfer, serve_load
+    from parc.model.pools import instance_gpus, pool_plans
+    from parc.planner.serve_costs import instance_cost_of
+
+    est = estimate(plan, pr.profile.gemm_efficiency, cache=False)
+    w, dec_inst = serve_load(plan, est)
+    P, O = w.prompt_tokens, w.output_tokens
+    if not plan.pools:
+        ic = instance_cost_of(plan, est, pr.profile.gemm_efficiency)
+        ranks = plan.mesh.dp
+        b = ic.batcher(P, O)
+        st = (open_loop(b, w.request_rate / ranks) if w.request_rate is not None
+              else closed_loop(b, w.concurrency / ranks)).item()
+        return SimpleNamespace(ttft=st["ttft"], tpot=st["tpot"], step=st["step_mean"],
+                               gpus_per_instance={"serve": instance_gpus(plan.mesh)})
+    ics = {p.name: (instance_cost_of(pp, estimate(pp, pr.profile.gemm_efficiency, cache=False),
+                                     pr.profile.gemm_efficiency), p.instances * pp.mesh.dp) for p, pp in pool_plans(plan)}
+    (pre, n_p), (dec, n_d) = ics["prefill"], ics["decode"]
+    xfer = kv_transfer(plan, pre.est, P)[1]
+    st = pooled(dec.batcher(P, O), n_d, pre.prefill(P, O), n_p, xfer, users=w.concurrency, rate=w.request_rate).item()
+    return SimpleNamespace(ttft=st["ttft"], tpot=st["tpot"], step=st["step_decode"],
+                           gpus_per_instance={k: instance_gpus(ic.plan.mesh) for k, (ic, _) in ics.items()})

@@ -49,14 +49,18 @@ def render_text(plan, est, file: str, diagnostics=()) -> str:
         out.append(f"The spec has {count(len(errors), 'error')} ({', '.join(sorted({d.code for d in errors}))}, "
                    "listed above); the numbers below are the plan as written.")
     out.append("")
-    memory = _memory(plan, est) if not plan.pools else _pool_memory(plan, est)
+    memory = _memory(plan, est, est.serving if plan.mode == "serve" else None) if not plan.pools \
+        else _pool_memory(plan, est)
     fixes = [d for d in errors if d.code in MEMORY_CODES]
     if fixes:
         memory[2:2] = [f"  does not fit ({d.code}): {d.help}" if d.help else f"  does not fit ({d.code})"
                        for d in fixes]   # right under the table (heading, table, ...)
     from parc.report import explain_serve
 
-    out += _mesh(est) + explain_serve.pool_lines(plan, est) + memory + _communication(plan, est)
+    if plan.pools:
+        out += explain_serve.pool_lines(plan, est) + memory + _pool_sections(plan, est)
+    else:
+        out += _mesh(est) + memory + _communication(plan, est)
     if plan.mode == "train":
         out += _time(plan, est)
     else:
@@ -91,7 +95,7 @@ def _mesh(est) -> list[str]:
     return out + [""]
 
 
-def _memory(plan, est) -> list[str]:
+def _memory(plan, est, serving=None) -> list[str]:
     mesh = plan.mesh
     st = est.stages[est.most_loaded_stage]
     where = f"pipeline stage {st.stage} of {mesh.pp}, " if mesh.pp > 1 else ""
@@ -111,7 +115,7 @@ def _memory(plan, est) -> list[str]:
     if plan.mode == "serve":
         from parc.report.explain_serve import kv_lines
 
-        out += [""] + kv_lines(plan, est)
+        out += [""] + kv_lines(plan, est, serving)
     return out + [""]
 
 
@@ -119,15 +123,17 @@ def _pool_memory(plan, est) -> list[str]:
     """A disaggregated plan's memory: one GPU of each pool, as the plan one instance runs."""
     out = []
     for name, p in (est.serving.pools if est.serving else {}).items():
-        inst = _memory_plan(plan, name)
-        out += [f"Pool {name}: {count(p['instances'], 'instance')}, each:"] + _memory(inst, p["estimate"])
+        out += [f"Pool {name}: {count(p['instances'], 'instance')} of {count(p['gpus_per_instance'], 'GPU')}, "
+                "each:"] + _memory(p["plan"], p["estimate"])
     return out
 
 
-def _memory_plan(plan, name: str):
-    from parc.model.pools import pool_plans
-
-    return next(pp for pool, pp in pool_plans(plan) if pool.name == name)
+def _pool_sections(plan, est) -> list[str]:
+    """Each pool's rank map and communication, as the plan one of its instances runs."""
+    out = []
+    for name, p in (est.serving.pools if est.serving else {}).items():
+        out += [f"Pool {name}, one instance:"] + _mesh(p["estimate"]) + _communication(p["plan"], p["estimate"])
+    return out
 
 
 def _state_rows(plan, est, st) -> list[list]:

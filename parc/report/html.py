@@ -85,10 +85,16 @@ def explain_page(plan, estimate, diagnostics=()) -> str:
              f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
              f"<meta name=\"generator\" content=\"parc {_e(__version__)}\">"
              f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>",
-             f"<h1>{_e(title)}</h1>", _lead(plan, est), _errors(errors), _cards(plan, est), _rank_map(plan, est)]
-    if plan.mode == "train":
-        parts.append(_schedule(plan, est))
-    parts += [_memory(plan, est, errors), _communication(plan, est)]
+             f"<h1>{_e(title)}</h1>", _lead(plan, est), _errors(errors), _cards(plan, est)]
+    if plan.pools:
+        from parc.report.html_serve import pool_sections
+
+        parts += pool_sections(plan, estimate, errors)
+    else:
+        parts.append(_rank_map(plan, est))
+        if plan.mode == "train":
+            parts.append(_schedule(plan, est))
+        parts += [_memory(plan, est, errors), _communication(plan, est)]
     if plan.mode == "train":
         parts.append(_step_time(est))
     elif est.get("serving"):
@@ -109,15 +115,31 @@ def explain_page(plan, estimate, diagnostics=()) -> str:
 def _lead(plan, est) -> str:
     m, cl, mesh = plan.model, plan.cluster, plan.mesh
     what = "Training" if plan.mode == "train" else "Serving"
-    return (f'<p class="lead">{what} <b>{_e(m.name)}</b> ({_count(est.get("params", {}).get("total"))} '
+    head = (f'<p class="lead">{what} <b>{_e(m.name)}</b> ({_count(est.get("params", {}).get("total"))} '
             f"parameters) on {cl.nodes} × {cl.gpus_per_node} {_e(cl.gpu.name)} "
-            f"({count(est.get('world_size', plan.world_size), 'GPU')}, {_bytes(cl.gpu.memory)} each); mesh "
-            + _e(" × ".join(f"{a}={mesh.size(a)}" for a in mesh.order))
+            f"({count(est.get('world_size', plan.world_size), 'GPU')}, {_bytes(cl.gpu.memory)} each); ")
+    if plan.pools:
+        from parc.report.html_serve import pools_lead
+
+        return head + pools_lead(est) + "</p>"
+    return (head + "mesh " + _e(" × ".join(f"{a}={mesh.size(a)}" for a in mesh.order))
             + (f", ep={mesh.ep}" if mesh.ep > 1 else "") + (f", etp={mesh.etp}" if mesh.etp > 1 else "")
             + "</p>")
 
 
 def _cards(plan, est) -> str:
+    if plan.pools:
+        from parc.report.html_serve import pool_cards
+
+        cards = pool_cards(plan, est)
+    else:
+        cards = _plan_cards(plan, est)
+    return '<div class="cards">' + "".join(
+        f'<div class="card{" bad" if bad else ""}"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>'
+        for k, v, bad in cards) + "</div>"
+
+
+def _plan_cards(plan, est) -> list[tuple]:
     mem = est.get("memory_per_gpu", {})
     cap = mem.get("capacity") or plan.cluster.gpu.memory
     over = (mem.get("total") or 0) > cap
@@ -131,13 +153,17 @@ def _cards(plan, est) -> str:
         kv = est.get("kv_cache", {})
         cards += [("KV cache tokens", f"{int(kv.get('capacity_tokens') or 0):,}", False),
                   ("concurrent sequences", f"{int(kv.get('max_concurrent_seqs') or 0):,}", False)]
-        sv = est.get("serving")
-        if sv:
-            cards += [("TTFT", _time(sv["ttft"]), False), ("TPOT", _time(sv["tpot"]), False),
-                      ("output tokens/s", f"{float(sv['output_tokens_per_s']):,.0f}", False)]
-    return '<div class="cards">' + "".join(
-        f'<div class="card{" bad" if bad else ""}"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>'
-        for k, v, bad in cards) + "</div>"
+        cards += speed_cards(est.get("serving"))
+    return cards
+
+
+def speed_cards(sv) -> list[tuple]:
+    """TTFT, TPOT and output tokens/s of a serving plan's JSON ``serving`` object."""
+    if not sv:
+        return []
+    return [("TTFT", _time(sv["ttft"]) if sv["ttft"] is not None else "unbounded", False),
+            ("TPOT", _time(sv["tpot"]), False),
+            ("output tokens/s", f"{float(sv['output_tokens_per_s']):,.0f}", False)]
 
 
 def _rank_map(plan, est) -> str:

@@ -3,6 +3,7 @@ the runner-up lost. Reads the search result (``parc.planner.search.SearchResult`
 and imports nothing from the planner."""
 from __future__ import annotations
 
+from parc.cost.engine import max_model_len
 from parc.report.term import table
 from parc.units import gb_value, number_short, seconds_short
 
@@ -76,7 +77,7 @@ def render_text(res) -> str:
                 if pr.global_batch is not None else f"training {m.name} (seq_len {m.seq_len}, {pr.microbatches} "
                                                      f"microbatches") + ")"
     else:
-        what = f"serving {m.name} (max_model_len {pr.serve.max_model_len})"
+        what = f"serving {m.name} (max_model_len {max_model_len(pr):,})"
     lines = [f"{what} on {cl.name}: {cl.nodes} × {cl.gpus_per_node} {cl.gpu.name}",
              f"{res.candidates_evaluated:,} candidates evaluated ({res.costed:,} costed in full), "
              f"{res.valid:,} fit, in {res.seconds:.2f} s"]

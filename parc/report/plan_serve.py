@@ -4,6 +4,7 @@ meets the goal, the closest one and by how much it misses. Reads the search resu
 (``parc.planner.serve_search.ServeResult``) it is given and imports nothing from the planner."""
 from __future__ import annotations
 
+from parc.cost.engine import max_model_len
 from parc.report.term import table
 from parc.units import gb_value, number_short, seconds_short
 
@@ -33,7 +34,7 @@ def summary(d) -> str:
     """One deployment in a line."""
     return (f"{d.label()}: {d.gpus} GPUs, TTFT {seconds_short(d.ttft)}, TPOT {seconds_short(d.tpot)}, "
             f"{number_short(d.throughput)} output tokens/s ({number_short(d.tokens_per_gpu)} per GPU), "
-            f"{d.batch} sequences per decode rank, {gb_value(d.memory)}/{gb_value(d.capacity)} GB per GPU")
+            f"{d.batch:.4g} requests per decode step, {gb_value(d.memory)}/{gb_value(d.capacity)} GB per GPU")
 
 
 def loses_on(res, i: int) -> str:
@@ -53,12 +54,12 @@ def loses_on(res, i: int) -> str:
 def render_table(res) -> str:
     pooled = any(d.disaggregated for d in res.plans)
     head = ["#", "GPUs"] + (["prefill"] if pooled else []) + ["decode" if pooled else "replicas",
-                                                               "seqs/rank", "TTFT", "TPOT", "tokens/s", "per GPU",
+                                                               "batch/rank", "TTFT", "TPOT", "tokens/s", "per GPU",
                                                                "mem GB", "loses on"]
     rows = []
     for i, d in enumerate(res.plans):
         rows.append([d.rank, d.gpus] + ([_pool(d.prefill, d.prefill_instances) if d.prefill else "-"] if pooled else [])
-                    + [_pool(d.decode, d.instances), d.batch, seconds_short(d.ttft), seconds_short(d.tpot),
+                    + [_pool(d.decode, d.instances), f"{d.batch:.4g}", seconds_short(d.ttft), seconds_short(d.tpot),
                        number_short(d.throughput), number_short(d.tokens_per_gpu), gb_value(d.memory),
                        loses_on(res, i)])
     align = "rr" + ("l" if pooled else "") + "lrrrrrrl"
@@ -94,7 +95,7 @@ def no_plan(res) -> str:
 def render_text(res) -> str:
     pr = res.problem
     m, cl = pr.model, pr.cluster
-    lines = [f"serving {m.name} (max_model_len {pr.serve.max_model_len}) on {cl.name}: "
+    lines = [f"serving {m.name} (max_model_len {max_model_len(pr):,}) on {cl.name}: "
              f"{cl.nodes} × {cl.gpus_per_node} {cl.gpu.name}", workload_line(res),
              f"{res.evaluated:,} deployments evaluated, {res.feasible:,} meet the goal, in {res.seconds:.2f} s; "
              f"the others: {failures(res)}"]

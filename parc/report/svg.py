@@ -76,6 +76,10 @@ def mesh(plan, max_nodes: int = 16) -> str:
     """The rank map: nodes as boxes with their GPUs inside, each GPU coloured by its TP group
     and labelled with its rank and (pp, dp, cp, tp) coordinates; arcs on the right join the
     nodes whose GPUs talk to each other, labelled with the axes that cross."""
+    if plan.pools:
+        from parc.report.svg_serve import pools_picture
+
+        return pools_picture(plan, "mesh", lambda p, _e: mesh(p, max_nodes))
     from parc.model.rankmap import RankMap
 
     rm = RankMap(plan)
@@ -428,6 +432,10 @@ def memory(plan, estimate=None) -> str:
         from parc.cost.estimate import estimate as _estimate
 
         estimate = _estimate(plan)
+    if plan.pools and not isinstance(estimate, dict):
+        from parc.report.svg_serve import pools_picture
+
+        return pools_picture(plan, "memory", memory, estimate)
     est = _as_dict(estimate)
     stages = est.get("stages") or [{"stage": 0, "memory": est["memory_per_gpu"], "layers": plan.model.layers}]
     parts = [p for p in MEMORY_PARTS if any((s["memory"].get(p) or 0) > 0 for s in stages)]

@@ -360,16 +360,16 @@ def build_pools(r: Evaluator, cluster: Cluster | None, top: Span) -> list[Pool]:
         r.blocks[name] = Block(name, None, child.span, None, assigns, order)
         r.spans[name] = _head(r, name, top)
         try:
-            inst = _get(r, name, "instances", 1)
+            inst, seqs = _get(r, name, "instances", 1), _get(r, name, "max_num_seqs")
             m = build_mesh(r, cluster, top, name)
         except _Incomplete:
             failed = True
             continue
-        if inst is _FAILED:
+        if _FAILED in (inst, seqs):
             failed = True
             continue
         r.spans.setdefault(f"{name}.instances", r.spans[name])
-        out.append(Pool(name, m, inst))
+        out.append(Pool(name, m, inst, seqs))
     if failed:
         raise _Incomplete()
     missing = [p for p in SC.POOLS if p not in children]

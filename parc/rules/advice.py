@@ -136,7 +136,9 @@ def cp_serving(plan, c):
     m = plan.mesh
     if plan.mode != "serve" or m.cp <= 1 or plan.serve is None:
         return
-    n = plan.serve.max_model_len
+    from parc.cost.engine import max_model_len
+
+    n = max_model_len(plan)
     if n >= LONG_CONTEXT:
         return
     c.report(c.at("mesh.cp"),
@@ -144,7 +146,7 @@ def cp_serving(plan, c):
              f"parallel), which pays off only for very long prompts; with max_model_len = {n} the GPUs would do "
              f"more as tp or dp",
              help=f"fold cp into tp (tp = {m.tp * m.cp}) or dp, or keep cp for prompts of {LONG_CONTEXT:,}+ tokens",
-             related=[(c.at("serve.max_model_len"), f"max_model_len = {n}")])
+             related=[(c.at("serve.max_model_len", "serve"), f"max_model_len = {n}")])
 
 
 # ------------------------------------------------------------------------------------ P507

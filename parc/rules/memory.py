@@ -231,7 +231,7 @@ def _tp_candidates(plan) -> list[int]:
 def smallest_serving_mesh(plan) -> tuple[int, int] | None:
     """The smallest (tp, pp) in which the weights and one max_model_len sequence fit: tp first
     (up to a node's GPUs), then pp across nodes."""
-    need = plan.serve.max_model_len
+    need = _limits(plan).max_model_len
     most = max(plan.cluster.domain, 8)   # one NVLink domain
     tps = [t for t in _tp_candidates(plan) if plan.mesh.tp < t <= most]
     for t in tps:
@@ -253,7 +253,7 @@ def _mesh_help(plan, found) -> str:
     gpus = t * pp
     where = "" if gpus <= plan.world_size else (
         f"; that needs {count(gpus, 'GPU')} and the cluster has {plan.world_size}")
-    return (f"the smallest mesh that holds the weights and one {plan.serve.max_model_len}-token "
+    return (f"the smallest mesh that holds the weights and one {_limits(plan).max_model_len}-token "
             f"sequence is `tp = {t}`" + (f" with `pp = {pp}`" if pp > 1 else "") + where)
 
 
@@ -281,15 +281,16 @@ def kv_cache_one_sequence(plan, c):
         return
     e = _est(plan)
     srv = plan.serve
+    mlen = _limits(plan).max_model_len
     cap = e.memory.capacity
     budget = srv.gpu_memory_utilization * cap
-    if e.memory.weights > budget or e.kv_capacity_tokens >= srv.max_model_len:
+    if e.memory.weights > budget or e.kv_capacity_tokens >= mlen:
         return
     per = e.kv_bytes_per_token
     fixes = []
     if e.kv_capacity_tokens > 0:
         fixes.append(f"`max_model_len = {e.kv_capacity_tokens}` fits")
-    util = (max(st.memory.total - st.memory.kv_cache + srv.max_model_len * st.kv_bytes_per_token
+    util = (max(st.memory.total - st.memory.kv_cache + mlen * st.kv_bytes_per_token
                 for st in e.stages)) / cap
     util = int(util * 100 + 1) / 100
     if util <= 0.98:
@@ -298,7 +299,8 @@ def kv_cache_one_sequence(plan, c):
     engine = e.memory.total - e.memory.weights - e.memory.kv_cache
     c.report(c.at("serve.max_model_len", "serve"),
              f"the KV cache holds {e.kv_capacity_tokens:,} tokens per GPU, fewer than one "
-             f"max_model_len = {srv.max_model_len:,} sequence: after {gb(e.memory.weights)} of weights and "
+             f"max_model_len = {mlen:,} sequence{_whose(plan, 'max_model_len')}: after {gb(e.memory.weights)} "
+             f"of weights and "
              f"{gb(engine)} the engine keeps (activations, CUDA context and graphs, NCCL, sampler), "
              f"{gb(max(0.0, budget - e.memory.weights - engine))} is left at {per:,} bytes per token",
              help="; or ".join(fixes))
@@ -310,16 +312,35 @@ def kv_cache_max_num_seqs(plan, c):
         return
     e = _est(plan)
     srv = plan.serve
-    need = srv.max_num_seqs * srv.max_model_len
-    if e.kv_capacity_tokens < srv.max_model_len or need <= e.kv_capacity_tokens:
+    lim = _limits(plan)
+    seqs, mlen = lim.max_num_seqs, lim.max_model_len
+    need = seqs * mlen
+    if e.kv_capacity_tokens < mlen or need <= e.kv_capacity_tokens:
         return
-    fit = e.kv_capacity_tokens // srv.max_model_len
+    fit = e.kv_capacity_tokens // mlen
+    share = lim.attn_dp if lim.engine == "sglang" else 1
+    per = f" ({seqs} per attention-DP rank: SGLang divides it over {share})" if share > 1 else ""
     c.report(c.at("serve.max_num_seqs"),
-             f"max_num_seqs = {srv.max_num_seqs} sequences of max_model_len = {srv.max_model_len:,} tokens "
+             f"max_num_seqs = {srv.max_num_seqs}{per} sequences of max_model_len = {mlen:,} tokens "
              f"need {need:,} tokens of KV cache but {e.kv_capacity_tokens:,} fit; at most {fit} full-length "
              f"sequences run at once and the engine preempts the rest",
-             help=f"set `max_num_seqs = {fit}`, or lower max_model_len to "
-                  f"{e.kv_capacity_tokens // srv.max_num_seqs:,} to keep {srv.max_num_seqs} sequences")
+             help=f"set `max_num_seqs = {fit * share}`, or lower max_model_len to "
+                  f"{e.kv_capacity_tokens // seqs:,} to keep {srv.max_num_seqs} sequences")
+
+
+def _limits(plan):
+    """The serving engine's limits for ``plan`` (:func:`parc.cost.engine.limits`), with the KV
+    cache the estimate finds per rank."""
+    from parc.cost.engine import limits
+
+    return limits(plan, _est(plan).kv_capacity_tokens)
+
+
+def _whose(plan, key: str) -> str:
+    """`` (the engine's default: the model's context)`` where the spec leaves ``key`` out."""
+    if getattr(plan.serve, key) is not None:
+        return ""
+    return " (the engine's default: the model's context)" if key == "max_model_len" else " (the engine's default)"
 
 
 # --- the serving workload --------------------------------------------------------------------------
@@ -330,11 +351,10 @@ def _workload(plan):
     (:attr:`Estimate.serving`); None otherwise."""
     if plan.mode != "serve" or plan.serve is None or plan.serve.concurrency is None:
         return None
-    sv = _est(plan).serving
-    if sv is None:
-        return None
-    dec = sv.pools.get("decode", {}).get("estimate") or _est(plan)
-    return sv.workload, sv.replicas, dec.kv_capacity_tokens, -(-sv.workload.concurrency // sv.replicas)
+    from parc.cost.serving import serve_load
+
+    w, dec = serve_load(plan, _est(plan))
+    return w, dec.ranks, dec.est.kv_capacity_tokens, -(-w.concurrency // dec.ranks), dec.limits
 
 
 @rule("P406", "kv-cache-holds-the-workload", severity=WARNING, whole=True)
@@ -342,7 +362,7 @@ def kv_cache_workload(plan, c):
     got = _workload(plan)
     if got is None:
         return
-    w, replicas, cap, batch = got
+    w, replicas, cap, batch, _ = got
     per = w.prompt_tokens + w.output_tokens
     if batch * per <= cap or cap < per:
         return
@@ -359,18 +379,22 @@ def concurrency_max_num_seqs(plan, c):
     got = _workload(plan)
     if got is None:
         return
-    w, replicas, cap, batch = got
-    seqs = plan.serve.max_num_seqs
+    w, replicas, cap, batch, lim = got
+    seqs = lim.max_num_seqs
     if batch <= seqs:
         return
     fits = cap // max(1, w.prompt_tokens + w.output_tokens)
-    fix = (f"`max_num_seqs = {batch}`, which the KV cache holds" if batch <= fits else
-           f"`max_num_seqs = {fits}` holds as many as the KV cache does, and `concurrency = {fits * replicas}`")
+    share = lim.attn_dp if lim.engine == "sglang" else 1       # SGLang's limit is the server's, over its ranks
+    fix = (f"`max_num_seqs = {batch * share}`, which the KV cache holds" if batch <= fits else
+           f"`max_num_seqs = {fits * share}` holds as many as the KV cache does, and "
+           f"`concurrency = {fits * replicas}`")
+    said = (f"max_num_seqs = {seqs * share} ({seqs} per attention-DP rank)" if share > 1 else
+            f"max_num_seqs = {seqs}" + ("" if "max_num_seqs" in lim.stated else " (the engine's default)"))
     c.report(c.at("serve.concurrency"),
              f"concurrency = {w.concurrency} is {batch} requests per replica ({count(replicas, 'replica')}) but "
-             f"max_num_seqs = {seqs}: the engine schedules {seqs} at once and the rest wait for a slot, "
+             f"{said}: the engine schedules {seqs} at once per replica and the rest wait for a slot, "
              f"so their time to first token grows by whole requests",
-             help=fix, related=[(c.at("serve.max_num_seqs", "serve"), f"max_num_seqs = {seqs}")])
+             help=fix, related=[(c.at("serve.max_num_seqs", "serve"), said)])
 
 
 @rule("P408", "workload-longer-than-max-model-len", severity=WARNING, whole=True)
@@ -379,10 +403,11 @@ def workload_max_model_len(plan, c):
     if plan.mode != "serve" or srv is None or srv.prompt_tokens is None:
         return
     out = srv.output_tokens or 0
-    if srv.prompt_tokens + out <= srv.max_model_len:
+    mlen = _limits(plan).max_model_len
+    if srv.prompt_tokens + out <= mlen:
         return
     c.report(c.at("serve.prompt_tokens"),
              f"prompt_tokens + output_tokens = {srv.prompt_tokens:,} + {out:,} = {srv.prompt_tokens + out:,} exceed "
-             f"max_model_len = {srv.max_model_len:,}: the engine refuses such requests (vLLM: \"This model's "
+             f"max_model_len = {mlen:,}{_whose(plan, 'max_model_len')}: the engine refuses such requests (vLLM: \"This model's "
              f"maximum context length is ...\"), so none of the workload is served",
              help=f"raise max_model_len to {srv.prompt_tokens + out:,}, or shorten the workload")

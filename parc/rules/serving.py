@@ -8,14 +8,14 @@ P121–P126: decode context parallel and expert-parallel load balancing, as vLLM
 (vllm/config/parallel.py, vllm/config/model.py) and SGLang form them."""
 from __future__ import annotations
 
-from parc.model.pools import nodes_needed
+from parc.model.pools import instance_gpus, nodes_needed
 from parc.rules import WARNING, rule
 from parc.rules.util import divisors, join, plural
 from parc.words import count
 
 
 def _pools_desc(plan) -> str:
-    return " and ".join(f"{p.name} {p.instances} × {count(p.mesh.product, 'GPU')}" for p in plan.pools)
+    return " and ".join(f"{p.name} {p.instances} × {count(instance_gpus(p.mesh), 'GPU')}" for p in plan.pools)
 
 
 # ------------------------------------------------------------------------------------ P117
@@ -64,7 +64,7 @@ def pools_idle(plan, c):
 def pool_whole_nodes(plan, c):
     per = plan.cluster.gpus_per_node
     for p in plan.pools:
-        g = p.mesh.product
+        g = instance_gpus(p.mesh)
         if g <= per or g % per == 0:
             if g < per and per % g:
                 c.report(c.at(p.name),
@@ -190,3 +190,63 @@ def eplb_settings_unused(plan, c):
             c.report(c.at(f"serve.{key}", "serve"),
                      f"`{key} = {getattr(sv, key)}` tunes expert-parallel load balancing, which this plan does "
                      f"not enable: the engines ignore it", help="add `eplb = true`, or remove the key")
+
+
+# ------------------------------------------------------------------------------------ P412–P416
+# The scheduler and speculative keys of the serve block (parc.cost.scheduler, parc.cost.serve_step).
+
+@rule("P412", "speculative-without-acceptance-rate", severity=WARNING, reads=())
+def speculative_acceptance(plan, c):
+    sv = plan.serve
+    if plan.mode != "serve" or sv is None or not sv.speculative or sv.acceptance_rate is not None:
+        return
+    c.report(c.at("serve.speculative", "serve"),
+             f"speculative = {sv.speculative} without `acceptance_rate`: how many drafts the model keeps depends "
+             "on the model, the draft and the requests, so parc does not assume one; explain counts every draft "
+             "rejected (one token per step, the drafts' cost paid)",
+             help="add `acceptance_rate = 0.8` (the share of draft tokens your engine's metrics report accepted)")
+
+
+@rule("P413", "speculative-draft-model")
+def speculative_draft(plan, c):
+    sv = plan.serve
+    if plan.mode != "serve" or sv is None or not sv.speculative:
+        return
+    if sv.speculative in ("eagle", "eagle3") and not sv.draft_model:
+        c.report(c.at("serve.speculative", "serve"),
+                 f"speculative = {sv.speculative} drafts with a separate EAGLE model, and the spec names none: vLLM "
+                 "needs the speculative config's `model` and SGLang --speculative-draft-model-path",
+                 help='add `draft_model = "..."` (the EAGLE head trained for this model), or use `speculative = mtp` '
+                      "on a model with multi-token-prediction layers")
+    elif sv.speculative == "mtp" and not plan.model.mtp_layers:
+        c.report(c.at("serve.speculative", "serve"),
+                 f"speculative = mtp drafts with the model's multi-token-prediction layers, and `{plan.model.name}` "
+                 "has none (mtp_layers = 0): vLLM's mtp method and SGLang's NEXTN find no draft layer to load",
+                 help='use `speculative = eagle` with `draft_model = "..."`, or remove `speculative`',
+                 related=[(c.at("model"), f"model {plan.model.name}")])
+
+
+@rule("P414", "two-batch-overlap-without-experts", severity=WARNING, reads=("ep",))
+def tbo_without_experts(plan, c):
+    sv = plan.serve
+    if plan.mode != "serve" or sv is None or not sv.two_batch_overlap:
+        return
+    if plan.model.is_moe and plan.mesh.ep > 1:
+        return
+    why = "has no experts" if not plan.model.is_moe else "keeps every expert on every GPU (ep = 1)"
+    c.report(c.at("serve.two_batch_overlap", "serve"),
+             f"two_batch_overlap hides an expert all-to-all under the other micro-batch's compute, and this plan {why}: "
+             "there is no all-to-all to hide, and each micro-batch reads the weights again",
+             help="remove `two_batch_overlap`, or spread the experts with ep > 1")
+
+
+@rule("P415", "workload-concurrency-and-rate", severity=WARNING, reads=(), whole=True)
+def concurrency_and_rate(plan, c):
+    sv = plan.serve
+    if plan.mode != "serve" or sv is None or sv.concurrency is None or sv.request_rate is None:
+        return
+    c.report(c.at("serve.request_rate", "serve"),
+             f"the workload is a closed loop of `concurrency = {sv.concurrency}` users or requests arriving at "
+             f"`request_rate = {sv.request_rate:g}` per second, not both (vllm bench serve takes one load): explain "
+             "uses the rate", help="remove one of the two",
+             related=[(c.at("serve.concurrency", "serve"), f"concurrency = {sv.concurrency}")])

@@ -69,8 +69,10 @@ class Layout:
 
 
 def replica(plan) -> int:
-    """The GPUs of one data-parallel replica: tp · pp."""
-    return plan.mesh.tp * plan.mesh.pp
+    """The GPUs of one data-parallel replica (:func:`parc.model.pools.replica_gpus`)."""
+    from parc.model.pools import replica_gpus
+
+    return replica_gpus(plan.mesh)
 
 
 def dp_attention_asked(plan) -> bool:
@@ -152,10 +154,7 @@ def server_lines(plan, node_rank, side: str | None = None, slotted: bool = False
         a(["--ep-size", lay.ep_size])
     if s.get("moe_a2a_backend"):
         a(["--moe-a2a-backend", s["moe_a2a_backend"]])
-    out += _serving_lines(plan)
-    a(["--context-length", sv.max_model_len])
-    a(["--mem-fraction-static", repr(float(sv.gpu_memory_utilization))])
-    a(["--max-running-requests", sv.max_num_seqs])
+    out += _serving_lines(plan) + _scheduler_lines(plan)
     a(["--kv-cache-dtype", KV_DTYPES.get(sv.kv_cache_dtype, "auto")])
     out += model_lines(plan)
     side = side or s.get("disaggregation")
@@ -220,6 +219,36 @@ def _serving_lines(plan) -> list[list]:
         out.append(opt("eplb_rebalance_num_iterations", sv.eplb_interval))
     if sv.eplb and sv.eplb_window:
         out.append(opt("expert_distribution_recorder_buffer_size", sv.eplb_window))
+    return out
+
+
+SPECULATIVE = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3"}
+
+
+def _scheduler_lines(plan) -> list[list]:
+    """The scheduler and speculative options the spec gives (a key it leaves out is SGLang's own
+    default: not written); max_num_seqs is --max-running-requests, the whole server's."""
+    from parc.model.targets import flag, pinned
+
+    version, sv = pinned(plan, TARGET), plan.serve
+
+    def opt(what, *value):
+        return [flag(TARGET, what, version), *value]
+
+    out = [opt("context_length", sv.max_model_len)] if sv.max_model_len is not None else []
+    out.append(["--mem-fraction-static", repr(float(sv.gpu_memory_utilization))])
+    if sv.max_num_seqs is not None:
+        out.append(opt("max_running_requests", sv.max_num_seqs))
+    if sv.max_num_batched_tokens is not None:
+        out.append(opt("chunked_prefill_size", sv.max_num_batched_tokens))
+    if sv.two_batch_overlap:
+        out.append(opt("enable_two_batch_overlap"))
+    if sv.speculative:
+        k = sv.speculative_tokens or 1
+        out += [opt("speculative_algorithm", SPECULATIVE[sv.speculative]), opt("speculative_num_steps", k),
+                opt("speculative_eagle_topk", 1), opt("speculative_num_draft_tokens", k + 1)]
+        if sv.draft_model:
+            out.append(opt("speculative_draft_model_path", sv.draft_model))
     return out
 
 

@@ -123,7 +123,8 @@ def sglang_context_length(plan, c):
 
     m, sv = plan.model, plan.serve
     limit = context_limit(m, TARGET)
-    if plan.mode != "serve" or sv is None or not limit or sv.max_model_len <= limit:
+    if plan.mode != "serve" or sv is None or not limit or sv.max_model_len is None \
+            or sv.max_model_len <= limit:
         return
     c.report(c.at("serve.max_model_len", "serve"),
              f"SGLang refuses --context-length {sv.max_model_len} for model `{m.name}` ({context_words(m, TARGET)}) "

@@ -47,8 +47,10 @@ PROXY_PORT = 8000
 
 
 def replica(plan) -> int:
-    me = plan.mesh
-    return me.tp * me.pp * me.cp
+    """The GPUs of one data-parallel rank (:func:`parc.model.pools.replica_gpus`)."""
+    from parc.model.pools import replica_gpus
+
+    return replica_gpus(plan.mesh)
 
 
 def launch_mode(plan) -> str:
@@ -82,7 +84,7 @@ def _lines(plan, node_rank, pool: str | None = None) -> tuple[list[list], list[l
     own, the spec's extra_args); ``node_rank`` is the node's rank, an int or a shell variable;
     ``pool`` the pool of a disaggregated plan whose instance this is (``plan`` is its instance plan)."""
     s = settings(plan, TARGET)
-    me, sv, m, cl = plan.mesh, plan.serve, plan.model, plan.cluster
+    me, sv, cl = plan.mesh, plan.serve, plan.cluster
     F = options(plan)
     mode = launch_mode(plan)
     out: list[list] = []
@@ -98,9 +100,7 @@ def _lines(plan, node_rank, pool: str | None = None) -> tuple[list[list], list[l
     if me.ep > 1:
         a([F("enable_expert_parallel")])
     out += _moe_lines(plan, F, s, pool)
-    a([F("max_model_len"), sv.max_model_len])
-    a([F("gpu_memory_utilization"), repr(float(sv.gpu_memory_utilization))])
-    a([F("max_num_seqs"), sv.max_num_seqs])
+    out += _scheduler_lines(sv, F)
     a([F("kv_cache_dtype"), KV_DTYPES[sv.kv_cache_dtype]])
     out += model_lines(plan, F)
     others: list[list] = []
@@ -158,6 +158,21 @@ def inexpressible(plan) -> list[tuple[str, str, str]]:
     from parc.targets.hf import inexpressible as changed
 
     return changed(plan, "vLLM", options(plan)("hf_overrides"))
+
+
+def _scheduler_lines(sv, F) -> list[list]:
+    """The scheduler and speculative options the spec gives (a key it leaves out is vLLM's own
+    default: not written)."""
+    out = [[F(k), getattr(sv, k)] for k in ("max_model_len",) if getattr(sv, k) is not None]
+    out.append([F("gpu_memory_utilization"), repr(float(sv.gpu_memory_utilization))])
+    out += [[F(k), getattr(sv, k)] for k in ("max_num_seqs", "max_num_batched_tokens") if getattr(sv, k) is not None]
+    if sv.two_batch_overlap:
+        out.append([F("enable_dbo")])
+    if sv.speculative:
+        cfg = {"method": sv.speculative, "model": sv.draft_model, "num_speculative_tokens": sv.speculative_tokens or 1}
+        out.append([F("speculative_config"), json.dumps({k: v for k, v in cfg.items() if v is not None},
+                                                        separators=(",", ":"))])
+    return out
 
 
 def eplb_config(sv) -> dict:

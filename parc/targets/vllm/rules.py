@@ -164,7 +164,8 @@ def max_model_len_beyond_positions(plan, c):
 
     m, sv = plan.model, plan.serve
     limit = context_limit(m, TARGET)
-    if plan.mode != "serve" or sv is None or not limit or sv.max_model_len <= limit:
+    if plan.mode != "serve" or sv is None or not limit or sv.max_model_len is None \
+            or sv.max_model_len <= limit:
         return
     c.report(c.at("serve.max_model_len", "serve"),
              f"max_model_len = {sv.max_model_len:,} tokens is more than model `{m.name}` supports in vLLM "

@@ -1,0 +1,166 @@
+"""The serving engine's own limits for a plan: which engine serves it, how long a request may be,
+how many requests one data-parallel rank runs at once and how many tokens one step schedules,
+as the pinned release applies them.
+
+A `serve` block that leaves ``max_model_len``, ``max_num_seqs`` or ``max_num_batched_tokens``
+out leaves them to the engine: the launch does not write them, and explain, the rules and the
+planner compute with the engine's own default (its target folder's ``defaults.toml``, read from
+the release's source) and say it is the engine's. A value the spec gives means what that engine
+means by it: vLLM's ``--max-num-seqs`` is per data-parallel rank (each is an EngineCore with its
+own scheduler), SGLang's ``--max-running-requests`` is the whole server's, divided over its
+attention-DP ranks (``max(1, N // attn_dp_size)``, sglang 0.5.23 kv_cache_configurator.py), and
+so is its chunked prefill size.
+
+The engine of a plan is the first of its targets that is vLLM or SGLang, directly or as the
+engine a wrapper (lws, slurm, ...) runs; a plan that names neither is costed as vLLM's newest.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ENGINES = ("vllm", "sglang")
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one data-parallel rank of the engine runs at once (see the module doc)."""
+    engine: str                   # vllm | sglang
+    release: str                  # the pinned release
+    max_model_len: int            # tokens of the longest request
+    max_num_seqs: int             # requests per dp rank
+    max_num_batched_tokens: int   # tokens one step schedules per dp rank
+    attn_dp: int = 1              # the dp ranks one engine's limits are shared over (SGLang's attention DP)
+    mixed: bool = True            # decode tokens ride in the prompt chunks' steps (vLLM); else apart (SGLang)
+    stated: tuple = ()            # which of the three the spec gave
+    notes: tuple = field(default=())   # how each default was found, in words
+
+    def to_json(self) -> dict:
+        return {"engine": self.engine, "release": self.release, "max_model_len": self.max_model_len,
+                "max_num_seqs_per_rank": self.max_num_seqs,
+                "max_num_batched_tokens_per_rank": self.max_num_batched_tokens, "mixed_steps": self.mixed,
+                "stated": list(self.stated), "notes": list(self.notes)}
+
+
+def engine_of(plan) -> tuple[str, str]:
+    """(engine, release) that serves ``plan`` (see the module doc)."""
+    from parc.model import targets as T
+
+    for name, tgt in (plan.targets or {}).items():
+        eng = name if name in ENGINES else T.engine(name, tgt.settings)
+        if eng in ENGINES:
+            return eng, T.pinned(plan, eng)
+    return "vllm", T.newest("vllm")
+
+
+def _table(engine: str) -> dict:
+    from parc.model.targets import defaults
+
+    return defaults(engine)
+
+
+def attn_dp(plan) -> int:
+    """The dp ranks an engine's limits are divided over: SGLang's attention data parallelism
+    (``dp_attention`` with dp > 1), else 1."""
+    srv = plan.serve
+    dp_att = bool(srv is not None and srv.dp_attention) or bool(plan.target_settings("sglang").get("dp_attention"))
+    return plan.mesh.dp if dp_att and plan.mesh.dp > 1 else 1
+
+
+def _tier(engine: str, gpu) -> dict:
+    """The row of ``engine``'s defaults.toml for ``gpu`` (by its total memory and name)."""
+    gib = gpu.memory / GIB
+    for t in _table(engine).get("tiers", []):
+        if "below_gib" in t and gib < t["below_gib"]:
+            return t
+        if "min_gib" in t and gib >= t["min_gib"] and t.get("unless_name", "\0") not in gpu.name.lower():
+            return t
+    raise LookupError(f"{engine}/defaults.toml has no tier for {gpu.name}")
+
+
+def batched_tokens(plan) -> int:
+    """Tokens one step schedules on one dp rank: the spec's ``max_num_batched_tokens`` (SGLang:
+    divided over its attention-DP ranks), else the engine's default for the GPU (vLLM: at most
+    ``max_num_seqs × max_model_len`` where both are the spec's or its defaults)."""
+    eng, _ = engine_of(plan)
+    srv = plan.serve
+    share = attn_dp(plan) if eng == "sglang" else 1
+    given = srv.max_num_batched_tokens if srv is not None else None
+    if given is not None:
+        return max(1, given // share)
+    row = _tier(eng, plan.cluster.gpu)
+    tokens = row["max_num_batched_tokens"]
+    if eng == "vllm":
+        seqs = srv.max_num_seqs if srv is not None and srv.max_num_seqs is not None else row["max_num_seqs"]
+        tokens = min(tokens, seqs * max_model_len(plan))
+    return max(1, tokens // share)
+
+
+def max_model_len(plan) -> int:
+    """The longest request the engine takes: the spec's ``max_model_len``, else the engine's own
+    default, the context it derives for the model from its positions and RoPE scaling
+    (:func:`parc.model.rope.context_limit`; the model's ``seq_len`` where it states no positions)."""
+    from parc.model.rope import context_limit
+
+    srv = plan.serve
+    if srv is not None and srv.max_model_len is not None:
+        return srv.max_model_len
+    return context_limit(plan.model, engine_of(plan)[0]) or plan.model.seq_len
+
+
+def limits(plan, kv_tokens: int | None = None) -> Limits:
+    """The engine's limits for ``plan``; ``kv_tokens`` (one dp rank's KV cache, in tokens) sizes
+    SGLang's derived ``max_running_requests`` and caps its stated one (omitted: uncapped)."""
+    eng, rel = engine_of(plan)
+    srv = plan.serve
+    share = attn_dp(plan) if eng == "sglang" else 1
+    stated = tuple(k for k in ("max_model_len", "max_num_seqs", "max_num_batched_tokens")
+                   if srv is not None and getattr(srv, k) is not None)
+    notes = []
+    mlen = max_model_len(plan)
+    if "max_model_len" not in stated:
+        notes.append(f"max_model_len {mlen:,}: the engine's default, the model's context")
+    tokens = batched_tokens(plan)
+    if "max_num_batched_tokens" not in stated:
+        notes.append(f"max_num_batched_tokens {tokens:,} per rank: {_NAMES[eng]} {rel}'s default on "
+                     f"{plan.cluster.gpu.name}" + (f", ÷ {share} attention-DP ranks" if share > 1 else ""))
+    seqs = (_sglang_seqs if eng == "sglang" else _vllm_seqs)(plan, share, kv_tokens, mlen, tokens, notes)
+    return Limits(eng, rel or "", int(mlen), int(seqs), int(tokens), share, bool(_table(eng).get("mixed_steps", True)),
+                  stated, tuple(notes))
+
+
+def _vllm_seqs(plan, share, kv_tokens, mlen, tokens, notes) -> int:
+    """vLLM's max_num_seqs per dp rank: the spec's, else its default for the GPU, at most the
+    step's tokens."""
+    srv = plan.serve
+    if srv is not None and srv.max_num_seqs is not None:
+        return srv.max_num_seqs
+    rel = engine_of(plan)[1]
+    seqs = min(_tier("vllm", plan.cluster.gpu)["max_num_seqs"], tokens)
+    notes.append(f"max_num_seqs {seqs:,} per rank: vLLM {rel}'s default on {plan.cluster.gpu.name}")
+    return seqs
+
+
+def _sglang_seqs(plan, share, kv_tokens, mlen, tokens, notes) -> int:
+    """SGLang's running requests per attention-DP rank: the spec's total divided over the ranks,
+    else derived from the KV cache; at most the KV tokens // 2 either way."""
+    tab, srv = _table("sglang"), plan.serve
+    cap = max(1, kv_tokens // tab["tokens_per_request"]) if kv_tokens else None
+    given = srv.max_num_seqs if srv is not None else None
+    if given is not None:
+        seqs = max(1, given // share)
+        if share > 1:
+            notes.append(f"max_num_seqs {given:,} is SGLang's whole server: {seqs:,} per attention-DP rank "
+                         f"(÷ {share})")
+        return min(seqs, cap) if cap else seqs
+    if not kv_tokens:
+        return tab["seqs_most"]
+    derived = max(min(int(kv_tokens / mlen * tab["seqs_per_context"]), tab["seqs_most"]), tab["seqs_least"])
+    seqs = min(derived, cap)
+    notes.append(f"max_num_seqs {seqs:,} per rank: SGLang {engine_of(plan)[1]}'s default from its KV cache, "
+                 f"min(clamp({kv_tokens:,} / {mlen:,} × {tab['seqs_per_context']}, {tab['seqs_least']}, "
+                 f"{tab['seqs_most']}), {kv_tokens:,} // {tab['tokens_per_request']})")
+    return seqs
+
+
+_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
