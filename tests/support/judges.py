@@ -61,11 +61,13 @@ def python(name: str, python_var: str, timeout: int = 1200) -> str:
 
 
 def start(name: str, python_var: str, stderr_path: Path, timeout: int = 1200,
-          env: dict | None = None) -> subprocess.Popen:
-    """The judge ``tests/judges/<name>_judge.py`` running in :func:`python`'s environment."""
+          env: dict | None = None, script: list | None = None) -> subprocess.Popen:
+    """The judge ``tests/judges/<name>_judge.py`` running in :func:`python`'s environment (or
+    ``script``: another judge script of tests/judges and its arguments, in that environment)."""
     py = python(name, python_var, timeout)
     err = open(stderr_path, "w+")
-    proc = subprocess.Popen([py, str(JUDGES / f"{name}_judge.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    argv = [str(JUDGES / script[0]), *script[1:]] if script else [str(JUDGES / f"{name}_judge.py")]
+    proc = subprocess.Popen([py, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=err, text=True, env={**os.environ, **(env or {})})
     proc.stderr_file = err
     return proc
