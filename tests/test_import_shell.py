@@ -69,3 +69,12 @@ def test_an_unbalanced_script_is_refused_not_guessed():
 
     with pytest.raises(ShellSyntax):
         _run('if true; then vllm serve m\n')
+
+
+def test_a_fallback_after_a_check_is_read_and_both_redirections_parse():
+    """``check &> /dev/null || ray start ...`` (SkyPilot's multi-node vLLM task): the launch after
+    ``||`` runs when the check fails, which the file cannot know."""
+    cmds, _ = _run("ps aux | grep ray | grep 6379 &> /dev/null || ray start --head --port 6379\ncd /x || exit 1\n"
+                   "vllm serve m\n")
+    assert [_words(c)[:2] for c in cmds] == [["ps", "aux"], ["grep", "ray"], ["grep", "6379"], ["ray", "start"],
+                                             ["vllm", "serve"]]

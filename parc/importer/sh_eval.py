@@ -131,6 +131,15 @@ class Shell:
         if isinstance(n, T.AndOr):
             status = self.pipeline(n.items[0], st)
             for prev, op, pl in zip(n.items, n.ops, n.items[1:]):
+                if status is None and op == "||" and not _is_test(prev):
+                    # `check || ray start ...`: a fallback after a command whose status is unknown
+                    # is read for the commands it starts, its exit and variables kept apart
+                    try:
+                        self.pipeline(pl, st.copy())
+                    except _Exit:
+                        pass
+                    status = True
+                    continue
                 if status is None:   # a command's status is unknown: read as success; a test's, decided
                     status = self._clean([T.AndOr([prev], [], n.line)], st) if _is_test(prev) else True
                 if (op == "&&" and status is False) or (op == "||" and status is True):

@@ -354,7 +354,7 @@ class Parser:
             if words and words[0].literal() == "[[" and self._test_word(words):
                 continue
             c = self.peek()
-            if not c or c in "\n;&|)" or (c == "(" and words):
+            if not c or (c in "\n;&|)" and not self.startswith("&>")) or (c == "(" and words):
                 break
             r = self.redirect()
             if r is not None:

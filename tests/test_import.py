@@ -1,0 +1,176 @@
+"""``parc import``: the published launches of the real-config corpus (``tests/wild/``) read back
+into specs that check and compile to the same launch, and the reader's guarantees on scripts
+written for the purpose: options parc has no key for carried, two launches read as pools or
+nodes, what the file cannot know left a placeholder, hostile text inert."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from support import wild, wild_import
+
+ENTRIES = wild.corpus()
+READ = ("vllm", "sglang")          # the engines parc import reads so far (parc/importer/deploy.py READERS)
+
+
+def _engine(e: wild.Entry) -> str | None:
+    """The serving engine an entry's plan runs (its target, or the engine block beside its scheduler's)."""
+    text = e.par.read_text(encoding="utf-8")
+    return next((t for t in READ if e.target == t or f"target {t} " in text), None)
+
+
+IMPORTED = [e for e in ENTRIES if _engine(e) in READ]
+
+
+def test_every_serving_entry_of_the_corpus_is_imported():
+    assert len(IMPORTED) >= 15, [e.name for e in IMPORTED]
+    assert {e.target for e in IMPORTED} >= {"vllm", "sglang", "lws", "skypilot"}
+
+
+@pytest.mark.parametrize("name", [e.name for e in IMPORTED])
+def test_the_imported_original_checks_and_compiles_to_the_original_launch(name):
+    """import → check → compile → compare: every difference from the original's launch is one
+    the corpus lists for its hand-written plan.par (with its reason), and an original the corpus
+    finds refused is refused once imported too."""
+    e = next(x for x in ENTRIES if x.name == name)
+    imp, r, diffs = wild_import.round_trip(e)
+    if e.errors:
+        assert r.errors, f"{name}: the corpus refuses it ({e.errors}); the imported spec checks clean:\n{imp.text}"
+        return
+    assert diffs is not None, f"{name}: the imported spec is refused:\n" + "\n".join(
+        f"{d.code} {d.message}" for d in r.errors) + "\n" + imp.text
+    listed = {(d["key"], d["original"], d["emitted"]) for d in e.differs}
+    new = [d for d in diffs if (d["key"], d["original"], d["emitted"]) not in listed]
+    assert not new, f"{name}: the launch compiled from the import differs from the original:\n{new}\n{imp.text}"
+
+
+def _import(tmp_path, text: str, name: str = "serve.sh", *args: str):
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return subprocess.run([sys.executable, "-m", "parc", "import", str(p), *args], capture_output=True, text=True,
+                          cwd=tmp_path)
+
+
+def _check(tmp_path, spec: str, target: str):
+    p = tmp_path / "imported.par"
+    p.write_text(spec, encoding="utf-8")
+    return subprocess.run([sys.executable, "-m", "parc", "check", str(p), "--target", target], capture_output=True,
+                          text=True, cwd=tmp_path)
+
+
+def test_options_parc_has_no_key_for_are_carried_and_listed(tmp_path):
+    r = _import(tmp_path, "vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2 "
+                          "--enable-chunked-prefill --frobnicate 7\n")
+    assert r.returncode == 0, r.stderr
+    assert "tp = 2" in r.stdout
+    assert '"--frobnicate", "7",' in r.stdout and '"--enable-chunked-prefill",' in r.stdout
+    assert "carried to extra_args: serve.sh:1 --frobnicate 7" in r.stderr
+
+
+def test_an_unknown_option_compiles_back_into_the_launch(tmp_path):
+    r = _import(tmp_path, "vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2 --frobnicate 7\n",
+                "serve.sh", "--cluster", str(wild.WILD / "vllm-gpt-oss-120b-tp2" / "plan.par"))
+    spec = tmp_path / "s.par"
+    spec.write_text(r.stdout, encoding="utf-8")
+    c = subprocess.run([sys.executable, "-m", "parc", "compile", str(spec), "--target", "vllm", "-o", "out"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert c.returncode == 0, c.stderr
+    launch = next(p for p in (tmp_path / "out").iterdir() if p.suffix == ".sh").read_text()
+    assert re.search(r"--frobnicate[\s\\]*7\b", launch), launch
+
+
+def test_prefill_and_decode_servers_are_imported_as_pools(tmp_path):
+    r = _import(tmp_path, (
+        "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --disaggregation-mode prefill "
+        "--port 30000 --tp 2 &\n"
+        "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --disaggregation-mode decode "
+        "--port 30001 --tp 4 --base-gpu-id 2 &\n"))
+    assert r.returncode == 0, r.stderr
+    assert "prefill {" in r.stdout and "decode {" in r.stdout
+    pre = r.stdout.split("prefill {")[1].split("}")[0]
+    dec = r.stdout.split("decode {")[1].split("}")[0]
+    assert "tp        = 2" in pre or "tp = 2" in pre.replace("  ", " ").replace("  ", " "), pre
+    assert "tp" in dec and "4" in dec, dec
+
+
+def test_a_ray_head_and_its_worker_are_one_deployment_over_two_nodes():
+    e = next(x for x in ENTRIES if x.name == "skypilot-vllm-llama4-maverick-2node")
+    import tempfile
+    from pathlib import Path
+
+    imp = wild_import.import_entry(e, Path(tempfile.mkdtemp()) / "in")
+    assert "executor = ray" in imp.text.replace("  ", " ").replace("  ", " ")
+    assert "pp = 2" in imp.text and "tp = 8" in imp.text
+
+
+def test_two_nodes_of_one_server_are_one_deployment():
+    e = next(x for x in ENTRIES if x.name == "sglang-deepseek-v3-tp16-2node")
+    import tempfile
+    from pathlib import Path
+
+    imp = wild_import.import_entry(e, Path(tempfile.mkdtemp()) / "in", cluster=None)
+    assert "tp = 16" in imp.text
+    assert "nodes         = 2" in imp.text
+
+
+def test_values_the_file_does_not_give_are_placeholders_that_check_names(tmp_path):
+    r = _import(tmp_path, 'vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size "$TP" '
+                          "--pipeline-parallel-size $(nproc)\n")
+    assert r.returncode == 0, r.stderr
+    assert 'tp = unknown("$TP")' in r.stdout and 'pp = unknown("$(nproc)")' in r.stdout
+    c = _check(tmp_path, r.stdout, "vllm")
+    assert c.returncode == 1
+    assert "P040" in c.stdout + c.stderr and "`tp` is a placeholder for `$TP`" in c.stdout + c.stderr
+    given = _import(tmp_path, 'vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size "$TP"\n',
+                    "serve.sh", "--var", "TP=4")
+    assert "tp = 4" in given.stdout and "unknown(\"$TP\")" not in given.stdout
+
+
+@pytest.mark.parametrize("hostile", [
+    'vllm serve "m\nmesh { tp = 99 }" --tensor-parallel-size 2\n',
+    "vllm serve m --served-model-name '\" ]\ntarget vllm { port = 1 }' --tensor-parallel-size 2\n",
+    "vllm serve m --tensor-parallel-size 2 --chat-template \"$(rm -rf ~)\" --served-model-name=--tensor-parallel-size=64\n",
+    "vllm serve m --tensor-parallel-size 2 --api-key $'a\\nb\\x00c\\u2028d'\n",
+])
+def test_hostile_text_stays_data(tmp_path, hostile):
+    """Quotes, newlines and option-shaped values in the script never become spec syntax nor other
+    options, and nothing in the script runs."""
+    r = _import(tmp_path, hostile)
+    assert r.returncode in (0, 2), r.stderr
+    if r.returncode == 2:
+        assert r.stderr.startswith("parc import:"), r.stderr
+        return
+    from parc.language import fmt
+
+    assert fmt.format_text(r.stdout) == r.stdout             # one well-formed spec in fmt's layout
+    mesh = re.search(r"(?ms)^mesh \{.*?^\}", r.stdout).group(0)
+    assert "tp = 2" in mesh and "99" not in mesh
+    assert not re.search(r"(?m)^\s*(port|tp)\s*=\s*(1|64)\b", r.stdout), r.stdout
+    assert not (tmp_path / "~").exists()
+
+
+def test_the_engine_is_detected_and_from_overrides(tmp_path):
+    both = "vllm serve m --tensor-parallel-size 2\npython -m sglang.launch_server --model-path m --tp 4\n"
+    r = _import(tmp_path, both)
+    assert r.returncode == 2 and "--from" in r.stderr
+    v = _import(tmp_path, both, "serve.sh", "--from", "vllm")
+    s = _import(tmp_path, both, "serve.sh", "--from", "sglang")
+    assert "target vllm" in v.stdout and "tp = 2" in v.stdout
+    assert "target sglang" in s.stdout and "tp = 4" in s.stdout
+
+
+def test_a_file_without_a_launch_fails_cleanly(tmp_path):
+    r = _import(tmp_path, "echo hello\n")
+    assert r.returncode == 2 and r.stderr.startswith("parc import: no engine launch found")
+
+
+def test_the_output_is_written_atomically_and_is_the_same_each_run(tmp_path):
+    text = "vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2 --x 1\n"
+    a = _import(tmp_path, text, "serve.sh", "-o", "a.par")
+    b = _import(tmp_path, text, "serve.sh", "-o", "b.par")
+    assert a.returncode == b.returncode == 0
+    assert (tmp_path / "a.par").read_bytes() == (tmp_path / "b.par").read_bytes()
+    assert a.stdout == ""
