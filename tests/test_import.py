@@ -13,7 +13,7 @@ import pytest
 from support import wild, wild_import
 
 ENTRIES = wild.corpus()
-READ = ("vllm", "sglang")          # the engines parc import reads so far (parc/importer/deploy.py READERS)
+READ = ("vllm", "sglang", "megatron")          # the engines parc import reads so far (parc/importer/deploy.py READERS)
 
 
 def _engine(e: wild.Entry) -> str | None:
@@ -27,7 +27,7 @@ IMPORTED = [e for e in ENTRIES if _engine(e) in READ]
 
 def test_every_serving_entry_of_the_corpus_is_imported():
     assert len(IMPORTED) >= 15, [e.name for e in IMPORTED]
-    assert {e.target for e in IMPORTED} >= {"vllm", "sglang", "lws", "skypilot"}
+    assert {e.target for e in IMPORTED} >= {"vllm", "sglang", "megatron", "lws", "skypilot", "slurm"}
 
 
 @pytest.mark.parametrize("name", [e.name for e in IMPORTED])
@@ -174,3 +174,44 @@ def test_the_output_is_written_atomically_and_is_the_same_each_run(tmp_path):
     assert a.returncode == b.returncode == 0
     assert (tmp_path / "a.par").read_bytes() == (tmp_path / "b.par").read_bytes()
     assert a.stdout == ""
+
+
+MEGATRON = """#!/bin/bash
+GPUS_PER_NODE=8
+NNODES=${NNODES:-2}
+DISTRIBUTED_ARGS=(--nproc_per_node $GPUS_PER_NODE --nnodes $NNODES --node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port 6000)
+MODEL_ARGS=(--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention
+            --num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 --swiglu --normalization RMSNorm
+            --position-embedding-type rope --rotary-base 500000 --disable-bias-linear --untie-embeddings-and-output-weights
+            --vocab-size 128256)
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py ${MODEL_ARGS[@]} \\
+    --tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --sequence-parallel \\
+    --micro-batch-size 1 --global-batch-size 256 --bf16 --use-distributed-optimizer --overlap-grad-reduce \\
+    --lr 3e-4 --data-path $DATA --log-interval 10
+"""
+
+
+def test_a_megatron_torchrun_launch_is_read_into_mesh_model_and_train(tmp_path):
+    r = _import(tmp_path, MEGATRON, "train.sh")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for want in ("from = llama3_8b", "nodes         = 2", "gpus_per_node = 8", "pp = 2", "dp = 2", "tp = 4",
+                 "micro_batch  = 1", "global_batch = 256", "precision           = bf16", "zero                = 1",
+                 'entrypoint = "pretrain_gpt.py"'):
+        assert want in out, (want, out)
+    assert '"--lr", "3e-4",' in out and '"--data-path", unknown("$DATA"),' in out
+    assert "carried to extra_args: train.sh:12 --lr 3e-4" in r.stderr
+    assert "--node_rank $NODE_RANK" in r.stderr            # wiring parc's launch writes, said so
+
+
+def test_slurm_with_a_prefill_and_a_decode_srun_is_two_pools(tmp_path):
+    text = ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gpus-per-node=8\n"
+            "M=meta-llama/Llama-3.1-8B-Instruct\n"
+            "srun -N1 --nodelist=$P python -m sglang.launch_server --model-path $M --disaggregation-mode prefill --tp 8 &\n"
+            "srun -N1 --nodelist=$D python -m sglang.launch_server --model-path $M --disaggregation-mode decode --tp 8 &\n"
+            "wait\n")
+    r = _import(tmp_path, text, "pd.slurm")
+    assert r.returncode == 0, r.stderr
+    assert "prefill {" in r.stdout and "decode {" in r.stdout and "tp = 8" in r.stdout
+    assert "nodes         = 2" in r.stdout and "gpus_per_node = 8" in r.stdout
+    assert "target slurm" not in r.stdout and "target slurm launches vllm only" in r.stderr

@@ -78,3 +78,9 @@ def test_a_fallback_after_a_check_is_read_and_both_redirections_parse():
                    "vllm serve m\n")
     assert [_words(c)[:2] for c in cmds] == [["ps", "aux"], ["grep", "ray"], ["grep", "6379"], ["ray", "start"],
                                              ["vllm", "serve"]]
+
+
+def test_a_wrapper_option_with_an_unknown_value_is_still_the_wrappers():
+    cmds, _ = _run("srun -N1 --nodelist=$NODE vllm serve m\n")
+    assert _words(cmds[0]) == ["vllm", "serve", "m"]
+    assert cmds[0].wrappers[0]["options"]["--nodelist"] == "$NODE"

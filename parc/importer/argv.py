@@ -41,7 +41,9 @@ class Opt:
         return self.words[0].line if self.words else 0
 
     def source(self) -> str:
-        return " ".join(w.src if w.src.startswith("$") or "$" in w.src and w.value is None else w.shown
+        # a word from a variable shows the variable (`--tp $TP`); one of an array's words, its value
+        return " ".join(w.src if ("[@]" not in w.src and "[*]" not in w.src)
+                        and (w.src.startswith("$") or "$" in w.src and w.value is None) else w.shown
                         for w in self.words)
 
 

@@ -17,7 +17,7 @@ FORMAT_ENGINE = {"toml": "torchtitan", "json": "deepspeed"}
 # the launches no engine reader reads (their facts are read by the engine's deployment)
 HELPERS = ("ray", "sglang_router")
 # the engines whose launches have a reader (parc/importer/engines/)
-READERS = ("vllm", "sglang")
+READERS = ("vllm", "sglang", "megatron")
 
 
 @dataclass
@@ -93,6 +93,10 @@ def build(sources: list[Source], options: Options) -> tuple[Draft, Report, str]:
     module = importlib.import_module(f"parc.importer.engines.{engine}")
     target = module.deploy(ctx)
     scheduler = next((s.scheduler for s in sources if s.scheduler), None)
+    if scheduler and target not in scheduler.get("runs", (target,)):
+        report.notes.append(f"target {scheduler['target']} launches {', '.join(scheduler['runs'])} only: the spec is "
+                            f"for target {target}, and the scheduler's settings are not carried")
+        scheduler = None
     if scheduler:
         _scheduler(draft, scheduler, target)
     draft.header = [f"Imported by `parc import` from {', '.join(s.name for s in sources)} ({engine}).",

@@ -99,7 +99,8 @@ def settle(draft: Draft, hint: str | None) -> None:
         pre = presets("models")[name]
         entries = draft.blocks.get("model", {})
         draft.blocks["model"] = {"from": _entry(Name(name), "the preset of this shape"), **{
-            k: e for k, e in entries.items() if pre.get(k, _default(k, pre)) != e.value}}
+            k: e for k, e in entries.items()
+            if pre.get(k, _default(k, pre)) != (e.value.text if isinstance(e.value, Name) else e.value)}}
         draft.labels.setdefault("model", name.replace("_", "-"))
         return
     for k in REQUIRED:

@@ -47,6 +47,11 @@ def unwrap(args: list[Arg]) -> tuple[list[Arg], dict] | None:
     i = 0
     while i < len(rest):
         w = rest[i].value
+        head = rest[i].text[0] if rest[i].text and isinstance(rest[i].text[0], str) else ""
+        if w is None and head.startswith("-") and "=" in head:     # --nodelist=$NODE: the value unknown
+            options[head.partition("=")[0]] = rest[i].shown.partition("=")[2]
+            i += 1
+            continue
         if name == "env" and w is not None and _ENV_WORD.match(w):
             k, _, v = w.partition("=")
             env[k] = _after_eq(rest[i])

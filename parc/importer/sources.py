@@ -131,6 +131,8 @@ def shell_launches(src: Source, text: str, variables: dict, positional: list | N
         from parc.importer.cluster import slurm_facts
 
         src.facts.update(slurm_facts(batch, src.name))
+        keys = {k[len("slurm."):]: v for k, v in src.facts.items() if k.startswith("slurm.")}
+        src.scheduler = {"target": "slurm", "keys": keys, "what": "job", "runs": ("vllm",)}
     src.launches += out
     return out
 

@@ -33,6 +33,7 @@ def import_entry(entry: wild.Entry, box: Path, **over):
         q.write_text(wild.original_text(entry.folder / src), encoding="utf-8")
     variables = {str(i): a for i, a in enumerate(o.get("args", []), 1)}
     variables.update(o.get("env", {}))
+    variables.setdefault("PWD", str(box))      # the directory the original runs in (as the corpus runs it)
     if "select" in o and len(o["select"]) == 1:     # the one launch of several that states the plan
         over.setdefault("launch", o["select"][0] + 1)
     over.setdefault("cluster", str(entry.par))

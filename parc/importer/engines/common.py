@@ -113,7 +113,8 @@ class Reader:
         kind = field_kind(path, self.target)
         takes = o.entry.get("takes", "value")
         if takes == "switch":
-            return inverse(o.entry, True) if o.entry.get("values") else True
+            v = inverse(o.entry, True) if o.entry.get("values") else True
+            return Name(v) if isinstance(v, str) and kind.get("kind") in ("enum", "preset") else v
         if not o.values:
             self.carry(o, "it has no value")
             return None
