@@ -215,3 +215,25 @@ def test_slurm_with_a_prefill_and_a_decode_srun_is_two_pools(tmp_path):
     assert "prefill {" in r.stdout and "decode {" in r.stdout and "tp = 8" in r.stdout
     assert "nodes         = 2" in r.stdout and "gpus_per_node = 8" in r.stdout
     assert "target slurm" not in r.stdout and "target slurm launches vllm only" in r.stderr
+
+
+def test_explain_prints_the_imported_plans_numbers_in_the_same_run(tmp_path):
+    r = _import(tmp_path, "vllm serve meta-llama/Llama-3.1-70B-Instruct --tensor-parallel-size 2 --max-model-len 8192\n",
+                "serve.sh", "--cluster", str(wild.WILD / "vllm-gpt-oss-120b-tp2" / "plan.par"), "--explain",
+                "-o", "s.par")
+    assert r.returncode == 0, r.stderr
+    assert "Memory per GPU" in r.stdout and "TTFT" in r.stdout and "TPOT" in r.stdout
+    assert (tmp_path / "s.par").read_text().startswith("# Imported by `parc import`")
+
+
+def test_a_mistake_in_the_original_is_named_at_the_imported_line():
+    """GPT-3 175B's published script on its one node of 8 GPUs: the spec is still written, and
+    check names P101 at the imported mesh, whose lines carry the original's words."""
+    e = next(x for x in ENTRIES if x.name == "megatron-gpt3-175b-one-node")
+    imp, r, diffs = wild_import.round_trip(e)
+    assert diffs is None
+    d = next(d for d in r.errors if d.code == "P101")
+    lines = imp.text.splitlines()
+    assert lines[d.span.line - 1] == "mesh {", lines[d.span.line - 1]
+    block = "\n".join(lines[d.span.line:d.span.line + 4])
+    assert "pp = 16  # train_gpt3_175b_distributed.sh" in block and "--pipeline-model-parallel-size 16" in block, block
