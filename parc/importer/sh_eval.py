@@ -347,17 +347,20 @@ class Shell:
         inner.scope.vars.update(prefix)
         inner.exported |= set(prefix)
         inner.scope.positional = [a.text for a in rest[1:]]
-        text = inner.scope.mark(code.text)
+        for c in self._script(inner.scope.mark(code.text), inner):
+            c.wrappers = list(wrappers) + c.wrappers
+            if c.line < code.line:
+                c.line = code.line
+        return None
+
+    def _script(self, text: str, inner: _State) -> list:
+        """The commands a script read inside this one runs (its ``exit`` ends only it)."""
         keep = len(self.commands)
         try:
             self.block(P.parse(text), inner)
         except _Exit:
             pass
-        for c in self.commands[keep:]:
-            c.wrappers = list(wrappers) + c.wrappers
-            if c.line < code.line:
-                c.line = code.line
-        return None
+        return self.commands[keep:]
 
     def batch(self, body: Text, st: _State, wrappers, line: int) -> None:
         """``sbatch <<EOF``: the batch script, its #SBATCH options and the SLURM_* variables they give."""
@@ -368,12 +371,7 @@ class Shell:
         inner = st.copy()
         inner.batch = opts
         inner.scope.vars.update(slurm_env(opts))
-        keep = len(self.commands)
-        try:
-            self.block(P.parse(text), inner)
-        except _Exit:
-            pass
-        for c in self.commands[keep:]:
+        for c in self._script(text, inner):
             c.line = max(c.line + line, line)
         return None
 

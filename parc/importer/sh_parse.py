@@ -172,15 +172,21 @@ class Parser:
             if c == '"':
                 self.take()
                 return parts or [Lit("", True)]
-            if c == "\\" and self.peek(1) in '$`"\\\n':
-                self.take()
-                n = self.take()
-                if n != "\n":
-                    parts.append(Lit(n, True))
-            elif c in "$`":
-                parts.append(self.expansion(quoted=True))
-            else:
-                parts.append(Lit(self.take(), True))
+            self._double_char(parts, '$`"\\\n')
+
+    def _double_char(self, parts: list, escapable: str) -> None:
+        """One character inside double quotes (or a here-document): a backslash escapes only the
+        characters of ``escapable`` (and joins lines), ``$`` and a backquote expand."""
+        c = self.peek()
+        if c == "\\" and self.peek(1) in escapable:
+            self.take()
+            n = self.take()
+            if n != "\n":
+                parts.append(Lit(n, True))
+        elif c in "$`":
+            parts.append(self.expansion(quoted=True))
+        else:
+            parts.append(Lit(self.take(), True))
 
     def _balanced(self, open_: str, close: str) -> str:
         """The text up to the ``close`` that matches an ``open_`` already taken (quotes respected)."""
@@ -427,16 +433,7 @@ class _Inner(Parser):
     def double_parts(self, heredoc: bool = False) -> list:
         parts: list = []
         while self.pos < len(self.text):
-            c = self.peek()
-            if c == "\\" and self.peek(1) in "$`\\\n":
-                self.take()
-                n = self.take()
-                if n != "\n":
-                    parts.append(Lit(n, True))
-            elif c in "$`":
-                parts.append(self.expansion(quoted=True))
-            else:
-                parts.append(Lit(self.take(), True))
+            self._double_char(parts, "$`\\\n")
         return _merge(parts) or [Lit("", True)]
 
 

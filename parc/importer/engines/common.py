@@ -173,6 +173,44 @@ class Reader:
             self.carry(Opt(None, args[0].shown, [], list(args)), why)
 
 
+# the engines' --dtype words as parc's dtypes (vLLM and SGLang take the same: torch dtype names)
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
+
+
+class ServingReader(Reader):
+    """The rules vLLM and SGLang share: --dtype, --quantization and config.json overrides."""
+
+    def read_dtype(self, o: Opt) -> None:
+        if o.value == "auto":
+            from parc.model.targets import display
+
+            self.wiring(o, f"{display(self.target)}'s default (the checkpoint's dtype): the spec leaves it out")
+            return
+        d = DTYPES.get(o.value or "")
+        if d is None:
+            self.carry(o, f"`{o.value}` is no dtype parc has")
+        elif self.draft.get("model", "dtype") != Name("fp8"):   # --quantization fp8 runs bf16 activations
+            self.draft.set("model", "dtype", Name(d), self.note(o))
+
+    def read_quantization(self, o: Opt) -> None:
+        from parc.resolve.catalog import presets
+
+        if o.value == "fp8":
+            self.draft.set("model", "dtype", Name("fp8"), self.note(o))
+            return
+        formats = [f for f, c in presets("checkpoints").items() if c.get(self.target) == o.value] if o.value else []
+        if len(formats) == 1:
+            self.draft.set("model", "checkpoint_format", Name(formats[0]), self.note(o))
+        else:
+            self.carry(o, f"the quantization method {o.value!r} is no checkpoint format parc has")
+
+    def read_hf_overrides(self, o: Opt) -> None:
+        from parc.importer.models import read_overrides
+
+        if not read_overrides(self.draft, load_json(o), self.note(o)):
+            self.carry(o, "config.json keys parc has no field for")
+
+
 def load_json(o: Opt) -> dict | None:
     """The JSON object an option's value holds, None when it is none."""
     if o.value is None:

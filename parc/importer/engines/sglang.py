@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from parc.importer.argv import Opt, parse
 from parc.importer.draft import Name, Placeholder
-from parc.importer.engines.common import Reader, load_json, number
-from parc.importer.engines.vllm import DTYPES
+from parc.importer.engines.common import ServingReader, number
 
 SPECULATIVE = {"NEXTN": "mtp", "EAGLE": "eagle", "EAGLE3": "eagle3"}
 
 
-class SGLang(Reader):
+class SGLang(ServingReader):
     target = "sglang"
 
     def __init__(self, draft, report):
@@ -46,34 +45,6 @@ class SGLang(Reader):
             self.notes["attn"] = self.note(o)
         else:
             self._size(o, "attn_dp")
-
-    def read_dtype(self, o: Opt) -> None:
-        if o.value == "auto":
-            self.wiring(o, "SGLang's default (the checkpoint's dtype): the spec leaves it out")
-            return
-        d = DTYPES.get(o.value or "")
-        if d is None:
-            self.carry(o, f"`{o.value}` is no dtype parc has")
-        elif self.draft.get("model", "dtype") != Name("fp8"):
-            self.draft.set("model", "dtype", Name(d), self.note(o))
-
-    def read_quantization(self, o: Opt) -> None:
-        from parc.resolve.catalog import presets
-
-        if o.value == "fp8":
-            self.draft.set("model", "dtype", Name("fp8"), self.note(o))
-            return
-        formats = [f for f, c in presets("checkpoints").items() if c.get(self.target) == o.value] if o.value else []
-        if len(formats) == 1:
-            self.draft.set("model", "checkpoint_format", Name(formats[0]), self.note(o))
-        else:
-            self.carry(o, f"the quantization method {o.value!r} is no checkpoint format parc has")
-
-    def read_hf_overrides(self, o: Opt) -> None:
-        from parc.importer.models import read_overrides
-
-        if not read_overrides(self.draft, load_json(o), self.note(o)):
-            self.carry(o, "config.json keys parc has no field for")
 
     def read_disaggregation(self, o: Opt) -> None:
         if o.value in ("prefill", "decode"):

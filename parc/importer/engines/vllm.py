@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from parc.importer.argv import Opt, parse
 from parc.importer.draft import Name
-from parc.importer.engines.common import Reader, load_json, number
+from parc.importer.engines.common import ServingReader, load_json, number
 
 # the vLLM names of parc's speculative methods (vllm/config/speculative.py SpeculativeConfig.method)
 SPECULATIVE = {"mtp": "mtp", "deepseek_mtp": "mtp", "eagle": "eagle", "eagle3": "eagle3"}
-DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
 
 
-class VLLM(Reader):
+class VLLM(ServingReader):
     target = "vllm"
 
     def __init__(self, draft, report):
@@ -82,35 +81,6 @@ class VLLM(Reader):
         rest = sorted(set(cfg) - {"kv_connector", "kv_role"})
         if rest:
             self.drop(o, f"the connector's options {', '.join(rest)}: no .par key (parc writes kv_connector and kv_role)")
-
-    def read_dtype(self, o: Opt) -> None:
-        if o.value == "auto":
-            self.wiring(o, "vLLM's default (the checkpoint's dtype): the spec leaves it out")
-            return
-        d = DTYPES.get(o.value or "")
-        if d is None:
-            self.carry(o, f"`{o.value}` is no dtype parc has")
-            return
-        if self.draft.get("model", "dtype") != Name("fp8"):   # --quantization fp8 runs bfloat16 activations
-            self.draft.set("model", "dtype", Name(d), self.note(o))
-
-    def read_quantization(self, o: Opt) -> None:
-        from parc.resolve.catalog import presets
-
-        if o.value == "fp8":
-            self.draft.set("model", "dtype", Name("fp8"), self.note(o))
-            return
-        formats = [f for f, c in presets("checkpoints").items() if c.get(self.target) == o.value] if o.value else []
-        if len(formats) == 1:
-            self.draft.set("model", "checkpoint_format", Name(formats[0]), self.note(o))
-        else:
-            self.carry(o, f"the quantization method {o.value!r} is no checkpoint format parc has")
-
-    def read_hf_overrides(self, o: Opt) -> None:
-        from parc.importer.models import read_overrides
-
-        if not read_overrides(self.draft, load_json(o), self.note(o)):
-            self.carry(o, "config.json keys parc has no field for")
 
     def read_speculative(self, o: Opt) -> None:
         cfg = load_json(o)
