@@ -13,7 +13,7 @@ import pytest
 from support import wild, wild_import
 
 ENTRIES = wild.corpus()
-READ = ("vllm", "sglang", "megatron")          # the engines parc import reads so far (parc/importer/deploy.py READERS)
+READ = ("vllm", "sglang", "megatron", "torchtitan")          # the engines parc import reads so far (parc/importer/deploy.py READERS)
 
 
 def _engine(e: wild.Entry) -> str | None:
@@ -22,12 +22,13 @@ def _engine(e: wild.Entry) -> str | None:
     return next((t for t in READ if e.target == t or f"target {t} " in text), None)
 
 
-IMPORTED = [e for e in ENTRIES if _engine(e) in READ]
+# every entry whose original is a launch (a benchmark table is no launch to import)
+IMPORTED = [e for e in ENTRIES if _engine(e) in READ and e.original["kind"] != "table"]
 
 
 def test_every_serving_entry_of_the_corpus_is_imported():
     assert len(IMPORTED) >= 15, [e.name for e in IMPORTED]
-    assert {e.target for e in IMPORTED} >= {"vllm", "sglang", "megatron", "lws", "skypilot", "slurm"}
+    assert {e.target for e in IMPORTED} >= {"vllm", "sglang", "megatron", "torchtitan", "lws", "skypilot", "slurm"}
 
 
 @pytest.mark.parametrize("name", [e.name for e in IMPORTED])
@@ -237,3 +238,37 @@ def test_a_mistake_in_the_original_is_named_at_the_imported_line():
     assert lines[d.span.line - 1] == "mesh {", lines[d.span.line - 1]
     block = "\n".join(lines[d.span.line:d.span.line + 4])
     assert "pp = 16  # train_gpt3_175b_distributed.sh" in block and "--pipeline-model-parallel-size 16" in block, block
+
+
+TITAN = """[model]
+name = "llama3"
+flavor = "70B"
+
+[training]
+local_batch_size = 2
+seq_len = 8192
+steps = 100
+
+[parallelism]
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 8
+
+[activation_checkpoint]
+mode = "full"
+"""
+
+
+def test_a_torchtitan_toml_and_its_command_line_overrides(tmp_path):
+    """The TOML's sections are the command line's ``--section.option``; an override after
+    ``--job.config_file`` wins; -1 is the rest of the world."""
+    (tmp_path / "llama3_70b.toml").write_text(TITAN, encoding="utf-8")
+    r = _import(tmp_path, "torchrun --nnodes 4 --nproc_per_node 8 -m torchtitan.train --job.config_file "
+                          "./llama3_70b.toml --parallelism.tensor_parallel_degree 4 --training.steps=10\n", "run.sh")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for want in ("from    = llama3_70b", "dp = 8", "tp = 4", "micro_batch = 2", "recompute = full", "zero      = 3"):
+        assert want in out or want.replace("    ", " ") in out, (want, out)
+    assert '"--training.steps", "100",' in out and '"--training.steps=10",' in out     # both carried, in order
+    alone = subprocess.run([sys.executable, "-m", "parc", "import", str(tmp_path / "llama3_70b.toml")],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert alone.returncode == 0 and "tp = 8" in alone.stdout and 'unknown("' in alone.stdout   # the world unknown

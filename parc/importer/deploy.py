@@ -17,7 +17,7 @@ FORMAT_ENGINE = {"toml": "torchtitan", "json": "deepspeed"}
 # the launches no engine reader reads (their facts are read by the engine's deployment)
 HELPERS = ("ray", "sglang_router")
 # the engines whose launches have a reader (parc/importer/engines/)
-READERS = ("vllm", "sglang", "megatron")
+READERS = ("vllm", "sglang", "megatron", "torchtitan")
 
 
 @dataclass

@@ -67,6 +67,14 @@ def shape_preset(fields: dict) -> str | None:
     return None
 
 
+def torchtitan_preset(name, flavor) -> str | None:
+    """The preset of torchtitan's ``[model] name`` and ``flavor`` (models.toml ``[[torchtitan]]``)."""
+    if not name or not flavor:
+        return None
+    want = f"{name}/{flavor}".lower()
+    return next((e["preset"] for e in data().get("torchtitan", []) if e["model"].lower() == want), None)
+
+
 def label(text: str) -> str:
     """A model or cluster label from an id or a preset: its last path component, lower case."""
     base = text.rstrip("/").rsplit("/", 1)[-1].lower().replace("_", "-")

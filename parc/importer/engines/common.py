@@ -72,6 +72,8 @@ class Reader:
     # --- notes ---------------------------------------------------------------------------------
     def where(self, o: Opt) -> str:
         f = o.words[0].file if o.words else ""
+        if not o.line:                 # a TOML or YAML key: the file (tomllib keeps no lines)
+            return f or "the launch"
         return f"{f}:{o.line}" if f else f"line {o.line}"
 
     def note(self, o: Opt) -> str:

@@ -243,7 +243,7 @@ def _launcher(r: Megatron, la) -> None:
     if la.launcher != "torchrun":
         return
     for o in parse("torchrun", la.launcher_args)[0]:
-        if o.what in ("nnodes", "nproc_per_node"):
+        if o.what in ("nnodes", "nproc_per_node", "module"):
             continue
         if o.entry.get("plumbing") or o.what == "rdzv_endpoint":
             r.wiring(o, "torchrun's rendezvous: parc's launch writes it from the cluster")
