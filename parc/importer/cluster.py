@@ -32,6 +32,22 @@ def slurm_facts(batch: dict, name: str) -> dict:
     return out
 
 
+def given_facts(given: str | None, facts: dict) -> None:
+    """The nodes and GPUs a node of ``--cluster SPEC``'s block, where the files do not say them
+    (a launch's sizes derived from the world need it)."""
+    import re
+
+    from parc.importer.models import given_block
+
+    if not given:
+        return
+    text = "\n".join(given_block(given, "cluster"))
+    for k in ("nodes", "gpus_per_node"):
+        m = re.search(rf"(?m)^\s*{k}\s*=\s*(\d+)", text)
+        if m and (k not in facts or isinstance(facts[k][0], Placeholder)):
+            facts[k] = (int(m.group(1)), f"--cluster {given}")
+
+
 def write(draft: Draft, facts: dict, given: str | None, report, name: str | None = None) -> None:
     """The cluster block: ``given`` (a spec whose cluster block is copied), else ``facts``."""
     from parc.importer.models import given_block

@@ -17,7 +17,7 @@ FORMAT_ENGINE = {"toml": "torchtitan", "json": "deepspeed"}
 # the launches no engine reader reads (their facts are read by the engine's deployment)
 HELPERS = ("ray", "sglang_router")
 # the engines whose launches have a reader (parc/importer/engines/)
-READERS = ("vllm", "sglang", "megatron", "torchtitan")
+READERS = ("vllm", "sglang", "megatron", "torchtitan", "deepspeed")
 
 
 @dataclass
@@ -87,6 +87,10 @@ def build(sources: list[Source], options: Options) -> tuple[Draft, Report, str]:
             raise ImportError_(f"--launch {options.launch}: the files hold {len(group)} {engine} launch(es)")
         group = [group[options.launch - 1]]
     ctx = Context(sources, options, draft, report, group, engine)
+    if engine == "torchrun":
+        raise ImportError_("the files launch a plain torchrun script: its parallelism, batch and model are in the "
+                           "Python code it runs, which parc import does not read (write the spec by hand; "
+                           "`parc compile --target torchrun` emits its launch)")
     if engine not in READERS:
         raise ImportError_(f"the files launch {engine}: parc import reads {' and '.join(READERS)} launches so far "
                            f"(write the spec of a {engine} launch by hand; `parc compile --target {engine}` emits it)")

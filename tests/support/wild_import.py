@@ -41,6 +41,13 @@ def import_entry(entry: wild.Entry, box: Path, **over):
     return import_files(paths, opts)
 
 
+def filled(text: str) -> str:
+    """The imported spec with each documentation placeholder (``<client_entry.py>`` in a command
+    copied from docs, imported as ``unknown("<client_entry.py>")``) filled in with its own name, as
+    the user does who runs it: the script the docs mean is the one the placeholder names."""
+    return re.sub(r'unknown\("<([^"<>]+)>"\)', lambda m: '"' + m.group(1) + '"', text)
+
+
 def round_trip(entry: wild.Entry):
     """(the imported spec's text, its check result, the differences between the original's launch
     and the one parc compiles from the imported spec; None where it leaves no plan)."""
@@ -55,7 +62,7 @@ def round_trip(entry: wild.Entry):
             # a model no preset names (its config.json is not in the launch): the entry's model block
             imp = import_entry(entry, tmp / "in", model=str(entry.par))
         spec = tmp / "imported.par"
-        spec.write_text(imp.text, encoding="utf-8")
+        spec.write_text(filled(imp.text), encoding="utf-8")
         r = check_file(str(spec), [entry.target], root=wild.ROOT)
         if r.plan is None or r.errors:
             return imp, r, None
