@@ -302,3 +302,33 @@ def test_a_deepspeed_config_launcher_line_and_hostfile_given_as_files(tmp_path):
 def test_a_plain_torchrun_script_is_refused_with_the_reason(tmp_path):
     r = _import(tmp_path, "torchrun --nproc_per_node 8 train.py --batch 8\n", "run.sh")
     assert r.returncode == 2 and "Python code it runs" in r.stderr
+
+
+def test_an_option_shaped_value_is_imported_as_written_and_check_refuses_it(tmp_path):
+    """``--model=--trust-remote-code``: the import writes the value as the launch gives it (a
+    string), and check's option-injection rule refuses it at the imported line."""
+    r = _import(tmp_path, "vllm serve --model=--trust-remote-code --tensor-parallel-size 2\n", "serve.sh",
+                "--model", "llama3_8b", "--cluster", str(wild.WILD / "vllm-gpt-oss-120b-tp2" / "plan.par"))
+    assert r.returncode == 0, r.stderr
+    assert 'model = "--trust-remote-code"' in r.stdout
+    c = _check(tmp_path, r.stdout, "vllm")
+    assert c.returncode == 1 and "P690" in c.stdout + c.stderr
+
+
+def test_scripts_that_would_not_end_are_read_in_bounded_time(tmp_path):
+    import time
+
+    for text in ("f() { f; }\nf\nvllm serve m\n", "while true; do vllm serve m --port $((p++)); done\n",
+                 "echo " + "$(" * 3000 + "x" + ")" * 3000 + "\nvllm serve m\n"):
+        t = time.perf_counter()
+        r = _import(tmp_path, text)
+        assert time.perf_counter() - t < 30
+        assert r.returncode in (0, 2) and "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+
+
+def test_a_file_past_the_size_limit_or_binary_is_refused(tmp_path):
+    big = _import(tmp_path, "# pad\n" * 200_000 + "vllm serve m\n")
+    assert big.returncode == 2 and "larger than" in big.stderr
+    (tmp_path / "bin.sh").write_bytes(b"vllm serve m\0\n")
+    b = subprocess.run([sys.executable, "-m", "parc", "import", "bin.sh"], capture_output=True, text=True, cwd=tmp_path)
+    assert b.returncode == 2 and "binary" in b.stderr
