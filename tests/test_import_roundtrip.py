@@ -1,6 +1,6 @@
-"""compile, then import: for generated valid serving plans, the launch parc compiles for vLLM or
-SGLang, read back by ``parc import`` (with the spec's cluster, which no launch states), is the
-same plan: the same mesh, context and sequence limits."""
+"""compile, then import: for generated valid plans, the launch parc compiles (vLLM, SGLang,
+Megatron-LM), read back by ``parc import`` (with the spec's cluster, which no launch states), is
+the same plan: the same mesh, context and sequence limits, batch, ZeRO stage and precision."""
 from __future__ import annotations
 
 import tempfile
@@ -79,3 +79,88 @@ def test_compile_then_import_gives_back_the_same_plan(case):
     assert again.serve.max_model_len == plan.serve.max_model_len, imp.text
     assert again.serve.max_num_seqs == plan.serve.max_num_seqs, imp.text
     assert again.model.layers == plan.model.layers and again.model.hidden == plan.model.hidden
+
+
+TRAIN = """model "llama" {{
+  from    = llama3_8b
+  seq_len = 2048
+}}
+
+cluster "c" {{
+  nodes         = 2
+  gpus_per_node = 8
+  gpu           = h100_sxm
+  intra_node    = nvlink(450GB/s)
+  inter_node    = infiniband(400Gb/s)
+}}
+
+mesh {{
+  pp = {pp}
+  dp = {dp}
+  tp = {tp}
+}}
+
+schedule {{
+  micro_batch  = {micro}
+  global_batch = {glob}
+}}
+
+train {{
+  zero      = {zero}
+  precision = {precision}
+}}
+
+target megatron {{
+  entrypoint = "pretrain_gpt.py"
+}}
+"""
+
+
+@st.composite
+def training_plans(draw):
+    tp = draw(st.sampled_from([1, 2, 4, 8]))
+    pp = draw(st.sampled_from([1, 2, 4]))
+    dp = 16 // (tp * pp)
+    micro = draw(st.sampled_from([1, 2]))
+    glob = micro * dp * draw(st.sampled_from([1, 4, 8]))
+    return TRAIN.format(tp=tp, pp=pp, dp=dp, micro=micro, glob=glob, zero=draw(st.sampled_from([1, 2])),
+                        precision=draw(st.sampled_from(["bf16", "fp16"])))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(training_plans())
+def test_a_megatron_plan_compiled_then_imported_is_the_same_plan(text):
+    """The node script parc writes, read back with node 0's rank and address (``--var``, as a user
+    imports a script that takes them)."""
+    from parc import targets
+    from parc.importer import Options, import_files
+
+    tmp = Path(tempfile.mkdtemp(prefix="parc-rt-"))
+    spec = tmp / "plan.par"
+    spec.write_text(text, encoding="utf-8")
+    plan = _plan(spec, "megatron")
+    script = next(f for f in targets.get("megatron").build(plan) if f.path.endswith(".sh"))
+    launch = tmp / Path(script.path).name
+    launch.write_text(script.text, encoding="utf-8")
+    imp = import_files([str(launch)], Options(cluster=str(spec), variables={"1": "0", "MASTER_ADDR": "10.0.0.1"}))
+    back = tmp / "back.par"
+    back.write_text(imp.text, encoding="utf-8")
+    again = _plan(back, "megatron")
+    for k in ("dp", "pp", "tp", "cp"):
+        assert getattr(again.mesh, k) == getattr(plan.mesh, k), (k, imp.text)
+    assert (again.schedule.micro_batch, again.schedule.global_batch) == (plan.schedule.micro_batch,
+                                                                        plan.schedule.global_batch), imp.text
+    # zero 1 and 2 are one Megatron-LM launch (--use-distributed-optimizer shards optimizer states
+    # and reduce-scatters gradients either way): the launch says 1, the lower it can mean
+    launched = 1 if plan.train.zero in (1, 2) else plan.train.zero
+    assert (again.train.zero, again.train.precision) == (launched, plan.train.precision), imp.text
+    relaunched = next(f for f in targets.get("megatron").build(again) if f.path.endswith(".sh"))
+    assert _args(relaunched.text) == _args(script.text)          # the same Megatron-LM arguments
+    assert again.model.layers == plan.model.layers and again.model.kv_heads == plan.model.kv_heads
+    assert again.model.seq_len == plan.model.seq_len == 2048
+
+
+def _args(script: str) -> list[str]:
+    """The Megatron-LM arguments a node script passes (its ``args=( ... )`` lines)."""
+    body = script.split("args=(", 1)[1].split(")", 1)[0]
+    return [ln.strip() for ln in body.splitlines() if ln.strip()]

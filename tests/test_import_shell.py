@@ -84,3 +84,9 @@ def test_a_wrapper_option_with_an_unknown_value_is_still_the_wrappers():
     cmds, _ = _run("srun -N1 --nodelist=$NODE vllm serve m\n")
     assert _words(cmds[0]) == ["vllm", "serve", "m"]
     assert cmds[0].wrappers[0]["options"]["--nodelist"] == "$NODE"
+
+
+def test_a_regex_match_in_a_test_is_one_word():
+    """``[[ $x =~ ^(0|[1-9][0-9]*)$ ]]``, as parc's own launch scripts check a node rank."""
+    cmds, _ = _run('r=1\nif [[ ! "$r" =~ ^(0|[1-9][0-9]*)$ ]] || (( r >= 2 )); then exit 2; fi\nvllm serve m\n')
+    assert [_words(c)[:2] for c in cmds] == [["vllm", "serve"]]

@@ -168,7 +168,7 @@ class Shell:
         if isinstance(n, T.FuncDef):
             self.funcs[n.name] = n.body
             return True
-        if isinstance(n, P.Arith2):
+        if isinstance(n, T.Arith2):
             v = known(arith(n.text, st.scope))
             return None if v is None else v != "0"
         return None

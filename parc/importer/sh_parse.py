@@ -383,6 +383,11 @@ class Parser:
         """Inside ``[[ ... ]]``: ``&&``, ``||``, ``<``, ``>``, ``(`` and ``)`` are words of the test."""
         if words[-1].literal() == "]]":
             return False
+        if words[-1].literal() == "=~":     # the regex: one word up to a blank, ( ) and | its own
+            m = re.match(r"(?:\([^\s)]*\)|[^\s()])+", self.text[self.pos:self.pos + 4096])
+            if m and not self.text.startswith("]]", self.pos):
+                words.append(Word([Lit(self.take(m.end()))], self.line))
+                return True
         m = re.match(r"&&|\|\||[<>()!]", self.text[self.pos:self.pos + 2])
         if not m:
             return False
