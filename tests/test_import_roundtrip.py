@@ -1,5 +1,5 @@
 """compile, then import: for generated valid plans, the launch parc compiles (vLLM, SGLang,
-Megatron-LM), read back by ``parc import`` (with the spec's cluster, which no launch states), is
+Megatron-LM, torchtitan), read back by ``parc import`` (with the spec's cluster, which no launch states), is
 the same plan: the same mesh, context and sequence limits, batch, ZeRO stage and precision."""
 from __future__ import annotations
 
@@ -163,3 +163,67 @@ def _args(script: str) -> list[str]:
     """The Megatron-LM arguments a node script passes (its ``args=( ... )`` lines)."""
     body = script.split("args=(", 1)[1].split(")", 1)[0]
     return [ln.strip() for ln in body.splitlines() if ln.strip()]
+
+
+TITAN = """model "llama" {{
+  from    = llama3_8b
+  seq_len = 4096
+}}
+
+cluster "c" {{
+  nodes         = 1
+  gpus_per_node = 8
+  gpu           = h100_sxm
+  intra_node    = nvlink(450GB/s)
+}}
+
+mesh {{
+  dp = {dp}
+  tp = {tp}
+}}
+
+schedule {{
+  micro_batch  = 1
+  global_batch = {glob}
+}}
+
+train {{
+  zero      = {zero}
+  recompute = {recompute}
+}}
+
+target torchtitan {{ }}
+"""
+
+
+@st.composite
+def titan_plans(draw):
+    tp = draw(st.sampled_from([1, 2, 4]))
+    dp = 8 // tp
+    return TITAN.format(dp=dp, tp=tp, glob=dp * draw(st.sampled_from([1, 2, 4])), zero=draw(st.sampled_from([2, 3])),
+                        recompute=draw(st.sampled_from(["none", "full", "selective_op"])))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(titan_plans())
+def test_a_torchtitan_plan_compiled_then_imported_is_the_same_plan(text):
+    from parc import targets
+    from parc.importer import Options, import_files
+
+    tmp = Path(tempfile.mkdtemp(prefix="parc-rt-"))
+    spec = tmp / "plan.par"
+    spec.write_text(text, encoding="utf-8")
+    plan = _plan(spec, "torchtitan")
+    script = next(f for f in targets.get("torchtitan").build(plan) if f.path.endswith(".sh"))
+    launch = tmp / Path(script.path).name
+    launch.write_text(script.text, encoding="utf-8")
+    imp = import_files([str(launch)], Options(cluster=str(spec), variables={"1": "0", "MASTER_ADDR": "10.0.0.1"}))
+    back = tmp / "back.par"
+    back.write_text(imp.text, encoding="utf-8")
+    again = _plan(back, "torchtitan")
+    for k in ("dp", "tp", "pp", "cp"):
+        assert getattr(again.mesh, k) == getattr(plan.mesh, k), (k, imp.text)
+    assert (again.schedule.micro_batch, again.schedule.global_batch) == (plan.schedule.micro_batch,
+                                                                        plan.schedule.global_batch), imp.text
+    assert (again.train.zero, again.train.recompute) == (plan.train.zero, plan.train.recompute), imp.text
+    assert again.model.layers == plan.model.layers and again.model.seq_len == plan.model.seq_len

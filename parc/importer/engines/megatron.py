@@ -240,15 +240,19 @@ def layer_bits(text: str | None) -> list[int] | None:
 def _launcher(r: Megatron, la) -> None:
     """torchrun's own options but its sizes: the rendezvous wiring parc's launch writes (said so),
     any other one listed as not carried (the megatron target has no key for torchrun's options)."""
+    from parc.model.targets import keys
+
     if la.launcher != "torchrun":
         return
     for o in parse("torchrun", la.launcher_args)[0]:
         if o.what in ("nnodes", "nproc_per_node", "module"):
             continue
-        if o.entry.get("plumbing") or o.what == "rdzv_endpoint":
+        if o.what == "max_restarts" and "max_restarts" in keys(r.target):
+            r.direct(o, "target.max_restarts")
+        elif o.entry.get("plumbing") or o.what == "rdzv_endpoint":
             r.wiring(o, "torchrun's rendezvous: parc's launch writes it from the cluster")
         else:
-            r.drop(o, "a torchrun option the megatron target has no key for")
+            r.drop(o, f"a torchrun option the {r.target} target has no key for")
 
 
 def _world(ctx, la, facts: dict):

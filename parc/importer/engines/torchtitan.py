@@ -82,6 +82,16 @@ class Torchtitan(Reader):
             if option is not None:
                 self.carry(option, "goes with the mode above")
 
+    def subcommand(self, a: Arg) -> bool:
+        """0.3's ``activation-checkpoint:MODE`` (tyro's choice of the union's member; 0.3's
+        selective checkpointing is per-op): train.recompute; False for any other word."""
+        head, _, mode = (a.value or "").partition(":")
+        if head != "activation-checkpoint" or mode not in ("none", "full", "selective"):
+            return False
+        self.draft.set("train", "recompute", Name("selective_op" if mode == "selective" else mode),
+                       f"{a.file}:{a.line} {a.shown}" if a.line else a.shown)
+        return True
+
     def read_all(self, opts: list[Opt]) -> None:
         """Every option, the checkpointing mode apart (two TOML keys make one .par value)."""
         ac = {o.spelled: o for o in opts if o.spelled.startswith("--activation_checkpoint.")}
@@ -197,14 +207,17 @@ def deploy(ctx) -> str:
     words += toml_words({"model": {k: v for k, v in model.items() if k not in MODEL_KEYS}}, where or "")
     r = Torchtitan(d, ctx.report)
     opts, positional = parse("torchtitan", words + _overrides(la))
+    positional = [a for a in positional if not r.subcommand(a)]
     r.carry_args(positional, "words torchtitan does not take")
     r.read_all(opts)
     preset = torchtitan_preset(model.get("name"), model.get("flavor"))
+    note = f"{where} [model] name = {model.get('name')!r}, flavor = {model.get('flavor')!r}"
+    if preset is None:
+        config = d.targets.get("torchtitan", {}).get("config")
+        preset, note = _config_preset(d), (config.note if config else "")
     if preset:
         d.labels["model"] = preset.replace("_", "-")
-        d.blocks["model"] = {"from": d.blocks.get("model", {}).get("from") or _entry(
-            Name(preset), f"{where} [model] name = {model.get('name')!r}, flavor = {model.get('flavor')!r}"),
-            **d.blocks.get("model", {})}
+        d.blocks["model"] = {"from": _entry(Name(preset), note), **d.blocks.get("model", {})}
     settle(d, None)
     _config_function(d, preset, model, where)
     facts = ctx.facts()
@@ -220,6 +233,21 @@ def deploy(ctx) -> str:
                                                      if k in ("pp", "dp", "cp", "tp", "ep") else 9)}
     cluster.write(d, facts, ctx.options.cluster, ctx.report, "imported")
     return "torchtitan"
+
+
+def _config_preset(d) -> str | None:
+    """The preset of a 0.3 command line's ``--config`` (target.toml [configs]); the spec's
+    ``module`` and ``config`` are then the preset's own and left out."""
+    from parc.model.targets import spec
+
+    t = d.targets.get("torchtitan", {})
+    config = t.get("config")
+    entry = spec("torchtitan").get("configs", {}).get(config.value if config else None)
+    if not entry or entry.get("module") != (t["module"].value if "module" in t else entry.get("module")):
+        return None
+    t.pop("config", None)
+    t.pop("module", None)
+    return entry.get("preset")
 
 
 def _config_function(d, preset: str | None, model: dict, where: str | None) -> None:
