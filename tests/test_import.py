@@ -332,3 +332,36 @@ def test_a_file_past_the_size_limit_or_binary_is_refused(tmp_path):
     (tmp_path / "bin.sh").write_bytes(b"vllm serve m\0\n")
     b = subprocess.run([sys.executable, "-m", "parc", "import", "bin.sh"], capture_output=True, text=True, cwd=tmp_path)
     assert b.returncode == 2 and "binary" in b.stderr
+
+
+DEPLOYMENT = """apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: vllm-llama
+spec:
+  replicas: 1
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.9.0
+          command: ["vllm", "serve"]
+          args: ["meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size", "$(TP)", "--max-model-len", "8192",
+                 "--served-model-name", "llama; rm -rf /"]
+          env:
+            - name: TP
+              value: "4"
+          resources:
+            limits:
+              nvidia.com/gpu: "4"
+"""
+
+
+def test_a_kubernetes_deployment_is_read_from_its_container_command(tmp_path):
+    """Kubernetes expands ``$(TP)`` from the container's env itself; the words are passed to the
+    program unsplit, so a value with ``;`` stays one value."""
+    r = _import(tmp_path, DEPLOYMENT, "deploy.yaml")
+    assert r.returncode == 0, r.stderr
+    assert "tp = 4" in r.stdout and "max_model_len = 8192" in r.stdout and "gpus_per_node = 4" in r.stdout
+    assert '"--served-model-name", "llama; rm -rf /",' in r.stdout
+    assert "target kubernetes" in r.stdout and 'image  = "vllm/vllm-openai:v0.9.0"' in r.stdout.replace("image =", "image  =")

@@ -12,6 +12,9 @@ import shlex
 
 from parc.importer.sh_values import lit
 
+# the engines a SkyPilot task, a Kubernetes pod or a TrainJob of parc's launches (their target.toml
+# families: a vLLM server; training through torchrun's entrypoint, which parc import does not read)
+SERVES = ("vllm",)
 SHELLS = {"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/bash", "zsh"}
 _K8S_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 # the containers of a pod template, where each kind keeps them
@@ -68,7 +71,7 @@ def _skypilot(src, doc: dict, variables: dict) -> None:
             src.facts["gpus_per_node"] = (int(count), f"{src.name} accelerators: {acc}")
             env["SKYPILOT_NUM_GPUS_PER_NODE"] = lit(count)
         src.facts["gpu"] = (name, f"{src.name} accelerators: {acc}")
-    src.scheduler = {"target": "skypilot", "keys": {}, "what": "nodes"}
+    src.scheduler = {"target": "skypilot", "keys": {}, "what": "nodes", "runs": SERVES}
     disk = _get(doc, "resources", "disk_size")
     if isinstance(disk, int):
         src.scheduler["keys"]["disk_size"] = (disk, f"{src.name} disk_size: {disk}")
@@ -137,7 +140,7 @@ def _lws(src, doc: dict, variables: dict) -> None:
 
 def _pods(src, doc: dict, variables: dict, kind: str) -> None:
     src.kind = _TARGET[kind]
-    src.scheduler = {"target": _TARGET[kind], "keys": {}, "what": "pods"}
+    src.scheduler = {"target": _TARGET[kind], "keys": {}, "what": "pods", "runs": SERVES}
     templates = []
     if kind == "PyTorchJob":
         for role, spec in (_get(doc, "spec", "pytorchReplicaSpecs") or {}).items():

@@ -293,6 +293,7 @@ def deploy(ctx) -> str:
     r.read_launch(la)
     _launcher(r, la)
     facts = ctx.facts()
+    cluster.given_facts(ctx.options.cluster, facts)
     nodes, per = _world(ctx, la, facts)
     d = ctx.draft
     sizes = [d.get("mesh", k, 1) for k in ("tp", "pp", "cp")]

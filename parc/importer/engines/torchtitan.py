@@ -221,6 +221,7 @@ def deploy(ctx) -> str:
     settle(d, None)
     _config_function(d, preset, model, where)
     facts = ctx.facts()
+    cluster.given_facts(ctx.options.cluster, facts)
     nodes, per = _world(ctx, la, facts) if la is not None else (facts.get("nodes", (None,))[0],
                                                                   facts.get("gpus_per_node", (None,))[0])
     if la is not None:
