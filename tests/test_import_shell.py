@@ -90,3 +90,15 @@ def test_a_regex_match_in_a_test_is_one_word():
     """``[[ $x =~ ^(0|[1-9][0-9]*)$ ]]``, as parc's own launch scripts check a node rank."""
     cmds, _ = _run('r=1\nif [[ ! "$r" =~ ^(0|[1-9][0-9]*)$ ]] || (( r >= 2 )); then exit 2; fi\nvllm serve m\n')
     assert [_words(c)[:2] for c in cmds] == [["vllm", "serve"]]
+
+
+def test_a_guard_on_what_the_file_does_not_know_is_read_as_passing():
+    """parc's own node scripts check their rank argument and exit 2 without it: the launch after
+    the guard is what the script runs where it is given one."""
+    for text in ('if [[ ! "$SIZE" -ge 1 ]]; then echo usage >&2; exit 2; fi\nvllm serve m\n',
+                 '[[ -n "$SIZE" ]] || exit 2\nvllm serve m\n', '[[ -z "$SIZE" ]] && { echo usage; exit 2; }\nvllm serve m\n'):
+        cmds, notes = _run(text)
+        assert [_words(c)[:2] for c in cmds] == [["vllm", "serve"]], (text, notes)
+    # a value the file defaults decides the test: the script exits there, and the note says where
+    cmds, notes = _run('n="${1:-}"\nif [[ -z "$n" ]]; then exit 2; fi\nvllm serve m\n')
+    assert cmds == [] and any("exits at line 2" in n for n in notes), notes

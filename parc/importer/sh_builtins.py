@@ -30,7 +30,7 @@ def builtin(sh, name: str | None, args: list, st, stdin, out: str | None, line: 
     if name == "false":
         return True, False
     if name == "exit":
-        raise _Exit
+        raise _Exit(line)
     if name == "return":
         raise _Return
     if name == "unset":

@@ -13,7 +13,10 @@ A branch on a value the file cannot know:
   SLURM_NODEID, ...) both branches are followed, their commands tagged with the branch: the
   nodes of one launch (a Ray head and its workers);
 * otherwise the condition is read with every unknown variable empty (the script run by itself),
-  and where that cannot decide it either, the branch is not taken; a note says which.
+  and where that cannot decide it either, the branch is not taken; a note says which;
+* a test of an unknown value that guards an ``exit`` (``[[ -n $X ]] || exit 2``) is read as
+  passing: the script is read as it runs where it is given that value. An ``exit`` the file's
+  own values decide ends the reading, and a note names its line.
 """
 from __future__ import annotations
 
@@ -109,8 +112,9 @@ class Shell:
         self.marks = st.scope.marks
         try:
             self.block(P.parse(text), st)
-        except _Exit:
-            pass
+        except _Exit as e:
+            if e.args:
+                self.notes.append(f"the script exits at line {e.args[0]} (give the values it checks with --var)")
         for name, d in sorted(st.scope.defaults_taken.items()):
             self.notes.append(f"`{name}` is not set by the file: its default `{shown(d)}` is read")
 
@@ -140,6 +144,10 @@ class Shell:
                         pass
                     status = True
                     continue
+                if status is None and _is_test(prev) and self._exits(lambda s: self.pipeline(pl, s), st):
+                    status = op == "||"   # a guard (`[[ -n $X ]] || exit 2`): read as passing
+                    self.notes.append(f"line {n.line}: a test of what the file does not set guards an exit: "
+                                      "read as passing")
                 if status is None:   # a command's status is unknown: read as success; a test's, decided
                     status = self._clean([T.AndOr([prev], [], n.line)], st) if _is_test(prev) else True
                 if (op == "&&" and status is False) or (op == "||" and status is True):
@@ -195,6 +203,18 @@ class Shell:
             self.notes.append(f"line {cond[0].line if cond else 0}: `{text}` depends on what the file does not "
                               f"set; read as {'true' if r else 'false'}" + ("" if r is not None else " (undecided)"))
         return self.block(body, st) if r else rest(st)
+
+    def _exits(self, run, st: _State) -> bool:
+        """Whether a branch ends the script (read on a copy, its commands not kept)."""
+        keep = (self.commands, self.notes)
+        self.commands, self.notes = [], []
+        try:
+            run(st.copy())
+        except _Exit:
+            return True
+        finally:
+            self.commands, self.notes = keep
+        return False
 
     def _clean(self, cond: list, st: _State) -> bool:
         """A condition read with every variable the file does not set taken as empty."""
