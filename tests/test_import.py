@@ -42,8 +42,11 @@ def test_the_imported_original_checks_and_compiles_to_the_original_launch(name):
     """import → check → compile → compare: every difference from the original's launch is one
     the corpus lists for its hand-written plan.par (with its reason), and an original the corpus
     finds refused is refused once imported too."""
+    from parc.language import fmt
+
     e = next(x for x in ENTRIES if x.name == name)
     imp, r, diffs = wild_import.round_trip(e)
+    assert fmt.format_text(imp.text) == imp.text, f"{name}: the imported spec is not in fmt's layout"
     if e.errors:
         assert r.errors, f"{name}: the corpus refuses it ({e.errors}); the imported spec checks clean:\n{imp.text}"
         return
