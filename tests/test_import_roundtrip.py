@@ -1,5 +1,5 @@
 """compile, then import: for generated valid plans, the launch parc compiles (vLLM, SGLang,
-Megatron-LM, torchtitan), read back by ``parc import`` (with the spec's cluster, which no launch states), is
+Megatron-LM, torchtitan, DeepSpeed), read back by ``parc import`` (with the spec's cluster, which no launch states), is
 the same plan: the same mesh, context and sequence limits, batch, ZeRO stage and precision."""
 from __future__ import annotations
 
@@ -227,3 +227,40 @@ def test_a_torchtitan_plan_compiled_then_imported_is_the_same_plan(text):
                                                                         plan.schedule.global_batch), imp.text
     assert (again.train.zero, again.train.recompute) == (plan.train.zero, plan.train.recompute), imp.text
     assert again.model.layers == plan.model.layers and again.model.seq_len == plan.model.seq_len
+
+
+@st.composite
+def deepspeed_plans(draw):
+    tp = draw(st.sampled_from([1, 2, 4]))
+    dp = 16 // tp
+    micro = draw(st.sampled_from([1, 2]))
+    text = TRAIN.format(tp=tp, pp=1, dp=dp, micro=micro, glob=micro * dp * draw(st.sampled_from([1, 4])),
+                        zero=draw(st.sampled_from([1, 2])), precision=draw(st.sampled_from(["bf16", "fp16"])))
+    return text.replace("target megatron", "target deepspeed").replace("pretrain_gpt.py", "train.py")
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(deepspeed_plans())
+def test_a_deepspeed_plan_compiled_then_imported_is_the_same_plan(text):
+    """The launch script and ds_config.json parc writes, read back (the config beside the script,
+    where the launch finds it through its own folder)."""
+    from parc import targets
+    from parc.importer import Options, import_files
+
+    tmp = Path(tempfile.mkdtemp(prefix="parc-rt-"))
+    spec = tmp / "plan.par"
+    spec.write_text(text, encoding="utf-8")
+    plan = _plan(spec, "deepspeed")
+    for f in targets.get("deepspeed").build(plan):
+        (tmp / Path(f.path).name).write_text(f.text, encoding="utf-8")
+    # the model is the training script's own, which no DeepSpeed launch states: --model gives it
+    imp = import_files([str(tmp / "launch.sh")], Options(model=str(spec), cluster=str(spec),
+                                                         variables={"MASTER_ADDR": "10.0.0.1"}))
+    back = tmp / "back.par"
+    back.write_text(imp.text, encoding="utf-8")
+    again = _plan(back, "deepspeed")
+    for k in ("dp", "pp", "tp"):
+        assert getattr(again.mesh, k) == getattr(plan.mesh, k), (k, imp.text)
+    assert (again.schedule.micro_batch, again.schedule.global_batch) == (plan.schedule.micro_batch,
+                                                                        plan.schedule.global_batch), imp.text
+    assert (again.train.zero, again.train.precision) == (plan.train.zero, plan.train.precision), imp.text

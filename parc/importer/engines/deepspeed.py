@@ -129,14 +129,21 @@ def _config_text(ctx, r: DeepSpeed, la) -> tuple[dict | None, str]:
     from parc.importer.sources import read_beside
 
     o = r.config_path
-    if o is not None and o.value:
-        text = read_beside(la, o.value)
+    path = o.value if o is not None else None
+    if o is not None and path is None and o.values and isinstance(o.values[0].text[-1], str):
+        # "$here/"ds_config.json: a folder the script works out ($(dirname ...)), then a known name,
+        # read beside the script, where parc's own launch keeps it
+        path = o.values[0].text[-1].rsplit("/", 1)[-1]
+        ctx.report.notes.append(f"{r.note(o)}: its folder is worked out when the script runs; {path} is read "
+                                "from beside the script")
+    if path:
+        text = read_beside(la, path)
         if text is not None:
             try:
                 data = json.loads(text)
-                return (data if isinstance(data, dict) else None), o.value.rsplit("/", 1)[-1]
+                return (data if isinstance(data, dict) else None), path.rsplit("/", 1)[-1]
             except ValueError:
-                ctx.report.notes.append(f"{o.value}: not JSON (a template the script fills in?): not read")
+                ctx.report.notes.append(f"{path}: not JSON (a template the script fills in?): not read")
     given = ctx.data("json")
     return (given[0].data, given[0].name) if given else (None, "")
 
@@ -216,6 +223,9 @@ def deploy(ctx) -> str:
     if not (ctx.options.model and _given_model(ctx)) and not from_hub(d, model_id, f"--model_name_or_path {model_id}"):
         settle(d, model_id)
     _mesh(d, facts)
+    mesh = d.blocks.get("mesh", {})         # DeepSpeed's rank order, outermost first (target.toml)
+    d.blocks["mesh"] = {k: mesh[k] for k in sorted(mesh, key=lambda k: ("pp", "dp", "cp", "tp").index(k)
+                                                     if k in ("pp", "dp", "cp", "tp") else 9)}
     d.blocks.setdefault("train", {})
     cluster.write(d, facts, ctx.options.cluster, ctx.report, "imported")
     return "deepspeed"
