@@ -368,3 +368,17 @@ def test_a_kubernetes_deployment_is_read_from_its_container_command(tmp_path):
     assert "tp = 4" in r.stdout and "max_model_len = 8192" in r.stdout and "gpus_per_node = 4" in r.stdout
     assert '"--served-model-name", "llama; rm -rf /",' in r.stdout
     assert "target kubernetes" in r.stdout and 'image  = "vllm/vllm-openai:v0.9.0"' in r.stdout.replace("image =", "image  =")
+
+
+def test_yaml_aliases_that_expand_exponentially_are_not_expanded(tmp_path):
+    """A billion-laughs file: YAML's aliases share one object, and the reader takes only the
+    scalars it needs as words, so nothing is ever written out at its expanded size."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    lines += ["run: vllm serve m --tensor-parallel-size 2", "envs:", "  X: *a8", "resources:", "  accelerators: *a8"]
+    import time
+
+    t = time.perf_counter()
+    r = _import(tmp_path, "\n".join(lines) + "\n", "task.yaml")
+    assert time.perf_counter() - t < 30
+    assert r.returncode == 0 and "tp = 2" in r.stdout, r.stderr

@@ -15,6 +15,8 @@ from parc.importer.sh_values import lit
 # the engines a SkyPilot task, a Kubernetes pod or a TrainJob of parc's launches (their target.toml
 # families: a vLLM server; training through torchrun's entrypoint, which parc import does not read)
 SERVES = ("vllm",)
+# the values read as words: a YAML alias may stand for a structure whose text is exponentially long
+SCALARS = (str, int, float, bool)
 SHELLS = {"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/bash", "zsh"}
 _K8S_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 # the containers of a pod template, where each kind keeps them
@@ -61,7 +63,8 @@ def _skypilot(src, doc: dict, variables: dict) -> None:
         acc = (f"{acc[0]}:{acc[1]}" if acc[1] is not None else str(acc[0])) if acc else None
     elif isinstance(acc, list):
         acc = acc[0] if acc else None
-    env = {k: lit(str(v)) for k, v in (doc.get("envs") or {}).items() if v is not None}
+    envs = doc.get("envs") if isinstance(doc.get("envs"), dict) else {}
+    env = {str(k): lit(str(v)) for k, v in envs.items() if isinstance(v, SCALARS)}
     env["SKYPILOT_NUM_NODES"] = lit(str(nodes))
     if isinstance(nodes, int):
         src.facts["nodes"] = (nodes, f"{src.name} num_nodes: {nodes}")
@@ -82,7 +85,8 @@ def _skypilot(src, doc: dict, variables: dict) -> None:
 
 def _container_script(c: dict, env: dict) -> str | None:
     """A container's command and args as shell text, Kubernetes' ``$(NAME)`` replaced."""
-    words = [str(w) for w in (c.get("command") or []) + (c.get("args") or [])]
+    words = [str(w) for part in (c.get("command"), c.get("args")) if isinstance(part, list)
+             for w in part if isinstance(w, SCALARS)]
     if not words:
         return None
 
