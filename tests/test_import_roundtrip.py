@@ -55,27 +55,41 @@ def _plan(path: Path, target: str):
     return r.plan
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(plans())
-def test_compile_then_import_gives_back_the_same_plan(case):
+def _round_trip(text: str, target: str, **options):
+    """(the plan, the plan of its launch imported back, the import, the launch script): the spec
+    compiled for ``target``, every file written beside the launch, ``launch.sh`` imported with
+    the spec's cluster and ``options``."""
     from parc import targets
     from parc.importer import Options, import_files
 
-    engine, text, mesh = case
     tmp = Path(tempfile.mkdtemp(prefix="parc-rt-"))
     spec = tmp / "plan.par"
     spec.write_text(text, encoding="utf-8")
-    plan = _plan(spec, engine)
-    files = targets.get(engine).build(plan)
+    plan = _plan(spec, target)
+    files = targets.get(target).build(plan)
+    for f in files:
+        (tmp / Path(f.path).name).write_text(f.text, encoding="utf-8")
     script = next(f for f in files if f.path.endswith(".sh"))
-    launch = tmp / Path(script.path).name
-    launch.write_text(script.text, encoding="utf-8")
-    imp = import_files([str(launch)], Options(cluster=str(spec)))
+    if options.get("model") == "spec":
+        options["model"] = str(spec)
+    imp = import_files([str(tmp / Path(script.path).name)], Options(cluster=str(spec), **options))
     back = tmp / "back.par"
     back.write_text(imp.text, encoding="utf-8")
-    again = _plan(back, engine)
-    for k in ("dp", "pp", "tp"):
-        assert getattr(again.mesh, k) == getattr(plan.mesh, k) == mesh[k], (k, imp.text)
+    return plan, _plan(back, target), imp, script
+
+
+def _same(plan, again, imp, keys=("dp", "pp", "tp", "cp")) -> None:
+    for k in keys:
+        assert getattr(again.mesh, k) == getattr(plan.mesh, k), (k, imp.text)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plans())
+def test_compile_then_import_gives_back_the_same_plan(case):
+    engine, text, mesh = case
+    plan, again, imp, _ = _round_trip(text, engine)
+    _same(plan, again, imp)
+    assert all(getattr(plan.mesh, k) == v for k, v in mesh.items())
     assert again.serve.max_model_len == plan.serve.max_model_len, imp.text
     assert again.serve.max_num_seqs == plan.serve.max_num_seqs, imp.text
     assert again.model.layers == plan.model.layers and again.model.hidden == plan.model.hidden
@@ -132,21 +146,9 @@ def test_a_megatron_plan_compiled_then_imported_is_the_same_plan(text):
     """The node script parc writes, read back with node 0's rank and address (``--var``, as a user
     imports a script that takes them)."""
     from parc import targets
-    from parc.importer import Options, import_files
 
-    tmp = Path(tempfile.mkdtemp(prefix="parc-rt-"))
-    spec = tmp / "plan.par"
-    spec.write_text(text, encoding="utf-8")
-    plan = _plan(spec, "megatron")
-    script = next(f for f in targets.get("megatron").build(plan) if f.path.endswith(".sh"))
-    launch = tmp / Path(script.path).name
-    launch.write_text(script.text, encoding="utf-8")
-    imp = import_files([str(launch)], Options(cluster=str(spec), variables={"1": "0", "MASTER_ADDR": "10.0.0.1"}))
-    back = tmp / "back.par"
-    back.write_text(imp.text, encoding="utf-8")
-    again = _plan(back, "megatron")
-    for k in ("dp", "pp", "tp", "cp"):
-        assert getattr(again.mesh, k) == getattr(plan.mesh, k), (k, imp.text)
+    plan, again, imp, script = _round_trip(text, "megatron", variables={"1": "0", "MASTER_ADDR": "10.0.0.1"})
+    _same(plan, again, imp)
     assert (again.schedule.micro_batch, again.schedule.global_batch) == (plan.schedule.micro_batch,
                                                                         plan.schedule.global_batch), imp.text
     # zero 1 and 2 are one Megatron-LM launch (--use-distributed-optimizer shards optimizer states
@@ -207,22 +209,8 @@ def titan_plans(draw):
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(titan_plans())
 def test_a_torchtitan_plan_compiled_then_imported_is_the_same_plan(text):
-    from parc import targets
-    from parc.importer import Options, import_files
-
-    tmp = Path(tempfile.mkdtemp(prefix="parc-rt-"))
-    spec = tmp / "plan.par"
-    spec.write_text(text, encoding="utf-8")
-    plan = _plan(spec, "torchtitan")
-    script = next(f for f in targets.get("torchtitan").build(plan) if f.path.endswith(".sh"))
-    launch = tmp / Path(script.path).name
-    launch.write_text(script.text, encoding="utf-8")
-    imp = import_files([str(launch)], Options(cluster=str(spec), variables={"1": "0", "MASTER_ADDR": "10.0.0.1"}))
-    back = tmp / "back.par"
-    back.write_text(imp.text, encoding="utf-8")
-    again = _plan(back, "torchtitan")
-    for k in ("dp", "tp", "pp", "cp"):
-        assert getattr(again.mesh, k) == getattr(plan.mesh, k), (k, imp.text)
+    plan, again, imp, _ = _round_trip(text, "torchtitan", variables={"1": "0", "MASTER_ADDR": "10.0.0.1"})
+    _same(plan, again, imp)
     assert (again.schedule.micro_batch, again.schedule.global_batch) == (plan.schedule.micro_batch,
                                                                         plan.schedule.global_batch), imp.text
     assert (again.train.zero, again.train.recompute) == (plan.train.zero, plan.train.recompute), imp.text
@@ -243,24 +231,10 @@ def deepspeed_plans(draw):
 @given(deepspeed_plans())
 def test_a_deepspeed_plan_compiled_then_imported_is_the_same_plan(text):
     """The launch script and ds_config.json parc writes, read back (the config beside the script,
-    where the launch finds it through its own folder)."""
-    from parc import targets
-    from parc.importer import Options, import_files
-
-    tmp = Path(tempfile.mkdtemp(prefix="parc-rt-"))
-    spec = tmp / "plan.par"
-    spec.write_text(text, encoding="utf-8")
-    plan = _plan(spec, "deepspeed")
-    for f in targets.get("deepspeed").build(plan):
-        (tmp / Path(f.path).name).write_text(f.text, encoding="utf-8")
-    # the model is the training script's own, which no DeepSpeed launch states: --model gives it
-    imp = import_files([str(tmp / "launch.sh")], Options(model=str(spec), cluster=str(spec),
-                                                         variables={"MASTER_ADDR": "10.0.0.1"}))
-    back = tmp / "back.par"
-    back.write_text(imp.text, encoding="utf-8")
-    again = _plan(back, "deepspeed")
-    for k in ("dp", "pp", "tp"):
-        assert getattr(again.mesh, k) == getattr(plan.mesh, k), (k, imp.text)
+    where the launch finds it through its own folder; the model is the training script's own, which
+    no DeepSpeed launch states: --model gives it)."""
+    plan, again, imp, _ = _round_trip(text, "deepspeed", model="spec", variables={"MASTER_ADDR": "10.0.0.1"})
+    _same(plan, again, imp)
     assert (again.schedule.micro_batch, again.schedule.global_batch) == (plan.schedule.micro_batch,
                                                                         plan.schedule.global_batch), imp.text
     assert (again.train.zero, again.train.precision) == (plan.train.zero, plan.train.precision), imp.text
