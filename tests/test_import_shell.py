@@ -102,3 +102,12 @@ def test_a_guard_on_what_the_file_does_not_know_is_read_as_passing():
     # a value the file defaults decides the test: the script exits there, and the note says where
     cmds, notes = _run('n="${1:-}"\nif [[ -z "$n" ]]; then exit 2; fi\nvllm serve m\n')
     assert cmds == [] and any("exits at line 2" in n for n in notes), notes
+
+
+def test_sbatch_directives_are_split_as_sbatch_splits_them():
+    from parc.importer.slurm import sbatch_options
+
+    text = ('#!/bin/bash\n#SBATCH -N2\n#SBATCH --job-name="my job"  # a comment\n#SBATCH --gres gpu:8\n'
+            "#SBATCH --exclusive\nsrun hostname\n#SBATCH --nodes=64\n")
+    opts = {k: v[0] for k, v in sbatch_options(text).items()}
+    assert opts == {"nodes": "2", "job_name": "my job", "gres": "gpu:8", "exclusive": True}

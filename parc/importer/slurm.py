@@ -3,30 +3,44 @@ the job from them (sbatch(1) and srun(1), OUTPUT ENVIRONMENT VARIABLES)."""
 from __future__ import annotations
 
 import re
+import shlex
 
 from parc.importer.sh_values import lit, unknown
 
 SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus_per_task", "-p": "partition", "-J": "job_name",
          "-t": "time", "-A": "account", "-o": "output", "-e": "error", "-G": "gpus"}
-_LINE = re.compile(r"\s*#SBATCH\s+(\S+)(?:[ =](\S+))?")
-
-
 def sbatch_options(text: str) -> dict:
     """``{option: (value, line)}`` of the script's ``#SBATCH`` lines, by long name (``nodes``,
-    ``gpus_per_node``, ``gres`` ...); a switch's value is True."""
+    ``gpus_per_node``, ``gres`` ...); a switch's value is True. Each line's words are split as
+    sbatch splits them (shlex: quotes, a trailing ``# comment``); as sbatch(1) says, the
+    directives end at the script's first command."""
     out: dict = {}
     for n, line in enumerate(text.splitlines(), 1):
-        if not line.lstrip().startswith("#SBATCH"):
+        s = line.strip()
+        if s and not s.startswith("#"):
+            break
+        if not s.startswith("#SBATCH"):
             continue
-        m = _LINE.match(line)
-        if not m:
+        try:
+            words = shlex.split(s[len("#SBATCH"):], comments=True)
+        except ValueError:          # an unclosed quote: sbatch refuses the line, so does the reader
             continue
-        name, value = m.group(1), m.group(2)
-        if "=" in name:
-            name, value = name.split("=", 1)
-        key = SHORT.get(name, name.lstrip("-").replace("-", "_"))
-        out[key] = (True if value is None else value, n)
+        if words:
+            name, value = _option(words)
+            out[SHORT.get(name, name.lstrip("-").replace("-", "_"))] = (value, n)
     return out
+
+
+def _option(words: list[str]) -> tuple[str, object]:
+    """(name, value) of one directive: ``--name=value``, ``--name value``, ``-N 2``, ``-N2``, or a
+    switch (True)."""
+    first = words[0]
+    if first.startswith("--"):
+        name, eq, v = first.partition("=")
+        return name, (v if eq else words[1] if len(words) > 1 else True)
+    if re.fullmatch(r"-[A-Za-z]", first):
+        return first, words[1] if len(words) > 1 else True
+    return first[:2], first[2:]
 
 
 def value(opts: dict, key: str):
