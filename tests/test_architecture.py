@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PARC = ROOT / "parc"
 
 ORDER = ("language", "model", "resolve", "topo", "cost", "rules", "targets", "report",
-         "planner|lint|runtime|calibrate|doctor|lsp", "cli")
+         "planner|lint|runtime|calibrate|doctor|lsp|importer", "cli")
 RANK = {pkg: i for i, group in enumerate(ORDER) for pkg in group.split("|")}
-SIBLINGS = {"planner", "lint", "runtime", "calibrate", "doctor", "lsp"}
+SIBLINGS = {"planner", "lint", "runtime", "calibrate", "doctor", "lsp", "importer"}
 FACADE = "parc.api"
 RUNTIME_MAY_IMPORT = {"model", "cost", "runtime"}
 

@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fmt": ("parc.cli.fmt", "rewrite specs in the canonical layout"),
     "explain": ("parc.cli.explain", "show the math: rank map, memory, communication, step time"),
     "compile": ("parc.cli.compile", "emit the launch plan for a target"),
+    "import": ("parc.cli.import_", "read an existing launch (script, YAML, TOML, JSON) into a spec"),
     "run": ("parc.cli.run", "execute the plan in PyTorch (or rehearse it on this CPU)"),
     "plan": ("parc.cli.plan", "search every valid plan for a model on a cluster"),
     "calibrate": ("parc.cli.calibrate", "fit the cluster's efficiency factors to measured runs"),

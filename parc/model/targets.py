@@ -212,13 +212,15 @@ def flag(name: str, what: str, version: str | None) -> str | None:
     if entries is None:
         raise KeyError(f"{name}/flags.toml has no `{what}`")
     for e in entries["names"]:
-        if holds(name, version, e.get("since"), e.get("until")):
+        if not e.get("alias") and holds(name, version, e.get("since"), e.get("until")):
             return e["name"]
     return None
 
 
 def flag_table(name: str) -> dict[str, list[dict]]:
-    """Target ``name``'s flags.toml: what -> ``{names = [{name, since, until}], doc}``."""
+    """Target ``name``'s flags.toml: what -> ``{names = [{name, since, until, alias}], key, takes,
+    values, read, plumbing, emitted, doc}`` (the fields are described at the top of
+    ``targets/vllm/flags.toml``; ``parc import`` reads launches through them)."""
     return _flags(name)
 
 
@@ -394,7 +396,8 @@ def rank_order(name: str, mode: str) -> tuple[str, ...] | None:
 
 
 def rank_orders(name: str) -> list[tuple[tuple[str, ...], str]]:
-    """(order, argument) for every rank layout target ``name`` can express (empty: any)."""
+    """(order, option) for every rank layout target ``name`` can express (empty: any); the option
+    is its entry in the target's flags.toml ("" for the default layout)."""
     return [(tuple(o["order"]), o.get("flag", "")) for o in (spec(name) or {}).get("rank_orders", [])]
 
 

@@ -122,6 +122,24 @@ def describe(node) -> str:
     return "an expression"
 
 
+PLACEHOLDER = "unknown"
+
+
+def placeholder(node, key: str) -> None:
+    """P040 at a value ``parc import`` could not read from the launch it imported:
+    ``unknown("$NNODES")`` (in a list too), which says where the value was to come from."""
+    if isinstance(node, S.List):
+        for item in node.items:
+            placeholder(item, key)
+        return
+    if not (isinstance(node, S.Call) and node.name == PLACEHOLDER):
+        return
+    what = node.args[0].value if len(node.args) == 1 and isinstance(node.args[0], S.String) else "?"
+    fail("P040", f"`{key}` is a placeholder for `{what}`, which the imported files do not give", node.span,
+         help="replace `unknown(...)` with its value where the launch runs (or import again with "
+              "`--var NAME=VALUE`, `--cluster SPEC` or `--model`)")
+
+
 def check_range(v, f: SC.F, key: str, span: Span):
     """``v`` if it lies in the field's range; a P017 diagnostic (with the field's hint) otherwise."""
     if isinstance(v, bool) or not isinstance(v, (int, float, Fraction)):
@@ -298,6 +316,7 @@ class Evaluator:
         return v
 
     def eval(self, node, f: SC.F, key: str, kind: str):
+        placeholder(node, key)
         k = f.kind
         simple = _SIMPLE.get(k)
         if simple is not None:

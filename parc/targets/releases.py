@@ -21,7 +21,12 @@ def _spellings(target: str, version: str) -> dict[str, tuple[dict, str | None]]:
     return out
 
 
-@rule("P665", "target-option-not-in-release", targets=tuple(t for t in names() if flag_table(t)))
+def _versioned(target: str) -> bool:
+    """Whether some option of target's flags.toml is spelled differently by some release."""
+    return any("since" in e or "until" in e for entry in flag_table(target).values() for e in entry["names"])
+
+
+@rule("P665", "target-option-not-in-release", targets=tuple(t for t in names() if _versioned(t)))
 def option_not_in_release(plan, c):
     if c.version is None:
         return

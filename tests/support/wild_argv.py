@@ -273,8 +273,12 @@ def torchtitan_overrides(argv: list[str]) -> dict:
             out[key] = _number(value)
             i += 1
         elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            out[key] = _number(argv[i + 1])
-            i += 2
+            j = i + 1                 # a list field takes every word up to the next option
+            while j < len(argv) and not argv[j].startswith("--") and ":" not in argv[j]:
+                j += 1
+            vals = [_number(w) for w in argv[i + 1:max(j, i + 2)]]
+            out[key] = vals[0] if len(vals) == 1 else vals
+            i = max(j, i + 2)
         else:
             section, _, opt = key.rpartition(".")
             if opt.startswith("no_"):

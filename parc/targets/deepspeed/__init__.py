@@ -43,30 +43,50 @@ REDUCE_BUCKET = 500_000_000     # DeepSpeedZeroConfig.reduce_bucket_size's defau
 CONFIG = "ds_config.json"
 
 
+def options(plan):
+    """``F(what)``: the option or ds_config.json key (dotted) the release the plan launches spells
+    ``what`` with (flags.toml)."""
+    from parc.model.targets import flag, pinned
+
+    version = pinned(plan, TARGET)
+    return lambda what: flag(TARGET, what, version)
+
+
 def config(plan) -> dict:
-    """The DeepSpeed config as a dict (the order DeepSpeed's documentation lists the keys)."""
+    """The DeepSpeed config as a dict (the order DeepSpeed's documentation lists the keys), each
+    key as flags.toml names it."""
     s = settings(plan, TARGET)
     me, sc, t = plan.mesh, plan.schedule, plan.train
+    F = options(plan)
     out: dict = {}
+
+    def put(what: str, value) -> None:
+        *path, leaf = F(what).split(".")
+        node = out
+        for p in path:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+
     if me.tp == 1:
-        out["train_batch_size"] = sc.global_batch
-    out["train_micro_batch_size_per_gpu"] = sc.micro_batch
-    out["gradient_accumulation_steps"] = sc.microbatches
+        put("train_batch_size", sc.global_batch)
+    put("train_micro_batch_size_per_gpu", sc.micro_batch)
+    put("gradient_accumulation_steps", sc.microbatches)
     if t.precision in ("bf16", "fp8"):
-        out["bf16"] = {"enabled": True}
+        put("bf16", True)
     elif t.precision == "fp16":
-        out["fp16"] = {"enabled": True}
-    zero: dict = {"stage": t.zero}
+        put("fp16", True)
+    put("zero_stage", t.zero)
     if t.zero > 0:
-        zero.update(overlap_comm=bool(s.get("overlap_comm", t.overlap_grad_reduce)), contiguous_gradients=True,
-                    reduce_bucket_size=int(s.get("reduce_bucket_size", REDUCE_BUCKET)))
-    out["zero_optimization"] = zero
+        put("overlap_comm", bool(s.get("overlap_comm", t.overlap_grad_reduce)))
+        put("contiguous_gradients", True)
+        put("reduce_bucket_size", int(s.get("reduce_bucket_size", REDUCE_BUCKET)))
     if me.tp > 1:
-        out["tensor_parallel"] = {"autotp_size": me.tp}
+        put("autotp_size", me.tp)
     if me.pp > 1:
-        out["pipeline"] = {"stages": me.pp}
+        put("pipeline_stages", me.pp)
         if sc.pipeline == "dualpipe_v":   # DualPipeVEngine refuses either partitioning
-            out["pipeline"].update(pipe_partitioned=False, grad_partitioned=False)
+            put("pipe_partitioned", False)
+            put("grad_partitioned", False)
     return out
 
 
@@ -86,17 +106,18 @@ def launcher_lines(plan) -> list[list]:
     """The deepspeed launcher's own options, one per line."""
     s = settings(plan, TARGET)
     cl = plan.cluster
+    F = options(plan)
     lines: list[list] = []
     if cl.nodes > 1:
-        lines.append(["--hostfile", Var("hostfile")])
+        lines.append([F("hostfile"), Var("hostfile")])
         if s.get("launcher"):
-            lines.append(["--launcher", s["launcher"]])
-    lines += [["--num_nodes", cl.nodes], ["--num_gpus", cl.gpus_per_node]]
+            lines.append([F("launcher"), s["launcher"]])
+    lines += [[F("num_nodes"), cl.nodes], [F("num_gpus"), cl.gpus_per_node]]
     if cl.nodes > 1:
         lines.append([Var("master[@]")])
     if cl.nodes > 1 or "master_port" in s:
         # one node still opens the rendezvous there (runner.py hands it to deepspeed.launcher.launch)
-        lines.append(["--master_port", s.get("master_port", MASTER_PORT)])
+        lines.append([F("master_port"), s.get("master_port", MASTER_PORT)])
     return lines
 
 
@@ -120,13 +141,15 @@ def build(plan) -> list[File]:
     from parc.targets.render import render
 
     s = settings(plan, TARGET)
+    F = options(plan)
     hosts = hostfile(plan)
     first = (s.get("hosts") or [None])[0]
     env = nccl_env(plan)
     text = render("deepspeed/launch.sh.j2", header=_header(plan), need_here=True, env=env, per_node=False,
                   multi=plan.cluster.nodes > 1, has_hostfile=hosts is not None, first_host=first,
                   launcher_lines=launcher_lines(plan), entrypoint=s["entrypoint"],
-                  arg_lines=[[a] for a in s.get("args") or []], config=CONFIG)
+                  arg_lines=[[a] for a in s.get("args") or []], config=CONFIG, master_flag=F("master_addr"),
+                  ds_flag=F("deepspeed"), ds_config_flag=F("deepspeed_config"))
     files = [File("launch.sh", text, True), File(CONFIG, config_json(plan))]
     if hosts is not None:
         files.append(File("hostfile", hosts))

@@ -12,7 +12,7 @@ and P613 refuse the other plans Megatron-LM cannot run).
 """
 from __future__ import annotations
 
-from parc.model.targets import rank_orders
+from parc.model.targets import flag, pinned, rank_orders
 from parc.targets.base import Env, File, settings, order_over
 from parc.targets import torchrun
 
@@ -20,12 +20,20 @@ TARGET = "megatron"
 DEFAULT_ENTRYPOINT = "pretrain_gpt.py"
 
 
+def options(plan):
+    """``F(what)``: the option the release the plan launches spells ``what`` with (flags.toml);
+    ``plan`` None: the newest release's."""
+    version = pinned(plan, TARGET) if plan is not None else None
+    return lambda what: flag(TARGET, what, version)
+
+
 def mapping(plan) -> tuple[bool, str | None]:
-    """(expressible, flag): whether Megatron can lay ranks out in the plan's order, and how."""
+    """(expressible, option): whether Megatron can lay ranks out in the plan's order, and the
+    option that picks it (target.toml's rank_orders name its flags.toml entry)."""
     big = order_over(plan)
-    for canon, flag in rank_orders(TARGET):   # target.toml's rank_orders
+    for canon, what in rank_orders(TARGET):
         if big == [ax for ax in canon if plan.mesh.size(ax) > 1]:
-            return True, flag or None
+            return True, options(plan)(what) if what else None
     return False, None
 
 
@@ -44,11 +52,12 @@ def vocab_divisor(vocab: int, tp: int) -> int:
 def layer_flags(plan) -> list[list]:
     """Virtual stages and the layer split: nothing for an even split, first/last-stage layer
     counts when only the first and last pipeline ranks differ, else an explicit layout."""
+    F = options(plan)
     pp, v = plan.mesh.pp, plan.schedule.virtual_stages
     layers = plan.placement.layers
     if pp == 1:
         return []
-    vflag = [["--num-virtual-stages-per-pipeline-rank", v]] if v > 1 else []
+    vflag = [[F("num_virtual_stages_per_pipeline_rank"), v]] if v > 1 else []
     if not layers or len(set(layers)) == 1:
         return vflag
     # loop placement: virtual stage s lives on pipeline rank s % pp
@@ -56,12 +65,12 @@ def layer_flags(plan) -> list[list]:
     totals = [sum(ch) for ch in chunks]
     middle = totals[1:-1]
     if (all(len(set(ch)) == 1 for ch in chunks) and len(set(middle)) <= 1 and min(totals) > 0):
-        return [["--decoder-first-pipeline-num-layers", totals[0]],
-                ["--decoder-last-pipeline-num-layers", totals[-1]]] + vflag
+        return [[F("decoder_first_pipeline_num_layers"), totals[0]],
+                [F("decoder_last_pipeline_num_layers"), totals[-1]]] + vflag
     stages = []
     for s, n in enumerate(layers):
         stages.append(("E" if s == 0 else "") + "t" * n + ("L" if s == len(layers) - 1 else ""))
-    return [["--pipeline-model-parallel-layout", "|".join(stages)]]
+    return [[F("pipeline_model_parallel_layout"), "|".join(stages)]]
 
 
 def layer_pattern(bits: list[int]) -> str:
@@ -113,87 +122,90 @@ def overlap_lines(plan) -> list[list]:
     backend is ``auto`` by default (Transformer Engine picks its flash or cuDNN fused kernel,
     parc's ``flash_attention = true``); ``flash_attention = false`` is ``--attention-backend
     unfused``. P654, P655 and P659 refuse the combinations Megatron-LM asserts against."""
+    F = options(plan)
     tr, me = plan.train, plan.mesh
     out: list[list] = []
     if tr.overlap_grad_reduce:
-        out.append(["--overlap-grad-reduce"])
+        out.append([F("overlap_grad_reduce")])
     if tr.overlap_param_gather:
-        out.append(["--overlap-param-gather"])
+        out.append([F("overlap_param_gather")])
     if tr.tp_comm_overlap and me.tp > 1:
-        out.append(["--tp-comm-overlap"])
+        out.append([F("tp_comm_overlap")])
     if tr.ep_comm_overlap and plan.model.is_moe and me.ep > 1:
-        out.append(["--overlap-moe-expert-parallel-comm"])
+        out.append([F("overlap_moe_expert_parallel_comm")])
     if not tr.flash_attention:
-        out.append(["--attention-backend", "unfused"])
+        out.append([F("attention_backend"), "unfused"])
     return out
 
 
 def _parallel_lines(plan) -> list[list]:
+    F = options(plan)
     m, me, tr = plan.model, plan.mesh, plan.train
     out: list[list] = []
     a = out.append
-    a(["--tensor-model-parallel-size", me.tp])
-    a(["--pipeline-model-parallel-size", me.pp])
-    a(["--context-parallel-size", me.cp])
-    _, flag = mapping(plan)
-    if flag:
-        a([flag])
+    a([F("tensor_model_parallel_size"), me.tp])
+    a([F("pipeline_model_parallel_size"), me.pp])
+    a([F("context_parallel_size"), me.cp])
+    _, layout = mapping(plan)
+    if layout:
+        a([layout])
     if tr.sequence_parallel and me.tp > 1:
-        a(["--sequence-parallel"])
+        a([F("sequence_parallel")])
     out.extend(layer_flags(plan))
     if m.is_moe:
-        a(["--expert-model-parallel-size", me.ep])
-        a(["--expert-tensor-parallel-size", me.etp])
+        a([F("expert_model_parallel_size"), me.ep])
+        a([F("expert_tensor_parallel_size"), me.etp])
     return out
 
 
 def _model_lines(plan) -> list[list]:
+    F = options(plan)
     m, me = plan.model, plan.mesh
     out: list[list] = []
     a = out.append
-    a(["--num-layers", m.layers])
-    a(["--hidden-size", m.hidden])
-    a(["--ffn-hidden-size", m.ffn_hidden])
-    a(["--num-attention-heads", m.heads])
+    a([F("num_layers"), m.layers])
+    a([F("hidden_size"), m.hidden])
+    a([F("ffn_hidden_size"), m.ffn_hidden])
+    a([F("num_attention_heads"), m.heads])
     if m.kv_heads != m.heads:
-        a(["--group-query-attention"])
-        a(["--num-query-groups", m.kv_heads])
+        a([F("group_query_attention")])
+        a([F("num_query_groups"), m.kv_heads])
     if m.head_dim and m.head_dim * m.heads != m.hidden:
-        a(["--kv-channels", m.head_dim])
-    a(["--seq-length", m.seq_len])
+        a([F("kv_channels"), m.head_dim])
+    a([F("seq_length"), m.seq_len])
     # the model's own position count (a learned table's size), never below seq_len (MEG-41)
-    a(["--max-position-embeddings", max(m.seq_len, m.max_positions or 0)])
-    a(["--vocab-size", m.vocab])
-    a(["--make-vocab-size-divisible-by", vocab_divisor(m.vocab, me.tp)])
+    a([F("max_position_embeddings"), max(m.seq_len, m.max_positions or 0)])
+    a([F("vocab_size"), m.vocab])
+    a([F("make_vocab_size_divisible_by"), vocab_divisor(m.vocab, me.tp)])
     if m.mlp == "swiglu":
-        a(["--swiglu"])
-    a(["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"])
-    a(["--position-embedding-type", "rope" if m.position == "rope" else "learned_absolute"])
+        a([F("swiglu")])
+    a([F("normalization"), "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"])
+    a([F("position_embedding_type"), "rope" if m.position == "rope" else "learned_absolute"])
     if m.position == "rope":
-        a(["--rotary-base", m.rope_theta])   # Megatron's default is 10000; Llama 3 uses 500000
+        a([F("rotary_base"), m.rope_theta])   # Megatron's default is 10000; Llama 3 uses 500000
     if not m.bias:
-        a(["--disable-bias-linear"])
+        a([F("disable_bias_linear")])
     if m.qkv_bias and not m.bias:
-        a(["--add-qkv-bias"])
+        a([F("add_qkv_bias")])
     if not m.tied_embeddings:
-        a(["--untie-embeddings-and-output-weights"])
-    out += attention_lines(m)
+        a([F("untie_embeddings_and_output_weights")])
+    out += attention_lines(m, F)
     if m.is_moe:
-        a(["--num-experts", m.experts])
-        a(["--moe-router-topk", m.top_k])
-        a(["--moe-ffn-hidden-size", m.moe_ffn_hidden])
+        a([F("num_experts"), m.experts])
+        a([F("moe_router_topk"), m.top_k])
+        a([F("moe_ffn_hidden_size"), m.moe_ffn_hidden])
         if m.shared_experts:
-            a(["--moe-shared-expert-intermediate-size", m.shared_experts * m.moe_ffn_hidden])
+            a([F("moe_shared_expert_intermediate_size"), m.shared_experts * m.moe_ffn_hidden])
         if moe_layer_freq(m):
-            a(["--moe-layer-freq", moe_layer_freq(m)])
+            a([F("moe_layer_freq"), moe_layer_freq(m)])
         if me.ep > 1:
-            a(["--moe-token-dispatcher-type", "alltoall"])
+            a([F("moe_token_dispatcher_type"), "alltoall"])
     if m.mtp_layers:
-        a(["--mtp-num-layers", m.mtp_layers])
+        a([F("mtp_num_layers"), m.mtp_layers])
     return out
 
 
-def attention_lines(m) -> list[list]:
+def attention_lines(m, F=None) -> list[list]:
     """The attention's shape as Megatron-LM 0.20 spells it (megatron/training/arguments.py, the
     TransformerConfig fields it generates): multi-head latent attention (``--multi-latent-attention``
     with its ranks and head widths, and ``--qk-layernorm`` for the latents' norms, as Megatron-LM's
@@ -202,24 +214,25 @@ def attention_lines(m) -> list[list]:
     ``global_every``-th layer (``--window-size W-1,0`` and ``--window-attn-skip-freq``, as its gpt-oss
     example: examples/gptoss/02_train.sh). Chunked local attention has no Megatron-LM spelling
     (P620)."""
+    F = F or options(None)
     out: list[list] = []
     a = out.append
     if m.is_mla:
-        a(["--multi-latent-attention"])
+        a([F("multi_latent_attention")])
         if m.q_lora_rank:       # Megatron's default None: queries projected directly
-            a(["--q-lora-rank", m.q_lora_rank])
-        a(["--kv-lora-rank", m.kv_lora_rank])
-        a(["--qk-head-dim", m.qk_nope_head_dim])
-        a(["--qk-pos-emb-head-dim", m.qk_rope_head_dim])
-        a(["--v-head-dim", m.v_head_dim])
+            a([F("q_lora_rank"), m.q_lora_rank])
+        a([F("kv_lora_rank"), m.kv_lora_rank])
+        a([F("qk_head_dim"), m.qk_nope_head_dim])
+        a([F("qk_pos_emb_head_dim"), m.qk_rope_head_dim])
+        a([F("v_head_dim"), m.v_head_dim])
     if m.is_mla or m.qk_norm:
-        a(["--qk-layernorm"])
+        a([F("qk_layernorm")])
     if m.attention_sinks:
-        a(["--softmax-type", "learnable"])
+        a([F("softmax_type"), "learnable"])
     if m.attention_window and m.local_attention == "sliding":
-        a(["--window-size", f"{m.attention_window - 1},0"])
+        a([F("window_size"), f"{m.attention_window - 1},0"])
         if m.global_every:
-            a(["--window-attn-skip-freq", m.global_every])
+            a([F("window_attn_skip_freq"), m.global_every])
     return out
 
 
@@ -251,44 +264,45 @@ def inexpressible(plan) -> list[tuple[str, str, str]]:
 
 
 def _training_lines(plan) -> list[list]:
+    F = options(plan)
     sc, tr = plan.schedule, plan.train
     out: list[list] = []
     a = out.append
-    a(["--micro-batch-size", sc.micro_batch])
-    a(["--global-batch-size", sc.global_batch])
+    a([F("micro_batch_size"), sc.micro_batch])
+    a([F("global_batch_size"), sc.global_batch])
     # optimizer and precision
-    a(["--optimizer", "sgd" if tr.optimizer == "sgd" else "adam"])
+    a([F("optimizer"), "sgd" if tr.optimizer == "sgd" else "adam"])
     if tr.zero >= 1:
-        a(["--use-distributed-optimizer"])
+        a([F("use_distributed_optimizer")])
     if fsdp(plan):
-        a(["--use-megatron-fsdp"])
-        a(["--data-parallel-sharding-strategy", "optim_grads_params"])
-        a(["--ckpt-format", "fsdp_dtensor"])   # validate_args: Megatron-FSDP's only checkpoint format
+        a([F("use_megatron_fsdp")])
+        a([F("data_parallel_sharding_strategy"), "optim_grads_params"])
+        a([F("ckpt_format"), "fsdp_dtensor"])   # validate_args: Megatron-FSDP's only checkpoint format
     if tr.precision in ("bf16", "fp8"):
-        a(["--bf16"])
+        a([F("bf16")])
     elif tr.precision == "fp16":
-        a(["--fp16"])
-    out += fp8_lines(tr)
+        a([F("fp16")])
+    out += fp8_lines(tr, F)
     if tr.main_grads == "bf16" or tr.optimizer_state == "bf16":
-        a(["--use-precision-aware-optimizer"])
+        a([F("use_precision_aware_optimizer")])
         if tr.main_grads == "bf16":
-            a(["--main-grads-dtype", "bf16"])
+            a([F("main_grads_dtype"), "bf16"])
         if tr.optimizer_state == "bf16":
-            a(["--exp-avg-dtype", "bf16"])
-            a(["--exp-avg-sq-dtype", "bf16"])
+            a([F("exp_avg_dtype"), "bf16"])
+            a([F("exp_avg_sq_dtype"), "bf16"])
     if tr.recompute == "selective":
-        a(["--recompute-granularity", "selective"])
+        a([F("recompute_granularity"), "selective"])
         if tr.recompute_modules:     # Megatron-LM's default is core_attn alone
-            a(["--recompute-modules", *tr.recompute_modules])
+            a([F("recompute_modules"), *tr.recompute_modules])
     elif tr.recompute == "full":
-        a(["--recompute-granularity", "full"])
-        a(["--recompute-method", "uniform"])
-        a(["--recompute-num-layers", 1])
-    a(["--transformer-impl", "transformer_engine"])
+        a([F("recompute_granularity"), "full"])
+        a([F("recompute_method"), "uniform"])
+        a([F("recompute_num_layers"), 1])
+    a([F("transformer_impl"), "transformer_engine"])
     tok = settings(plan, TARGET).get("tokenizer")
     if tok:
-        a(["--tokenizer-type", "HuggingFaceTokenizer"])
-        a(["--tokenizer-model", tok])
+        a([F("tokenizer_type"), "HuggingFaceTokenizer"])
+        a([F("tokenizer_model"), tok])
     return out
 
 
@@ -296,21 +310,22 @@ def _training_lines(plan) -> list[list]:
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 
 
-def fp8_lines(tr) -> list[list]:
+def fp8_lines(tr, F=None) -> list[list]:
     """FP8 training as Megatron-LM spells it: ``--fp8-format`` (hybrid: e4m3 forward, e5m2
     gradients, parc's choice for the delayed and tensorwise recipes; e4m3 for the block-scaled
     recipes, which scale every tensor per block as DeepSeek-V3 trained, §3.3.2), ``--fp8-recipe``
     where the plan names one (Megatron-LM's default is delayed), ``--fp8-param-gather`` where the
     linear weights are kept in FP8 (its check wants the distributed optimizer or Megatron-FSDP:
     P621)."""
+    F = F or options(None)
     if tr.precision != "fp8":
         return []
     blocks = tr.fp8_recipe in ("blockwise", "mxfp8")
-    out: list[list] = [["--fp8-format", "e4m3" if blocks else "hybrid"]]
+    out: list[list] = [[F("fp8_format"), "e4m3" if blocks else "hybrid"]]
     if tr.fp8_recipe in FP8_RECIPES:
-        out.append(["--fp8-recipe", tr.fp8_recipe])
+        out.append([F("fp8_recipe"), tr.fp8_recipe])
     if tr.fp8_param_gather:
-        out.append(["--fp8-param-gather"])
+        out.append([F("fp8_param_gather")])
     return out
 
 

@@ -141,33 +141,42 @@ def server_lines(plan, node_rank, side: str | None = None, slotted: bool = False
     s = settings(plan, TARGET)
     sv, m = plan.serve, plan.model
     lay = layout(plan)
-    out: list[list] = [["--host", "0.0.0.0"], ["--port", Var("port") if slotted else s.get("port", PORT)]]
+    F = options(plan)
+    out: list[list] = [[F("host"), "0.0.0.0"], [F("port"), Var("port") if slotted else s.get("port", PORT)]]
     if slotted:   # SGLang's own one-node disaggregation: the decode server with --base-gpu-id 1
-        out.append(["--base-gpu-id", Var("base_gpu_id")])
-    out += [["--tp-size", lay.tp_size], ["--pp-size", lay.pp_size]]
+        out.append([F("base_gpu_id"), Var("base_gpu_id")])
+    out += [[F("tp_size"), lay.tp_size], [F("pp_size"), lay.pp_size]]
     a = out.append
     if lay.dp_size > 1:
-        a(["--dp-size", lay.dp_size])
+        a([F("dp_size"), lay.dp_size])
     if lay.attn_dp > 1:
         a(attn_dp_words(plan, lay.attn_dp))
     if lay.ep_size > 1:
-        a(["--ep-size", lay.ep_size])
+        a([F("ep_size"), lay.ep_size])
     if s.get("moe_a2a_backend"):
-        a(["--moe-a2a-backend", s["moe_a2a_backend"]])
+        a([F("moe_a2a_backend"), s["moe_a2a_backend"]])
     out += _serving_lines(plan) + _scheduler_lines(plan)
-    a(["--kv-cache-dtype", KV_DTYPES.get(sv.kv_cache_dtype, "auto")])
+    a([F("kv_cache_dtype"), KV_DTYPES.get(sv.kv_cache_dtype, "auto")])
     out += model_lines(plan)
     side = side or s.get("disaggregation")
     if side:
-        a(["--disaggregation-mode", side])
-        a(["--disaggregation-transfer-backend", transfer_backend(plan)])
+        a([F("disaggregation_mode"), side])
+        a([F("disaggregation_transfer_backend"), transfer_backend(plan)])
         if slotted and side == "prefill":
-            a(["--disaggregation-bootstrap-port", Var("bootstrap_port")])
+            a([F("disaggregation_bootstrap_port"), Var("bootstrap_port")])
     if lay.nnodes > 1:
-        a(["--nnodes", lay.nnodes])
-        a(["--node-rank", node_rank])
-        a(["--dist-init-addr", Cat((Var("master_addr"), f":{s.get('dist_port', DIST_PORT)}"))])
+        a([F("nnodes"), lay.nnodes])
+        a([F("node_rank"), node_rank])
+        a([F("dist_init_addr"), Cat((Var("master_addr"), f":{s.get('dist_port', DIST_PORT)}"))])
     return out + [[x] for x in s.get("extra_args") or []]
+
+
+def options(plan):
+    """``F(what)``: the option the release the plan launches spells ``what`` with (flags.toml)."""
+    from parc.model.targets import flag, pinned
+
+    version = pinned(plan, TARGET)
+    return lambda what: flag(TARGET, what, version)
 
 
 def model_lines(plan) -> list[list]:
@@ -180,13 +189,13 @@ def model_lines(plan) -> list[list]:
     from parc.model.checkpoints import load_quantization
     from parc.targets.hf import overrides
 
-    m = plan.model
-    out: list[list] = [["--dtype", DTYPES[m.dtype]]]
+    m, F = plan.model, options(plan)
+    out: list[list] = [[F("dtype"), DTYPES[m.dtype]]]
     if load_quantization(m):
-        out.append(["--quantization", load_quantization(m)])
+        out.append([F("quantization"), load_quantization(m)])
     found, _ = overrides(m)
     if found:
-        out.append(["--json-model-override-args", json.dumps(found, separators=(",", ":"), sort_keys=True)])
+        out.append([F("json_model_override_args"), json.dumps(found, separators=(",", ":"), sort_keys=True)])
     return out
 
 
@@ -194,7 +203,7 @@ def inexpressible(plan) -> list[tuple[str, str, str]]:
     """(path, what, help) of each model field SGLang cannot be told (P620)."""
     from parc.targets.hf import inexpressible as changed
 
-    return changed(plan, "SGLang", "--json-model-override-args")
+    return changed(plan, "SGLang", options(plan)("json_model_override_args"))
 
 
 def _serving_lines(plan) -> list[list]:
@@ -236,7 +245,7 @@ def _scheduler_lines(plan) -> list[list]:
         return [flag(TARGET, what, version), *value]
 
     out = [opt("context_length", sv.max_model_len)] if sv.max_model_len is not None else []
-    out.append(["--mem-fraction-static", repr(float(sv.gpu_memory_utilization))])
+    out.append(opt("mem_fraction_static", repr(float(sv.gpu_memory_utilization))))
     if sv.max_num_seqs is not None:
         out.append(opt("max_running_requests", sv.max_num_seqs))
     if sv.max_num_batched_tokens is not None:
@@ -302,6 +311,7 @@ def _script(plan, lay: Layout, side: str | None = None, script: str = "launch.sh
     return render("sglang/launch.sh.j2", header=header, need_here=False,
                   env=device_env(plan, TARGET) + nccl_env(plan), multi=lay.nodes > 1 and not slots, nnodes=lay.nodes,
                   per_server=lay.nnodes, servers=lay.servers, model=settings(plan, TARGET)["model"],
+                  model_flag=options(plan)("model_path"),
                   lines=server_lines(plan, node, side, slotted=bool(slots)), slots=slots)
 
 

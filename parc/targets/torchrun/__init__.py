@@ -41,20 +41,25 @@ def launcher_lines(plan, *, rdzv: str, endpoint: str | None, max_restarts: int,
                    python_module: bool = False) -> list[list]:
     """torchrun's own options, one per line; ``python_module``: the entry point is a Python module
     (``-m``, as ``python -m``), such as torchtitan's ``torchtitan.train``."""
+    from parc.model.targets import flag
+
+    def F(what: str) -> str:      # torchrun's options (flags.toml; torchrun has no pinned release)
+        return flag(TARGET, what, None)
+
     cl = plan.cluster
-    lines: list[list] = [["--nnodes", cl.nodes], ["--nproc-per-node", cl.gpus_per_node]]
+    lines: list[list] = [[F("nnodes"), cl.nodes], [F("nproc_per_node"), cl.gpus_per_node]]
     if rdzv == "standalone":
-        lines.append(["--standalone"])
+        lines.append([F("standalone")])
     elif rdzv == "c10d":
         at = endpoint or Cat((Var("master_addr"), ":", Var("master_port")))
-        lines += [["--rdzv-backend", "c10d"], ["--rdzv-endpoint", at],
-                  ["--rdzv-id", "parc-" + plan_id(plan)]]
+        lines += [[F("rdzv_backend"), "c10d"], [F("rdzv_endpoint"), at],
+                  [F("rdzv_id"), "parc-" + plan_id(plan)]]
     else:
-        lines += [["--node-rank", Var("node_rank")], ["--rdzv-backend", "static"],
-                  ["--master-addr", Var("master_addr")], ["--master-port", Var("master_port")]]
-    lines.append(["--max-restarts", max_restarts])
+        lines += [[F("node_rank"), Var("node_rank")], [F("rdzv_backend"), "static"],
+                  [F("master_addr"), Var("master_addr")], [F("master_port"), Var("master_port")]]
+    lines.append([F("max_restarts"), max_restarts])
     if python_module:
-        lines.append(["-m"])
+        lines.append([F("module")])
     return lines
 
 

@@ -130,11 +130,21 @@ def _model_faults(plan, name: str, entry: dict) -> list[tuple[str, str, str]]:
              "with `module` and `config` in `target torchtitan`") for f, v in want.items()]
 
 
+def options(plan):
+    """``F(what)``: the option the release the plan launches spells ``what`` with (flags.toml)."""
+    from parc.model.targets import flag, pinned
+
+    version = pinned(plan, TARGET)
+    return lambda what: flag(TARGET, what, version)
+
+
 def recompute_word(plan) -> list[list]:
-    """train.recompute as torchtitan's activation_checkpoint subcommand (target.toml [recompute]),
-    which must come last on its command line (tyro reads no option of the trainer after it)."""
-    word = _data()["recompute"].get(plan.train.recompute)
-    return [[word]] if word else []
+    """train.recompute as torchtitan's activation_checkpoint subcommand (flags.toml), which must
+    come last on its command line (tyro reads no option of the trainer after it)."""
+    from parc.model.targets import flag_table
+
+    member = flag_table(TARGET)["activation_checkpoint"]["values"].get(plan.train.recompute)
+    return [[f"{options(plan)('activation_checkpoint')}:{member}"]] if member else []
 
 
 def schedule_name(plan) -> str:
@@ -173,51 +183,51 @@ def split_overrides(plan) -> list[list] | None:
       ``_get_pipeline_metadata``), else the ``layers_per_stage`` whose ceil((layers + 2) /
       layers_per_stage) stages are the plan's."""
     me, v = plan.mesh, plan.schedule.virtual_stages
-    par = "--parallelism."
+    F = options(plan)
     per_stage = even_stage_layers(plan)
     if per_stage:
-        return [[par + "pipeline_parallel_first_stage_less_layers", 0],
-                [par + "pipeline_parallel_last_stage_less_layers", 0],
-                [par + "pipeline_parallel_layers_per_stage", per_stage]]
+        return [[F("pipeline_parallel_first_stage_less_layers"), 0],
+                [F("pipeline_parallel_last_stage_less_layers"), 0],
+                [F("pipeline_parallel_layers_per_stage"), per_stage]]
     if plan.placement.layers_mode != "even":
         return None
     if v <= 2:
         return []
     stages, effective = me.pp * v, plan.model.layers + 2
     lps = -(-effective // stages)
-    return [[par + "pipeline_parallel_layers_per_stage", lps]] if -(-effective // lps) == stages else None
+    return [[F("pipeline_parallel_layers_per_stage"), lps]] if -(-effective // lps) == stages else None
 
 
 def overrides(plan) -> list[list]:
     """torchtitan's command line after ``-m torchtitan.train``, one option a line."""
     me, sc, tr = plan.mesh, plan.schedule, plan.train
+    F = options(plan)
     module, config = module_config(plan)
     d = degrees(plan)
-    par = "--parallelism."
-    out: list[list] = [["--module", module], ["--config", config],
-                       [par + "data_parallel_replicate_degree", d["dp_replicate"]],
-                       [par + "data_parallel_shard_degree", d["dp_shard"]]]
+    out: list[list] = [[F("module"), module], [F("config"), config],
+                       [F("data_parallel_replicate_degree"), d["dp_replicate"]],
+                       [F("data_parallel_shard_degree"), d["dp_shard"]]]
     if tr.zero > 0:
-        out.append([par + "fsdp_reshard_after_forward", "always" if tr.zero == 3 else "never"])
-    out += [[par + "tensor_parallel_degree", me.tp], [par + "context_parallel_degree", me.cp],
-            [par + "pipeline_parallel_degree", me.pp], [par + "expert_parallel_degree", me.ep]]
+        out.append([F("fsdp_reshard_after_forward"), "always" if tr.zero == 3 else "never"])
+    out += [[F("tensor_parallel_degree"), me.tp], [F("context_parallel_degree"), me.cp],
+            [F("pipeline_parallel_degree"), me.pp], [F("expert_parallel_degree"), me.ep]]
     if me.tp > 1:
-        out.append([par + ("enable_sequence_parallel" if tr.sequence_parallel else "no_enable_sequence_parallel")])
+        out.append([F("enable_sequence_parallel" if tr.sequence_parallel else "no_enable_sequence_parallel")])
         out += async_tp(plan)
     local = sc.micro_batch
     if me.pp > 1:
-        out += [[par + "pipeline_parallel_schedule", schedule_name(plan)],
-                [par + "pipeline_parallel_microbatch_size", sc.micro_batch]]
+        out += [[F("pipeline_parallel_schedule"), schedule_name(plan)],
+                [F("pipeline_parallel_microbatch_size"), sc.micro_batch]]
         out += split_overrides(plan) or []
         local = sc.micro_batch * (sc.microbatches or 1)
     # torchtitan's Trainer.Config refuses CUDA graphs with a pipeline, and with expert parallelism
     # through a token dispatcher that synchronizes with the CPU (the all-to-all its MoE models use)
     if me.pp > 1 or (plan.model.is_moe and me.ep > 1):
-        out.append(["--training.disable_cuda_graphs"])
-    out += [["--training.local_batch_size", local], ["--training.global_batch_size", sc.global_batch],
-            ["--training.seq_len", plan.model.seq_len]]
+        out.append([F("disable_cuda_graphs")])
+    out += [[F("local_batch_size"), local], [F("global_batch_size"), sc.global_batch],
+            [F("seq_len"), plan.model.seq_len]]
     if tr.precision in PRECISION:
-        out.append(["--training.mixed_precision_param", PRECISION[tr.precision]])
+        out.append([F("mixed_precision_param"), PRECISION[tr.precision]])
     return out
 
 
@@ -226,9 +236,10 @@ def async_tp(plan) -> list[list]:
     (torchtitan/config/configs.py CompileConfig, 0.3.0): Inductor's micro-pipeline TP pass, so it
     needs ``--compile.enable`` with the model among ``compile.components`` (the default). Both
     ways are written out, since torchtitan's own llama3_405b config turns it on (config_registry.py)."""
+    F = options(plan)
     if plan.train.tp_comm_overlap:
-        return [["--compile.enable"], ["--compile.enable_async_tensor_parallel"]]
-    return [["--compile.no_enable_async_tensor_parallel"]]
+        return [[F("compile_enable")], [F("enable_async_tensor_parallel")]]
+    return [[F("no_enable_async_tensor_parallel")]]
 
 
 def _lines(plan) -> list[list]:

@@ -1,0 +1,60 @@
+"""The flag tables of docs/import.md, made from each engine target's ``flags.toml``: the table
+``parc compile`` writes from and ``parc import`` reads through, so the page cannot drift from
+either (tests/test_import_docs.py compares them)."""
+from __future__ import annotations
+
+ENGINES = ("vllm", "sglang", "megatron", "torchtitan", "deepspeed", "torchrun")
+BEGIN = "<!-- flag-tables: generated from parc/targets/*/flags.toml; PARC_UPDATE_GOLDEN=1 rewrites it -->"
+END = "<!-- end of flag-tables -->"
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _spellings(entry: dict) -> str:
+    out = []
+    for n in entry.get("names", []):
+        span = ", ".join(x for x in (f"since {n['since']}" if n.get("since") else "",
+                                     f"until {n['until']}" if n.get("until") else "") if x)
+        alias = "alias" if n.get("alias") else ""
+        note = "; ".join(x for x in (span, alias) if x)
+        out.append(f"`{n['name']}`" + (f" ({note})" if note else ""))
+    return ", ".join(out)
+
+
+def _key(entry: dict) -> str:
+    key = entry.get("key")
+    if key:
+        keys = key if isinstance(key, list) else [key]
+        return ", ".join(f"`{k}`" for k in keys)
+    if entry.get("plumbing"):
+        return "wiring: parc writes it from the cluster and node"
+    if entry.get("read"):
+        return "read by the importer's rule"
+    return "`extra_args`"
+
+
+def table(engine: str) -> str:
+    from parc.model.targets import display, flag_table
+
+    rows = [f"### {display(engine)} (`--target {engine}`)", "",
+            "| option | `.par` key | import | notes |", "|---|---|---|---|"]
+    for what, e in flag_table(engine).items():
+        how = ("plumbing" if e.get("plumbing") else f"rule `{e['read']}`" if e.get("read") else
+               "value" if e.get("key") else "carried")
+        if e.get("emitted") is False:
+            how += "; never emitted"
+        rows.append(f"| {_spellings(e) or '`' + what + '`'} | {_key(e)} | {how} | {_cell(e.get('doc', ''))} |")
+    return "\n".join(rows) + "\n"
+
+
+def section() -> str:
+    return BEGIN + "\n\n" + "\n".join(table(e) for e in ENGINES) + "\n" + END
+
+
+def replace_section(page: str) -> str:
+    """``page`` with its generated section replaced by the tables of today's flags.toml files."""
+    head, _, rest = page.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    return head + section() + tail
