@@ -354,3 +354,22 @@ def test_p109_vllm_spreads_experts_unevenly(check_spec):
                  target={"megatron": 'entrypoint = "pretrain_gpt.py"'})
     d = assert_fires(check_spec, train, "P109", "ep = 6")
     assert "Megatron-LM refuses it" in d.message
+
+
+def test_p112_names_the_engine_the_spec_targets(check_spec):
+    # the same misfit grid, launched by vLLM, by Megatron-LM and by no engine: the message cites
+    # the engine that runs the plan, never one it does not target
+    vllm = spec("from = deepseek_v3; dtype = fp8", mesh="dp = 8; ep = 7",
+                serve="max_model_len = 4096; dp_attention = true",
+                target={"vllm": 'model = "deepseek-ai/DeepSeek-V3"'})
+    d = assert_fires(check_spec, vllm, "P112", "ep = 7")
+    assert "vLLM" in d.message and "Megatron-LM" not in d.message, d.message
+    assert "dp·cp·tp" in d.message, d.message
+    mega = spec(MOE, nodes=4, mesh="dp = 16; tp = 2; ep = 8; etp = 8",
+                schedule="micro_batch = 1; global_batch = 256", train=FITS, target={"megatron": ""})
+    d = assert_fires(check_spec, mega, "P112", "ep = 8")
+    assert "Megatron-LM: world 32 % (etp·ep·pp = 64) ≠ 0" in d.message, d.message
+    assert "Megatron-LM" in d.message and "vLLM" not in d.message, d.message
+    titan = mega.replace("target megatron", "target torchtitan")
+    d = assert_fires(check_spec, titan, "P112", "ep = 8")
+    assert "torchtitan" in d.message and "Megatron-LM" not in d.message, d.message

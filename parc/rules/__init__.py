@@ -170,6 +170,18 @@ def _audit_entry(code: str, target: str, version: str | None = None,
     return key, e
 
 
+def audit_entries(code: str, plan: Plan, targets: Iterable[str]) -> list[tuple[str, dict]]:
+    """(audit name, entry) of rule ``code`` for each of ``targets`` that has one, in message
+    order, each entry once (lws names its engine's), for the releases ``plan`` launches."""
+    out, seen = [], set()
+    for t in T.audit_order(targets):
+        found = _audit_entry(code, t, T.pinned(plan, t), plan)
+        if found and found[0] not in seen:
+            seen.add(found[0])
+            out.append(found)
+    return out
+
+
 def in_force(code: str, target: str | None, version: str | None) -> bool:
     """Whether rule ``code`` holds for release ``version`` of ``target`` (its rules.toml entry's
     ``since``/``until``); a generic rule, or a target without versions, always."""

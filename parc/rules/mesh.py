@@ -507,9 +507,24 @@ def expert_grid(plan, c):
     c.report(c.at("mesh.ep" if m.ep > 1 else "mesh.etp"),
              f"the expert grid ep · etp = {m.ep} · {m.etp} = {grid} does not fit the dp · cp · tp = "
              f"{m.dp} · {m.cp} · {m.tp} = {count(region, 'rank')} of a pipeline stage it is carved from "
-             f"(Megatron-LM: world {world} % (etp·ep·pp = {grid * m.pp}) ≠ 0, found only at process-group init)",
+             f"({_grid_engines(plan, c, world, grid * m.pp)})",
              help=("ep · etp must divide dp · cp · tp: " + "; or ".join(helps)) if helps else
                   f"ep · etp must divide dp · cp · tp = {region}")
+
+
+def _grid_engines(plan, c, world: int, stage_grid: int) -> str:
+    """What the engines the spec targets say of a misfit expert grid, each by its audit entry
+    (``vLLM's EP group is always dp·cp·tp``); Megatron-LM's equation, the rule's source,
+    when no target is named or Megatron-LM launches the plan."""
+    from parc.model import targets as T
+    from parc.rules import audit_entries
+
+    megatron = f"Megatron-LM: world {world} % (etp·ep·pp = {stage_grid}) ≠ 0, found only at process-group init"
+    parts = []
+    for key, e in audit_entries("P112", plan, c.active):
+        who, check = T.display(key), e["check"]
+        parts.append(megatron if key == "megatron" else check if check.startswith(who) else f"{who}: {check}")
+    return "; ".join(dict.fromkeys(parts)) or megatron
 
 
 # ------------------------------------------------------------------------------------ P113
