@@ -146,3 +146,15 @@ def test_fix_of_standard_input_prints_the_fixed_text(capsys, monkeypatch):
     cap = capsys.readouterr()
     assert 'target vllm { model = "meta-llama/Llama-3.1-8B" }' in cap.out
     assert "fixed 4 findings in 1 file" in cap.err
+
+
+@pytest.mark.parametrize("fmt", ["json", "sarif"])
+def test_fix_with_a_machine_format_keeps_stdout_parseable(tmp_path, fmt, capsys):
+    import json
+
+    path = _copy(tmp_path, DATA / "fix" / "commented.par")
+    main(["lint", "--fix", "--format", fmt, str(path)])
+    out, err = capsys.readouterr()
+    json.loads(out)   # the report alone: the fixes were said on stderr
+    assert re.search(rf"^fixed {re.escape(str(path))}:3:12: P010 ", err, re.M), err
+    assert f"fixed {path}" not in out
