@@ -41,6 +41,8 @@ class Document:
     partial: dict[str, list[Diagnostic]] = field(default_factory=dict)
     import_failed: bool = False  # a file could not be loaded: missing blocks are not reported
     broken: list = field(default_factory=list)   # (kind, label) of the spec's blocks that did not parse
+    poisoned: list = field(default_factory=list)  # (kind, label, P001) of its statements that did not
+    recovered: bool = False   # the spec had syntax errors and the document is what parsed around them
 
     def err(self, code, msg, span, help=None, related=None, fixes=None):
         self.diags.append(Diagnostic(code, ERROR, msg, span, help=help, related=related or [], fixes=fixes or []))
