@@ -210,9 +210,15 @@ def test_p112_expert_grid(check_spec):
 
 def test_p113_moe_ffn_etp(check_spec):
     model = MOE + "; moe_ffn_hidden = 14002"
-    bad = spec(model, nodes=1, mesh="dp = 8; ep = 2; etp = 4", schedule="micro_batch = 1; global_batch = 64")
+    bad = spec(model, nodes=4, mesh="dp = 32; ep = 2; etp = 4", schedule="micro_batch = 1; global_batch = 64",
+               train=FITS)
     d = assert_fires(check_spec, bad, "P113", "etp = 4")
     assert "14002" in d.message and "etp = 1 or 2" in d.help
+    assert [f.message for f in d.fixes] == ["set `etp = 1`", "set `etp = 2`"]
+    # on one node neither fits in memory (P401 would follow): no degree is promised
+    small = spec(model, nodes=1, mesh="dp = 8; ep = 2; etp = 4", schedule="micro_batch = 1; global_batch = 64")
+    d = assert_fires(check_spec, small, "P113", "etp = 4")
+    assert d.help is None and not d.fixes
     assert_quiet(check_spec, bad.replace("moe_ffn_hidden = 14002", "moe_ffn_hidden = 14336"), "P113")
 
 
@@ -229,10 +235,17 @@ def test_p111_hidden_heads(check_spec):
 # ------------------------------------------------------------------------------ P114, P115
 
 def test_p114_seq_len_cp(check_spec):
-    bad = spec("from = llama3_8b; seq_len = 8190", mesh="dp = 4; cp = 2", schedule="micro_batch = 1; global_batch = 64")
+    bad = spec("from = llama3_8b; seq_len = 8190", mesh="dp = 4; cp = 2", schedule="micro_batch = 1; global_batch = 64",
+               train="zero = 3")
     d = assert_fires(check_spec, bad, "P114", "seq_len = 8190")
-    assert "2 · cp = 4" in d.message and "8188" in d.help and "8192" in d.help
+    assert "2 · cp = 4" in d.help or "2 · cp = 4" in d.message
+    assert "8188" in d.help and "8192" in d.help
+    assert "set `seq_len = 8192`" in [f.message for f in d.fixes]
     assert_quiet(check_spec, bad.replace("8190", "8192"), "P114")
+    # with ZeRO-1 either length leaves under the memory headroom (P405): none is promised
+    tight = bad.replace("zero = 3", "zero = 1")
+    d = assert_fires(check_spec, tight, "P114", "seq_len = 8190")
+    assert d.help == "make seq_len a multiple of 2 · cp = 4" and not d.fixes
 
 
 def test_p115_seq_len_tp_with_sp(check_spec):
