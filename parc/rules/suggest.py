@@ -137,7 +137,16 @@ def changed(plan, values: dict):
 
 
 def _placement(pl, layers=None, **rest):
-    """``pl`` with a layer split as a spec writes it: ``even``, ``balanced`` or a list."""
+    """``pl`` with a layer split as a spec writes it (``even``, ``balanced`` or a list) and the
+    pins of axes to links (``{"tp": None}``: the pin removed)."""
+    links = dict(pl.links)
+    for ax in [k for k in rest if k in ("pp", "dp", "cp", "tp", "ep", "etp")]:
+        v = rest.pop(ax)
+        if v is None:
+            links.pop(ax, None)
+        else:
+            links[ax] = v
+    rest["links"] = links
     if isinstance(layers, str):
         rest.update(layers_mode=layers, layers=None)
     elif layers is not None:
