@@ -64,6 +64,16 @@ def spelled(v) -> str:
     return str(v)
 
 
+def context_help(plan, c, limit: int) -> str:
+    """The way out of a max_model_len above the model's context: the limit itself where the
+    whole rule set accepts it, and the RoPE scaling that would lift the limit."""
+    rope = ("describe the model's RoPE scaling (`rope_scaling`, `rope_factor`, `rope_original_positions`) or "
+            "`max_positions` as its config.json states them")
+    if offer(plan, c, [{"serve.max_model_len": limit}])[0]:
+        return f"set `max_model_len = {limit}` or less, or {rope}"
+    return rope
+
+
 def offer(plan, c, options: list[dict[str, object]]) -> tuple[list[dict], list[Fix]]:
     """Of ``options`` (spec values to set, ``{"mesh.etp": 2}``), those the whole rule set accepts
     as the fix of ``c``'s finding (:func:`parc.rules.suggest.offered`), and their fixes: what a
