@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from parc.rules import WARNING, rule
-from parc.rules.util import (axes_product, describe_tp_options, dims, divisors, given, join,
+from parc.rules.util import (axes_product, describe_tp_options, dims, divisors, engines_say, given, join,
                    nearest, offer, offered_tp_options, plural, ratio, refusers, target_name, tp_options,
                    value_fixes)
 from parc.model.dims import grid_fits, splits
@@ -501,7 +501,7 @@ def expert_grid(plan, c):
         e for e in divisors(md.experts) if e > 1 and grid_fits(region, e, m.etp))
     ok = _offered(plan, c, [{"ep": e} for e in ok], "ep")
     grid = m.ep * m.etp
-    world = m.product
+    megatron = f"Megatron-LM: world {m.product} % (etp·ep·pp = {grid * m.pp}) ≠ 0, found only at process-group init"
     helps = []
     if ok:
         helps.append(f"ep = {join(nearest(ok, m.ep, 4))} with etp = {m.etp}")
@@ -512,24 +512,9 @@ def expert_grid(plan, c):
     c.report(c.at("mesh.ep" if m.ep > 1 else "mesh.etp"),
              f"the expert grid ep · etp = {m.ep} · {m.etp} = {grid} does not fit the dp · cp · tp = "
              f"{m.dp} · {m.cp} · {m.tp} = {count(region, 'rank')} of a pipeline stage it is carved from "
-             f"({_grid_engines(plan, c, world, grid * m.pp)})",
+             f"({engines_say(plan, c, 'P112', megatron)})",
              help=("ep · etp must divide dp · cp · tp: " + "; or ".join(helps)) if helps else
                   f"ep · etp must divide dp · cp · tp = {region}")
-
-
-def _grid_engines(plan, c, world: int, stage_grid: int) -> str:
-    """What the engines the spec targets say of a misfit expert grid, each by its audit entry
-    (``vLLM's EP group is always dp·cp·tp``); Megatron-LM's equation, the rule's source,
-    when no target is named or Megatron-LM launches the plan."""
-    from parc.model import targets as T
-    from parc.rules import audit_entries
-
-    megatron = f"Megatron-LM: world {world} % (etp·ep·pp = {stage_grid}) ≠ 0, found only at process-group init"
-    parts = []
-    for key, e in audit_entries("P112", plan, c.active):
-        who, check = T.display(key), e["check"]
-        parts.append(megatron if key == "megatron" else check if check.startswith(who) else f"{who}: {check}")
-    return "; ".join(dict.fromkeys(parts)) or megatron
 
 
 # ------------------------------------------------------------------------------------ P113

@@ -64,6 +64,20 @@ def spelled(v) -> str:
     return str(v)
 
 
+def engines_say(plan, c, code: str, megatron: str) -> str:
+    """What the engines the spec targets say of finding ``code``, each by its audit entry in
+    rules.toml (``vLLM's EP group is always dp·cp·tp``); ``megatron``, the words of the rule's
+    source, when no target is named or Megatron-LM launches the plan."""
+    from parc.model import targets as T
+    from parc.rules import audit_entries
+
+    parts = []
+    for key, e in audit_entries(code, plan, c.active):
+        who, check = T.display(key), e["check"]
+        parts.append(megatron if key == "megatron" else check if check.startswith(who) else f"{who}: {check}")
+    return "; ".join(dict.fromkeys(parts)) or megatron
+
+
 def context_help(plan, c, limit: int) -> str:
     """The way out of a max_model_len above the model's context: the limit itself where the
     whole rule set accepts it, and the RoPE scaling that would lift the limit."""

@@ -63,18 +63,21 @@ def fix_refusals(check_spec, text, d, targets=(), before=None) -> dict[str, list
 
     before = before if before is not None else check_spec(text, targets)
     had = {x.code for x in before.diagnostics if x.severity == "error" or x.code == HEADROOM}
-    same = sum(x.code == d.code for x in before.diagnostics)
     out = {}
     for fix in d.fixes:
         if any(e.span.file != d.span.file for e in fix.edits):
             continue   # a fix of an imported file: judged where that file is checked
-        after = check_spec(apply_edits(text, fix.edits), targets)
+        new = apply_edits(text, fix.edits)
+        after = check_spec(new, targets)
+        # the finding's line in the fixed text (edits above it move it)
+        at = d.span.start + sum(len(e.text) - (e.span.end - e.span.start) for e in fix.edits
+                                if e.span.end <= d.span.start)
+        line = new.count("\n", 0, at) + 1
         why = []
-        if any(x.code == d.code and x.message == d.message for x in after.diagnostics) or \
-                sum(x.code == d.code for x in after.diagnostics) >= same:
+        if any(x.code == d.code and x.span.line == line for x in after.diagnostics):
             why.append(f"{d.code} is still reported")
-        new = {x.code for x in after.diagnostics if x.severity == "error" or x.code == HEADROOM} - had - {d.code}
-        why += [f"brings {x.code}: {x.message}" for x in after.diagnostics if x.code in new]
+        brought = {x.code for x in after.diagnostics if x.severity == "error" or x.code == HEADROOM} - had - {d.code}
+        why += [f"brings {x.code}: {x.message}" for x in after.diagnostics if x.code in brought]
         if why:
             out[fix.message] = why
     return out
