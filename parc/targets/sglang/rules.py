@@ -3,7 +3,7 @@ sglang target cannot lay out (each message says which)."""
 from __future__ import annotations
 
 from parc.rules import WARNING, rule
-from parc.rules.util import divisors, join, offer, value_fixes
+from parc.rules.util import context_help, divisors, join, offer, value_fixes
 from parc.targets.base import settings, target_span
 from parc.targets.sglang import TARGET, dp_attention, dp_attention_asked, layout, replica
 from parc.words import count
