@@ -108,9 +108,28 @@ def test_alternatives_are_left_for_the_user(tmp_path, capsys):
     assert re.search(r"^left \S+:13:3: P102 not applied unasked: set `tp = 2` and `dp = 6`$", out, re.M)
 
 
-def test_a_fix_that_would_add_a_finding_is_refused(tmp_path, capsys):
+def test_a_rename_onto_a_key_already_set_is_not_offered(tmp_path, capsys):
+    # renaming `tensor_parallel` to `tp` would set `tp` twice (P008): the help says so, no fix
     out = _fixed_unchanged(tmp_path, capsys, DATA / "fix" / "duplicate.par")
-    assert "P007 the fix would bring P008 at line 13: `tp` is set twice in `mesh`" in out
+    d = next(d for d in lint_files([str(DATA / "fix" / "duplicate.par")]).diagnostics if d.code == "P007")
+    assert not d.fixes and "sets `tp` already" in d.help
+    assert not re.search(r"^(fixed|left) \S+ P007", out, re.M), out
+
+
+def test_a_fix_that_would_add_a_finding_is_refused():
+    from parc.language.diagnostics import Diagnostic, Edit, Fix, Span
+    from parc.lint.fix import fix_text
+
+    text = "a = 1\n"
+    span = Span.of("f.par", text, 4, 5)
+    first = Diagnostic("P999", "error", "one", span, fixes=[Fix("write 2", (Edit(span, "2"),))])
+
+    def lint(t):   # the fixed text would report a finding the file did not have, on the edited line
+        return [first] if t == text else [Diagnostic("P998", "error", "two", Span.of("f.par", t, 0, 1))]
+
+    ff = fix_text("f.par", text, lint)
+    assert ff.after == text and not ff.fixed
+    assert ff.left[0][1] == "the fix would bring P998 at line 1: two"
 
 
 def test_a_canonical_file_stays_canonical(tmp_path, capsys):
@@ -146,3 +165,15 @@ def test_fix_of_standard_input_prints_the_fixed_text(capsys, monkeypatch):
     cap = capsys.readouterr()
     assert 'target vllm { model = "meta-llama/Llama-3.1-8B" }' in cap.out
     assert "fixed 4 findings in 1 file" in cap.err
+
+
+@pytest.mark.parametrize("fmt", ["json", "sarif"])
+def test_fix_with_a_machine_format_keeps_stdout_parseable(tmp_path, fmt, capsys):
+    import json
+
+    path = _copy(tmp_path, DATA / "fix" / "commented.par")
+    main(["lint", "--fix", "--format", fmt, str(path)])
+    out, err = capsys.readouterr()
+    json.loads(out)   # the report alone: the fixes were said on stderr
+    assert re.search(rf"^fixed {re.escape(str(path))}:3:12: P010 ", err, re.M), err
+    assert f"fixed {path}" not in out

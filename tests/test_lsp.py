@@ -217,3 +217,33 @@ def test_use_definition_and_imports_rechecked(session):
     c.request("shutdown", None, timeout=5)
     c.notify("exit", None)
     c.proc.wait(timeout=5)
+
+
+def test_fix_all_source_action_applies_every_safe_fix(session):
+    # one action, of the kind editors run on save (source.fixAll), applies what `parc lint --fix`
+    # would: here a misspelt preset, a unit and a long key name
+    c, spec, _ = session
+    text = (DATA / "fix" / "commented.par").read_text()
+    path = spec.with_name("commented.par")
+    path.write_text(text)
+    uri = path.as_uri()
+    c.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "par", "version": 1,
+                                                       "text": text}})
+    diags = c.diagnostics(uri, 1)
+    assert {"P010", "P004", "P007"} <= {d["code"] for d in diags}
+    whole = {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}
+    actions = c.request("textDocument/codeAction", {
+        "textDocument": {"uri": uri}, "range": whole,
+        "context": {"diagnostics": [], "only": ["source.fixAll"]}})
+    assert [a["kind"] for a in actions] == ["source.fixAll"], actions
+    fixed = _apply(text, actions[0]["edit"]["changes"][uri])
+    c.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
+                                        "contentChanges": [{"text": fixed}]})
+    left = {d["code"] for d in c.diagnostics(uri, 2)}
+    assert not {"P010", "P004", "P007"} & left, left
+    assert "# the preset, misspelt" in fixed and "tp = 1" in fixed
+    # with nothing left to fix, no fix-all is offered
+    again = c.request("textDocument/codeAction", {
+        "textDocument": {"uri": uri}, "range": whole,
+        "context": {"diagnostics": [], "only": ["source.fixAll"]}})
+    assert not again

@@ -210,9 +210,15 @@ def test_p112_expert_grid(check_spec):
 
 def test_p113_moe_ffn_etp(check_spec):
     model = MOE + "; moe_ffn_hidden = 14002"
-    bad = spec(model, nodes=1, mesh="dp = 8; ep = 2; etp = 4", schedule="micro_batch = 1; global_batch = 64")
+    bad = spec(model, nodes=4, mesh="dp = 32; ep = 2; etp = 4", schedule="micro_batch = 1; global_batch = 64",
+               train=FITS)
     d = assert_fires(check_spec, bad, "P113", "etp = 4")
     assert "14002" in d.message and "etp = 1 or 2" in d.help
+    assert [f.message for f in d.fixes] == ["set `etp = 1`", "set `etp = 2`"]
+    # on one node neither fits in memory (P401 would follow): no degree is promised
+    small = spec(model, nodes=1, mesh="dp = 8; ep = 2; etp = 4", schedule="micro_batch = 1; global_batch = 64")
+    d = assert_fires(check_spec, small, "P113", "etp = 4")
+    assert d.help is None and not d.fixes
     assert_quiet(check_spec, bad.replace("moe_ffn_hidden = 14002", "moe_ffn_hidden = 14336"), "P113")
 
 
@@ -229,10 +235,17 @@ def test_p111_hidden_heads(check_spec):
 # ------------------------------------------------------------------------------ P114, P115
 
 def test_p114_seq_len_cp(check_spec):
-    bad = spec("from = llama3_8b; seq_len = 8190", mesh="dp = 4; cp = 2", schedule="micro_batch = 1; global_batch = 64")
+    bad = spec("from = llama3_8b; seq_len = 8190", mesh="dp = 4; cp = 2", schedule="micro_batch = 1; global_batch = 64",
+               train="zero = 3")
     d = assert_fires(check_spec, bad, "P114", "seq_len = 8190")
-    assert "2 · cp = 4" in d.message and "8188" in d.help and "8192" in d.help
+    assert "2 · cp = 4" in d.help or "2 · cp = 4" in d.message
+    assert "8188" in d.help and "8192" in d.help
+    assert "set `seq_len = 8192`" in [f.message for f in d.fixes]
     assert_quiet(check_spec, bad.replace("8190", "8192"), "P114")
+    # with ZeRO-1 either length leaves under the memory headroom (P405): none is promised
+    tight = bad.replace("zero = 3", "zero = 1")
+    d = assert_fires(check_spec, tight, "P114", "seq_len = 8190")
+    assert d.help == "make seq_len a multiple of 2 · cp = 4" and not d.fixes
 
 
 def test_p115_seq_len_tp_with_sp(check_spec):
@@ -354,3 +367,22 @@ def test_p109_vllm_spreads_experts_unevenly(check_spec):
                  target={"megatron": 'entrypoint = "pretrain_gpt.py"'})
     d = assert_fires(check_spec, train, "P109", "ep = 6")
     assert "Megatron-LM refuses it" in d.message
+
+
+def test_p112_names_the_engine_the_spec_targets(check_spec):
+    # the same misfit grid, launched by vLLM, by Megatron-LM and by no engine: the message cites
+    # the engine that runs the plan, never one it does not target
+    vllm = spec("from = deepseek_v3; dtype = fp8", mesh="dp = 8; ep = 7",
+                serve="max_model_len = 4096; dp_attention = true",
+                target={"vllm": 'model = "deepseek-ai/DeepSeek-V3"'})
+    d = assert_fires(check_spec, vllm, "P112", "ep = 7")
+    assert "vLLM" in d.message and "Megatron-LM" not in d.message, d.message
+    assert "dp·cp·tp" in d.message, d.message
+    mega = spec(MOE, nodes=4, mesh="dp = 16; tp = 2; ep = 8; etp = 8",
+                schedule="micro_batch = 1; global_batch = 256", train=FITS, target={"megatron": ""})
+    d = assert_fires(check_spec, mega, "P112", "ep = 8")
+    assert "Megatron-LM: world 32 % (etp·ep·pp = 64) ≠ 0" in d.message, d.message
+    assert "Megatron-LM" in d.message and "vLLM" not in d.message, d.message
+    titan = mega.replace("target megatron", "target torchtitan")
+    d = assert_fires(check_spec, titan, "P112", "ep = 8")
+    assert "torchtitan" in d.message and "Megatron-LM" not in d.message, d.message

@@ -41,7 +41,7 @@ target torchrun {{
     r = parc("compile", str(spec), "--target", "torchrun", "-o", str(out))
     assert r.returncode == 0, r.stderr
     run = subprocess.run(["bash", str(out / "launch.sh"), "0"], capture_output=True, text=True,
-                         env={**ENV, "TORCHRUN": torchrun}, timeout=240)
+                         env={**ENV, "TORCHRUN": torchrun}, timeout=scaled(240))
     assert run.returncode == 0, run.stderr[-3000:]
     rep = json.loads(report.read_text())
     assert rep["world_size"] == 2 and rep["mesh"]["tp"] == 2 and rep["rehearsal"] is True

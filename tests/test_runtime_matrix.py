@@ -25,6 +25,7 @@ from parc.runtime.launch import Job, prepare_env, run_forked  # noqa: E402
 from parc.runtime.options import Options  # noqa: E402
 from support.specs import GPT, MOE, load, spec_text  # noqa: E402
 from support.timing import scaled  # noqa: E402
+from support.timing import scaled  # noqa: E402
 
 prepare_env()
 
@@ -89,7 +90,7 @@ def reports(tmp_path_factory):
     jobs: dict[int, list[tuple[str, Job]]] = {}
     for name, (world, mesh, kw) in MATRIX.items():
         plan = shrink.rehearse(load(tmp, name, spec_text(world, mesh, **kw)))
-        opts = Options(steps=STEPS, verify=True, optimizer="sgd", timeout=60)
+        opts = Options(steps=STEPS, verify=True, optimizer="sgd", timeout=scaled(60))
         ref = R.compute(plan, STEPS, opts.seed, "sgd", opts.learning_rate(plan))
         jobs.setdefault(world, []).append((name, Job(plan, opts, ref)))
         if name == WRONG:

@@ -42,10 +42,10 @@ def reports(tmp_path_factory):
     jobs = {}
     # lr 0: the parameters never move, so only the gradient comparison can see the lost gradient
     pp = shrink.rehearse(load(tmp, "pp", spec_text(2, "pp = 2", schedule="pipeline = gpipe")))
-    o = Options(steps=1, verify=True, optimizer="sgd", lr=0.0, timeout=60, hooks={"after_build": _drop_grad("norm.weight", 1)})
+    o = Options(steps=1, verify=True, optimizer="sgd", lr=0.0, timeout=scaled(60), hooks={"after_build": _drop_grad("norm.weight", 1)})
     jobs["lost-grad"] = Job(pp, o, R.compute(pp, 1, 0, "sgd", 0.0))
     tp = shrink.rehearse(load(tmp, "tp", spec_text(2, "tp = 2")))
-    o = Options(steps=2, verify=True, optimizer="adam", timeout=60)
+    o = Options(steps=2, verify=True, optimizer="adam", timeout=scaled(60))
     jobs["adam"] = Job(tp, o, R.compute(tp, 2, 0, "adam", o.learning_rate(tp)))
     bad = R.compute(tp, 2, 1, "adam", o.learning_rate(tp))      # another seed: must fail
     jobs["adam-wrong"] = Job(tp, o, bad)

@@ -30,7 +30,8 @@ def run(args) -> int:
               file=sys.stderr)
         return 2
     from parc.lint.engine import lint_texts
+    from parc.lint.fix import fix_text
     from parc.lsp.server import serve
 
-    serve(lint_texts)  # lsp/ and lint/ are siblings: the command hands the one to the other
+    serve(lint_texts, fix_text)  # lsp/ and lint/ are siblings: the command hands the one to the other
     return 0

@@ -173,14 +173,19 @@ def offset_position(starts: list[int], offset: int) -> tuple[int, int]:
 
 class SyntaxFailure(ParcError):
     """A text that does not parse; it still carries the comments its token stream held, the
-    document of the statements that did parse (``partial``, None when none can be trusted) and
-    the kind of each statement that failed (``broken``, see :class:`Recovery`)."""
+    document of the statements that did parse (``partial``, None when none can be trusted), the
+    top-level blocks left out of it (``broken``: (kind, label), None for a `use`; see
+    :class:`Recovery` and :mod:`parc.language.resync`) and, for each error whose statement is
+    in the document as a broken value, the kind and label of its top-level block with the
+    error (``poisoned``)."""
 
-    def __init__(self, diagnostic: Diagnostic, more=None, comments=None, partial=None, broken=()):
+    def __init__(self, diagnostic: Diagnostic, more=None, comments=None, partial=None, broken=(),
+                 poisoned=()):
         super().__init__(diagnostic, more)
         self.comments = list(comments or [])
         self.partial = partial
         self.broken = list(broken)
+        self.poisoned = list(poisoned)
 
 
 _SHARED: ContextVar[dict | None] = ContextVar("parc_shared_parses", default=None)
@@ -291,23 +296,55 @@ def _comment_list(stream: _Stream) -> list[tuple[int, int, str]]:
     return [(t.line, t.column, t.value.rstrip()) for t in stream.comments]
 
 
-def _parse_tree(text: str, file: str, stream: _Stream) -> S.Document:
+def _round(text: str, file: str, braces: Braces):
+    """One parse with recovery at top-level statements: (lark tree or None, the recovery)."""
     import lark
 
-    recovery = Recovery(file, text, stream.braces)
+    recovery = Recovery(file, text, braces)
     tree = None
     try:
         tree = get_parser().parse(text, on_error=recovery)
     except lark.exceptions.UnexpectedInput:
         pass
+    return tree, recovery
+
+
+def _again(file: str):
+    """A parse of a blanked text for :func:`parc.language.resync.resync`: (tree, errors, trusted)."""
+    def parse(text: str):
+        with _streaming() as stream:
+            tree, rec = _round(text, file, stream.braces)
+        return tree, rec.diagnostics(), rec.trusted()
+    return parse
+
+
+def _fail(text: str, file: str, recovery: Recovery, tree, comments) -> SyntaxFailure:
+    """The failure of a text with syntax errors: statement by statement where each can be told
+    (:mod:`parc.language.resync`), else what recovery at top-level statements kept."""
+    from parc.language.resync import resync
+
+    found = recovery.diagnostics()
+    again = None
+    if recovery.trusted() and len(found) < MAX_SYNTAX_ERRORS and all(d.code == "P001" for d in found):
+        try:
+            again = resync(text, file, found, _again(file))
+        except (ParcError, RecursionError):
+            again = None
+    if again is None:
+        return SyntaxFailure(found[0], found[1:], comments, _partial(recovery, tree, file), recovery.broken)
+    diags = again.diagnostics
+    return SyntaxFailure(diags[0], diags[1:], comments, again.document, again.broken, again.poisoned)
+
+
+def _parse_tree(text: str, file: str, stream: _Stream) -> S.Document:
+    try:
+        tree, recovery = _round(text, file, stream.braces)
     except RecursionError:
         raise SyntaxFailure(Diagnostic("P001", ERROR, "expression nested too deeply", Span.point(file)),
                             comments=_comment_list(stream)) from None
     comments = _comment_list(stream)
-    found = recovery.diagnostics()
-    if found:
-        raise SyntaxFailure(found[0], found[1:], comments, _partial(recovery, tree, file),
-                            recovery.broken)
+    if recovery.diagnostics():
+        raise _fail(text, file, recovery, tree, comments)
     try:
         doc = to_syntax(tree, file)
     except ParcError as e:

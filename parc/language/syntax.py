@@ -81,7 +81,14 @@ class Neg:
     span: Span
 
 
-Value = Union[Number, Quantity, String, Bool, Auto, Ref, Call, List, BinOp, Neg]
+@dataclass(slots=True)
+class Broken:
+    """A value that did not parse (its syntax error is reported): the key it was written for
+    is poisoned, as by a bad value (``parc.language.resync``)."""
+    span: Span
+
+
+Value = Union[Number, Quantity, String, Bool, Auto, Ref, Call, List, BinOp, Neg, Broken]
 
 
 @dataclass(slots=True)

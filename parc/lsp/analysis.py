@@ -73,6 +73,22 @@ def analyse(lint, file: str, text: str, buffers: dict[str, str] | None = None, r
     return Analysis(file, text, res.diagnostics, res.plans.get(file), reads | {os.path.realpath(file)})
 
 
+def fix_all(lint, fix, a: Analysis, buffers: dict[str, str] | None = None) -> tuple[Edit, ...]:
+    """The edits of every safe fix of ``a`` that ``parc lint --fix`` would apply (``fix`` is
+    ``parc.lint.fix.fix_text``: each fix re-checked to bring no new finding); none when no
+    diagnostic has a safe fix."""
+    if not any(d.safe_fix for d in a.diagnostics):
+        return ()
+    real = os.path.realpath(a.file)
+
+    def diagnostics(text: str) -> list[Diagnostic]:
+        res = lint({a.file: text}, reader=OverlayReader({**(buffers or {}), real: text}))
+        return [d for d in res.diagnostics if os.path.realpath(d.span.file) == real]
+
+    new = fix(a.file, a.text, diagnostics).after
+    return diff_edits(a.file, a.text, new) if new != a.text else ()
+
+
 def formatting(file: str, text: str) -> tuple[Edit, ...] | None:
     """``parc fmt``'s result as edits of ``text``; None when the text does not parse."""
     from parc.language.fmt import format_text

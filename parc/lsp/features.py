@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from lsprotocol import types as T
-from pygls.uris import to_fs_path
+from pygls.uris import from_fs_path, to_fs_path
 
 from parc.lsp import analysis as A
 
@@ -90,14 +90,16 @@ def register(ls) -> None:
         pos = ls.positions(doc.source)
         return [T.TextEdit(pos.range(e.span.start, e.span.end), e.text) for e in edits]
 
-    @ls.feature(T.TEXT_DOCUMENT_CODE_ACTION, T.CodeActionOptions(code_action_kinds=[T.CodeActionKind.QuickFix]))
+    @ls.feature(T.TEXT_DOCUMENT_CODE_ACTION, T.CodeActionOptions(
+        code_action_kinds=[T.CodeActionKind.QuickFix, T.CodeActionKind.SourceFixAll]))
     def code_action(ls, params: T.CodeActionParams):
         a, pos = _at(ls, params.text_document.uri)
         if a is None:
             return None
         lo, hi = pos.offset(params.range.start), pos.offset(params.range.end)
-        actions = []
-        for d in a.diagnostics:
+        only = params.context.only
+        actions = _fix_all(ls, a, pos) if _wanted(only, T.CodeActionKind.SourceFixAll) else []
+        for d in a.diagnostics if _wanted(only, T.CodeActionKind.QuickFix) else ():
             same = os.path.realpath(d.span.file) == os.path.realpath(a.file)
             if not d.fixes or not same or d.span.end < lo or d.span.start > hi:
                 continue
@@ -111,6 +113,24 @@ def register(ls) -> None:
                                             diagnostics=[lsp_diag], edit=T.WorkspaceEdit(changes=changes),
                                             is_preferred=fix.safe and i == 0))
         return actions
+
+
+def _wanted(only, kind: str) -> bool:
+    """Whether a code action request (its ``only`` kinds; None: every kind) asks for ``kind``:
+    the kind itself or a kind above it (``source`` asks for ``source.fixAll``)."""
+    return not only or any(kind == k or kind.startswith(f"{k}.") for k in only)
+
+
+def _fix_all(ls, a, pos) -> list:
+    """The source.fixAll action: every safe fix ``parc lint --fix`` would apply, as one edit
+    (none when there is nothing to fix or no fixer was handed in)."""
+    edits = A.fix_all(ls.lint, ls.fix, a, ls.buffers) if ls.fix else ()
+    if not edits:
+        return []
+    uri = from_fs_path(a.file)
+    return [T.CodeAction("parc: apply every safe fix", kind=T.CodeActionKind.SourceFixAll,
+                         edit=T.WorkspaceEdit(changes={uri: [T.TextEdit(pos.range(e.span.start, e.span.end), e.text)
+                                                              for e in edits]}))]
 
 
 def _path(uri: str) -> str:

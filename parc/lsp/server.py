@@ -53,9 +53,10 @@ class Positions:
 class ParcServer(LanguageServer):
     """The open specs: their text (by real path) and their latest analysis (by URI)."""
 
-    def __init__(self, lint):
+    def __init__(self, lint, fix=None):
         super().__init__("parc", __version__)
         self.lint = lint  # parc.lint.engine.lint_texts, handed in by the command
+        self.fix = fix    # parc.lint.fix.fix_text (the fix-all action), likewise
         self.buffers: dict[str, str] = {}
         self.results: dict[str, A.Analysis] = {}
 
@@ -117,15 +118,16 @@ def _use_of(a: A.Analysis, file: str) -> tuple[int, int]:
     return (uses[0][1].start, uses[0][1].end) if uses else (0, 0)
 
 
-def build(lint) -> ParcServer:
-    """The server with every feature registered; ``lint`` is ``parc.lint.engine.lint_texts``."""
+def build(lint, fix=None) -> ParcServer:
+    """The server with every feature registered; ``lint`` is ``parc.lint.engine.lint_texts``,
+    ``fix`` ``parc.lint.fix.fix_text`` (None: no fix-all action)."""
     from parc.lsp import features
 
-    server = ParcServer(lint)
+    server = ParcServer(lint, fix)
     features.register(server)
     return server
 
 
-def serve(lint) -> None:
+def serve(lint, fix=None) -> None:
     """Speak LSP on stdin and stdout until the client says exit."""
-    build(lint).start_io()
+    build(lint, fix).start_io()

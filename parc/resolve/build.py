@@ -333,6 +333,9 @@ def build_placement(r: Evaluator, top: Span) -> Placement:
         p.layers_mode = split
     for a in blk.modules:
         node = a.value
+        if isinstance(node, S.Broken):   # did not parse: reported as a syntax error
+            failed = True
+            continue
         if isinstance(node, S.Ref) and node.parts == ["replicate"]:
             p.modules.append(ModulePlacement(a.key, "replicate", None))
             continue

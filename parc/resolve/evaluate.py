@@ -316,6 +316,8 @@ class Evaluator:
         return v
 
     def eval(self, node, f: SC.F, key: str, kind: str):
+        if isinstance(node, S.Broken):
+            raise Poison(f"{kind}.{key}")   # a value that did not parse: its P001 is reported
         placeholder(node, key)
         k = f.kind
         simple = _SIMPLE.get(k)

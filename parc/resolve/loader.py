@@ -104,19 +104,22 @@ def _bad_import_path(path: str) -> tuple[str, str] | None:
     return None
 
 
-# Blocks whose syntax error need not stop the checks of the rest of the spec: nothing else is
-# computed from them. A broken `train` block leaves the training defaults (as a bad value there
-# does: the rules that read it wait); a broken `target` block leaves that target's rules out.
-# Any other block (model, cluster, mesh, serve, ...) or `use` holds what the plan is made of.
+# Blocks that a syntax error may leave out whole (a broken header, a statement whose key cannot
+# be told) without stopping the checks of the rest of the spec: nothing else is computed from
+# them. A broken `train` block leaves the training defaults (as a bad value there does: the
+# rules that read it wait); a broken `target` block leaves that target's rules out. Any other
+# block (model, cluster, mesh, serve, ...) or `use` holds what the plan is made of. A broken
+# statement inside any block is in the document as a broken value of its key
+# (``parc.language.resync``), which poisons that key as a bad value does.
 RECOVERABLE = ("train", "target")
 
 
 def _rest_of(failure, stack) -> Any:
     """The document of what parsed in the spec itself (not an import) around its syntax errors,
-    when every statement that failed is a block of :data:`RECOVERABLE`; else None."""
+    when every block left out is one of :data:`RECOVERABLE`; else None."""
     partial = getattr(failure, "partial", None)
     broken = getattr(failure, "broken", [])
-    if stack or partial is None or not broken or any(b is None or b[0] not in RECOVERABLE for b in broken):
+    if stack or partial is None or any(b is None or b[0] not in RECOVERABLE for b in broken):
         return None
     return partial
 
@@ -220,6 +223,8 @@ class Loader:
                 self.doc.import_failed = True  # what the file would have defined is unknown
                 return None
             self.doc.broken += e.broken   # the rest of the spec is checked, these blocks are not
+            self.doc.poisoned += getattr(e, "poisoned", [])
+            self.doc.recovered = True
         return _Frame(path, iter(doc.items), stack + (real,))
 
     def _refuse(self, code: str, message: str, use: S.Use, help: str, fixes=None) -> None:

@@ -41,6 +41,8 @@ class Document:
     partial: dict[str, list[Diagnostic]] = field(default_factory=dict)
     import_failed: bool = False  # a file could not be loaded: missing blocks are not reported
     broken: list = field(default_factory=list)   # (kind, label) of the spec's blocks that did not parse
+    poisoned: list = field(default_factory=list)  # (kind, label, P001) of its statements that did not
+    recovered: bool = False   # the spec had syntax errors and the document is what parsed around them
 
     def err(self, code, msg, span, help=None, related=None, fixes=None):
         self.diags.append(Diagnostic(code, ERROR, msg, span, help=help, related=related or [], fixes=fixes or []))
@@ -129,7 +131,8 @@ class Document:
             return
         seen[st.key] = st
         if st.key not in fields or st.quoted:
-            self.unknown_key(f"target {b.label}" if kind == "target" else kind, st, fields)
+            self.unknown_key(f"target {b.label}" if kind == "target" else kind, st, fields,
+                             {a.key for a in b.items if isinstance(a, S.Assign)})
             return
         merged.assigns[st.key] = st
         if st.key not in merged.order:
@@ -183,13 +186,15 @@ class Document:
             msg = f"unknown block `{st.kind}` inside `{kind}`"
         self.err("P006", msg, st.kind_span, help=sug)
 
-    def unknown_key(self, where: str, st: S.Assign, fields) -> None:
+    def unknown_key(self, where: str, st: S.Assign, fields, taken=frozenset()) -> None:
         sug = did_you_mean(st.key, fields)
-        if sug:
+        if sug in taken:   # the rename would set it twice (P008): no fix is offered
+            help = f"did you mean `{sug}`? `{where}` sets `{sug}` already: keep one of the two"
+        elif sug:
             help = f"did you mean `{sug}`?"
         else:
             help = f"`{where}` takes: " + ", ".join(fields)
         self.err("P007", f"unknown key `{st.key}` in `{where}`", st.key_span, help=help,
-                 fixes=rename(st.key_span, sug if sug and not st.quoted else None, st.key))
+                 fixes=rename(st.key_span, sug if sug and not st.quoted and sug not in taken else None, st.key))
         if where in PARTIAL_BLOCKS:
             self.partial.setdefault(where, []).append(self.diags[-1])

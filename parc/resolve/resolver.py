@@ -53,11 +53,8 @@ def load(path: str | os.PathLike, root: str | os.PathLike | None = None, text: s
     r.load_file(p, shown, text=text)
     plan = None
     syntax = [d for d in r.diags if d.code in ("P001", "P002", "P030") and d.span.file == shown]
-    if partial and r.doc.broken and syntax and all(d.code != "P030" for d in syntax):
-        # syntax errors confined to blocks the rest does not read (loader.RECOVERABLE): the
-        # rest of the spec is checked, as a bad value in those blocks would leave it
-        for kind, label in r.doc.broken:
-            r.doc.partial.setdefault(kind if kind != "target" else f"target.{label}", []).extend(syntax)
+    if partial and r.doc.recovered and syntax and all(d.code != "P030" for d in syntax):
+        _recovered(r.doc, syntax)
         syntax = []
     if not syntax:
         plan = resolve_document(r, shown, partial)
@@ -65,6 +62,22 @@ def load(path: str | os.PathLike, root: str | os.PathLike | None = None, text: s
             plan.source = shown if text is not None else root_relative(p if reader is None else r.reader.real(p), r.root)
     bad = r.doc.partial if partial else {}
     return Resolution(plan, r.diags, r.sources, frozenset(bad), tuple(d for ds in bad.values() for d in ds))
+
+
+def _recovered(doc, syntax) -> None:
+    """Syntax errors the spec is checked around: a broken statement poisons its key as a bad
+    value does (in `train` or `serve` the block's checks wait, elsewhere the plan waits for the
+    fix, and every block's own errors are reported); a block left out whole is one nothing else
+    is computed from (loader.RECOVERABLE), so the rest of the spec is checked."""
+    from parc.resolve.merge import PARTIAL_BLOCKS
+
+    own = {id(d) for _, _, d in doc.poisoned}
+    for kind, _, d in doc.poisoned:
+        if kind in PARTIAL_BLOCKS:
+            doc.partial.setdefault(kind, []).append(d)
+    rest = [d for d in syntax if id(d) not in own]
+    for kind, label in doc.broken:
+        doc.partial.setdefault(kind if kind != "target" else f"target.{label}", []).extend(rest)
 
 
 def root_relative(path: Path, root: Path) -> str:

@@ -171,6 +171,18 @@ def _audit_entry(code: str, target: str, version: str | None = None,
     return key, e
 
 
+def audit_entries(code: str, plan: Plan, targets: Iterable[str]) -> list[tuple[str, dict]]:
+    """(audit name, entry) of rule ``code`` for each of ``targets`` that has one, in message
+    order, each entry once (lws names its engine's), for the releases ``plan`` launches."""
+    out, seen = [], set()
+    for t in T.audit_order(targets):
+        found = _audit_entry(code, t, T.pinned(plan, t), plan)
+        if found and found[0] not in seen:
+            seen.add(found[0])
+            out.append(found)
+    return out
+
+
 def _engine_entry(entries: dict, wrapper: str, plan: Plan | None) -> str:
     """The engine whose audit entry a wrapper's ``same_as = "engine"`` follows."""
     if plan is not None:

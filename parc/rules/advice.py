@@ -5,7 +5,7 @@ P550-P559 are style checks reported by `parc lint` (rules/style.py, parc/lint.py
 from __future__ import annotations
 
 from parc.rules import WARNING, rule
-from parc.rules.util import divisors, fixed_order, given, join, rank_map, tp_ok
+from parc.rules.util import divisors, fixed_order, given, join, offer, rank_map, tp_ok, value_fixes
 from parc.words import count
 
 QUIET = {"dp": "reduce gradients once per step", "pp": "pass one activation per microbatch between stages"}
@@ -19,12 +19,16 @@ def pp_serving(plan, c):
     if plan.mode != "serve" or m.pp <= 1:
         return
     g = cl.domain
-    # the widest tp that absorbs (part of) the pipeline and still fits one NVLink domain
-    best = None
-    for k in divisors(m.pp):
+    # the widest tp that absorbs (part of) the pipeline, fits one NVLink domain and that the
+    # whole rule set accepts
+    best, fixes = None, []
+    for k in reversed(divisors(m.pp)):
         t = m.tp * k
         if k > 1 and t <= g and g % t == 0 and tp_ok(plan, t):
-            best = (k, t)
+            kept, fixes = offer(plan, c, [{"mesh.tp": t, "mesh.pp": m.pp // k}])
+            if kept:
+                best = (k, t)
+                break
     if best is None:
         return
     k, t = best
@@ -36,7 +40,7 @@ def pp_serving(plan, c):
              f"{count(m.tp * m.pp, 'GPU')} as {alt} would sit inside one node of {g}",
              help=f"use {alt} (vLLM recommends pipeline parallelism only across nodes, when tensor "
                   f"parallelism inside a node is not enough)",
-             related=[(c.at("mesh.tp"), f"tp = {m.tp}")])
+             related=[(c.at("mesh.tp"), f"tp = {m.tp}")], fixes=fixes)
 
 
 # ------------------------------------------------------------------------------------ P502
@@ -71,12 +75,20 @@ def tp_above_nvlink(plan, c):
                  f"{intra.bandwidth / 1e9:.0f} GB/s, {intra.bandwidth / inter.bandwidth:.0f}× slower")
     g = cl.domain
     ok = [d for d in divisors(g) if 1 < d < m.tp and m.tp % d == 0 and tp_ok(plan, d)]
+    kept = []
+    if ok:
+        t, k = max(ok), m.tp // max(ok)
+        unpin = {"placement.tp": None}   # the pin across nodes no longer holds (P304) once tp fits one
+        kept, _ = offer(plan, c, [{"mesh.tp": t, "mesh.pp": m.pp * k, **unpin},
+                                  {"mesh.tp": t, "mesh.dp": m.dp * k, **unpin} if m.auto != "dp"
+                                  else {"mesh.tp": t, **unpin}])
+    on = join([ax for ax in ("pp", "dp") if any(f"mesh.{ax}" in o for o in kept)] or ["dp"] * bool(kept))
     c.report(c.at("placement.tp"),
              f"tp = {m.tp} is larger than the NVLink domain of {count(g, 'GPU')}, so its per-layer all-reduces cross "
              f"nodes{speed}",
-             help=(f"use tp = {max(ok)} inside a node and put the remaining factor {m.tp // max(ok)} on pp or dp"
-                   if ok else f"keep tp within a node of {count(g, 'GPU')}"),
-             related=[(c.at("mesh.tp"), f"tp = {m.tp}")])
+             help=(f"use tp = {max(ok)} inside a node, put the remaining factor {m.tp // max(ok)} on {on} "
+                   f"and remove `tp on inter_node`" if kept else f"keep tp within a node of {count(g, 'GPU')}"),
+             related=[(c.at("mesh.tp"), f"tp = {m.tp}")], fixes=value_fixes(plan, kept))
 
 
 # ------------------------------------------------------------------------------------ P504
@@ -141,11 +153,16 @@ def cp_serving(plan, c):
     n = max_model_len(plan)
     if n >= LONG_CONTEXT:
         return
+    into = [{"mesh.cp": 1, "mesh.tp": m.tp * m.cp}] + \
+        ([{"mesh.cp": 1, "mesh.dp": m.dp * m.cp}] if m.auto != "dp" else [{"mesh.cp": 1}])
+    kept, fixes = offer(plan, c, into)
+    ways = [f"tp (tp = {m.tp * m.cp})" if "mesh.tp" in o else f"dp (dp = {m.dp * m.cp})" for o in kept]
     c.report(c.at("mesh.cp"),
              f"cp = {m.cp} for serving splits each prompt's prefill over {count(m.cp, 'GPU')} (vLLM's prefill context "
              f"parallel), which pays off only for very long prompts; with max_model_len = {n} the GPUs would do "
              f"more as tp or dp",
-             help=f"fold cp into tp (tp = {m.tp * m.cp}) or dp, or keep cp for prompts of {LONG_CONTEXT:,}+ tokens",
+             help=(f"fold cp into {join(ways)}, or keep" if ways else "keep")
+                  + f" cp for prompts of {LONG_CONTEXT:,}+ tokens", fixes=fixes,
              related=[(c.at("serve.max_model_len", "serve"), f"max_model_len = {n}")])
 
 

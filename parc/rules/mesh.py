@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from parc.rules import WARNING, rule
-from parc.rules.util import (axes_product, describe_tp_options, dims, divisors, given, join,
-                   nearest, offered_tp_options, plural, ratio, refusers, target_name, tp_options,
+from parc.rules.util import (axes_product, describe_tp_options, dims, divisors, engines_say, given, join,
+                   nearest, offer, offered_tp_options, plural, ratio, refusers, target_name, tp_options,
                    value_fixes)
 from parc.model.dims import grid_fits, splits
 from parc.words import count
@@ -201,19 +201,24 @@ def layers_stages(plan, c):
     w, inner = plan.cluster.world, m.cp * m.tp
     ok = sorted({p for p in fact.alternatives if p != m.pp and w % (p * inner) == 0})
     split = balanced_split(md, stages)
+    # each way out only if the whole rule set accepts the plan it makes
+    uneven, fixes = offer(plan, c, [{"placement.layers": "balanced"}]) if split else ([], [])
+    pps, pp_fixes = offer(plan, c, [{"mesh.pp": p, **({"mesh.dp": w // (p * inner)} if m.auto != "dp" else {})}
+                                    for p in nearest(ok, m.pp, 3)])
     helps = []
-    if split:
+    if uneven:
         helps.append(f"keep {count(stages, 'stage')} with an uneven split: `layers = {split}` in placement "
                      f"(or `layers = balanced`; Megatron-LM takes it as --decoder-first/last-pipeline-num-layers "
                      f"or a --pipeline-model-parallel-layout, vLLM as VLLM_PP_LAYER_PARTITION)")
-    if ok:
-        alts = [f"pp = {p} (dp = {w // (p * inner)})" for p in nearest(ok, m.pp, 3)]
+    if pps:
+        alts = [f"pp = {o['mesh.pp']} (dp = {w // (o['mesh.pp'] * inner)})" for o in pps]
         helps.append(f"or a pipeline size that divides {count(md.layers, 'layer')} on {count(w, 'GPU')}: {join(alts)}")
     c.report(c.at("placement.layers", "mesh.pp"),
              f"{count(md.layers, 'layer')} cannot be split evenly over {what} ({ratio(md.layers, stages)} per stage)"
              + why,
              help="; ".join(helps) or None,
-             related=[(c.at("model.layers"), f"layers = {md.layers}")])
+             related=[(c.at("model.layers"), f"layers = {md.layers}")],
+             fixes=value_fixes(plan, uneven + pps) if len(uneven + pps) > 1 else fixes + pp_fixes)
 
 
 # ------------------------------------------------------------------------------------ P105
@@ -496,7 +501,7 @@ def expert_grid(plan, c):
         e for e in divisors(md.experts) if e > 1 and grid_fits(region, e, m.etp))
     ok = _offered(plan, c, [{"ep": e} for e in ok], "ep")
     grid = m.ep * m.etp
-    world = m.product
+    megatron = f"Megatron-LM: world {m.product} % (etp·ep·pp = {grid * m.pp}) ≠ 0, found only at process-group init"
     helps = []
     if ok:
         helps.append(f"ep = {join(nearest(ok, m.ep, 4))} with etp = {m.etp}")
@@ -507,7 +512,7 @@ def expert_grid(plan, c):
     c.report(c.at("mesh.ep" if m.ep > 1 else "mesh.etp"),
              f"the expert grid ep · etp = {m.ep} · {m.etp} = {grid} does not fit the dp · cp · tp = "
              f"{m.dp} · {m.cp} · {m.tp} = {count(region, 'rank')} of a pipeline stage it is carved from "
-             f"(Megatron-LM: world {world} % (etp·ep·pp = {grid * m.pp}) ≠ 0, found only at process-group init)",
+             f"({engines_say(plan, c, 'P112', megatron)})",
              help=("ep · etp must divide dp · cp · tp: " + "; or ".join(helps)) if helps else
                   f"ep · etp must divide dp · cp · tp = {region}")
 
@@ -520,12 +525,13 @@ def moe_ffn_etp(plan, c):
     fact = _fact(plan, "moe_ffn_etp")
     if not fact:
         return
-    ok = fact.alternatives
+    ok, fixes = offer(plan, c, [{"mesh.etp": e} for e in fact.alternatives])
     c.report(c.at("mesh.etp"),
              f"etp = {m.etp} does not divide moe_ffn_hidden = {md.moe_ffn_hidden}: each expert's MLP would "
              f"need {ratio(md.moe_ffn_hidden, m.etp)} columns per GPU",
-             help=f"expert tensor-parallel degrees that divide it: etp = {join(ok)}" if ok else None,
-             related=[(c.at("model.moe_ffn_hidden"), f"moe_ffn_hidden = {md.moe_ffn_hidden}")])
+             help=f"expert tensor-parallel degrees that divide it: etp = {join(o['mesh.etp'] for o in ok)}" if ok
+             else None,
+             related=[(c.at("model.moe_ffn_hidden"), f"moe_ffn_hidden = {md.moe_ffn_hidden}")], fixes=fixes)
 
 
 # ------------------------------------------------------------------------------------ P114/P115
@@ -537,13 +543,16 @@ def seq_cp(plan, c):
     if not fact:
         return
     ok_cp = [d for d in divisors(md.seq_len // 2 if md.seq_len % 2 == 0 else 1) if 1 < d <= max(16, m.cp)]
+    seqs, _ = offer(plan, c, [{"model.seq_len": s} for s in fact.alternatives])
+    cps, _ = offer(plan, c, [{"mesh.cp": d} for d in ok_cp])
+    helps = ([f"use seq_len = {join(o['model.seq_len'] for o in seqs)}"] if seqs else []) + \
+        ([f"cp = {join(o['mesh.cp'] for o in cps)}"] if cps else [])
     c.report(c.at("model.seq_len"),
              f"seq_len = {md.seq_len} is not divisible by 2 · cp = {2 * m.cp}: context parallelism cuts each "
              f"sequence into 2·cp chunks and gives every rank one from the head and one from the tail, "
              f"to balance causal attention (Megatron-LM refuses it in validate_args)",
-             help=f"use seq_len = {join(fact.alternatives)}"
-                  + (f", or cp = {join(ok_cp)}" if ok_cp else ""),
-             related=[(c.at("mesh.cp"), f"cp = {m.cp}")])
+             help=", or ".join(helps) or f"make seq_len a multiple of 2 · cp = {2 * m.cp}",
+             related=[(c.at("mesh.cp"), f"cp = {m.cp}")], fixes=value_fixes(plan, seqs + cps))
 
 
 @rule("P115", "seq-len-divisible-by-tp-with-sp")
@@ -554,11 +563,16 @@ def seq_sp(plan, c):
         return
     local = md.seq_len // m.cp
     per = f"seq_len / cp = {md.seq_len} / {m.cp} = {local}" if m.cp > 1 else f"seq_len = {md.seq_len}"
+    seqs, _ = offer(plan, c, [{"model.seq_len": s} for s in fact.alternatives])
+    off, _ = offer(plan, c, [{"train.sequence_parallel": False}])
+    helps = ([f"use seq_len = {join(o['model.seq_len'] for o in seqs)}"] if seqs else []) + \
+        (["turn `sequence_parallel` off"] if off else [])
     c.report(c.at("model.seq_len"),
              f"sequence parallelism splits each sequence over tp = {m.tp}, but {per} is not divisible by {m.tp} "
              f"(Megatron-LM only finds out in the first forward pass, on every rank: \"First dimension of the "
              f"tensor should be divisible by tensor parallel size\")",
-             help=f"use seq_len = {join(fact.alternatives)}, or turn `sequence_parallel` off",
+             help=", or ".join(helps) or f"make {per.split(' = ')[0]} a multiple of tp = {m.tp}",
+             fixes=value_fixes(plan, seqs + off),
              related=[(c.at("train.sequence_parallel"), "sequence_parallel = true"), (c.at("mesh.tp"), f"tp = {m.tp}")])
 
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from parc.model import topology as T
 from parc.rules import WARNING, rule
-from parc.rules.util import fixed_order, rank_map
+from parc.rules.util import fixed_order, join, offer, rank_map
 from parc.units import seconds
 from parc.words import count
 
@@ -68,7 +68,7 @@ def _cost(plan, ax: str) -> str:
             f"where {fast_name} ({cl.intra_node.bandwidth / 1e9:.0f} GB/s) would take {seconds(fast)}")
 
 
-def _fix(plan, ax: str) -> str:
+def _fix(plan, c, ax: str) -> str:
     cl = plan.cluster
     size = plan.mesh.size(ax)
     sets = T.fitting_sets(cl.topology, cl.gpus_per_node, size)
@@ -77,8 +77,25 @@ def _fix(plan, ax: str) -> str:
                 f"last in the mesh so each group is consecutive ranks; the launch orders the GPUs to match)")
     isl = T.sets_text(cl.topology.islands) if cl.topology.islands else "none"
     fits = sorted({len(i) for i in cl.topology.islands}) or [1]
-    return (f"no {count(size, 'GPU')} of this node share NVLink (islands: {isl}): use {ax} = {max(fits)} "
-            f"with pipeline or data parallelism across the islands")
+    return f"no {count(size, 'GPU')} of this node share NVLink (islands: {isl}): " + \
+        _smaller(plan, c, ax, max(fits), "the islands")
+
+
+def _smaller(plan, c, ax: str, size: int, across: str) -> str:
+    """``use tp = 2 with pp = 4 across the islands``: a smaller group, the factor given to the
+    pipeline or to data parallelism, each only if the whole rule set accepts the plan it makes."""
+    m = plan.mesh
+    cur = m.size(ax)
+    k = cur // size if size and cur % size == 0 else 0
+    if k <= 1:
+        return f"keep {ax} within {size} GPUs"
+    options = [{f"mesh.{ax}": size, "mesh.pp": m.pp * k},
+               {f"mesh.{ax}": size, "mesh.dp": m.dp * k} if m.auto != "dp" else {f"mesh.{ax}": size}]
+    kept, _ = offer(plan, c, options)
+    if not kept:
+        return f"keep {ax} within {size} GPUs"
+    ways = [f"pp = {o['mesh.pp']}" if "mesh.pp" in o else f"dp = {o.get('mesh.dp', 'auto')}" for o in kept]
+    return f"use {ax} = {size} with {join(ways)} across {across}"
 
 
 def _message(plan, ax, cls, gpus, pair) -> str:
@@ -95,7 +112,7 @@ def group_over_pcie(plan, c):
     for ax, cls, gpus, pair in worst_groups(plan, c):
         if cls in T.PCIE_CLASSES:
             c.report(c.at(f"mesh.{ax}"), _message(plan, ax, cls, gpus, pair) + _cost(plan, ax),
-                     help=_fix(plan, ax), related=[(c.at("cluster.topology"), "the node's topology")])
+                     help=_fix(plan, c, ax), related=[(c.at("cluster.topology"), "the node's topology")])
 
 
 @rule("P306", "group-across-numa")
@@ -104,11 +121,11 @@ def group_across_numa(plan, c):
         if cls in T.FAR_CLASSES:
             c.report(c.at(f"mesh.{ax}"), _message(plan, ax, cls, gpus, pair) +
                      ", and that path crosses the CPUs' interconnect, the slowest inside a node",
-                     help=_fix(plan, ax) if plan.cluster.topology.islands else _near_fix(plan, ax),
+                     help=_fix(plan, c, ax) if plan.cluster.topology.islands else _near_fix(plan, c, ax),
                      related=[(c.at("cluster.topology"), "the node's topology")])
 
 
-def _near_fix(plan, ax: str) -> str:
+def _near_fix(plan, c, ax: str) -> str:
     """The GPU sets joined by links this rule accepts (better than NODE) that hold whole groups,
     or the widest such set where none does."""
     cls = "NODE"
@@ -118,6 +135,6 @@ def _near_fix(plan, ax: str) -> str:
     sets = [c[i:i + size] for c in comps for i in range(0, len(c) - len(c) % size, size)]
     if len(sets) * size == cl.gpus_per_node:
         return f"keep each {ax.upper()} group on GPUs joined by better than {cls}: GPU sets {T.sets_text(sets)}"
-    best = max(len(c) for c in comps)
-    return (f"the GPUs joined by better than {cls} come {best} at a time ({T.sets_text(comps)}): use {ax} = "
-            f"{best} or less, with pipeline or data parallelism across those sets")
+    best = max(len(s) for s in comps)
+    return (f"the GPUs joined by better than {cls} come {best} at a time ({T.sets_text(comps)}): "
+            + _smaller(plan, c, ax, best, "those sets"))

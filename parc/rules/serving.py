@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from parc.model.pools import instance_gpus, nodes_needed
 from parc.rules import WARNING, rule
-from parc.rules.util import divisors, join, plural
+from parc.rules.util import divisors, join, offer, plural
 from parc.words import count
 
 
@@ -102,11 +102,12 @@ def dcp_divides_tp(plan, c):
     m = plan.mesh
     if plan.mode != "serve" or m.dcp <= 1 or m.cp > 1 or m.tp % m.dcp == 0:
         return   # with prefill context parallel the engines differ (vLLM: P666)
-    ok = [d for d in divisors(m.tp) if d > 1]
+    ok, fixes = offer(plan, c, [{"mesh.dcp": d} for d in divisors(m.tp) if d > 1])
     c.report(c.at("mesh.dcp", "mesh"),
              f"decode context parallel splits each sequence's KV cache over dcp GPUs of a tensor-parallel "
              f"group, so dcp must divide tp: dcp = {m.dcp} does not divide tp = {m.tp}",
-             help=f"use dcp = {join(ok)}" if ok else "remove `dcp`: tp = 1 has no GPUs to share the KV cache",
+             help=f"use dcp = {join(o['mesh.dcp'] for o in ok)}" if ok else
+             "remove `dcp`" + (": tp = 1 has no GPUs to share the KV cache" if m.tp == 1 else ""), fixes=fixes,
              related=[(c.at("mesh.tp", "mesh"), f"tp = {m.tp}")])
 
 
@@ -124,9 +125,11 @@ def dcp_useful_range(plan, c):
            f"heads of its own and none is duplicated" if m.tp <= md.kv_heads else
            f"tp = {m.tp} over {md.kv_heads} KV heads duplicates each head on tp / kv_heads = {useful} GPUs, "
            f"and only those copies can be split by token")
+    kept, fixes = offer(plan, c, [{"mesh.dcp": useful}] if useful > 1 else [])
     c.report(c.at("mesh.dcp", "mesh"),
              f"dcp = {m.dcp} gains nothing beyond {useful}: {why}",
-             help=f"use dcp = {useful} or less" if useful > 1 else "remove `dcp`, or raise tp above the KV heads")
+             help=f"use dcp = {useful} or less" if kept else "remove `dcp`, or raise tp above the KV heads",
+             fixes=fixes)
 
 
 # ------------------------------------------------------------------------------------ P123
@@ -170,11 +173,12 @@ def eplb_even(plan, c):
     if n % m.ep == 0:
         return
     up = -n % m.ep
+    kept, fixes = offer(plan, c, [{"serve.redundant_experts": sv.redundant_experts + up}])
     c.report(c.at("serve.redundant_experts", "serve.eplb", "serve"),
              f"with EPLB every GPU of the expert-parallel group holds the same number of experts: "
              f"{md.experts} experts + {sv.redundant_experts} redundant = {n} do not divide over ep = {m.ep}",
-             help=f"set redundant_experts = {sv.redundant_experts + up} ({n + up} = {m.ep} × {(n + up) // m.ep}), "
-                  f"or an ep that divides {n}",
+             help=(f"set redundant_experts = {sv.redundant_experts + up} ({n + up} = {m.ep} × {(n + up) // m.ep}), "
+                   f"or an ep that divides {n}" if kept else f"choose an ep that divides {n}"), fixes=fixes,
              related=[(c.at("mesh.ep", "mesh"), f"ep = {m.ep}")])
 
 

@@ -43,11 +43,17 @@ def _judging():
 def verdict(plan, targets: Iterable[str] = ()) -> frozenset:
     """The codes the whole rule set reports against ``plan`` that refuse it: its errors, and
     P405 when it leaves less than the memory headroom."""
+    return _judge(plan, targets)[0]
+
+
+def _judge(plan, targets) -> tuple[frozenset, frozenset]:
+    """(the codes that refuse ``plan``, every code reported against it)."""
     from parc.rules import run_rules
 
     with _judging():
         diags = run_rules(plan, targets)
-    return frozenset(d.code for d in diags if d.severity == ERROR or d.code == HEADROOM_CODE)
+    return (frozenset(d.code for d in diags if d.severity == ERROR or d.code == HEADROOM_CODE),
+            frozenset(d.code for d in diags))
 
 
 def _before(plan, targets) -> frozenset:
@@ -62,15 +68,16 @@ def _before(plan, targets) -> frozenset:
 
 def accepted(plan, changed, code: str, targets: Iterable[str] = ()) -> bool:
     """Whether ``changed`` (``plan`` with one suggested change; None: no such plan) may be
-    offered as the fix of finding ``code``: the rule set no longer reports ``code``, reports no
-    error ``plan`` did not have already, and finds the memory headroom kept."""
+    offered as the fix of finding ``code``: the rule set no longer reports ``code`` (an error,
+    a warning or advice alike), reports no error ``plan`` did not have already, and finds the
+    memory headroom kept."""
     if changed is None:
         return False
     if checking():
         return True   # judging another suggestion: only its verdict matters, not this help
     targets = tuple(targets)
-    after = verdict(changed, targets)
-    return code not in after and HEADROOM_CODE not in after and after <= _before(plan, targets)
+    after, every = _judge(changed, targets)
+    return code not in every and HEADROOM_CODE not in after and after <= _before(plan, targets)
 
 
 def variant(plan, mesh=None, train=None, serve=None):
@@ -88,12 +95,13 @@ def variant(plan, mesh=None, train=None, serve=None):
             return None
         if m.pp > 1 and mb < m.pp and sch.pipeline != "gpipe":
             return None
-    pl = plan.placement if m.pp == plan.mesh.pp else replace(plan.placement, layers=None)
+    pl = plan.placement if m.pp == plan.mesh.pp or plan.placement.layers_mode == "balanced" \
+        else replace(plan.placement, layers=None)
     return replace(plan, mesh=m, train=train or plan.train, serve=serve or plan.serve,
                    schedule=replace(sch, microbatches=mb), placement=pl)
 
 
-_BLOCKS = ("mesh", "schedule", "train", "serve", "cluster")
+_BLOCKS = ("mesh", "schedule", "train", "serve", "cluster", "model", "placement")
 
 
 def changed(plan, values: dict):
@@ -109,9 +117,12 @@ def changed(plan, values: dict):
             return None
         by.setdefault(block, {})[key] = v
     try:
-        if "cluster" in by or "schedule" in by:
+        if "cluster" in by or "schedule" in by or "model" in by:
             plan = replace(plan, cluster=replace(plan.cluster, **by.get("cluster", {})),
-                           schedule=replace(plan.schedule, **by.get("schedule", {})))
+                           schedule=replace(plan.schedule, **by.get("schedule", {})),
+                           model=replace(plan.model, **by.get("model", {})))
+        if "placement" in by:
+            plan = replace(plan, placement=_placement(plan.placement, **by["placement"]))
         mesh = replace(plan.mesh, **by["mesh"]) if "mesh" in by else plan.mesh
         if mesh.auto and mesh.auto not in by.get("mesh", {}):
             others = 1
@@ -123,6 +134,24 @@ def changed(plan, values: dict):
     except TypeError:   # a key the block does not have
         return None
     return variant(plan, mesh=mesh, train=train, serve=serve)
+
+
+def _placement(pl, layers=None, **rest):
+    """``pl`` with a layer split as a spec writes it (``even``, ``balanced`` or a list) and the
+    pins of axes to links (``{"tp": None}``: the pin removed)."""
+    links = dict(pl.links)
+    for ax in [k for k in rest if k in ("pp", "dp", "cp", "tp", "ep", "etp")]:
+        v = rest.pop(ax)
+        if v is None:
+            links.pop(ax, None)
+        else:
+            links[ax] = v
+    rest["links"] = links
+    if isinstance(layers, str):
+        rest.update(layers_mode=layers, layers=None)
+    elif layers is not None:
+        rest.update(layers_mode="explicit", layers=list(layers))
+    return replace(pl, **rest)
 
 
 def refusals(plan, changed_plan, code: str, targets: Iterable[str] = ()) -> list[str]:

@@ -12,8 +12,8 @@ from itertools import permutations
 
 from parc.model import targets as T
 from parc.rules import NOTE, WARNING, rule
-from parc.rules.util import (divisors, fixed_order, group_ranks, join, nearest, order_words, plural, rank_map,
-                             target_name)
+from parc.rules.util import (divisors, fixed_order, group_ranks, join, nearest, offer, order_words, plural,
+                             rank_map, target_name, value_fixes)
 from parc.units import rate, seconds
 from parc.words import count
 
@@ -81,27 +81,37 @@ def _wanted(plan) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------ P301
 
-def _tp_help(plan, rm, fixed=None) -> list[str]:
+def _tp_help(plan, rm, c, fixed=None) -> tuple[list[str], list]:
+    """The ways to keep each TP group inside a node, each only if the whole rule set accepts the
+    plan it makes (:func:`parc.rules.util.offer`), and their fixes."""
     m, g = plan.mesh, plan.cluster.domain
     where = "gpus_per_node" if g == plan.cluster.gpus_per_node else "nvlink_domain"
-    helps = []
+    helps, options = [], []
     if m.tp > g or g % m.tp:
         ok = [d for d in divisors(g) if d > 1 and plan.model.heads % d == 0]
         small = [d for d in ok if d <= m.tp and m.tp % d == 0]
         if small and m.tp // max(small) > 1:
             t = max(small)
             k = m.tp // t
-            helps.append(f"tp = {t} inside each node with pp = {m.pp * k} across nodes (pipeline stages "
-                         f"exchange only activations), or dp = {m.dp * k} if one copy of the model fits in "
-                         f"{count(t * m.pp, 'GPU')}")
+            deeper, _ = offer(plan, c, [{"mesh.tp": t, "mesh.pp": m.pp * k}])
+            wider, _ = offer(plan, c, [{"mesh.tp": t, "mesh.dp": m.dp * k}] if m.auto != "dp" else [{"mesh.tp": t}])
+            words = ([f"tp = {t} inside each node with pp = {m.pp * k} across nodes (pipeline stages "
+                      f"exchange only activations)"] if deeper else []) + \
+                ([f"tp = {t} with dp = {m.dp * k} (one copy of the model fits in {count(t * m.pp, 'GPU')})"]
+                 if wider else [])
+            helps += words
+            options += deeper + wider
         elif ok:
-            helps.append(f"keep tp a divisor of {where} = {g}: tp = {join(ok)}")
+            kept, _ = offer(plan, c, [{"mesh.tp": d} for d in ok])
+            if kept:
+                helps.append(f"keep tp a divisor of {where} = {g}: tp = {join(o['mesh.tp'] for o in kept)}")
+                options += kept
     else:
         hint = _order_hint(plan, _wanted(plan), fixed)
         if hint:
             helps.append(hint + f" so that the {count(m.tp, 'GPU')} of each TP group are consecutive ranks on one "
                          + _unit(rm))
-    return helps
+    return helps, value_fixes(plan, options)
 
 
 def tp_decode_seconds(plan, crossing: bool) -> tuple[float, float]:
@@ -132,14 +142,14 @@ def _serving_tp_across(plan, c, rm, under: str) -> None:
     who = sorted({target_name(t) for t in c.active if T.tp_across_nodes(t)})
     slower = f", {across / inside:.1f}× as long" if inside > 0 else ""
     net = cl.inter_node.kind if cl.inter_node else "the inter-node network"
+    helps, fixes = _tp_help(plan, rm, c)
     c.report(c.at("mesh.tp"),
              f"{under}{_span_desc(rm, 'tp')}: {join(who, 'and')} run{'s' if len(who) == 1 else ''} it, but every "
              f"decode step's tensor-parallel all-reduces cross {net}: {seconds(across)} per step of one sequence at "
              f"{rate(bw_x)} per GPU, against {seconds(inside)} with the group on the intra-node link at "
              f"{rate(bw_i)}{slower}",
-             help="; or ".join(_tp_help(plan, rm)) or f"keep each TP group inside one {_unit(rm)} of "
-                                                        f"{count(cl.domain, 'GPU')}",
-             severity=WARNING,
+             help="; or ".join(helps) or f"keep each TP group inside one {_unit(rm)} of {count(cl.domain, 'GPU')}",
+             severity=WARNING, fixes=fixes,
              related=[(c.at("cluster.gpus_per_node", "cluster.nodes"), f"gpus_per_node = {cl.gpus_per_node}")])
 
 
@@ -161,11 +171,12 @@ def group_crosses_node(plan, c):
         if plan.mode == "serve" and not pinned and any(T.tp_across_nodes(t) for t in c.active):
             _serving_tp_across(plan, c, rm, under)
             return
+        helps, fixes = _tp_help(plan, rm, c, fixed)
         c.report(c.at("placement.tp") if pinned else c.at("mesh.tp"),
                  f"{under}{_span_desc(rm, 'tp')}: tensor parallelism all-reduces activations twice per layer and "
                  f"microbatch, and here that traffic would cross {inter}"
                  + (", though the placement pins tp to intra_node" if pinned else ""),
-                 help="; or ".join(_tp_help(plan, rm, fixed)) or f"keep each TP group inside one {unit} of {count(g, 'GPU')}",
+                 help="; or ".join(helps) or f"keep each TP group inside one {unit} of {count(g, 'GPU')}", fixes=fixes,
                  related=[(c.at(f"cluster.{key}", "cluster.nodes"), f"{key} = {g}")]
                  + ([(c.at("mesh.tp"), f"tp = {m.tp}")] if pinned else []))
     for ax, what in (("cp", "context parallelism passes key/value blocks around its ring every layer"),
@@ -193,18 +204,21 @@ def idle_gpus(plan, c):
     if m.auto and m.size(m.auto) == 0 or need >= world:
         return
     shown = " · ".join(f"{ax}={m.size(ax)}" for ax in m.order if m.size(ax) > 1) or "a single GPU"
-    helps = []
+    found = []
     if world % (need // m.dp) == 0:
-        helps.append(f"set `dp = {world // (need // m.dp)}` (or `dp = auto`) to use all {world}")
+        found.append((f"set `dp = {world // (need // m.dp)}` (or `dp = auto`) to use all {world}",
+                      {"mesh.dp": world // (need // m.dp)}))
     if need % cl.gpus_per_node == 0:
-        helps.append(f"ask for `nodes = {need // cl.gpus_per_node}`")
+        found.append((f"ask for `nodes = {need // cl.gpus_per_node}`", {"cluster.nodes": need // cl.gpus_per_node}))
     elif need < cl.gpus_per_node and cl.nodes == 1:
-        helps.append(f"declare `gpus_per_node = {need}`")
+        found.append((f"declare `gpus_per_node = {need}`", {"cluster.gpus_per_node": need}))
+    kept, fixes = offer(plan, c, [o for _, o in found])   # only what the other rules accept too
+    helps = [h for h, o in found if o in kept]
     c.report(c.at("mesh.dp" if m.dp > 1 else "mesh"),
              f"the mesh uses {count(need, 'GPU')} ({shown}) of cluster \"{cl.name}\"'s {world} "
              f"({plural(cl.nodes, 'node')} × {cl.gpus_per_node}): {world - need} would sit idle, and torchrun would "
              f"start {world} processes for a {need}-rank mesh",
-             help="; or ".join(helps) or f"pp · dp · cp · tp must equal {world}",
+             help="; or ".join(helps) or f"pp · dp · cp · tp must equal {world}", fixes=fixes,
              related=[(c.at("cluster.nodes"), f"nodes = {cl.nodes}, gpus_per_node = {cl.gpus_per_node}")])
 
 

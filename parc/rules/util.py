@@ -51,8 +51,51 @@ def set_values(plan, values: dict[str, object]) -> tuple[Edit, ...] | None:
         s = plan.spans.get(f"{path}.value")
         if s is None or (path.startswith("mesh.") and plan.mesh.auto == path[5:]):
             return None
-        edits.append(Edit(s, str(v)))
+        edits.append(Edit(s, spelled(v)))
     return tuple(edits)
+
+
+def spelled(v) -> str:
+    """A value as a spec writes it: ``true``, ``[40, 40]``, ``8``."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(spelled(x) for x in v) + "]"
+    return str(v)
+
+
+def engines_say(plan, c, code: str, megatron: str) -> str:
+    """What the engines the spec targets say of finding ``code``, each by its audit entry in
+    rules.toml (``vLLM's EP group is always dp·cp·tp``); ``megatron``, the words of the rule's
+    source, when no target is named or Megatron-LM launches the plan."""
+    from parc.model import targets as T
+    from parc.rules import audit_entries
+
+    parts = []
+    for key, e in audit_entries(code, plan, c.active):
+        who, check = T.display(key), e["check"]
+        parts.append(megatron if key == "megatron" else check if check.startswith(who) else f"{who}: {check}")
+    return "; ".join(dict.fromkeys(parts)) or megatron
+
+
+def context_help(plan, c, limit: int) -> str:
+    """The way out of a max_model_len above the model's context: the limit itself where the
+    whole rule set accepts it, and the RoPE scaling that would lift the limit."""
+    rope = ("describe the model's RoPE scaling (`rope_scaling`, `rope_factor`, `rope_original_positions`) or "
+            "`max_positions` as its config.json states them")
+    if offer(plan, c, [{"serve.max_model_len": limit}])[0]:
+        return f"set `max_model_len = {limit}` or less, or {rope}"
+    return rope
+
+
+def offer(plan, c, options: list[dict[str, object]]) -> tuple[list[dict], list[Fix]]:
+    """Of ``options`` (spec values to set, ``{"mesh.etp": 2}``), those the whole rule set accepts
+    as the fix of ``c``'s finding (:func:`parc.rules.suggest.offered`), and their fixes: what a
+    help may name and an editor apply."""
+    from parc.rules.suggest import offered
+
+    kept = offered(plan, c, options)
+    return kept, value_fixes(plan, kept)
 
 
 def value_fixes(plan, options: list[dict[str, object]]) -> list[Fix]:
@@ -62,7 +105,7 @@ def value_fixes(plan, options: list[dict[str, object]]) -> list[Fix]:
     for values in options:
         edits = set_values(plan, values)
         if edits:
-            words = " and ".join(f"`{p.rsplit('.', 1)[1]} = {v}`" for p, v in values.items())
+            words = " and ".join(f"`{p.rsplit('.', 1)[1]} = {spelled(v)}`" for p, v in values.items())
             fixes.append(Fix(f"set {words}", edits, safe=len(options) == 1))
     return fixes
 

@@ -13,7 +13,7 @@ from parc.model.targets import (default_engine, display, engine_blocks, engine_k
                                 inherits, keys, launch_targets, pipeline_runtime, pipelines, required,
                                 requiring_targets, runs_pipeline, spec, stands_in, wrappers)
 from parc.rules import ERROR, WARNING, rule
-from parc.rules.util import join, target_name
+from parc.rules.util import join, offer, target_name
 from parc.targets.base import dash_keys, option_lists, settings, target_span
 from parc.words import count
 
@@ -171,6 +171,7 @@ def torch_no_dualpipe(plan, c):
              f"pipeline = {s.pipeline}{why}; it has {schedules_text(c.target)}",
              help=(f"use `pipeline = dualpipe_v` with `virtual_stages = 2` (DualPipe cut in half, pp = {plan.mesh.pp} "
                    f"ranks holding one copy of the model), or another of those" if s.pipeline == "dualpipe"
+                   and offer(plan, c, [{"schedule.pipeline": "dualpipe_v", "schedule.virtual_stages": 2}])[0]
                    else "choose one of those"))
 
 

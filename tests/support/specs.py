@@ -52,12 +52,46 @@ def only(result, code):
     return got[0]
 
 
+HEADROOM = "P405"   # the memory headroom an offered fix must keep
+
+
+def fix_refusals(check_spec, text, d, targets=(), before=None) -> dict[str, list[str]]:
+    """Each fix of diagnostic ``d`` (found in ``text``) that does not pass, with why: applied to
+    the text, the finding must be gone, and the spec must report no error it did not have
+    (nor leave less than the memory headroom, P405). Empty when every offered fix passes."""
+    from parc.language.diagnostics import apply_edits
+
+    before = before if before is not None else check_spec(text, targets)
+    had = {x.code for x in before.diagnostics if x.severity == "error" or x.code == HEADROOM}
+    out = {}
+    for fix in d.fixes:
+        if any(e.span.file != d.span.file for e in fix.edits):
+            continue   # a fix of an imported file: judged where that file is checked
+        new = apply_edits(text, fix.edits)
+        after = check_spec(new, targets)
+        # the finding's line in the fixed text (edits above it move it)
+        at = d.span.start + sum(len(e.text) - (e.span.end - e.span.start) for e in fix.edits
+                                if e.span.end <= d.span.start)
+        line = new.count("\n", 0, at) + 1
+        why = []
+        if any(x.code == d.code and x.span.line == line for x in after.diagnostics):
+            why.append(f"{d.code} is still reported")
+        brought = {x.code for x in after.diagnostics if x.severity == "error" or x.code == HEADROOM} - had - {d.code}
+        why += [f"brings {x.code}: {x.message}" for x in after.diagnostics if x.code in brought]
+        if why:
+            out[fix.message] = why
+    return out
+
+
 def assert_fires(check_spec, text, code, at, severity="error", target=None, targets=()):
     r = check_spec(text, targets)
     d = only(r, code)
     assert d.span.line == line_of(text, at), (d.span.line, d.message)
     assert d.severity == severity
     assert d.target == target
+    # a suggestion is a promise: every fix the finding offers passes the whole rule set
+    bad = fix_refusals(check_spec, text, d, targets, r)
+    assert not bad, (code, d.help, bad)
     return d
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from parc.rules import WARNING, rule
+from parc.rules.util import join, offer
 from parc.targets.base import settings, target_span
 from parc.targets.deepspeed import TARGET
 from parc.targets.rules import pipeline_missing
@@ -43,12 +44,17 @@ def deepspeed_cp(plan, c):
     m = plan.mesh
     if plan.mode != "train" or m.cp <= 1:
         return
+    kept, fixes = offer(plan, c, [{"mesh.cp": 1, "mesh.dp": m.dp * m.cp} if m.auto != "dp" else {"mesh.cp": 1},
+                                  {"mesh.cp": 1, "mesh.tp": m.tp * m.cp}])
+    to = join([f"{ax} ({ax} = {getattr(m, ax) * m.cp})" for ax in ("dp", "tp") if any(f"mesh.{ax}" in o for o in kept)]
+              or (["dp"] if kept else []))
     c.report(c.at("mesh.cp"),
              f"DeepSpeed has no context parallelism to give cp = {m.cp}: its config splits a sequence only with "
              f"Ulysses sequence parallelism (sequence_parallel_size), which exchanges heads by all-to-all instead "
              f"of passing key/value blocks around a ring, so the plan's cost and memory would not hold",
-             help=f"use cp = 1 and give the {m.cp}-fold to dp or tp, or compile for `target megatron` or "
-                  f"`target torchrun`, which have context parallelism")
+             help=(f"use cp = 1 and give the {m.cp}-fold to {to}, or c" if kept else "C")
+                  + "ompile for `target megatron` or `target torchrun`, which have context parallelism",
+             fixes=fixes)
 
 
 # ------------------------------------------------------------------------------------ P687

@@ -3,7 +3,7 @@ sglang target cannot lay out (each message says which)."""
 from __future__ import annotations
 
 from parc.rules import WARNING, rule
-from parc.rules.util import divisors, join
+from parc.rules.util import context_help, divisors, join, offer, value_fixes
 from parc.targets.base import settings, target_span
 from parc.targets.sglang import TARGET, dp_attention, dp_attention_asked, layout, replica
 from parc.words import count
@@ -46,13 +46,16 @@ def sglang_expert_grid(plan, c):
     if m.ep * m.etp == t:
         return
     where = "dp · tp" if dp_attention(plan) else "tp"
-    ok = [e for e in divisors(t) if e > 1 and md.experts % e == 0]
+    ok, _ = offer(plan, c, [{"mesh.ep": e, "mesh.etp": t // e} for e in divisors(t)
+                            if e > 1 and md.experts % e == 0])
+    neither, _ = offer(plan, c, [{"mesh.ep": 1, "mesh.etp": 1}])
+    helps = ([f"use ep = one of {join(o['mesh.ep'] for o in ok)} with etp = {t} / ep"] if ok else []) + \
+        (["remove `ep` and `etp` to split the experts over tp"] if neither else [])
     c.report(c.at("mesh.ep" if m.ep > 1 else "mesh.etp"),
              f"SGLang's expert layers span one server's tp_size ({where} = {t}): ep experts groups, each "
              f"expert split over tp_size / ep ranks, so ep · etp must be {t}, not {m.ep} · {m.etp} = {m.ep * m.etp}"
              f" (SGLang's moe_tp_size = tp_size / ep_size, sglang/srt/runtime_context.py derive_parallel_widths)",
-             help=(f"use ep = one of {join(ok)} with etp = {t} / ep" if ok else "remove `ep` and `etp`")
-                  + ", or remove both to split the experts over tp")
+             help=", or ".join(helps) or f"make ep · etp = {t}", fixes=value_fixes(plan, ok))
 
 
 @rule("P694", "sglang-a2a-expert-size", targets=(TARGET,), reads=("dp", "tp", "ep"))
@@ -67,7 +70,8 @@ def sglang_a2a_ep(plan, c):
              f"the all-to-all backend {backend} spreads the experts over the whole server: SGLang sets ep to "
              f"tp_size = {t} whatever --ep-size says (\"The expert parallel size is adjusted from {plan.mesh.ep} "
              f"to the tensor parallel size\"), so it would serve ep = {t}, not the spec's ep = {plan.mesh.ep}",
-             help=f"set ep = {t} (etp = 1), or remove `moe_a2a_backend`",
+             help=(f"set ep = {t} (etp = 1), or r" if offer(plan, c, [{"mesh.ep": t, "mesh.etp": 1}])[0] else "R")
+                  + "emove `moe_a2a_backend`",
              related=[(c.at("mesh.ep", "mesh"), f"ep = {plan.mesh.ep}")])
 
 
@@ -130,8 +134,7 @@ def sglang_context_length(plan, c):
              f"SGLang refuses --context-length {sv.max_model_len} for model `{m.name}` ({context_words(m, TARGET)}) "
              "when it reads the model's config (\"User-specified context_length ... is greater than the derived "
              "context_length\") unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set",
-             help=f"set `max_model_len = {limit}` or less, or describe the model's RoPE scaling (`rope_scaling`, "
-                  "`rope_factor`, `rope_original_positions`) or `max_positions` as its config.json states them",
+             help=context_help(plan, c, limit), fixes=offer(plan, c, [{"serve.max_model_len": limit}])[1],
              related=[(c.at("model.max_positions", "model"), f"the model has {m.max_positions:,} positions")])
 
 

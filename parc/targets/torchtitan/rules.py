@@ -3,6 +3,7 @@ Trainer), or runs otherwise than the spec says."""
 from __future__ import annotations
 
 from parc.rules import WARNING, rule
+from parc.rules.util import join, offer
 from parc.targets.base import settings, target_span
 from parc.targets.torchtitan import (TARGET, degrees, module_config, own_config, preset_config, shipped,
                                      split_overrides)
@@ -57,7 +58,13 @@ def etp_one_or_tp(plan, c):
     c.report(c.at("mesh.etp"),
              f"torchtitan splits experts either over the whole TP group or not at all: etp must be 1 or "
              f"tp = {m.tp}, not {m.etp} (ParallelDims: \"Currently we only support ETP=TP or ETP=1\")",
-             help=f"set etp = 1 or etp = {m.tp}" if m.tp > 1 else "set etp = 1")
+             help=_etps(plan, c), fixes=offer(plan, c, [{"mesh.etp": e} for e in sorted({1, m.tp})])[1])
+
+
+def _etps(plan, c) -> str:
+    """The etp degrees torchtitan takes (1 or tp) that the whole rule set accepts, in words."""
+    ok = [o["mesh.etp"] for o in offer(plan, c, [{"mesh.etp": e} for e in sorted({1, plan.mesh.tp})])[0]]
+    return f"set etp = {join(ok)}" if ok else f"make etp 1 or tp = {plan.mesh.tp}"
 
 
 @rule("P633", "torchtitan-replicate-degree", targets=(TARGET,))
@@ -71,7 +78,8 @@ def replicate_degree(plan, c):
     if zero == 0 and rep != dp:
         c.report(at, f"with zero = 0 torchtitan replicates the whole dp = {dp} (data_parallel_replicate_degree = {dp}, "
                      f"shard degree 1): replicate = {rep} would shard the rest, which zero = 0 does not",
-                 help=f"remove `replicate`, or set `zero = 3` to shard over dp / replicate = {dp // rep if dp % rep == 0 else '?'}")
+                 help="remove `replicate`" + (f", or set `zero = 3` to shard over dp / replicate = {dp // rep}"
+                                              if dp % rep == 0 and offer(plan, c, [{"train.zero": 3}])[0] else ""))
     elif dp % rep:
         c.report(at, f"replicate = {rep} does not divide dp = {dp}: torchtitan needs "
                      "data_parallel_replicate_degree × data_parallel_shard_degree = dp "
@@ -157,7 +165,10 @@ def seq_len(plan, c):
     k = seq_len_divisor(plan)
     n = plan.model.seq_len
     if n % k:
+        kept, fixes = offer(plan, c, [{"model.seq_len": s} for s in ((n // k) * k, (n // k + 1) * k) if s > 0])
+        ok = [o["model.seq_len"] for o in kept]
         c.report(c.at("model.seq_len", "model"),
                  f"torchtitan needs seq_len = {n} divisible by {k} (tp = {plan.mesh.tp} with sequence parallel × "
                  f"2 · cp = {2 * plan.mesh.cp}): its Trainer refuses the sequence length when it starts",
-                 help=f"use a seq_len that is a multiple of {k}, such as {(n // k + 1) * k}")
+                 help=f"use a seq_len that is a multiple of {k}" + (f", such as {join(ok)}" if ok else ""),
+                 fixes=fixes)

@@ -5,7 +5,7 @@ from parc.model import targets as T
 from parc.model.targets import newest, span_text
 from parc.model.targets import rank_order as imposed_order
 from parc.rules import NOTE, WARNING, rule
-from parc.rules.util import dims, divisors, join
+from parc.rules.util import context_help, dims, divisors, join, offer
 from parc.targets.base import order_over, settings, target_span
 from parc.targets.vllm import TARGET, replica
 from parc.words import count
@@ -84,13 +84,16 @@ def vllm_ep(plan, c):
         c.report(c.at("mesh.etp"),
                  f"vLLM cannot split experts with etp = {m.etp}: with expert parallelism each expert lives whole "
                  f"on one GPU (etp = 1), and without it experts are split over tp",
-                 help=f"remove `etp`; use ep = {region} (= dp · cp · tp) for expert parallelism, or no ep")
+                 help=("remove `etp`; use ep = {region} (= dp · cp · tp) for expert parallelism, or no ep"
+                       if offer(plan, c, [{"mesh.etp": 1, "mesh.ep": region}])[0] else
+                       "remove `etp` and `ep` to split the experts over tp").format(region=region))
         return
     if m.ep != region:
         c.report(c.at("mesh.ep"),
                  f"vLLM's expert parallelism always spans all dp · cp · tp = {m.dp} · {m.cp} · {m.tp} = {region} "
                  f"GPUs of a pipeline stage (--enable-expert-parallel has no size); ep = {m.ep} cannot be expressed",
-                 help=f"set ep = {region}, or remove `ep` to split experts over tp")
+                 help=(f"set ep = {region}, or r" if offer(plan, c, [{"mesh.ep": region}])[0] else "R")
+                      + "emove `ep` to split experts over tp", fixes=offer(plan, c, [{"mesh.ep": region}])[1])
 
 
 # ------------------------------------------------------------------------------------ P614
@@ -170,8 +173,7 @@ def max_model_len_beyond_positions(plan, c):
     c.report(c.at("serve.max_model_len", "serve"),
              f"max_model_len = {sv.max_model_len:,} tokens is more than model `{m.name}` supports in vLLM "
              f"({context_words(m, TARGET)}): vLLM refuses it when it reads the model's config",
-             help=f"set `max_model_len = {limit}` or less, or describe the model's RoPE scaling (`rope_scaling`, "
-                  "`rope_factor`, `rope_original_positions`) or `max_positions` as its config.json states them",
+             help=context_help(plan, c, limit), fixes=offer(plan, c, [{"serve.max_model_len": limit}])[1],
              related=[(c.at("model.max_positions", "model"), f"the model has {m.max_positions:,} positions")])
 
 
@@ -183,11 +185,12 @@ def vllm_dcp_pcp(plan, c):
     if plan.mode != "serve" or m.cp <= 1 or m.dcp in (1, m.cp, m.tp * m.cp):
         return
     ok = sorted({1, m.cp, m.tp * m.cp})
+    kept, fixes = offer(plan, c, [{"mesh.dcp": d} for d in ok])
     c.report(c.at("mesh.dcp", "mesh"),
              f"with prefill context parallel (cp = {m.cp}) vLLM takes decode context parallel only over the cp "
              f"axis or the whole tp · cp block: dcp = {m.dcp} is none of {join(ok)} (\"When PCP is enabled, DCP "
              f"must be disabled, span the PCP axis, or span the full TP x PCP axis.\")",
-             help=f"use dcp = {join(ok)}")
+             help=f"use dcp = {join(o['mesh.dcp'] for o in kept)}" if kept else None, fixes=fixes)
 
 
 @rule("P667", "vllm-dcp-kv-heads", targets=(TARGET,), reads=("tp",))
@@ -328,7 +331,8 @@ def vllm_nixl_dcp(plan, c):
         return
     c.report(c.at("mesh.dcp", "mesh"), f"vLLM's NixlConnector refuses this pool: {why} "
                                        f"(vllm/config/vllm.py, as the engine starts)",
-             help=f"use dcp = {group} with an MLA model, or dcp = 1")
+             help=("use dcp = 1" if offer(plan, c, [{"mesh.dcp": 1}])[0] else "remove `dcp`")
+                  + (f", or dcp = {group} with an MLA model" if m.dcp != group or not plan.model.is_mla else ""))
 
 
 @rule("P673", "vllm-nixl-tp-ratio", targets=(TARGET,), reads=(), whole=True)
