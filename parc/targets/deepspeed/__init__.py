@@ -183,7 +183,7 @@ def node_launch(plan, s: dict):
     the block's settings, parc/targets/engines.py)."""
     from parc.targets.engines import NodeLaunch, flat, one_run
 
-    multi = plan.cluster.nodes > 1
+    multi, F = plan.cluster.nodes > 1, options(plan)
     lines, args = node_lines(plan), [[a] for a in s.get("args") or []]
 
     def make() -> list[File]:
@@ -192,7 +192,8 @@ def node_launch(plan, s: dict):
         text = render("deepspeed/launch.sh.j2", header=_header(plan, per_node=True), need_here=True,
                       env=nccl_env(plan), multi=multi, per_node=multi, nnodes=plan.cluster.nodes,
                       master_port="master_port" not in s, launcher_lines=lines, entrypoint=s["entrypoint"],
-                      arg_lines=args, config=CONFIG)
+                      arg_lines=args, config=CONFIG, master_flag=F("master_addr"), ds_flag=F("deepspeed"),
+                      ds_config_flag=F("deepspeed_config"))
         files = [File("launch.sh", text, True), File(CONFIG, config_json(plan))]
         if multi:
             files.append(File("hostfile", node_hostfile(plan)))
