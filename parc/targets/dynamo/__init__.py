@@ -101,8 +101,20 @@ def module_argv(plan, run: Run) -> tuple[list[str], list[str]]:
     if run.pool and flag not in rest:
         rest += [flag, run.pool]
     words = [_word(w) for w in rest]
-    lost += [str(w) for w, s in zip(rest, words) if s is None]
+    lost += [" ".join([*([str(rest[i - 1])] if i and words[i - 1] else []), _shown(w)])
+             for i, (w, s) in enumerate(zip(rest, words)) if s is None]
     return head + [s for s in words if s is not None], lost
+
+
+def _shown(w) -> str:
+    """A word the scheduler fills in, as messages show it: ``<port>``, ``<master_addr>:5000``."""
+    if isinstance(w, Var):
+        return f"<{w.name}>"
+    if isinstance(w, Cat):
+        return "".join(_shown(p) for p in w.parts)
+    if isinstance(w, Product):
+        return f"<{w.var.name} * {w.factor}>"
+    return str(w)
 
 
 def _ray_steps(run: Run) -> bool:

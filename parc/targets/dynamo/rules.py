@@ -2,9 +2,9 @@
 launches them, and the names the API server would refuse."""
 from __future__ import annotations
 
-from parc.rules import rule
+from parc.rules import WARNING, rule
 from parc.targets.base import target_span
-from parc.targets.dynamo import NAME_MAX, TARGET, engine, unsupported, workers
+from parc.targets.dynamo import NAME_MAX, TARGET, engine, engine_facts, module_argv, unsupported, workers
 from parc.targets.kubernetes.rules import check_names
 from parc.words import count
 
@@ -69,9 +69,32 @@ def dynamo_word_lost(plan, c):
     give (a node rank, an address) and that the operator does not provide would be lost."""
     if not _serving(plan):
         return
+    lost = [f"{w.name}: {', '.join(w.lost)}" for w in workers(plan) if w.lost and unsupported(plan, w.run) is None]
+    if lost:
+        c.report(c.at(f"target.{TARGET}", "mesh"),
+                 f"the workers' commands would lose what the scheduler gives each node ({'; '.join(lost)}): a "
+                 "Dynamo worker's command is the same on every pod, and the operator provides none of these",
+                 help="choose degrees whose instances fit one node, or launch the plan with `target lws`")
+
+
+# ------------------------------------------------------------------------------------ P712
+
+@rule("P712", "dynamo-half-disaggregated", severity=WARNING, targets=(TARGET,), whole=True)
+def dynamo_half_disaggregated(plan, c):
+    """A plan without pools whose engine command already names a prefill or decode role (SGLang's
+    own `disaggregation` key) is one half of a disaggregated deployment: the graph holds only
+    that half, and Dynamo's frontend has no worker of the other role to pair it with."""
+    if not _serving(plan) or plan.pools:
+        return
+    flag = engine_facts(plan).get("disaggregation")
     for w in workers(plan):
-        if w.lost and unsupported(plan, w.run) is None:
-            c.report(c.at(f"target.{TARGET}", "mesh"),
-                     f"the {w.name} worker's command would lose {', '.join(w.lost)}: the engine's command needs "
-                     "what the scheduler gives each node, and a Dynamo worker's command is the same on every pod",
-                     help="choose degrees whose instances fit one node, or launch the plan with `target lws`")
+        args = module_argv(plan, w.run)[0]
+        role = args[args.index(flag) + 1] if flag in args[:-1] else None
+        if role in ("prefill", "decode"):
+            other = "decode" if role == "prefill" else "prefill"
+            c.report(c.at(f"target.{engine(plan)}.disaggregation", f"target.{engine(plan)}", "serve"),
+                     f"the {w.name} worker runs as a {role} server ({flag} {role}), and the graph has no {other} "
+                     f"worker: Dynamo's frontend sends every request to it, and a {role} worker waits for a "
+                     f"{other} one that never comes",
+                     help="declare both pools in the `serve` block (`prefill { }` and `decode { }`), so that the "
+                          "graph holds a worker of each role")
