@@ -132,7 +132,8 @@ def test_output_is_byte_identical(check_spec):
 
 def test_p646_fires_on_training(check_spec):
     text = spec(target={"dynamo": ""})
-    assert_fires(check_spec, text, "P646", "target dynamo", target="dynamo", targets=("dynamo",))
+    d = assert_fires(check_spec, text, "P646", "target dynamo", target="dynamo", targets=("dynamo",))
+    assert d.message.startswith("Dynamo serves a model")
     assert_quiet(check_spec, spec(serve=SERVE, target={"vllm": VLLM, "dynamo": ""}), "P646", ("dynamo",))
 
 
@@ -142,34 +143,33 @@ def test_p647_fires_on_a_bad_name(check_spec):
     assert_quiet(check_spec, bad.replace('"Llama"', '"llama"'), "P647", ("dynamo",))
 
 
-def test_p710_fires_on_vllms_own_multinode_launch(check_spec):
+def test_p620_refuses_vllms_own_multinode_launch(check_spec):
     """vLLM's multiprocessing launch over two nodes has no place in a graph whose operator starts
     multinode vLLM workers over Ray; its help, executor = ray, compiles."""
     bad = spec(nodes=2, mesh="pp = 2; tp = 8", serve=SERVE, target={"vllm": VLLM, "dynamo": ""})
-    d = assert_fires(check_spec, bad, "P710", "target vllm", target="dynamo", targets=("dynamo",))
-    assert "executor = ray" in d.help and "2 nodes" in d.message
+    d = assert_fires(check_spec, bad, "P620", "target vllm", target="dynamo", targets=("dynamo",))
+    assert "executor = ray" in d.help and "VllmWorker worker over 2 nodes" in d.message
     good = spec(nodes=2, mesh="pp = 2; tp = 8", serve=SERVE, target={"vllm": VLLM + "; executor = ray", "dynamo": ""})
-    r = assert_quiet(check_spec, good, "P710", ("dynamo",))
+    r = assert_quiet(check_spec, good, "P620", ("dynamo",))
     assert not r.errors
 
 
-def test_p711_fires_when_a_word_needs_the_scheduler(check_spec, monkeypatch):
-    """A word of the engine's command that only a scheduler's variable gives (a pool's API port,
-    were the module to keep the server's --port) is refused, never dropped."""
+def test_p620_refuses_a_word_that_needs_the_scheduler(check_spec, monkeypatch):
+    """What differs between a multinode worker's pods, or only a scheduler's variable gives
+    (SGLang's node rank and first node's address, were the operator not to add them), is refused,
+    never dropped: a Dynamo worker's pods all start from one command."""
     from parc.model import targets
 
-    text = spec(mesh="tp = 2", serve=POOLS, target={"vllm": VLLM, "dynamo": ""})
-    assert_quiet(check_spec, text, "P711", ("dynamo",))
-    facts = targets.spec("dynamo")["engines"]["vllm"]
-    monkeypatch.setitem(facts, "frontend", {})
-    d = assert_fires(check_spec, text, "P711", "target dynamo", target="dynamo", targets=("dynamo",))
-    assert "VllmPrefillWorker: --port <port>" in d.message
+    text = spec(nodes=2, mesh="pp = 2; tp = 8", serve=SERVE, target={"sglang": VLLM, "dynamo": "engine = sglang"})
+    assert_quiet(check_spec, text, "P620", ("dynamo",))
+    monkeypatch.setitem(targets.spec("dynamo")["engines"]["sglang"], "operator", {})
+    d = assert_fires(check_spec, text, "P620", "target sglang", target="dynamo", targets=("dynamo",))
+    assert "its nodes' commands differ beyond the options the operator writes" in d.message
 
 
-def test_p712_warns_of_one_half_of_a_disaggregated_deployment(check_spec):
+def test_p620_refuses_one_half_of_a_disaggregated_deployment(check_spec):
     target = {"sglang": VLLM + "; disaggregation = decode; transfer_backend = nixl", "dynamo": "engine = sglang"}
     bad = spec(mesh="tp = 8", serve=SERVE, target=target)
-    d = assert_fires(check_spec, bad, "P712", "disaggregation", severity="warning", target="dynamo",
-                     targets=("dynamo",))
-    assert "no prefill worker" in d.message
-    assert_quiet(check_spec, bad.replace("  disaggregation = decode\n", ""), "P712", ("dynamo",))
+    d = assert_fires(check_spec, bad, "P620", "disaggregation", target="dynamo", targets=("dynamo",))
+    assert "a decode server alone" in d.message and "no prefill worker" in d.message
+    assert_quiet(check_spec, bad.replace("  disaggregation = decode\n", ""), "P620", ("dynamo",))

@@ -25,6 +25,7 @@ PAIRS = {
     "P701-fires-0.33": "P701", "P701-quiet-0.33": None,
     "P702-fires-0.5.21": "P702", "P702-quiet-0.5.22": None,
     "P703-fires-0.5.23": "P703", "P703-quiet-pp1-0.5.23": None,
+    "P710-fires-0.20.0": "P710", "P710-quiet-dp-0.20.0": None,
 }
 OSS = "from = gpt_oss_120b"          # sliding-window layers (attention_window 128), 8 KV heads
 QWEN = "from = qwen3_30b_a3b"         # 4 KV heads, no MLA

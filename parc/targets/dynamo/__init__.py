@@ -17,7 +17,7 @@ API port (the frontend serves the API) and, for SGLang, the multinode options th
 (``--dist-init-addr``, ``--nnodes``, ``--node-rank``). A multinode vLLM worker runs over Ray, which
 the operator starts itself (the leader's command becomes ``ray start --head && ARGS``, the other
 pods only join the head), so its command is a shell line; a launch the operator cannot start that
-way (vLLM's own multi-node launch, ``executor = mp``) is refused by P710. ``spec.backendFramework``
+way (vLLM's own multi-node launch, ``executor = mp``) is refused (P620, :func:`inexpressible`). ``spec.backendFramework``
 names the engine, which is how the operator picks its multinode handling. What the graph cannot
 express is a diagnostic, never a silent drop.
 """
@@ -63,7 +63,7 @@ class Worker:
     lost: tuple[str, ...]
 
 
-def _without(argv: list, options: dict) -> list:
+def without(argv: list, options: dict) -> list:
     """``argv`` less each option of ``options`` and the number of values it takes."""
     out, i = [], 0
     while i < len(argv):
@@ -96,7 +96,7 @@ def module_argv(plan, run: Run) -> tuple[list[str], list[str]]:
     head = ["-m", facts["module"]]
     if facts.get("model"):
         head += [facts["model"], str(rest.pop(0))]
-    rest = _without(_without(rest, facts.get("frontend", {})), facts.get("operator", {}) if run.size > 1 else {})
+    rest = without(without(rest, facts.get("frontend", {})), facts.get("operator", {}) if run.size > 1 else {})
     flag = facts.get("disaggregation")
     if run.pool and flag not in rest:
         rest += [flag, run.pool]
@@ -131,9 +131,13 @@ def unsupported(plan, run: Run) -> str | None:
         return None if len(run.leader) == 1 else "its command has several steps"
     how = engine_facts(plan).get("multinode")
     if how == "ray" and not _ray_steps(run):
-        return "the operator starts a multinode vLLM worker over Ray"
+        return "it is vLLM's own multi-node launch, not Ray's"
     if how == "flags" and len(run.leader) != 1:
         return "its command has several steps"
+    if how == "flags":
+        owned = engine_facts(plan).get("operator", {})
+        if without(list(run.leader[-1]), owned) != without(list(run.worker[-1]), owned):
+            return "its nodes' commands differ beyond the options the operator writes"
     return None
 
 
@@ -181,7 +185,10 @@ def build(plan) -> list[File]:
     s = settings(plan, TARGET)
     facts = engine_facts(plan)
     name = graph_name(plan)
-    comps = [_component(plan, w) for w in workers(plan)]
+    ws = workers(plan)
+    if any(w.lost or unsupported(plan, w.run) for w in ws):   # P620 refuses the plan: never drop a word
+        raise ValueError("the DynamoGraphDeployment cannot carry this plan's launch (P620)")
+    comps = [_component(plan, w) for w in ws]
     frontend = list(FRONTEND) + (["--http-port", str(s["port"])] if "port" in s else [])
     header = [f"DynamoGraphDeployment compiled by parc from {spec_name(plan)}: kubectl apply -f dgd.yaml "
               "(the Dynamo operator and its platform must be installed)",
@@ -192,3 +199,43 @@ def build(plan) -> list[File]:
                   image=s.get("image", facts["image"]), secret=s.get("secret"), frontend=frontend,
                   components=comps)
     return [File("dgd.yaml", text), File("plan.json", plan_json(plan))]
+
+
+def inexpressible(plan) -> list[tuple[str, str, str]]:
+    """(path, what, help) of each part of the plan the graph cannot carry (P620): a multinode
+    launch the operator cannot start, a word of the engine's command only a scheduler could fill
+    in, one role of a disaggregated deployment alone. Long because: three cases, each message
+    in the user's terms."""
+    if plan.mode != "serve" or plan.world_size > plan.cluster.world:
+        return []
+    out = []
+    eng = engine(plan)
+    flag = engine_facts(plan).get("disaggregation")
+    for w in workers(plan):
+        why = unsupported(plan, w.run)
+        if why is not None:
+            vllm = eng == "vllm"
+            path = "target.vllm.executor" if "target.vllm.executor" in plan.spans else f"target.{eng}"
+            out.append((path, f"the {w.name} worker over {count(w.run.size, 'node')} as {display(eng)} launches it "
+                              f"({' then '.join(s[0] for s in w.run.leader)} on the first node): {why}, and the "
+                              + ("operator replaces the commands of the pods after the first with `ray start "
+                                 "--address=LEADER:6379 --block`" if vllm else "operator starts every pod from one "
+                                 "command, adding only " + ", ".join(engine_facts(plan).get("operator", {}))),
+                        "set `executor = ray` in `target vllm` (the operator starts the Ray cluster of a multinode "
+                        "worker), or choose tp·pp·cp that fits one node" if vllm
+                        else "choose degrees whose instances fit one node"))
+            continue
+        if w.lost:
+            out.append(("mesh", f"{', '.join(w.lost)} in the {w.name} worker's command: what a scheduler gives each "
+                                "node, and a Dynamo worker's command is the same on every pod",
+                        "choose degrees whose instances fit one node, or launch the plan with `target lws`"))
+        args = module_argv(plan, w.run)[0]
+        role = args[args.index(flag) + 1] if not w.run.pool and flag in args[:-1] else None
+        if role in ("prefill", "decode"):
+            other = "decode" if role == "prefill" else "prefill"
+            out.append((f"target.{eng}.disaggregation", f"a {role} server alone ({flag} {role}): a "
+                        "DynamoGraphDeployment is the whole deployment, and its frontend has no "
+                        f"{other} worker to pair it with",
+                        "declare both pools in the `serve` block (`prefill { }` and `decode { }`), so that the graph "
+                        "holds a worker of each role"))
+    return out

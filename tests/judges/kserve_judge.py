@@ -1,0 +1,201 @@
+"""Runs inside the LLMInferenceService judge's virtual environment (tests/judges/kserve_env.sh),
+never in parc's own.
+
+Reads JSON lists of manifests (the text of an `llmisvc.yaml`), one list a line, on stdin, and
+prints for each what Kubernetes and KServe v0.20.0 (commit 1fb781055dd1567164358233e1125142ca6ef1fe)
+make of it:
+
+* the LLMInferenceService against the CRD's OpenAPI schema (tests/data/kserve, v1alpha2), unknown
+  fields refused wherever the schema is structural, the CEL rule on what parc writes (replicas and
+  scaling mutually exclusive) and the name a DNS-1035 label;
+* the checks of KServe's validating webhook on parallelism, transcribed from its Go
+  (pkg/apis/serving/v1alpha2/llm_inference_service_validation.go, validateWorkloadParallelism);
+* each pod template (template, worker, and the prefill's) with kubernetes-validate, strict;
+* the preset the controller merges into each workload (pkg/controller/v1alpha2/llmisvc/
+  config_merge.go: the switch on prefill, worker and parallelism), which must be one KServe ships
+  (config/llmisvcconfig), and the pods of each replica (LeaderWorkerSet's size
+  parallelism.data / dataLocal, or pipeline: ParallelismSpec.GetSize);
+* what each pod's vLLM is started with: the preset's `vllm serve` line transcribed (its model
+  folder, served names, port, the options it writes from spec.parallelism and the pod's
+  LWS_WORKER_INDEX, then the words of VLLM_ADDITIONAL_ARGS as its `eval` splits them, shlex's
+  POSIX rules); the lines that set only the server's logging, shutdown timeout and TLS are left
+  out. The test hands each argv to vLLM's own parser."""
+import json
+import os
+import re
+import shlex
+import sys
+
+import jsonschema
+import yaml
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from support.kubelet import builtin_errors  # noqa: E402  (shared by the Kubernetes judges)
+from support.structural import strict  # noqa: E402  (Kubernetes' pruning)
+
+CRD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "kserve",
+                   "serving.kserve.io_llminferenceservices.yaml")
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+OBJECT_META = {"name", "namespace", "labels", "annotations"}
+# config/llmisvcconfig at v0.20.0: the presets KServe ships (the pipeline-parallel ones are not)
+SHIPPED = {"template", "decode-template", "prefill-template", "worker-data-parallel",
+           "decode-worker-data-parallel", "prefill-worker-data-parallel"}
+
+
+def _crd():
+    with open(CRD) as f:
+        crd = yaml.safe_load(f)
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2")
+    schema = strict(version["schema"]["openAPIV3Schema"])
+    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)(schema)
+
+
+VALIDATOR = _crd()
+
+
+def name_errors(meta):
+    out = []
+    name = meta.get("name", "")
+    if not (len(name) <= 63 and DNS_1035.fullmatch(name)):
+        out.append(f"metadata.name {name!r}: not a DNS-1035 label")
+    ns = meta.get("namespace")
+    if ns is not None and not (len(ns) <= 63 and DNS_1123.fullmatch(ns)):
+        out.append(f"metadata.namespace {ns!r}: not a DNS-1123 label")
+    return out + [f"metadata: unknown field {k}" for k in meta if k not in OBJECT_META]
+
+
+def is_dp(p):
+    return bool(p) and (p.get("data", 0) > 0 or p.get("dataLocal", 0) > 0)
+
+
+def is_pp(p):
+    return bool(p) and p.get("pipeline", 0) > 0
+
+
+def webhook_errors(path, w):
+    """validateWorkloadParallelism (v0.20.0)."""
+    p = w.get("parallelism")
+    if w.get("worker") is not None and p is None:
+        return [f"{path}.worker: when worker is specified, parallelism must be configured"]
+    if p is None:
+        return []
+    out = []
+    if w.get("worker") is not None and not is_dp(p) and not is_pp(p):
+        out.append(f"{path}.worker: when worker is specified, parallelism must be data or pipeline parallelism")
+    if is_dp(p) and is_pp(p):
+        out.append(f"{path}.parallelism: cannot set both pipeline parallelism and data parallelism")
+    if ("data" in p) != ("dataLocal" in p):
+        out.append(f"{path}.parallelism: data and dataLocal must be set together")
+    if "replicas" in w and "scaling" in w:   # the CRD's CEL rule
+        out.append(f"{path}: replicas and scaling are mutually exclusive")
+    return out
+
+
+def preset(w, pd, role):
+    """config_merge.go's choice for the decode (or only) workload, or the prefill's (``role``)."""
+    p = w.get("parallelism")
+    head = "" if not pd else f"{role}-"
+    if w.get("worker") is None:
+        return head + "template"
+    if is_dp(p):
+        return head + "worker-data-parallel"
+    if is_pp(p):
+        return head + "worker-pipeline-parallel"
+    return None
+
+
+def size(p):
+    """ParallelismSpec.GetSize: the pods of a LeaderWorkerSet group."""
+    if is_dp(p):
+        return max(max(p.get("data", 1), 1) // max(p.get("dataLocal", 1), 1), 1)
+    if is_pp(p):
+        return p["pipeline"]
+    return 1
+
+
+def env_of(spec):
+    [c] = [c for c in spec["containers"] if c["name"] == "main"]
+    return {e["name"]: e.get("value") for e in c.get("env") or []}
+
+
+def vllm_argv(name, ns, w, chosen, index, port):
+    """The preset's `vllm serve` words for pod ``index`` of a replica (module doc)."""
+    p = w.get("parallelism") or {}
+    env = env_of(w["template"] if index == 0 else w["worker"])
+    argv = ["/mnt/models", "--served-model-name", name, f"publishers/{ns}/models/{name}", "--port", str(port)]
+    if chosen.endswith("template"):
+        if p.get("tensor"):
+            argv += ["--tensor-parallel-size", str(p["tensor"])]
+    else:
+        leader = index == 0
+        if leader:
+            argv += ["--api-server-count", "8"]
+        # `{{- if .Spec.Parallelism.Expert -}}...{{- end }} \` then `{{- if .Spec.Parallelism.Tensor ...`:
+        # Go's trim markers leave the backslash of the line before each, so without `expert` the
+        # shell reads "\ \--tensor-parallel-size" as one word with a leading space
+        if p.get("expert"):
+            argv += ["--enable-expert-parallel"]
+        if p.get("tensor"):
+            argv += ["--tensor-parallel-size" if p.get("expert") else " --tensor-parallel-size", str(p["tensor"])]
+        local = p.get("dataLocal") or 1
+        argv += ["--data-parallel-size", str(p.get("data") or 1), "--data-parallel-size-local", str(local),
+                 "--data-parallel-address", "LEADER", "--data-parallel-rpc-port", str(p.get("dataRPCPort") or 5555),
+                 "--data-parallel-start-rank", str(index * local)] + ([] if leader else ["--headless"])
+    return argv + shlex.split(env.get("VLLM_ADDITIONAL_ARGS") or ""), env
+
+
+def workload(svc, w, pd, role, errors):
+    chosen = preset(w, pd, role)
+    if chosen not in SHIPPED:
+        errors.append(f"LLMInferenceServiceConfig \"kserve-config-llm-{chosen}\" not found")
+        return None
+    name, ns = svc["spec"]["model"]["name"], svc["metadata"].get("namespace", "default")
+    # a decode pod's vLLM listens on 8001 behind llm-d's routing sidecar on 8000 (the decode presets)
+    port = 8001 if pd and role == "decode" else 8000
+    n = size(w.get("parallelism")) if w.get("worker") is not None else 1
+    pods = []
+    for k in range(n):
+        argv, env = vllm_argv(name, ns, w, chosen, k, port)
+        pods.append({"index": k, "argv": argv, "env": sorted(env)})
+    res = [c for c in w["template"]["containers"] if c["name"] == "main"][0].get("resources", {})
+    return {"role": role, "preset": chosen, "replicas": w.get("replicas", 1), "size": n,
+            "gpus": int(res.get("limits", {}).get("nvidia.com/gpu", 0)),
+            "gpus_request": int(res.get("requests", {}).get("nvidia.com/gpu", 0)), "pods": pods}
+
+
+def judge(text):
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    if len(docs) != 1 or docs[0].get("kind") != "LLMInferenceService":
+        return {"ok": False, "stage": "documents", "errors": [f"{len(docs)} documents"]}
+    [svc] = docs
+    errors = [] if svc.get("apiVersion") == "serving.kserve.io/v1alpha2" else [f"apiVersion {svc.get('apiVersion')}"]
+    errors += [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in VALIDATOR.iter_errors(svc)]
+    errors += name_errors(svc.get("metadata") or {})
+    if errors:
+        return {"ok": False, "stage": "schema", "errors": errors}
+    spec = svc["spec"]
+    works = [("spec", spec, "decode")] + ([("spec.prefill", spec["prefill"], "prefill")] if "prefill" in spec else [])
+    for path, w, _ in works:
+        errors += webhook_errors(path, w)
+    if errors:
+        return {"ok": False, "stage": "webhook", "errors": errors}
+    for path, w, _ in works:
+        for part in ("template", "worker"):
+            if part in w:
+                errors += builtin_errors({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
+                                          "template": {"spec": w[part]}}, f"{path}.{part}")
+    if errors:
+        return {"ok": False, "stage": "built-in objects", "errors": errors}
+    pd = "prefill" in spec
+    out = [workload(svc, w, pd, role if pd else None, errors) for _, w, role in works]
+    if errors:
+        return {"ok": False, "stage": "config", "errors": errors}
+    return {"ok": True, "name": svc["metadata"]["name"], "model": spec["model"], "router": spec.get("router"),
+            "workloads": out}
+
+
+MARK = "@@kserve-judge "
+for line in sys.stdin:
+    if line.strip():
+        print(MARK + json.dumps([judge(t) for t in json.loads(line)]), flush=True)
