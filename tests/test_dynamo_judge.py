@@ -10,13 +10,12 @@ run when PARC_JUDGES asks for them (tests/support/judges.py; .ci/run sets it); P
 names an existing environment's python instead."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from backends_support import accepted_cases
 from support import judges
+from support.orchestrators import compiled
 from support import sglang as sglang_judge
 
 MARK = "@@dynamo-judge "
@@ -53,19 +52,7 @@ def judge(proc, texts: list[str]) -> list[dict]:
 
 def cases(check_spec) -> list[tuple[str, dict, str]]:
     """(name, plan as JSON, dgd.yaml) of every example and test spec parc compiles for dynamo, and PLANS."""
-    from parc.targets import dynamo
-
-    out = []
-    for spec, t, files in accepted_cases():
-        if t == "dynamo":
-            by = {f.path: f.text for f in files}
-            out.append((spec, json.loads(by["plan.json"]), by["dgd.yaml"]))
-    for name, text in PLANS:
-        r = check_spec(text, ("dynamo",))
-        assert not r.errors, (name, [(d.code, d.message) for d in r.errors])
-        plan = {**r.plan.to_dict(), "world_size": r.plan.world_size}
-        out.append((name, plan, next(f.text for f in dynamo.build(r.plan) if f.path == "dgd.yaml")))
-    return out
+    return compiled(check_spec, "dynamo", "dgd.yaml", PLANS)
 
 
 def engine(plan: dict) -> str:

@@ -9,13 +9,12 @@ them (tests/support/judges.py; .ci/run sets it); PARC_KSERVE_PYTHON names an exi
 environment's python instead."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from backends_support import accepted_cases
 from support import judges
+from support.orchestrators import compiled
 
 MARK = "@@kserve-judge "
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,19 +41,7 @@ def judge(proc, texts: list[str]) -> list[dict]:
 
 def cases(check_spec) -> list[tuple[str, dict, str]]:
     """(name, plan as JSON, llmisvc.yaml) of every example and test spec parc compiles for kserve, and PLANS."""
-    from parc.targets import kserve
-
-    out = []
-    for spec, t, files in accepted_cases():
-        if t == "kserve":
-            by = {f.path: f.text for f in files}
-            out.append((spec, json.loads(by["plan.json"]), by["llmisvc.yaml"]))
-    for name, text in PLANS:
-        r = check_spec(text, ("kserve",))
-        assert not r.errors, (name, [(d.code, d.message) for d in r.errors])
-        plan = {**r.plan.to_dict(), "world_size": r.plan.world_size}
-        out.append((name, plan, next(f.text for f in kserve.build(r.plan) if f.path == "llmisvc.yaml")))
-    return out
+    return compiled(check_spec, "kserve", "llmisvc.yaml", PLANS)
 
 
 def meshes(plan: dict) -> list[tuple[str | None, dict, int]]:

@@ -22,47 +22,23 @@ make of it:
   out. The test hands each argv to vLLM's own parser."""
 import json
 import os
-import re
 import shlex
 import sys
 
-import jsonschema
 import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from support.kubelet import builtin_errors  # noqa: E402  (shared by the Kubernetes judges)
-from support.structural import strict  # noqa: E402  (Kubernetes' pruning)
+from support.orchestrators import crd_validator, name_errors  # noqa: E402  (shared with the other orchestrator's judge)
 
 CRD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "kserve",
                    "serving.kserve.io_llminferenceservices.yaml")
-DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-OBJECT_META = {"name", "namespace", "labels", "annotations"}
 # config/llmisvcconfig at v0.20.0: the presets KServe ships (the pipeline-parallel ones are not)
 SHIPPED = {"template", "decode-template", "prefill-template", "worker-data-parallel",
            "decode-worker-data-parallel", "prefill-worker-data-parallel"}
 
 
-def _crd():
-    with open(CRD) as f:
-        crd = yaml.safe_load(f)
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2")
-    schema = strict(version["schema"]["openAPIV3Schema"])
-    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)(schema)
-
-
-VALIDATOR = _crd()
-
-
-def name_errors(meta):
-    out = []
-    name = meta.get("name", "")
-    if not (len(name) <= 63 and DNS_1035.fullmatch(name)):
-        out.append(f"metadata.name {name!r}: not a DNS-1035 label")
-    ns = meta.get("namespace")
-    if ns is not None and not (len(ns) <= 63 and DNS_1123.fullmatch(ns)):
-        out.append(f"metadata.namespace {ns!r}: not a DNS-1123 label")
-    return out + [f"metadata: unknown field {k}" for k in meta if k not in OBJECT_META]
+VALIDATOR = crd_validator(CRD, "v1alpha2")
 
 
 def is_dp(p):
