@@ -89,7 +89,7 @@ def check_graph(name: str, plan: dict, v: dict) -> list[tuple]:
     each worker pod's (pool, mesh, component, pod, argv) for the engine's parser."""
     assert v["ok"], f"{name}: {v.get('stage')}: {v.get('errors')}"
     eng = engine(plan)
-    assert v["framework"] == eng, name
+    assert v["framework"] == eng and v["config_map"] == v["name"] + "-plan", name
     front, *workers = v["components"]
     assert (front["name"], front["type"], front["replicas"]) == ("Frontend", "frontend", 1), name
     assert front["pods"][0]["runs"] == {"python3": [["-m", "dynamo.frontend"]]}, name
@@ -99,7 +99,8 @@ def check_graph(name: str, plan: dict, v: dict) -> list[tuple]:
     assert len(workers) == len(pools), name
     total = 0
     for (pool, m, instances), w in zip(pools, workers):
-        assert w["type"] == "worker" and w["namespace"] == v["name"], name
+        assert w["type"] == "worker" and w["namespace"] == v["name"] and w["plan"] == v["config_map"], name
+        assert w["env"]["PARC_PLAN"] == "/etc/parc/plan.json", name
         assert w["name"].endswith(f"{(pool or '').capitalize()}Worker"), name
         assert w["gpus"] == w["gpus_request"] and (w["nodes"] == 1 or w["gpus"] == gpn), name
         total += w["replicas"] * w["nodes"] * w["gpus"]
@@ -144,13 +145,13 @@ def test_the_judge_refuses_what_kubernetes_refuses(dynamo_python, check_spec):
     import yaml
 
     [(_, _, text)] = [c for c in cases(check_spec) if c[0] == "llama3-405b vllm"]
-    dgd = yaml.safe_load(text)
+    cm, dgd = yaml.safe_load_all(text)
     worker = next(k for k in dgd["spec"]["services"] if k != "Frontend")
 
     def edited(fn):
         d = copy.deepcopy(dgd)
         fn(d, d["spec"]["services"][worker])
-        return yaml.safe_dump(d)
+        return yaml.safe_dump_all([cm, d])
 
     bad = [
         edited(lambda d, w: w.update(replica=2)),

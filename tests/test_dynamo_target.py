@@ -18,7 +18,7 @@ POOLS = SERVE + "; kv_transfer = nixl; prefill { instances = 2 }; decode { dp = 
 def graph(r) -> dict:
     from parc.targets import dynamo
 
-    return yaml.safe_load(next(f.text for f in dynamo.build(r.plan) if f.path == "dgd.yaml"))
+    return list(yaml.safe_load_all(next(f.text for f in dynamo.build(r.plan) if f.path == "dgd.yaml")))[-1]
 
 
 def workers(g: dict) -> dict:

@@ -65,6 +65,7 @@ def check_service(name: str, plan: dict, v: dict) -> list[tuple]:
     assert [w["role"] for w in v["workloads"]] == [p if plan.get("pools") else None for p, _, _ in pools], name
     for (pool, m, instances), w in zip(pools, v["workloads"]):
         assert w["gpus"] == w["gpus_request"] and (w["size"] == 1 or w["gpus"] == gpn), name
+        assert w["plan"] == v["config_map"] == v["name"] + "-plan", name
         total += w["replicas"] * w["size"] * w["gpus"]
         for p in w["pods"]:
             assert p["argv"][:4] == ["/mnt/models", "--served-model-name", model, p["argv"][3]], name
@@ -90,12 +91,12 @@ def test_the_judge_refuses_what_kserve_refuses(kserve_python, check_spec):
     import yaml
 
     [(_, _, text)] = [c for c in cases(check_spec) if c[0] == "deepseek-v3-pd"]
-    svc = yaml.safe_load(text)
+    cm, svc = yaml.safe_load_all(text)
 
     def edited(fn):
         d = copy.deepcopy(svc)
         fn(d["spec"])
-        return yaml.safe_dump(d)
+        return yaml.safe_dump_all([cm, d])
 
     bad = [
         edited(lambda s: s.update(replica=1)),

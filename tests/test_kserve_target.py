@@ -18,7 +18,7 @@ MOE = "from = mixtral_8x7b"
 def service(r) -> dict:
     from parc.targets import kserve
 
-    return yaml.safe_load(next(f.text for f in kserve.build(r.plan) if f.path == "llmisvc.yaml"))
+    return list(yaml.safe_load_all(next(f.text for f in kserve.build(r.plan) if f.path == "llmisvc.yaml")))[-1]
 
 
 def additional(pod: dict) -> list[str]:

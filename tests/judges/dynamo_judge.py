@@ -95,6 +95,13 @@ def run(command, env, tmp):
     return {"returncode": r.returncode, "stderr": r.stderr[-2000:], "runs": runs}
 
 
+def plan_map(pod, container):
+    """The ConfigMap the pod mounts at /etc/parc (None: none), and PARC_PLAN in its container's env."""
+    vols = {v["name"]: (v.get("configMap") or {}).get("name") for v in pod.get("volumes") or []}
+    mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts") or []}
+    return vols.get(mounts.get("/etc/parc"))
+
+
 def component(dgd, key, svc, tmp):
     framework = dgd["spec"].get("backendFramework")
     nodes = (svc.get("multinode") or {}).get("nodeCount", 1)
@@ -107,16 +114,19 @@ def component(dgd, key, svc, tmp):
         lws = {"LWS_LEADER_ADDRESS": f"{name}-0.{name}", "LWS_WORKER_INDEX": str(k), "LWS_GROUP_SIZE": str(nodes)}
         pods.append({"index": k, **run(command + args, {**lws, **env}, tmp)})
     res = svc.get("resources") or {}
-    return {"name": key, "type": svc.get("componentType"), "replicas": svc.get("replicas", 1), "nodes": nodes,
+    return {"name": key, "plan": plan_map(svc.get("extraPodSpec") or {}, container), "type": svc.get("componentType"), "replicas": svc.get("replicas", 1), "nodes": nodes,
             "gpus": int((res.get("limits") or {}).get("gpu", 0)), "gpus_request": int((res.get("requests") or {}).get("gpu", 0)),
             "namespace": svc.get("dynamoNamespace"), "leader_address": f"{name}-0.{name}", "env": env, "pods": pods}
 
 
 def judge(text):
     docs = [d for d in yaml.safe_load_all(text) if d]
-    if len(docs) != 1 or docs[0].get("kind") != "DynamoGraphDeployment":
-        return {"ok": False, "stage": "documents", "errors": [f"{len(docs)} documents"]}
-    [dgd] = docs
+    if [d.get("kind") for d in docs] != ["ConfigMap", "DynamoGraphDeployment"]:
+        return {"ok": False, "stage": "documents", "errors": [str([d.get("kind") for d in docs])]}
+    cm, dgd = docs
+    errors = builtin_errors(cm, "ConfigMap")
+    if errors:
+        return {"ok": False, "stage": "built-in objects", "errors": errors}
     errors = [] if dgd.get("apiVersion") == "nvidia.com/v1alpha1" else [f"apiVersion {dgd.get('apiVersion')}"]
     errors += [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in VALIDATOR.iter_errors(dgd)]
     errors += name_errors(dgd.get("metadata") or {})
@@ -129,7 +139,7 @@ def judge(text):
         return {"ok": False, "stage": "built-in objects", "errors": errors}
     with tempfile.TemporaryDirectory() as tmp:
         comps = [component(dgd, k, s, tmp) for k, s in services.items()]
-    return {"ok": True, "name": dgd["metadata"]["name"], "framework": dgd["spec"].get("backendFramework"),
+    return {"ok": True, "name": dgd["metadata"]["name"], "config_map": cm["metadata"]["name"], "framework": dgd["spec"].get("backendFramework"),
             "components": comps}
 
 

@@ -134,17 +134,23 @@ def workload(svc, w, pd, role, errors):
     for k in range(n):
         argv, env = vllm_argv(name, ns, w, chosen, k, port)
         pods.append({"index": k, "argv": argv, "env": sorted(env)})
-    res = [c for c in w["template"]["containers"] if c["name"] == "main"][0].get("resources", {})
-    return {"role": role, "preset": chosen, "replicas": w.get("replicas", 1), "size": n,
+    main = [c for c in w["template"]["containers"] if c["name"] == "main"][0]
+    res = main.get("resources", {})
+    vols = {v["name"]: (v.get("configMap") or {}).get("name") for v in w["template"].get("volumes") or []}
+    plan = vols.get({m["mountPath"]: m["name"] for m in main.get("volumeMounts") or []}.get("/etc/parc"))
+    return {"role": role, "plan": plan, "preset": chosen, "replicas": w.get("replicas", 1), "size": n,
             "gpus": int(res.get("limits", {}).get("nvidia.com/gpu", 0)),
             "gpus_request": int(res.get("requests", {}).get("nvidia.com/gpu", 0)), "pods": pods}
 
 
 def judge(text):
     docs = [d for d in yaml.safe_load_all(text) if d]
-    if len(docs) != 1 or docs[0].get("kind") != "LLMInferenceService":
-        return {"ok": False, "stage": "documents", "errors": [f"{len(docs)} documents"]}
-    [svc] = docs
+    if [d.get("kind") for d in docs] != ["ConfigMap", "LLMInferenceService"]:
+        return {"ok": False, "stage": "documents", "errors": [str([d.get("kind") for d in docs])]}
+    cm, svc = docs
+    errors = builtin_errors(cm, "ConfigMap")
+    if errors:
+        return {"ok": False, "stage": "built-in objects", "errors": errors}
     errors = [] if svc.get("apiVersion") == "serving.kserve.io/v1alpha2" else [f"apiVersion {svc.get('apiVersion')}"]
     errors += [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in VALIDATOR.iter_errors(svc)]
     errors += name_errors(svc.get("metadata") or {})
@@ -167,7 +173,7 @@ def judge(text):
     out = [workload(svc, w, pd, role if pd else None, errors) for _, w, role in works]
     if errors:
         return {"ok": False, "stage": "config", "errors": errors}
-    return {"ok": True, "name": svc["metadata"]["name"], "model": spec["model"], "router": spec.get("router"),
+    return {"ok": True, "name": svc["metadata"]["name"], "config_map": cm["metadata"]["name"], "model": spec["model"], "router": spec.get("router"),
             "workloads": out}
 
 

@@ -168,8 +168,11 @@ def _component(plan, w: Worker) -> dict:
 
     s = settings(plan, TARGET)
     run = w.run
+    from parc.targets.kubernetes import PLAN_DIR
+
     skip = set(engine_facts(plan).get("frontend_env", ()))
-    env = [Env(e.name, literal(e.value)) for e in [*run.env, *nccl_env(run.plan or plan)] if e.name not in skip]
+    env = [Env(e.name, literal(e.value)) for e in [Env("PARC_PLAN", f"{PLAN_DIR}/plan.json"), *run.env,
+                                                   *nccl_env(run.plan or plan)] if e.name not in skip]
     return {"name": w.name, "replicas": run.replicas, "nodes": run.size, "gpus": run.gpus,
             "command": [_kube(x) for x in w.command], "args": [_kube(x) for x in w.args], "env": env,
             "cpu": str(s["cpu"]) if "cpu" in s else None,
@@ -194,7 +197,10 @@ def build(plan) -> list[File]:
               "(the Dynamo operator and its platform must be installed)",
               "Workers: " + "; ".join(f"{c['name']}: {c['what']}" for c in comps)
               + f"; Dynamo's frontend serves the API on port {s.get('port', 8000)}."]
+    from parc.targets.kubernetes import PLAN_DIR
+
     text = render("dynamo/dgd.yaml.j2", header=header, name=name, namespace=s.get("namespace"),
+                  plan_json=plan_json(plan), plan_dir=PLAN_DIR,
                   api_version=API_VERSION, framework=engine(plan), engine=display(engine(plan)),
                   image=s.get("image", facts["image"]), secret=s.get("secret"), frontend=frontend,
                   components=comps)

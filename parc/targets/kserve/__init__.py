@@ -27,7 +27,8 @@ multi-node run, ``spec.parallelism``.
   ``spec.prefill``; NixlConnector's side channel listens on the pod's IP
   (``VLLM_NIXL_SIDE_CHANNEL_HOST``, as KServe's P/D samples set it). ``spec.router`` asks for the
   llm-d scheduler (prefix- and load-aware, prefill/decode-aware with pools), the route and the
-  Gateway.
+  Gateway. The plan travels in a ConfigMap ``<name>-plan`` that every pod mounts at
+  ``/etc/parc`` (``PARC_PLAN`` points at ``plan.json``), as with the kubernetes target.
 """
 from __future__ import annotations
 
@@ -104,7 +105,9 @@ def _spec(plan, w: Workload) -> dict:
 
     s = settings(plan, TARGET)
     run = w.run
-    env = [Env("VLLM_ADDITIONAL_ARGS", shlex.join(w.args))]
+    from parc.targets.kubernetes import PLAN_DIR
+
+    env = [Env("VLLM_ADDITIONAL_ARGS", shlex.join(w.args)), Env("PARC_PLAN", f"{PLAN_DIR}/plan.json")]
     env += [Env(e.name, literal(e.value)) for e in [*run.env, *nccl_env(run.plan or plan)] if e.name != "PARC_PORT"]
     return {"replicas": run.replicas, "parallelism": w.parallelism, "worker": run.size > 1, "gpus": run.gpus,
             "env": env, "nixl": run.pool is not None, "image": s.get("image"),
@@ -122,12 +125,17 @@ def build(plan) -> list[File]:
     if any(w.why for w in found):   # P620 or P710 refuses the plan: never drop a word
         raise ValueError("KServe's presets cannot start this plan's launch (P620, P710)")
     ws = {w.run.pool: _spec(plan, w) for w in found}
-    text_of = {p: render("kserve/workload.yaml.j2", w=w) for p, w in ws.items()}
+    from parc.targets.kubernetes import PLAN_DIR
+
+    name = job_name(plan)
+    text_of = {p: render("kserve/workload.yaml.j2", w=w, plan_map=f"{name}-plan", plan_dir=PLAN_DIR)
+               for p, w in ws.items()}
     header = [f"LLMInferenceService compiled by parc from {spec_name(plan)}: kubectl apply -f llmisvc.yaml (KServe "
               "with its LLMInferenceService controller, LeaderWorkerSet and a Gateway must be installed)",
               "Workloads: " + "; ".join(f"{p or 'main'}: {w['what']}" for p, w in ws.items())
               + "; the llm-d scheduler routes each request, the HTTPRoute on the Gateway in front."]
-    text = render("kserve/llmisvc.yaml.j2", header=header, name=job_name(plan), namespace=s.get("namespace"),
+    text = render("kserve/llmisvc.yaml.j2", header=header, name=name, namespace=s.get("namespace"),
+                  plan_json=plan_json(plan),
                   api_version=API_VERSION, uri=s.get("uri", f"hf://{model}"), model=model,
                   main=text_of.get("decode", text_of.get(None)), prefill=text_of.get("prefill"))
     return [File("llmisvc.yaml", text), File("plan.json", plan_json(plan))]
