@@ -24,7 +24,6 @@ recorded argv; the test compares them with the plan and hands the workers' argv 
 own parser (tests/judges/vllm_judge.py, sglang_judge.py)."""
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -33,13 +32,11 @@ import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from support.kubelet import builtin_errors, expand  # noqa: E402  (shared by the Kubernetes judges)
-from support.orchestrators import crd_validator, name_errors  # noqa: E402  (shared with the other orchestrator's judge)
+from support.orchestrators import crd_validator, name_errors, operator_container  # noqa: E402  (shared with the other orchestrator's judge)
 
 CRD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "dynamo",
                    "nvidia.com_dynamographdeployments.yaml")
 RECORDERS = ("ray", "python3")
-VLLM_RAY_PORT, SGLANG_PORT = "6379", "29500"      # backend_vllm.go VLLMPort, backend_sglang.go SglangPort
-LEADER, RANK = "$(LWS_LEADER_ADDRESS)", "$(LWS_WORKER_INDEX)"   # LWS multinode deployer
 
 
 VALIDATOR = crd_validator(CRD, "v1alpha1")
@@ -54,23 +51,6 @@ def pod_template(svc):
             main[probe] = svc[probe]
     return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
             "template": {"spec": {**extra, "containers": [main]}}}
-
-
-def operator_container(framework, container, nodes, index):
-    """The container of pod ``index`` of a component over ``nodes`` pods, as the operator changes it."""
-    command, args = list(container.get("command") or []), list(container.get("args") or [])
-    if nodes <= 1:
-        return command, args
-    if framework == "vllm":
-        if index == 0:
-            return command, ([f"ray start --head --port={VLLM_RAY_PORT} && {' '.join(args)}"] if args else args)
-        return command, [f"ray start --address={LEADER}:{VLLM_RAY_PORT} --block"]
-    if framework == "sglang":
-        flags = f"--dist-init-addr {LEADER}:{SGLANG_PORT} --nnodes {nodes} --node-rank {'0' if index == 0 else RANK}"
-        if command and re.fullmatch(r"python\d*(\.\d+)*", command[0]):
-            return command, args + flags.split()
-        return command, args    # the regex injection into a shell line: parc never writes one
-    return command, args
 
 
 def run(command, env, tmp):

@@ -22,14 +22,13 @@ make of it:
   out. The test hands each argv to vLLM's own parser."""
 import json
 import os
-import shlex
 import sys
 
 import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from support.kubelet import builtin_errors  # noqa: E402  (shared by the Kubernetes judges)
-from support.orchestrators import crd_validator, name_errors  # noqa: E402  (shared with the other orchestrator's judge)
+from support.orchestrators import crd_validator, is_dp, is_pp, name_errors, preset, size, vllm_argv  # noqa: E402  (shared with the other orchestrator's judge)
 
 CRD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "kserve",
                    "serving.kserve.io_llminferenceservices.yaml")
@@ -39,14 +38,6 @@ SHIPPED = {"template", "decode-template", "prefill-template", "worker-data-paral
 
 
 VALIDATOR = crd_validator(CRD, "v1alpha2")
-
-
-def is_dp(p):
-    return bool(p) and (p.get("data", 0) > 0 or p.get("dataLocal", 0) > 0)
-
-
-def is_pp(p):
-    return bool(p) and p.get("pipeline", 0) > 0
 
 
 def webhook_errors(path, w):
@@ -66,59 +57,6 @@ def webhook_errors(path, w):
     if "replicas" in w and "scaling" in w:   # the CRD's CEL rule
         out.append(f"{path}: replicas and scaling are mutually exclusive")
     return out
-
-
-def preset(w, pd, role):
-    """config_merge.go's choice for the decode (or only) workload, or the prefill's (``role``)."""
-    p = w.get("parallelism")
-    head = "" if not pd else f"{role}-"
-    if w.get("worker") is None:
-        return head + "template"
-    if is_dp(p):
-        return head + "worker-data-parallel"
-    if is_pp(p):
-        return head + "worker-pipeline-parallel"
-    return None
-
-
-def size(p):
-    """ParallelismSpec.GetSize: the pods of a LeaderWorkerSet group."""
-    if is_dp(p):
-        return max(max(p.get("data", 1), 1) // max(p.get("dataLocal", 1), 1), 1)
-    if is_pp(p):
-        return p["pipeline"]
-    return 1
-
-
-def env_of(spec):
-    [c] = [c for c in spec["containers"] if c["name"] == "main"]
-    return {e["name"]: e.get("value") for e in c.get("env") or []}
-
-
-def vllm_argv(name, ns, w, chosen, index, port):
-    """The preset's `vllm serve` words for pod ``index`` of a replica (module doc)."""
-    p = w.get("parallelism") or {}
-    env = env_of(w["template"] if index == 0 else w["worker"])
-    argv = ["/mnt/models", "--served-model-name", name, f"publishers/{ns}/models/{name}", "--port", str(port)]
-    if chosen.endswith("template"):
-        if p.get("tensor"):
-            argv += ["--tensor-parallel-size", str(p["tensor"])]
-    else:
-        leader = index == 0
-        if leader:
-            argv += ["--api-server-count", "8"]
-        # `{{- if .Spec.Parallelism.Expert -}}...{{- end }} \` then `{{- if .Spec.Parallelism.Tensor ...`:
-        # Go's trim markers leave the backslash of the line before each, so without `expert` the
-        # shell reads "\ \--tensor-parallel-size" as one word with a leading space
-        if p.get("expert"):
-            argv += ["--enable-expert-parallel"]
-        if p.get("tensor"):
-            argv += ["--tensor-parallel-size" if p.get("expert") else " --tensor-parallel-size", str(p["tensor"])]
-        local = p.get("dataLocal") or 1
-        argv += ["--data-parallel-size", str(p.get("data") or 1), "--data-parallel-size-local", str(local),
-                 "--data-parallel-address", "LEADER", "--data-parallel-rpc-port", str(p.get("dataRPCPort") or 5555),
-                 "--data-parallel-start-rank", str(index * local)] + ([] if leader else ["--headless"])
-    return argv + shlex.split(env.get("VLLM_ADDITIONAL_ARGS") or ""), env
 
 
 def workload(svc, w, pd, role, errors):
