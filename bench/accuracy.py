@@ -8,8 +8,13 @@ memory against the GPU's capacity. The closed-form rows (parameters, FLOPs, acti
 ZeRO, KV cache, bubble) are the tests of tests/test_accuracy_closed_form.py; their outcome is
 tabulated here. The same input gives the same bytes.
 
-Targets: closed-form rows within 0.5%; measured step time and MFU with median error
-at most 10% and none beyond 25%; every published run fits in memory.
+Every row has a role (``bench/accuracy_cases.toml``): ``fit`` rows may set a default constant
+(``bench/accuracy_fit.py`` fits them on those rows alone), ``held_out`` rows may not, and the
+document leads with the held-out error, training and serving each.
+
+Targets: held-out rows median |error| at most 15% and none beyond 35%; fit rows median at most
+10% and none beyond 25% (training and serving each); closed-form rows within 0.5%; every
+published run fits in memory.
 
 Run:   python bench/accuracy.py            (writes docs/accuracy.md, prints a summary)
        python bench/accuracy.py --check    (exits 1 when docs/accuracy.md is stale)
@@ -33,7 +38,9 @@ CASES = ROOT / "bench" / "accuracy_cases.toml"
 DOC = ROOT / "docs" / "accuracy.md"
 CLOSED_FORM_TESTS = "tests/test_accuracy_closed_form.py"
 
-MEDIAN_TARGET, WORST_TARGET, CLOSED_FORM_TOL = 0.10, 0.25, 0.005
+# (median, worst) |error| targets per role
+CLOSED_FORM_TOL = 0.005
+KINDS = ("training", "serving")
 METRICS = {   # metric -> (how the table prints it, unit)
     "step_time": ("{:.2f}", "s/step"),
     "tflops_96": ("{:.0f}", "TFLOP/s/GPU"),
@@ -43,7 +50,7 @@ METRICS = {   # metric -> (how the table prints it, unit)
     "output_tokens_per_node_s": ("{:,.0f}", "output tokens/s/node"),
     "decode_tokens_per_node_s": ("{:,.0f}", "output tokens/s/node of a decode pool"),
 }
-from bench.accuracy_serving import METRICS as SERVING_METRICS  # noqa: E402
+from bench.accuracy_serving import METRICS as SERVING_METRICS, TARGETS, kind, summary_lines  # noqa: E402
 
 METRICS.update(SERVING_METRICS)
 
@@ -105,19 +112,44 @@ def spec_text(case: dict, data: dict) -> str:
 
 # --- one case ------------------------------------------------------------------------------------
 
+def case_spec(case: dict, data: dict, tmp: Path) -> tuple[Path, str]:
+    """(the spec file of a case, what the table shows for it): ``examples/published/<name>.par``
+    where the case names one that exists, else one generated from the case into ``tmp``."""
+    spec = case.get("spec")
+    if spec and (ROOT / spec).exists():
+        return ROOT / spec, spec
+    path = tmp / f"{case['id']}.par"
+    path.write_text(spec_text(case, data), encoding="utf-8")
+    return path, "generated"
+
+
+def metric_value(metric: str, plan, e) -> float:
+    """The value of ``metric`` (the keys of :data:`METRICS`) in parc's estimate ``e`` of ``plan``."""
+    from parc.cost.flops import recompute_flops
+
+    if metric in SERVING_METRICS or metric.endswith("_per_node_s"):
+        from bench.accuracy_serving import value
+
+        return value(metric, plan, e)
+    n = plan.world_size
+    if metric == "step_time":
+        return e.step_time
+    if metric == "mfu":
+        return e.mfu
+    if metric == "tokens_per_gpu_s":
+        return e.tokens_per_second / n if n else 0.0
+    # tflops_96: Narayanan et al. eq. 3's count, which includes the recompute forward
+    flops = e.model_flops_per_step + recompute_flops(plan.model, e.tokens_per_step, "full")
+    return flops / (e.step_time * n) / 1e12 if e.step_time else 0.0
+
+
 def run_case(case: dict, data: dict, tmp: Path) -> dict:
     """parc's prediction for one case: the metric, its error against the measurement, the
     predicted peak memory of the most loaded GPU and the errors parc reports for the spec."""
     from parc.api import check_file
     from parc.cost.estimate import estimate
-    from parc.cost.flops import recompute_flops
 
-    spec = case.get("spec")
-    if spec and (ROOT / spec).exists():
-        path, used = ROOT / spec, spec
-    else:
-        path, used = tmp / f"{case['id']}.par", "generated"
-        path.write_text(spec_text(case, data), encoding="utf-8")
+    path, used = case_spec(case, data, tmp)
     out = {"case": case, "spec": used, "value": None, "error": None, "peak": None, "capacity": None,
            "errors": [], "plan": None}
     r = check_file(path)
@@ -127,20 +159,7 @@ def run_case(case: dict, data: dict, tmp: Path) -> dict:
         return out
     plan, e = r.plan, estimate(r.plan, cache=False)
     out["plan"], out["peak"], out["capacity"] = plan, e.memory.total, e.memory.capacity
-    n = plan.world_size
-    sv, nodes = e.serving, plan.cluster.nodes
-    values = {"prefill_tokens_per_node_s": sv.prefill_tokens_per_s / nodes if sv else 0.0,
-              "output_tokens_per_node_s": sv.output_tokens_per_s / nodes if sv else 0.0,
-              "decode_tokens_per_node_s": sv.decode_tokens_per_s / nodes if sv else 0.0,
-              "step_time": e.step_time, "mfu": e.mfu,
-              "tokens_per_gpu_s": e.tokens_per_second / n if n else 0.0,
-              "tflops_96": ((e.model_flops_per_step + recompute_flops(plan.model, e.tokens_per_step, "full"))
-                            / (e.step_time * n) / 1e12) if e.step_time else 0.0}
-    if case["metric"] in SERVING_METRICS or case["metric"].endswith("_per_node_s"):
-        from bench.accuracy_serving import value
-
-        values[case["metric"]] = value(case["metric"], plan, e)
-    out["value"] = values[case["metric"]]
+    out["value"] = metric_value(case["metric"], plan, e)
     out["step_time"] = e.step_time
     out["error"] = out["value"] / case["measured"] - 1 if case["measured"] else None
     return out
@@ -151,14 +170,11 @@ def why_not(res: dict) -> str:
     case, reasons = res["case"], []
     if res.get("refused"):
         return "parc refuses the spec: " + res["refused"]
-    if res["error"] is not None and abs(res["error"]) > WORST_TARGET:
+    if res["error"] is not None and abs(res["error"]) > TARGETS[case.get("role", "held_out")][1]:
         side = "fast" if (res["error"] > 0) != (case["metric"] == "step_time") else "slow"
         reasons.append(f"parc predicts the run {abs(res['error']):.0%} too {side}")
     if res["peak"] is not None and res["peak"] > res["capacity"]:
         reasons.append(f"predicted peak {res['peak'] / 2**30:.1f} GiB exceeds {res['capacity'] / 2**30:.1f} GiB")
-    if reasons and case.get("train", {}).get("precision") == "fp8":
-        reasons.append("the run is FP8; parc runs its GEMMs at the profile's fp8_gemm_speedup over BF16, "
-                       "one ratio for every recipe and shape")
     if reasons and isinstance(case["model"], str) and res["spec"] == "generated":
         reasons.append("the generated spec approximates the model (see the model's note)")
     if reasons and case.get("note"):
@@ -234,46 +250,113 @@ def _config(case: dict) -> str:
     return ", ".join(bits)
 
 
+def errors_of(results: list[dict], role: str, kind_: str) -> list[float]:
+    return [abs(r["error"]) for r in results
+            if r["error"] is not None and r["case"].get("role") == role and kind(r["case"]) == kind_]
+
+
 def summary(results: list[dict], closed: list[tuple[str, str]]) -> dict:
-    errs = [abs(r["error"]) for r in results if r["error"] is not None]
+    """Median and worst |error| per (role, kind), and the other targets' counts."""
     ran = [r for r in results if r["peak"] is not None]
-    return {
-        "median": statistics.median(errs) if errs else math.nan, "worst": max(errs) if errs else math.nan,
-        "mean": statistics.fmean(errs) if errs else math.nan, "cases": len(results), "compared": len(errs),
-        "closed_ok": sum(o == "within 0.5%" for _, o in closed), "closed": len(closed),
-        "fit": sum(r["peak"] <= r["capacity"] for r in ran), "ran": len(ran),
-        "misses": [r for r in results if why_not(r)],
-    }
+    out = {"cases": len(results), "closed_ok": sum(o == "within 0.5%" for _, o in closed), "closed": len(closed),
+           "fit_in_memory": sum(r["peak"] <= r["capacity"] for r in ran), "ran": len(ran),
+           "misses": [r for r in results if why_not(r)], "groups": {}}
+    for role in TARGETS:
+        for k in KINDS:
+            e = errors_of(results, role, k)
+            out["groups"][(role, k)] = ((statistics.median(e), max(e), len(e)) if e else None)
+    return out
 
 
-def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib: list[str]) -> str:
-    """docs/accuracy.md. Long because it is one document laid out top to bottom: header, targets,
-    measured rows by group, memory, closed-form rows, calibration, assumptions."""
+def targets_met(s: dict) -> bool:
+    ok = s["closed_ok"] == s["closed"] and s["fit_in_memory"] == s["ran"]
+    for (role, _), got in s["groups"].items():
+        if got is not None:
+            ok &= got[0] <= TARGETS[role][0] and got[1] <= TARGETS[role][1]
+    return ok
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+# What each default of the training model rests on (docs/accuracy.md, "Where parc's defaults come from").
+DEFAULTS_TEXT = [
+    "- **Peaks, memory and bandwidth**: each GPU's datasheet (`parc/model/data/gpus.toml`); a power limit "
+    "below the TDP lowers the peaks toward the same die's low-power datasheet point (H100: the NVL's "
+    "835 TFLOPS at 400 W).",
+    "- **The largest GEMMs' share of peak** (`profile.gemm_efficiency`, by default the GPU's "
+    "`matmul_efficiency`): the maximum achievable matmul FLOP/s a matmul benchmark measured on that GPU "
+    "(stas00/ml-engineering, compute/accelerator/README.md, `mamf-finder.py`): A100 SXM 86.9%, H100 SXM "
+    "80.3% (FP8 70.9%), B200 77.6%, MI300X 51.4%.",
+    "- **Attention kernels**: the FlashAttention-2 and -3 papers' own benchmarks (`parc/model/data/kernels.toml`): "
+    "FlashAttention-2 at 70% (forward) and 60% (backward) of an A100's peak and 35% of an H100's; "
+    "FlashAttention-3 (and cuDNN's fused attention, Transformer Engine's kernel on Hopper) at about 62% "
+    "forward and 52% backward; a flash kernel skips the causal mask's hidden blocks.",
+    "- **FP8 recipes**: each recipe's casts in bytes per element (tensorwise and delayed scaling, rowwise, "
+    "rowwise with a BF16 weight gradient, block-wise, MXFP8) and DeepGEMM's published rate for block-wise "
+    "GEMMs (1550 of 1979 TFLOP/s on H800); otherwise FP8 GEMMs, training's and serving's, run at the GPU's "
+    "FP8 matmul benchmark; "
+    "`tests/test_step_time.py` checks the tensorwise cost against torchao's published 1.39x speedup of a "
+    "4096 × 8192 × 16384 linear on H100.",
+    "- **Memory-bound kernels** (elementwise, FP8 casts, the loss, the optimizer step, DeepSpeed's gradient "
+    "accumulation): bytes counted kernel by kernel from the frameworks' code (`parc/cost/kernels.py`), at "
+    "`hbm_efficiency` (0.6) of the datasheet's bandwidth. 0.6 is parc's assumption, fitted to no row.",
+    "- **Frameworks** (`parc/model/data/frameworks.toml`): which kernels each runs (fused or eager "
+    "elementwise, attention kernel by architecture), what its selective recompute repeats, how its ZeRO-3 "
+    "gathers and reduces (per microbatch; DeepSpeed's as flat rings, the one structural choice taken from "
+    "a table row: Narayanan et al. 2021 Table 2, whose 768-GPU row is a fit row for it).",
+    "- **Links**: the datasheet's bandwidth at `intra_node_efficiency` and `inter_node_efficiency` 1.0, and "
+    "NCCL's per-hop latencies (`parc/model/data/links.toml`); not fitted.",
+]
+
+
+def fitted_lines() -> list[str]:
+    """The constants `bench/accuracy_fit.py` fits on the fit rows, with parc's shipped values."""
+    from bench.accuracy_fit import CONSTANTS
+
+    return (["Fitted on the fit rows alone (`python bench/accuracy_fit.py`, golden-section search of the "
+             "sum of log(parc / measured)², `--check` confirms the shipped values):", ""]
+            + [f"- `{k.name}` = {k.shipped():g}" for k in CONSTANTS])
+
+
+def targets_section(results: list[dict], s: dict) -> list[str]:
+    """The error of the held-out rows first, then the fit rows, training and serving each
+    (``bench/accuracy_serving.summary_lines``), then the other targets."""
+    out = summary_lines(results, _table)
+    out += ["Other targets:", ""]
+    out += _table(["target", "result", ""], [
+        ["closed-form quantities within 0.5%", f"{s['closed_ok']} of {s['closed']}", _met(s["closed_ok"] == s["closed"])],
+        ["every published run fits in parc's memory estimate", f"{s['fit_in_memory']} of {s['ran']}",
+         _met(s["fit_in_memory"] == s["ran"])],
+    ])
+    return out
+
+
+def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib: list[str],
+           planner: list[str] = ()) -> str:
+    """docs/accuracy.md. Long because it is one document laid out top to bottom: header, held-out
+    and fit errors, where the defaults come from, measured rows by group, the published plans
+    against the planner, memory, closed-form rows, calibration, assumptions."""
     s = summary(results, closed)
-    met = lambda ok: "met" if ok else "**not met**"  # noqa: E731
     out = ["<!-- GENERATED by bench/accuracy.py from bench/accuracy_cases.toml; do not edit. "
            "Regenerate: python bench/accuracy.py (check: python bench/accuracy.py --check) -->", "",
            "# Accuracy: parc against published runs", "",
            "Every number below is parc's prediction for a run someone published, next to what that run "
            "measured. Errors are parc / measured − 1 on the metric the source printed (for a time a "
-           "positive error means parc predicts slower; for a rate, faster).", "",
-           ]
-    from bench.accuracy_serving import summary_lines
-
-    out += summary_lines(results, _table) + ["## Targets", ""]
-    out += _table(["target", "result", ""], [
-        ["closed-form quantities within 0.5%", f"{s['closed_ok']} of {s['closed']}", met(s["closed_ok"] == s["closed"])],
-        ["median error of measured rows ≤ 10%", f"{s['median']:.1%} over {s['compared']} rows", met(s["median"] <= MEDIAN_TARGET)],
-        ["no measured row beyond 25%", f"worst {s['worst']:.1%}", met(s["worst"] <= WORST_TARGET)],
-        ["every published run fits in memory", f"{s['fit']} of {s['ran']}", met(s["fit"] == s["ran"])],
-    ])
+           "positive error means parc predicts slower; for a rate, faster). Only the constants "
+           "`bench/accuracy_fit.py` fits are fitted to published runs, on the fit rows alone (below).", ""]
+    out += targets_section(results, s)
+    out += ["", "## Where parc's defaults come from", ""] + DEFAULTS_TEXT + [""]
+    out += fitted_lines()
     groups: dict[str, list[dict]] = {}
     for r in results:
         groups.setdefault(r["case"]["group"], []).append(r)
-    by = {g: [abs(r["error"]) for r in rows if r["error"] is not None] for g, rows in groups.items()}
-    out += ["", f"Mean absolute error: {s['mean']:.1%}.", ""]
-    out += _table(["source", "rows", "median abs. error", "worst abs. error"],
-                  [[g, str(len(e)), f"{statistics.median(e):.1%}", f"{max(e):.1%}"] for g, e in by.items() if e])
+    out += ["", "Error by source:", ""]
+    out += _table(["source", "role", "rows", "median abs. error", "worst abs. error"],
+                  [[g, ", ".join(sorted({r["case"].get("role", "?") for r in rows})), str(len(e)),
+                    f"{statistics.median(e):.1%}", f"{max(e):.1%}"]
+                   for g, rows in groups.items() if (e := [abs(r["error"]) for r in rows if r["error"] is not None])])
     out += ["", "## Measured rows", ""]
     for group, rows in groups.items():
         out += [f"### {group}", ""]
@@ -281,12 +364,14 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
         for r in rows:
             c = r["case"]
             fmt, unit = METRICS[c["metric"]]
-            table.append([c["id"], _config(c), f"{fmt.format(c['measured'])} {unit}" + (" (derived)" if c.get("derived") else ""),
+            table.append([c["id"], c.get("role", "?").replace("_", " "), _config(c),
+                          f"{fmt.format(c['measured'])} {unit}" + (" (derived)" if c.get("derived") else ""),
                           fmt.format(r["value"]) if r["value"] is not None else "—",
                           _cell(r["error"]) if r["error"] is not None else "—",
                           _fits(r),
                           why_not(r) or "", r["spec"]])
-        out += _table(["case", "configuration", "measured", "parc", "error", "predicted peak memory", "why not", "spec"], table)
+        out += _table(["case", "role", "configuration", "measured", "parc", "error", "predicted peak memory", "why not",
+                       "spec"], table)
         out += ["", "Sources and assumptions:", ""]
         out += [f"- `{r['case']['id']}`: {r['case']['source']}." + (f" Assumed: {r['case']['assumed']}." if r["case"].get("assumed") else "")
                 for r in rows]
@@ -299,6 +384,17 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
             "DeepSeek-V3 deployment on 96 H100. A row of an engine other than vLLM and SGLang states that engine's "
             "scheduler limits (its defaults) in the `serve` block. No serving constant is fitted: every step reads "
             "the profile's defaults and DeepEP's own measured rates.", ""]
+    if planner:
+        out += ["## Published plans against the planner", "",
+                "For the largest published run of each group, `parc plan` searched the same model on the "
+                "same cluster for the same global batch, with the run's precision, framework, FP8 recipe and "
+                "pipeline schedule kept and everything else (mesh, virtual stages, micro batch, ZeRO stage, "
+                "recompute, sequence parallelism) searched; the published plan's step against the best "
+                "one's, and its place in the ranking (plans within the memory headroom P405 asks for "
+                "first). Where parc's best is more than 5% faster, the last column gives parc's evidence: "
+                "the cost the published plan loses on, what parc's best does differently, and how far "
+                "parc's own prediction of the published run is from its measurement "
+                "(`bench/accuracy_planner.py`).", ""] + list(planner) + [""]
     from bench.accuracy_serving import kv_memory_lines
 
     out += kv_memory_lines(ROOT, _table)
@@ -321,12 +417,17 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
     return "\n".join(out)
 
 
-def build() -> tuple[str, dict]:
+def build(planner: bool = True) -> tuple[str, dict]:
     data = tomllib.loads(CASES.read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory() as d:
         results = [run_case(c, data, Path(d)) for c in data["case"]]
     closed = closed_form_rows()
-    text = render(data, results, closed, calibration_section(results))
+    section = []
+    if planner:
+        from bench.accuracy_planner import planner_section
+
+        section = planner_section(results)
+    text = render(data, results, closed, calibration_section(results), section)
     return text, summary(results, closed)
 
 
@@ -336,12 +437,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(DOC), help="where to write (default docs/accuracy.md)")
     args = ap.parse_args(argv)
     text, s = build()
-    print(f"measured rows: median |error| {s['median']:.1%}, worst {s['worst']:.1%}, mean {s['mean']:.1%} "
-          f"over {s['compared']} of {s['cases']} cases")
-    print(f"closed-form: {s['closed_ok']} of {s['closed']} within 0.5%; fits in memory: {s['fit']} of {s['ran']}")
-    ok = (s["median"] <= MEDIAN_TARGET and s["worst"] <= WORST_TARGET and s["closed_ok"] == s["closed"]
-          and s["fit"] == s["ran"])
-    print("targets " + ("met" if ok else "not met"))
+    for (role, k), got in s["groups"].items():
+        if got is not None:
+            print(f"{k}, {role.replace('_', ' ')}: median |error| {got[0]:.1%}, worst {got[1]:.1%} over {got[2]} rows")
+    print(f"closed-form: {s['closed_ok']} of {s['closed']} within 0.5%; fits in memory: {s['fit_in_memory']} of {s['ran']}")
+    print("targets " + ("met" if targets_met(s) else "not met"))
     for r in s["misses"]:
         print(f"  {r['case']['id']}: {why_not(r)}")
     if args.check:

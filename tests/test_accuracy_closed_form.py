@@ -18,6 +18,7 @@ from parc.cost.memory import (StateBytes, activation_bytes_per_layer, kv_bytes_p
 from parc.model import schedules
 from parc.model.params import param_count
 from parc.model.plan import Model
+from support.specs import KORTHIKANTI_SPEC as SPEC
 
 TOL = 0.005   # the issue's bound for every closed-form quantity
 
@@ -133,44 +134,6 @@ def test_activation_bytes_per_layer_match_korthikanti_table2(name, a, h, l, B, s
 
 # --- the estimate's first-stage activations for Korthikanti's configurations ----------------------
 
-SPEC = """
-model "gpt" {{
-  layers = {l}
-  hidden = {h}
-  ffn_hidden = {ffn}
-  heads = {a}
-  kv_heads = {a}
-  vocab = 51200
-  seq_len = 2048
-  mlp = gelu
-  norm = layernorm
-  position = learned
-  bias = true
-  tied_embeddings = true
-}}
-cluster "selene" {{
-  nodes = {nodes}
-  gpus_per_node = 8
-  gpu = a100_sxm_80gb
-  intra_node = nvlink(300GB/s)
-  inter_node = infiniband(200Gb/s)
-}}
-mesh {{
-  pp = {p}
-  dp = 1
-  tp = 8
-}}
-schedule {{
-  pipeline = {pipeline}
-  virtual_stages = {v}
-  micro_batch = {b}
-  global_batch = {B}
-}}
-train {{
-  sequence_parallel = true
-  recompute = selective
-}}
-"""
 
 # Table 3 with the interleaving depth assumed in bench/accuracy_cases.toml (not in the paper)
 KORTHIKANTI_RUNS = [("22B", 64, 6144, 48, 1, 1, 4, 4), ("175B", 96, 12288, 96, 8, 3, 1, 64),

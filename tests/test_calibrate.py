@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from parc.calibrate import fit, predict, profile_fields
+from parc.calibrate.fit import FitError
 from parc.calibrate.logs import GiB, MiB, LogError, Run, read_log
 from parc.calibrate.runs import measured_step_time, plan_of_run
 from parc.model.plan import Profile
@@ -217,12 +218,12 @@ def test_the_fit_recovers_the_factors_the_runs_identify(synthetic):
     runs = [(plan, {"step_time": step}) for _, plan, step in synthetic[:-1]]
     prof, rep = fit(runs, start=Profile())
     assert "gemm_efficiency" in rep.fitted
-    # printed step times are rounded to 0.1 ms: gemm_efficiency comes back to 1% (gemm_half_size,
+    # printed step times are rounded to 0.1 ms: gemm_efficiency comes back to 2% (gemm_half_size,
     # which the four shapes pin down only weakly, is pulled toward its start and takes a little of
     # it), and any other field the fit reports as fitted to 1% (the pull toward the start moves a
     # fitted field back by at most 1% of the distance the runs moved it)
-    assert prof.gemm_efficiency == pytest.approx(TRUTH.gemm_efficiency, rel=1e-2)
-    for name in rep.fitted:
+    assert prof.gemm_efficiency == pytest.approx(TRUTH.gemm_efficiency, rel=2e-2)
+    for name in set(rep.fitted) - {"gemm_efficiency"}:
         assert getattr(prof, name) == pytest.approx(getattr(TRUTH, name), rel=1e-2), name
     for name in rep.unidentified:
         assert getattr(prof, name) == getattr(Profile(), name)
@@ -238,7 +239,9 @@ def test_calibrate_from_generated_logs_predicts_the_held_out_run(synthetic, tmp_
     r = _parc("calibrate", BASE, *[p for p, _, _ in synthetic[:-1]], "-o", out, "--format", "json")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    assert data["profile"]["gemm_efficiency"] == pytest.approx(0.45, rel=1e-2)
+    assert data["profile"]["gemm_efficiency"] == pytest.approx(0.45, rel=2e-2)
+    # the profile names what it was fitted on: the runs' framework (the spec's) and GPU
+    assert (data["profile"]["framework"], data["profile"]["gpu"]) == ("megatron", held_gpu(synthetic))
     assert data["summary"]["step_time"]["median_before"] > 0.15 > 5e-3 > data["summary"]["step_time"]["median_after"]
     assert [row["settings"].get("mesh.tp") for row in data["runs"]] == [tp for tp, _, _ in MESHES[:-1]]
     # the held-out run, through a spec that uses the written profile
@@ -255,6 +258,33 @@ def test_calibrate_from_generated_logs_predicts_the_held_out_run(synthetic, tmp_
     assert (held_plan.mesh.tp, held_plan.mesh.pp, held_plan.train.recompute) == (4, 2, "selective")
     assert got["step_time"] == pytest.approx(held_step, rel=5e-3)
     assert abs(predict(held_plan, Profile())[0] / held_step - 1) > 0.15
+
+
+def held_gpu(synthetic) -> str:
+    return synthetic[-1][1].cluster.gpu.name
+
+
+def test_an_implausible_step_is_refused_not_fitted(synthetic):
+    # 1e-3 s for a step of 1,048,576 tokens on 16 GPUs is thousands of times their peak FLOP/s
+    plan = synthetic[0][1]
+    with pytest.raises(FitError) as e:
+        fit([(plan, {"step_time": 1e-3}, "fast")])
+    assert "run fast: a step of 1 ms" in str(e.value) and "faster than the GPUs can compute" in str(e.value)
+    # and a step ten thousand times slower than the peak allows: a unit slip, not a rate
+    slow = 1e4 * predict(plan, Profile(gemm_efficiency=1.0, gemm_half_size=0.0))[0] * 3
+    with pytest.raises(FitError) as e:
+        fit([(plan, {"step_time": slow}, "slow")])
+    assert "under 1/10,000" in str(e.value)
+    # a plausible one fits
+    assert fit([(plan, {"step_time": synthetic[0][2]}, "ok")])[0] is not None
+
+
+def test_the_cli_refuses_an_implausible_run(tmp_path):
+    # MT-NLG 530B-like: a CSV row claiming a 1 ms step on the base spec's 16 GPUs
+    csv = tmp_path / "runs.csv"
+    csv.write_text("label,step_time\nfast,0.001\n")
+    r = _parc("calibrate", BASE, csv)
+    assert r.returncode != 0 and "faster than the GPUs can compute" in r.stderr
 
 
 def _toy(monkeypatch):
@@ -283,7 +313,7 @@ def test_the_fit_is_generic_over_the_fields(monkeypatch):
     assert prof.hbm_efficiency * prof.inter_node_efficiency == pytest.approx(0.4, rel=1e-3)
     assert rep.confounded == [["hbm_efficiency", "inter_node_efficiency"]]
     assert set(rep.fitted) == {"gemm_efficiency", "intra_node_efficiency"}
-    assert rep.unidentified == ["gemm_half_size", "fp8_gemm_speedup", "overlap"] and prof.overlap == 1.0   # the toy reads neither
+    assert rep.unidentified == ["gemm_half_size", "overlap"] and prof.overlap == Profile().overlap   # the toy reads neither
     assert fit([(p, m) for p, m in runs], start=start)[0] == prof   # deterministic
 
 
@@ -296,7 +326,7 @@ def test_a_field_that_barely_moves_predictions_is_weak(monkeypatch):
     prof, rep = fit([(None, {"step_time": 1.1 * (10 / 0.6 + 2)})], start=Profile())
     assert rep.fitted == ["gemm_efficiency"] and rep.weak == ["overlap"]
     assert prof.gemm_efficiency == pytest.approx(0.5396, rel=1e-3)
-    assert prof.overlap == pytest.approx(1.0, abs=1e-3)
+    assert prof.overlap == pytest.approx(Profile().overlap, abs=1e-3)
 
 
 def test_the_fit_stays_in_each_fields_range(monkeypatch):
@@ -336,7 +366,7 @@ def test_json_shape():
     d = json.loads(r.stdout)
     assert set(d) == {"spec", "profile", "start", "fitted", "confounded", "weak", "unidentified", "at_bound",
                       "iterations", "runs", "summary", "written_fields", "output", "profile_text"}
-    assert set(d["profile"]) == {"name", *[n for n, _, _ in profile_fields(Profile())]}
+    assert set(d["profile"]) == {"name", "framework", "gpu", *[n for n, _, _ in profile_fields(Profile())]}
     row = d["runs"][1]
     assert set(row) == {"label", "source", "steps", "settings", "measured", "before", "after", "error"}
     assert row["settings"]["world_size"] == 16 and row["steps"] == 3

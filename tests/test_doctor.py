@@ -77,7 +77,7 @@ def test_a_mig_slice_is_another_gpu(tmp_path):
     n.gpus[3] = (3, H100, 40000, 40000)        # same name, half the memory
     f = only(doctor(n, tmp_path), "D102")
     assert f.message.startswith(f"GPU 3 is an {H100} (39.1 GiB)")     # 40000 / 1024 = 39.06
-    assert "write `gpu { memory = 40000MiB  flops = ... }` in the cluster block" in f.fix
+    assert "write `gpu { memory = 40000MiB  flops = ...  hbm_bandwidth = ... }` in the cluster block" in f.fix
 
 
 def test_busy_gpu_memory_for_vllm(tmp_path):

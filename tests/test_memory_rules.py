@@ -81,6 +81,7 @@ cluster "c" {{
   gpu {{
     memory = {memory_gb}GB
     flops = 989TFLOPS
+    hbm_bandwidth = 3.35TB/s
   }}
   intra_node = nvlink(450GB/s)
 }}

@@ -63,8 +63,10 @@ def llama405():
 # --- brute force ----------------------------------------------------------------------------------
 
 def rank_key(c: Candidate) -> tuple:
-    """The search's documented order: time per sequence, memory, then the settings."""
-    return (_q(c.step_time / c.global_batch).item(), _q(c.memory_total).item(), c.pp, c.virtual_stages, c.tp,
+    """The search's documented order: plans within the memory headroom P405 asks for first, then
+    time per sequence, memory, then the settings."""
+    return (c.memory_total > 0.8 * c.memory_capacity, _q(c.step_time / c.global_batch).item(),
+            _q(c.memory_total).item(), c.pp, c.virtual_stages, c.tp,
             c.cp, c.dp, c.ep, c.etp, SPLITS.index(c.layers), PIPELINES.index(c.pipeline), c.micro_batch, c.zero,
             RECOMPUTE.index(c.recompute), int(c.sequence_parallel))
 
@@ -306,13 +308,43 @@ def test_every_reported_plan_passes_check(llama405, tmp_path):
 
 
 def test_ranking_is_ordered_and_deterministic(llama405):
-    times = [c.step_time / c.global_batch for c in llama405.plans]
-    assert times == sorted(times)
+    cap = llama405.problem.cluster.gpu.memory
+    keys = [(c.memory_total > 0.8 * cap, c.step_time / c.global_batch) for c in llama405.plans]
+    assert keys == sorted(keys)
     again = search(llama405.problem, top=10)
     assert [c.key() for c in again.plans] == [c.key() for c in llama405.plans]
     cols = llama405.columns
+    over = cols["memory"] > 0.8 * cap
     q = _q(cols["step_time"] / cols["gb"])
-    assert (np.diff(q) >= 0).all()
+    assert (np.diff(over.astype(int)) >= 0).all()          # every plan within the headroom first
+    assert (np.diff(q[over]) >= 0).all() and (np.diff(q[~over]) >= 0).all()
+
+
+def test_plans_within_the_headroom_rank_before_faster_ones_above_it():
+    # Llama 3 8B on 8 H100s: the fastest candidates use more than 80% of memory, where P405 says
+    # runs have run out; the ranking puts every plan that leaves the headroom first
+    res = search("llama3_8b", h100_cluster(1), "train", seq_len=8192, global_batch=32, top=5)
+    cap = res.problem.cluster.gpu.memory
+    cols = res.columns
+    over = cols["memory"] > 0.8 * cap
+    assert over.any() and (~over).any()
+    fastest = np.argmin(cols["step_time"])
+    assert over[fastest] and not over[0]                   # the fastest is above it, the first is not
+    assert all(c.memory_total <= 0.8 * cap and "P405" not in c.warnings for c in res.plans)
+
+
+def test_no_plan_fits_names_the_memory_and_the_nodes_that_would_fit():
+    from parc.report.plan import render_text
+
+    res = search("llama3_405b", h100_cluster(1), "train", seq_len=8192, global_batch=64, top=3)
+    assert not res.plans and res.valid == 0
+    # 405B parameters at 18 bytes each over the node's 8 GPUs: 913 GB per GPU at the least
+    assert res.least_memory == pytest.approx(405.85e9 * 18 / 8, rel=0.01)
+    assert res.fits_on_nodes == 16
+    assert search("llama3_405b", h100_cluster(16), "train", seq_len=8192, global_batch=64, top=1).plans
+    assert not search("llama3_405b", h100_cluster(8), "train", seq_len=8192, global_batch=64, top=1).plans
+    text = render_text(res)
+    assert "the leanest plan needs 913 GB per GPU" in text and "a plan fits on 16 nodes of 8 (128 GPUs)" in text
 
 
 def test_breakdown_adds_up_to_the_step(llama405):

@@ -18,9 +18,9 @@ NODES = {"dgx_h100": (read_nvidia, "h100_sxm"), "l40s_pcie": (read_nvidia, "l40s
          "workstation": (read_nvidia, None), "vm_two_numa": (read_nvidia, "a100_sxm_40gb"),
          "mi300x": (read_rocm, "mi300x")}
 # the workstation's GPUs have no preset: the spec describes them (RTX A6000 datasheet: 48 GB,
-# NVLink bridge 112.5 GB/s both directions = 56.25 GB/s each way, PCIe Gen4 x16 32 GB/s)
-WS_GPU = "gpu {\n    memory = 48GB\n    flops = 154.8TFLOPS\n    nvlink_bandwidth = 56.25GB/s\n" \
-         "    pcie_bandwidth = 32GB/s\n  }"
+# 768 GB/s GDDR6, NVLink bridge 112.5 GB/s both directions = 56.25 GB/s each way, PCIe Gen4 x16 32 GB/s)
+WS_GPU = "gpu {\n    memory = 48GB\n    flops = 154.8TFLOPS\n    hbm_bandwidth = 768GB/s\n" \
+         "    nvlink_bandwidth = 56.25GB/s\n    pcie_bandwidth = 32GB/s\n  }"
 
 
 def block(name: str) -> str:

@@ -100,7 +100,8 @@ class FitReport:
         return {f: getattr(p, f) for f in self.fields}
 
     def to_json(self) -> dict:
-        return {"profile": {"name": self.profile.name, **self.values()},
+        return {"profile": {"name": self.profile.name, "framework": self.profile.framework, "gpu": self.profile.gpu,
+                            **self.values()},
                 "start": self.values(self.start), "fitted": list(self.fitted),
                 "confounded": [list(g) for g in self.confounded], "weak": list(self.weak),
                 "unidentified": list(self.unidentified),
@@ -114,12 +115,23 @@ def profile_fields(profile: Profile) -> list[tuple[str, float, float]]:
     out = []
     for f in fields(Profile):
         spec = table.get(f.name)
-        if spec is None or not isinstance(getattr(profile, f.name), float):
+        if spec is None or spec.kind != "frac":
             continue
         lo = spec.min if spec.min is not None else 0.0
         hi = spec.max if spec.max is not None else max(1.0, 10 * abs(getattr(profile, f.name)))
         out.append((f.name, float(lo), float(hi)))
     return out
+
+
+def resolved_profile(profile: Profile, plan=None) -> Profile:
+    """``profile`` with the fields the resolver fills from the GPU filled (``gemm_efficiency``:
+    the plan's GPU's measured matmul rate, else :data:`parc.model.plan.DEFAULT_MATMUL_EFFICIENCY`)."""
+    from parc.model.plan import DEFAULT_MATMUL_EFFICIENCY
+
+    if profile.gemm_efficiency is not None:
+        return profile
+    gpu = getattr(getattr(plan, "cluster", None), "gpu", None)
+    return replace(profile, gemm_efficiency=gpu.gemm_efficiency if gpu else DEFAULT_MATMUL_EFFICIENCY)
 
 
 def predict(plan, profile: Profile) -> tuple[float, float]:
@@ -227,6 +239,35 @@ def _identify(pb: _Problem, u, J, report: FitReport) -> None:
             report.weak.append(pb.names[j])
 
 
+# A measured step that implies more than the GPUs' peak FLOP/s did not happen; one that implies less
+# than 1/10,000 of it is a unit slip (milliseconds read as seconds) or a stalled run, not a rate to fit.
+MAX_UTILIZATION, MIN_UTILIZATION = 1.0, 1e-4
+
+
+def implausible(plan, step: float) -> str | None:
+    """Why a measured ``step`` (seconds) cannot be a run of ``plan``, or None: the model FLOPs of
+    its step over the step time, against the GPUs' dense peak in the plan's precision."""
+    from parc.cost.estimate import model_flops
+    from parc.units import percent, seconds
+
+    try:
+        m, sch, world, gpu = plan.model, plan.schedule, plan.world_size, plan.cluster.gpu
+        peak = gpu.peak(plan.train.precision if plan.train else "bf16")
+    except AttributeError:       # not a resolved plan (a test's stand-in): nothing to judge by
+        return None
+    tokens = sch.global_batch * m.seq_len
+    if not (tokens and world and peak):
+        return None
+    util = model_flops(m, tokens) / (step * world * peak)
+    what = (f"a step of {seconds(step)} for {m.name or 'the model'} ({tokens:,} tokens on {world:,} GPUs) "
+            f"means {percent(util)} of their peak FLOP/s")
+    if util > MAX_UTILIZATION:
+        return what + ": faster than the GPUs can compute, so not a measurement parc can fit (check the units)"
+    if util < MIN_UTILIZATION:
+        return what + ": under 1/10,000 of it, a unit slip or a stalled run, not a rate parc can fit"
+    return None
+
+
 def _runs(runs: Iterable) -> list[tuple]:
     out = []
     for i, run in enumerate(runs):
@@ -236,6 +277,9 @@ def _runs(runs: Iterable) -> list[tuple]:
         st = measured_step_time(plan, measured)
         if not st or st <= 0:
             raise FitError(f"run {label or i + 1}: no step time or throughput to fit to")
+        why = implausible(plan, st)
+        if why:
+            raise FitError(f"run {label or i + 1}: {why}")
         out.append((plan, st, measured.get("memory") or None, label or measured.get("label") or f"run {i + 1}"))
     if not out:
         raise FitError("no runs to fit")
@@ -251,7 +295,7 @@ def fit(runs: Sequence, start: Profile | None = None, regularization: float = RE
     profile) is where the fit begins and what it pulls toward. Returns the profile and the
     :class:`FitReport`."""
     rows = _runs(runs)
-    start = start or rows[0][0].profile
+    start = resolved_profile(start or rows[0][0].profile, rows[0][0])
     spec = profile_fields(start)
     names = [s[0] for s in spec]
     lo, hi = np.array([s[1] for s in spec]), np.array([s[2] for s in spec])

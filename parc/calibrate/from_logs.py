@@ -43,5 +43,8 @@ def calibrate(spec: str, plan, logs: list[str], root=None, name: str | None = No
     plans = [plan_of_run(spec, plan, r, root=root, reader=reader) for r in runs]
     prof, report = fit([(p, r.measured, r.label) for p, r in zip(plans, runs)], start=plan.profile)
     report.profile.name = name or plan.profile.name or f"{plan.cluster.name}-measured"
+    # what the profile was fitted on, so that a plan of another framework or GPU is told (P518)
+    report.profile.framework = plan.train.framework if plan.train else None
+    report.profile.gpu = plan.cluster.gpu.name
     text = profile_text(report, spec, report.profile.name, [r.source for r in runs])
     return Calibration(runs, report, text)

@@ -58,7 +58,9 @@ def profile_text(report: FitReport, spec: str, name: str, sources: list[str]) ->
         head.append(f"# barely moved by these runs (kept near where they were): {', '.join(report.weak)}")
     if report.unidentified:
         head.append(f"# not moved by these runs, left as they were: {', '.join(report.unidentified)}")
-    body = [f"  {f} = {_rounded(getattr(report.profile, f))}" for f in written_fields(report)]
+    body = [f"  {k} = {json.dumps(v) if k == 'gpu' else v}" for k in ("framework", "gpu")
+            if (v := getattr(report.profile, k))]
+    body += [f"  {f} = {_rounded(getattr(report.profile, f))}" for f in written_fields(report)]
     text = "\n".join(head) + f"\nprofile {json.dumps(name)} {{\n" + "\n".join(body) + "\n}\n"
     return format_text(text)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from parc.cost import xp as np
+from parc.cost.params import _zero, dtype_bytes
+from parc.model.frameworks import framework
 
 
 def allreduce_bytes(nbytes: float, n: int) -> float:
@@ -24,6 +26,15 @@ def allgather_bytes(nbytes: float, n: int) -> float:
     return (n - 1) / n * nbytes
 
 
+def again(recompute):
+    """How many times a layer's forward collectives run: 1.5 under full recompute (the forward's
+    half of them once more), else 1. ``recompute`` is a setting's name, or a numpy array of booleans
+    (full recompute or not) for the planner's rows."""
+    if isinstance(recompute, str):
+        return 1.5 if recompute == "full" else 1.0
+    return np.where(recompute, 1.5, 1.0)
+
+
 def tp_bytes_per_layer(tokens: float, h: int, t: int, nbytes: int = 2, recompute: str = "none") -> float:
     """Tensor-parallel bytes per GPU for one layer over ``tokens`` tokens, forward and backward:
     four all-reduces of tokens·h (two forward, two backward), or with sequence parallelism the
@@ -31,7 +42,7 @@ def tp_bytes_per_layer(tokens: float, h: int, t: int, nbytes: int = 2, recompute
     (Narayanan et al. 2021 §4.1; Korthikanti et al. 2022 §4.2.2). Full recompute repeats the
     forward's two (×1.5)."""
     vol = 2 * allreduce_bytes(tokens * h * nbytes, t) * 2
-    return vol * (1.5 if recompute == "full" else 1.0)
+    return vol * again(recompute)
 
 
 def cp_bytes_per_layer(tokens_local: float, kv_width: int, cp: int, nbytes: int = 2) -> float:
@@ -111,13 +122,16 @@ def allreduce_times(ring_bytes, n, calls, local, intra: tuple, inter: tuple | No
     A group over k = n/local nodes runs hierarchically, as NCCL does: the node's ``local`` members
     reduce-scatter and all-gather over NVLink (ring, or NVLS) around a ring or tree over the nodes
     of S/local per GPU on the inter-node link. A reduce-scatter + all-gather pair (ZeRO, sequence
-    parallelism) moves what one all-reduce does and is priced the same. Scalars or arrays."""
+    parallelism) moves what one all-reduce does and is priced the same by ring and tree, but not
+    by NVLS: the switch reduces an all-reduce's data once on its way through, where a
+    reduce-scatter sends all of it up and an all-gather brings all of it down, 2S in all; the
+    caller passes ``nvls`` false (or an array of flags) for pairs. Scalars or arrays."""
     n = np.maximum(n, 2)
     local = np.minimum(np.maximum(local, 1), n)
     S = ring_bytes * n / (2 * (n - 1))
     bw_i, a_i = intra
     ring_i = 2 * (local - 1) / local * S / bw_i + calls * 2 * (local - 1) * a_i
-    nvls_i = np.where(local > 1, S / bw_i + calls * 2 * a_i, 0.0) if nvls else np.inf
+    nvls_i = np.where(nvls, np.where(local > 1, S / bw_i + calls * 2 * a_i, 0.0), np.inf)
     if inter is None:
         tree = 2 * S / bw_i + calls * 2 * np.ceil(np.log2(n)) * a_i
         return ring_i, np.where(n > 2, tree, np.inf), nvls_i
@@ -160,9 +174,9 @@ def comm_calls(layers, moe_layers, microbatches, v, cp, recompute: str):
     forward and backward), 2v pipeline sends per microbatch, and one gradient reduction and one
     parameter gather per step (Megatron-LM buckets them; the bytes, not the count, dominate).
     Full recompute repeats the forward's (×1.5)."""
-    again = 1.5 if recompute == "full" else 1.0
-    return {"tp": 4 * layers * microbatches * again, "cp": 3 * (cp - 1) * layers * microbatches * again,
-            "ep": 4 * moe_layers * microbatches * again, "pp": 2 * v * microbatches, "dp": 2}
+    again_ = again(recompute)
+    return {"tp": 4 * layers * microbatches * again_, "cp": 3 * (cp - 1) * layers * microbatches * again_,
+            "ep": 4 * moe_layers * microbatches * again_, "pp": 2 * v * microbatches, "dp": 2}
 
 
 def serving_calls(layers, moe_layers) -> dict:
@@ -183,3 +197,24 @@ def axis_time(axis: str, nbytes, n, calls, local, intra: tuple, inter: tuple | N
     if inter is None:
         return p2p_time(nbytes, calls, intra), 4
     return np.where(local < n, p2p_time(nbytes, calls, inter), p2p_time(nbytes, calls, intra)), 4
+
+
+def zero3_passes(zero: int, pp, microbatches, fw: dict):
+    """How many times a step's ZeRO-3 traffic (the parameters' gathers, the gradients'
+    reduce-scatter) runs: once per microbatch without a pipeline where the framework gathers again
+    for each (FSDP2, DeepSpeed: ``zero3_regather``), else once. Scalars or numpy arrays."""
+    if zero < 3 or fw.get("zero3_regather") != "microbatch":
+        return 1
+    return np.where(pp <= 1, np.maximum(microbatches, 1), 1)
+
+
+def zero3_flat(plan) -> bool:
+    """Whether the plan's ZeRO-3 collectives run as flat rings across nodes (the framework's
+    ``zero3_collectives``, parc/model/data/frameworks.toml)."""
+    return _zero(plan) >= 3 and framework(plan.train.framework)["zero3_collectives"] == "flat"
+
+
+def comm_dtype_bytes(precision: str) -> int:
+    """Bytes an activation element crosses a link in: 16-bit for BF16, FP16 and FP8 training (FP8
+    recipes cast inside the layers; what travels between them stays BF16), 4 for FP32."""
+    return max(2, dtype_bytes(precision))

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from parc.cost.comm import (ALGORITHMS, allgather_bytes, p2p_time, allreduce_bytes, axis_time, comm_calls,
+from parc.cost.comm import comm_dtype_bytes, zero3_flat, zero3_passes
+from parc.cost.comm import (ALGORITHMS, again, allgather_bytes, p2p_time, allreduce_bytes, axis_time, comm_calls,
                             cp_bytes_per_layer, dp_bytes, dp_bytes_parts, ep_bytes_per_layer, link_latency, link_params, serving_calls,
                             pp_bytes_per_microbatch, tp_bytes_per_layer)
 from parc.cost.flops import (active_matmul_params, model_flops, recompute_factors, recompute_flops,
@@ -27,12 +28,15 @@ from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, D
                               moe_layer_mlp_params, norm_params, output_params, param_bytes_on_rank,
                               param_count, params_by_part, params_on_rank, serving_expert_pad, serving_expert_split, shard_groups,
                               split_layers,
-                              stage_chunks, stage_layouts, stage_parts, stage_tensors, uses_v_placement,
-                              _shard_groups, _stage_parts, _weight_dtype, _zero)
+                              stage_chunks, stage_layouts, stage_parts, stage_tensors, tensor_parts, uses_v_placement,
+                              _shard_groups, _stage_parts, _zero)
 from parc.cost import engine
+from parc.cost import xp as np
 from parc.cost.gemm import stage_compute_time, stage_rates
+from parc.cost.kernels import optimizer_bytes
 from parc.cost.timing import BACKWARD_SHARE, exposed_comm, step_time
 from parc.model import schedules
+from parc.model.frameworks import framework
 
 __all__ = [  # the kernels, re-exported where callers have found them, and the estimate
     "allgather_bytes", "allreduce_bytes", "cp_bytes_per_layer", "dp_bytes", "ep_bytes_per_layer",
@@ -46,9 +50,10 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
     "expert_params", "head_dim", "is_moe_layer", "kv_heads_per_gpu", "layer_params", "layer_split",
     "layout_tensors", "layouts_of", "mlp_params", "moe_layer_mlp_params", "norm_params", "output_params",
     "param_bytes_on_rank", "part_weight_bytes", "weight_bytes", "kv_element_bytes", "param_count", "params_by_part", "params_on_rank", "shard_groups", "split_layers",
-    "stage_chunks", "stage_layouts", "stage_parts", "stage_tensors", "uses_v_placement",
+    "stage_chunks", "stage_layouts", "stage_parts", "stage_tensors", "tensor_parts", "uses_v_placement",
     "BACKWARD_SHARE", "step_time", "exposed_comm", "stage_compute_time", "stage_rates", "axis_time", "comm_calls",
-    "dp_bytes_parts", "link_latency", "ALGORITHMS", "Memory", "StageEstimate",
+    "dp_bytes_parts", "link_latency", "ALGORITHMS", "Memory", "StageEstimate", "optimizer_bytes", "zero3_passes",
+    "zero3_flat", "comm_dtype_bytes", "nvls_allreduce",
     "Estimate", "estimate", "links", "link_params", "members_per_node", "serving_calls", "axis_groups", "train_comm_bytes",
 ]
 
@@ -103,11 +108,12 @@ class StageEstimate:
     gemm_flops_per_microbatch: float = 0.0      # of flops_per_microbatch: the GEMMs' (not attention's core)
     gemm_time_per_microbatch: float = 0.0       # seconds of its GEMMs (:mod:`parc.cost.gemm`)
     attention_time_per_microbatch: float = 0.0  # seconds of attention's core
+    memory_time_per_microbatch: float = 0.0     # seconds of its memory-bound kernels (:mod:`parc.cost.kernels`)
     startup: object = None                      # serving: the engine's start-up (parc.cost.startup.Startup)
 
     @property
     def time_per_microbatch(self) -> float:
-        return self.gemm_time_per_microbatch + self.attention_time_per_microbatch
+        return self.gemm_time_per_microbatch + self.attention_time_per_microbatch + self.memory_time_per_microbatch
 
 
 @dataclass(slots=True)
@@ -142,6 +148,7 @@ class Estimate:
     comm_exposed: dict = field(default_factory=dict)     # axis -> seconds compute does not hide
     comm_local: dict = field(default_factory=dict)       # axis -> members of one group in a node
     gemm_peak: float = 0.0                               # FLOP/s the GEMMs' rate is a fraction of
+    optimizer_time: float = 0.0                          # seconds of the optimizer's step (in step_time)
     kv_bytes_per_token: int = 0
     kv_capacity_tokens: int = 0
     max_concurrent_seqs: int = 0
@@ -167,11 +174,13 @@ class Estimate:
         return self.stages[self.most_loaded_stage].memory
 
     def compute_split(self) -> dict:
-        """Seconds per step of the slowest stage's GEMMs and attention core, and the fraction of
+        """Seconds per step of the slowest stage's GEMMs, attention core and memory-bound kernels
+        (elementwise, FP8 casts, the loss), of the optimizer's step, and the fraction of
         ``gemm_peak`` its GEMMs reach for their shapes (0s for serving plans)."""
         st = max(self.stages, key=lambda s_: (s_.time_per_microbatch, s_.flops_per_microbatch))
         mb, gemm = self.microbatches, st.gemm_time_per_microbatch
         return {"gemm": gemm * mb, "attention": st.attention_time_per_microbatch * mb,
+                "memory_bound": st.memory_time_per_microbatch * mb, "optimizer": self.optimizer_time,
                 "gemm_efficiency": st.gemm_flops_per_microbatch / (gemm * self.gemm_peak) if gemm else 0.0}
 
     @property
@@ -280,7 +289,7 @@ def estimate(plan, efficiency: float | None = None, cache: bool = True) -> Estim
     the latest result is reused when called again with the same plan object (the P4 rules and
     ``parc explain`` share one estimate); the plan must not be changed in between."""
     if efficiency is None:
-        efficiency = plan.profile.gemm_efficiency
+        efficiency = plan.profile.gemm_efficiency or plan.cluster.gpu.gemm_efficiency
     return _latest(_Same(plan), efficiency) if cache else _estimate(plan, efficiency)
 
 
@@ -313,16 +322,19 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     mem.weights += delta
     comms = nccl_communicators(mesh.pp, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp, m.is_moe)
     mem.cuda_context, mem.nccl_buffers, mem.fragmentation = overhead_bytes(plan.cluster, comms, mem.activations)
-    rec_mult, rec_attn = recompute_factors(plan.train.recompute)
+    rec_mult, rec_attn, rec_elem = recompute_factors(plan.train.recompute)
     tokens = sch.micro_batch * m.seq_len / mesh.cp
     # a DualPipe microbatch passes one of the rank's two stages: half its layers (and heads) on average
     share = schedules.microbatch_share(sch.pipeline)
     work = stage_flops_parts(m, tokens / mesh.tp, dense_layers, lay.moe_layers, lay.head, rec_mult, rec_attn)
     st.flops_per_microbatch = share * sum(work)   # stage_flops_per_microbatch
     st.gemm_flops_per_microbatch = share * (work[0] + work[1] + work[3])
-    gemm, attn = stage_compute_time(m, tokens, mesh.tp, rates, dense_layers, lay.moe_layers, lay.head, rec_mult,
-                                    rec_attn)
+    casts = 1.0 / max(mb, 1) if caches_fp8_weights(plan.train) else 1.0   # cached FP8 weights: cast once a step
+    accumulate = framework(plan.train.framework)["grad_accumulation_bytes"] * sum(full.values())
+    gemm, attn, memb = stage_compute_time(m, tokens, mesh.tp, rates, dense_layers, lay.moe_layers, lay.head,
+                                          rec_mult, rec_attn, rec_elem, casts, accumulate)
     st.gemm_time_per_microbatch, st.attention_time_per_microbatch = share * gemm, share * attn
+    st.memory_time_per_microbatch = share * memb
     return st
 
 
@@ -372,30 +384,41 @@ def _serving_kv(plan, stages: list[StageEstimate]) -> tuple[int, int, int]:
 
 
 def train_comm_bytes(m, tokens_local, layers, moe_layers, *, pp, tp, cp, ep, v, microbatches, wbytes,
-                     recompute: str, sp, dense_params, expert_params_, zero: int, n_dp, n_exp, per) -> dict:
+                     recompute: str, sp, dense_params, expert_params_, zero: int, n_dp, n_exp, per,
+                     passes=1, fp8=False, axes=AXES) -> dict:
     """Bytes per GPU per training step on each axis for a stage of ``layers`` (``moe_layers`` of
-    them MoE) over ``tokens_local`` tokens per microbatch; ``n_dp`` is the dense gradients' group
-    (dp·cp). Scalars or numpy arrays for the sizes, single ``recompute`` and ``zero``."""
+    them MoE) over ``tokens_local`` tokens per microbatch, activations in ``wbytes``
+    (:func:`comm_dtype_bytes`); ``n_dp`` is the dense gradients' group (dp·cp); the data-parallel
+    traffic runs ``passes`` times (:func:`zero3_passes`). Under ``fp8`` with sequence parallelism the
+    forward all-gathers of the linear layers' inputs move FP8 copies (Transformer Engine's and
+    torchao's FP8 all-gather), one of the four TP collectives at half the bytes. Only ``axes`` are
+    computed (``dp`` brings ``dp_gather``). Scalars or numpy arrays for the sizes, single
+    ``recompute`` and ``zero``."""
     steps = microbatches + (microbatches < 1) * (1 - microbatches)
-    _, gather = dp_bytes_parts(dense_params, zero, n_dp, per.grads, per.weights)
-    _, gather_e = dp_bytes_parts(expert_params_, zero, n_exp, per.grads, per.weights)
-    kv_width = kv_heads_per_gpu(m.kv_heads, tp) * head_dim(m)
-    ep_tokens = tokens_local / (1 + sp * (tp > 1) * (tp - 1))
-    return {
-        "tp": tp_bytes_per_layer(tokens_local, m.hidden, tp, wbytes, recompute) * layers * steps,
-        "cp": cp_bytes_per_layer(tokens_local, kv_width, cp, wbytes) * layers * steps
-        * (1.5 if recompute == "full" else 1),
-        "dp": (dp_bytes(dense_params, zero, n_dp, per.grads, per.weights)
-               + dp_bytes(expert_params_, zero, n_exp, per.grads, per.weights)),
-        "pp": pp_bytes_per_microbatch(tokens_local, m.hidden, tp, v, wbytes) * steps * (pp > 1),
-        "ep": ep_bytes_per_layer(ep_tokens, m.hidden, m.top_k or 1, ep, wbytes) * moe_layers * steps,
-        "dp_gather": gather + gather_e,   # of "dp": the parameters' all-gather
-    }
+    out = {}
+    if "tp" in axes:
+        out["tp"] = (tp_bytes_per_layer(tokens_local, m.hidden, tp, wbytes, recompute) * layers * steps
+                     * (np.where(sp, 7 / 8, 1.0) if fp8 else 1.0))
+    if "cp" in axes:
+        kv_width = kv_heads_per_gpu(m.kv_heads, tp) * head_dim(m)
+        out["cp"] = cp_bytes_per_layer(tokens_local, kv_width, cp, wbytes) * layers * steps * again(recompute)
+    if "dp" in axes:
+        _, gather = dp_bytes_parts(dense_params, zero, n_dp, per.grads, per.weights)
+        _, gather_e = dp_bytes_parts(expert_params_, zero, n_exp, per.grads, per.weights)
+        out["dp"] = (dp_bytes(dense_params, zero, n_dp, per.grads, per.weights)
+                     + dp_bytes(expert_params_, zero, n_exp, per.grads, per.weights)) * passes
+        out["dp_gather"] = (gather + gather_e) * passes   # of "dp": the parameters' all-gather
+    if "pp" in axes:
+        out["pp"] = pp_bytes_per_microbatch(tokens_local, m.hidden, tp, v, wbytes) * steps * (pp > 1)
+    if "ep" in axes:
+        ep_tokens = tokens_local / (1 + sp * (tp > 1) * (tp - 1))
+        out["ep"] = ep_bytes_per_layer(ep_tokens, m.hidden, m.top_k or 1, ep, wbytes) * moe_layers * steps
+    return out
 
 
 def _comm(plan, stages, most: int, train: bool, per) -> dict:
     m, mesh, sch = plan.model, plan.mesh, plan.schedule
-    t, cp, wbytes = mesh.tp, mesh.cp, dtype_bytes(_weight_dtype(plan))
+    t, cp = mesh.tp, mesh.cp
     crit = stages[most] if not train else _critical(stages)
     if not train:   # per decoded token of one sequence
         from parc.cost.serving import activation_bytes, decode_comm_bytes
@@ -409,9 +432,29 @@ def _comm(plan, stages, most: int, train: bool, per) -> dict:
     return train_comm_bytes(
         m, sch.micro_batch * (m.seq_len / cp), crit.layers * share, crit.moe_layers * share, pp=mesh.pp, tp=t,
         cp=cp, ep=mesh.ep,
-        v=sch.virtual_stages, microbatches=sch.microbatches or 0, wbytes=wbytes, recompute=tr.recompute,
+        v=sch.virtual_stages, microbatches=sch.microbatches or 0, wbytes=comm_dtype_bytes(tr.precision),
+        recompute=tr.recompute, fp8=tr.precision == "fp8",
         sp=bool(tr.sequence_parallel), dense_params=sum(full.values()) - full["experts"],
-        expert_params_=full["experts"], zero=tr.zero, n_dp=mesh.dp * cp, n_exp=n_exp, per=per)
+        expert_params_=full["experts"], zero=tr.zero, n_dp=mesh.dp * cp, n_exp=n_exp, per=per,
+        passes=zero3_passes(tr.zero, mesh.pp, sch.microbatches or 0, framework(tr.framework)))
+
+
+def nvls_allreduce(gpu, axis: str, sp, zero):
+    """Whether an axis's collectives can reduce in the NVSwitch (NVLS): only a real all-reduce
+    (TP without sequence parallelism, data parallelism without ZeRO), on a GPU whose switch
+    reduces; a reduce-scatter + all-gather pair cannot gain from it (:func:`parc.cost.comm.allreduce_times`).
+    ``sp`` may be an array."""
+    if not gpu.nvls:
+        return False
+    if axis == "tp":
+        return np.where(sp, False, True)
+    if axis == "dp":
+        return np.where(zero == 0, True, False)
+    return False
+
+
+def _sp(plan) -> bool:
+    return bool(plan.train and plan.train.sequence_parallel and plan.mesh.tp > 1)
 
 
 def axis_groups(cp: int) -> dict:
@@ -438,9 +481,9 @@ def _comm_times(plan, comm: dict, rm, bw: dict, kind: dict, calls: dict, local: 
             clink[ax], ctime[ax], algo[ax] = None, 0.0, None
             continue
         clink[ax] = rm.link(g)
-        local[ax] = members_per_node(g, axis_sizes, rm.domains_spanned)
+        local[ax] = 1 if (ax == "dp" and zero3_flat(plan)) else members_per_node(g, axis_sizes, rm.domains_spanned)
         t, a = axis_time(ax, comm[ax], n, calls[ax], local[ax], lp["intra_node"], lp.get("inter_node"),
-                         plan.cluster.gpu.nvls)
+                         nvls_allreduce(plan.cluster.gpu, ax, _sp(plan), _zero(plan)))
         ctime[ax], algo[ax] = float(t), ALGORITHMS[int(a)]
     return ctime, clink, algo
 
@@ -461,8 +504,12 @@ def _calls(plan, stage, train: bool) -> dict:
     if train:
         sch = plan.schedule
         share = schedules.microbatch_share(sch.pipeline)          # the layers each microbatch passes
-        return comm_calls(stage.layers * share, stage.moe_layers * share, sch.microbatches or 0, sch.virtual_stages,
-                          plan.mesh.cp, plan.train.recompute)
+        calls = comm_calls(stage.layers * share, stage.moe_layers * share, sch.microbatches or 0, sch.virtual_stages,
+                           plan.mesh.cp, plan.train.recompute)
+        if _zero(plan) >= 3:   # a gather for the forward, one for the backward and a reduce-scatter, per layer
+            calls["dp"] = 3 * stage.layers * share * zero3_passes(3, plan.mesh.pp, sch.microbatches or 0,
+                                                                  framework(plan.train.framework))
+        return calls
     return serving_calls(stage.layers, stage.moe_layers)
 
 
@@ -483,8 +530,8 @@ def _estimate(plan, efficiency: float) -> Estimate:
     act_dense = layer_activation_bytes(plan, moe=False) if train else 0.0
     act_moe = layer_activation_bytes(plan, moe=True) if (train and m.is_moe) else act_dense
     kv_nbytes = kv_element_bytes(m, plan.serve.kv_cache_dtype if plan.serve else "auto")
-    rates = stage_rates(m, sch.micro_batch * m.seq_len / mesh.cp, mesh.tp, mesh.etp, mesh.ep, cl.gpu,
-                        plan.train.precision, plan.profile, efficiency, plan.train.flash_attention) if train else None
+    rates = stage_rates(m, sch.micro_batch * m.seq_len / mesh.cp, mesh.tp, mesh.etp, mesh.ep, cl.gpu, plan.train,
+                        plan.profile, efficiency, bool(plan.train.sequence_parallel) and mesh.tp > 1) if train else None
     stages = [_stage(plan, lay, train, per, (act_dense, act_moe), kv_nbytes, rates) for lay in stage_layouts(plan)]
     kv_tok, kv_cap, max_seqs = _serving_kv(plan, stages) if not train else (0, 0, 0)
     most = max(range(len(stages)), key=lambda i: (stages[i].memory.total, -i))
@@ -500,15 +547,19 @@ def _estimate(plan, efficiency: float) -> Estimate:
     mflops = model_flops(m, tokens) if train else 0.0
     hflops = mflops + recompute_flops(m, tokens, plan.train.recompute) if train else 0.0
     bub = schedules.bubble(sch.pipeline, p, mb, v) if train else 0.0
-    compute = step = mfu = tps = 0.0
+    compute = step = mfu = tps = opt = 0.0
     exposed = {}
     if train and mb:
         gemm, attn = crit.gemm_time_per_microbatch * mb, crit.attention_time_per_microbatch * mb
-        compute = gemm + attn
+        memb = crit.memory_time_per_microbatch * mb
+        compute = gemm + attn + memb
         gather = ctime["dp"] * comm["dp_gather"] / comm["dp"] if comm["dp"] else 0.0
-        exposed = exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, mb, plan.train, plan.profile.overlap)
+        exposed = exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, mb, plan.train, plan.profile.overlap,
+                               memory=memb, zero3=_zero(plan) >= 3)
         exposed = {ax: float(t) for ax, t in exposed.items()}
-        step = float(step_time(compute, exposed, bub))
+        owned = stages[most].memory.optimizer / per.optimizer if per.optimizer else 0.0
+        opt = float(optimizer_bytes(owned, per) * rates["per_hbm_byte"])
+        step = float(step_time(compute, exposed, bub)) + opt
         mfu = mflops / (step * plan.world_size * cl.gpu.flops) if step else 0.0   # on the BF16 peak
         tps = tokens / step if step else 0.0
     est = Estimate(
@@ -522,7 +573,7 @@ def _estimate(plan, efficiency: float) -> Estimate:
         hardware_flops_per_step=hflops, compute_time=compute, step_time=step, mfu=mfu,
         tokens_per_second=tps, comm_bytes=comm, comm_time=ctime, comm_link=clink, link_bandwidth=bw,
         link_kind=kind, assumed_inter_node=assumed, efficiency=efficiency, state_bytes=per,
-        comm_algorithm=algo, comm_exposed=exposed, comm_local=local,
+        comm_algorithm=algo, comm_exposed=exposed, comm_local=local, optimizer_time=opt,
         gemm_peak=cl.gpu.peak(plan.train.precision) if train else cl.gpu.flops,
         kv_bytes_per_token=kv_tok, kv_capacity_tokens=kv_cap, max_concurrent_seqs=max_seqs,
         rank_map=_rank_map(plan, rm), notes=notes, plan=plan)

@@ -42,16 +42,18 @@ def recompute_flops(m: Model, tokens: float, recompute: str) -> float:
 
 
 
-def recompute_factors(recompute: str) -> tuple[float, float]:
-    """(matmul, attention-core) FLOP multipliers of a recompute setting: full recompute repeats the
-    forward (8/6 of the matmuls, 4/3 of attention), selective the attention core (×2), and
-    torchtitan's per-op selective checkpointing every second matmul's forward (7/6; it keeps the
-    attention core's output)."""
+def recompute_factors(recompute: str) -> tuple[float, float, float]:
+    """(matmul, attention-core) FLOP multipliers of a recompute setting and whether the layers'
+    elementwise kernels run their forward again (1 or 0): full recompute repeats the forward (8/6
+    of the matmuls, 4/3 of attention, the elementwise forward); selective recompute of the
+    attention core (Megatron-LM's) doubles the core, as Korthikanti et al. count it; torchtitan's
+    per-op selective checkpointing (``selective_op``) keeps the outputs of SDPA and of every second
+    matmul and runs every other op again: half the matmuls' forward (7/6) and the elementwise forward."""
     if recompute == "full":
-        return 8 / 6, 4 / 3
+        return 8 / 6, 4 / 3, 1.0
     if recompute == "selective_op":
-        return 7 / 6, 1.0
-    return 1.0, (2.0 if recompute == "selective" else 1.0)
+        return 7 / 6, 1.0, 1.0
+    return 1.0, (2.0 if recompute == "selective" else 1.0), 0.0
 
 
 def stage_flops_per_microbatch(m: Model, tokens, dense_layers, moe_layers, head, rec_mult, rec_attn):

@@ -1,40 +1,44 @@
 """How fast a GEMM runs on one GPU: the rate of the matrix shapes a layer multiplies after tensor
-and expert sharding, and the compute time of a pipeline stage per microbatch from it.
+and expert sharding, the attention core's kernel, and the compute time of a pipeline stage per
+microbatch from them.
 
 One GEMM of shape M×N×K (2·M·N·K FLOPs, reading and writing M·K + K·N + M·N elements) runs at
 
     rate = 2MNK / max( 2MNK / (peak · e · d/(d + d½)),  bytes / (hbm · hbm_efficiency) )
 
-* ``e`` is the profile's ``gemm_efficiency``: what the largest GEMMs sustain.
+* ``e`` is the profile's ``gemm_efficiency``, by default the GPU's measured maximum achievable
+  matmul rate over its peak (``parc/model/data/gpus.toml``, a matmul benchmark's): what the
+  largest GEMMs sustain.
 * ``d`` is the GEMM's smallest dimension and ``d½`` the profile's ``gemm_half_size``: a GEMM whose
   smallest side is ``d½`` runs at half of ``e``. Tiles that do not fill the GPU's SMs, a K loop
   too short to hide its prologue and wave quantization all grow as a dimension shrinks; one
-  saturation in the smallest side is the simplest form that captures them (Korthikanti et al.
-  2022, Table 4: one 22B layer at tp 8, whose output projection has K = 768, runs at 43.7%
-  of peak where the 1T model's layers, K = 3200, reach 57%).
+  saturation in the smallest side is the simplest form that captures them. ``d½`` is fitted on
+  the fit rows of the accuracy table alone (``bench/accuracy_fit.py``).
 * The second term is the roofline (Williams et al. 2009): a GEMM with few rows (decoding, a
   small expert's share of tokens) is bound by HBM, not by the tensor cores.
 
-Under ``precision = fp8`` the linear layers' GEMMs run at ``profile.fp8_gemm_speedup`` times the
-BF16 peak (at most the FP8 peak): the per-tensor casts, scaling and amax reductions of FP8
-recipes keep them well short of the peaks' 2×. The default 1.5 is the end-to-end speedup
-torchao's float8 reports for Llama 3 405B on 512 H100s (pytorch/ao torchao/float8/README.md,
-"up to 1.5x"); a 13B GPT in Megatron-LM with Transformer Engine gained 1.4× (0.34 → 0.24 s per
-step, NVIDIA/Megatron-LM issue #396).
+Under ``precision = fp8`` the linear layers' GEMMs run on the FP8 peak at the GPU's
+``fp8_matmul_efficiency`` (or the recipe's own kernel rate: DeepGEMM's for block-wise scaling),
+scaled as the profile scales BF16's; the recipe's casts are memory traffic
+(:mod:`parc.cost.kernels`, ``parc/model/data/kernels.toml``). The output head stays 16-bit.
 
-Attention's core (QKᵀ and AV, flash attention) runs at ``peak · e`` in BF16 whatever the
-plan's precision: FP8 recipes (Transformer Engine, torchtitan's float8) cast the linear layers'
-GEMMs only. Without flash attention (``train.flash_attention = false``: Megatron-LM before
-2023, the runs of Narayanan et al. 2021 and Korthikanti et al. 2022) the core materialises the
-a·s²·b scores of every layer and its softmax and dropout are separate memory-bound kernels that
-read and write them; :data:`SCORE_BYTES` counts their traffic per score element, at
-``hbm · hbm_efficiency``. Every function takes scalars or numpy arrays for the sizes.
+Attention's core (QKᵀ and AV) with flash attention runs at the rate of the framework's kernel on
+the GPU's architecture (FlashAttention-2 or -3, cuDNN; :func:`parc.model.frameworks.attention_efficiency`),
+its backward 2.5 forward passes of FLOPs, over the blocks the causal mask keeps
+(:func:`causal_share`). Without flash attention (``train.flash_attention = false``: Megatron-LM
+before 2023, the runs of Narayanan et al. 2021 and Korthikanti et al. 2022) the core's batched
+GEMMs run at ``peak · e`` and materialise the a·s²·b scores of every layer, whose softmax and
+dropout are separate memory-bound kernels that read and write them; :data:`SCORE_BYTES` counts
+their traffic per score element, at ``hbm · hbm_efficiency``. Every function takes scalars or
+numpy arrays for the sizes.
 """
 from __future__ import annotations
 
 from parc.cost import xp as np
 
 from parc.cost.flops import stage_flops_parts
+from parc.cost.kernels import (elementwise_bytes, fp8_cast_elements, fp8_weight_elements,
+                               moe_elementwise_bytes)
 from parc.cost.params import head_dim
 
 
@@ -55,6 +59,10 @@ SCORE_BYTES_FORWARD, SCORE_BYTES_BACKWARD = 9.0, 11.0
 #   backward: scaling the softmax by the loss gradient reads and writes 4 each; the cast back to
 #             16 bits for the head's backward GEMM reads 4, writes 2                        = 14
 LOGIT_BYTES = 52.0
+
+# Query (and key) rows of one tile of a flash attention kernel: FlashAttention-2's block of 128
+# for head dim 128 (Dao 2023, §3.3); the causal mask's diagonal tiles are computed whole.
+ATTENTION_BLOCK = 128
 
 
 def gemm_rate(M, N, K, peak: float, efficiency: float, half: float, hbm: float, hbm_efficiency: float,
@@ -102,34 +110,106 @@ def layer_rate(gemms: list, peak: float, efficiency: float, half: float, hbm: fl
     return flops / time
 
 
-def stage_rates(m, tokens, tp, etp, ep, gpu, precision: str, profile, efficiency: float | None = None,
-                flash: bool = True):
-    """FLOP/s one GPU sustains on (dense layers' GEMMs, MoE layers' GEMMs, the output head,
-    attention's core) for a microbatch of ``tokens`` tokens on its context-parallel rank, and the
-    seconds per byte of the unfused core's score passes (0 with ``flash`` attention).
-    ``efficiency`` overrides the profile's ``gemm_efficiency``. Scalars or numpy arrays."""
-    e = profile.gemm_efficiency if efficiency is None else efficiency
-    fp8 = precision == "fp8" and gpu.fp8_flops > 0
-    peak = min(gpu.peak(precision), gpu.flops * profile.fp8_gemm_speedup) if fp8 else gpu.peak(precision)
-    knobs = (peak, e, float(profile.gemm_half_size), gpu.hbm_bandwidth, profile.hbm_efficiency,
-             1 if fp8 else 2)
-    dense = layer_rate(layer_gemms(m, tokens, tp), *knobs)
-    moe = layer_rate(layer_gemms(m, tokens, tp, etp, ep, moe=True), *knobs) if m.is_moe else dense
-    head = layer_rate([(tokens, m.vocab / tp, m.hidden, 1)], *knobs)
-    per_hbm_byte = 1.0 / (gpu.hbm_bandwidth * profile.hbm_efficiency) if gpu.hbm_bandwidth > 0 else 0.0
-    return dense, moe, head, gpu.flops * e, 0.0 if flash else per_hbm_byte, per_hbm_byte
+def stage_rates(m, tokens, tp, etp, ep, gpu, train, profile, efficiency: float | None = None, sp=False) -> dict:
+    """What one GPU of a stage sustains for a microbatch of ``tokens`` tokens on its
+    context-parallel rank, as a dict of scalars or numpy arrays (``tp``, ``sp`` and ``tokens`` may
+    be arrays; ``train`` is the plan's train block, with its framework filled in):
+
+    * ``dense``, ``moe``, ``head``: FLOP/s of the dense layers', the MoE layers' and the output
+      head's GEMMs (the head stays 16-bit under FP8: no recipe casts the output layer);
+    * ``attn_fwd``, ``attn_bwd``: seconds per FLOP of the attention core's forward (4·s·a·d per
+      token and layer) for one forward pass and for the backward pass, from the framework's kernel
+      on this GPU's architecture (:func:`parc.model.frameworks.attention_efficiency`; a flash kernel
+      skips the blocks the causal mask hides, :func:`causal_share`, and its backward is 2.5 forward
+      passes of FLOPs) or, unfused, the core's batched GEMMs at ``gemm_efficiency`` (backward 2
+      passes);
+    * ``per_score_byte`` (0 with flash attention), ``per_hbm_byte``: seconds per byte of the unfused
+      core's score passes and of any memory-bound kernel;
+    * ``elem_dense``, ``elem_dense_fwd``, ``elem_moe``, ``elem_moe_fwd``: bytes per token and layer of
+      the elementwise kernels and FP8 casts (:mod:`parc.cost.kernels`), all passes and the forward's;
+    * ``weights_dense``, ``weights_moe``: bytes per layer an FP8 recipe's weight casts move.
+
+    ``efficiency`` overrides the profile's ``gemm_efficiency`` (None there: the GPU's)."""
+    from parc.model.frameworks import attention_efficiency, fp8_recipe, framework
+
+    e = efficiency if efficiency is not None else (profile.gemm_efficiency or gpu.gemm_efficiency)
+    fw = framework(train.framework)
+    fp8 = train.precision == "fp8" and gpu.fp8_flops > 0
+    recipe = fp8_recipe(train) if fp8 else {}
+    half, hbm, hbm_e = float(profile.gemm_half_size), gpu.hbm_bandwidth, profile.hbm_efficiency
+    bf16 = (gpu.peak(train.precision) if not fp8 else gpu.flops, e, half, hbm, hbm_e, 2)
+    # an FP8 GEMM reaches the recipe's kernel rate (else the GPU's FP8 matmul benchmark) of the FP8
+    # peak, scaled as the profile scales BF16's
+    knobs = ((gpu.fp8_peak_on_bf16_scale(recipe.get("gemm_efficiency")), e, half, hbm, hbm_e, 1)
+             if fp8 else bf16)
+    dense = _recipe_rate(recipe, layer_gemms(m, tokens, tp), knobs, bf16)
+    moe = _recipe_rate(recipe, layer_gemms(m, tokens, tp, etp, ep, moe=True), knobs, bf16) if m.is_moe else dense
+    head = layer_rate([(tokens, m.vocab / tp, m.hidden, 1)], *bf16)
+    per_hbm_byte = 1.0 / (hbm * hbm_e) if hbm > 0 else 0.0
+    if train.flash_attention:
+        fwd, bwd, _ = attention_efficiency(train.framework, gpu.arch)
+        c = causal_share(m.seq_len)
+        attn_fwd, attn_bwd = c / (gpu.flops * fwd), c * 2.5 / (gpu.flops * bwd)
+    else:
+        attn_fwd, attn_bwd = 1.0 / (gpu.flops * e), 2.0 / (gpu.flops * e)
+    fused = fw["elementwise"] == "fused" or train.compile
+    cast = float(recipe.get("bytes", 0.0))
+    out = {"dense": dense, "moe": moe, "head": head, "attn_fwd": attn_fwd, "attn_bwd": attn_bwd,
+           "per_score_byte": 0.0 if train.flash_attention else per_hbm_byte, "per_hbm_byte": per_hbm_byte}
+    for kind, is_moe in (("dense", False), ("moe", True)):
+        f_, b_ = (moe_elementwise_bytes if is_moe else elementwise_bytes)(m, tp, sp, fused)
+        casts = cast * fp8_cast_elements(m, tp, sp, moe=is_moe)
+        out[f"elem_{kind}"], out[f"elem_{kind}_fwd"] = f_ + b_ + casts, f_
+        out[f"weights_{kind}"] = cast * fp8_weight_elements(m, tp, ep, etp, moe=is_moe)
+    return out
 
 
-def stage_compute_time(m, tokens, tp, rates, dense_layers, moe_layers, head, rec_mult, rec_attn):
-    """(GEMM seconds, attention-core seconds) one GPU of a stage computes per microbatch of
-    ``tokens`` tokens on its context-parallel rank: the FLOPs of
-    :func:`parc.cost.flops.stage_flops_parts` (the microbatch's tokens over tp) at the
-    :func:`stage_rates` ``rates``, and without flash attention the score passes: (heads/tp)·s
-    scores per token and layer, :data:`SCORE_BYTES_FORWARD` + :data:`SCORE_BYTES_BACKWARD` bytes
-    each (the forward's once more when recomputed). Scalars or numpy arrays for the sizes."""
+def _recipe_rate(recipe: dict, gemms: list, knobs: tuple, bf16: tuple):
+    """A layer's GEMM rate under ``knobs``; a recipe that keeps the weight-gradient GEMM in 16 bits
+    (``high_precision_wgrad``: torchao's rowwise_with_gw_hp) runs that third of the FLOPs (forward,
+    input gradient and weight gradient are as many) at the BF16 rate."""
+    rate = layer_rate(gemms, *knobs)
+    if not recipe.get("high_precision_wgrad"):
+        return rate
+    return 3.0 / (2.0 / rate + 1.0 / layer_rate(gemms, *bf16))
+
+
+def causal_share(s):
+    """The share of a causal attention's score blocks a flash kernel computes: the blocks below the
+    diagonal and the diagonal's own, (n + 1) / 2n of n × n blocks of :data:`ATTENTION_BLOCK` rows
+    (FlashAttention-2's causal kernels skip the rest, Dao 2023 §3.1)."""
+    n = np.maximum(s / ATTENTION_BLOCK, 1.0)
+    return (n + 1) / (2 * n)
+
+
+def stage_compute_time(m, tokens, tp, rates: dict, dense_layers, moe_layers, head, rec_mult, rec_attn,
+                       rec_elem=0.0, weight_casts=1.0, extra_bytes=0.0):
+    """(GEMM seconds, attention-core seconds, memory-bound seconds) one GPU of a stage computes per
+    microbatch of ``tokens`` tokens on its context-parallel rank, at the :func:`stage_rates`
+    ``rates``:
+
+    * the GEMMs: the FLOPs of :func:`parc.cost.flops.stage_flops_parts` (the microbatch's tokens
+      over tp) at their shapes' rates;
+    * the attention core: its forward once (twice where recomputed, ``rec_attn`` > 1) and its
+      backward; without flash attention also the score passes, (heads/tp)·s scores per token and
+      layer, :data:`SCORE_BYTES_FORWARD` + :data:`SCORE_BYTES_BACKWARD` bytes each (the forward's
+      once more when recomputed);
+    * memory-bound kernels: the elementwise kernels and FP8 casts (their forward once more where
+      ``rec_elem`` is 1: full recompute, torchtitan's per-op selective recompute), the FP8 weight
+      casts (``weight_casts``: the share of them this microbatch pays, 1 without cached copies) and
+      the loss over the vocabulary on the last stage (:data:`LOGIT_BYTES` a logit), and
+      ``extra_bytes`` a microbatch moves besides (a framework's gradient accumulation).
+
+    Scalars or numpy arrays for the sizes."""
     dense, moe, attn, out = stage_flops_parts(m, tokens / tp, dense_layers, moe_layers, head, rec_mult, rec_attn)
-    r_dense, r_moe, r_head, r_attn, per_byte, per_hbm_byte = rates
+    r = rates
     scores = (dense_layers + moe_layers) * tokens / tp * m.seq_len * m.heads
     nbytes = SCORE_BYTES_FORWARD * (1 + (rec_attn > 1)) + SCORE_BYTES_BACKWARD
-    loss = head * tokens * m.vocab / tp * LOGIT_BYTES * per_hbm_byte
-    return dense / r_dense + moe / r_moe + out / r_head + loss, attn / r_attn + scores * nbytes * per_byte
+    units = attn / (3 * rec_attn)      # the core's forward FLOPs (12·s·a·d·rec_attn a token and layer counted)
+    attention = units * ((1 + (rec_attn > 1)) * r["attn_fwd"] + r["attn_bwd"]) + scores * nbytes * r["per_score_byte"]
+    per_token = (dense_layers * (r["elem_dense"] + rec_elem * r["elem_dense_fwd"])
+                 + moe_layers * (r["elem_moe"] + rec_elem * r["elem_moe_fwd"]))
+    casts = weight_casts * (dense_layers * r["weights_dense"] + moe_layers * r["weights_moe"])
+    loss = head * tokens * m.vocab / tp * LOGIT_BYTES
+    memory = (per_token * tokens + casts + loss + extra_bytes) * r["per_hbm_byte"]
+    return dense / r["dense"] + moe / r["moe"] + out / r["head"], attention, memory

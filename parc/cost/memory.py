@@ -241,23 +241,24 @@ RECOMPUTE_MODULE_TERMS = {
 
 
 def layer_activation_bytes(plan, moe: bool = False) -> float:
-    """:func:`activation_bytes_per_layer` for the plan's model, micro_batch and train settings,
-    with flash attention: every runtime parc targets (Megatron-LM with Transformer Engine,
-    torch's scaled_dot_product_attention) uses it, and Megatron-LM's own estimator
-    (``theoretical_memory_usage.py``) leaves the s² term out likewise."""
+    """:func:`activation_bytes_per_layer` for the plan's model, micro_batch and train settings.
+    With ``train.flash_attention`` (the default: Megatron-LM with Transformer Engine, torch's
+    scaled_dot_product_attention) the s² scores are never stored, as Megatron-LM's own estimator
+    (``theoretical_memory_usage.py``) leaves them out; without it they are."""
     m, mesh, tr = plan.model, plan.mesh, plan.train
     return activation_bytes_per_layer(
         m.seq_len, plan.schedule.micro_batch, m.hidden, m.heads, t=mesh.tp,
         sp=bool(tr and tr.sequence_parallel and mesh.tp > 1), recompute=tr.recompute if tr else "none",
         cp=mesh.cp, ffn=m.ffn_hidden, mlp=m.mlp, kv_heads=m.kv_heads, head_dim=head_dim(m),
-        moe=(m.top_k or 1, m.moe_ffn_hidden, mesh.etp, m.shared_experts) if moe else None, flash=True,
+        moe=(m.top_k or 1, m.moe_ffn_hidden, mesh.etp, m.shared_experts) if moe else None,
         **model_activation_options(m, tr))
 
 
 def model_activation_options(m: Model, tr) -> dict:
     """The keyword arguments of :func:`activation_bytes_per_layer` that come from the model (MLA)
-    and the train block (FP8, recompute modules), shared by the estimate and the planner."""
-    return {"mla": ((m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim)
+    and the train block (FP8, recompute modules, flash attention), shared by the estimate and the planner."""
+    return {"flash": bool(tr.flash_attention) if tr else True,
+            "mla": ((m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim)
                     if m.is_mla else None),
             "fp8": bool(tr and tr.precision == "fp8"),
             "modules": tuple(tr.recompute_modules) if tr else ()}

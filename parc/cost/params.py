@@ -426,8 +426,16 @@ def stage_parts(m: Model, layout: StageLayout, dp: int, cp: int, tp: int, ep: in
     ``k_exp`` of the expert ones under ZeRO-3 (``zero3``), else everything it holds;
     ``redundant`` and ``mtp`` as :func:`layout_tensors`."""
     n_dense, n_exp = shard_groups(dp, cp, tp, ep, etp) if zero3 else (1, 1)
+    return tensor_parts(m, layout_tensors(m, layout, tp, ep, etp, redundant, mtp), n_dense, n_exp,
+                        k_dense, k_exp, mtp)
+
+
+def tensor_parts(m: Model, tensors: list[tuple], n_dense: int, n_exp: int, k_dense: int = 0, k_exp: int = 0,
+                 mtp: bool = True) -> dict[str, int]:
+    """Parameters by part of the tensors of :func:`layout_tensors` when dense tensors are sharded
+    over ``n_dense`` ranks and expert ones over ``n_exp`` (ZeRO-3), on shard ``k_dense``/``k_exp``."""
     parts = dict.fromkeys(PARTS + (("mtp",) if m.mtp_layers and mtp else ()), 0)
-    for part, expert, count, dim0, numel in layout_tensors(m, layout, tp, ep, etp, redundant, mtp):
+    for part, expert, count, dim0, numel in tensors:
         n, k = (n_exp, k_exp) if expert else (n_dense, k_dense)
         parts[part] += count * _chunk_numel(dim0, numel, n, k)
     return parts

@@ -28,6 +28,10 @@ request, ``E`` tokens a decode step yields per request (1, or the accepted draft
   budget does not bound: ``f_p = p̄ / chunk`` prompt steps per decode step, ``τ̄ = τ_D + f_p·τ_P``,
   the interval with a prompt step in it ``τ_M = τ_D + max(1, f_p)·τ_P``, a prompt's own steps
   ``k·τ_P``;
+* ranks in lock-step (an MoE engine's data-parallel ranks, which meet in every layer's expert
+  all-to-all: ``R`` ranks, :func:`parc.cost.serving.lockstep`) wait for the slowest: a rank's
+  share ``f`` of steps with a prompt becomes ``1 − (1 − f)^R``, the share with a prompt on any
+  rank, admissions being independent from rank to rank;
 * the batch ``d`` follows from the load: a closed loop of ``N`` has ``N = d + X·TTFT`` (Little's
   law), a rate ``λ`` has ``X = λ``; it is capped by the token budget (``v·d + p̄ ≤ T``), by ``S``
   and by the KV cache (``d + X·k·τ_M`` running requests of ``P + O/2`` tokens on average). Past
@@ -64,6 +68,7 @@ class Batcher:
     verify: int = 1           # tokens a decode request puts in a step (drafts + 1)
     accepted: float = 1.0     # tokens a decode step yields per request
     mixed: bool = True        # decode tokens share the prompt chunks' steps (vLLM); else apart (SGLang)
+    lockstep: int = 1         # ranks that run every step together (an MoE engine's data-parallel ranks)
     _grid: dict = field(default=None, repr=False)
     _decode: tuple = field(default=None, repr=False)
 
@@ -100,6 +105,10 @@ class Batcher:
         both = np.asarray(self.step(np.concatenate([np.ravel(d), np.ravel(d) * self.mixed]),
                                     np.concatenate([np.zeros(n), np.ravel(chunk)])))
         td, tp = both[:n].reshape(np.shape(d)), both[n:].reshape(np.shape(d))
+        # ranks in lock-step wait for the one whose step carries a prompt: of R ranks admitting
+        # independently, a step (an interval) carries one where any of them does
+        if self.lockstep > 1:
+            fp = np.maximum(fp, 1 - (1 - np.clip(fp, 0.0, 1.0)) ** self.lockstep)
         f = np.clip(fp, 0.0, 1.0)
         if self.mixed:
             tm, mean = tp, (1 - f) * td + f * tp

@@ -139,11 +139,11 @@ def attention_widths(m) -> tuple[tuple[int, int], tuple[int, int]]:
 
 def gemm_rate(plan, efficiency: float) -> float:
     """FLOP/s a serving engine's GEMMs sustain: ``efficiency`` of the BF16 peak, and with FP8
-    weights the profile's ``fp8_gemm_speedup`` over that (FP8 tensor cores with the per-token or
-    per-block scaling the engines' FP8 kernels apply), at most the FP8 peak's share."""
+    weights that of the FP8 peak as the GPU's FP8 matmul benchmark scales it
+    (:meth:`parc.model.plan.GPU.fp8_peak_on_bf16_scale`, as training's FP8 GEMMs)."""
     gpu = plan.cluster.gpu
     if plan.model.dtype.startswith("fp8") and gpu.fp8_flops > 0:
-        return min(gpu.flops * plan.profile.fp8_gemm_speedup, gpu.fp8_flops) * efficiency
+        return gpu.fp8_peak_on_bf16_scale() * efficiency
     return gpu.flops * efficiency
 
 

@@ -208,7 +208,8 @@ def instances_of(plan, est, efficiency: float, steps: bool = True) -> dict[str, 
 def serve_load(plan, est, insts: dict | None = None) -> tuple[Workload, Instance]:
     """The workload and the decode side's instance (its plan, estimate and limits): what the
     memory rules read, without the scheduler's step model."""
-    insts = insts or instances_of(plan, est, plan.profile.gemm_efficiency, steps=False)
+    insts = insts or instances_of(plan, est, plan.profile.gemm_efficiency or plan.cluster.gpu.gemm_efficiency,
+                                  steps=False)
     dec = insts.get("decode") or insts["serve"]
     w = workload(plan, dec.est, dec.limits, dec.ranks)
     return w, dec
@@ -221,13 +222,23 @@ def batcher(inst: Instance, prompt: int, output: int):
     sm, lim = inst.model, inst.limits
     cd, cp = prompt + output / 2, prompt / 2
     return Batcher(lambda d, p: sm.step(d, p, cd, cp), prompt, output, lim.max_num_batched_tokens,
-                   lim.max_num_seqs, int(inst.est.kv_capacity_tokens), sm.verify, sm.accepted, lim.mixed)
+                   lim.max_num_seqs, int(inst.est.kv_capacity_tokens), sm.verify, sm.accepted, lim.mixed,
+                   lockstep(inst.plan))
+
+
+def lockstep(plan) -> int:
+    """Data-parallel ranks of one engine that run every step together: an MoE model's, whose
+    experts every rank's tokens reach through each layer's all-to-all (vLLM's data parallelism for
+    MoE runs dummy steps on idle ranks, docs/serving/data_parallel_deployment.md; SGLang's
+    attention data parallelism runs one forward mode on all ranks); a dense model's ranks are
+    independent engines."""
+    return plan.mesh.dp if plan.model.is_moe and plan.mesh.dp > 1 else 1
 
 
 def serve_numbers(plan, est, efficiency: float | None = None) -> ServeNumbers:
     """Prefill, TTFT, TPOT and tokens/s of ``plan`` at its :func:`workload` (see the module doc).
     Long because: one result assembled from the instances, the scheduler and the workload."""
-    eff = plan.profile.gemm_efficiency if efficiency is None else efficiency
+    eff = (plan.profile.gemm_efficiency or plan.cluster.gpu.gemm_efficiency) if efficiency is None else efficiency
     insts = instances_of(plan, est, eff)
     w, dec = serve_load(plan, est, insts)
     pre = insts.get("prefill") or dec

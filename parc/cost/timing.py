@@ -29,18 +29,25 @@ def hidden(comm, under, on, overlap: float):
     return np.minimum(comm, under) * (overlap * on)
 
 
-def exposed_comm(ctime: dict, gemm, attention, reduce, gather, microbatches, train, overlap: float) -> dict:
+def exposed_comm(ctime: dict, gemm, attention, reduce, gather, microbatches, train, overlap: float,
+                 memory=0.0, zero3=False) -> dict:
     """Seconds of each axis's communication per step that compute does not hide (module doc),
-    for a stage computing ``gemm`` + ``attention`` seconds per step whose data-parallel time is
-    ``reduce`` (gradients) + ``gather`` (parameters). Scalars or numpy arrays."""
-    compute = gemm + attention
+    for a stage computing ``gemm`` + ``attention`` + ``memory`` (its memory-bound kernels) seconds
+    per step whose data-parallel time is ``reduce`` (gradients) + ``gather`` (parameters). Under
+    ``zero3`` (FSDP, ZeRO-3) every layer's parameters are gathered ahead of it and its gradients
+    reduce-scattered behind it while the next layer computes, so the whole step's compute hides
+    them. Scalars or numpy arrays."""
+    compute = gemm + attention + memory
     last = compute / microbatches
+    dp = (reduce - hidden(reduce, BACKWARD_SHARE * last, train.overlap_grad_reduce, overlap)
+          + gather - hidden(gather, (1 - BACKWARD_SHARE) * last, train.overlap_param_gather, overlap))
+    if zero3 is not False:
+        layered = reduce + gather - hidden(reduce + gather, compute, True, overlap)
+        dp = np.where(zero3, layered, dp)
     return {"tp": ctime["tp"] - hidden(ctime["tp"], gemm, train.tp_comm_overlap, overlap),
             "cp": ctime["cp"] - hidden(ctime["cp"], attention, True, overlap),
             "ep": ctime["ep"] - hidden(ctime["ep"], compute, train.ep_comm_overlap, overlap),
-            "pp": ctime["pp"],
-            "dp": (reduce - hidden(reduce, BACKWARD_SHARE * last, train.overlap_grad_reduce, overlap)
-                   + gather - hidden(gather, (1 - BACKWARD_SHARE) * last, train.overlap_param_gather, overlap))}
+            "pp": ctime["pp"], "dp": dp}
 
 
 def step_time(compute, exposed: dict, bubble):

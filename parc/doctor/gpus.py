@@ -167,7 +167,7 @@ def _model(ctx: Context, devs: list[Device]) -> list[Finding]:
              f"GPU {d.index} is an {d.name} ({size(d.total)})" + (f", and {count(len(wrong) - 1, 'other')} differ"
                                                                   if len(wrong) > 1 else ""))
     preset = preset_for(d)
-    suggest = f"`gpu = {preset}`" if preset else f"`gpu {{ memory = {d.total // MIB}MiB  flops = ... }}`"
+    suggest = f"`gpu = {preset}`" if preset else f"`gpu {{ memory = {d.total // MIB}MiB  flops = ...  hbm_bandwidth = ... }}`"
     return [finding("D102", CHECK, f"{which}; the cluster block says {gpu.name} ({size(gpu.memory)})",
                     expected=gpu.name, found=d.name, found_memory=d.total, suggest=suggest)]
 

@@ -41,6 +41,10 @@ FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "rowwis
 # Megatron-LM's --recompute-modules (megatron/core/transformer/transformer_config.py)
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe", "moe_act", "shared_experts", "mla_up_proj")
 LINK_KINDS = ("nvlink", "pcie", "infiniband", "ethernet", "xgmi", "roce", "efa")
+# the names of parc/model/data/frameworks.toml (kernels.toml's [fp8] has every FP8_RECIPES entry:
+# tests/test_accuracy_model.py checks both) and the architectures gpus.toml names
+FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+GPU_ARCHS = ("ampere", "hopper", "blackwell", "ada", "cdna3", "cdna4")
 
 BLOCKS: dict[str, dict[str, F]] = {
     "model": {
@@ -120,6 +124,14 @@ BLOCKS: dict[str, dict[str, F]] = {
         "pcie_bandwidth": F("bandwidth", 0),
         "fp8_flops": F("flops", 0, doc="the dense FP8 peak (0: no FP8 tensor cores)"),
         "nvls": F("bool", doc="NVSwitch with NVLink SHARP: all-reduces inside a node reduce in the switch"),
+        "arch": F("enum", choices=GPU_ARCHS, doc="the GPU's architecture: which attention kernel a framework "
+                                                 "runs on it (parc/model/data/frameworks.toml)"),
+        "matmul_efficiency": F("frac", 0.01, 1.0, doc="the measured maximum achievable matmul FLOP/s over the "
+                               "dense BF16 peak (a matmul benchmark's; the default of `profile.gemm_efficiency`)"),
+        "fp8_matmul_efficiency": F("frac", 0.01, 1.0, doc="the same for FP8 against the FP8 peak"),
+        "power_limit": F("power", 1, doc="the power the cluster caps each board at (nvidia-smi -pl): below the "
+                                         "preset's TDP the peaks fall toward the preset's low-power datasheet "
+                                         "point (H100: the NVL's 835 TFLOPS at 400 W)"),
     },
     # inside `cluster`: one node's wiring, as `parc topo` writes it (parc.model.topology)
     "topology": {
@@ -173,7 +185,8 @@ BLOCKS: dict[str, dict[str, F]] = {
         "fp8_recipe": F("enum", choices=FP8_RECIPES, doc="with `precision = fp8`, how FP8 tensors are "
                         "scaled: delayed, tensorwise, blockwise, mxfp8 (Megatron-LM --fp8-recipe), rowwise, "
                         "rowwise_with_gw_hp, mxfp8 (torchtitan's float8 and MXFP8 converters); default: "
-                        "the framework's own (Megatron-LM delayed, torchtitan rowwise)"),
+                        "the framework's own (Megatron-LM delayed, torchtitan rowwise); the recipe sets the "
+                        "casts' memory traffic and the GEMM kernel parc costs (parc/model/data/kernels.toml)"),
         "fp8_param_gather": F("bool", doc="with `precision = fp8`, the linear weights are kept in FP8 (no "
                               "16-bit copy; the fp32 master weights stay with the optimizer) and gathered in "
                               "FP8 (Megatron-LM --fp8-param-gather; needs zero >= 1)"),
@@ -191,6 +204,11 @@ BLOCKS: dict[str, dict[str, F]] = {
         "flash_attention": F("bool", doc="the attention core is fused (flash attention); false: it writes "
                              "its a·s²·b scores and runs softmax and dropout over them in HBM (Megatron-LM "
                              "before --use-flash-attn)"),
+        "framework": F("enum", choices=FRAMEWORKS, doc="the framework that runs the training: its attention "
+                       "kernel, fused or eager elementwise kernels, selective recompute and ZeRO-3 collectives "
+                       "(parc/model/data/frameworks.toml); default: the spec's training target, else megatron"),
+        "compile": F("bool", doc="torch.compile fuses the layers' elementwise kernels (torchtitan "
+                     "--compile.enable); Megatron-LM and DeepSpeed fuse them without it"),
     },
     "serve": {
         "max_model_len": F("int", 1, 10**9, doc="the longest request in tokens (vLLM --max-model-len, SGLang "
@@ -253,16 +271,17 @@ BLOCKS: dict[str, dict[str, F]] = {
         "draft_model": F("str", doc="the EAGLE draft model's Hugging Face id or path"),
     },
     "profile": {
-        "gemm_efficiency": F("frac", 0.01, 1.0, doc="the fraction of peak FLOP/s the largest GEMMs sustain",
+        "framework": F("enum", choices=FRAMEWORKS, doc="the framework of the runs the profile was fitted on "
+                       "(parc calibrate writes it; P518 warns when a plan of another framework uses it)"),
+        "gpu": F("str", doc="the GPU the profile's runs ran on (parc calibrate writes it; P518 warns on another)"),
+        "gemm_efficiency": F("frac", 0.01, 1.0, doc="the fraction of peak FLOP/s the largest GEMMs sustain "
+                             "(default: the GPU's measured matmul rate, `matmul_efficiency`)",
                              hint="a fraction of the GPU's peak: 0.6 means 60%"),
         "gemm_half_size": F("frac", 0.0, 1024.0, doc="the smallest GEMM side (after sharding) at which a "
                             "GEMM runs at half of gemm_efficiency (0: every GEMM at gemm_efficiency)",
                             hint="a matrix side in elements, like 192"),
         "hbm_efficiency": F("frac", 0.01, 1.0, doc="the fraction of HBM bandwidth memory-bound kernels reach",
                             hint="a fraction of the datasheet's bandwidth: 0.6 means 60%"),
-        "fp8_gemm_speedup": F("frac", 1.0, 4.0, doc="how much faster than in BF16 a GEMM runs under "
-                              "`precision = fp8` (at most the ratio of the GPU's FP8 and BF16 peaks)",
-                              hint="a ratio, like 1.5"),
         "intra_node_efficiency": F("frac", 0.01, 1.0, doc="the fraction of the intra-node link's bandwidth a "
                                    "collective reaches", hint="a fraction of the link's bandwidth"),
         "inter_node_efficiency": F("frac", 0.01, 1.0, doc="the fraction of the inter-node link's bandwidth a "
@@ -317,6 +336,7 @@ UNITS = {
                   "Gbps": (10**9, 8), "Mbps": (10**6, 8), "GBps": 10**9},
     "flops": {"FLOPS": 1, "KFLOPS": 10**3, "MFLOPS": 10**6, "GFLOPS": 10**9, "TFLOPS": 10**12,
               "PFLOPS": 10**15, "FLOP/s": 1, "GFLOP/s": 10**9, "TFLOP/s": 10**12, "PFLOP/s": 10**15},
+    "power": {"W": 1, "kW": 10**3},
 }
 
 KIND_WORDS = {
@@ -324,6 +344,7 @@ KIND_WORDS = {
     "bytes": "a size with a byte unit (like 80GB or 141GiB)",
     "bandwidth": "a bandwidth with a unit (like 450GB/s or 400Gb/s)",
     "flops": "a compute rate with a unit (like 989TFLOPS)", "bool": "`true` or `false`",
+    "power": "a power with a unit (like 500W)",
     "str": "a string in double quotes", "enum": "one of the names listed",
     "preset": "a preset name", "link": "a link like nvlink(450GB/s)",
     "int_or_auto": "a whole number or `auto`", "split": "`even`, `balanced` or a list of layer counts",
@@ -334,7 +355,7 @@ KIND_WORDS = {
 
 def unit_kind(unit: str) -> str | None:
     """Which kind of quantity a unit measures, for messages (``450GB`` is bytes)."""
-    for kind in ("bandwidth", "flops", "bytes", "count"):
+    for kind in ("bandwidth", "flops", "power", "bytes", "count"):
         if unit in UNITS[kind]:
             return kind
     return None

@@ -91,6 +91,13 @@ class Model:
         return moe_layers_between(self, 0, self.layers)
 
 
+# The fraction of the dense peak the largest GEMMs reach on a GPU no matmul benchmark measured:
+# the H100 SXM's (794.5 of 989 TFLOPS), the median of the NVIDIA GPUs stas00/ml-engineering's
+# "Maximum Achievable Matmul FLOPS comparison table" lists (A100 SXM 86.9%, GH200 83.8%, A100 PCIe
+# 81.1%, H100 SXM 80.3%, B300 78.6%, B200 77.6%, GB200 72.9%).
+DEFAULT_MATMUL_EFFICIENCY = 0.803
+
+
 @dataclass(slots=True)
 class GPU:
     name: str
@@ -101,6 +108,28 @@ class GPU:
     pcie_bandwidth: float = 0.0
     fp8_flops: float = 0.0     # dense FP8 FLOP/s (0: no FP8 tensor cores; FP8 GEMMs run at ``flops``)
     nvls: bool = False         # NVLink SHARP: all-reduce inside a node reduces in the switch
+    arch: str = ""             # ampere | hopper | blackwell | ada | cdna3 | cdna4 ("": not known)
+    matmul_efficiency: float = 0.0       # measured max achievable matmul FLOP/s over the BF16 peak (0: none)
+    fp8_matmul_efficiency: float = 0.0   # the same for FP8 (0: none; the BF16 fraction is taken)
+    tdp: float = 0.0           # watts the datasheet's peaks hold at (0: not known)
+    power_limit: float = 0.0   # watts the cluster caps the board at (0: none; ``flops`` is already the capped peak)
+
+    @property
+    def gemm_efficiency(self) -> float:
+        """The fraction of the BF16 peak the largest GEMMs reach: the measured one, else
+        :data:`DEFAULT_MATMUL_EFFICIENCY`."""
+        return self.matmul_efficiency or DEFAULT_MATMUL_EFFICIENCY
+
+    @property
+    def fp8_gemm_efficiency(self) -> float:
+        """The same for FP8 GEMMs against the FP8 peak."""
+        return self.fp8_matmul_efficiency or self.gemm_efficiency
+
+    def fp8_peak_on_bf16_scale(self, kernel_efficiency: float | None = None) -> float:
+        """The FP8 peak scaled so that ``gemm_efficiency`` of it is what FP8 GEMMs reach: the FP8
+        peak × (``kernel_efficiency``, else the GPU's FP8 matmul benchmark) / the BF16 one. A
+        profile that scales BF16's efficiency scales FP8's alike."""
+        return self.fp8_flops * (kernel_efficiency or self.fp8_gemm_efficiency) / self.gemm_efficiency
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s of the GEMMs of a plan trained in ``precision``: the FP8 peak for
@@ -220,6 +249,9 @@ class Train:
     tp_comm_overlap: bool = False        # TP collectives split and pipelined with their GEMMs
     ep_comm_overlap: bool = False        # EP all-to-all under another microbatch's compute
     flash_attention: bool = True         # false: the attention core materialises its scores (parc.cost.gemm)
+    # How the run was implemented (parc/model/data/frameworks.toml): the resolver fills the defaults
+    framework: Optional[str] = None      # megatron | torchtitan | deepspeed (None: from the targets)
+    compile: bool = False                # torch.compile: an eager framework's elementwise kernels fused
 
 
 @dataclass(slots=True)
@@ -272,22 +304,24 @@ class Profile:
     gives each its source.
 
     ``gemm_efficiency`` and ``gemm_half_size`` (:mod:`parc.cost.gemm`): a GEMM whose smallest
-    side is d runs at ``gemm_efficiency · d / (d + gemm_half_size)`` of peak. 0.7 and 192 are the
-    pair that best fits the measured step times of Korthikanti et al. 2022 Table 5 (A100, 22B to
-    1T, full and selective recompute) and the MFU of Llama 3 405B (Dubey et al. 2024 Table 4):
-    median error 7%, the worst 22% (the 22B model) before the unfused attention core's score passes
-    (``train.flash_attention = false``) were modelled; with them the same rows are within 17%.
+    side is d runs at ``gemm_efficiency · d / (d + gemm_half_size)`` of peak. ``gemm_efficiency``
+    left out (None) is the GPU's measured maximum achievable matmul rate
+    (:attr:`GPU.gemm_efficiency`, a microbenchmark); the resolver fills it in. ``gemm_half_size``
+    is fitted by ``bench/accuracy_fit.py`` on the fit rows of ``bench/accuracy_cases.toml`` and on
+    nothing else (docs/accuracy.md).
 
-    ``fp8_gemm_speedup``: how much faster than in BF16 the linear layers' GEMMs run under
-    ``precision = fp8`` (at most the ratio of the FP8 and BF16 peaks; :mod:`parc.cost.gemm`)."""
+    ``framework`` and ``gpu`` name what a calibrated profile was fitted on: the runs' framework and
+    GPU preset (``parc calibrate`` writes them; P518 warns when a plan of another framework or GPU
+    uses the profile)."""
     name: Optional[str] = None
-    gemm_efficiency: float = 0.7          # fraction of peak FLOP/s the largest GEMMs sustain
-    gemm_half_size: float = 192.0         # smallest GEMM side (after sharding) that runs at half that
+    framework: Optional[str] = None       # the framework of the runs it was fitted on (parc calibrate)
+    gpu: Optional[str] = None             # the GPU those runs ran on
+    gemm_efficiency: Optional[float] = None   # fraction of peak FLOP/s the largest GEMMs sustain (None: the GPU's)
+    gemm_half_size: float = 389.0         # smallest GEMM side (after sharding) that runs at half that
     hbm_efficiency: float = 0.6           # fraction of HBM bandwidth memory-bound kernels reach
-    fp8_gemm_speedup: float = 1.5         # FP8 GEMMs' rate over BF16's (casts, scaling, amax; not the peaks' 2)
     intra_node_efficiency: float = 1.0    # fraction of the intra-node link's bandwidth a collective reaches
     inter_node_efficiency: float = 1.0    # likewise between nodes
-    overlap: float = 1.0                  # fraction of the communication the plan overlaps that is hidden
+    overlap: float = 0.57                 # fraction of the communication the plan overlaps that is hidden
 
 
 @dataclass(slots=True)

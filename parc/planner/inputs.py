@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass, field
+from dataclasses import replace, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -67,6 +67,13 @@ class Problem:
             raise ValueError(f"mode must be 'train' or 'serve', not {self.mode!r}")
         if self.mode == "train" and self.global_batch is None and self.microbatches is None:
             self.global_batch = default_global_batch(self.model.seq_len)
+        if self.profile.gemm_efficiency is None:   # the GPU's measured matmul rate, as the resolver fills it
+            self.profile = replace(self.profile, gemm_efficiency=self.cluster.gpu.gemm_efficiency)
+        if self.train.framework is None:           # the framework's defaults, as the resolver fills them
+            from parc.model.frameworks import fill_train_defaults
+
+            self.train = replace(self.train)
+            fill_train_defaults(self.train, self.targets, ("fp8_weight_cache",))
 
     def target_settings(self, name: str) -> dict[str, Any]:
         """A target block's settings with what it inherits, as :meth:`Plan.target_settings` reads

@@ -46,8 +46,21 @@ class SearchResult:
     rejected: list[tuple[Candidate, list[str]]] = field(default_factory=list)
     truncated: bool = False           # the walk stopped before finding `top` plans the rules accept
     raw: dict[str, np.ndarray] = field(default_factory=dict, repr=False)   # columns, unordered
-    order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    _order: Optional[np.ndarray] = field(default=None, repr=False)
     _sorted: Optional[dict] = field(default=None, repr=False)
+    least_memory: Optional[float] = None   # with no plan: the least memory per GPU any candidate needs
+    fits_on_nodes: Optional[int] = None     # with no plan: the fewest nodes of this kind on which one fits
+
+    @property
+    def order(self) -> np.ndarray:
+        """Every candidate that fits, as indices into ``raw`` in rank order (sorted on first use: the
+        search itself ranks only its head, :func:`best_first`)."""
+        if self._order is None:
+            n = len(self.raw["pp"]) if self.raw else 0
+            self._order = (np.zeros(0, dtype=np.int64) if not n else
+                           train_order(self.raw, self.problem.cluster.gpu.memory) if self.mode == "train"
+                           else serve_order(self.raw))
+        return self._order
 
     @property
     def columns(self) -> dict[str, np.ndarray]:
@@ -125,7 +138,7 @@ class SearchResult:
                 "seq_len": pr.model.seq_len if self.mode == "train" else max_model_len(pr),
                 "candidates_evaluated": self.candidates_evaluated, "costed": self.costed, "valid": self.valid,
                 "rejected_by_rules": len(self.rejected), "truncated": self.truncated, "seconds": self.seconds,
-                "plans": plans}
+                "least_memory": self.least_memory, "fits_on_nodes": self.fits_on_nodes, "plans": plans}
 
 
 def breakdown(c: Candidate) -> dict[str, float]:
@@ -148,12 +161,46 @@ def _q(x: np.ndarray) -> np.ndarray:
     return np.where(x > 0, np.round(np.log(np.maximum(x, 1e-300)) * _RESOLUTION), -2**62).astype(np.int64)
 
 
-def train_order(cols: dict) -> np.ndarray:
-    """Rank order of training candidates: time per sequence (step time for the requested global
-    batch), then memory per GPU, then the settings (fewer stages, then smaller degrees first)."""
+def over_headroom(memory, capacity: float) -> np.ndarray:
+    """Whether a candidate leaves less memory free than P405 asks (``parc.rules.memory.HEADROOM``):
+    runs estimated above that share of capacity have run out of memory, none below."""
+    from parc.rules.memory import HEADROOM
+
+    return np.asarray(memory) > (1 - HEADROOM) * capacity
+
+
+def _primary(cols: dict, capacity: float) -> np.ndarray:
+    """The rank's leading keys in one integer: plans within the memory headroom before those
+    that are not, then time per sequence."""
+    return _q(cols["step_time"] / cols["gb"]) + over_headroom(cols["memory"], capacity) * (1 << 61)
+
+
+def train_order(cols: dict, capacity: float) -> np.ndarray:
+    """Rank order of training candidates: first those that leave the memory headroom P405 asks
+    for, then time per sequence (step time for the requested global batch), then memory per GPU,
+    then the settings (fewer stages, then smaller degrees first)."""
     settings = [cols[k] for k in ("pp", "v", "tp", "cp", "dp", "ep", "etp", "split", "pipeline", "mb", "zero",
                                   "recompute", "sp")]
-    return np.lexsort(_packed(settings)[::-1] + [_q(cols["memory"]), _q(cols["step_time"] / cols["gb"])])
+    return np.lexsort(_packed(settings)[::-1] + [_q(cols["memory"]), _primary(cols, capacity)])
+
+
+def best_first(cols: dict, capacity: float, head: int):
+    """Indices of training candidates in :func:`train_order`, generated lazily: the ``head``
+    best by the leading key (and every tie with the last of them) are ranked first, by
+    ``np.argpartition`` and a sort of those alone; the whole order only where a walk goes past them."""
+    n = len(cols["pp"])
+    key = _primary(cols, capacity)
+    if head < n:
+        cut = key[np.argpartition(key, head)[head]]
+        part = np.nonzero(key <= cut)[0]
+        sub = {k: a[part] for k, a in cols.items()}
+        yield from part[train_order(sub, capacity)].tolist()
+        if len(part) >= n:
+            return
+        rest = train_order(cols, capacity)[len(part):]
+    else:
+        rest = train_order(cols, capacity)
+    yield from rest.tolist()
 
 
 def _packed(keys: list[np.ndarray]) -> list[np.ndarray]:
@@ -264,7 +311,9 @@ def _serve_columns(pr: Problem, progress, efficiency):
             continue
         if fixed_seqs is not None:   # a spec's max_num_seqs is kept; the memory may hold fewer
             seqs = fixed_seqs
-        plan.serve.max_num_seqs = seqs
+        if seqs != 1:   # the engine's batch sets its activations, sampler and schedule: cost it as run
+            plan.serve.max_num_seqs = seqs
+            est = cm.estimate(plan, efficiency, cache=False)
         perf = serve_perf(plan, est, efficiency)
         rows.append((pp, dp, cp, tp, ep, etp, split, seqs, perf.throughput, perf.latency, perf.step_time,
                      est.memory.total))
@@ -296,18 +345,19 @@ def search_problem(pr: Problem, *, top: Optional[int] = 10, targets: Iterable[st
     else:
         cols, evaluated, costed = _serve_columns(pr, progress, efficiency)
     n = len(cols["pp"]) if cols else 0
-    order = np.zeros(0, dtype=np.int64)
-    if n:
-        if progress is not None:
-            progress(1.0, "ranking")
-        order = train_order(cols) if pr.mode == "train" else serve_order(cols)
-    res = SearchResult(pr, pr.mode, candidates_evaluated=evaluated, costed=costed, valid=n, raw=cols, order=order)
+    res = SearchResult(pr, pr.mode, candidates_evaluated=evaluated, costed=costed, valid=n, raw=cols)
     want = n if top is None else min(top, n)
+    if n and progress is not None:
+        progress(1.0, "ranking")
+    if not n or top is None or pr.mode != "train":
+        walk = iter(res.order.tolist())
+    else:   # the head of the ranking alone, until the walk needs more of it
+        walk = best_first(cols, pr.cluster.gpu.memory, max(64, 8 * want))
     misses = 0
-    for i in range(n):
+    for i in walk:
         if len(res.plans) >= want:
             break
-        c = candidate_from(cols, int(order[i]), len(res.plans) + 1, pr.mode)
+        c = candidate_from(cols, int(i), len(res.plans) + 1, pr.mode)
         errs, warns = check_candidate(pr, c, tnames)
         if errs:
             res.rejected.append((c, errs))
@@ -322,8 +372,28 @@ def search_problem(pr: Problem, *, top: Optional[int] = 10, targets: Iterable[st
         res.plans.append(c)
         if progress is not None and want:
             progress(len(res.plans) / want, "checking")
+    if not res.plans and pr.mode == "train":
+        _size_up(res, efficiency)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _size_up(res: SearchResult, efficiency, most: int = 16) -> None:
+    """With no plan that fits: the least memory per GPU any candidate needs, and the fewest nodes
+    of the cluster's kind (doubling, up to 2^``most`` times as many) on which one fits and passes
+    the rules the search models."""
+    from parc.planner.vector import train_costs
+
+    pr = res.problem
+    tc = train_costs(pr, efficiency, least=True)
+    res.least_memory = tc.least_memory
+    nodes = pr.cluster.nodes
+    for _ in range(most):
+        nodes *= 2
+        bigger = replace(pr, cluster=replace(pr.cluster, nodes=nodes), memo={})
+        if len(train_costs(bigger, efficiency).cols.get("pp", ())):
+            res.fits_on_nodes = nodes
+            return
 
 
 def search(model, cluster=None, mode: str = "train", *, seq_len: Optional[int] = None,

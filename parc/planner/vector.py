@@ -28,6 +28,7 @@ from parc.model import schedules
 from parc.planner.inputs import Problem
 from parc.planner.space import (PIPELINES, RECOMPUTE, SPLITS, ask_rank_map, batch_options, crosses,
                     few_microbatches_refused, layout_options, mesh_shapes, train_options, zero_options)
+from parc.model.frameworks import framework
 from parc.planner.plans import stage_split
 
 _PIPE = {name: i for i, name in enumerate(PIPELINES)}
@@ -37,6 +38,8 @@ AXES = cm.AXES
 
 def _per_unit(fn, keys: np.ndarray) -> np.ndarray:
     """``fn(key)`` for each element of an integer key array, called once per distinct key."""
+    if keys.size and (keys == keys.flat[0]).all():   # one key (a search of one global batch): no sort
+        return np.full(keys.shape, float(fn(int(keys.flat[0]))))
     uniq, inv = np.unique(keys, return_inverse=True)
     vals = np.array([fn(int(k)) for k in uniq], dtype=np.float64)
     return vals[inv.reshape(keys.shape)]
@@ -51,6 +54,8 @@ class _Shapes:
         self.pr = pr
         self.layouts: dict[tuple, list] = {}
         self.params: dict[tuple, tuple[int, ...]] = {}
+        self.tensors: dict[tuple, tuple] = {}   # per shape: (layout_tensors, their unsharded parts)
+        self.by_mesh: dict[tuple, tuple[int, ...]] = {}   # the same parameters by (dp, cp) + shape
 
     def classes(self, pp: int, v: int, pipeline: str, split: int) -> list:
         """The distinct stages of a layout, first stage of each kind, by stage index: pipeline rank
@@ -74,14 +79,25 @@ class _Shapes:
         """(dense, expert) parameters of one GPU of stage ``st`` before ZeRO-3, and after it (the
         first, largest torch.chunk shard), then the linear parameters FP8 copies (before and after)."""
         pp, dp, cp, tp, ep, etp = mesh
-        key = (dp, cp, tp, ep, etp, st.layers, st.moe_layers, st.embedding, st.head)
+        full_key = (dp, cp) + (shape := (tp, ep, etp, st.layers, st.moe_layers, st.embedding, st.head))
+        got = self.by_mesh.get(full_key)
+        if got is not None:
+            return got
+        groups = cm.shard_groups(dp, cp, tp, ep, etp)   # the ZeRO-3 shards depend on dp and cp only through these
+        key = shape + groups
         got = self.params.get(key)
         if got is None:
-            full = cm.stage_parts(self.pr.model, st, dp, cp, tp, ep, etp)
-            z3 = cm.stage_parts(self.pr.model, st, dp, cp, tp, ep, etp, zero3=True)
+            m = self.pr.model
+            held = self.tensors.get(shape)
+            if held is None:
+                tensors = cm.layout_tensors(m, st, tp, ep, etp)
+                held = self.tensors[shape] = (tensors, cm.tensor_parts(m, tensors, 1, 1))
+            tensors, full = held
+            z3 = cm.tensor_parts(m, tensors, *groups)
             got = (sum(full.values()) - full["experts"], full["experts"],
                    sum(z3.values()) - z3["experts"], z3["experts"], cm.linear_params(full), cm.linear_params(z3))
             self.params[key] = got
+        self.by_mesh[full_key] = got
         return got
 
 
@@ -96,6 +112,7 @@ class TrainCosts:
         self.bounded = 0           # of which the memory lower bound refused without the full model
         self.costed = 0            # costed in full
         self.meshes: list = []
+        self.least_memory = float("inf")   # the least memory per GPU of any candidate (a bound where none was costed)
 
 
 def _layouts(pr: Problem, meshes):
@@ -123,9 +140,14 @@ def _layouts(pr: Problem, meshes):
     return lo_mesh, lo_pipe, lo_v, lo_split, (*ints, *flags, c_par[:4], c_par[4:])
 
 
-def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> TrainCosts:
-    """Every training candidate of ``pr`` that fits in memory (``efficiency``: the profile's)."""
-    efficiency = pr.profile.gemm_efficiency if efficiency is None else efficiency
+def train_costs(pr: Problem, efficiency: float | None = None, progress=None, least: bool = False) -> TrainCosts:
+    """Every training candidate of ``pr`` that fits in memory (``efficiency``: the profile's);
+    with ``least``, also the least memory per GPU any candidate needs (``TrainCosts.least_memory``:
+    the smallest estimate among those costed, else the smallest model-state bound).
+
+    Long because: one pipeline of array stages, each pruning before the next multiplies out
+    (layouts, batches, the state bound per ZeRO stage, the train options, the chunks)."""
+    efficiency = (pr.profile.gemm_efficiency or pr.cluster.gpu.gemm_efficiency) if efficiency is None else efficiency
     out = TrainCosts()
     out.meshes = meshes = mesh_shapes(pr)
     if not meshes:
@@ -166,41 +188,60 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None) -> 
         if z not in zero_options(pr, 2):                                 # P615 with a pipeline
             allowed = mesh_a[lo_mesh_a, 0] <= 1
         out.enumerated += int(per_s[allowed[s_lo]].sum())
-        fit[z] = allowed & (np.where(c_valid, w + g + o, -np.inf).max(axis=1) <= cap)
+        bound = np.where(c_valid, w + g + o, -np.inf).max(axis=1)
+        fit[z] = allowed & (bound <= cap)
+        if least and allowed.any():
+            out.least_memory = min(out.least_memory, float(bound[allowed].min()))
     parts = [(np.nonzero(fit[z][s_lo])[0], z) for z in zeros]
     r_s = np.concatenate([p_ for p_, _ in parts])
-    zero = np.concatenate([np.full(len(p_), z, dtype=np.int64) for p_, z in parts])
     out.bounded = out.enumerated - int(per_s[r_s].sum())
 
-    # 4. expand the pairs that fit by (recompute, sequence parallel)
-    t_mesh = lo_mesh_a[s_lo[r_s]]
-    r2 = np.repeat(np.arange(len(r_s)), tcount[t_mesh])
-    r_t = toff[t_mesh][r2] + _ramp(tcount[t_mesh])
-    lo, r_b, zero = s_lo[r_s][r2], s_b[r_s][r2], zero[r2]
-    mb, nmb, gb = bopts[r_b, 0], bopts[r_b, 1], bopts[r_b, 2]
-    rc, sp = topts[r_t, 0], topts[r_t, 1]
-    mi = lo_mesh_a[lo]
-    pp, dp, cp, tp, ep, etp = (mesh_a[mi, j] for j in range(6))
-    pipe, v = lo_pipe_a[lo], lo_v_a[lo]
-    split = np.asarray(lo_split, dtype=np.int64)[lo]
-    n = len(lo)
-    out.costed = n
-    if n == 0:
+    # 4. expand the pairs some ZeRO stage fits by (recompute, sequence parallel): each (pair, train
+    #    option) is costed once, its ZeRO stages a last dimension (they differ only in the model
+    #    state and the data-parallel traffic), kept as indices and gathered chunk by chunk
+    out.costed = int(per_s[r_s].sum())
+    u_pairs = np.unique(r_s)
+    if not len(u_pairs):
         return out
+    zfit = np.stack([fit[z][s_lo] for z in zeros])                    # (ZeRO stage, pair)
+    t_mesh = lo_mesh_a[s_lo[u_pairs]]
+    u2 = np.repeat(np.arange(len(u_pairs)), tcount[t_mesh])
+    r_t = (toff[t_mesh][u2] + _ramp(tcount[t_mesh])).astype(np.int32)
+    pair = u_pairs[u2].astype(np.int32)
+    n = len(pair)
 
-    # 5. the full model, in chunks (a progress callback sees each one)
+    # 5. what depends only on the pair (layout option, batch option): microbatches in flight per
+    #    stage class and the pipeline's idle share, once per pair
+    p_pipe, p_pp, p_m, p_v = lo_pipe_a[s_lo], mesh_a[lo_mesh_a[s_lo], 0], bopts[s_b, 1], lo_v_a[s_lo]
+    tables = dict(inflight=schedules.inflight_array(p_pipe[:, None], p_pp[:, None], p_m[:, None], p_v[:, None],
+                                                    c_stage[s_lo]),
+                  bubble=schedules.bubble_array(p_pipe, p_pp, p_m, p_v))
+
+    # 6. the full model, in chunks (a progress callback sees each one)
     ctx = _Context(pr=pr, per=per, cap=cap, zeros=zeros, state=state, c_stage=c_stage, c_layers=c_layers,
                    c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par, c_lin=c_lin,
-                   links=_axis_links(pr, meshes), efficiency=efficiency)
-    rows = dict(lo=lo, zero=zero, mb=mb, m=nmb, gb=gb, recompute=rc, sp=sp, mesh=mi, pp=pp, dp=dp, cp=cp,
-                tp=tp, ep=ep, etp=etp, pipeline=pipe, v=v, split=split)
-    chunks = []
+                   links=_axis_links(pr, meshes), efficiency=efficiency, factors=_factors(pr), pairs=tables,
+                   state_stack=(np.stack([(state[z][0] + state[z][1]) + state[z][2] for z in zeros]),
+                                np.stack([state[z][2] for z in zeros])),
+                   zero_index=np.array([zeros.index(z) if z in zeros else 0 for z in range(4)]))
+    split_a = np.asarray(lo_split, dtype=np.int64)
+    chunks, least_costed = [], float("inf")
     for start in range(0, n, CHUNK):
         sel = slice(start, min(n, start + CHUNK))
-        chunks.append(_cost_rows(ctx, {k: a[sel] for k, a in rows.items()}))
+        pr_, lo, b, t = pair[sel], s_lo[pair[sel]], s_b[pair[sel]], r_t[sel]
+        mi = lo_mesh_a[lo]
+        rows = dict(pair=pr_, topt=t, lo=lo, mb=bopts[b, 0], m=bopts[b, 1], gb=bopts[b, 2],
+                    recompute=topts[t, 0], sp=topts[t, 1], mesh=mi,
+                    **{k: mesh_a[mi, j] for j, k in enumerate(("pp", "dp", "cp", "tp", "ep", "etp"))},
+                    pipeline=lo_pipe_a[lo], v=lo_v_a[lo], split=split_a[lo])
+        got, lowest = _cost_rows(ctx, rows, zfit)
+        chunks.append(got)
+        least_costed = min(least_costed, lowest)
         if progress is not None:
             progress(min(n, start + CHUNK) / n)
     out.cols = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    if least and least_costed < float("inf"):
+        out.least_memory = least_costed
     return out
 
 
@@ -222,118 +263,196 @@ class _Context:
     c_lin: np.ndarray
     links: tuple
     efficiency: float
+    factors: np.ndarray      # (matmul, attention, elementwise) recompute factors per RECOMPUTE code
+    pairs: dict              # per (layout, batch) pair: "inflight" per stage class, "bubble"
+    state_stack: tuple = ()  # (weights + grads + optimizer, optimizer) per (zero index, layout option, stage class)
+    zero_index: np.ndarray = None   # ZeRO stage -> its index in state_stack
 
 
-def _memory(ctx: _Context, r: dict):
-    """(total bytes of every stage class, the most loaded class, its bytes) for rows ``r``."""
-    m, lo, zero, tp = ctx.pr.model, r["lo"], r["zero"], r["tp"]
-    n, K = len(lo), ctx.c_valid.shape[1]
-    w, g, o = (np.empty((n, K)) for _ in range(3))
-    for z in ctx.zeros:
-        sel = zero == z
-        if sel.any():
-            w[sel], g[sel], o[sel] = (x[lo[sel]] for x in ctx.state[z])
-    act_d, act_m = _layer_activations(ctx.pr, r["mb"], tp, r["cp"], r["etp"], r["recompute"], r["sp"])
-    inflight = schedules.inflight_array(r["pipeline"][:, None], r["pp"][:, None], r["m"][:, None], r["v"][:, None],
-                                        ctx.c_stage[lo])
+def _activations(ctx: _Context, s: dict):
+    """(activation bytes of every stage class, CUDA context + NCCL bytes, fragmentation bytes) of
+    the distinct rows ``s``."""
+    m, lo, tp = ctx.pr.model, s["lo"], s["tp"]
+    act_d, act_m = _layer_activations(ctx.pr, s["mb"], tp, s["cp"], s["etp"], s["recompute"], s["sp"])
+    inflight = ctx.pairs["inflight"][s["pair"]]
     layers, moe = ctx.c_layers[lo], ctx.c_moe[lo]
-    tr = ctx.pr.train
     act = cm.stage_activation_bytes(layers - moe, moe, act_d[:, None], act_m[:, None], inflight, ctx.c_emb[lo],
-                                    ctx.c_head[lo], (m.seq_len / r["cp"])[:, None], r["mb"][:, None], m,
-                                    tp[:, None], tr.offload_layers)
-    comms = cm.nccl_communicators(r["pp"], r["dp"], r["cp"], tp, r["ep"], r["etp"], m.is_moe)
+                                    ctx.c_head[lo], (m.seq_len / s["cp"])[:, None], s["mb"][:, None], m,
+                                    tp[:, None], ctx.pr.train.offload_layers)
+    comms = cm.nccl_communicators(s["pp"], s["dp"], s["cp"], tp, s["ep"], s["etp"], m.is_moe)
     ctx_b, nccl, frag = cm.overhead_bytes(ctx.pr.cluster, comms[:, None], act)
-    total = w                           # w, g and o are this call's own arrays: summed in place
-    total += g
-    total += o
-    total += act
-    if tr.precision == "fp8":
-        delta, cache = cm.fp8_weight_terms(tr, np.where((zero >= 3)[:, None], ctx.c_lin[1][lo], ctx.c_lin[0][lo]))
-        total += delta + cache
-    most = np.argmax(np.where(ctx.c_valid[lo], total + frag, -np.inf), axis=1)
-    # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most
-    # loaded one, in the order Memory.total adds them
-    rows = np.arange(n)
-    return most, total[rows, most] + ((ctx_b + nccl[:, 0]) + frag[rows, most])
+    return act, ctx_b + nccl[:, 0], frag
 
 
-_FACTORS = np.array([cm.recompute_factors(name) for name in RECOMPUTE])   # (matmul, attention) per code
+def _memory(ctx: _Context, u: dict, zfit: np.ndarray):
+    """The rows of ``u`` (distinct (pair, train option) rows) × ZeRO stage that fit in memory:
+    (index into ``u``, ZeRO stage, most loaded stage class, its bytes, its optimizer state's bytes),
+    and the least memory per GPU among all of them, fitting or not."""
+    lo = u["lo"]
+    act, fixed, frag = _activations(ctx, u)
+    states, opt = ctx.state_stack
+    tr = ctx.pr.train
+    got, lowest = [], float("inf")
+    for k, z in enumerate(ctx.zeros):
+        sel = np.nonzero(zfit[k][u["pair"]])[0]
+        if not len(sel):
+            continue
+        lz = lo[sel]
+        total = states[k][lz]           # weights + grads + optimizer (summed in that order), this call's own
+        total += act[sel]
+        if tr.precision == "fp8":   # the FP8 weight copies (and FP8 parameters' saving)
+            delta, cache = cm.fp8_weight_terms(tr, ctx.c_lin[1][lz] if z >= 3 else ctx.c_lin[0][lz])
+            total += delta + cache
+        fz = frag[sel]
+        most = np.argmax(np.where(ctx.c_valid[lz], total + fz, -np.inf), axis=1)
+        # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most
+        # loaded one, in the order Memory.total adds them
+        rows = np.arange(len(sel))
+        mem = total[rows, most] + (fixed[sel] + fz[rows, most])
+        lowest = min(lowest, float(mem.min()))
+        keep = np.nonzero(mem <= ctx.cap)[0]
+        got.append((sel[keep], np.full(len(keep), z), most[keep], mem[keep], opt[k][lz[keep], most[keep]]))
+    if not got:
+        return (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0),) * 2, lowest
+    return tuple(np.concatenate(x) for x in zip(*got)), lowest
 
 
-def _comm(ctx: _Context, r: dict, L_s, moe_s, most) -> tuple[dict, dict]:
-    """Bytes per GPU per step on each axis, and how many collectives carry them, through the cost
-    model's kernels, one call per (recompute, zero) group of rows."""
+
+def _factors(pr: Problem) -> np.ndarray:
+    """(matmul, attention, elementwise) recompute factors per RECOMPUTE code."""
+    return np.array([cm.recompute_factors(name) for name in RECOMPUTE])
+
+
+ROW_AXES = ("tp", "cp", "pp", "ep")   # axes whose traffic does not depend on the ZeRO stage
+
+
+def _comm(ctx: _Context, r: dict, L_s, moe_s, most=None, zero=None) -> tuple[dict, dict]:
+    """Bytes per GPU per step and how many collectives carry them, through the cost model's
+    kernels: of :data:`ROW_AXES` for rows ``r`` (``zero`` None), or of the data-parallel axis for
+    rows ``r`` of ZeRO stages ``zero`` with their most loaded stage class ``most``, one call per stage."""
     pr = ctx.pr
-    lo, rc, zero = r["lo"], r["recompute"], r["zero"]
+    lo, full = r["lo"], r["recompute"] == RECOMPUTE.index("full")
+    kw = lambda sel: dict(pp=r["pp"][sel], tp=r["tp"][sel], cp=r["cp"][sel], ep=r["ep"][sel],   # noqa: E731
+                          v=r["v"][sel], microbatches=r["m"][sel], wbytes=cm.comm_dtype_bytes(pr.train.precision),
+                          recompute=full[sel], sp=(r["sp"][sel] == 1) & (r["tp"][sel] > 1), per=ctx.per,
+                          fp8=pr.train.precision == "fp8")
+    tokens = r["mb"] * (pr.model.seq_len / r["cp"])
+    if zero is None:
+        got = cm.train_comm_bytes(pr.model, tokens, L_s, moe_s, dense_params=0.0, expert_params_=0.0, zero=0,
+                                  n_dp=1, n_exp=1, axes=ROW_AXES, **kw(slice(None)))
+        calls = cm.comm_calls(L_s, moe_s, r["m"], r["v"], r["cp"], full)
+        return got, {ax: calls[ax] for ax in ROW_AXES}
     edp = cm.shard_groups(r["dp"], r["cp"], r["tp"], r["ep"], r["etp"])[1]
-    comm = {ax: np.zeros(len(lo)) for ax in (*AXES, "dp_gather")}
-    calls = {ax: np.zeros(len(lo)) for ax in AXES}
-    for key in np.unique(rc * 4 + zero):
-        sel = (rc * 4 + zero) == key
+    comm = {ax: np.zeros(len(lo)) for ax in ("dp", "dp_gather")}
+    calls = {"dp": np.full(len(lo), 2.0)}
+    fw = framework(pr.train.framework)
+    for z in _values(zero):
+        z = int(z)
+        sel = zero == z
+        passes = cm.zero3_passes(z, r["pp"][sel], r["m"][sel], fw)
         got = cm.train_comm_bytes(
-            pr.model, r["mb"][sel] * (pr.model.seq_len / r["cp"][sel]), L_s[sel], moe_s[sel], pp=r["pp"][sel],
-            tp=r["tp"][sel], cp=r["cp"][sel], ep=r["ep"][sel], v=r["v"][sel], microbatches=r["m"][sel],
-            wbytes=cm.dtype_bytes(pr.train.precision), recompute=RECOMPUTE[int(key) >> 2], sp=r["sp"][sel],
-            dense_params=ctx.c_par[0][lo[sel], most[sel]], expert_params_=ctx.c_par[1][lo[sel], most[sel]],
-            zero=int(key) & 3, n_dp=r["dp"][sel] * r["cp"][sel], n_exp=edp[sel], per=ctx.per)
-        n_calls = cm.comm_calls(L_s[sel], moe_s[sel], r["m"][sel], r["v"][sel], r["cp"][sel], RECOMPUTE[int(key) >> 2])
+            pr.model, tokens[sel], L_s[sel], moe_s[sel], dense_params=ctx.c_par[0][lo[sel], most[sel]],
+            expert_params_=ctx.c_par[1][lo[sel], most[sel]], zero=z, n_dp=r["dp"][sel] * r["cp"][sel],
+            n_exp=edp[sel], passes=passes, axes=("dp",), **kw(sel))
         for ax in comm:
             comm[ax][sel] = got[ax]
-        for ax in AXES:
-            calls[ax][sel] = n_calls[ax]
+        if z >= 3:   # per layer: a gather for the forward, one for the backward, a reduce-scatter
+            calls["dp"][sel] = 3 * L_s[sel] * passes
     return comm, calls
 
 
 def _comm_times(ctx: _Context, r: dict, comm: dict, calls: dict) -> dict:
-    """Seconds of each axis's communication per step (:func:`parc.cost.comm.axis_time`)."""
+    """Seconds of each axis's communication in ``comm`` per step (:func:`parc.cost.comm.axis_time`)."""
     m, gpu = ctx.pr.model, ctx.pr.cluster.gpu
     local_t, intra, inter = ctx.links
     sizes = {"tp": r["tp"], "cp": r["cp"], "pp": r["pp"], "ep": r["ep"], "dp": r["dp"] * r["cp"]}
+    sp = (r["sp"] == 1) & (r["tp"] > 1)
+    flat = framework(ctx.pr.train.framework)["zero3_collectives"] == "flat"
+    zero = r.get("zero", np.zeros(len(sp), dtype=np.int64))
     ctime = {}
     for j, ax in enumerate(AXES):
+        if ax not in comm:
+            continue
         n = sizes[ax]
-        t, _ = cm.axis_time(ax, comm[ax], n, calls[ax], local_t[r["mesh"], j], intra, inter, gpu.nvls)
+        local = local_t[r["mesh"], j]
+        if ax == "dp" and flat:           # ZeRO-3's flat rings: each GPU's share on its own link
+            local = np.where(zero >= 3, 1.0, local)
+        t, _ = cm.axis_time(ax, comm[ax], n, calls[ax], local, intra, inter, cm.nvls_allreduce(gpu, ax, sp, zero))
         ctime[ax] = np.where((n > 1) & (ax != "ep" or m.is_moe), t, 0.0)
     return ctime
 
 
-def _cost_rows(ctx: _Context, r: dict) -> dict:
-    """The estimate of every row of ``r`` that fits in memory (the others are dropped)."""
-    m, cl, pr = ctx.pr.model, ctx.pr.cluster, ctx.pr
-    most, mem_total = _memory(ctx, r)
-    keep = np.nonzero(mem_total <= ctx.cap)[0]
-    if len(keep) < len(most):   # only what fits is costed further
-        r = {k: a[keep] for k, a in r.items()}
-        most, mem_total = most[keep], mem_total[keep]
-    lo, rows = r["lo"], np.arange(len(most))
+def _compute(ctx: _Context, s: dict):
+    """(GEMM, attention-core and memory-bound seconds per microbatch of every stage class, and the
+    seconds per HBM byte) of the distinct rows ``s``."""
+    m, cl, pr, lo = ctx.pr.model, ctx.pr.cluster, ctx.pr, s["lo"]
     layers, moe, head = ctx.c_layers[lo], ctx.c_moe[lo], ctx.c_head[lo]
-    # seconds per microbatch of every stage class (at the rates of its GEMM shapes), the slowest one
-    f = _FACTORS[r["recompute"]]
-    tokens = r["mb"] * (m.seq_len / r["cp"])
-    rates = [np.asarray(x)[:, None] for x in np.broadcast_arrays(*cm.stage_rates(
-        m, tokens, r["tp"], r["etp"], r["ep"], cl.gpu, pr.train.precision, pr.profile, ctx.efficiency,
-        pr.train.flash_attention))]
-    share = schedules.microbatch_share_array(r["pipeline"])       # DualPipe: half a rank's layers
-    gemm, attn = cm.stage_compute_time(m, tokens[:, None], r["tp"][:, None], rates, layers - moe, moe, head,
-                                       f[:, 0:1], f[:, 1:2])
-    gemm, attn = share[:, None] * gemm, share[:, None] * attn
-    crit = np.argmax(np.where(ctx.c_valid[lo], gemm + attn, -np.inf), axis=1)
-    comm, calls = _comm(ctx, r, layers[rows, crit] * share, moe[rows, crit] * share, most)
-    ctime = _comm_times(ctx, r, comm, calls)
+    f = ctx.factors[s["recompute"]]
+    tokens = s["mb"] * (m.seq_len / s["cp"])
+    sp = (s["sp"] == 1) & (s["tp"] > 1)
+    got = cm.stage_rates(m, tokens, s["tp"], s["etp"], s["ep"], cl.gpu, pr.train, pr.profile, ctx.efficiency, sp)
+    rates = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), tokens.shape)[:, None] for k, v in got.items()}
+    share = schedules.microbatch_share_array(s["pipeline"])       # DualPipe: half a rank's layers
+    casts = 1.0 / np.maximum(s["m"], 1)[:, None] if cm.caches_fp8_weights(pr.train) else 1.0
+    accumulate = framework(pr.train.framework)["grad_accumulation_bytes"] * (ctx.c_par[0][lo] + ctx.c_par[1][lo])
+    gemm, attn, memb = cm.stage_compute_time(m, tokens[:, None], s["tp"][:, None], rates, layers - moe, moe, head,
+                                             f[:, 0:1], f[:, 1:2], f[:, 2:3], casts, accumulate)
+    return share[:, None] * gemm, share[:, None] * attn, share[:, None] * memb, rates["per_hbm_byte"][:, 0]
+
+
+def _distinct(idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(idx, return_inverse=True)`` for indices below ``n``, without sorting."""
+    seen = np.zeros(n, dtype=bool)
+    seen[idx] = True
+    return np.nonzero(seen)[0], (np.cumsum(seen) - 1)[idx]
+
+
+def _values(a: np.ndarray) -> np.ndarray:
+    """The distinct values of a non-negative integer array of small values, ascending (as
+    ``np.unique``), by counting instead of sorting."""
+    return np.flatnonzero(np.bincount(a.astype(np.int64))) if len(a) else a[:0]
+
+
+def _cost_rows(ctx: _Context, u: dict, zfit: np.ndarray) -> tuple[dict, float]:
+    """The estimate of every (row of ``u``, ZeRO stage) that fits in memory (the others are
+    dropped), and the least memory per GPU among all of them."""
+    m, cl, pr = ctx.pr.model, ctx.pr.cluster, ctx.pr
+    (idx, zero, most, mem_total, opt_bytes), lowest = _memory(ctx, u, zfit)
+    first, inv = _distinct(idx, len(u["lo"]))
+    # what does not depend on the ZeRO stage, once per distinct row: the compute of every stage
+    # class (at the rates of its GEMM shapes), the slowest one, and the tp, cp, pp and ep traffic
+    f = {k: a[first] for k, a in u.items()}
+    gemm, attn, memb, per_hbm_byte = _compute(ctx, f)
+    crit = np.argmax(np.where(ctx.c_valid[f["lo"]], gemm + attn + memb, -np.inf), axis=1)
+    frows = np.arange(len(first))
+    share = schedules.microbatch_share_array(f["pipeline"])       # DualPipe: half a rank's layers
+    L_s, moe_s = ctx.c_layers[f["lo"], crit] * share, ctx.c_moe[f["lo"], crit] * share
+    comm_f, calls_f = _comm(ctx, f, L_s, moe_s)
+    ctime_f = _comm_times(ctx, f, comm_f, calls_f)
+    gemm, attn, memb = gemm[frows, crit][inv], attn[frows, crit][inv], memb[frows, crit][inv]
+    r = {k: a[idx] for k, a in u.items()}
+    r["zero"] = zero
+    comm, calls = _comm(ctx, r, L_s[inv], moe_s[inv], most, zero)
+    ctime = {ax: t[inv] for ax, t in ctime_f.items()} | _comm_times(ctx, r, comm, calls)
+    per_hbm_byte = per_hbm_byte[inv]
     # step time, MFU (on the BF16 peak)
-    bub = schedules.bubble_array(r["pipeline"], r["pp"], r["m"], r["v"])
-    gemm, attn = gemm[rows, crit] * r["m"], attn[rows, crit] * r["m"]
+    bub = ctx.pairs["bubble"][r["pair"]]
+    gemm, attn, memb = gemm * r["m"], attn * r["m"], memb * r["m"]
     gather = np.where(comm["dp"] > 0, ctime["dp"] * comm["dp_gather"] / np.maximum(comm["dp"], 1e-300), 0.0)
-    exposed = cm.exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, r["m"], pr.train, pr.profile.overlap)
-    step = cm.step_time(gemm + attn, exposed, bub)
+    exposed = cm.exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, r["m"], pr.train, pr.profile.overlap,
+                              memory=memb, zero3=r["zero"] >= 3)
+    per = ctx.per
+    owned = opt_bytes / per.optimizer if per.optimizer else 0.0
+    opt = cm.optimizer_bytes(owned, per) * per_hbm_byte
+    step = cm.step_time(gemm + attn + memb, exposed, bub) + opt
     tokens = r["gb"] * m.seq_len
     mflops = _per_unit(lambda k: cm.model_flops(m, k), tokens)
-    cols = {k: a for k, a in r.items() if k != "lo"}
+    cols = {k: a for k, a in r.items() if k not in ("lo", "pair", "topt")}
     cols.update(step_time=step, tokens_per_second=tokens / step, mfu=mflops / (step * cl.world * cl.gpu.flops),
-                bubble=bub, memory=mem_total, compute=gemm + attn)
+                bubble=bub, memory=mem_total, compute=gemm + attn + memb)
     for ax in AXES:
         cols[f"t_{ax}"] = ctime[ax]
-    return cols
+    return cols, lowest
 
 
 def _ramp(counts: np.ndarray) -> np.ndarray:
@@ -384,12 +503,12 @@ def _layer_activations(pr: Problem, mb, tp, cp, etp, rc, sp):
     groups = rc * 2 + spe
     if m.is_moe:
         groups = groups * 4096 + etp
-    for gkey in np.unique(groups):
+    for gkey in _values(groups):
         sel = groups == gkey
         r = RECOMPUTE[int(rc[sel][0])]
         s_on = bool(spe[sel][0])
         kw = dict(t=tp[sel], sp=s_on, recompute=r, cp=cp[sel], ffn=m.ffn_hidden, mlp=m.mlp,
-                  kv_heads=m.kv_heads, head_dim=cm.head_dim(m), flash=True,
+                  kv_heads=m.kv_heads, head_dim=cm.head_dim(m),
                   **cm.model_activation_options(m, pr.train))
         act_d[sel] = cm.activation_bytes_per_layer(m.seq_len, mb[sel], m.hidden, m.heads, **kw)
         if m.is_moe:

@@ -243,12 +243,14 @@ def _time(plan, est) -> list[str]:
 
 def _compute_line(plan, est) -> str:
     """Compute per step of the slowest stage: its GEMMs at the rate their shapes reach (of the
-    peak of the plan's precision) and attention's core."""
+    peak of the plan's precision), attention's core, the memory-bound kernels, and the optimizer's
+    update once a step."""
     c = est.compute_split()
     prec = "FP8" if est.gemm_peak != plan.cluster.gpu.flops else "BF16"
     return (f"{seconds(est.compute_time)}: GEMMs {seconds(c['gemm'])} at {percent(c['gemm_efficiency'])} of "
             f"{number(est.gemm_peak)}FLOP/s ({prec} peak; {percent(est.efficiency)} for the largest shapes), "
-            f"attention core {seconds(c['attention'])}")
+            f"attention core {seconds(c['attention'])}, memory-bound kernels {seconds(c['memory_bound'])} "
+            f"(elementwise, casts, loss); optimizer step {seconds(c['optimizer'])}")
 
 
 def _weights_note(plan) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from parc.cost.engine import max_model_len
 from parc.printable import printable
 from parc.report.term import table
-from parc.units import gb_value, number_short, seconds_short
+from parc.units import gb, gb_value, number_short, seconds_short
 
 
 def summary_line(pr, c) -> str:
@@ -85,6 +85,7 @@ def render_text(res) -> str:
     if not res.plans:
         lines.append("no plan fits: " + ("every candidate needs more memory than the GPUs have"
                                          if res.valid == 0 else "the rules refuse every candidate that fits"))
+        lines += needs_lines(res)
         return "\n".join(lines)
     lines += ["", render_table(res), ""]
     best = res.plans[0]
@@ -96,6 +97,19 @@ def render_text(res) -> str:
         lines.append(f"{len(res.rejected)} higher-ranked candidate(s) skipped: the rules refuse them "
                      f"({', '.join(codes)})")
     return "\n".join(lines)
+
+
+def needs_lines(res) -> list[str]:
+    """What would fit when nothing does: the least memory per GPU a plan needs, and the fewest nodes."""
+    cl, out = res.problem.cluster, []
+    if res.least_memory is not None and res.least_memory < float("inf"):
+        out.append(f"the leanest plan needs {gb(res.least_memory)} per GPU; {cl.gpu.name} has {gb(cl.gpu.memory)}")
+    if res.fits_on_nodes:
+        n = res.fits_on_nodes
+        out.append(f"a plan fits on {n:,} nodes of {cl.gpus_per_node} ({n * cl.gpus_per_node:,} GPUs)")
+    elif res.least_memory is not None:
+        out.append("no plan fits on up to 65,536 times the nodes either: shorten seq_len or the global batch")
+    return out
 
 
 def runner_up(res) -> str:

@@ -12,38 +12,16 @@ from parc.model import fields as SC
 from parc.model.checkpoints import precisions
 from parc.model.dims import AXES, ParallelDims, auto_degree
 from parc.model.params import param_count, resolve_split
-from parc.model.plan import (GPU, Cluster, Link, Mesh, Model, ModulePlacement, Placement, Plan, Pool, Profile,
+from parc.model.plan import (Cluster, Link, Mesh, Model, ModulePlacement, Placement, Plan, Pool, Profile,
                              Schedule, Serve, Target, Train)
 from parc.resolve import topology as T
-from parc.resolve.catalog import presets, target_keys
+from parc.resolve.catalog import target_keys
 from parc.resolve.evaluate import Evaluator, Poison, check_range, describe, did_you_mean, rename
+from parc.resolve.gpu import _group_gpu, build_gpu
 from parc.resolve.merge import PARTIAL_BLOCKS, Block
+from parc.resolve.parts import _FAILED, _Incomplete, _get, _head
 
 MAX_WORLD = 2**21  # GPUs; the rank map and the planner are sized for this
-
-
-def _get(r: Evaluator, kind: str, key: str, default=None):
-    """A field's value, or ``default`` if unset; None if it failed (already reported)."""
-    try:
-        return r.value(kind, key, default)
-    except Poison:
-        return _FAILED
-
-
-_FAILED = object()
-
-
-class _Incomplete(Exception):
-    """Some value the plan needs failed; its error is already reported."""
-
-
-def _head(r: Evaluator, kind: str, fallback: Span) -> Span:
-    """A short span for a block: its header line."""
-    b = r.blocks.get(kind)
-    if not b:
-        return fallback
-    s = b.span
-    return Span(s.file, s.line, s.column, s.line, s.column + len(kind), s.start, s.start + len(kind))
 
 
 def build_model(r: Evaluator, top: Span) -> Model:
@@ -131,82 +109,6 @@ def build_model(r: Evaluator, top: Span) -> Model:
 _MODEL_COUNTS = ("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                  "v_head_dim", "mtp_layers", "attention_window", "global_every")
 _MODEL_SWITCHES = ("tied_embeddings", "qkv_bias", "qk_norm", "attention_sinks", "hybrid")   # switches, default false
-
-
-def preset_gpu(name: str) -> GPU:
-    """The GPU of a preset in parc/model/data/gpus.toml."""
-    g = presets("gpus")[name]
-    return GPU(name, int(g["memory"]), float(g["flops"]), float(g.get("hbm_bandwidth", 0)),
-               float(g.get("nvlink_bandwidth", 0)), float(g.get("pcie_bandwidth", 0)),
-               float(g.get("fp8_flops", 0)), bool(g.get("nvls", False)))
-
-
-def _group_gpu(r: Evaluator, name: str, span: Span) -> GPU | None:
-    """A node group's GPU preset, or None where the name is unknown (reported)."""
-    if name in presets("gpus"):
-        return preset_gpu(name)
-    sug = did_you_mean(name, presets("gpus"))
-    r.err("P010", f"unknown GPU preset `{name}`", span,
-          help=(f"did you mean `{sug}`? " if sug else "") + "`parc presets` lists them", fixes=rename(span, sug, name))
-    return None
-
-
-def build_gpu(r: Evaluator, top: Span) -> GPU:
-    cl = r.blocks["cluster"]
-    child = cl.children.get("gpu")
-    if child is None:
-        try:
-            name = r.value("cluster", "gpu")
-        except Poison:
-            raise _Incomplete()
-        if name is None:
-            r.err("P018", "the cluster needs a `gpu` (a preset like h100_sxm, or a `gpu { ... }` block)",
-                  _head(r, "cluster", top), help="`parc presets` lists the GPU presets")
-            raise _Incomplete()
-        table = presets("gpus")
-        if name not in table:
-            a = r.assign("cluster", "gpu")
-            sug = did_you_mean(name, table)
-            r.err("P010", f"unknown GPU preset `{name}`", a.value.span,
-                  help=(f"did you mean `{sug}`? " if sug else "") + "`parc presets` lists them, or describe it "
-                       "with `gpu { memory = 80GB; flops = 989TFLOPS }`", fixes=rename(a.value.span, sug, name))
-            raise _Incomplete()
-        sp = r.spans.get("cluster.gpu")
-        for k in ("memory", "flops", "hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth"):
-            r.spans[f"cluster.gpu.{k}"] = sp
-        return preset_gpu(name)
-    # a gpu { ... } block, evaluated with the gpu field table
-    r.blocks["gpu"] = child
-    try:
-        base = r.check_preset("gpus", "gpu")
-    except Poison:
-        raise _Incomplete()
-    base = dict(base or {})
-    vals = {}
-    failed = False
-    for k in ("memory", "flops", "hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth", "fp8_flops", "nvls"):
-        v = _get(r, "gpu", k)
-        if v is _FAILED:
-            failed = True
-            continue
-        if v is None and k in base:
-            v = base[k]
-        if f"gpu.{k}" in r.spans:
-            r.spans[f"cluster.gpu.{k}"] = r.spans[f"gpu.{k}"]
-        else:
-            r.spans[f"cluster.gpu.{k}"] = child.span
-        vals[k] = v
-    if failed:
-        raise _Incomplete()
-    missing = [k for k in ("memory", "flops") if vals.get(k) is None]
-    if missing:
-        r.err("P018", "the `gpu` block needs " + " and ".join(f"`{k}`" for k in missing), child.span,
-              help="for example `memory = 80GB` and `flops = 989TFLOPS` (dense BF16)")
-        raise _Incomplete()
-    name = child.label or r.values.get("gpu.from") or "custom"
-    return GPU(name, int(vals["memory"]), float(vals["flops"]), float(vals.get("hbm_bandwidth") or 0),
-               float(vals.get("nvlink_bandwidth") or 0), float(vals.get("pcie_bandwidth") or 0),
-               float(vals.get("fp8_flops") or 0), bool(vals.get("nvls") or False))
 
 
 def build_cluster(r: Evaluator, top: Span) -> Cluster:
@@ -533,11 +435,24 @@ def resolve_document(loader, main_file: str, partial: bool = False) -> Plan | No
     if parts["profile"] is not None:
         plan.profile = parts["profile"]
         plan.profile.name = r.blocks["profile"].label
+    _run_defaults(r, plan)
     for kind in ("model", "cluster", "mesh", "placement", "schedule", "train", "serve", "profile"):
         if kind in r.blocks:
             r.spans[kind] = _head(r, kind, top)
     resolve_split(plan)
     return plan
+
+
+def _run_defaults(r: Evaluator, plan: Plan) -> None:
+    """What a spec leaves out of how its run was done, from what it says: the framework from its
+    training target, the FP8 recipe and weight caching from the framework
+    (parc/model/data/frameworks.toml), the GEMM efficiency from the GPU's matmul benchmark."""
+    from parc.model.frameworks import fill_train_defaults
+
+    if plan.profile.gemm_efficiency is None:
+        plan.profile.gemm_efficiency = plan.cluster.gpu.gemm_efficiency
+    if plan.train is not None:
+        fill_train_defaults(plan.train, plan.targets, r.blocks["train"].assigns if "train" in r.blocks else {})
 
 
 def _build_parts(r: Evaluator, top: Span, partial: bool) -> dict[str, Any] | None:

@@ -16,10 +16,10 @@ from parc.words import count
 
 MAX_MAGNITUDE = 10**60  # the largest number (and denominator) a spec computes with
 _UNIT_KIND = {"int": "count", "int_or_auto": "count", "frac": None, "bytes": "bytes",
-              "bandwidth": "bandwidth", "flops": "flops"}
-_UNIT_EXAMPLE = {"bytes": "80GB", "bandwidth": "450GB/s", "flops": "989TFLOPS"}
+              "bandwidth": "bandwidth", "flops": "flops", "power": "power"}
+_UNIT_EXAMPLE = {"bytes": "80GB", "bandwidth": "450GB/s", "flops": "989TFLOPS", "power": "500W"}
 _UNIT_WORDS = {"count": "a count", "bytes": "a size in bytes", "bandwidth": "a bandwidth",
-               "flops": "a compute rate"}
+               "flops": "a compute rate", "power": "a power"}
 _NESTED = ("gpu", "topology", "group")  # blocks inside `cluster`: not referred to as block.field
 _REF_HELP = "refer to a field as `block.field`, e.g. `cluster.gpus_per_node`"
 

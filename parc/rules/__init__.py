@@ -283,6 +283,7 @@ DEPENDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "P505": ((), ()),
     "P506": (("cp", "serve"), ()),
     "P507": (COUNTS + ("topology",), ()),
+    "P518": ((), ()),
     "P550": ((), ()),
     "P551": ((), ()),
     "P552": ((), ()),

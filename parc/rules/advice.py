@@ -180,3 +180,31 @@ def chatty_axis(plan, c):
                  help=f"list the mesh axes as {shown} (outermost first) so that cp stays inside a node",
                  related=[(c.at(f"mesh.{quiet}"), f"{quiet} = {m.size(quiet)}")])
         return
+
+
+# ------------------------------------------------------------------------------------ P518
+
+@rule("P518", "profile-fitted-on-other-runs", severity=WARNING, reads=())
+def profile_from_other_runs(plan, c):
+    """A calibrated profile names the framework and GPU of the runs it was fitted on; its factors
+    carry how that framework ran on that GPU (its attention kernel, its fused or eager kernels,
+    its collectives), which another framework or GPU does not share."""
+    prof, tr = plan.profile, plan.train
+    if not (prof.framework or prof.gpu):
+        return
+    differ = []
+    if prof.framework and tr is not None and tr.framework and tr.framework != prof.framework:
+        differ.append((f"the {prof.framework} runs", f"this plan runs {tr.framework}", "train.framework"))
+    if prof.gpu and plan.cluster.gpu.name != prof.gpu:
+        differ.append((f"{prof.gpu} GPUs", f"this plan's GPU is {plan.cluster.gpu.name}", "cluster.gpu"))
+    if not differ:
+        return
+    fitted, here, paths = zip(*differ)
+    name = f"`{prof.name}`" if prof.name else "the profile"
+    c.report(c.at("profile"),
+             f"profile {name} was fitted on {' on '.join(fitted)} but {' and '.join(here)}: its factors carry "
+             "how those runs computed and communicated (attention kernel, fused or eager kernels, collectives), "
+             "so the estimate may be off by what differs",
+             help="calibrate a profile on runs of this framework and GPU (`parc calibrate`), or drop the "
+                  "`profile` block to use parc's defaults",
+             related=[(c.at(p), h) for p, h in zip(paths, here)])

@@ -13,43 +13,33 @@ has begun its next step by then, so the request waits for that step; the users s
 over one request's life) or requests arriving at ``rate`` per second at random (Poisson, a
 fixed seed). ``mixed=False`` runs SGLang's way instead: a step with prompt work to do
 prefills only (the chunk in progress first, then waiting requests, up to ``budget`` tokens), a
-step without decodes every running request, the budget not bounding it. The first third of the completed requests is the warm-up and is left out."""
+step without decodes every running request, the budget not bounding it. ``ranks`` data-parallel
+ranks in lock-step (an MoE engine's) each run this batcher with a load of their own, and every
+step lasts as long as the slowest rank's. The first third of the completed requests is the
+warm-up and is left out."""
 from __future__ import annotations
 
 import random
 from collections import deque
 
 
-def simulate(step, prompt: int, output: int, budget: int, seqs: int, users: int | None = None,
-             rate: float | None = None, requests: int = 1500, seed: int = 1, mixed: bool = True,
-             spread: float = 0.0) -> dict:
-    """Mean TTFT, TPOT (E2E − TTFT over output − 1) and requests per second."""
-    rng = random.Random(seed)
-    t = 0.0
-    waiting: deque = deque()
-    arrivals: deque = deque()
-    running: list = []
-    done: list = []
+class _Rank:
+    """One rank's requests: waiting, arriving (at a rate) and running."""
 
-    def new(at: float) -> dict:
-        out = output if not spread else max(2, round(output * rng.uniform(1 - spread, 1 + spread)))
-        return {"arr": at, "left": prompt, "tok": 0, "first": None, "last": None, "out": out}
+    def __init__(self):
+        self.waiting: deque = deque()
+        self.arrivals: deque = deque()
+        self.running: list = []
 
-    if users is not None:
-        life = output * step(users, 0)
-        waiting.extend(new(life * i / users) for i in range(users))
-    else:
-        at = 0.0
-        for _ in range(requests * 2):
-            at += rng.expovariate(rate)
-            arrivals.append(at)
-    while len(done) < requests:
-        while arrivals and arrivals[0] <= t:
-            waiting.append(new(arrivals.popleft()))
-        ready = [r for r in waiting if r["arr"] < t or (not running and r["arr"] <= t)]
+    def plan(self, t: float, budget: int, seqs: int, mixed: bool):
+        """(decode requests, prompt chunks) of this rank's next step starting at ``t``, or None
+        when it has nothing to run."""
+        while self.arrivals and self.arrivals[0] <= t:
+            self.waiting.append(self.new(self.arrivals.popleft()))
+        running = self.running
+        ready = [r for r in self.waiting if r["arr"] < t or (not running and r["arr"] <= t)]
         if not running and not ready:
-            t = max(t, waiting[0]["arr"] if waiting else arrivals[0])
-            continue
+            return None
         room = budget
         decode = [r for r in running if r["left"] == 0]
         if mixed:
@@ -65,27 +55,68 @@ def simulate(step, prompt: int, output: int, budget: int, seqs: int, users: int 
         for r in ready:
             if room <= 0 or len(running) >= seqs:
                 break
-            waiting.remove(r)
+            self.waiting.remove(r)
             running.append(r)
             c = min(r["left"], room)
             chunks.append((r, c))
             room -= c
-        t += step(len(decode), sum(c for _, c in chunks))
-        finished = []
-        for r in decode:
-            r["tok"] += 1
-            r["last"] = t
-            if r["tok"] >= r["out"]:
-                finished.append(r)
-        for r, c in chunks:
-            r["left"] -= c
-            if r["left"] == 0:
-                r["tok"], r["first"], r["last"] = 1, t, t
-        for r in finished:
-            running.remove(r)
-            done.append(r)
-            if users is not None:
-                waiting.append(new(t))
+        return decode, chunks
+
+    def next_event(self) -> float:
+        """When this rank next has a request to run."""
+        if self.waiting:
+            return self.waiting[0]["arr"]
+        return self.arrivals[0] if self.arrivals else float("inf")
+
+
+def simulate(step, prompt: int, output: int, budget: int, seqs: int, users: int | None = None,
+             rate: float | None = None, requests: int = 1500, seed: int = 1, mixed: bool = True,
+             spread: float = 0.0, ranks: int = 1) -> dict:
+    """Mean TTFT, TPOT (E2E − TTFT over output − 1) and requests per second of one rank."""
+    rng = random.Random(seed)
+    t = 0.0
+    done: list = []
+
+    def new(at: float) -> dict:
+        out = output if not spread else max(2, round(output * rng.uniform(1 - spread, 1 + spread)))
+        return {"arr": at, "left": prompt, "tok": 0, "first": None, "last": None, "out": out}
+
+    rs = [_Rank() for _ in range(ranks)]
+    for rank in rs:
+        rank.new = new
+        if users is not None:
+            life = output * step(users, 0)
+            rank.waiting.extend(new(life * i / users) for i in range(users))
+        else:
+            at = 0.0
+            for _ in range(requests * 2):
+                at += rng.expovariate(rate)
+                rank.arrivals.append(at)
+    while len(done) < requests * ranks:
+        plans = [rank.plan(t, budget, seqs, mixed) for rank in rs]
+        if all(p is None for p in plans):
+            t = max(t, min(rank.next_event() for rank in rs))
+            continue
+        t += max(step(len(p[0]), sum(c for _, c in p[1])) for p in plans if p is not None)
+        for rank, p in zip(rs, plans):
+            if p is None:
+                continue
+            decode, chunks = p
+            finished = []
+            for r in decode:
+                r["tok"] += 1
+                r["last"] = t
+                if r["tok"] >= r["out"]:
+                    finished.append(r)
+            for r, c in chunks:
+                r["left"] -= c
+                if r["left"] == 0:
+                    r["tok"], r["first"], r["last"] = 1, t, t
+            for r in finished:
+                rank.running.remove(r)
+                done.append(r)
+                if users is not None:
+                    rank.waiting.append(new(t))
     kept = done[len(done) // 3:]
     ttft = sum(r["first"] - r["arr"] for r in kept) / len(kept)
     tpot = sum((r["last"] - r["first"]) / (r["out"] - 1) for r in kept) / len(kept)

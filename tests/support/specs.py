@@ -118,3 +118,46 @@ def load(tmp_path, name: str, text: str):
     res = check_file(path, root=tmp_path)
     assert res.ok, [f"{d.code} {d.message}" for d in res.errors]
     return res.plan
+
+
+# A GPT as Korthikanti et al. 2022 (and Narayanan et al. 2021) ran it on Selene's DGX A100s: GELU MLP
+# of 4h, LayerNorm, learned positions, biases, tied embeddings, vocabulary 51,200, sequence 2048;
+# TP + SP + selective recompute, the paper's 'present work'. Fields: l, h, ffn, a, nodes, p, v, b, B, pipeline.
+KORTHIKANTI_SPEC = """
+model "gpt" {{
+  layers = {l}
+  hidden = {h}
+  ffn_hidden = {ffn}
+  heads = {a}
+  kv_heads = {a}
+  vocab = 51200
+  seq_len = 2048
+  mlp = gelu
+  norm = layernorm
+  position = learned
+  bias = true
+  tied_embeddings = true
+}}
+cluster "selene" {{
+  nodes = {nodes}
+  gpus_per_node = 8
+  gpu = a100_sxm_80gb
+  intra_node = nvlink(300GB/s)
+  inter_node = infiniband(200Gb/s)
+}}
+mesh {{
+  pp = {p}
+  dp = 1
+  tp = 8
+}}
+schedule {{
+  pipeline = {pipeline}
+  virtual_stages = {v}
+  micro_batch = {b}
+  global_batch = {B}
+}}
+train {{
+  sequence_parallel = true
+  recompute = selective
+}}
+"""
