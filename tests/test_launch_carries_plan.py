@@ -96,7 +96,8 @@ def serve_degrees(call: dict, engine: str) -> dict | None:
         return {"engine": "vllm", "tp": num(o, "--tensor-parallel-size"), "pp": num(o, "--pipeline-parallel-size"),
                 "cp": num(o, "--prefill-context-parallel-size"), "dcp": num(o, "--decode-context-parallel-size"),
                 "dp": num(o, "--data-parallel-size"), "ep": "--enable-expert-parallel" in o,
-                "leader": "--headless" not in o, "pool": _vllm_pool(port), "copies": call["copies"]}
+                "leader": "--headless" not in o, "pool": call.get("pool") or _vllm_pool(port),
+                "copies": call["copies"]}
     if call["launcher"] == "python3" and argv[:2] == ["-m", "sglang.launch_server"] and engine == "sglang":
         o = options(argv[2:])
         attn = num(o, "--attn-dp-size", num(o, "--dp-size") if "--enable-dp-attention" in o else 1)

@@ -28,6 +28,7 @@ PAIRS = {
     "P704-fires-0.26": "P704", "P704-quiet-0.27": None,
     "P705-fires-0.33": "P705", "P705-quiet-0.33": None,
     "P706-fires-0.29": "P706", "P706-quiet-0.30": None,
+    "P710-fires-0.20.0": "P710", "P710-quiet-dp-0.20.0": None,
 }
 OSS = "from = gpt_oss_120b"          # sliding-window layers (attention_window 128), 8 KV heads
 QWEN = "from = qwen3_30b_a3b"         # 4 KV heads, no MLA

@@ -240,7 +240,7 @@ def value_read_as_option(plan, c):
 # ------------------------------------------------------------------------------------ P620
 # The targets whose builder says which fields of a plan it cannot express: each defines
 # ``inexpressible(plan) -> [(path, what, help)]`` beside its ``build``.
-FIELD_TARGETS = ("megatron", "torchtitan", "vllm", "sglang")
+FIELD_TARGETS = ("megatron", "torchtitan", "vllm", "sglang", "dynamo", "kserve")
 
 
 @rule("P620", "field-inexpressible", targets=FIELD_TARGETS)
@@ -320,3 +320,29 @@ def fp8_checkpoint_in_16_bit(plan, c):
              help="remove `dtype` (an FP8 checkpoint serves in fp8), or serve a 16-bit copy of the weights with "
                   "`checkpoint_format = bf16`",
              related=[(c.at("model.checkpoint_format", "model"), f"checkpoint_format = {m.checkpoint_format}")])
+
+
+# ------------------------------------------------------------------------------------ P646, P647
+# The serving orchestrators whose objects run an engine's workers behind their own front
+# (Dynamo's frontend, KServe's llm-d scheduler): serving only, under a Kubernetes name.
+ORCHESTRATORS = ("dynamo", "kserve")
+
+
+@rule("P646", "orchestrator-serves-only", targets=ORCHESTRATORS)
+def orchestrator_serving_only(plan, c):
+    if plan.mode == "train":
+        c.report(target_span(plan, c, c.target, "train"),
+                 f"{target_name(c.target)} serves a model: its workers run a serving engine behind its own front, and "
+                 "this spec trains (it has a `train` block)",
+                 help="compile training for Kubernetes with `target trainjob` or `target kubernetes`, or replace "
+                      "`train` with `serve` to serve the model",
+                 related=[(c.at("train"), "training declared here")])
+
+
+@rule("P647", "orchestrator-name", targets=ORCHESTRATORS)
+def orchestrator_names(plan, c):
+    from importlib import import_module
+
+    from parc.targets.kubernetes.rules import check_names
+
+    check_names(plan, c, c.target, import_module(f"parc.targets.{c.target}").NAME_MAX)

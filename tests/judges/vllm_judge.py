@@ -72,12 +72,24 @@ def _cuda_for_eplb():
         parallel.current_platform.is_cuda_alike = saved
 
 
-def judge(argv):
-    parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+def engine_parser():
+    """The parser of Dynamo's vLLM worker, `python3 -m dynamo.vllm` (ai-dynamo 1.6.1,
+    dynamo/vllm/args.py _parse_cli_args): after Dynamo's own options, vLLM's engine arguments
+    alone (AsyncEngineArgs.add_cli_args), none of `vllm serve`'s server options."""
+    parser = FlexibleArgumentParser(add_help=False)
+    AsyncEngineArgs.add_cli_args(parser, async_args_only=False)
+    return parser
+
+
+def judge(argv, engine_only=False):
+    parser = engine_parser() if engine_only else make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
     try:
         a = parser.parse_args(argv)
     except SystemExit:
-        return {"ok": False, "stage": "parser", "error": "vllm serve's parser refused the arguments"}
+        what = "vLLM's engine arguments" if engine_only else "vllm serve's parser"
+        return {"ok": False, "stage": "parser", "error": f"{what} refused the arguments"}
+    if engine_only:   # the model is --model, and a worker has no server of its own
+        a.model_tag, a.headless = a.model, False
     e = AsyncEngineArgs.from_cli_args(a)
     kw = dict(tensor_parallel_size=e.tensor_parallel_size, pipeline_parallel_size=e.pipeline_parallel_size,
               data_parallel_size=e.data_parallel_size, data_parallel_size_local=e.data_parallel_size_local,
@@ -191,9 +203,12 @@ def judge_item(item):
     or {"split": [layers, pp]}: vLLM's own layer split; or {"nixl_handshake": {...}}:
     NixlConnector's handshake check for two tp sizes; or {"cudagraph_sizes": {...}}: the sizes
     vLLM captures; or {"nixl_pcp": {...}}: NixlConnector's role check under prefill context
-    parallelism."""
+    parallelism; or {"engine_args": [...]}: the arguments of Dynamo's vLLM worker, vLLM's engine
+    arguments alone (engine_parser)."""
     if isinstance(item, list):
         return judge(item)
+    if "engine_args" in item:
+        return judge(item["engine_args"], engine_only=True)
     if "split" in item:
         return split(*item["split"])
     if "nixl_handshake" in item:

@@ -158,7 +158,7 @@ def launched(target: str, files, tmp: Path) -> list[dict]:
     plan = json.loads((d / "plan.json").read_text())
     tools = fake_tools(tmp)
     runner = {"slurm": _slurm, "skypilot": _skypilot, "kubernetes": _kubernetes, "trainjob": _pods,
-              "lws": _pods, "deepspeed": _deepspeed}.get(target, _scripts)
+              "lws": _pods, "deepspeed": _deepspeed, "dynamo": _dynamo, "kserve": _kserve}.get(target, _scripts)
     return runner(d, plan, tools, tmp, target)
 
 
@@ -331,4 +331,67 @@ def _pods(d: Path, plan: dict, tools: Path, tmp: Path, target: str) -> list[dict
                 rec = _record_dir(tmp, f"{name}-{key}")
                 out += [dict(x, node=index, copies=doc["spec"]["replicas"], set=name)
                         for x in _pod(c["command"], c.get("env") or [], variables, mounted, tools, rec, tmp, target)]
+    return out
+
+
+def _dynamo(d: Path, plan: dict, tools: Path, tmp: Path, target: str) -> list[dict]:
+    """A DynamoGraphDeployment's workers, each pod's container as the operator changes it
+    (tests/support/orchestrators.py, with LeaderWorkerSet's variables), each call of Dynamo's
+    worker module read as the engine's own: dynamo.vllm's as `vllm serve MODEL` with its options
+    (its --disaggregation-mode the pool), dynamo.sglang's as SGLang's launch_server (a call stands
+    for every replica: copies)."""
+    import yaml
+
+    from support.orchestrators import operator_container
+
+    docs = [x for x in yaml.safe_load_all(next(d.glob("*.yaml")).read_text()) if x]
+    mounted = _configmap(docs, tmp / "etc-parc")
+    dgd = next(x for x in docs if x.get("kind") == "DynamoGraphDeployment")
+    out = []
+    for key, svc in dgd["spec"]["services"].items():
+        if svc.get("componentType") != "worker":
+            continue
+        nodes, name = (svc.get("multinode") or {}).get("nodeCount", 1), f"{dgd['metadata']['name']}-{key.lower()}"
+        c = svc["extraPodSpec"]["mainContainer"]
+        for k in nodes_to_run(nodes):
+            command, args = operator_container(dgd["spec"]["backendFramework"], c, nodes, k)
+            variables = {"LWS_WORKER_INDEX": str(k), "LWS_LEADER_ADDRESS": f"{name}-0.{name}", "LWS_GROUP_SIZE": str(nodes)}
+            for x in _pod(command + args, svc.get("envs") or [], variables, mounted, tools, _record_dir(tmp, f"{key}-{k}"),
+                          tmp, target):
+                out.append(dict(_as_engine(x), node=k, copies=svc.get("replicas", 1)))
+    return out
+
+
+def _as_engine(call: dict) -> dict:
+    """A call of Dynamo's worker module as the engine call it stands for."""
+    a = call["argv"]
+    if call["launcher"] == "python3" and a[:2] == ["-m", "dynamo.vllm"]:
+        rest, pool = a[2:], None
+        if "--disaggregation-mode" in rest:
+            i = rest.index("--disaggregation-mode")
+            rest, pool = rest[:i] + rest[i + 2:], rest[i + 1]
+        i = rest.index("--model")
+        return dict(call, launcher="vllm", argv=["serve", rest[i + 1], *rest[:i], *rest[i + 2:]], pool=pool)
+    if call["launcher"] == "python3" and a[:2] == ["-m", "dynamo.sglang"]:
+        return dict(call, argv=["-m", "sglang.launch_server", *a[2:]])
+    return call
+
+
+def _kserve(d: Path, plan: dict, tools: Path, tmp: Path, target: str) -> list[dict]:
+    """An LLMInferenceService's pods: the `vllm serve` each is started with by the preset KServe
+    picks for its workload (tests/support/orchestrators.py); a call stands for every replica."""
+    import yaml
+
+    from support.orchestrators import preset, size, vllm_argv
+
+    svc = next(x for x in yaml.safe_load_all(next(d.glob("*.yaml")).read_text()) if x and x.get("kind") ==
+               "LLMInferenceService")
+    spec, out = svc["spec"], []
+    pd = "prefill" in spec
+    for w, role in [(spec, "decode")] + ([(spec["prefill"], "prefill")] if pd else []):
+        chosen = preset(w, pd, role if pd else None)
+        for k in range(size(w.get("parallelism")) if w.get("worker") is not None else 1):
+            argv, env = vllm_argv(spec["model"]["name"], "default", w, chosen, k, 8000)
+            out.append({"launcher": "vllm", "argv": ["serve", *argv], "env": env, "node": k,
+                        "copies": w.get("replicas", 1), "pool": role if pd else None})
     return out

@@ -165,6 +165,14 @@ def from_records(records: list[dict], role: str = "") -> list[Launch]:
                                   argv=rest, cwd=str(cwd)))
             elif mod == "sglang.launch_server":
                 out.append(_sglang(rest, env, role, cwd))
+            elif mod == "dynamo.vllm":      # Dynamo's vLLM worker: vLLM's engine arguments, the model as --model
+                rest, mode = _without_option(rest, "--disaggregation-mode")
+                rest, model = _without_option(rest, "--model")
+                out.append(Launch("vllm", role or mode or "serve",
+                                  {**env, **_keyed("vllm", A.server_settings("vllm", [model or "", *rest], cwd))},
+                                  argv=[model or "", *rest], cwd=str(cwd)))
+            elif mod == "dynamo.sglang":    # Dynamo's SGLang worker: SGLang's own server arguments
+                out.append(_sglang(rest, env, role, cwd))
             elif mod == "sglang_router.launch_router":
                 _, args = A.long_options(rest)
                 out.append(Launch("sglang_router", "router", _keyed("sglang_router", args)))
@@ -183,6 +191,14 @@ def from_records(records: list[dict], role: str = "") -> list[Launch]:
                 la.argv, la.cwd = list(argv), str(cwd)      # the launcher's words, for DeepSpeed's judge
                 out.append(la)
     return out
+
+
+def _without_option(argv: list[str], flag: str) -> tuple[list[str], str | None]:
+    """``argv`` less ``flag`` and its value, and the value (None: absent)."""
+    if flag not in argv:
+        return argv, None
+    i = argv.index(flag)
+    return argv[:i] + argv[i + 2:], argv[i + 1]
 
 
 def _sglang(argv: list[str], env: dict, role: str, cwd: Path) -> Launch:

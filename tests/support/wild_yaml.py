@@ -168,4 +168,59 @@ def trainjob(text: str, sandbox: Path) -> list[Launch]:
     return out
 
 
-FORMATS = {"skypilot": skypilot, "lws": lws, "pytorchjob": pytorchjob, "trainjob": trainjob}
+def dynamo(text: str, sandbox: Path) -> list[Launch]:
+    """A DynamoGraphDeployment, v1alpha1 (``services``: extraPodSpec.mainContainer) or v1beta1
+    (``components``: podTemplate's main container): each worker's replicas, pods and GPUs, and
+    each pod's command as the operator changes it (tests/support/orchestrators.py)."""
+    from support.orchestrators import operator_container
+
+    docs, _ = _docs(text)
+    out = []
+    for d in (d for d in docs if d.get("kind") == "DynamoGraphDeployment"):
+        spec = d["spec"]
+        comps = ([dict(c, _container=next(x for x in c["podTemplate"]["spec"]["containers"] if x["name"] == "main"))
+                  for c in spec["components"]] if "components" in spec else
+                 [dict(s, name=k, type=s.get("componentType"), _container=s["extraPodSpec"]["mainContainer"])
+                  for k, s in spec["services"].items()])
+        for c in (c for c in comps if c.get("type") not in ("frontend", "planner")):
+            nodes = int((c.get("multinode") or {}).get("nodeCount", 1))
+            gpus = _gpus(c["_container"]) or int(((c.get("resources") or {}).get("limits") or {}).get("gpu", 0))
+            out.append(_scheduler("dynamo", {"replicas": int(c.get("replicas", 1)), "nodes": nodes, "gpus": gpus}))
+            for idx in range(nodes):
+                command, args = operator_container(spec.get("backendFramework", "vllm"), c["_container"], nodes, idx)
+                env = {"LWS_LEADER_ADDRESS": "10.0.0.1", "LWS_WORKER_INDEX": str(idx), "LWS_GROUP_SIZE": str(nodes)}
+                box = sandbox / f"{d['metadata']['name']}-{c['name']}-{idx}"
+                for la in container_launches(dict(c["_container"], command=command, args=args), box, env):
+                    la.node = idx
+                    out.append(la)
+    return out
+
+
+def kserve(text: str, sandbox: Path) -> list[Launch]:
+    """An LLMInferenceService (v1alpha1 or v1alpha2): each workload's replicas, pods and GPUs, and
+    the `vllm serve` KServe's preset starts on each pod (tests/support/orchestrators.py)."""
+    from support.orchestrators import preset, size, vllm_argv
+    from support.wild_launch import from_records
+
+    docs, _ = _docs(text)
+    out = []
+    for d in (d for d in docs if d.get("kind") == "LLMInferenceService"):
+        spec = d["spec"]
+        pd = "prefill" in spec
+        for w, role in [(spec, "decode")] + ([(spec["prefill"], "prefill")] if pd else []):
+            chosen = preset(w, pd, role if pd else None)
+            pods = size(w.get("parallelism")) if w.get("worker") is not None else 1
+            main = next(c for c in w["template"]["containers"] if c["name"] == "main")
+            out.append(_scheduler("kserve", {"replicas": int(w.get("replicas", 1)), "pods": pods,
+                                             "gpus": _gpus(main), "preset": chosen}))
+            for idx in range(pods):
+                argv, env = vllm_argv(spec["model"]["name"], "default", w, chosen, idx, 8000)
+                for la in from_records([{"name": "vllm", "argv": ["serve", *argv], "cwd": str(sandbox), "env": {}}],
+                                       role if pd else ""):
+                    la.node = idx
+                    out.append(la)
+    return out
+
+
+FORMATS = {"skypilot": skypilot, "lws": lws, "pytorchjob": pytorchjob, "trainjob": trainjob, "dynamo": dynamo,
+           "kserve": kserve}
