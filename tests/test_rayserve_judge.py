@@ -87,9 +87,9 @@ def test_ray_accepts_what_parc_emits_with_the_plans_degrees(ray_python):
 
 def test_the_judge_refuses_what_ray_refuses(ray_python):
     """The judge refuses wrong files at each stage, so an accepting verdict means something: a
-    misspelt application field (Serve's schema), an LLMConfig field Ray does not have and P/D
-    without a KV connector (the builder's models), an engine keyword argument vLLM does not have
-    (VLLMEngineConfig)."""
+    misspelt application field (Serve's schema), an LLMConfig field Ray does not have, P/D without
+    a KV connector (the builder's models) and an engine keyword argument that is no EngineArgs
+    field of the environment's vLLM (the builder's server options, VLLMEngineConfig)."""
     import copy
 
     import yaml
@@ -110,7 +110,7 @@ def test_the_judge_refuses_what_ray_refuses(ray_python):
     ]
     got = judges.ask(ray_python, MARK, [text] + bad)
     assert got[0]["ok"], got[0]
-    assert [v.get("stage") for v in got[1:]] == ["schema", "builder", "builder", "engine config"], got
+    assert [v.get("stage") for v in got[1:]] == ["schema", "builder", "builder", "builder"], got
     assert "kv_transfer_config is required" in got[3]["error"] and "tensor_paralel_size" in got[4]["error"]
 
 
