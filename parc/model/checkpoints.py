@@ -89,6 +89,17 @@ def bytes_per_param(fmt: str, part: str, row: int, elem16: float = 2.0) -> float
     return e["bits"] / 8 + share
 
 
+def expert_padding(fmt: str, engine: str, family: str) -> tuple[int, int] | None:
+    """(intermediate, hidden): the multiples ``engine``'s MoE kernels round a routed expert of
+    format ``fmt`` up to on a GPU of ``family`` (``sm90``, ``sm100``, ``default``); None where
+    the format is held as stored."""
+    pad = table()[fmt].get("pad", {}).get(engine)
+    if not pad:
+        return None
+    a = pad.get(family, pad["default"])
+    return int(a[0]), int(a[1])
+
+
 def engine_method(fmt: str, engine: str) -> str | None:
     """The quantization method ``engine`` (vllm, sglang) detects from a checkpoint of ``fmt``
     (None: a 16-bit checkpoint; "" where the engine has no loader for it)."""

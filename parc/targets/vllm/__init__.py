@@ -212,12 +212,17 @@ def eplb_config(sv) -> dict:
 
 
 def kv_transfer_config(plan, pool: str) -> dict | None:
-    """The JSON of the KV transfer option for an instance of ``pool`` (target.toml [kv_connectors])."""
+    """The JSON of the KV transfer option for an instance of ``pool`` (``plan`` is its instance
+    plan; target.toml [kv_connectors]): an instance with prefill context parallelism takes the
+    role the connector requires of it (``<pool>_cp``: NixlConnector's kv_producer)."""
     from parc.model.targets import spec
 
     kv = plan.serve.kv_transfer if plan.serve else None
     found = spec(TARGET)["kv_connectors"].get(kv) if kv else None
-    return {"kv_connector": found["connector"], "kv_role": found[pool]} if found else None
+    if not found:
+        return None
+    role = found.get(f"{pool}_cp", found[pool]) if plan.mesh.cp > 1 else found[pool]
+    return {"kv_connector": found["connector"], "kv_role": role}
 
 
 def _moe_lines(plan, F, s, pool: str | None) -> list[list]:
