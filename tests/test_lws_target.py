@@ -311,7 +311,7 @@ def test_disaggregated_set_makes_the_pools_its_roles(check_spec):
 def test_p720_disaggregated_set_needs_pools(check_spec):
     text = _spec_file("lws-dset-llama-pd.par")
     aggregated = text[:text.index("  prefill {")] + "}\n" + text[text.index("target vllm"):]
-    aggregated = aggregated.replace("  kv_transfer            = nixl\n", "").replace("tp = 8", "dp = 2; tp = 8")
+    aggregated = aggregated.replace("  kv_transfer            = nixl\n", "").replace("tp = 8", "dp = 3; tp = 8")
     d = assert_fires(check_spec, aggregated, "P720", "disaggregated_set", target="lws", targets=("lws",))
     assert "no pools" in d.message and "at least 2 roles" in d.message
     # the help's fix: without the key, one LeaderWorkerSet serves it
