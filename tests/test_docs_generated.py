@@ -12,11 +12,12 @@ from pathlib import Path
 
 from support.snapshot import assert_snapshot
 
-from parc.report.targets import keys_table, target_names
+from parc.report.targets import keys_table, launchers_table, target_names
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 LANGUAGE = ROOT / "docs" / "language.md"
+TARGETS = ROOT / "docs" / "targets.md"
 
 
 def _run(command: str) -> str:
@@ -53,3 +54,26 @@ def test_the_language_docs_table_of_target_keys_is_the_targets_data():
     table = re.compile(r"^\| target \| .*?\n(?=\n)", re.M | re.S)
     assert table.search(text), "docs/language.md has no table of target keys"
     assert_snapshot(LANGUAGE, table.sub(lambda m: keys_table() + "\n", text, count=1))
+
+
+def test_the_targets_docs_launcher_matrix_is_the_targets_data():
+    text = TARGETS.read_text()
+    table = re.compile(r"^\| target \| engine \| releases \| .*?\n(?=\n)", re.M | re.S)
+    assert table.search(text), "docs/targets.md has no launcher matrix"
+    assert_snapshot(TARGETS, table.sub(lambda m: launchers_table() + "\n", text, count=1))
+
+
+def test_every_judge_the_matrix_names_is_built_and_run():
+    """Each `judge` of parc/targets/judges.toml has its environment script and is in .ci/run's
+    loop (so the matrix never names a judge that does not run), and every target has an entry."""
+    import tomllib
+
+    from parc.model.targets import names
+
+    judged = tomllib.loads((ROOT / "parc" / "targets" / "judges.toml").read_text())
+    assert set(judged) == set(names())
+    loop = re.search(r"^for judge in ([a-z ]+); do$", (ROOT / ".ci" / "run").read_text(), re.M).group(1).split()
+    for name, entry in judged.items():
+        if "judge" in entry:
+            assert (ROOT / "tests" / "judges" / f"{entry['judge']}_env.sh").is_file(), name
+            assert entry["judge"] in loop, name

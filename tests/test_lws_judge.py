@@ -37,14 +37,36 @@ def option(argv: list[str], flag: str, default=None):
     return argv[argv.index(flag) + 1] if flag in argv else default
 
 
+# the examples a DisaggregatedSet serves as they are, with only the key added to a `target lws`
+DSET_EXAMPLES = ["examples/deepseek-v3-pd.par"]
+
+
 def manifests():
-    """(spec, plan as JSON, lws.yaml) for every example and test spec parc compiles for lws."""
+    """(spec, plan as JSON, lws.yaml) for every example and test spec parc compiles for lws, and
+    the DSET_EXAMPLES with `disaggregated_set = true`."""
     out = []
     for spec, t, files in accepted_cases():
         if t == "lws":
             by = {f.path: f.text for f in files}
             out.append((spec, json.loads(by["plan.json"]), by["lws.yaml"]))
-    return out
+    return out + [dset_example(e) for e in DSET_EXAMPLES]
+
+
+def dset_example(example: str):
+    """(spec, plan, lws.yaml) of ``example`` compiled with `target lws { disaggregated_set = true }`."""
+    import tempfile
+    from pathlib import Path
+
+    from parc.cli.compile import compile_spec
+
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / Path(example).name
+        path.write_text((root / example).read_text() + "\ntarget lws {\n  disaggregated_set = true\n}\n")
+        r, _, files = compile_spec(str(path), "lws")
+    assert files is not None, [(d.code, d.message) for d in r.diagnostics]
+    by = {f.path: f.text for f in files}
+    return f"{example} (disaggregated_set)", json.loads(by["plan.json"]), by["lws.yaml"]
 
 
 # the port each engine serves on when its target block names none (vllm/__init__.py, sglang PORT)
@@ -168,11 +190,15 @@ def pool_sets(plan: dict, v: dict):
 def check_pooled(spec: str, plan: dict, v: dict) -> None:
     """A LeaderWorkerSet per pool, each group running its pool's degrees with the pool's KV
     transfer role, and the proxy or router pointed at every group's leader."""
-    gpn, name = plan["cluster"]["gpus_per_node"], v["sets"][0]["name"].rsplit("-", 1)[0]
+    gpn, name = plan["cluster"]["gpus_per_node"], v.get("dset") or v["sets"][0]["name"].rsplit("-", 1)[0]
     sglang = engine(plan) == "sglang"
     leaders = {}
     for pool, s, m in pool_sets(plan, v):
-        assert s["ok"] and s["name"] == f"{name}-{pool}", spec
+        if v.get("dset"):   # a role: the controller's LeaderWorkerSet <name>-<slice>-<revision>-<role>
+            assert s["ok"] and s["role"] == pool and s["name"].startswith(f"{name}-0-") and \
+                s["name"].endswith(f"-{pool}"), spec
+        else:
+            assert s["ok"] and s["name"] == f"{name}-{pool}", spec
         g = m["tp"] * m["pp"] * m["cp"] * m["dp"]
         # a group per instance (vLLM): its nodes the pods, each with its GPUs on a node
         if not sglang:
@@ -182,7 +208,11 @@ def check_pooled(spec: str, plan: dict, v: dict) -> None:
             p for p in plan["pools"] if p["name"] == pool][0]["instances"], spec
         port = PORTS["sglang"] if sglang else POOL_PORTS[pool]
         assert s["pods"][0]["probe"] == {"path": "/health", "port": port}, spec
-        [svc] = s["services"]
+        if v.get("dset"):   # parc's Service of the role: it selects the role's leaders, and only them
+            [svc] = [c for c in v["services"] if c["selects"] and c["selects"][0][0] == pool]
+            assert svc["selects"] == [[pool, 0]], spec
+        else:
+            [svc] = s["services"]
         assert svc["ports"] == [[port, port]], spec
         for p in s["pods"]:
             assert p["returncode"] == 0, (spec, p["stderr"])
@@ -196,7 +226,8 @@ def check_pooled(spec: str, plan: dict, v: dict) -> None:
             assert ("--headless" in argv) == (p["index"] > 0), spec
             if p["index"] == 0:
                 assert option(argv, "--port") == str(port), spec
-        leaders[pool] = [f"{s['name']}-{k}.{s['name']}" for k in range(s["replicas"])]
+        leaders[pool] = ([svc["name"]] * s["replicas"] if v.get("dset") else
+                         [f"{s['name']}-{k}.{s['name']}" for k in range(s["replicas"])])
     proxy = v["proxy"]
     assert proxy["returncode"] == 0, (spec, proxy["stderr"])
     [argv] = proxy["runs"]["python3"]
@@ -214,6 +245,8 @@ def check_pooled(spec: str, plan: dict, v: dict) -> None:
 def test_kubernetes_accepts_what_parc_emits_with_the_plans_degrees(lws_python):
     cases = manifests()
     assert len(cases) >= 8
+    # the DisaggregatedSets: the dense test spec and the MoE example
+    assert sum("kind: DisaggregatedSet" in text for *_, text in cases) >= 2
     for (spec, plan, _), v in zip(cases, judge(lws_python, [text for _, _, text in cases])):
         assert v["ok"], f"{spec}: {v.get('stage')}: {v.get('errors')}"
         if plan.get("pools"):
@@ -255,6 +288,39 @@ def test_the_judge_refuses_what_kubernetes_refuses(lws_python):
     assert got[0]["ok"], got[0]
     assert [v.get("stage") for v in got[1:]] == ["schema", "schema", "webhook", "webhook", "built-in objects"], got
     assert "sizee" in got[1]["errors"][0] and "sizeLimt" in got[2]["errors"][0]
+
+
+def test_the_judge_refuses_what_the_disaggregatedset_api_refuses(lws_python):
+    """A DisaggregatedSet the API server or its webhook refuses is refused: one role (the CRD's
+    minItems), a misspelt field in a role's pod template (structural schema), one role with
+    replicas 0 beside one with 2 (the CRD's CEL rule), a name whose generated Service name passes
+    63 characters (the webhook), and a role whose LeaderWorkerSet LWS's webhook refuses (size 0: the
+    controller's create fails)."""
+    import copy
+
+    import yaml
+
+    spec, plan, text = next(c for c in manifests() if "disaggregated_set" in c[0])
+    docs = list(yaml.safe_load_all(text))
+    at = next(i for i, d in enumerate(docs) if d["kind"] == "DisaggregatedSet")
+
+    def edited(fn):
+        d = copy.deepcopy(docs)
+        fn(d[at])
+        return yaml.safe_dump_all(d)
+
+    bad = [
+        edited(lambda d: d["spec"].update(roles=d["spec"]["roles"][:1])),
+        edited(lambda d: d["spec"]["roles"][0]["spec"]["leaderWorkerTemplate"].update(sizee=2)),
+        edited(lambda d: d["spec"]["roles"][0]["spec"].update(replicas=0)),
+        edited(lambda d: d["metadata"].update(name="d" * 41)),
+        edited(lambda d: d["spec"]["roles"][1]["spec"]["leaderWorkerTemplate"].update(size=0)),
+    ]
+    got = judge(lws_python, [text] + bad)
+    assert got[0]["ok"] and got[0]["dset"] == "deepseek-v3", got[0]
+    assert [v.get("stage") for v in got[1:]] == ["schema", "schema", "schema", "webhook", "webhook"], got
+    assert "sizee" in got[2]["errors"][0] and "replicas must be zero" in got[3]["errors"][0]
+    assert "generated service name (64 chars)" in got[4]["errors"][0]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -269,3 +269,64 @@ def test_the_planner_judges_with_the_engines_rules(tmp_path):
     assert load_spec(str(path)).rule_targets == {"lws", "sglang"}
     path.write_text(on_vllm(text))
     assert load_spec(str(path)).rule_targets == {"lws", "vllm"}
+
+
+# ------------------------------------------------------------------------------------ DisaggregatedSet
+
+def _spec_file(name: str) -> str:
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parent / "data" / "specs" / name).read_text()
+
+
+def test_disaggregated_set_makes_the_pools_its_roles(check_spec):
+    """With `disaggregated_set`, the pools are the roles of one DisaggregatedSet, each role's spec
+    the LeaderWorkerSet spec the pool would have had; the Services select each role's leaders by
+    the controller's labels, and the proxy is pointed at those Services."""
+    text = _spec_file("lws-dset-llama-pd.par")
+    r = check_spec(text, ("lws",))
+    assert not r.errors
+    docs = manifest(r)
+    [ds] = [d for d in docs if d["kind"] == "DisaggregatedSet"]
+    assert not [d for d in docs if d["kind"] == "LeaderWorkerSet"]
+    assert ds["apiVersion"] == "disaggregatedset.x-k8s.io/v1" and ds["metadata"]["name"] == "llama3-70b"
+    roles = {role["name"]: role["spec"] for role in ds["spec"]["roles"]}
+    assert list(roles) == ["prefill", "decode"]
+    # the same specs as the LeaderWorkerSets of the pools without the key
+    sets = {d["metadata"]["name"]: d["spec"] for d in manifest(check_spec(text.replace(
+        "disaggregated_set = true", ""), ("lws",))) if d["kind"] == "LeaderWorkerSet"}
+    assert roles == {"prefill": sets["llama3-70b-prefill"], "decode": sets["llama3-70b-decode"]}
+    assert (roles["prefill"]["replicas"], roles["decode"]["replicas"]) == (2, 1)
+    svcs = {d["metadata"]["name"]: d["spec"]["selector"] for d in docs if d["kind"] == "Service"}
+    assert svcs["llama3-70b-prefill-leader"] == {"disaggregatedset.x-k8s.io/name": "llama3-70b",
+                                                 "disaggregatedset.x-k8s.io/role": "prefill",
+                                                 "leaderworkerset.sigs.k8s.io/worker-index": "0"}
+    [proxy] = [d for d in docs if d["kind"] == "Deployment"]
+    # each instance reached through its role's Service: proxy.sh wants one address an instance
+    env = {e["name"]: e["value"] for e in proxy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["PREFILL_HOSTS"] == "llama3-70b-prefill-leader llama3-70b-prefill-leader"
+    assert env["DECODE_HOSTS"] == "llama3-70b-decode-leader"
+
+
+def test_p720_disaggregated_set_needs_pools(check_spec):
+    text = _spec_file("lws-dset-llama-pd.par")
+    aggregated = text[:text.index("  prefill {")] + "}\n" + text[text.index("target vllm"):]
+    aggregated = aggregated.replace("  kv_transfer            = nixl\n", "").replace("tp = 8", "dp = 3; tp = 8")
+    d = assert_fires(check_spec, aggregated, "P720", "disaggregated_set", target="lws", targets=("lws",))
+    assert "no pools" in d.message and "at least 2 roles" in d.message
+    # the help's fix: without the key, one LeaderWorkerSet serves it
+    assert not check_spec(aggregated.replace("disaggregated_set = true", ""), ("lws",)).errors
+    assert_quiet(check_spec, text, "P720", ("lws",))
+
+
+def test_p721_sglang_router_needs_each_prefill_servers_address(check_spec):
+    text = _spec_file("lws-sglang-pd.par").replace("engine        = sglang",
+                                                   "engine        = sglang\n  disaggregated_set = true")
+    d = assert_fires(check_spec, text, "P721", "disaggregated_set", target="lws", targets=("lws",))
+    assert "prefill pool has 2 instances" in d.message
+    # one prefill server: the role's Service names it
+    one = text.replace("instances = 2", "instances = 1")
+    assert_quiet(check_spec, one, "P721", ("lws",))
+    assert not check_spec(one, ("lws",)).errors
+    # vLLM's proxy needs no per-server address: quiet with two prefill instances
+    assert_quiet(check_spec, _spec_file("lws-dset-llama-pd.par"), "P721", ("lws",))

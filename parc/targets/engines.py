@@ -133,6 +133,18 @@ def launch(plan, wrapper: str) -> NodeLaunch:
     return module.node_launch(plan, engine_settings(plan, wrapper, name))
 
 
+def engine_config(plan, wrapper: str, pool: str | None = None) -> tuple[dict, list[Env]]:
+    """The engine ``wrapper`` runs for ``plan`` as keyword arguments and environment, for a
+    wrapper that builds the engine itself rather than running its command (Ray Serve LLM): its
+    folder's ``engine_config(plan, settings, pool)``; ``plan`` is the plan of one run (a
+    :class:`Run`'s), ``pool`` the pool whose instance it is."""
+    from parc.model.targets import engine_of
+
+    name = engine_of(plan, wrapper)
+    module = importlib.import_module(f"parc.targets.{name}")
+    return module.engine_config(plan, engine_settings(plan, wrapper, name), pool)
+
+
 def flat(lines) -> tuple:
     """Option lines (one option and its values a line) as one argv."""
     return tuple(w for line in lines for w in line)

@@ -19,7 +19,17 @@ for each what Kubernetes and the LeaderWorkerSet controller make of it:
   argv.
 
 It answers with the sizes it derived (replicas, size, GPUs per pod, the probe, the Service) and
-each pod's recorded argv; the test compares them with the plan."""
+each pod's recorded argv; the test compares them with the plan.
+
+A DisaggregatedSet goes through its CRD's schema (tests/data/lws, LWS v0.10.0; unknown fields
+refused), the CEL rule the CRD carries (the roles' replicas all zero or all set), and the checks
+of its webhook (pkg/webhooks/disaggregatedset/disaggregatedset_webhook.go: a role's rollout
+strategy RollingUpdate without a partition, the generated Service name `<lws>-prv` within 63
+characters); then each role becomes the LeaderWorkerSet the controller makes of it
+(pkg/controllers/disaggregatedset/lws_manager.go Create: `<name>-<slice>-<revision>-<role>`,
+the role's spec with the controller's labels on both pod templates), judged as above, and each
+Service is matched against the labels of every pod of every role, as the endpoints controller
+would."""
 import json
 import os
 import re
@@ -34,8 +44,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from support.kubelet import builtin_errors, expand  # noqa: E402  (shared by the Kubernetes judges)
 from support.structural import strict  # noqa: E402  (Kubernetes' pruning, shared with the PyTorchJob test)
 
-CRD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "lws",
-                   "leaderworkerset.x-k8s.io_leaderworkersets.yaml")
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "lws")
+CRD = os.path.join(DATA, "leaderworkerset.x-k8s.io_leaderworkersets.yaml")
+DSET_CRD = os.path.join(DATA, "disaggregatedset.x-k8s.io_disaggregatedsets.yaml")
+# the revision the controller hashes from the roles (8 hex characters, utils.go ComputeRevision):
+# the judge stands one in
+REVISION = "0f1e2d3c"
+DSET_LABELS = ("disaggregatedset.x-k8s.io/name", "disaggregatedset.x-k8s.io/role",
+               "disaggregatedset.x-k8s.io/slice", "disaggregatedset.x-k8s.io/revision")
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 OBJECT_META = {"name", "namespace", "labels", "annotations"}
@@ -43,8 +59,8 @@ INT32_MAX = 2**31 - 1
 RECORDERS = ("vllm", "ray", "python3")
 
 
-def _crd_validator():
-    with open(CRD) as f:
+def _crd_validator(path=CRD):
+    with open(path) as f:
         crd = yaml.safe_load(f)
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
     schema = strict(version["schema"]["openAPIV3Schema"])
@@ -52,6 +68,7 @@ def _crd_validator():
 
 
 VALIDATOR = _crd_validator()
+DSET_VALIDATOR = _crd_validator(DSET_CRD)
 
 
 def name_errors(meta, what):
@@ -131,14 +148,18 @@ def judge(text):
     docs = [d for d in yaml.safe_load_all(text) if d]
     sets = [d for d in docs if d.get("kind") == "LeaderWorkerSet"]
     svcs = [d for d in docs if d.get("kind") == "Service"]
-    if not sets or (len(sets) > 1) != any(d.get("kind") == "Deployment" for d in docs):
-        return {"ok": False, "errors": [f"{len(sets)} LeaderWorkerSets"]}
+    dsets = [d for d in docs if d.get("kind") == "DisaggregatedSet"]
+    if len(dsets) > 1 or (dsets and sets) or (not sets and not dsets) or (
+            (len(sets) > 1 or bool(dsets)) != any(d.get("kind") == "Deployment" for d in docs)):
+        return {"ok": False, "errors": [f"{len(sets)} LeaderWorkerSets, {len(dsets)} DisaggregatedSets"]}
     errors = []
     for d in docs:
-        if d.get("kind") != "LeaderWorkerSet":
+        if d.get("kind") not in ("LeaderWorkerSet", "DisaggregatedSet"):
             errors += builtin_errors(d, d.get("kind", "?"))
     if errors:
         return {"ok": False, "stage": "built-in objects", "errors": errors}
+    if dsets:
+        return judge_dset(dsets[0], svcs, docs)
     if len(sets) == 1:
         return judge_set(sets[0], svcs)
     out = [judge_set(lws, [s for s in svcs if s["metadata"]["name"] == lws["metadata"]["name"] + "-leader"])
@@ -149,6 +170,89 @@ def judge(text):
     [dep] = [d for d in docs if d.get("kind") == "Deployment"]
     [cm] = [d for d in docs if d.get("kind") == "ConfigMap"]
     return {"ok": True, "sets": out, "proxy": run_deployment(dep, cm)}
+
+
+def dset_errors(ds):
+    """The DisaggregatedSet's schema, its CRD's CEL rule and its webhook's checks."""
+    errors = [f"DisaggregatedSet {'/'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in DSET_VALIDATOR.iter_errors(ds)]
+    if ds.get("apiVersion") != "disaggregatedset.x-k8s.io/v1":
+        errors.append(f"apiVersion {ds.get('apiVersion')}")
+    if errors:
+        return "schema", errors
+    roles = ds["spec"]["roles"]
+    names = [r["name"] for r in roles]
+    if len(set(names)) != len(names):   # x-kubernetes-list-type: map, keyed by name
+        return "schema", [f"spec.roles: duplicate role names {names}"]
+    static = [r for r in roles if (r.get("scaling") or {}).get("mode", "Static") != "External"]
+    zero = all(r["spec"].get("replicas", 1) == 0 for r in static)   # replicas defaults to 1
+    if not (zero or all(r["spec"].get("replicas", 1) > 0 for r in static)):
+        return "schema", ["spec: replicas must be zero for all non-External roles or non-zero for all non-External roles"]
+    errors = name_errors(ds["metadata"], "DisaggregatedSet")
+    slices = ds["spec"].get("slices", 1)
+    for i, r in enumerate(roles):
+        rollout = r["spec"].get("rolloutStrategy") or {}
+        if rollout.get("type", "RollingUpdate") != "RollingUpdate":
+            errors.append(f"spec.roles[{i}].spec.rolloutStrategy.type: Unsupported value")
+        if (rollout.get("rollingUpdateConfiguration") or {}).get("partition"):
+            errors.append(f"spec.roles[{i}].spec.rolloutStrategy.rollingUpdateConfiguration.partition: Forbidden")
+        svc = len(ds["metadata"]["name"]) + 3 + len(str(slices - 1)) + len(REVISION) + len(r["name"]) + len("-prv")
+        if svc > 63:
+            errors.append(f"spec.roles[{i}].name: the generated service name ({svc} chars) would exceed the "
+                          "DNS-1035 limit of 63 characters")
+    return "webhook", errors
+
+
+def role_set(ds, role):
+    """The LeaderWorkerSet the controller makes of ``role`` for slice 0 (lws_manager.go Create)."""
+    name = ds["metadata"]["name"]
+    lws_name = f"{name}-0-{REVISION}-{role['name']}"
+    labels = {"app": f"{name}-0-{role['name']}", DSET_LABELS[0]: name, DSET_LABELS[1]: role["name"],
+              DSET_LABELS[2]: "0", DSET_LABELS[3]: REVISION}
+    spec = json.loads(json.dumps(role["spec"]))
+    lwt = spec["leaderWorkerTemplate"]
+    for key in ("leaderTemplate", "workerTemplate"):
+        if key in lwt:
+            meta = lwt[key].setdefault("metadata", {})
+            meta["labels"] = {**meta.get("labels", {}), **labels}
+    meta = {"name": lws_name, "labels": labels}
+    if "namespace" in ds["metadata"]:
+        meta["namespace"] = ds["metadata"]["namespace"]
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta, "spec": spec}
+
+
+def pod_labels(lws, worker):
+    """The labels of worker ``worker`` of group 0: its template's, and LeaderWorkerSet's own."""
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    t = lwt.get("leaderTemplate") if worker == 0 and "leaderTemplate" in lwt else lwt["workerTemplate"]
+    return {**(t.get("metadata") or {}).get("labels", {}), "leaderworkerset.sigs.k8s.io/name": lws["metadata"]["name"],
+            "leaderworkerset.sigs.k8s.io/worker-index": str(worker), "leaderworkerset.sigs.k8s.io/group-index": "0"}
+
+
+def judge_dset(ds, svcs, docs):
+    """A DisaggregatedSet: its own checks, then each role's LeaderWorkerSet as ``judge_set`` judges
+    one, and which pods each Service selects (role, worker index)."""
+    stage, errors = dset_errors(ds)
+    if errors:
+        return {"ok": False, "stage": stage, "errors": errors}
+    out = []
+    pods = []   # (role, worker index, labels) of group 0 of every role
+    for role in ds["spec"]["roles"]:
+        lws = role_set(ds, role)
+        size = lws["spec"]["leaderWorkerTemplate"].get("size", 1)
+        pods += [(role["name"], w, pod_labels(lws, w)) for w in range(size)]
+        out.append({"role": role["name"], **judge_set(lws, [])})
+    bad = [v for v in out if not v["ok"]]
+    if bad:
+        return bad[0]
+    services = [{"name": s["metadata"]["name"], "ports": [(p["port"], p.get("targetPort")) for p in s["spec"]["ports"]],
+                 "selects": [[r, w] for r, w, labels in pods
+                             if all(labels.get(k) == v for k, v in (s["spec"].get("selector") or {}).items())]}
+                for s in svcs]
+    [dep] = [d for d in docs if d.get("kind") == "Deployment"]
+    [cm] = [d for d in docs if d.get("kind") == "ConfigMap"]
+    return {"ok": True, "dset": ds["metadata"]["name"], "sets": out, "services": services,
+            "proxy": run_deployment(dep, cm)}
 
 
 def run_deployment(dep, cm):

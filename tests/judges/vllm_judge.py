@@ -1,6 +1,7 @@
 """Runs inside the vLLM virtual environment (tests/judges/vllm_env.sh), never in parc's own.
 
 Reads JSON lists of `vllm serve` argument lists (without `vllm serve`; or {"argv", "env"}; or
+{"model", "kwargs"}, EngineArgs' keyword arguments as Ray Serve LLM passes them; or
 {"split": [layers, pp]}, answered with vLLM's layers per pipeline rank; or {"nixl_handshake":
 {...}}, which nixl_handshake answers), one list a line, on stdin and prints, for
 each, whether vLLM's own parser (make_arg_parser, EngineArgs.from_cli_args) and its
@@ -90,7 +91,22 @@ def judge(argv, engine_only=False):
         return {"ok": False, "stage": "parser", "error": f"{what} refused the arguments"}
     if engine_only:   # the model is --model, and a worker has no server of its own
         a.model_tag, a.headless = a.model, False
-    e = AsyncEngineArgs.from_cli_args(a)
+    return judge_args(AsyncEngineArgs.from_cli_args(a), a.model_tag, a.headless, a)
+
+
+def judge_kwargs(model, kwargs):
+    """Keyword arguments of EngineArgs, as a launcher that builds the engine passes them (Ray Serve
+    LLM: AsyncEngineArgs(**engine_kwargs), the model its own): the same checks as a command's."""
+    try:
+        e = AsyncEngineArgs(model=model, **kwargs)
+    except Exception as x:   # an unknown field, a value of the wrong type
+        return {"ok": False, "stage": "EngineArgs", "error": f"{type(x).__name__}: {x}"}
+    return judge_args(e, model, False, None)
+
+
+def judge_args(e, model, headless, a):
+    """vLLM's ParallelConfig checks on the engine's arguments ``e`` (``a``, the parsed command line
+    when there is one, goes on to create_engine_config for a local model folder)."""
     kw = dict(tensor_parallel_size=e.tensor_parallel_size, pipeline_parallel_size=e.pipeline_parallel_size,
               data_parallel_size=e.data_parallel_size, data_parallel_size_local=e.data_parallel_size_local,
               prefill_context_parallel_size=e.prefill_context_parallel_size,
@@ -114,19 +130,21 @@ def judge(argv, engine_only=False):
     except ValueError as x:
         return {"ok": False, "stage": "executor start", "error": str(x)}
     out = {"ok": True, "engine_config": False}
-    if a.model_tag and os.path.isfile(os.path.join(a.model_tag, "config.json")):
+    if a is not None and a.model_tag and os.path.isfile(os.path.join(a.model_tag, "config.json")):
         with _cuda_for_eplb():
             out.update(_engine_config(a))
         if not out["ok"]:
             return out
-    return {"model": a.model_tag, "max_model_len": e.max_model_len, "headless": a.headless,
+    kv = e.kv_transfer_config
+    return {"model": model, "max_model_len": e.max_model_len, "headless": headless,
             "tp": pc.tensor_parallel_size, "pp": pc.pipeline_parallel_size, "dp": pc.data_parallel_size,
             "dp_local": pc.data_parallel_size_local, "pcp": pc.prefill_context_parallel_size,
             "world": pc.world_size, "ep": pc.enable_expert_parallel, "nnodes": pc.nnodes,
             "dcp": pc.decode_context_parallel_size, "eplb": pc.enable_eplb,
             "redundant": pc.eplb_config.num_redundant_experts, "eplb_window": pc.eplb_config.window_size,
             "eplb_interval": pc.eplb_config.step_interval, "all2all": pc.all2all_backend,
-            "kv_transfer": getattr(e.kv_transfer_config, "kv_connector", None), **out}
+            "kv_transfer": kv.get("kv_connector") if isinstance(kv, dict) else getattr(kv, "kv_connector", None),
+            **out}
 
 
 def split(layers, pp):
@@ -204,7 +222,7 @@ def judge_item(item):
     NixlConnector's handshake check for two tp sizes; or {"cudagraph_sizes": {...}}: the sizes
     vLLM captures; or {"nixl_pcp": {...}}: NixlConnector's role check under prefill context
     parallelism; or {"engine_args": [...]}: the arguments of Dynamo's vLLM worker, vLLM's engine
-    arguments alone (engine_parser)."""
+    arguments alone (engine_parser); or {"model": ..., "kwargs": {...}}: EngineArgs' keyword arguments."""
     if isinstance(item, list):
         return judge(item)
     if "engine_args" in item:
@@ -217,6 +235,8 @@ def judge_item(item):
         return cudagraph_sizes(item["cudagraph_sizes"])
     if "nixl_pcp" in item:
         return nixl_pcp(item["nixl_pcp"])
+    if "kwargs" in item:
+        return judge_kwargs(item["model"], item["kwargs"])
     saved = {k: os.environ.get(k) for k in item["env"]}
     os.environ.update(item["env"])
     try:

@@ -309,6 +309,11 @@ def _pods(d: Path, plan: dict, tools: Path, tmp: Path, target: str) -> list[dict
     docs = list(yaml.safe_load_all(next(d.glob("*.yaml")).read_text()))
     mounted = _configmap(docs, tmp / "etc-parc")
     out = []
+    # a DisaggregatedSet's roles: each the LeaderWorkerSet <name>-<slice>-<revision>-<role> its
+    # controller makes (the revision a hash it computes: any name stands for it here)
+    docs += [{"kind": "LeaderWorkerSet", "metadata": {"name": f"{ds['metadata']['name']}-0-rev-{role['name']}"},
+              "spec": role["spec"]} for ds in docs if ds and ds.get("kind") == "DisaggregatedSet"
+             for role in ds["spec"]["roles"]]
     for doc in docs:
         if not doc:
             continue

@@ -61,6 +61,10 @@ LEADER_ADDRESS, WORKER_INDEX = "LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX"
 # the labels LeaderWorkerSet puts on every pod: the set's name and the pod's index in its group
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 WORKER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+# the labels a DisaggregatedSet's controller puts on the pods of its LeaderWorkerSets: the set's
+# name and the pod's role (api/disaggregatedset/v1/disaggregatedset_types.go, SetNameLabelKey and
+# RoleLabelKey; pkg/utils/disaggregatedset/utils.go GenerateLabels)
+SET_LABEL, ROLE_LABEL = "disaggregatedset.x-k8s.io/name", "disaggregatedset.x-k8s.io/role"
 # the engine's variables (parc/targets/engines.py), as LeaderWorkerSet provides them
 K8S_VARS = {"master_addr": LEADER_ADDRESS, "node_rank": WORKER_INDEX, "port": "PARC_PORT"}
 
@@ -100,9 +104,16 @@ def _env(plan, run: Run) -> list[Env]:
     return [Env(e.name, literal(e.value)) for e in [plan_env, *run.env] + nccl_env(plan)]
 
 
-def _set(plan, run: Run, name: str) -> dict:
+def disaggregated(plan) -> bool:
+    """Whether the pools go in one DisaggregatedSet (the key ``disaggregated_set``) rather than a
+    LeaderWorkerSet each."""
+    return bool(plan.pools) and bool(settings(plan, TARGET).get("disaggregated_set"))
+
+
+def _set(plan, run: Run, name: str, role: str | None = None) -> dict:
     """One LeaderWorkerSet (and its Service) as the template writes it: ``run``'s groups running
-    the engine's commands."""
+    the engine's commands; with ``role``, the role of that name in the DisaggregatedSet ``name``,
+    whose Service selects its leaders by the controller's labels."""
     from parc.targets.kubernetes import CPU_PER_GPU, MEMORY_PER_GPU, SHM_DEFAULT, quantity
 
     s = settings(plan, TARGET)
@@ -111,7 +122,8 @@ def _set(plan, run: Run, name: str) -> dict:
     roles = [{"key": "leaderTemplate" if worker else "workerTemplate", "command": leader, "leader": True}]
     if worker:
         roles.append({"key": "workerTemplate", "command": worker, "leader": False})
-    return {"name": name, "replicas": run.replicas, "size": run.size, "gpus": run.gpus, "roles": roles,
+    selector = ([(SET_LABEL, name), (ROLE_LABEL, role)] if role else [(NAME_LABEL, name)]) + [(WORKER_LABEL, "0")]
+    return {"name": f"{name}-{role}" if role else name, "role": role, "selector": selector, "replicas": run.replicas, "size": run.size, "gpus": run.gpus, "roles": roles,
             "env": _env(run.plan if plan.pools else plan, run), "port": run.port,
             "cpu": str(s.get("cpu", CPU_PER_GPU * run.gpus)), "memory": quantity(memory),
             "shm": quantity(s.get("shm_size", min(SHM_DEFAULT, memory)))}
@@ -134,11 +146,12 @@ def build(plan) -> list[File]:
         sets, proxy, scripts = [_set(plan, run, name)], None, []
         what = (f"Mesh: {mesh_text(plan)}; {count(run.replicas, 'group')} of {count(run.size, 'pod')} x "
                 f"{count(run.gpus, 'GPU')}; the Service {name}-leader sends requests to the groups' leaders.")
-    header = [f"LeaderWorkerSet compiled by parc from {spec_name(plan)}: kubectl apply -f lws.yaml "
+    kind = "DisaggregatedSet" if disaggregated(plan) else "LeaderWorkerSet"
+    header = [f"{kind} compiled by parc from {spec_name(plan)}: kubectl apply -f lws.yaml "
               "(the LeaderWorkerSet controller must be installed)", what]
     text = render("lws/lws.yaml.j2", header=header, name=name, namespace=s.get("namespace"),
                   image=s.get("image", facts["image"]), container=facts["container"], health=facts["health"],
                   engine=display(engine(plan)), sets=sets, proxy=proxy, scripts=scripts,
-                  rdma=s.get("rdma_resource"), rdma_devices=s.get("rdma_devices", 1), name_label=NAME_LABEL,
-                  worker_label=WORKER_LABEL, plan_json=plan_json(plan), plan_dir=PLAN_DIR)
+                  rdma=s.get("rdma_resource"), rdma_devices=s.get("rdma_devices", 1), dset=disaggregated(plan),
+                  plan_json=plan_json(plan), plan_dir=PLAN_DIR)
     return [File("lws.yaml", text), File("plan.json", plan_json(plan))]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from parc.targets.base import Env, mesh_text
 from parc.targets.engines import Run, pod_command
-from parc.targets.lws import K8S_VARS, _set
+from parc.targets.lws import K8S_VARS, _set, disaggregated
 from parc.words import count
 
 
@@ -20,15 +20,19 @@ def pooled(plan, node, name: str):
     from parc.targets.kubernetes import PLAN_DIR, literal
 
     sets, hosts = [], {}
+    dset = disaggregated(plan)
     for run in node.runs:
-        set_name = f"{name}-{run.pool}"
-        sets.append(_set(plan, run, set_name))
-        hosts[run.pool] = leaders(set_name, run)
+        s = _set(plan, run, name, run.pool) if dset else _set(plan, run, f"{name}-{run.pool}")
+        sets.append(s)
+        # a DisaggregatedSet's controller names each role's LeaderWorkerSet after a revision hash
+        # of the roles, known once it is created: each of its leaders is reached by the role's
+        # Service (vLLM's proxy then learns the prefill engine from its reply; P721 for SGLang)
+        hosts[run.pool] = [f"{s['name']}-leader"] * run.replicas if dset else leaders(s["name"], run)
     front = node.front
     argv, env = front.command(hosts)
     proxy = {"name": f"{name}-proxy", "command": pod_command((argv,), K8S_VARS, PLAN_DIR), "port": front.port,
              "env": [Env(e.name, literal(e.value)) for e in env]}
-    what = ("Pools: " + "; ".join(f"{s['name']}: {count(s['replicas'], 'group')} of {count(s['size'], 'pod')} x "
+    what = (("Roles of the DisaggregatedSet " + name if dset else "Pools") + ": " + "; ".join(f"{s['name']}: {count(s['replicas'], 'group')} of {count(s['size'], 'pod')} x "
                                   f"{count(s['gpus'], 'GPU')} ({mesh_text(r.plan)})" for s, r in zip(sets, node.runs))
             + f"; the Service {proxy['name']} sends requests to the {front.file[:-3]} in front of them.")
     # every instance is a pod of its own, on its pool's port (not the node scripts' shared-node ports)

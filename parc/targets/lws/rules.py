@@ -90,3 +90,50 @@ def lws_infiniband(plan, c):
              help="add `rdma_resource = \"rdma/rdma_shared_device_a\"` (the resource your RDMA device plugin "
                   "advertises) to `target lws`",
              related=[(c.at("target.lws"), "target lws")] if "target.lws" in plan.spans else [])
+
+
+# ------------------------------------------------------------------------------------ P720
+
+@rule("P720", "lws-disaggregated-set-without-pools", targets=(TARGET,))
+def lws_dset_pools(plan, c):
+    """A DisaggregatedSet has at least two roles (its CRD's spec.roles minItems 2): the pools of a
+    prefill/decode-disaggregated plan. (A pooled plan is judged pool by pool, each pool's plan
+    without pools: the spec's pool blocks say it has them.)"""
+    if plan.mode != "serve" or plan.pools or any(p in plan.spans for p in ("prefill", "decode")):
+        return
+    if not settings(plan, TARGET).get("disaggregated_set"):
+        return
+    c.report(c.at(f"target.{TARGET}.disaggregated_set", f"target.{TARGET}"),
+             "`disaggregated_set = true` makes the pools of a prefill/decode-disaggregated plan the roles of a "
+             "DisaggregatedSet, and this plan has no pools: it serves every request on one kind of instance "
+             "(a DisaggregatedSet needs at least 2 roles)",
+             help="remove `disaggregated_set = true` (one LeaderWorkerSet serves the plan), or split the serve "
+                  "block into `prefill { }` and `decode { }` pools with `kv_transfer`")
+
+
+# ------------------------------------------------------------------------------------ P721
+
+@rule("P721", "lws-disaggregated-set-router-addresses", targets=(TARGET,), whole=True)
+def lws_dset_router(plan, c):
+    """The SGLang router names each server it routes to, and a decode server fetches the KV cache
+    from the prefill server's address the router tells it (its bootstrap port): it needs every
+    server's own address. A DisaggregatedSet names its LeaderWorkerSets after a hash of the roles,
+    known once it is created (pkg/utils/disaggregatedset/utils.go GenerateName), so parc reaches a
+    role's leaders through one Service, which names a single server only when the pool has one
+    instance."""
+    from parc.targets.lws import disaggregated
+
+    if not disaggregated(plan) or engine(plan) != "sglang":
+        return
+    for pool in plan.pools:
+        if pool.instances == 1:
+            continue
+        c.report(c.at(f"target.{TARGET}.disaggregated_set", f"target.{TARGET}"),
+                 f"the {pool.name} pool has {count(pool.instances, 'instance')}, and in a DisaggregatedSet parc can "
+                 "reach them only through one Service (the controller names their pods after a hash of the roles): "
+                 "the SGLang router must name each server, and a decode server asks the prefill server the router "
+                 "names for the KV cache, so a request could be prefilled on one server and fetched from another",
+                 help="remove `disaggregated_set = true` (a LeaderWorkerSet per pool, whose leaders have names), or "
+                      f"serve the {pool.name} pool with `instances = 1`",
+                 related=[(c.at(f"serve.{pool.name}", "serve"), f"instances = {pool.instances}")])
+        return

@@ -26,6 +26,7 @@ here add the multi-node layout and the rank order.
 from __future__ import annotations
 
 import json
+import re
 
 from parc.model.targets import flag, pinned
 from parc.targets.base import (Cat, Env, File, Var, device_env, settings, mesh_text, nccl_env, plain_ifname, plan_json,
@@ -84,25 +85,11 @@ def _lines(plan, node_rank, pool: str | None = None) -> tuple[list[list], list[l
     own, the spec's extra_args); ``node_rank`` is the node's rank, an int or a shell variable;
     ``pool`` the pool of a disaggregated plan whose instance this is (``plan`` is its instance plan)."""
     s = settings(plan, TARGET)
-    me, sv, cl = plan.mesh, plan.serve, plan.cluster
+    me, cl = plan.mesh, plan.cluster
     F = options(plan)
     mode = launch_mode(plan)
-    out: list[list] = []
+    out = engine_lines(plan, pool)
     a = out.append
-    a([F("tensor_parallel_size"), me.tp])
-    a([F("pipeline_parallel_size"), me.pp])
-    if me.cp > 1:
-        a([F("prefill_context_parallel_size"), me.cp])
-    if me.dp > 1:
-        a([F("data_parallel_size"), me.dp])
-    if me.dcp > 1:
-        a([F("decode_context_parallel_size"), me.dcp])
-    if me.ep > 1:
-        a([F("enable_expert_parallel")])
-    out += _moe_lines(plan, F, s, pool)
-    out += _scheduler_lines(sv, F)
-    a([F("kv_cache_dtype"), KV_DTYPES[sv.kv_cache_dtype]])
-    out += model_lines(plan, F)
     others: list[list] = []
     if mode == "ray":
         a([F("distributed_executor_backend"), "ray"])
@@ -129,6 +116,48 @@ def _lines(plan, node_rank, pool: str | None = None) -> tuple[list[list], list[l
     others.append([F("headless")])
     port = Var("port") if pool else s.get("port", 8000)
     return out, [[F("port"), port]], others, [[x] for x in s.get("extra_args") or []]
+
+
+def engine_lines(plan, pool: str | None = None) -> list[list]:
+    """The options that make the engine what the plan says, whoever starts it: its degrees, MoE,
+    scheduler, KV cache and model (the launch's own, ranks and addresses, are :func:`_lines`')."""
+    s, me, sv = settings(plan, TARGET), plan.mesh, plan.serve
+    F = options(plan)
+    out: list[list] = [[F("tensor_parallel_size"), me.tp], [F("pipeline_parallel_size"), me.pp]]
+    a = out.append
+    if me.cp > 1:
+        a([F("prefill_context_parallel_size"), me.cp])
+    if me.dp > 1:
+        a([F("data_parallel_size"), me.dp])
+    if me.dcp > 1:
+        a([F("decode_context_parallel_size"), me.dcp])
+    if me.ep > 1:
+        a([F("enable_expert_parallel")])
+    out += _moe_lines(plan, F, s, pool)
+    out += _scheduler_lines(sv, F)
+    a([F("kv_cache_dtype"), KV_DTYPES[sv.kv_cache_dtype]])
+    return out + model_lines(plan, F)
+
+
+def engine_config(plan, s: dict, pool: str | None = None) -> tuple[dict, list[Env]]:
+    """The engine as keyword arguments of vLLM's EngineArgs (what a launcher that builds the
+    engine itself, Ray Serve LLM's ``engine_kwargs``, passes) and the environment it needs:
+    :func:`engine_lines`, each option's field (vLLM's CLI spells each EngineArgs field
+    ``--field-name``), a flag ``True``, a JSON value its object, a number its number."""
+    kwargs = {}
+    for line in engine_lines(plan, pool):
+        key = line[0].lstrip("-").replace("-", "_")
+        kwargs[key] = True if len(line) == 1 else _typed(line[1])
+    part = uneven_partition(plan)
+    env = [Env("VLLM_PP_LAYER_PARTITION", ",".join(map(str, part)))] if part else []
+    return kwargs, env
+
+
+def _typed(v):
+    """An option's value as its Python value: JSON (an object, a number) read back, else as written."""
+    if isinstance(v, str) and (v[:1] == "{" or re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", v)):
+        return json.loads(v)
+    return v
 
 
 def model_lines(plan, F) -> list[list]:
