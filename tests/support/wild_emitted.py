@@ -71,9 +71,9 @@ def launches(target: str, files, sandbox: Path) -> list[Launch]:
     nodes = plan["cluster"]["nodes"] if plan else 1
     box = sandbox / "emitted"
     paths = set(by)
-    if target in ("kubernetes", "lws", "trainjob", "skypilot", "dynamo", "kserve"):
+    if target in ("kubernetes", "lws", "trainjob", "skypilot", "dynamo", "kserve", "rayserve"):
         name = {"kubernetes": "job.yaml", "lws": "lws.yaml", "trainjob": "trainjob.yaml", "skypilot": "task.yaml",
-                "dynamo": "dgd.yaml", "kserve": "llmisvc.yaml"}[target]
+                "dynamo": "dgd.yaml", "kserve": "llmisvc.yaml", "rayserve": "serve.yaml"}[target]
         fmt = {"kubernetes": "pytorchjob"}.get(target, target)
         _write(files, box)
         return wild_yaml.FORMATS[fmt](by[name].text, box)

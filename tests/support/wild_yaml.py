@@ -14,6 +14,7 @@ pod runs, which is run under the recorders with the variables that system sets:
   ``numNodes`` and ``PET_NPROC_PER_NODE`` from ``numProcPerNode`` (``auto``: the runtime's)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -222,5 +223,46 @@ def kserve(text: str, sandbox: Path) -> list[Launch]:
     return out
 
 
+def _engine_argv(kwargs: dict) -> list[str]:
+    """vLLM's engine keyword arguments as the command line that states them (EngineArgs' fields
+    are its options, dashed; a false switch its --no- form)."""
+    argv = []
+    for k, v in kwargs.items():
+        flag = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            argv.append(flag if v else "--no-" + k.replace("_", "-"))
+        elif isinstance(v, (dict, list)):
+            argv += [flag, json.dumps(v)]
+        else:
+            argv += [flag, str(v)]
+    return argv
+
+
+def rayserve(text: str, sandbox: Path) -> list[Launch]:
+    """A Ray Serve config of Ray Serve LLM applications (ray.serve.llm's builders): each LLMConfig
+    (inline, or a file the config names beside it) as its replicas, GPU bundles and accelerator, and
+    the vLLM engine its replicas build from engine_kwargs, read as the command line that says the same."""
+    from support.wild_launch import from_records
+
+    out = []
+    for app in yaml.safe_load(text).get("applications") or []:
+        args = app.get("args") or {}
+        configs = [(c, "") for c in args.get("llm_configs") or []]
+        configs += [(args[k], k.split("_")[0]) for k in ("llm_config", "prefill_config", "decode_config") if k in args]
+        for c, role in configs:
+            if isinstance(c, str):          # a path, relative to where `serve run` starts
+                c = yaml.safe_load((sandbox / c).read_text())
+            pg = c.get("placement_group_config") or {}
+            dep = c.get("deployment_config") or {}
+            out.append(_scheduler("rayserve", {
+                "builder": app.get("import_path"), "replicas": int(dep.get("num_replicas", 1)),
+                "accelerator_type": c.get("accelerator_type"), "strategy": pg.get("strategy"),
+                "gpus": sum(int(b.get("GPU", 0)) for b in pg.get("bundles") or [])}))
+            model = (c.get("model_loading_config") or {}).get("model_id", "")
+            argv = ["serve", model, *_engine_argv(c.get("engine_kwargs") or {})]
+            out += from_records([{"name": "vllm", "argv": argv, "cwd": str(sandbox), "env": {}}], role)
+    return out
+
+
 FORMATS = {"skypilot": skypilot, "lws": lws, "pytorchjob": pytorchjob, "trainjob": trainjob, "dynamo": dynamo,
-           "kserve": kserve}
+           "kserve": kserve, "rayserve": rayserve}
