@@ -22,7 +22,13 @@ FAMILIES = {
     "P5": "advice",
     "P6": "target",
     "P7": "known defects",
+    "P72": "orchestrator targets",   # the P6 codes ran out: P720-P729 are the orchestrators' own target rules
 }
+
+
+def family(code: str) -> str:
+    """A code's family: its first two characters, but P720-P729 (orchestrator target rules) their own."""
+    return code[:3] if code.startswith("P72") else code[:2]
 
 
 def add_arguments(p):
@@ -51,8 +57,8 @@ def catalog() -> list[dict]:
             "code": code,
             "name": r.name if r else d.get("name", ""),
             "title": d.get("title", ""),
-            "family": code[:2],
-            "family_name": FAMILIES.get(code[:2], ""),
+            "family": family(code),
+            "family_name": FAMILIES.get(family(code), ""),
             "severity": r.severity if r else d.get("severity", "error"),
             "targets": list(r.targets) if r else [GENERIC],
             "doc": d.get("doc", ""),

@@ -19,7 +19,8 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/parc-dev/parc"
 _LEVEL = {ERROR: "error", WARNING: "warning", NOTE: "note"}
 _FAMILY = {"P0": "syntax-and-names", "P1": "mesh", "P2": "batch-and-schedule", "P3": "topology",
-           "P4": "memory", "P5": "advice", "P6": "target", "P7": "known-defect"}
+           "P4": "memory", "P5": "advice", "P6": "target", "P7": "known-defect",
+           "P72": "orchestrator-target"}   # P720-P729: the orchestrators' own target rules (P6 is full)
 
 
 def _uri(file: str) -> str:
@@ -81,7 +82,7 @@ def sarif_rules(severities: dict[str, str] | None = None) -> list[dict]:
         help_text = full + (f"\n\nThe same rule in other tools: {d['source']}." if d.get("source") else "")
         help_md = f"**{code} {d.get('name', '')}**: {full}" + (
             f"\n\n*Enforced by:* {d['source']}" if d.get("source") else "")
-        tags = [_FAMILY.get(code[:2], "parc")]
+        tags = [_FAMILY.get(code[:3] if code.startswith("P72") else code[:2], "parc")]
         if r and r.targets and r.targets != ("generic",):
             tags.extend(r.targets)
         entry = {
