@@ -3,17 +3,15 @@
 Targets (issue: the .par language end to end):
 * parse + resolve of a 100-line spec, in process: median <= 5 ms;
 * `parc check examples/<spec>.par` as a process: median <= 1.5 x `python -c "import lark, pydantic"`,
-  measured side by side (runs interleaved) in the same invocation.
+  measured side by side (runs interleaved) in the same invocation, by bench/bench_startup.py.
 
 Run: python bench/bench_frontend.py [--runs 30]
 """
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,25 +51,13 @@ def bench_inprocess(runs: int) -> tuple[float, int]:
     return statistics.median(times), len(text.splitlines())
 
 
-def run_once(cmd, env) -> float:
-    t = time.perf_counter()
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - t
-
-
 def bench_process(runs: int, spec: str):
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as an installed package runs: bytecode cached
-    parc = shutil.which("parc")
-    check = [parc, "check", spec] if parc else [sys.executable, "-m", "parc", "check", spec]
-    base = [sys.executable, "-c", "import lark, pydantic"]
-    for _ in range(3):  # warm the OS cache and the parser cache
-        run_once(check, env), run_once(base, env)
-    a, b = [], []
-    for _ in range(runs):
-        a.append(run_once(check, env))
-        b.append(run_once(base, env))
-    return statistics.median(a), statistics.median(b), min(a), min(b)
+    """`parc check` against the import floor, side by side (bench/bench_startup.py)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_startup import measure
+
+    m = measure(runs, spec)
+    return m["check"], m["floor"], m["check_min"], m["floor_min"]
 
 
 def main():

@@ -39,7 +39,8 @@ def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, 
     # blocks still run, so the spec's other mistakes are reported in the same run
     late = [d for d in diags if d.severity == ERROR and not any(d is p for p in res.partial_errors)]
     if res.plan is not None and not late:
-        from parc.rules import run_rules
+        from parc.model.targets import implied
+        from parc.rules import active_targets, run_rules
 
         if targets:   # a target named on the command line splits the layers its own way too
             from parc.model.params import resolve_split
@@ -47,8 +48,14 @@ def check_file(path: str | os.PathLike, targets: Iterable[str] = (), root=None, 
             resolve_split(res.plan, targets)
         from parc.targets import load_rules
 
-        load_rules()   # the targets' own rules, discovered from their folders
+        # the own rules of the targets this check judges by (any mode: a pool may serve), found
+        # in their folders
+        load_rules(implied(active_targets(res.plan, targets), None, res.plan.target_settings))
         diags.extend(run_rules(res.plan, targets, select=select, failed=res.partial))
+    # a target whose block did not parse is judged when it parses: its rules' findings would
+    # follow from the block's absence
+    unparsed = {k.split(".", 1)[1] for k in res.partial if k.startswith("target.")}
+    diags = [d for d in diags if d.target not in unparsed]
     plan = res.plan if not res.partial else None   # a partial plan is never handed on
     if select is not None:
         diags = [d for d in diags if select(d.code)]

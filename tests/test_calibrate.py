@@ -189,6 +189,17 @@ def test_throughputs_become_step_times(base):
     ("r.csv", "label,mesh.tp,memory_gb\na,2,40\n", 2, "no step time"),
     ("r.csv", 'label,train.recompute,step_time\na,"full\n}\nmodel {",1.0\n', 2, "takes a number"),
     ("r.csv", "", 1, "empty CSV"),
+    # a number too large for a float, and what float() takes that no log prints
+    ("r.csv", "label,step_time\na,1e40021000\n", 2, "should be a number"),
+    ("r.csv", "label,step_time\na,nan\n", 2, "should be a number"),
+    ("r.csv", "label,step_time\na,inf\n", 2, "should be a number"),
+    ("r.csv", "label,step_time\na,1_0\n", 2, "should be a number"),
+    ("r.csv", "label,world_size,step_time\na,8.5,1.0\n", 2, "whole number"),
+    # a label is one line of printable text: it becomes a comment of the profile block
+    ("r.csv", 'label,step_time\n"a\nb",1.0\n', 2, "`label`"),
+    ("r.csv", 'label,step_time\n"a\x07b",1.0\n', 2, "`label`"),
+    ("t.log", "step: 5  loss: 1.0  tps: 1e99999\n", 1, "should be a number"),
+    ("m.log", " iteration 5/ 10 | elapsed time per iteration (ms): 1.2.3 |\n", 1, "should be a number"),
     ("x.log", "\n\nhello world\n", 3, "not a log parc reads"),
 ])
 def test_unreadable_logs_name_the_file_and_line(tmp_path, name, text, line, words):
@@ -399,3 +410,19 @@ def test_plan_searches_with_the_profile_a_cluster_file_uses(tmp_path):
         assert r.returncode == 0, r.stderr
         times[name] = json.loads(r.stdout)["plans"][0]["step_time"]
     assert times["measured-cluster"] > 1.5 * times["plain"]
+
+
+def test_a_label_with_a_line_break_or_a_number_too_large_is_refused_not_a_crash(tmp_path):
+    csv = tmp_path / "runs.csv"
+    for body, words in (('label,step_time\n"a\nb",1.5\n', "`label` holds a line break"),
+                        ("label,step_time\nx,1e40021000\n", "`step_time` should be a number, not `1e40021000`")):
+        csv.write_text(body)
+        r = _parc("calibrate", BASE, csv)
+        assert r.returncode == 1 and words in r.stderr, r.stderr
+        assert "internal error" not in r.stderr
+
+
+def test_a_log_named_with_a_line_break_is_labelled_on_one_line(tmp_path):
+    log = tmp_path / "run\n1.log"
+    log.write_text("step: 5  loss: 1.0  tps: 1,000\n")
+    assert read_log(str(log))[0].label == "run\\n1.log"

@@ -131,6 +131,9 @@ def test_a_drawing_of_fewer_microbatches_states_the_plans_idle_share():
     text = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
     assert f"the plan idles {plan_bubble * 100:.2f}% of each step" in text
     assert "8 of the plan's" in text
+    # the plan's number first, then the drawn window's: one plan, its share before the picture's
+    caption = next(t.text for t in root.iter("{http://www.w3.org/2000/svg}text") if "idles" in (t.text or ""))
+    assert caption.index("the plan idles") < caption.index("of this picture"), caption
 
 
 SPEC = """cluster "c" {{

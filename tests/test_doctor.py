@@ -118,6 +118,16 @@ def test_engine_version_mismatch(tmp_path):
                      '(target vllm { version = "0.31" }) and check it again')
 
 
+def test_a_cpu_only_torch_cannot_run_a_gpu_job(tmp_path):
+    n = Node()
+    n.torch = {"version": "2.13.0+cpu", "cuda": None, "hip": None}
+    f = only(doctor(n, tmp_path), "D111")
+    assert f.severity == "error"
+    assert f.message == ("torch 2.13.0+cpu is a CPU-only build (built for neither CUDA nor ROCm): it sees no GPU, "
+                         "and the plan runs on 8 GPUs per node")
+    assert "GPU build of torch" in f.fix
+
+
 def test_engine_missing_and_torch_missing(tmp_path):
     n = Node()
     del n.packages["vllm"], n.packages["torch"]

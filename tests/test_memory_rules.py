@@ -1,6 +1,8 @@
 """P4 memory rules: one spec that triggers each, and its valid twin."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from parc.cost import estimate as cm
@@ -198,6 +200,36 @@ def test_p405_follows_the_published_80_percent_rule(check_spec):
     assert "CUDA context, NCCL buffers and fragmentation 3.49 GB" in d.message
     assert "under 80% of memory" in d.help
     assert p4(check_spec(TRAIN_8B.replace("ZERO", "3"))) == []
+
+
+def _l40s_cluster() -> str:
+    from pathlib import Path
+
+    from parc.topo import cluster_block, read_nvidia
+
+    topo = Path(__file__).parent / "data" / "topo" / "l40s_pcie.txt"
+    return cluster_block(read_nvidia(topo.read_text()), "node", "l40s")
+
+
+def test_p401_offers_no_tp_the_topology_rules_refuse(check_spec):
+    # 8 L40S over PCIe, two NUMA nodes: tp = 8 would fit in memory, but its group crosses the
+    # NUMA nodes and P306 refuses it, so it is not offered
+    text = _l40s_cluster() + TRAIN_8B.split("}\n", 1)[0].lstrip("\n") + "}\n" + TRAIN_8B.split(
+        "intra_node = nvlink(450GB/s)\n}\n", 1)[1].replace("ZERO", "0")
+    d = only(check_spec(text), "P401")
+    assert "tp = 8" not in d.help, d.help
+    assert "P306" in {x.code for x in check_spec(text.replace("mesh { dp = 8 }", "mesh { tp = 8 }")).errors}
+
+
+def test_p401_offers_no_fix_above_the_headroom(check_spec):
+    # two GPUs of 120 GB: ZeRO-3 alone would fit at 99% of memory and pp = 2 at 95%, which P405
+    # would then flag, so P401 offers neither; tp = 2 fits at 85% and is not offered either
+    text = headroom_spec(120).replace("gpus_per_node = 8", "gpus_per_node = 2").replace(
+        "mesh { dp = 8 }", "mesh { dp = 2 }").replace("zero = 3", "zero = 0")
+    d = only(check_spec(text), "P401")
+    assert not re.search(r"fits with .*`(zero = 3|pp = 2|tp = 2)`", d.help), d.help
+    assert "fits on 2 nodes of 2" in d.help   # more GPUs, with the headroom
+    assert [x.code for x in p4(check_spec(text.replace("zero = 0", "zero = 3")))] == ["P405"]
 
 
 # torchtitan's published context-parallel benchmark (docs/performance.md, Table 2: "FSDP + CP +

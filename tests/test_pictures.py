@@ -326,7 +326,7 @@ def test_explain_html_of_a_serving_plan_shows_its_communication(tmp_path, capsys
     assert tp_bytes > 0
     section = out.read_text().split('id="communication"')[1].split("</section>")[0]
     assert "per decoded token" in section
-    row = re.search(r"<tr><td>tp</td><td class=\"num\">([^<]+)</td>", section)
+    row = re.search(r"<tr><td>tp</td><td>[^<]+</td><td class=\"num\">([^<]+)</td>", section)   # axis, collective, bytes
     from parc.units import nbytes
 
     assert row and row.group(1) == nbytes(tp_bytes)   # as `parc explain` prints it: "3.93 MB"

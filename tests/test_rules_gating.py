@@ -86,3 +86,26 @@ def test_an_expert_grid_that_does_not_fit_its_stage_is_reported_beside_idle_gpus
                 schedule="micro_batch = 1; global_batch = 8")
     r = check_spec(text)
     assert codes(r) == ["P112", "P302"], [(d.code, d.message) for d in r.diagnostics]
+
+
+def test_an_expert_grid_vllm_spreads_unevenly_is_still_judged_against_its_stage(check_spec):
+    # vLLM spreads 256 experts over ep = 7 unevenly (P109, a warning), but a grid of 7 cannot be
+    # carved from dp · tp = 8 ranks: P112 reports it, and the memory rules, which build the rank
+    # map from the grid, wait for the fix instead of failing inside
+    text = spec("from = deepseek_v3; dtype = fp8", mesh="dp = 8; ep = 7",
+                serve="max_model_len = 4096; dp_attention = true",
+                target={"vllm": 'model = "deepseek-ai/DeepSeek-V3"'})
+    r = check_spec(text)
+    assert codes(r) == ["P112"], [(d.code, d.message) for d in r.diagnostics]
+    assert [d.severity for d in r.diagnostics if d.code == "P109"] == ["warning"]
+    assert not [d for d in r.diagnostics if d.code.startswith("P4")]
+    # the same with ep = 6, and with no target at all (P109 is then the error: no warning path)
+    assert "P112" in codes(check_spec(text.replace("ep = 7", "ep = 6")))
+
+
+def test_an_expert_degree_on_a_dense_serving_model_is_judged_not_a_crash(check_spec):
+    # P109 is a warning where no target refuses ep on a dense model (torchtitan leaves it unused):
+    # the memory rules then lay out the plan without an expert grid, which the model has none of
+    text = spec("from = llama3_70b", gpn=4, mesh="tp = 4; ep = 3", serve="max_model_len = 4096")
+    r = check_spec(text)
+    assert [d.code for d in r.diagnostics if d.code == "P109"] == ["P109"], [(d.code, d.message) for d in r.diagnostics]

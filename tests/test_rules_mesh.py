@@ -41,7 +41,8 @@ def test_p102_heads_with_alternatives(check_spec):
     bad = spec(L70, nodes=2, gpn=6, mesh="dp = 2; tp = 6", serve=SERVE)
     d = assert_fires(check_spec, bad, "P102", "tp = 6")
     assert "64 attention heads" in d.message and "nor does it split kv_heads = 8 or ffn_hidden = 28672" in d.message
-    assert "tp = 4 (dp = 3)" in d.help and "tp = 2 and pp = 3" in d.help
+    # tp = 4 divides the heads but its groups would span the nodes of 6 GPUs (P301): not offered
+    assert "tp = 2 (dp = 6)" in d.help and "tp = 2 and pp = 3" in d.help and "tp = 4" not in d.help
     # one mistake, one error: the KV-head and MLP rules stay quiet while heads fail
     r = check_spec(bad)
     assert [x.code for x in r.errors] == ["P102"]
@@ -149,12 +150,20 @@ def test_p110_with_check_target_flag(check_spec):
 MOE = "from = mixtral_8x7b; seq_len = 4096"
 
 
+FITS = "zero = 3; sequence_parallel = true; recompute = full"   # Mixtral's training state fits 32 H100s
+
+
 def test_p109_experts_not_divisible(check_spec):
     bad = spec(MOE, nodes=4, mesh="dp = 16; tp = 2; ep = 16", schedule="micro_batch = 1; global_batch = 256",
-               train="zero = 1; sequence_parallel = true")
+               train=FITS)
     d = assert_fires(check_spec, bad, "P109", "ep = 16")
     assert "8 experts" in d.message and "ep = 2, 4 or 8" in d.help
     assert_quiet(check_spec, bad.replace("ep = 16", "ep = 8"), "P109")
+    # with ZeRO-1 none of them fits in memory (P401): the degrees are not offered as the fix
+    tight = spec(MOE, nodes=4, mesh="dp = 16; tp = 2; ep = 16", schedule="micro_batch = 1; global_batch = 256",
+                 train="zero = 1; sequence_parallel = true")
+    d = assert_fires(check_spec, tight, "P109", "ep = 16")
+    assert d.help == "ep must divide 8 experts", d.help
 
 
 def test_p109_ep_without_experts(check_spec):
@@ -186,12 +195,17 @@ def test_p109_counts_redundant_experts(check_spec):
 
 
 def test_p112_expert_grid(check_spec):
-    bad = spec(MOE, nodes=1, mesh="dp = 4; tp = 2; ep = 8; etp = 2", schedule="micro_batch = 1; global_batch = 64",
-               train="zero = 1; sequence_parallel = true")
+    bad = spec(MOE, nodes=4, mesh="dp = 16; tp = 2; ep = 8; etp = 8", schedule="micro_batch = 1; global_batch = 256",
+               train=FITS)
     d = assert_fires(check_spec, bad, "P112", "ep = 8")
-    assert "ep · etp = 8 · 2 = 16" in d.message and "dp · cp · tp = 4 · 1 · 2 = 8" in d.message
-    assert "ep = 2 or 4 with etp = 2" in d.help
+    assert "ep · etp = 8 · 8 = 64" in d.message and "dp · cp · tp = 16 · 1 · 2 = 32" in d.message
+    assert "ep = 2 or 4 with etp = 8" in d.help and "etp = 1, 2 or 4 with ep = 8" in d.help
     assert_quiet(check_spec, bad.replace("ep = 8", "ep = 4"), "P112")
+    # on one node none of them fits in memory (P401): no grid is offered
+    small = spec(MOE, nodes=1, mesh="dp = 4; tp = 2; ep = 8; etp = 2", schedule="micro_batch = 1; global_batch = 64",
+                 train="zero = 1; sequence_parallel = true")
+    d = assert_fires(check_spec, small, "P112", "ep = 8")
+    assert d.help == "ep · etp must divide dp · cp · tp = 8", d.help
 
 
 def test_p113_moe_ffn_etp(check_spec):

@@ -14,6 +14,7 @@ from torch import nn  # noqa: E402
 
 from parc.api import load_plan  # noqa: E402
 from parc.runtime.launch import RunFailed, prepare_env, run_function  # noqa: E402
+from support.timing import scaled  # noqa: E402
 
 prepare_env()
 
@@ -126,7 +127,7 @@ def test_user_module_with_placement_patterns(tmp_path, mesh, zero):
         return {"diff": max(float((got[n] - want[n]).abs().max()) for n in want),
                 "kinds": kinds, "up_rows": local_rows}
 
-    res = run_function(rank_fn, 4, deadline=time.time() + 120)
+    res = run_function(rank_fn, 4, deadline=time.time() + scaled(120))
     for r in res:
         assert r["diff"] < 1e-6
         assert r["kinds"]["blocks.0.up.weight"] == ("DTensor" if "tp" in mesh or zero == 3 else "Parameter")
@@ -146,7 +147,7 @@ def test_session_refuses_a_world_it_does_not_have(tmp_path):
         Session(plan)
 
     with pytest.raises(RunFailed, match="needs 4 processes but this world has 2"):
-        run_function(rank_fn, 2, deadline=time.time() + 60)
+        run_function(rank_fn, 2, deadline=time.time() + scaled(60))
 
 
 def test_user_stages_in_the_plans_pipeline(tmp_path):
@@ -187,7 +188,7 @@ def test_user_stages_in_the_plans_pipeline(tmp_path):
                 diffs.append(float((p.grad - want[ref_name]).abs().max()))
         return {"diff": max(diffs), "actions": [str(a) for a in log]}
 
-    res = run_function(rank_fn, 4, deadline=time.time() + 120)
+    res = run_function(rank_fn, 4, deadline=time.time() + scaled(120))
     assert all(r["diff"] < 1e-6 for r in res)
     assert res[0]["actions"][:2] == ["0F0", "0F1"]
 

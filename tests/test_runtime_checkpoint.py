@@ -16,6 +16,7 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 
 from support.specs import MOE, load, spec_text  # noqa: E402
+from support.timing import scaled  # noqa: E402
 
 from parc.runtime import shrink  # noqa: E402
 from parc.runtime.launch import prepare_env  # noqa: E402
@@ -29,6 +30,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
 
 
 def parc(*args, timeout=240):
+    timeout = scaled(timeout)
     return subprocess.run([sys.executable, "-m", "parc", *args], capture_output=True, text=True, env=ENV,
                           timeout=timeout)
 
@@ -84,7 +86,7 @@ def test_bad_checkpoints_are_refused_in_one_line_before_any_rank_starts(tmp_path
     def refused(ck, *words):
         with pytest.raises(Exception) as err:
             run_plan(plan, Options(steps=1, optimizer="sgd", checkpoint=str(ck)), rehearse=True, progress=False,
-                     deadline_s=120)
+                     deadline_s=scaled(120))
         msg = str(err.value)
         assert "\n" not in msg.strip(), msg
         for w in words:
@@ -122,3 +124,33 @@ def test_checkpoint_naming_a_file_is_refused_before_any_step(tmp_path):
     assert r.returncode == 2
     assert "which is a file" in r.stderr and "step 1" not in r.stdout
     assert f.read_text() == "x"
+
+
+def test_a_shard_that_is_a_link_is_refused_for_reading_and_writing(tmp_path):
+    # a folder whose shard names link elsewhere: DCP would read the linked file, and on save
+    # open the link and overwrite the file it points to, outside the folder
+    spec = tmp_path / "s.par"
+    spec.write_text(spec_text(2, "dp = 2"))
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for rank in range(2):
+        (ck / f"__{rank}_0.distcp").symlink_to(outside)
+    r = parc("run", str(spec), "--rehearse", "--steps", "1", "--checkpoint", str(ck))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "__0_0.distcp" in r.stderr and "link" in r.stderr and "step 1" not in r.stdout
+    assert outside.read_text() == "keep me"
+
+    # a checkpoint whose shard was swapped for a link to a copy of itself is refused on read
+    from parc.runtime import checkpoint as CK
+    from parc.runtime.model import Config
+
+    plan, good = _saved(tmp_path, "a", spec_text(2, "tp = 2"))
+    shard = next(good.glob("*.distcp"))
+    copy = tmp_path / "copy.distcp"
+    copy.write_bytes(shard.read_bytes())
+    shard.unlink()
+    shard.symlink_to(copy)
+    with pytest.raises(CK.CheckpointError, match="link"):
+        CK.validate(str(good), Config.from_model(plan.model))

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from support.specs import spec_text
+from support.timing import scaled  # noqa: E402
 
 import parc.cli.torchrun_entry as entry
 
@@ -19,6 +20,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
 def parc(*args, env=None, timeout=180):
+    timeout = scaled(timeout)
     return subprocess.run([sys.executable, "-m", "parc", *args], capture_output=True, text=True,
                           env=env or ENV, timeout=timeout)
 
@@ -178,7 +180,7 @@ def test_progress_shows_phases_from_the_first_second(tmp_path):
                 if chunk and first is None:
                     first = time.time() - t0
                 seen += chunk
-            if time.time() - t0 > 180:
+            if time.time() - t0 > scaled(180):
                 break
     finally:
         p.kill()

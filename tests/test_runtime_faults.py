@@ -18,6 +18,7 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 
 from support.specs import spec_text  # noqa: E402
+from support.timing import scaled  # noqa: E402
 
 from parc.runtime.launch import RunFailed, prepare_env, run_function  # noqa: E402
 
@@ -92,15 +93,16 @@ def test_no_rank_outlives_its_parent(tmp_path, sig):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pids = []
     try:
-        end = time.time() + 120
+        end = time.time() + scaled(120)
         while time.time() < end and len(pids) < 2:
             pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid") if p.read_text()]
             time.sleep(0.2)
         assert len(pids) == 2, "the ranks did not start"
         parent.send_signal(sig)
-        parent.wait(30)
-        left = _wait_gone(pids, 10)
-        assert left == [], f"ranks {left} still run 10 s after {sig.name} to their parent"
+        parent.wait(scaled(30))
+        gone = scaled(10)
+        left = _wait_gone(pids, gone)
+        assert left == [], f"ranks {left} still run {gone:.0f} s after {sig.name} to their parent"
     finally:
         parent.kill()
         parent.wait()
@@ -115,7 +117,7 @@ def test_killing_parc_run_kills_every_rank(tmp_path):
                               env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     kids = []
     try:
-        end = time.time() + 150
+        end = time.time() + scaled(150)
         while time.time() < end and len(kids) < 2:
             kids = _children(parent.pid)
             time.sleep(0.3)
@@ -123,9 +125,10 @@ def test_killing_parc_run_kills_every_rank(tmp_path):
         time.sleep(2)
         kids = _children(parent.pid)
         parent.kill()
-        parent.wait(30)
-        left = _wait_gone(kids, 10)
-        assert left == [], f"ranks {left} still run 10 s after SIGKILL to parc run"
+        parent.wait(scaled(30))
+        gone = scaled(10)
+        left = _wait_gone(kids, gone)
+        assert left == [], f"ranks {left} still run {gone:.0f} s after SIGKILL to parc run"
     finally:
         parent.kill()
         parent.wait()
@@ -143,7 +146,7 @@ def test_the_first_rank_to_die_is_named_with_its_signal():
         time.sleep(30)
 
     with pytest.raises(RunFailed) as err:
-        run_function(fn, 2, timeout=20, deadline=time.time() + 60)
+        run_function(fn, 2, timeout=scaled(20), deadline=time.time() + scaled(60))
     assert err.value.rank == 1, str(err.value)
     assert "rank 1 ended with signal SIGKILL" in str(err.value)
     assert multiprocessing.active_children() == []
@@ -169,7 +172,7 @@ def test_a_stopped_rank_ends_the_run_within_the_timeout():
     with pytest.raises(RunFailed) as err:
         run_function(fn, 2, timeout=timeout)      # no deadline: the group's timeout ends it
     took = time.time() - t0
-    assert took < timeout + 30, f"took {took:.0f} s"
+    assert took < scaled(timeout + 30), f"took {took:.0f} s"
     assert err.value.rank == 1
     assert "rank 1 was stopped" in str(err.value)
     assert multiprocessing.active_children() == []

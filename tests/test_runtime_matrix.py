@@ -24,6 +24,7 @@ from parc.runtime import shrink  # noqa: E402
 from parc.runtime.launch import Job, prepare_env, run_forked  # noqa: E402
 from parc.runtime.options import Options  # noqa: E402
 from support.specs import GPT, MOE, load, spec_text  # noqa: E402
+from support.timing import scaled  # noqa: E402
 
 prepare_env()
 
@@ -97,7 +98,7 @@ def reports(tmp_path_factory):
     out = {}
     for world in sorted(jobs):
         names = [n for n, _ in jobs[world]]
-        got = run_forked([j for _, j in jobs[world]], deadline=time.time() + DEADLINE_S)
+        got = run_forked([j for _, j in jobs[world]], deadline=time.time() + scaled(DEADLINE_S))
         out.update({n: (j.plan, r) for n, (_, j), r in zip(names, jobs[world], got)})
     return out
 

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 from support.specs import load, spec_text  # noqa: E402
+from support.timing import scaled  # noqa: E402
 
 from parc.runtime import shrink  # noqa: E402
 from parc.runtime.launch import Job, RunFailed, prepare_env, run_forked  # noqa: E402
@@ -30,26 +31,28 @@ def _plan(tmp_path, name, world, mesh, **kw):
 def test_a_rank_that_raises_stops_every_rank_with_its_message(tmp_path):
     plan = _plan(tmp_path, "fault", 4, "dp = 2\n  tp = 2", zero=3)
     # rank 2 raises after its backward; the others wait for it in the gradient reduction
-    opts = Options(steps=2, optimizer="sgd", timeout=30, fault="2:1")
+    collective = scaled(30)   # the timeout the others would wait for, were they not stopped
+    opts = Options(steps=2, optimizer="sgd", timeout=collective, fault="2:1")
     t0 = time.time()
     with pytest.raises(RunFailed) as err:
-        run_forked([Job(plan, opts)], deadline=time.time() + 90)
+        run_forked([Job(plan, opts)], deadline=time.time() + 3 * collective)
     took = time.time() - t0
     assert err.value.rank == 2
     assert "rank 2 failed: injected fault on rank 2 at step 1" in str(err.value)
-    assert took < 30, f"took {took:.1f}s: the other ranks waited for the collective timeout"
+    assert took < collective, f"took {took:.1f}s: the other ranks waited for the collective timeout"
     assert multiprocessing.active_children() == []
 
 
 def test_a_run_past_its_deadline_is_stopped(tmp_path):
     plan = _plan(tmp_path, "slow", 2, "dp = 2")
     # rank 1 never reaches the gradient reduction within the deadline
-    opts = Options(steps=1, optimizer="sgd", timeout=60,
-                   hooks={"after_build": lambda rk: time.sleep(30) if rk.meshes.rank == 1 else None})
+    slow = scaled(30)
+    opts = Options(steps=1, optimizer="sgd", timeout=2 * slow,
+                   hooks={"after_build": lambda rk: time.sleep(slow) if rk.meshes.rank == 1 else None})
     t0 = time.time()
     with pytest.raises(RunFailed, match="deadline"):
         run_forked([Job(plan, opts)], deadline=time.time() + 4)
-    assert time.time() - t0 < 15
+    assert time.time() - t0 < scaled(15)
     assert multiprocessing.active_children() == []
 
 
@@ -86,7 +89,7 @@ def test_checkpoint_saved_under_tp2_loads_bitwise_under_other_plans(tmp_path):
     a = _plan(tmp_path, "a", 2, "tp = 2", sp=True)
     rep = run_forked([Job(a, Options(steps=1, optimizer="sgd", checkpoint=str(ck),
                                      hooks={"after_step": _save_final(final)}))],
-                     deadline=time.time() + 120)[0]
+                     deadline=time.time() + scaled(120))[0]
     assert rep["checkpoint"]["step"] == 1 and (ck / ".metadata").is_file()
     saved = torch.load(final)
 
@@ -115,7 +118,7 @@ def test_checkpoint_saved_under_tp2_loads_bitwise_under_other_plans(tmp_path):
         assert plan.model == a.model      # rehearsals of these plans have the same shapes
         jobs.append(Job(plan, Options(steps=1, optimizer="sgd", checkpoint=str(d),
                                       hooks={"after_load": _check_loaded(final, str(s))})))
-    reps = run_forked(jobs, deadline=time.time() + 180)
+    reps = run_forked(jobs, deadline=time.time() + scaled(180))
     for rep, s in zip(reps, seen):
         assert rep["resumed"]["step"] == 1
         assert rep["checkpoint"]["step"] == 2
@@ -132,9 +135,9 @@ def test_resumed_run_verifies_against_the_checkpoint(tmp_path):
     a = load(tmp_path, "a", spec_text(2, "tp = 2"))
     b = load(tmp_path, "b", spec_text(2, "pp = 2", schedule="pipeline = gpipe"))
     first = run_plan(a, Options(steps=2, optimizer="sgd", checkpoint=ck), rehearse=True, progress=False,
-                     deadline_s=120)
+                     deadline_s=scaled(120))
     assert first["checkpoint"]["step"] == 2
     rep = run_plan(b, Options(steps=1, optimizer="sgd", checkpoint=ck, verify=True), rehearse=True,
-                   progress=False, deadline_s=120)
+                   progress=False, deadline_s=scaled(120))
     assert rep["resumed"]["step"] == 2 and [s["step"] for s in rep["steps"]] == [3]
     assert rep["verify"]["passed"], rep["verify"]

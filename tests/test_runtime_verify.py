@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 from support.specs import load, spec_text  # noqa: E402
+from support.timing import scaled  # noqa: E402
 
 from parc.runtime import reference as R  # noqa: E402
 from parc.runtime import shrink  # noqa: E402
@@ -48,7 +49,7 @@ def reports(tmp_path_factory):
     jobs["adam"] = Job(tp, o, R.compute(tp, 2, 0, "adam", o.learning_rate(tp)))
     bad = R.compute(tp, 2, 1, "adam", o.learning_rate(tp))      # another seed: must fail
     jobs["adam-wrong"] = Job(tp, o, bad)
-    got = run_forked(list(jobs.values()), deadline=time.time() + 240)
+    got = run_forked(list(jobs.values()), deadline=time.time() + scaled(240))
     return dict(zip(jobs, got))
 
 

@@ -343,3 +343,14 @@ def test_docs_have_a_section_per_target():
             assert f"`{key}`" in sections[t], (t, key)
         for v in (T.versions(t)[0], T.newest(t)) if T.versions(t) else ():
             assert f"`{v}`" in sections[t], (t, v)
+
+
+def test_the_release_bounds_check_reads_are_the_documentations():
+    # `parc check` reads each rule's since/until from the entries' lines, not by parsing every
+    # rules.toml: the reading must give what tomllib gives
+    from parc.model.targets import release_bounds
+    from parc.rules import rule_docs
+
+    full = {code: {k: v for k, v in doc.items() if k in ("since", "until")} for code, doc in rule_docs().items()}
+    assert release_bounds() == {code: b for code, b in full.items() if b}
+    assert release_bounds()   # some rule holds only for some releases

@@ -2,11 +2,13 @@
 on TP over the right and the wrong GPUs of that node, and the GPU order the launch files set."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from parc.api import check_file
+from parc.cli.main import main as topo_main
 from parc.topo import TopoError, cluster_block, read_nics, read_nvidia, read_rocm
 from support.snapshot import assert_snapshot
 
@@ -248,3 +250,22 @@ def test_the_order_follows_the_groups_the_rank_map_makes(tmp_path):
     assert _visible(files) == ["export CUDA_VISIBLE_DEVICES=0,2,1,3"]
     r = check_file(_spec(tmp_path, "workstation", text, 'target vllm { model = "m" }\n'), root=str(tmp_path))
     assert not codes(r) & {"P305", "P306"}
+
+
+@pytest.mark.parametrize("text, words", [
+    # a GPU column that is not GPU<n> after the GPUs, read before as a NIC
+    ("\tGPU0\tGPU1\tGPU-7\tCPU Affinity\nGPU0\t X \tNV4\tPIX\t0-7\nGPU1\tNV4\t X \tSYS\t0-7\n"
+     "GPU-7\tPIX\tSYS\t X \n", "`GPU-7`"),
+    # a row named like a GPU that no column names
+    ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV4\t0-7\nGPU1\tNV4\t X \t0-7\nGPU-7\tNV4\tNV4\t0-7\n", "`GPU-7`"),
+    # NIC columns in the header that the rows do not fill: the CPU affinity lands under NIC0
+    ("\tGPU0\tGPU1\tNIC0\tNIC1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV4\t0-7\t0\nGPU1\tNV4\t X \t0-7\t0\n",
+     "NIC0"),
+])
+def test_misread_tables_are_refused(text, words, tmp_path, capsys):
+    with pytest.raises(TopoError, match=re.escape(words)):
+        read_nvidia(text)
+    f = tmp_path / "topo.txt"
+    f.write_text(text)
+    assert topo_main(["topo", str(f)]) == 1
+    assert words in capsys.readouterr().err

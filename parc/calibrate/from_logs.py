@@ -27,11 +27,20 @@ def read_logs(paths: list[str]) -> list[Run]:
     return runs
 
 
-def calibrate(spec: str, plan, logs: list[str], root=None, name: str | None = None) -> Calibration:
+def calibrate(spec: str, plan, logs: list[str], root=None, name: str | None = None,
+              text: str | None = None) -> Calibration:
     """Fit ``plan``'s profile (the plan of ``spec``) to the runs in ``logs``. Raises OSError,
-    LogError, RunError or FitError, each naming what it could not use."""
+    LogError, RunError or FitError, each naming what it could not use. ``text``: the spec's
+    text when it is not on disk (standard input), served to the runs under ``spec``'s name."""
     runs = read_logs(logs)
-    plans = [plan_of_run(spec, plan, r, root=root) for r in runs]
+    reader = None
+    if text is not None:
+        from pathlib import Path
+
+        from parc.calibrate.runs import TextReader
+
+        reader = TextReader(Path(spec).resolve(), text)
+    plans = [plan_of_run(spec, plan, r, root=root, reader=reader) for r in runs]
     prof, report = fit([(p, r.measured, r.label) for p, r in zip(plans, runs)], start=plan.profile)
     report.profile.name = name or plan.profile.name or f"{plan.cluster.name}-measured"
     text = profile_text(report, spec, report.profile.name, [r.source for r in runs])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 import statistics
 import tomllib
@@ -86,14 +87,39 @@ def read_log(path: str, text: str | None = None) -> list[Run]:
                    "CSV file (.csv) with a header")
 
 
+def _file_label(path: str) -> str:
+    """A log's run label: its file name, as one printable line (a name may hold a line break)."""
+    name = Path(path).name
+    return name if name.isprintable() else ascii(name)[1:-1]
+
+
 def _median_after_warmup(steps: list[tuple[int, int, float]]) -> tuple[float, int, int]:
     """(median value, line of the last step used, steps used) of (step, line, value) triples."""
     kept = [s for s in steps[1:] if s[0] > WARMUP_STEPS] or steps[-1:]
     return statistics.median(v for _, _, v in kept), kept[-1][1], len(kept)
 
 
-def _number(s: str) -> float:
-    return float(s.replace(",", ""))
+# A number as logs and CSV files print it: digits with an optional fraction and exponent, and
+# thousands grouped by commas (torchtitan's `tps: 1,234`). What else float() takes ("nan", "inf",
+# "1_000") and what overflows it (1e400) is not a measurement.
+_NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:[eE][+-]?\d+)?|[+-]?\.\d+(?:[eE][+-]?\d+)?")
+
+
+def number(text: str) -> float | None:
+    """``text`` read as a finite number, or None when it is not one."""
+    t = text.strip()
+    if not _NUMBER.fullmatch(t):
+        return None
+    v = float(t.replace(",", ""))
+    return v if math.isfinite(v) else None
+
+
+def _number(path: str, no: int, what: str, text: str) -> float:
+    """:func:`number`, or :class:`LogError` naming the file, the line and the field."""
+    v = number(text)
+    if v is None:
+        raise LogError(path, no, f"`{what}` should be a number, not `{text}`")
+    return v
 
 
 # --- Megatron-LM -------------------------------------------------------------------------------
@@ -101,12 +127,12 @@ def _number(s: str) -> float:
 _MEG_ARG = re.compile(r"^\s*(?:\[[^\]]*\]\s*:?\s*)?(\w+) \.+ (.*?)\s*$")
 _MEG_ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
 _MEG_FIELDS = {
-    "step_time": re.compile(r"elapsed time per iteration \(ms\):\s*([\d.]+)"),
-    "tflops_per_gpu": re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)"),
-    "tokens_per_second_per_gpu": re.compile(r"throughput \(token/sec/GPU\):\s*([\d.]+)"),
+    "step_time": re.compile(r"elapsed time per iteration \(ms\):\s*([^\s|]+)"),
+    "tflops_per_gpu": re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*([^\s|]+)"),
+    "tokens_per_second_per_gpu": re.compile(r"throughput \(token/sec/GPU\):\s*([^\s|]+)"),
 }
-_MEG_MEMORY = re.compile(r"\[Rank (\d+)\] \(after \d+ iterations\) memory \(MB\) \| allocated: ([\d.]+) "
-                         r"\| max allocated: ([\d.]+)")
+_MEG_MEMORY = re.compile(r"\[Rank (\d+)\] \(after \d+ iterations\) memory \(MB\) \| allocated: ([^\s|]+) "
+                         r"\| max allocated: ([^\s|]+)")
 
 
 def _megatron_value(name: str, value: str) -> Any:
@@ -164,7 +190,7 @@ def read_megatron(path: str, text: str) -> Run:
     peak = 0.0
     for no, ln in enumerate(lines, 1):
         if (mm := _MEG_MEMORY.search(ln)):
-            peak = max(peak, float(mm.group(3)) * MiB)
+            peak = max(peak, _number(path, no, "max allocated", mm.group(3)) * MiB)
             continue
         it = _MEG_ITER.search(ln)
         if not it:
@@ -175,7 +201,7 @@ def read_megatron(path: str, text: str) -> Run:
                            f"expected a line like `{MEGATRON_ITERATION}`")
         for k, m in found.items():
             if m:
-                series[k].append((int(it.group(1)), no, float(m.group(1))))
+                series[k].append((int(it.group(1)), no, _number(path, no, k, m.group(1))))
     if not series["step_time"]:
         raise LogError(path, None, f"no iteration line found; expected a line like `{MEGATRON_ITERATION}`")
     measured, line, used = {}, 0, 0
@@ -187,17 +213,17 @@ def read_megatron(path: str, text: str) -> Run:
                 line, used = ln_, n
     if peak:
         measured["memory"] = peak
-    return Run(Path(path).name, f"{path}:{line}", settings, measured, world, used)
+    return Run(_file_label(path), f"{path}:{line}", settings, measured, world, used)
 
 
 # --- torchtitan --------------------------------------------------------------------------------
 
 _TT_STEP = re.compile(r"\bstep:\s*(\d+)\b")
 _TT_FIELDS = {
-    "tokens_per_second_per_gpu": (re.compile(r"\btps:\s*([\d,]+(?:\.\d+)?)"), 1.0),
-    "tflops_per_gpu": (re.compile(r"\btflops:\s*([\d,]+(?:\.\d+)?)"), 1.0),
-    "mfu": (re.compile(r"\bmfu:\s*([\d.]+)%"), 0.01),
-    "memory": (re.compile(r"\bmemory:\s*([\d.]+)GiB"), GiB),
+    "tokens_per_second_per_gpu": (re.compile(r"\btps:\s*(\S+)"), 1.0),
+    "tflops_per_gpu": (re.compile(r"\btflops:\s*(\S+)"), 1.0),
+    "mfu": (re.compile(r"\bmfu:\s*(\S+?)%"), 0.01),
+    "memory": (re.compile(r"\bmemory:\s*(\S+?)GiB"), GiB),
 }
 _TT_MESH = re.compile(r"Building \d+-D device mesh with [\[(]([^\])]*)[\])],\s*\[([^\]]*)\]")
 _TT_START = re.compile(r"Training starts at step \d+, with local batch size \d+, global batch size (\d+)"
@@ -253,7 +279,7 @@ def read_torchtitan(path: str, text: str) -> Run:
             raise LogError(path, no, f"a step line without `tps: N`; expected a line like `{TORCHTITAN_STEP}`")
         for k, m in found.items():
             if m:
-                series[k].append((int(st.group(1)), no, _number(m.group(1)) * _TT_FIELDS[k][1]))
+                series[k].append((int(st.group(1)), no, _number(path, no, k, m.group(1)) * _TT_FIELDS[k][1]))
     if not series["tokens_per_second_per_gpu"]:
         raise LogError(path, None, f"no step line found; expected a line like `{TORCHTITAN_STEP}`")
     measured, line, used = {}, 0, 0
@@ -264,7 +290,7 @@ def read_torchtitan(path: str, text: str) -> Run:
                 line, used = ln_, n
     if series["memory"]:
         measured["memory"] = max(v for _, _, v in series["memory"])
-    return Run(Path(path).name, f"{path}:{line}", settings, measured, world, used)
+    return Run(_file_label(path), f"{path}:{line}", settings, measured, world, used)
 
 
 # --- CSV ---------------------------------------------------------------------------------------
@@ -300,18 +326,23 @@ def read_csv(path: str, text: str) -> list[Run]:
         if len(row) != len(header):
             raise LogError(path, no, f"{len(row)} cells where the header names {len(header)} columns")
         cells = {h: c.strip() for h, c in zip(header, row) if c.strip()}
-        run = Run(cells.get("label", f"{Path(path).name} row {no - 1}"), f"{path}:{no}", steps=1)
+        label = cells.get("label")
+        if label is not None and not label.isprintable():
+            raise LogError(path, no, f"`label` holds a line break or control character ({label!r}); a run's "
+                           "label is one line of printable text")
+        run = Run(label or f"{Path(path).name} row {no - 1}", f"{path}:{no}", steps=1)
         for col, cell in cells.items():
             if col == "label":
                 continue
             if col in MEASURED or col == "world_size":
-                try:
-                    value = _number(cell.rstrip("%"))
-                except ValueError:
-                    raise LogError(path, no, f"`{col}` should be a number, not `{cell}`") from None
+                value = number(cell.rstrip("%"))
+                if value is None:
+                    raise LogError(path, no, f"`{col}` should be a number, not `{cell}`")
                 if col == "mfu" and (cell.endswith("%") or value > 1):
                     value /= 100   # a percentage
                 if col == "world_size":
+                    if not value.is_integer():
+                        raise LogError(path, no, f"`world_size` should be a whole number of GPUs, not `{cell}`")
                     run.world_size = int(value)
                 else:
                     run.measured[_MEASURED_AS.get(col, col)] = value * MEASURED[col]

@@ -79,9 +79,33 @@ def overlay_text(spec_name: str, base, run: Run) -> str:
     return "\n".join(out) + "\n"
 
 
-def plan_of_run(spec: str, base, run: Run, root=None):
+class TextReader:
+    """The working tree, with one spec that is not on disk (read from standard input) served
+    under a name of its own, so that each run's settings can `use` it."""
+
+    def __init__(self, path: Path, text: str):
+        from parc.resolve.loader import DiskReader
+
+        self.disk = DiskReader()
+        self.path, self.text = self.disk.real(path), text
+
+    def real(self, path: Path) -> Path:
+        return self.disk.real(path)
+
+    def exists(self, path: Path) -> bool:
+        return self.real(path) == self.path or self.disk.exists(path)
+
+    def par_names(self, folder: Path) -> tuple[str, ...]:
+        return self.disk.par_names(folder)
+
+    def read(self, path: Path, within: Path | None) -> str:
+        return self.text if self.real(path) == self.path else self.disk.read(path, within)
+
+
+def plan_of_run(spec: str, base, run: Run, root=None, reader=None):
     """The resolved plan of ``run`` on the spec (the spec's own plan when the run sets nothing).
-    RunError when the settings do not resolve (naming the run and the first error)."""
+    RunError when the settings do not resolve (naming the run and the first error). ``reader``
+    reads the spec and its imports (:class:`TextReader` for a spec read from standard input)."""
     if not run.settings and run.world_size in (None, base.world_size):
         return base
     from parc.language.diagnostics import ERROR
@@ -89,7 +113,8 @@ def plan_of_run(spec: str, base, run: Run, root=None):
 
     p = Path(spec)
     text = overlay_text(p.name, base, run)
-    res = load(p.with_name(f".{p.stem}.calibrate.par"), root=root, text=text, shown=f"{run.label} (settings)")
+    res = load(p.with_name(f".{p.stem}.calibrate.par"), root=root, text=text, shown=f"{run.label} (settings)",
+               reader=reader)
     errors = [d for d in res.diagnostics if d.severity == ERROR]
     if errors or res.plan is None:
         first = errors[0].message if errors else "it does not resolve"

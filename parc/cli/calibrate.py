@@ -24,7 +24,8 @@ examples:
 
 
 def add_arguments(p):
-    p.add_argument("spec", metavar="SPEC", help="the .par file of the runs' model, cluster and settings")
+    p.add_argument("spec", metavar="SPEC", help="the .par file of the runs' model, cluster and settings (`-`: read "
+                   "it from stdin; its imports are read relative to this folder)")
     p.add_argument("logs", metavar="LOG", nargs="+", help="a measured run: a Megatron-LM or torchtitan log, "
                    "or a CSV file of runs")
     p.add_argument("-o", "--output", metavar="FILE", help="write the profile block to FILE (replaced "
@@ -43,11 +44,15 @@ def run(args) -> int:
     from parc.cli.common import load_spec, unread
     from parc.report.diagnostics.text import write
 
-    if args.spec == "-":
-        print("parc: calibrate reads the spec from a file (its runs `use` it), not standard input",
-              file=sys.stderr)
-        return 2
-    r = load_spec(args.spec, (), root=args.root)
+    text = None
+    if args.spec == "-":   # the runs `use` it under a name of its own, in this folder
+        from parc.resolve.reader import STDIN_NAME, read_stdin
+
+        text = read_stdin()
+        args.spec = f"{STDIN_NAME}.par"
+        r = load_spec(args.spec, (), root=args.root, text=text)
+    else:
+        r = load_spec(args.spec, (), root=args.root)
     if (code := unread(r)) is not None:
         return code
     if r.plan is None:
@@ -57,7 +62,7 @@ def run(args) -> int:
     from parc.calibrate.runs import RunError
 
     try:
-        cal = calibrate(args.spec, r.plan, args.logs, root=args.root, name=args.name)
+        cal = calibrate(args.spec, r.plan, args.logs, root=args.root, name=args.name, text=text)
     except OSError as e:
         print(f"parc: cannot read {e.filename or 'a log'}: {e.strerror or e}", file=sys.stderr)
         return 2

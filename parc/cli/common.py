@@ -19,7 +19,7 @@ def read_error(path, e: OSError) -> str:
 def spec_paths(args) -> tuple[list[str], list]:
     """The spec files that command-line arguments name (files, folders searched for .par files,
     globs, `-` for stdin) and a P030 diagnostic for each argument that names nothing."""
-    from parc.lint.engine import discover
+    from parc.lint.discover import discover
 
     return discover(args)
 
@@ -34,14 +34,15 @@ def stdin_text():
         return e
 
 
-def load_spec(path: str, targets=(), root=None):
-    """``check_file`` for a spec argument (`-`: standard input, shown as `<stdin>`)."""
+def load_spec(path: str, targets=(), root=None, text: str | None = None):
+    """``check_file`` for a spec argument (`-`: standard input, shown as `<stdin>`; ``text``:
+    the spec's text, read already)."""
     from parc.api import check_file
     from parc.resolve.reader import STDIN, STDIN_NAME, read_stdin
 
     if path == STDIN:
         return check_file(STDIN_NAME, targets, root=root, text=read_stdin())
-    return check_file(path, targets, root=root)
+    return check_file(path, targets, root=root, text=text)
 
 
 def read_failed(r) -> bool:

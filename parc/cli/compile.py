@@ -5,10 +5,15 @@ import sys
 
 from parc.files import write_files
 
-DESCRIPTION = ("Emit the launch plan for a target: torchrun scripts, vllm serve commands, Megatron-LM "
-               "arguments, a Slurm job, a Kubernetes PyTorchJob, or the resolved plan as JSON. A spec with "
-               "errors is refused with its diagnostics. The same spec always gives the same bytes.")
-EPILOG = """exit status: 0 written, 1 the spec has errors, 2 usage or I/O failure
+from parc.report.targets import target_names, targets_help
+
+DESCRIPTION = (f"Emit the launch plan for a target ({target_names('')}; each listed below). A spec "
+               "with errors is refused with its diagnostics. The same spec always gives the same bytes. "
+               "Without -o the launch files are printed; -o DIR writes them with plan.json, the "
+               "resolved plan the launch reads.")
+EPILOG = targets_help() + """
+
+exit status: 0 written, 1 the spec has errors, 2 usage or I/O failure
 
 --format json prints one JSON object on stdout, also when the spec has errors:
   {"file", "target", "ok", "files": [{"path", "executable", "text"}], "diagnostics": [...]}
@@ -26,8 +31,8 @@ def add_arguments(p):
     from parc.cli.targets import add_target
 
     add_target(p, repeatable=False, backends_only=True, short=True,
-               help="the target to emit files for: torchrun, vllm, megatron, slurm, kubernetes, json or any "
-               "other folder of parc/targets (may be left out when the spec names exactly one target)")
+               help="the target to emit files for, one of those listed below (may be left out when the spec "
+               "names exactly one target)")
     p.add_argument("-o", "--output", metavar="DIR", help="write the files into DIR, swapping the whole set in at once; names "
                    "an earlier compile wrote that this one lacks are removed, other files in DIR stay "
                    "(default: print them)")
@@ -97,6 +102,8 @@ def run(args) -> int:
         print(report.wrote(files, target, args.output))
         return 0
     sys.stdout.write(report.render_stdout(files))
+    if (note := report.left_out(files)):
+        print(note, file=sys.stderr)
     return 0
 
 

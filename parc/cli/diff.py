@@ -36,9 +36,10 @@ def add_arguments(p):
 # ----------------------------------------------------------------------------- loading
 
 class DiffError(Exception):
-    def __init__(self, message: str, code: int = 2):
+    def __init__(self, message: str, code: int = 2, diagnostics=()):
         super().__init__(message)
         self.code = code
+        self.diagnostics = list(diagnostics)
 
 
 def old_version(rev: str, spec: str):
@@ -97,7 +98,7 @@ def load(path: str, root=None, shown: str | None = None, reader=None) -> Side:
         raise DiffError(f"parc: cannot read {path}: {getattr(e, 'reason', None) or e.strerror or e}") from None
     unread = [d for d in r.diagnostics if d.code == READ_CODE]
     if unread:
-        raise DiffError(render_diags(unread, r.sources).rstrip("\n"))
+        raise DiffError(render_diags(unread, r.sources).rstrip("\n"), diagnostics=unread)
     blocking = [d for d in r.errors if d.code[:2] in ("P0", "P1", "P2")]
     est = None
     if r.plan is not None and not blocking:
@@ -110,7 +111,8 @@ def load(path: str, root=None, shown: str | None = None, reader=None) -> Side:
     if est is None:
         text = render_diags(blocking or r.errors, r.sources)
         text = text.replace(r.file, shown)
-        raise DiffError(f"parc diff: {shown} has errors, so there is no plan to compare:\n{text}", 1)
+        raise DiffError(f"parc diff: {shown} has errors, so there is no plan to compare:\n{text}", 1,
+                        blocking or r.errors)
     for d in r.errors:
         if d.span.file == r.file:
             d.span = type(d.span)(shown, *(getattr(d.span, f) for f in ("line", "column", "end_line",
@@ -119,10 +121,12 @@ def load(path: str, root=None, shown: str | None = None, reader=None) -> Side:
 
 
 def _error_lines(sides) -> list[str]:
+    from parc.printable import printable
+
     out = []
     for s in sides:
         for d in s.errors:
-            out.append(f"{d.span.file}:{d.span.line}:{d.span.column}: {d.code} {d.message}")
+            out.append(printable(f"{d.span.file}:{d.span.line}:{d.span.column}: {d.code} {d.message}"))
     return out
 
 
@@ -144,6 +148,12 @@ def run(args) -> int:
         new = load(new_path, root=args.root)
     except DiffError as e:
         print(str(e).rstrip("\n"), file=sys.stderr)
+        if args.format == "json":   # JSON on stdout whatever happened
+            import json
+
+            first = str(e).split("\n", 1)[0].removeprefix("parc diff: ").removeprefix("parc: ")
+            print(json.dumps({"ok": False, "error": first, "diagnostics": [d.to_json() for d in e.diagnostics]},
+                             indent=2, ensure_ascii=False))
         return 2 if args.exit_code else e.code
     from parc.report.diff.metrics import compare, setting_changes
 

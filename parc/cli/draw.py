@@ -22,7 +22,7 @@ WHAT = ("mesh", "schedule", "memory", "timeline")
 
 
 def add_arguments(p):
-    p.add_argument("spec", metavar="SPEC", help="the .par spec to draw")
+    p.add_argument("spec", metavar="SPEC", help="the .par spec to draw (`-`: read it from stdin)")
     p.add_argument("--what", choices=WHAT, default="mesh", help="what to draw (default: mesh)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write FILE.svg or FILE.png (default: the SVG on stdout); PNG needs "
@@ -62,10 +62,9 @@ def to_png(svg_text: str) -> bytes:
 
 
 def run(args) -> int:
-    from parc.api import check_file
     from parc.report.diagnostics.text import render_text
     from parc.report.term import use_color
-    from parc.cli.common import read_error, unread
+    from parc.cli.common import load_spec, read_error, unread
 
     out = args.output
     ext = os.path.splitext(out)[1].lower() if out else ".svg"
@@ -78,7 +77,7 @@ def run(args) -> int:
             print(f"parc draw: {why}; or write .svg", file=sys.stderr)
             return 2
     try:
-        r = check_file(args.spec, args.target, root=args.root)
+        r = load_spec(args.spec, args.target, root=args.root)
     except OSError as e:
         print(read_error(args.spec, e), file=sys.stderr)
         return 2
@@ -91,6 +90,10 @@ def run(args) -> int:
         return 1
     from parc.report import svg
 
+    if args.what == "timeline" and r.plan.mode != "serve":
+        print(f"parc draw: --what timeline draws a serving plan's prefill and decode steps, and {r.file} "
+              "is a training plan: draw its pipeline with --what schedule", file=sys.stderr)
+        return 2
     if args.what == "mesh":
         picture = svg.mesh(r.plan, max_nodes=max(2, args.max_nodes))
     elif args.what == "schedule":

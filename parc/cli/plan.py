@@ -20,7 +20,7 @@ examples:
 
 
 def add_arguments(p):
-    p.add_argument("spec", nargs="?", metavar="SPEC", help="a partial spec to search around")
+    p.add_argument("spec", nargs="?", metavar="SPEC", help="a partial spec to search around (`-`: read it from stdin)")
     p.add_argument("--model", metavar="PRESET|FILE",
                    help="a model preset, or a .par file holding a `model` block (with SPEC: if it has none)")
     p.add_argument("--cluster", metavar="FILE",
@@ -88,9 +88,19 @@ def _positive(text: str) -> int:
 _SERVE_GOAL = ("objective", "ttft", "tpot", "concurrency", "prompt_tokens", "output_tokens", "no_pools")
 
 
-def _usage(msg: str) -> int:
+def _usage(msg: str, args=None, code: int = 2, diagnostics=()) -> int:
+    """A refusal: on stderr, and with ``--format json`` as one JSON object on stdout too."""
     sys.stderr.write(f"parc plan: {msg}\n")
-    return 2
+    if args is not None and args.format == "json":
+        _json_refusal(args, msg, diagnostics)
+    return code
+
+
+def _json_refusal(args, error: str | None, diagnostics=()) -> None:
+    import json
+
+    print(json.dumps({"ok": False, "file": args.spec, "error": error,
+                      "diagnostics": [d.to_json() for d in diagnostics]}, indent=2, ensure_ascii=False))
 
 
 def run(args) -> int:
@@ -100,20 +110,23 @@ def run(args) -> int:
     from parc.report.diagnostics.text import write
     from parc.report.plan import render_text as render_result
     from parc.planner.inputs import load_spec, problem, with_seq_len
+    from parc.resolve.reader import STDIN, STDIN_NAME, read_stdin
 
     if args.top < 1:
-        return _usage("--top must be at least 1")
+        return _usage("--top must be at least 1", args)
     for flag in ("seq_len", "global_batch"):
         v = getattr(args, flag)
         if v is not None and v < 1:
-            return _usage(f"--{flag.replace('_', '-')} must be at least 1")
+            return _usage(f"--{flag.replace('_', '-')} must be at least 1", args)
     try:
         if args.spec:
-            pr = load_spec(args.spec, root=args.root, model=args.model, cluster=args.cluster,
-                           mode="serve" if args.serve else "train")
+            stdin = args.spec == STDIN
+            pr = load_spec(STDIN_NAME if stdin else args.spec, root=args.root, model=args.model,
+                           cluster=args.cluster, mode="serve" if args.serve else "train",
+                           text=read_stdin() if stdin else None)
             if args.serve and pr.mode != "serve" or args.train and pr.mode != "train":
                 return _usage(f"{args.spec} is a {'serving' if pr.mode == 'serve' else 'training'} spec; "
-                              f"drop --{'serve' if args.serve else 'train'}")
+                              f"drop --{'serve' if args.serve else 'train'}", args)
             if args.seq_len is not None:
                 if pr.mode == "serve":
                     pr.serve.max_model_len = args.seq_len
@@ -121,25 +134,30 @@ def run(args) -> int:
                     pr.model = with_seq_len(pr.model, args.seq_len)
             if args.global_batch is not None:
                 if pr.mode == "serve":
-                    return _usage("--global-batch is for training")
+                    return _usage("--global-batch is for training", args)
                 pr.global_batch, pr.microbatches = args.global_batch, None
         else:
             if not args.model or not args.cluster:
-                return _usage("give a SPEC, or both --model and --cluster (see `parc plan --help`)")
+                return _usage("give a SPEC, or both --model and --cluster (see `parc plan --help`)", args)
             mode = "serve" if args.serve else "train"
             if mode == "serve" and args.global_batch is not None:
-                return _usage("--global-batch is for training")
+                return _usage("--global-batch is for training", args)
             pr = problem(args.model, args.cluster, mode, seq_len=args.seq_len, global_batch=args.global_batch,
                          root=args.root)
     except InputError as e:
         if e.diagnostics:
             write(e.diagnostics, e.sources, sys.stderr)
+            if args.format == "json":
+                _json_refusal(args, str(e), e.diagnostics)
             return 1
-        return _usage(str(e))
+        return _usage(str(e), args)
 
+    from parc.planner.emit import default_targets, launch_targets
+
+    pr, args.notes = launch_targets(pr, default_targets(pr, args.target))
     if any(getattr(args, k) not in (None, False) for k in _SERVE_GOAL):
         if pr.mode != "serve":
-            return _usage("--objective, --ttft, --tpot, --concurrency and the token counts are for --serve")
+            return _usage("--objective, --ttft, --tpot, --concurrency and the token counts are for --serve", args)
         return _run_serve_goal(args, pr)
     bar = Progress(after=1.0)
     try:
@@ -159,9 +177,8 @@ def _finish(args, res, text, render) -> int:
     if text is not None:
         err = _check_text(text, args.target, args.output or "best.par")
         if err:
-            sys.stderr.write("parc plan: the best plan does not pass `parc check`:\n" + err)
-            return 1
-    print(json.dumps(res.to_json(), indent=2) if args.format == "json" else render(res))
+            return _usage("the best plan does not pass `parc check`:\n" + err, args, 1)
+    print(json.dumps({"ok": bool(res.plans), **res.to_json()}, indent=2) if args.format == "json" else render(res))
     if args.output and text is not None:
         try:
             write_atomic(args.output, text)
@@ -170,6 +187,8 @@ def _finish(args, res, text, render) -> int:
             return 2
         if args.format == "text":
             print(f"wrote {args.output}")
+        for note in getattr(args, "notes", ()):
+            sys.stderr.write(f"parc plan: {args.output}: {note}\n")
     return 0 if res.plans else 1
 
 
@@ -179,8 +198,11 @@ def _check_text(text: str, targets, name: str) -> str:
     from parc.report.diagnostics.text import render_text
 
     path = os.path.abspath(name)
+    from parc.planner.search import NOT_A_SHAPE
+
     r = check_file(path, targets, root=os.path.dirname(path), text=text)
-    return render_text(r.errors, r.sources) if r.errors else ""
+    errors = [d for d in r.errors if d.code not in NOT_A_SHAPE]   # a key only the user knows: a note
+    return render_text(errors, r.sources) if errors else ""
 
 
 def _run_serve_goal(args, pr) -> int:
@@ -195,5 +217,5 @@ def _run_serve_goal(args, pr) -> int:
                              output_tokens=args.output_tokens, disaggregate=not args.no_pools)
         res = search_serving(pr, goal, top=args.top, targets=args.target)
     except ValueError as e:
-        return _usage(str(e))
+        return _usage(str(e), args)
     return _finish(args, res, deployment_text(res.problem, goal, res.plans[0]) if res.plans else None, render_text)

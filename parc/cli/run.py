@@ -19,7 +19,8 @@ examples:
 
 
 def add_arguments(p):
-    p.add_argument("spec", metavar="SPEC", help="the .par file to run (or a plan.json that `parc compile` wrote)")
+    p.add_argument("spec", metavar="SPEC", help="the .par file to run (`-`: read it from stdin), or a plan.json "
+                   "that `parc compile` wrote")
     p.add_argument("--rehearse", action="store_true",
                    help="shrink the model and run the exact mesh as local CPU processes (gloo)")
     p.add_argument("--steps", type=int, default=3, metavar="N", help="training steps (default: 3)")
@@ -78,9 +79,8 @@ def _run(args) -> int:
     bar = Progress(args.steps, "parc run") if not args.quiet else None
     if bar:
         bar.phase("checking")
-    from parc.api import check_file
     from parc.report.diagnostics.text import render_text
-    from parc.cli.common import read_error, read_failed
+    from parc.cli.common import load_spec, read_error, read_failed
 
     if args.steps < 0:
         raise _Refused(2, "error: --steps must be 0 or more")
@@ -95,7 +95,7 @@ def _run(args) -> int:
             raise _Refused(2, why)
     else:
         try:
-            res = check_file(args.spec, root=args.root)
+            res = load_spec(args.spec, root=args.root)
         except OSError as e:
             raise _Refused(2, read_error(args.spec, e).removeprefix("parc: ")) from None
         if read_failed(res):

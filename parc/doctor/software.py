@@ -29,10 +29,22 @@ def check(ctx: Context) -> list[Finding | Passed]:
             out.append(finding("D111", CHECK, "torch is not installed in this Python environment "
                                f"({ctx.env.get('VIRTUAL_ENV') or 'the interpreter running parc'})"))
         else:
-            out.append(Passed(CHECK, f"torch {torch}"))
+            out.append(_gpu_build(ctx, torch))
     for engine in ctx.engines():
         out.append(_engine(ctx, engine))
     return out
+
+
+def _gpu_build(ctx: Context, torch: str) -> Finding | Passed:
+    """torch built for a GPU (CUDA or ROCm, read from torch/version.py), as every plan needs:
+    a CPU-only build imports and runs, and sees no device."""
+    build = ctx.probes.torch_build()
+    if build is not None and not build.get("cuda") and not build.get("hip"):
+        gpn = ctx.plan.cluster.gpus_per_node
+        return finding("D111", CHECK, f"torch {build.get('version') or torch} is a CPU-only build (built for "
+                       f"neither CUDA nor ROCm): it sees no GPU, and the plan runs on {gpn} GPUs per node",
+                       torch=build.get("version") or torch)
+    return Passed(CHECK, f"torch {torch}")
 
 
 def _engine(ctx: Context, engine: str) -> Finding | Passed:

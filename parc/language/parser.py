@@ -172,11 +172,15 @@ def offset_position(starts: list[int], offset: int) -> tuple[int, int]:
 # ----------------------------------------------------------------------------- parsing
 
 class SyntaxFailure(ParcError):
-    """A text that does not parse; it still carries the comments its token stream held."""
+    """A text that does not parse; it still carries the comments its token stream held, the
+    document of the statements that did parse (``partial``, None when none can be trusted) and
+    the kind of each statement that failed (``broken``, see :class:`Recovery`)."""
 
-    def __init__(self, diagnostic: Diagnostic, more=None, comments=None):
+    def __init__(self, diagnostic: Diagnostic, more=None, comments=None, partial=None, broken=()):
         super().__init__(diagnostic, more)
         self.comments = list(comments or [])
+        self.partial = partial
+        self.broken = list(broken)
 
 
 _SHARED: ContextVar[dict | None] = ContextVar("parc_shared_parses", default=None)
@@ -271,6 +275,18 @@ def _parse_text(text: str, file: str) -> S.Document:
         return _parse_tree(text, file, stream)
 
 
+def _partial(recovery: Recovery, tree, file: str) -> S.Document | None:
+    """The document of the statements that parsed around the syntax errors, or None."""
+    import lark
+
+    if not recovery.trusted():   # unbalanced braces: what follows the first error may be swallowed
+        return None
+    try:
+        return to_syntax(lark.Tree("start", recovery.statements(tree)), file)
+    except ParcError:
+        return None
+
+
 def _comment_list(stream: _Stream) -> list[tuple[int, int, str]]:
     return [(t.line, t.column, t.value.rstrip()) for t in stream.comments]
 
@@ -279,6 +295,7 @@ def _parse_tree(text: str, file: str, stream: _Stream) -> S.Document:
     import lark
 
     recovery = Recovery(file, text, stream.braces)
+    tree = None
     try:
         tree = get_parser().parse(text, on_error=recovery)
     except lark.exceptions.UnexpectedInput:
@@ -289,7 +306,8 @@ def _parse_tree(text: str, file: str, stream: _Stream) -> S.Document:
     comments = _comment_list(stream)
     found = recovery.diagnostics()
     if found:
-        raise SyntaxFailure(found[0], found[1:], comments)
+        raise SyntaxFailure(found[0], found[1:], comments, _partial(recovery, tree, file),
+                            recovery.broken)
     try:
         doc = to_syntax(tree, file)
     except ParcError as e:

@@ -8,6 +8,11 @@ error in one statement so never causes a follow-on error in another. When the br
 file do not balance, statement ends cannot be trusted and only the first error is kept; a
 file that ends inside a block is the one ``P002`` error "block ... is never closed".
 
+Recovery also keeps what did parse: the top-level statements completed before each error
+(:meth:`Recovery.statements`) and the kind of each statement that failed (:attr:`broken`:
+``("train", None)``, ``("target", "vllm")``, or None when it cannot be told), so that a syntax
+error in one block need not hide the findings of the others (``parc.resolve.loader``).
+
 Hints come from ``syntax_hints.toml`` (data): broken examples, each with the hint it earns.
 An error gets the hint of an example that fails in the same parser state on the same kind of
 token. A hint that names one change carries it as ``fix`` (``newline``: the statement moves to a
@@ -36,6 +41,7 @@ _TERMINAL_WORDS = {
 }
 _OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "PERCENT", "DOT"}
 _STATEMENT_ENDS = {"_NL", "SEMICOLON"}
+_STATEMENTS = {"block", "assign", "on_rule", "use"}   # the grammar's statement rules
 
 
 def _words(names) -> str:
@@ -222,10 +228,13 @@ class Recovery:
     def __init__(self, file: str, text: str, braces: Braces):
         self.file, self.text, self.braces = file, text, braces
         self.found: list[Diagnostic] = []
+        self.kept: list = []            # lark trees of the top-level statements completed so far
+        self.broken: list[tuple[str, str | None] | None] = []
 
     def __call__(self, exc) -> bool:
         self.found.append(syntax_diag(self.file, self.text, exc, self.braces))
         ip = exc.interactive_parser
+        self._salvage(ip.parser_state.value_stack)
         if self.found[-1].code != "P001" or len(self.found) >= MAX_SYNTAX_ERRORS:
             self._skip(ip, exc, to_end=True)
             return False
@@ -240,6 +249,44 @@ class Recovery:
         if self.braces.open and len(self.found) > 1:
             return self.found[:1]  # statement ends cannot be trusted: only the first error
         return self.found
+
+    def trusted(self) -> bool:
+        """Whether the statements kept after the first error can be trusted (balanced braces)."""
+        return not self.braces.open
+
+    def statements(self, tree) -> list:
+        """The top-level statements that parsed: those kept at each error, then those of the
+        final ``tree`` (the statements after the last error), in file order."""
+        out = list(self.kept)
+        if tree is not None:
+            _flatten(tree.children, out)
+        return out
+
+    def _salvage(self, stack: list) -> None:
+        """Keep the completed statements at the bottom of the parser's value stack (those before
+        the failing one) and note the kind of the one that failed."""
+        from lark import Token, Tree
+
+        done: list = []
+        i = 0
+        for i, v in enumerate(stack):
+            if isinstance(v, Tree) and (v.data in _STATEMENTS or str(v.data).startswith("_")):
+                _flatten([v], done)
+            elif not (isinstance(v, Token) and v.type in _STATEMENT_ENDS):
+                break
+        else:
+            i = len(stack)
+        self.kept += done
+        rest = stack[i:]
+        kind = None
+        if rest and isinstance(rest[0], Token) and rest[0].type == "NAME":
+            label = rest[1] if len(rest) > 1 else None
+            name = (label.children[0] if isinstance(label, Tree) and label.data == "label" and label.children
+                    else label if isinstance(label, Token) and label.type in ("NAME", "STRING") else None)
+            name = str(name).strip('"') if name is not None else None
+            if len(rest) == 1 or name is not None or (isinstance(rest[1], Token) and rest[1].type == "LBRACE"):
+                kind = (str(rest[0]), name)
+        self.broken.append(kind)
 
     def _skip_characters(self, state, at_quote: bool):
         """Past a character no token starts with; past the rest of the line after a `"` that
@@ -285,3 +332,15 @@ class Recovery:
                 continue
             if not to_end and self._end_of_statement(tok):
                 return True
+
+
+def _flatten(items, out: list) -> None:
+    """Append the statement trees among ``items``, looking into the grammar's inlined helpers."""
+    from lark import Tree
+
+    for v in items:
+        if isinstance(v, Tree):
+            if v.data in _STATEMENTS:
+                out.append(v)
+            elif str(v.data).startswith("_") or v.data == "start":
+                _flatten(v.children, out)

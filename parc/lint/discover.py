@@ -7,7 +7,6 @@ syntax tree, not from a pattern over its text.
 """
 from __future__ import annotations
 
-import glob
 import os
 import re
 from typing import Sequence
@@ -74,6 +73,8 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = ()) -> tuple[list[st
         elif os.path.lexists(raw):
             add(raw)
         elif _GLOB_CHARS.search(raw):
+            import glob
+
             hits = sorted(glob.glob(raw, recursive=True))
             if not hits:
                 missing(raw, "no files match this pattern", "check the pattern; quote it so that parc "
@@ -123,23 +124,28 @@ def imported(texts: dict[str, str]) -> set[str]:
     for f, text in texts.items():
         base = os.path.dirname(f)
         for path, _ in imports(text, f):
-            out.add(os.path.realpath(os.path.join(base, path)))
+            if "\0" not in path:   # a path no file can have (P031 reports it)
+                out.add(os.path.realpath(os.path.join(base, path)))
     return out
 
 
 def is_fragment(f: str, text: str, imported: set[str]) -> bool:
     """A file of blocks for others to ``use``: no ``use`` of its own and no model (a shared
     cluster file), or imported by another linted file and missing a model or a cluster. A file
-    that does not parse is a fragment: only its syntax is judged."""
+    with syntax errors is judged by what parsed around them (and the kinds of the blocks that
+    did not); one where nothing can be trusted is a fragment: only its syntax is judged."""
     from parc.language import syntax as S
     from parc.language.diagnostics import ParcError
     from parc.language.parser import parse_text
 
+    kinds = set()
     try:
         todo = list(parse_text(text, f).items)
-    except ParcError:
-        return True
-    kinds = set()
+    except ParcError as e:
+        if getattr(e, "partial", None) is None:
+            return True
+        todo = list(e.partial.items)   # what parsed around the syntax errors, and what did not
+        kinds = {b[0] for b in e.broken if b}
     while todo:
         st = todo.pop()
         if isinstance(st, S.Use):

@@ -85,6 +85,11 @@ class LintResult:
     plans: dict = field(default_factory=dict)  # each checked spec's plan (None where it has errors)
 
     @property
+    def named(self) -> int:
+        """The files the run was given: those read, and those that could not be (each an error)."""
+        return len(self.files) + len(self.io_errors)
+
+    @property
     def errors(self) -> int:
         return sum(d.severity == ERROR for d in self.diagnostics)
 

@@ -100,7 +100,7 @@ BLOCKS: dict[str, dict[str, F]] = {
         "nvlink_domain": F("int", 1, 2**17, doc="GPUs that share one NVLink fabric, a multiple of gpus_per_node "
                            "(a GB200 NVL72 rack: 72 GPUs on 18 nodes of 4); groups inside it use the intra_node "
                            "link. Default: gpus_per_node", hint="a GPU count, like 72"),
-        "gpu": F("preset", doc="a GPU preset, or a `gpu \"name\" { from = h100_sxm  memory = 96GB }` block "
+        "gpu": F("preset", doc="a GPU preset, or a `gpu \"name\" { from = h100_sxm; memory = 96GB }` block "
                                "(the name, optional, is what explain shows)"),
         "intra_node": F("link"), "inter_node": F("link"),
         "cuda_context": F("bytes", 0, doc="memory the CUDA context, loaded kernels and library workspaces "

@@ -48,8 +48,9 @@ class RankMap:
             sizes = sizes or {ax: m.size(ax) for ax in MESH_AXES}
             if gpus_per_node is None:
                 gpus_per_node, domain = plan.cluster.gpus_per_node, domain or plan.cluster.domain
-            ep = m.ep if ep is None else ep
-            etp = m.etp if etp is None else etp
+            dense = not getattr(plan.model, "is_moe", True)   # no expert layer: no expert grid to lay out
+            ep = (1 if dense else m.ep) if ep is None else ep
+            etp = (1 if dense else m.etp) if etp is None else etp
         order = [ax for ax in (order or MESH_AXES) if ax in MESH_AXES]
         for ax in MESH_AXES:  # axes left out of the order are size 1; put them outermost
             if ax not in order:

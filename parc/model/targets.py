@@ -38,6 +38,7 @@ declared in ``parc/targets/families.toml``. The folders are read once (one glob)
 """
 from __future__ import annotations
 
+import re
 import tomllib
 from functools import lru_cache
 from pathlib import Path
@@ -350,6 +351,33 @@ def rule_docs() -> dict[str, dict]:
         if path.is_file():
             with open(path, "rb") as f:
                 merge_docs(out, tomllib.load(f))
+    return out
+
+
+# A rule's releases (`since`, `until`) as its entry's header line and string lines write them:
+# ``parc check`` asks for them on every run, and reading them so spares it parsing the rules'
+# documentation (tests/test_target_versions.py holds this reading to tomllib's).
+_TABLE = re.compile(r"^\[\s*([^\]\s]+)\s*\]\s*(?:#.*)?$")
+_BOUND = re.compile(r"^(since|until)\s*=\s*\"([^\"]*)\"\s*(?:#.*)?$")
+
+
+@lru_cache(maxsize=1)
+def release_bounds() -> dict[str, dict[str, str]]:
+    """code -> {"since": ..., "until": ...} of every rule entry that holds only for some releases
+    (the top-level ``since``/``until`` of its entry, merged in :func:`rule_docs`' order, the
+    rules of the plan itself first)."""
+    out: dict[str, dict[str, str]] = {}
+    paths = [FOLDER.parent / "rules" / "rules.toml", FOLDER / "rules.toml"] + [FOLDER / t / "rules.toml"
+                                                                              for t in names()]
+    for path in paths:
+        if not path.is_file():
+            continue
+        table = None
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if (m := _TABLE.match(line)):
+                table = m.group(1) if "." not in m.group(1) else None   # a code's own entry, not its audit
+            elif table and (m := _BOUND.match(line)):
+                out.setdefault(table, {})[m.group(1)] = m.group(2)
     return out
 
 

@@ -197,6 +197,46 @@ def plan_text(res: SearchResult, i: int = 0) -> str:
     return format_text("\n".join(out).rstrip() + "\n", "best.par")
 
 
+def launch_targets(pr: Problem, names) -> tuple[Problem, list[str]]:
+    """``pr`` with a ``target`` block for each of ``names`` the spec lacks, holding the keys the
+    target cannot do without that the planner knows (vLLM's and SGLang's `model`: the Hugging
+    Face id of the model's preset), so that the written spec compiles for it; and a note for
+    each key only the user knows (the script torchrun starts), which is asked for, never made up."""
+    from dataclasses import replace
+
+    from parc.model.plan import Target
+    from parc.model.targets import example, required
+    from parc.resolve.catalog import hub_id
+
+    from parc.model.targets import names as folders
+
+    targets, notes, text = dict(pr.targets), [], dict(pr.block_text)
+    for name in [n for n in names if n in folders()]:   # a rule family (torch) has no block
+        settings = dict(targets[name].settings) if name in targets else {}
+        for key, what in required(name, pr.mode):
+            if key in settings:
+                continue
+            hub = hub_id(pr.model) if example(name, key) == "hub_id" else None
+            if hub:
+                settings[key] = hub
+                text.pop(f"target.{name}", None)   # the spec's block, written again with the key
+            else:
+                notes.append(f"give `target {name}` its `{key}` ({what}) before `parc compile --target {name}`")
+        targets[name] = Target(name, settings)
+    return replace(pr, targets=targets, block_text=text), notes
+
+
+def default_targets(pr: Problem, named) -> list[str]:
+    """The targets a written plan is for: those named (``--target``), else the spec's own, else
+    for a serving search the engine it models (vLLM: its rank order, expert layout and
+    benchmark workload, docs/planner.md); a training search models no one launcher."""
+    if named:
+        return list(named)
+    if pr.targets:
+        return list(pr.targets)
+    return ["vllm"] if pr.mode == "serve" else []
+
+
 def _setting(v) -> str:
     if isinstance(v, str):
         return _label(v)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from parc.language.diagnostics import Diagnostic
-from parc.model.plan import Cluster, Model, Placement, Profile, Serve, Target, Train
+from parc.model.plan import Cluster, Model, Placement, Plan, Profile, Serve, Target, Train
 
 # Fields the planner searches, by mode; a partial spec fixes any of them by giving a value.
 TRAIN_FIELDS = ("mesh.pp", "mesh.dp", "mesh.cp", "mesh.tp", "mesh.ep", "mesh.etp",
@@ -67,6 +67,11 @@ class Problem:
             raise ValueError(f"mode must be 'train' or 'serve', not {self.mode!r}")
         if self.mode == "train" and self.global_batch is None and self.microbatches is None:
             self.global_batch = default_global_batch(self.model.seq_len)
+
+    def target_settings(self, name: str) -> dict[str, Any]:
+        """A target block's settings with what it inherits, as :meth:`Plan.target_settings` reads
+        them (the engine and release a report names come from here)."""
+        return Plan.target_settings(self, name)
 
     @property
     def rule_targets(self) -> set[str]:

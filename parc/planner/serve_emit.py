@@ -93,7 +93,9 @@ def check_text(text: str, targets=()) -> tuple[list[str], list[str], object]:
     from parc.api import check_file
     from parc.language.diagnostics import ERROR
 
+    from parc.planner.search import NOT_A_SHAPE
+
     r = check_file("best.par", targets, text=text)
-    errs = sorted({x.code for x in r.diagnostics if x.severity == ERROR})
+    errs = sorted({x.code for x in r.diagnostics if x.severity == ERROR and x.code not in NOT_A_SHAPE})
     warns = sorted({x.code for x in r.diagnostics if x.severity != ERROR})
     return errs, warns, r.plan

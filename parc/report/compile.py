@@ -7,11 +7,29 @@ import json
 from parc.words import count
 
 
+# The resolved plan every launch writes beside its files for the runtime to read; the launch
+# files on stdout are for reading, so it is left to `-o DIR` (and to `--target json`).
+RECORD = "plan.json"
+
+
+def shown_files(files) -> list:
+    """The files ``parc compile`` prints without ``-o``: the launch files, not the record."""
+    return [f for f in files if f.path != RECORD] or list(files)
+
+
 def render_stdout(files) -> str:
     """One file as it is; several each under a ``==> path <==`` heading."""
+    files = shown_files(files)
     if len(files) == 1:
         return files[0].text
     return "\n".join(f"==> {f.path} <==\n{f.text}" for f in files)
+
+
+def left_out(files) -> str | None:
+    """The line that says what the printout leaves out, or None."""
+    if len(shown_files(files)) == len(files):
+        return None
+    return f"parc: {RECORD} (the resolved plan the launch reads) is written with -o DIR, or printed by --target json"
 
 
 def which_target(plan, known) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from parc.printable import printable
 from parc.report.term import indent, rows as aligned, table
 from parc.units import flops, nbytes, number, percent, rate, seconds
 from parc.words import count, plural
@@ -42,8 +43,9 @@ def render_text(plan, est, file: str, diagnostics=()) -> str:
     line that says so; a memory error's fix is shown under the memory table."""
     m, cl = plan.model, plan.cluster
     what = "training" if plan.mode == "train" else "serving"
-    out = [f"{file}: {what} {m.name} ({number(est.params_total)} parameters) on {cl.nodes} × "
-           f"{cl.gpus_per_node} {cl.gpu.name} ({count(est.world_size, 'GPU')}, {nbytes(cl.gpu.memory)} each)"]
+    out = [printable(f"{file}: {what} {m.name} ({number(est.params_total)} parameters) on {cl.nodes} × "
+                     f"{cl.gpus_per_node} {cl.gpu.name} ({count(est.world_size, 'GPU')}, "
+                     f"{nbytes(cl.gpu.memory)} each)")]
     errors = [d for d in diagnostics if d.severity == "error"]
     if errors:
         out.append(f"The spec has {count(len(errors), 'error')} ({', '.join(sorted({d.code for d in errors}))}, "
@@ -180,12 +182,18 @@ def _training_rows(plan, est, st, sb, t, sp) -> list[list]:
     ]
 
 
-def _communication(plan, est) -> list[str]:
-    per = "per step" if plan.mode == "train" else "per decoded token"
-    out = [f"Communication per GPU {per}"]
-    cells = []
+# The axes whose collectives a plan runs: a serving plan's dp ranks are replicas (or, with
+# data-parallel attention, the ep group's ranks) and exchange no gradients.
+COMM_AXES = {"train": ("tp", "cp", "ep", "pp", "dp"), "serve": ("tp", "cp", "ep", "pp", "dcp")}
+
+
+def comm_table(plan, est) -> tuple[list[str], list[list[str]], str]:
+    """(headings, rows, alignment) of the communication table, which the text and the HTML page
+    both show: per axis its collective, bytes, link, bandwidth, algorithm and time, and in
+    training the time compute does not hide."""
     train = plan.mode == "train"
-    for ax in ("tp", "cp", "ep", "pp", "dp", "dcp"):
+    cells = []
+    for ax in COMM_AXES[plan.mode]:
         ln = est.comm_link.get(ax)
         if ln is None:
             continue
@@ -193,9 +201,16 @@ def _communication(plan, est) -> list[str]:
         row = [ax, _comm_what(plan, ax), nbytes(est.comm_bytes[ax]), f"{ln} ({est.link_kind.get(ln)})", rate(bw),
                est.comm_algorithm.get(ax) or "-", seconds(est.comm_time[ax])]
         cells.append(row + ([seconds(est.comm_exposed.get(ax, 0.0))] if train else []))
+    head = ["axis", "collective", "bytes", "link", "bandwidth", "algorithm", "time"] + (["exposed"] if train else [])
+    return head, cells, "llrlrlr" + ("r" if train else "")
+
+
+def _communication(plan, est) -> list[str]:
+    per = "per step" if plan.mode == "train" else "per decoded token"
+    out = [f"Communication per GPU {per}"]
+    head, cells, align = comm_table(plan, est)
     if cells:
-        head = ["axis", "collective", "bytes", "link", "bandwidth", "algorithm", "time"]
-        out.append(indent(table(head + (["exposed"] if train else []), cells, "llrlrlr" + ("r" if train else ""))))
+        out.append(indent(table(head, cells, align)))
     else:
         out.append("  none: every axis has size 1")
     notes = list(est.notes)
@@ -237,6 +252,9 @@ def _compute_line(plan, est) -> str:
 
 
 def _weights_note(plan) -> str:
+    """The precision the weights are stored in and its bytes per parameter: training keeps FP8
+    runs' weights in bf16 (the GEMMs take FP8 copies, ``state_bytes_per_param``) unless they
+    gather FP8 parameters; a serving engine holds its checkpoint's storage."""
     from parc.cost.estimate import dtype_bytes
 
     if plan.mode != "train":

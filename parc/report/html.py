@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from html import escape
 
+from parc.printable import printable
+
 from parc.words import count
 
 from parc.report import svg
@@ -38,7 +40,7 @@ footer { margin-top: 32px; color: #8c959f; font-size: 12px; }
 
 
 def _e(s) -> str:
-    return escape(str(s), quote=True)
+    return escape(printable(str(s)), quote=True)
 
 
 def _bytes(n) -> str:
@@ -94,7 +96,7 @@ def explain_page(plan, estimate, diagnostics=()) -> str:
         parts.append(_rank_map(plan, est))
         if plan.mode == "train":
             parts.append(_schedule(plan, est))
-        parts += [_memory(plan, est, errors), _communication(plan, est)]
+        parts += [_memory(plan, est, errors), _communication(plan, estimate)]
     if plan.mode == "train":
         parts.append(_step_time(est))
     elif est.get("serving"):
@@ -212,24 +214,15 @@ def _memory(plan, est, errors=()) -> str:
             + fixes + "</section>")
 
 
-def _communication(plan, est) -> str:
+def _communication(plan, estimate) -> str:
+    """The text's communication table (:func:`parc.report.explain.comm_table`), as HTML."""
+    from parc.report.explain import comm_table
+
     train = plan.mode == "train"
     head = ('<section id="communication"><h2>Communication per GPU '
             + ("per step" if train else "per decoded token") + "</h2>")
-    # a serving plan's bytes and times are per decoded token (its per-step numbers are zero)
-    comm = est.get("comm_per_step" if train else "comm_per_token") or {}
-    ctime = est.get("comm_time" if train else "comm_time_per_token") or {}
-    links, lk = est.get("comm_link") or {}, est.get("links") or {}
-    rows = []
-    for ax in ("tp", "cp", "ep", "pp", "dp"):
-        ln = links.get(ax)
-        if ln is None:
-            continue
-        kind = (lk.get(ln) or {}).get("kind", "")
-        bw = (lk.get(ln) or {}).get("bandwidth", 0)
-        rows.append([ax, _bytes(comm.get(ax)), f"{ln} ({kind})" if kind else ln, rate(bw or 0), _time(ctime.get(ax))])
-    body = (_table(["axis", "bytes", "link", "bandwidth", "time"], rows, "lrlrr") if rows
-            else "<p>None: every axis has size 1.</p>")
+    cols, rows, align = comm_table(plan, estimate)
+    body = _table(cols, rows, align) if rows else "<p>None: every axis has size 1.</p>"
     return head + body + "</section>"
 
 

@@ -24,7 +24,7 @@ def pool_sections(plan, estimate, errors=()) -> list[str]:
         est = pools[name]
         heading = (f'<section id="pool-{escape(name)}"><h2>Pool {escape(name)}: {p["instances"]} × '
                    f'{p["gpus_per_instance"]} GPUs ({escape(mesh_text(p["mesh"]))})</h2>')
-        body = [_rank_map(p["plan"], est), _memory(p["plan"], est, errors), _communication(p["plan"], est)]
+        body = [_rank_map(p["plan"], est), _memory(p["plan"], est, errors), _communication(p["plan"], p["estimate"])]
         out.append(heading + "".join(b.replace('<section id="', f'<section id="{escape(name)}-', 1)
                                      for b in body) + "</section>")
     return out

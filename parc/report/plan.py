@@ -4,6 +4,7 @@ and imports nothing from the planner."""
 from __future__ import annotations
 
 from parc.cost.engine import max_model_len
+from parc.printable import printable
 from parc.report.term import table
 from parc.units import gb_value, number_short, seconds_short
 
@@ -78,7 +79,7 @@ def render_text(res) -> str:
                                                      f"microbatches") + ")"
     else:
         what = f"serving {m.name} (max_model_len {max_model_len(pr):,})"
-    lines = [f"{what} on {cl.name}: {cl.nodes} × {cl.gpus_per_node} {cl.gpu.name}",
+    lines = [printable(f"{what} on {cl.name}: {cl.nodes} × {cl.gpus_per_node} {cl.gpu.name}"),
              f"{res.candidates_evaluated:,} candidates evaluated ({res.costed:,} costed in full), "
              f"{res.valid:,} fit, in {res.seconds:.2f} s"]
     if not res.plans:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from html import escape
 
+from parc.printable import printable
+
 from parc.units import nbytes, percent
 from parc.words import count, plural
 
@@ -43,7 +45,9 @@ def _min_width(title: str) -> float:
 
 
 def _t(s) -> str:
-    return escape(str(s), quote=True)
+    """Text for the SVG: XML escaped, and a spec's control characters (which XML 1.0 cannot
+    hold) written as escapes."""
+    return escape(printable(str(s)), quote=True)
 
 
 def _svg(kind: str, width: float, height: float, body: list[str], title: str, css: str = "",
@@ -307,8 +311,8 @@ def _training_frame(plan, microbatches: int | None) -> tuple | str:
     title = (f"Pipeline schedule {sch.pipeline} ({origin} {S.torch_schedule_name(sch.pipeline, v)}): pp = {pp}"
              + (f", {nstages // pp} stages per rank" if nstages > pp else "") + f", {shown_m}")
     idle = (f"idle (hatched) = {bubble * 100:.1f}% of pp × step" if m == total_m else
-            f"idle (hatched) = {drawn * 100:.1f}% of this picture, which shows {m} of the plan's "
-            f"{total_m} microbatches; the plan idles {bubble * 100:.2f}% of each step")
+            f"the plan idles {bubble * 100:.2f}% of each step; idle (hatched) = {drawn * 100:.1f}% of this "
+            f"picture, which shows {m} of the plan's {total_m} microbatches")
     sub = f"unit costs: F = 1, B = 2 (B = 1 and W = 1 when split); {idle}"
     legend = (("F", "forward"), ("B", "backward"), ("W", "weight grads"))
     return slots, m, total_m, S.makespan(slots), bubble, drawn, nstages, title, sub, legend

@@ -169,7 +169,7 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
             sug = did_you_mean(name, table)
             r.err("P010", f"unknown GPU preset `{name}`", a.value.span,
                   help=(f"did you mean `{sug}`? " if sug else "") + "`parc presets` lists them, or describe it "
-                       "with `gpu { memory = 80GB  flops = 989TFLOPS }`", fixes=rename(a.value.span, sug, name))
+                       "with `gpu { memory = 80GB; flops = 989TFLOPS }`", fixes=rename(a.value.span, sug, name))
             raise _Incomplete()
         sp = r.spans.get("cluster.gpu")
         for k in ("memory", "flops", "hbm_bandwidth", "nvlink_bandwidth", "pcie_bandwidth"):
@@ -213,7 +213,7 @@ def build_cluster(r: Evaluator, top: Span) -> Cluster:
     if "cluster" not in r.blocks:
         if not r.doc.import_failed:
             r.err("P018", "the spec has no `cluster` block", top,
-                  help="add `cluster \"name\" { nodes = 1  gpus_per_node = 8  gpu = h100_sxm }`, "
+                  help="add `cluster \"name\" { nodes = 1; gpus_per_node = 8; gpu = h100_sxm }`, "
                        "or `use` a shared cluster file")
         raise _Incomplete()
     head = _head(r, "cluster", top)

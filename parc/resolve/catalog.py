@@ -20,6 +20,19 @@ def presets(kind: str) -> dict[str, dict]:
         return tomllib.load(f)
 
 
+def hub_id(model) -> str | None:
+    """The Hugging Face id the model's preset was read from (its `source` names the
+    config.json), or None: no preset, or a shape the spec changed (another model)."""
+    import re
+
+    pre = presets("models").get(getattr(model, "preset", None) or "", {})
+    shape = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "experts")
+    if any(k in pre and getattr(model, k) != pre[k] for k in shape):
+        return None
+    found = re.search(r"([A-Za-z0-9][\w.-]*/[\w.-]+) config\.json", str(pre.get("source", "")))
+    return found.group(1) if found else None
+
+
 def target_spec(name: str) -> dict | None:
     """A target's declarations (``parc/targets/<name>/target.toml``: its ``keys`` among them),
     or None if unknown; parc.model.targets reads the folders."""

@@ -6,7 +6,6 @@ is poisoned: it is reported once, and everything computed from it stays silent.
 """
 from __future__ import annotations
 
-import difflib
 from fractions import Fraction
 from typing import Any, NoReturn
 
@@ -39,11 +38,22 @@ POISON = object()
 
 
 def did_you_mean(word: str, options) -> str | None:
+    """The option ``word`` most likely meant: an alias of it, the same name in another case
+    (``1F1B``: ``1f1b``), the closest of the names it begins (``h100``: ``h100_sxm`` before
+    ``h100_pcie``), else the closest by spelling."""
+    import difflib   # only when a name is unknown: `parc check` of a good spec never loads it
+
     options = list(options)
     alias = SC.ALIASES.get(word)
     if alias and alias in options:
         return alias
-    m = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    low = word.lower()
+    same = [o for o in options if o.lower() == low]
+    if same:
+        return same[0]
+    longer = [o for o in options if o.lower().startswith(low) and len(low) >= 2]
+    m = difflib.get_close_matches(low, longer, n=1, cutoff=0.0) if longer else None
+    m = m or difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return m[0] if m else None
 
 

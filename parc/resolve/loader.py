@@ -104,6 +104,23 @@ def _bad_import_path(path: str) -> tuple[str, str] | None:
     return None
 
 
+# Blocks whose syntax error need not stop the checks of the rest of the spec: nothing else is
+# computed from them. A broken `train` block leaves the training defaults (as a bad value there
+# does: the rules that read it wait); a broken `target` block leaves that target's rules out.
+# Any other block (model, cluster, mesh, serve, ...) or `use` holds what the plan is made of.
+RECOVERABLE = ("train", "target")
+
+
+def _rest_of(failure, stack) -> Any:
+    """The document of what parsed in the spec itself (not an import) around its syntax errors,
+    when every statement that failed is a block of :data:`RECOVERABLE`; else None."""
+    partial = getattr(failure, "partial", None)
+    broken = getattr(failure, "broken", [])
+    if stack or partial is None or not broken or any(b is None or b[0] not in RECOVERABLE for b in broken):
+        return None
+    return partial
+
+
 def _short(path: str) -> str:
     shown = path.replace("\0", "\\0")
     return shown if len(shown) <= 60 else shown[:40] + "..." + shown[-12:]
@@ -198,8 +215,11 @@ class Loader:
         except ParcError as e:
             self.diags.append(e.diagnostic)
             self.diags.extend(e.more)
-            self.doc.import_failed = True  # what the file would have defined is unknown
-            return None
+            doc = _rest_of(e, stack)
+            if doc is None:
+                self.doc.import_failed = True  # what the file would have defined is unknown
+                return None
+            self.doc.broken += e.broken   # the rest of the spec is checked, these blocks are not
         return _Frame(path, iter(doc.items), stack + (real,))
 
     def _refuse(self, code: str, message: str, use: S.Use, help: str, fixes=None) -> None:

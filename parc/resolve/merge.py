@@ -40,6 +40,7 @@ class Document:
     targets: dict[str, Block] = field(default_factory=dict)
     partial: dict[str, list[Diagnostic]] = field(default_factory=dict)
     import_failed: bool = False  # a file could not be loaded: missing blocks are not reported
+    broken: list = field(default_factory=list)   # (kind, label) of the spec's blocks that did not parse
 
     def err(self, code, msg, span, help=None, related=None, fixes=None):
         self.diags.append(Diagnostic(code, ERROR, msg, span, help=help, related=related or [], fixes=fixes or []))

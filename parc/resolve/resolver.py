@@ -38,7 +38,8 @@ def load(path: str | os.PathLike, root: str | os.PathLike | None = None, text: s
 
     With ``partial``, a bad value or unknown key in `train` or `serve` leaves that block's
     defaults in the plan, and the Resolution names the block and its errors, so that the checks
-    that do not read it can still report the spec's other mistakes in the same run. ``reader``
+    that do not read it can still report the spec's other mistakes in the same run; so does a
+    syntax error confined to a `train` or `target` block (named ``target.NAME``). ``reader``
     reads the spec and its imports (the working tree by default)."""
     p = Path(path)
     r = Loader(find_root(p, root), reader)
@@ -51,7 +52,14 @@ def load(path: str | os.PathLike, root: str | os.PathLike | None = None, text: s
                 pass
     r.load_file(p, shown, text=text)
     plan = None
-    if not any(d.code in ("P001", "P002", "P030") and d.span.file == shown for d in r.diags):
+    syntax = [d for d in r.diags if d.code in ("P001", "P002", "P030") and d.span.file == shown]
+    if partial and r.doc.broken and syntax and all(d.code != "P030" for d in syntax):
+        # syntax errors confined to blocks the rest does not read (loader.RECOVERABLE): the
+        # rest of the spec is checked, as a bad value in those blocks would leave it
+        for kind, label in r.doc.broken:
+            r.doc.partial.setdefault(kind if kind != "target" else f"target.{label}", []).extend(syntax)
+        syntax = []
+    if not syntax:
         plan = resolve_document(r, shown, partial)
         if plan is not None:
             plan.source = shown if text is not None else root_relative(p if reader is None else r.reader.real(p), r.root)

@@ -79,7 +79,7 @@ def _group(r: Evaluator, blk, gpu_of) -> NodeGroup:
     missing = [k for k in ("nodes", "gpus_per_node", "gpu") if vals[k] is None]
     if missing:
         r.err("P018", f"group \"{blk.label}\" needs " + ", ".join(f"`{k}`" for k in missing), blk.span,
-              help="for example `nodes = 2  gpus_per_node = 8  gpu = l40s`")
+              help="for example `nodes = 2; gpus_per_node = 8; gpu = l40s`")
         raise Failed()
     gpu = gpu_of(vals["gpu"], r.spans[f"{path}.gpu"])
     if gpu is None:

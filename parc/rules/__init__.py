@@ -173,9 +173,9 @@ def _audit_entry(code: str, target: str, version: str | None = None,
 def in_force(code: str, target: str | None, version: str | None) -> bool:
     """Whether rule ``code`` holds for release ``version`` of ``target`` (its rules.toml entry's
     ``since``/``until``); a generic rule, or a target without versions, always."""
-    doc = rule_docs().get(code, {})
     if target is None or version is None:
         return True
+    doc = T.release_bounds().get(code, {})   # read without parsing every rule's documentation
     return T.holds(target, version, doc.get("since"), doc.get("until"))
 
 

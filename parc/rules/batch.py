@@ -45,6 +45,17 @@ def _gb_help(plan, ok, what: str) -> str:
 
 # ------------------------------------------------------------------------------------ P201
 
+def _none_offered(plan, c, alternatives, per: int) -> str:
+    """P201's help when no batch that divides passes the other rules: which fail, and where."""
+    from parc.rules.suggest import changed, refusals
+
+    alts = list(alternatives)
+    why = refusals(plan, changed(plan, {"schedule.global_batch": alts[0]}), c.rule.code, c.active) if alts else []
+    return (f"global_batch must be a multiple of micro_batch · dp = {per}" +
+            (f"; the nearest that are, {join(alts)}, leave the plan failing {join(why, 'and')}, which "
+             "needs a change of its own (`parc rules CODE`)" if why else ""))
+
+
 @rule("P201", "global-batch-divisible")
 def global_batch(plan, c):
     s, m = plan.schedule, plan.mesh
@@ -53,12 +64,19 @@ def global_batch(plan, c):
     fact = next((f for f in dims(plan).violations(plan.model, plan.mode) if f.code == "batch"), None)
     if fact is None:
         return
-    per, near = dims(plan).per_microbatch, list(fact.alternatives)
+    from parc.rules.suggest import offered
+
+    per = dims(plan).per_microbatch
+    near = [o["schedule.global_batch"] for o in offered(plan, c, [{"schedule.global_batch": n}
+                                                                  for n in fact.alternatives])]
     mbs = [k for k in divisors(s.global_batch // m.dp) if k != s.micro_batch] if s.global_batch % m.dp == 0 else []
+    mbs = [o["schedule.micro_batch"] for o in offered(plan, c, [{"schedule.micro_batch": k}
+                                                                for k in nearest(mbs, s.micro_batch, 3)])]
     helps = [f"the nearest global batches that work are {join(near)} "
-             f"({join([n // per for n in near])} microbatches of {s.micro_batch} per data-parallel rank)"]
+             f"({join([n // per for n in near])} microbatches of {s.micro_batch} per data-parallel rank)"] if near else \
+        [_none_offered(plan, c, fact.alternatives, per)]
     if mbs:
-        helps.append(f"or keep global_batch = {s.global_batch} with micro_batch = {join(nearest(mbs, s.micro_batch, 3))}")
+        helps.append(f"{'or ' if helps else ''}keep global_batch = {s.global_batch} with micro_batch = {join(mbs)}")
     elif s.global_batch % m.dp:
         helps.append(f"global_batch must be a multiple of dp = {m.dp} whatever the micro_batch")
     c.report(batch_span(plan),
@@ -69,7 +87,7 @@ def global_batch(plan, c):
              related=[(c.at("schedule.micro_batch"), f"micro_batch = {s.micro_batch}"),
                       (c.at("mesh.dp"), dp_terms(plan))],
              fixes=value_fixes(plan, [{"schedule.global_batch": n} for n in near]
-                               + [{"schedule.micro_batch": k} for k in nearest(mbs, s.micro_batch, 3)]))
+                               + [{"schedule.micro_batch": k} for k in mbs]))
 
 
 # ------------------------------------------------------------------------------------ P202

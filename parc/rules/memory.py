@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from parc.rules import WARNING, rule
+from parc.rules.suggest import accepted, checking, variant
 from parc.model.dims import auto_degree, grid_fits
 from parc.rules.util import dims, divisors, gb, join
 from parc.words import count
@@ -38,21 +39,6 @@ def _pct(x: float) -> str:
 
 # --- training ------------------------------------------------------------------------------------
 
-def _variant(plan, mesh=None, train=None):
-    """A copy of ``plan`` with another mesh or train block (schedule and split follow), or None
-    when the batch would not divide."""
-    m = mesh or plan.mesh
-    sch = plan.schedule
-    mb = dims(plan, m).microbatches
-    if mb is None:
-        return None
-    if m.pp > 1 and mb < m.pp and sch.pipeline != "gpipe":
-        return None
-    pl = plan.placement if m.pp == plan.mesh.pp else replace(plan.placement, layers=None)
-    return replace(plan, mesh=m, train=train or plan.train, schedule=replace(sch, microbatches=mb),
-                   placement=pl)
-
-
 def _train_total(plan) -> float:
     from parc.cost.estimate import estimate
 
@@ -70,10 +56,14 @@ def _mesh_ok(plan, m) -> bool:
     return not any(f.code in _MESH_FACTS for f in d.violations(plan.model, plan.mode))
 
 
-def training_fixes(plan, limit: float, n: int = 3) -> list[tuple[str, str, float]]:
+def training_fixes(plan, limit: float, c=None, n: int = 3) -> list[tuple[str, str, float]]:
     """Changes that bring the most loaded GPU's training memory to at most ``limit`` bytes, as
     ``(path of the key to change, how, resulting bytes)``: a higher ZeRO stage, more
-    recomputation, sequence parallelism, or a larger tp or pp on the same GPUs (dp shrinks)."""
+    recomputation, sequence parallelism, or a larger tp or pp on the same GPUs (dp shrinks).
+    With the rule's check ``c``, each is offered only when the whole rule set accepts the
+    changed plan (:func:`parc.rules.suggest.accepted`: a tp P306 refuses is not offered)."""
+    if checking():
+        return []   # judging another suggestion: no help is shown
     tr, mesh, world = plan.train, plan.mesh, plan.world_size
     out: list[tuple[str, str, float]] = []
 
@@ -81,12 +71,12 @@ def training_fixes(plan, limit: float, n: int = 3) -> list[tuple[str, str, float
         if p is None or len(out) >= n:
             return
         total = _train_total(p)
-        if total <= limit:
+        if total <= limit and (c is None or accepted(plan, p, c.rule.code, c.active)):
             out.append((path, text, total))
 
     for z in range(tr.zero + 1, 4):
         before = len(out)
-        attempt("train.zero", f"`zero = {z}`", _variant(plan, train=replace(tr, zero=z)))
+        attempt("train.zero", f"`zero = {z}`", variant(plan, train=replace(tr, zero=z)))
         if len(out) > before:
             break
     # torchtitan recomputes selectively per op; every other target by Megatron-LM's modules
@@ -94,12 +84,12 @@ def training_fixes(plan, limit: float, n: int = 3) -> list[tuple[str, str, float
     level = 1 if tr.recompute in ("selective", "selective_op") else order.index(tr.recompute)
     for rc in order[level + 1:]:
         before = len(out)
-        attempt("train.recompute", f"`recompute = {rc}`", _variant(plan, train=replace(tr, recompute=rc)))
+        attempt("train.recompute", f"`recompute = {rc}`", variant(plan, train=replace(tr, recompute=rc)))
         if len(out) > before:
             break
     if mesh.tp > 1 and not tr.sequence_parallel:
         attempt("train.sequence_parallel", "`sequence_parallel = true`",
-                _variant(plan, train=replace(tr, sequence_parallel=True)))
+                variant(plan, train=replace(tr, sequence_parallel=True)))
     g = plan.cluster.domain    # tp stays on NVLink
     for ax in ("tp", "pp"):
         cur = mesh.size(ax)
@@ -113,23 +103,25 @@ def training_fixes(plan, limit: float, n: int = 3) -> list[tuple[str, str, float
             if not _mesh_ok(plan, m2):
                 continue
             before = len(out)
-            attempt(f"mesh.{ax}", f"`{ax} = {d}` with dp = {rest}", _variant(plan, mesh=m2))
+            attempt(f"mesh.{ax}", f"`{ax} = {d}` with dp = {rest}", variant(plan, mesh=m2))
             if len(out) > before:
                 break
     return out
 
 
-def _scale_out(plan, limit: float) -> tuple[int, float] | None:
+def _scale_out(plan, limit: float, c) -> tuple[int, float] | None:
     """The fewest nodes (the cluster grown by powers of two, dp with it) on which the plan fits
-    with ZeRO-3 and full recompute."""
+    with ZeRO-3 and full recompute, in ``limit`` bytes and as the whole rule set accepts it."""
+    if checking():
+        return None
     cl, mesh = plan.cluster, plan.mesh
     tr = replace(plan.train, zero=3, recompute="full")
     for k in (2 ** i for i in range(1, 15)):
         m2 = replace(mesh, dp=mesh.dp * k)
         p2 = replace(plan, cluster=replace(cl, nodes=cl.nodes * k), mesh=m2, train=tr,
                      schedule=replace(plan.schedule, global_batch=plan.schedule.global_batch * k))
-        p2 = _variant(p2)
-        if p2 is not None and _train_total(p2) <= limit:
+        p2 = variant(p2)
+        if p2 is not None and _train_total(p2) <= limit and accepted(plan, p2, c.rule.code, c.active):
             return cl.nodes * k, _train_total(p2)
     return None
 
@@ -170,14 +162,14 @@ def training_memory(plan, c):
         return
     name = plan.cluster.gpu.name
     gpu = f"an {name}" if name and name != "custom" else "each GPU"
-    # prefer changes that also leave the headroom P405 asks for
-    fixes = training_fixes(plan, (1 - HEADROOM) * cap) or training_fixes(plan, cap)
+    # only changes that also leave the headroom P405 asks for, and that the other rules accept
+    fixes = training_fixes(plan, (1 - HEADROOM) * cap, c)
     msg = f"training needs {gb(mem.total)} {_where(plan, e)} but {gpu} has {gb(cap)}: {_breakdown(mem)}"
     if fixes:
         path = fixes[0][0]
         help_ = _fix_help(fixes)
     else:
-        grown = _scale_out(plan, cap)
+        grown = _scale_out(plan, (1 - HEADROOM) * cap, c)
         path = "cluster.nodes"
         if grown:
             g = plan.cluster.gpus_per_node
@@ -200,7 +192,7 @@ def memory_headroom(plan, c):
     if mem.total > cap or mem.total <= (1 - HEADROOM) * cap:
         return
     free = 1 - mem.total / cap
-    fixes = training_fixes(plan, (1 - HEADROOM) * cap)
+    fixes = training_fixes(plan, (1 - HEADROOM) * cap, c)
     c.report(c.at("train"),
              f"training uses {gb(mem.total)} of {gb(cap)} {_where(plan, e)}, leaving {_pct(free)} free "
              f"({_breakdown(mem)}); runs estimated above {_pct(1 - HEADROOM)} of memory have run out, "
@@ -228,18 +220,33 @@ def _tp_candidates(plan) -> list[int]:
     return [t for t, _ in dims(plan).tp_degrees(plan.model) if t > 1]
 
 
-def smallest_serving_mesh(plan) -> tuple[int, int] | None:
+def _serving_mesh_accepted(plan, c, tp: int, pp: int) -> bool:
+    """Whether the rule set accepts ``plan`` with tensor and pipeline degrees ``tp`` and ``pp``
+    (dp as `auto` makes it on the cluster); a mesh beyond the cluster is offered as a count of
+    GPUs to get, not a change to make, and is not judged here."""
+    world, rest = plan.world_size, tp * pp * plan.mesh.cp
+    if c is None or rest > world or world % rest:
+        return True
+    ep = world // pp if plan.mesh.ep > 1 else 1
+    changed = variant(plan, mesh=replace(plan.mesh, tp=tp, pp=pp, dp=world // rest, ep=ep, etp=1))
+    return accepted(plan, changed, c.rule.code, c.active)
+
+
+def smallest_serving_mesh(plan, c=None) -> tuple[int, int] | None:
     """The smallest (tp, pp) in which the weights and one max_model_len sequence fit: tp first
-    (up to a node's GPUs), then pp across nodes."""
+    (up to a node's GPUs), then pp across nodes; with the rule's check ``c``, one the whole rule
+    set accepts."""
+    if checking():
+        return None
     need = _limits(plan).max_model_len
     most = max(plan.cluster.domain, 8)   # one NVLink domain
     tps = [t for t in _tp_candidates(plan) if plan.mesh.tp < t <= most]
     for t in tps:
-        if _serve_fit(plan, t)[1] >= need:
+        if _serve_fit(plan, t)[1] >= need and _serving_mesh_accepted(plan, c, t, plan.mesh.pp):
             return t, plan.mesh.pp
     top = max([t for t in _tp_candidates(plan) if t <= most] or [plan.mesh.tp])
     for pp in (d for d in range(plan.mesh.pp + 1, plan.model.layers + 1)):
-        if _serve_fit(plan, top, pp)[1] >= need:
+        if _serve_fit(plan, top, pp)[1] >= need and _serving_mesh_accepted(plan, c, top, pp):
             return top, pp
         if pp > 64:
             break
@@ -271,7 +278,7 @@ def serving_weights(plan, c):
              f"the weights alone need {gb(w)} per GPU (tp = {plan.mesh.tp}, pp = {plan.mesh.pp}) but "
              f"gpu_memory_utilization × memory = {srv.gpu_memory_utilization:g} × {gb(e.memory.capacity)} "
              f"= {gb(budget)}",
-             help=_mesh_help(plan, smallest_serving_mesh(plan)),
+             help=_mesh_help(plan, smallest_serving_mesh(plan, c)),
              related=[(c.at("model"), f"{e.params_total / 1e9:.1f}B parameters in {plan.model.dtype}")])
 
 
@@ -288,14 +295,18 @@ def kv_cache_one_sequence(plan, c):
         return
     per = e.kv_bytes_per_token
     fixes = []
-    if e.kv_capacity_tokens > 0:
+
+    def offered(**serve) -> bool:
+        return accepted(plan, variant(plan, serve=replace(srv, **serve)), c.rule.code, c.active)
+
+    if e.kv_capacity_tokens > 0 and offered(max_model_len=e.kv_capacity_tokens):
         fixes.append(f"`max_model_len = {e.kv_capacity_tokens}` fits")
     util = (max(st.memory.total - st.memory.kv_cache + mlen * st.kv_bytes_per_token
                 for st in e.stages)) / cap
     util = int(util * 100 + 1) / 100
-    if util <= 0.98:
+    if util <= 0.98 and offered(gpu_memory_utilization=util):
         fixes.append(f"`gpu_memory_utilization = {util:.2f}` fits one full sequence")
-    fixes.append(_mesh_help(plan, smallest_serving_mesh(plan)))
+    fixes.append(_mesh_help(plan, smallest_serving_mesh(plan, c)))
     engine = e.memory.total - e.memory.weights - e.memory.kv_cache
     c.report(c.at("serve.max_model_len", "serve"),
              f"the KV cache holds {e.kv_capacity_tokens:,} tokens per GPU, fewer than one "

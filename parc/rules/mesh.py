@@ -6,9 +6,12 @@ them (one mistake, one error).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from parc.rules import WARNING, rule
 from parc.rules.util import (axes_product, describe_tp_options, dims, divisors, given, join,
-                   nearest, plural, ratio, refusers, target_name, tp_options, value_fixes)
+                   nearest, offered_tp_options, plural, ratio, refusers, target_name, tp_options,
+                   value_fixes)
 from parc.model.dims import grid_fits, splits
 from parc.words import count
 
@@ -21,6 +24,15 @@ def _mesh_desc(m, axes=None) -> str:
 def _fact(plan, code: str):
     """The fact ``code`` of :meth:`ParallelDims.violations` for this plan, or None."""
     return next((f for f in dims(plan).violations(plan.model, plan.mode, replicate_kv=False) if f.code == code), None)
+
+
+def _offered(plan, c, changes: list[dict], axis: str) -> list[int]:
+    """The values of ``axis`` among ``changes`` (mesh degrees to set) that the whole rule set
+    accepts (:func:`parc.rules.suggest.accepted`), in order."""
+    from parc.rules.suggest import accepted, variant
+
+    return [ch[axis] for ch in changes
+            if accepted(plan, variant(plan, mesh=replace(plan.mesh, **ch)), c.rule.code, c.active)]
 
 
 def _tp_facts(plan) -> list:
@@ -88,18 +100,21 @@ def mesh_product(plan, c):
     need = m.product
     if need <= world:
         return  # fewer GPUs than the cluster has: P302 (idle GPUs)
-    helps, first, options = [], None, []
+    from parc.rules.suggest import offered
+
+    found: list[tuple[str, dict]] = []
     if need % cl.gpus_per_node == 0:
-        helps.append(f"use `nodes = {need // cl.gpus_per_node}` in the cluster")
-        options.append({"cluster.nodes": need // cl.gpus_per_node})
+        found.append((f"use `nodes = {need // cl.gpus_per_node}` in the cluster",
+                      {"cluster.nodes": need // cl.gpus_per_node}))
     for ax in ("dp", "pp", "cp", "tp"):
-        if m.size(ax) <= 1:
-            continue
         rest = need // m.size(ax)
-        if world % rest == 0:
-            helps.append(f"set `{ax} = {world // rest}`" + (" (or `dp = auto`)" if ax == "dp" else ""))
-            options.append({f"mesh.{ax}": world // rest})
-            first = first or ax
+        if m.size(ax) > 1 and world % rest == 0:
+            found.append((f"set `{ax} = {world // rest}`" + (" (or `dp = auto`)" if ax == "dp" else ""),
+                          {f"mesh.{ax}": world // rest}))
+    kept = offered(plan, c, [o for _, o in found])   # only the changes the other rules accept too
+    helps = [h for h, o in found if o in kept]
+    options = [o for _, o in found if o in kept]
+    first = next((k.split(".")[1] for o in options for k in o if k.startswith("mesh.")), None)
     span = c.at(f"mesh.{first}") if first else c.at("mesh")
     c.report(span,
              f"the mesh needs {count(need, 'GPU')} ({_mesh_desc(m)}) but {where}",
@@ -125,14 +140,18 @@ def heads_tp(plan, c):
            f"group whole heads)")
     if also:
         msg += f"; nor does it split {join(also, 'or')}"
-    opts = describe_tp_options(plan)
+    opts = describe_tp_options(plan, c=c)
     help_ = (f"tensor-parallel degrees that split this model and fit {count(plan.cluster.world, 'GPU')}: {opts}"
              if opts else f"tp must divide heads = {md.heads}: {join(divisors(md.heads)[:8])}")
-    help_ += _keep_gpus_hint(plan)
+    keep = _keep_gpus_hint(plan)
+    help_ += keep
     options = [{"mesh.tp": t, **({"mesh.dp": dp} if dp != m.dp and m.auto != "dp" else {})}
-               for t, dp in (tp_options(plan) if opts else [])]
+               for t, dp in (offered_tp_options(plan, c=c) if opts else [])]
+    fixes = value_fixes(plan, options)
+    if keep:   # the help names another way too (pp): each fix is one alternative, for the user to choose
+        fixes = [replace(f, safe=False) for f in fixes]
     c.report(c.at("mesh.tp"), msg, help=help_, related=[(c.at("model.heads"), f"heads = {md.heads}")],
-             fixes=value_fixes(plan, options))
+             fixes=fixes)
 
 
 # ------------------------------------------------------------------------------------ P103
@@ -143,7 +162,7 @@ def kv_heads_tp(plan, c):
     if _heads_fail(plan) or not _kv_fail(plan):
         return
     kv, t = md.kv_heads, m.tp
-    opts = describe_tp_options(plan)
+    opts = describe_tp_options(plan, c=c)
     c.report(c.at("mesh.tp"),
              f"tp = {t} can neither split the model's {kv} KV heads ({kv} % {t} = {kv % t}) nor replicate "
              f"them evenly ({t} % {kv} = {t % kv})",
@@ -297,7 +316,7 @@ def mlp_width_tp(plan, c):
     if not bad:
         return
     name, w = bad[0]
-    opts = describe_tp_options(plan)
+    opts = describe_tp_options(plan, c=c)
     path = "model.ffn_hidden" if name == "ffn_hidden" else "model.moe_ffn_hidden"
     c.report(c.at("mesh.tp"),
              f"tp = {m.tp} does not divide {name} = {w}: the column-parallel MLP would need "
@@ -399,7 +418,7 @@ def experts_ep(plan, c):
         return   # EPLB's copies spread with the experts: P125 (and SGLang's P628) judge experts + redundant
     if fact:
         region = dims(plan).region
-        ok = fact.alternatives
+        ok = _offered(plan, c, [{"ep": e} for e in fact.alternatives], "ep")
         slots, what = md.experts, count(md.experts, "expert")
         helps = (f"expert-parallel degrees that divide {what} and fit the dp·cp·tp = {region} "
                  f"ranks of a stage: ep = {join(ok)}" if ok else f"ep must divide {what}")
@@ -451,7 +470,7 @@ def kv_replicated(plan, c):
     t, kv = m.tp, md.kv_heads
     if _heads_fail(plan) or not _fails(plan, "kv_tp_replicated"):
         return
-    opts = describe_tp_options(plan, strict_kv=True)
+    opts = describe_tp_options(plan, strict_kv=True, c=c)
     c.report(c.at("mesh.tp"),
              f"tp = {t} is larger than the model's {kv} KV heads: vLLM and Megatron-LM would replicate each KV "
              f"head {t // kv} times, but {target_name(c.target)} only splits them (tp must divide kv_heads)",
@@ -467,17 +486,22 @@ def expert_grid(plan, c):
     m, md = plan.mesh, plan.model
     if not md.is_moe or (m.ep <= 1 and m.etp <= 1):
         return
-    fact = _fact(plan, "expert_grid")   # quiet while P109 reports experts % ep
-    if not fact:
+    # the grid is judged whatever P109 said of experts % ep: where P109 is an error this rule
+    # is gated off (it reads ep); where it is vLLM's warning the grid must still fit the stage
+    region = dims(plan).region
+    if grid_fits(region, m.ep, m.etp):
         return
-    region = fact.values["region"]
+    fact = _fact(plan, "expert_grid")
+    ok = fact.alternatives if fact else tuple(
+        e for e in divisors(md.experts) if e > 1 and grid_fits(region, e, m.etp))
+    ok = _offered(plan, c, [{"ep": e} for e in ok], "ep")
     grid = m.ep * m.etp
     world = m.product
-    ok = fact.alternatives
     helps = []
     if ok:
         helps.append(f"ep = {join(nearest(ok, m.ep, 4))} with etp = {m.etp}")
-    etps = [e for e in divisors(region) if grid_fits(region, m.ep, e) and splits(md.moe_ffn_hidden, e)]
+    etps = _offered(plan, c, [{"etp": e} for e in divisors(region)
+                              if grid_fits(region, m.ep, e) and splits(md.moe_ffn_hidden, e)], "etp")
     if etps and m.ep > 1 and md.experts % m.ep == 0:
         helps.append(f"etp = {join(etps)} with ep = {m.ep}")
     c.report(c.at("mesh.ep" if m.ep > 1 else "mesh.etp"),

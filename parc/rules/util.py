@@ -206,8 +206,25 @@ def tp_options(plan, strict_kv: bool = False, limit: int | None = None) -> list[
     return dims(plan).tp_degrees(plan.model, not strict_kv, plan.cluster.world, cap)
 
 
-def describe_tp_options(plan, strict_kv: bool = False) -> str:
+def offered_tp_options(plan, strict_kv: bool = False, c=None) -> list[tuple[int, int | None]]:
+    """The tp degrees to offer (each with the dp ``dp = auto`` gives): with the rule's check
+    ``c``, only those the whole rule set accepts (:func:`parc.rules.suggest.accepted`). The
+    help's words and its fixes both come from here."""
     opts = tp_options(plan, strict_kv)
+    if c is None:
+        return opts
+    from dataclasses import replace
+
+    from parc.rules.suggest import accepted, variant
+
+    return [(t, dp) for t, dp in opts
+            if accepted(plan, variant(plan, mesh=replace(plan.mesh, tp=t, dp=dp or plan.mesh.dp)),
+                        c.rule.code, c.active)]
+
+
+def describe_tp_options(plan, strict_kv: bool = False, c=None) -> str:
+    """:func:`offered_tp_options` in words: ``tp = 2 (dp = 6) or tp = 4 (dp = 3)``."""
+    opts = offered_tp_options(plan, strict_kv, c)
     if not opts:
         return ""
     parts = []

@@ -11,6 +11,12 @@ admits only the metadata classes of the format (and the torch sizes, dtypes and 
 hold), admits tensor entries only (DCP reads other entries with a full unpickler), shard files
 only inside the folder, and checks the names and shapes against this plan's model and the shard
 files' sizes before any rank starts. Anything else is refused in one line.
+
+Every file of the format in the folder (``.metadata``, the ``*.distcp`` shards, ``parc-run.json``)
+must be a regular file of the folder itself, never a link: DCP opens the names it reads and
+writes as they are, so a shard that links elsewhere would be read from, or overwritten at, a
+path outside the folder. :func:`check_folder` refuses such a folder before any rank starts, for
+loading and for saving alike, and parc's own step file is written without following a link.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import io
 import json
 import os
 import pickle
+import stat
 from pathlib import Path
 
 import torch
@@ -69,6 +76,7 @@ def read_metadata(path) -> object:
     from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, TensorStorageMetadata
 
     where = Path(path) / METADATA
+    check_folder(path)
     try:
         data = where.read_bytes()
     except OSError as e:
@@ -110,6 +118,34 @@ class SafeReader(FileSystemReader):
         return md
 
 
+def _ours(name: str) -> bool:
+    """Whether DCP or parc reads or writes a file of this name in a checkpoint folder."""
+    return name.startswith(METADATA) or name.endswith(".distcp") or name == META
+
+
+def regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file itself (not a link to one, nor a device or a FIFO)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def check_folder(path: str) -> None:
+    """Refuse, in one line, a checkpoint folder where a file of the format is not a regular
+    file of the folder itself (a link, a folder, a device): DCP would read it, or write through
+    it, outside the folder."""
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return   # no folder yet: the save makes it
+    for name in names:
+        if _ours(name) and not regular(Path(path) / name):
+            kind = "a link" if os.path.islink(Path(path) / name) else "not a regular file"
+            raise CheckpointError(f"{path} is refused: {name} is {kind}; a checkpoint's files must be regular "
+                                  "files inside its folder (DCP would read or overwrite what it points to)")
+
+
 def exists(path: str) -> bool:
     return (Path(path) / METADATA).is_file()
 
@@ -145,8 +181,10 @@ def validate(path: str, cfg) -> None:
         need[info.relative_path] = max(need.get(info.relative_path, 0), int(info.offset) + int(info.length))
     for rel, size in sorted(need.items()):
         f = Path(path) / rel
-        if not f.is_file():
+        if not f.exists():
             raise CheckpointError(f"{path} is incomplete: its shard {rel} is missing")
+        if not regular(f):
+            check_folder(path)   # says which file is a link
         got = f.stat().st_size
         if got < size:
             raise CheckpointError(f"{path} is incomplete: its shard {rel} is truncated ({got} bytes; the "
@@ -171,8 +209,10 @@ def save(rank, path: str, step: int) -> dict:
     state = _state(rank)
     dcp.save({"model": state}, checkpoint_id=path)
     info = {"path": str(path), "step": step, "tensors": _count(state)}
-    if dist.get_rank() == 0:
-        with open(os.path.join(path, META), "w") as f:
+    if dist.get_rank() == 0:   # never through a link (check_folder refused one before the ranks started)
+        fd = os.open(os.path.join(path, META), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0),
+                     0o644)
+        with os.fdopen(fd, "w") as f:
             json.dump({"step": step, "world_size": dist.get_world_size()}, f)
     dist.barrier()
     return info
@@ -196,8 +236,10 @@ def load(rank, path: str) -> dict:
 def saved_step(path: str) -> int:
     """The step count saved beside a checkpoint (0 if unknown)."""
     meta = Path(path) / META
-    if not meta.is_file():
+    if not meta.exists():
         return 0
+    if not regular(meta):
+        check_folder(path)
     try:
         step = json.loads(meta.read_text(encoding="utf-8")).get("step", 0)
     except (OSError, ValueError, AttributeError) as e:

@@ -138,6 +138,8 @@ def _resume_from(plan: Plan, opts, phase) -> Optional[str]:
 
     if opts.checkpoint and os.path.exists(opts.checkpoint) and not os.path.isdir(opts.checkpoint):
         raise CK.CheckpointError(f"--checkpoint names {opts.checkpoint}, which is a file: give a folder")
+    if opts.checkpoint:
+        CK.check_folder(opts.checkpoint)   # read from and written to: regular files of the folder only
     resume = opts.checkpoint if opts.checkpoint and CK.exists(opts.checkpoint) else None
     if resume:
         phase("checking the checkpoint")

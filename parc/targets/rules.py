@@ -6,7 +6,6 @@ P112 and P113 accept, so it has no etp rule of its own (P611 is torchtitan's, be
 from __future__ import annotations
 
 import json
-import re
 
 from parc.model.targets import (example, inherits, keys, launch_targets, pipeline_runtime, pipelines, required,
                                 requiring_targets, runs_pipeline)
@@ -17,16 +16,10 @@ from parc.words import count
 
 
 def hub_id(plan) -> str | None:
-    """The Hugging Face id the model's preset was read from (its `source` names the config.json)."""
-    from parc.resolve.resolver import presets
+    """The Hugging Face id the model's preset was read from (``parc.resolve.catalog.hub_id``)."""
+    from parc.resolve.catalog import hub_id as model_hub_id
 
-    md = plan.model
-    pre = presets("models").get(md.preset or "", {})
-    shape = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "experts")
-    if any(k in pre and getattr(md, k) != pre[k] for k in shape):
-        return None  # a changed shape is another model
-    found = re.search(r"([A-Za-z0-9][\w.-]*/[\w.-]+) config\.json", str(pre.get("source", "")))
-    return found.group(1) if found else None
+    return model_hub_id(plan.model)
 
 
 def _example(plan, target: str, key: str) -> str:

@@ -73,12 +73,19 @@ def read_nvidia(text: str) -> Reading:
     cols = head[:cut]
     has_numa = "NUMA" in head[cut:] and "Affinity" in head[cut:]
     gpus = [c for c in cols if _GPU.match(c)]
-    if [int(_GPU.match(c).group(1)) for c in gpus] != list(range(len(gpus))):
-        raise TopoError(f"the GPU columns are {' '.join(gpus)}; expected GPU0, GPU1, ... in order")
+    if [int(_GPU.match(c).group(1)) for c in gpus] != list(range(len(gpus))) or cols[:len(gpus)] != gpus:
+        raise TopoError(f"the GPU columns are {' '.join(gpus)}; expected GPU0, GPU1, ... in order, first")
+    odd = next((c for c in cols[len(gpus):] if c.upper().startswith("GPU")), None)
+    if odd is not None:
+        raise TopoError(f"column `{odd}` is neither a GPU (GPU0 ... GPU{len(gpus) - 1}) nor a NIC: "
+                        "is this the output of `nvidia-smi topo -m` as it printed it?")
     rows: dict[str, list[str]] = {}
     numa: dict[str, str] = {}
     for ln in lines[head_at + 1:]:
         t = ln.split()
+        if t and t[0] not in cols and t[0].upper().startswith("GPU") and t[0] != "GPU" and len(t) > 1 \
+                and known(t[1]):
+            raise TopoError(f"row `{t[0]}` names no column of the header ({' '.join(cols)})")
         if not t or t[0] not in cols:
             if t and t[0] == "Legend:":
                 break
@@ -99,6 +106,11 @@ def read_nvidia(text: str) -> Reading:
         raise TopoError(f"`{bad}` is not a class of the nvidia-smi legend (X, NV#, PIX, PXB, PHB, NODE, SYS)")
     legend = _nic_legend(lines)
     nic_cols = cols[n:]
+    for g in gpus:
+        bad = next(((c, v) for c, v in zip(nic_cols, rows[g][n:]) if not known(v)), None)
+        if bad is not None:
+            raise TopoError(f"row {g} holds `{bad[1]}` under NIC column {bad[0]}, not a class of the legend: the "
+                            "columns are misaligned (a header naming columns the rows do not fill)")
     names = [legend.get(c, c) for c in nic_cols]
     near = [_nearest(rows[g][n:], names) for g in gpus] if names else []
     nodes = [numa.get(g, "") for g in gpus]

@@ -6,6 +6,7 @@ import os
 from typing import Sequence
 
 from parc.language.diagnostics import ERROR, NOTE, WARNING, Diagnostic
+from parc.printable import printable
 
 
 def escape_data(s: str) -> str:
@@ -29,12 +30,12 @@ _COMMAND = {ERROR: "error", WARNING: "warning", NOTE: "notice"}
 
 def render_github_line(d: Diagnostic) -> str:
     s = d.span
-    props = [("file", s.file.replace(os.sep, "/")), ("line", str(s.line)), ("col", str(s.column)),
+    props = [("file", printable(s.file.replace(os.sep, "/"))), ("line", str(s.line)), ("col", str(s.column)),
              ("endLine", str(max(s.end_line, s.line)))]
     if s.end_line == s.line:
         props.append(("endColumn", str(max(s.end_column, s.column + 1))))
     props.append(("title", d.code))
-    text = d.message + (f"\nhelp: {d.help}" if d.help else "")
+    text = printable(d.message + (f"\nhelp: {d.help}" if d.help else ""))
     head = ",".join(f"{k}={escape_property(v)}" for k, v in props)
     return f"::{_COMMAND.get(d.severity, 'warning')} {head}::{escape_data(text)}"
 

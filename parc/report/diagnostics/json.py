@@ -25,6 +25,6 @@ def render_lint(res, diags: Sequence[Diagnostic]) -> str:
     """`parc lint --format json`: the findings shown, and counts with the suppressed ones."""
     return json.dumps({
         "diagnostics": listed(diags),
-        "summary": {"files": len(res.files), "errors": sum(d.severity == ERROR for d in diags),
+        "summary": {"files": res.named, "errors": sum(d.severity == ERROR for d in diags),
                     "warnings": sum(d.severity == WARNING for d in diags), "suppressed": res.suppressed},
     }, indent=2)

@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from parc.language.diagnostics import ERROR, NOTE, WARNING, Diagnostic, Span, summarize
+from parc.printable import printable
 from parc.resolve.reader import source_text
 from parc.report.term import BLUE, BOLD, CYAN, GREEN, RED, RESET, UNDERLINE, YELLOW, paint, sgr
 from parc.words import count
@@ -36,15 +37,18 @@ def _snippet(sources, span: Span, color: bool, caret_color: str, label: str = ""
     if src is None:
         return []
     src = src.expandtabs(1)
+    col = span.column
+    end = span.end_column if span.end_line == span.line else len(src) + 1
     if len(src) > 200:  # keep pathological lines readable
         lo = max(0, span.column - 80)
         src = src[lo:lo + 160]
-        col = span.column - lo
-    else:
-        col = span.column
+        col, end = col - lo, end - lo
+    # control characters are shown escaped, and the carets follow the columns they take
+    end = min(end, len(src) + 1)
+    col, end = len(printable(src[:col - 1])) + 1, len(printable(src[:max(end, col) - 1])) + 1
+    src = printable(src)
     width = len(str(span.line))
-    end = span.end_column if span.end_line == span.line else len(src) + 1
-    n = max(1, min(end, len(src) + 1) - col)
+    n = max(1, end - col)
     bar = paint(" " * width + " |", BLUE, color)
     num = paint(f"{span.line} |", BLUE, color)
     carets = " " * (col - 1) + "^" * n + (f" {label}" if label else "")
@@ -62,16 +66,16 @@ def render_text(diags: Sequence[Diagnostic], sources: dict[str, str] | None = No
         s = d.span
         head_color = _COLORS.get(d.severity, "")
         sev = f"{head_color}{d.severity}{RESET}" if color else d.severity
-        where = paint(f"{s.file}:{s.line}:{s.column}:", BOLD, color)
+        where = paint(f"{printable(s.file)}:{s.line}:{s.column}:", BOLD, color)
         tag = f" [{d.target}]" if d.target else ""
-        out.append(f"{where} {d.code} {sev}{tag}: {d.message}")
+        out.append(f"{where} {d.code} {sev}{tag}: {printable(d.message)}")
         out.extend(_snippet(sources, s, color, head_color))
         for r in d.related:
             rs = r.span
-            out.append(f"  note: {rs.file}:{rs.line}:{rs.column}: {r.message}")
+            out.append(f"  note: {printable(rs.file)}:{rs.line}:{rs.column}: {printable(r.message)}")
             out.extend("  " + x for x in _snippet(sources, rs, color, _COLORS[NOTE]))
         if d.help:
-            out.append(f"  = {paint('help:', CYAN, color)} {d.help}")
+            out.append(f"  = {paint('help:', CYAN, color)} {printable(d.help)}")
         out.append("")
     return "\n".join(out)
 
@@ -104,7 +108,7 @@ def check_summary(diags, files: int, shown) -> str:
 def lint_summary(res, shown=None) -> str:
     """`parc lint`'s last line: the counts, with the suppressed findings (``shown``: the
     findings printed, whose notes are counted too)."""
-    line = render_summary(summarize(res.diagnostics, len(res.files)),
+    line = render_summary(summarize(res.diagnostics, res.named),
                           notes=_notes(res.diagnostics if shown is None else shown))
     if line.startswith("ok:"):
         line = line.replace("checked", "linted")

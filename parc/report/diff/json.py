@@ -6,7 +6,7 @@ def render_json(old, new, changes: list[dict], rows: list[dict]) -> str:
     """``old`` and ``new`` have ``name``, ``estimate`` and ``errors`` (diagnostics)."""
     import json
 
-    return json.dumps({"old": {"file": old.name, "estimate": old.estimate,
+    return json.dumps({"ok": True, "old": {"file": old.name, "estimate": old.estimate,
                                "errors": [d.to_json() for d in old.errors]},
                        "new": {"file": new.name, "estimate": new.estimate,
                                "errors": [d.to_json() for d in new.errors]},

@@ -1,15 +1,17 @@
 """``parc diff --format markdown``: a pull-request comment."""
 from __future__ import annotations
 
+from parc.printable import printable
 from parc.report.diff.values import fmt_change, fmt_value, headline, setting_value, shown_rows
 from parc.words import count
 
 
 def render_markdown(old_name: str, new_name: str, rows, changes, show_all=False, errors=()) -> str:
+    old_name, new_name = printable(old_name), printable(new_name)
     out = [f"### parc diff: `{new_name}`", "", f"`{old_name}` → `{new_name}`", ""]
     if errors:
         out += ["> [!WARNING]", "> " + ("This plan has errors:" if len(errors) == 1 else "These plans have errors:")]
-        out += [f"> - `{_md(e)}`" for e in errors]
+        out += [f"> - `{_md(printable(e))}`" for e in errors]
         out.append("")
     if not changes:
         out += ["No setting of the resolved plan changed.", ""]

@@ -1,6 +1,7 @@
 """``parc diff`` for a terminal: the settings that changed, then the metrics as a table."""
 from __future__ import annotations
 
+from parc.printable import printable
 from parc.report import term
 from parc.report.diff.values import fmt_change, fmt_value, headline, setting_value, shown_rows
 
@@ -12,7 +13,7 @@ def render_text(old_name: str, new_name: str, rows, changes, color=False, show_a
 
     out = []
     if not quiet:
-        out += [paint(f"{old_name} → {new_name}", "1"), headline(rows), ""]
+        out += [paint(printable(f"{old_name} → {new_name}"), "1"), headline(rows), ""]
         if changes:
             out.append(paint("settings", "1"))
             w = max(len(c["path"]) for c in changes)

@@ -1,6 +1,8 @@
 """The numbers and settings of a diff in words: 60.1 GB, 2.27B, 1.5 ms, 12.50%, +4.0 GB (+7.1%)."""
 from __future__ import annotations
 
+from parc.printable import printable
+
 from parc import units
 from parc.report.diff.metrics import HEADLINE
 
@@ -66,4 +68,4 @@ def setting_value(v) -> str:
         return f"[{setting_value(v[0])} × {len(v)}]"
     if isinstance(v, list):
         return "[" + ", ".join(setting_value(x) for x in v) + "]"
-    return str(v)
+    return printable(str(v))
