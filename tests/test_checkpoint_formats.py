@@ -74,10 +74,31 @@ def test_quantization_only_where_the_engine_quantizes(check_spec, target):
             lines = model_lines(r.plan)
         return [str(w) for ln in lines for w in ln]
 
-    assert words(_serve(check_spec, "from = deepseek_v3", target)) == ["--dtype", "bfloat16"]
-    assert words(_serve(check_spec, "from = gpt_oss_120b", target)) == ["--dtype", "bfloat16"]
-    assert words(_serve(check_spec, "from = llama3_70b\ndtype = fp8", target)) == [
-        "--dtype", "bfloat16", "--quantization", "fp8"]
+    # --dtype is left to the engine's `auto` (the checkpoint's dtype) wherever that is what runs
+    assert words(_serve(check_spec, "from = deepseek_v3", target)) == []
+    assert words(_serve(check_spec, "from = gpt_oss_120b", target)) == []
+    assert words(_serve(check_spec, "from = llama3_70b\ndtype = fp8", target)) == ["--quantization", "fp8"]
+
+
+@pytest.mark.parametrize("target", ["vllm", "sglang"])
+@pytest.mark.parametrize("model, written", [
+    ("from = llama3_70b", None), ("from = llama3_70b\ndtype = bf16", None),
+    ("from = llama3_70b\ndtype = fp16", "float16"),
+    ("from = llama3_70b\ncheckpoint_format = fp16", None),
+    ("from = llama3_70b\ncheckpoint_format = fp16\ndtype = bf16", "bfloat16"),
+    ("from = llama3_70b\ncheckpoint_format = fp32\ndtype = bf16", {"vllm": None, "sglang": "bfloat16"}),
+    ("from = llama3_70b\ncheckpoint_format = fp32\ndtype = fp16", {"vllm": "float16", "sglang": None}),
+    ("from = llama3_70b\ncheckpoint_format = fp32", "float32")])
+def test_dtype_only_where_auto_runs_another(check_spec, target, model, written):
+    """``--dtype`` is written only where the engine's ``auto`` would run another dtype than the
+    plan's: auto keeps a 16-bit checkpoint's dtype and casts a 32-bit one to bfloat16 (vLLM 0.33
+    config/model.py _resolve_auto_dtype: the platform's first supported dtype) or float16 (SGLang
+    0.5.23 configs/model_config.py _get_and_verify_dtype, Gemma aside)."""
+    from parc.model.checkpoints import engine_dtype
+
+    r = _serve(check_spec, model, target)
+    want = written[target] if isinstance(written, dict) else written
+    assert engine_dtype(r.plan.model, target) == want
 
 
 def test_engine_methods():

@@ -2,8 +2,8 @@
 how many requests one data-parallel rank runs at once and how many tokens one step schedules,
 as the pinned release applies them.
 
-A `serve` block that leaves ``max_model_len``, ``max_num_seqs`` or ``max_num_batched_tokens``
-out leaves them to the engine: the launch does not write them, and explain, the rules and the
+A `serve` block that leaves ``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens`` or
+``gpu_memory_utilization`` out leaves them to the engine: the launch does not write them, and explain, the rules and the
 planner compute with the engine's own default (its target folder's ``defaults.toml``, read from
 the release's source) and say it is the engine's. A value the spec gives means what that engine
 means by it: vLLM's ``--max-num-seqs`` is per data-parallel rank (each is an EngineCore with its
@@ -164,3 +164,76 @@ def _sglang_seqs(plan, share, kv_tokens, mlen, tokens, notes) -> int:
 
 
 _NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def memory_fraction(plan) -> float:
+    """The share of a GPU's memory the engine takes for weights and KV cache: the spec's
+    ``gpu_memory_utilization``, else the engine's own default (vLLM: CacheConfig's; SGLang: the
+    mem_fraction_static it derives, :func:`_sglang_fraction`). ``plan`` may be a planner problem
+    without a mesh: SGLang's fraction is then its largest, at tp = pp = 1."""
+    srv = plan.serve
+    if srv is not None and srv.gpu_memory_utilization is not None:
+        return srv.gpu_memory_utilization
+    eng, _ = engine_of(plan)
+    if eng == "sglang":
+        return _sglang_fraction(plan)
+    return float(_table(eng)["gpu_memory_utilization"])
+
+
+def memory_fraction_note(plan) -> str | None:
+    """How the engine's default fraction was found, in words; None where the spec gives it."""
+    srv = plan.serve
+    if srv is not None and srv.gpu_memory_utilization is not None:
+        return None
+    eng, rel = engine_of(plan)
+    how = ("its mem_fraction_static from the GPU's memory, the chunked prefill size, tp·pp and its "
+           "CUDA graphs" if eng == "sglang" else "CacheConfig.gpu_memory_utilization")
+    return f"{memory_fraction(plan):g}: {_NAMES[eng]} {rel}'s default ({how})"
+
+
+def _sglang_fraction(plan) -> float:
+    """SGLang's mem_fraction_static left out (the formula and its source: sglang/defaults.toml
+    [mem_fraction]), as an aggregated server derives it: a disaggregated pool's server, which
+    captures only its side's CUDA graphs, is given the same fraction."""
+    tab = _table("sglang")
+    k = tab["mem_fraction"]
+    gpu = plan.cluster.gpu
+    mib = gpu.memory / (1 << 20)
+    row = _tier("sglang", gpu)
+    mesh, srv = getattr(plan, "mesh", None), plan.serve
+    tp = (mesh.tp * attn_dp(plan)) if mesh is not None else 1
+    pp = mesh.pp if mesh is not None else 1
+    given = srv.max_num_batched_tokens if srv is not None else None
+    chunk = given if given is not None else row["max_num_batched_tokens"]
+    bs = row["decode_graph_bs_tp4" if tp >= 4 else "decode_graph_bs"]
+    running = srv.max_num_seqs if srv is not None else None
+    bs = min(bs, running) if running else bs
+    active = max(chunk, k["least_activation_tokens"])
+    deepep = plan.target_settings("sglang").get("moe_a2a_backend") == "deepep"
+    reserve = k["floor_mib"] + active * k["mib_per_activation_token"] + tp * pp / 8 * k["mib_per_8_gpus"]
+    reserve += _sglang_graph_mib(plan, k, bs, chunk, pp, deepep)
+    if mib > k["least_reserve_above_gib"] * 1024:
+        reserve = max(reserve, k["least_reserve_mib"])
+    if deepep:
+        reserve += k["deepep_mib"]
+    return round((mib - reserve) / mib, 3)
+
+
+def _sglang_graph_mib(plan, k, bs, chunk, pp, deepep) -> float:
+    """MiB SGLang reserves for its CUDA graphs (reserve_for_graph_mb)."""
+    out = bs * k["mib_per_decode_graph_bs"]
+    dp = attn_dp(plan)
+    if dp > 1:
+        out += bs * dp * k["mib_per_attn_dp_bs"]
+        if bs > k["large_bs"]:
+            out += bs * dp * k["mib_per_attn_dp_large_bs"]
+    if pp == 1:   # the breakable prefill graph, off by default with pp > 1
+        if plan.model.is_mla:
+            out += k["mla_prefill_graph_mib"]
+        else:
+            sizes = [n for first, last, step in k["prefill_graph_sizes"]
+                     for n in range(first, (last or chunk) + 1, step) if n <= chunk]
+            out += len(sizes) * k["mib_per_prefill_graph_size"]
+        if deepep:
+            out += k["deepep_prefill_graph_mib"]
+    return out

@@ -344,7 +344,8 @@ def _serving_kv(plan, stages: list[StageEstimate]) -> tuple[int, int, int]:
     srv = plan.serve
     if srv is None:
         return 0, 0, 0
-    caps = [kv_capacity_tokens(float(plan.cluster.gpu.memory), srv.gpu_memory_utilization,
+    frac = engine.memory_fraction(plan)
+    caps = [kv_capacity_tokens(float(plan.cluster.gpu.memory), frac,
                                st.memory.total - st.memory.kv_cache, st.kv_bytes_per_token) for st in stages]
     # a stage with no layers keeps no KV cache and bounds nothing (P127 names it)
     held = [c for st, c in zip(stages, caps) if st.kv_bytes_per_token > 0]

@@ -49,10 +49,11 @@ def _bytes_per_token(b) -> str:
 def kv_lines(plan, est, sv=None) -> list[str]:
     """KV cache per token (how it is made up), per sequence and per request (``sv``: the plan's
     serving numbers, where it is one mesh), and what fits."""
-    from parc.cost.engine import limits
+    from parc.cost.engine import limits, memory_fraction, memory_fraction_note
 
     m, mesh, srv = plan.model, plan.mesh, plan.serve
     lim = limits(plan, est.kv_capacity_tokens)
+    note = memory_fraction_note(plan)
     per = est.kv_bytes_per_token
     if m.is_mla:
         how = (f"MLA: (kv_lora_rank {m.kv_lora_rank} + qk_rope_head_dim {m.qk_rope_head_dim}) × "
@@ -64,7 +65,7 @@ def kv_lines(plan, est, sv=None) -> list[str]:
     out = [f"KV cache: {_bytes_per_token(per)} bytes per token per GPU ({how}); "
            f"{nbytes(per * lim.max_model_len)} per max_model_len = {lim.max_model_len:,} sequence{whose}"]
     out.append(f"  {count(est.kv_capacity_tokens, 'token', sep=True)} fit at gpu_memory_utilization = "
-               f"{srv.gpu_memory_utilization:g} after the weights, activations and engine overheads: "
+               + (note if note else f"{memory_fraction(plan):g}") + " after the weights, activations and engine overheads: "
                f"{count(est.max_concurrent_seqs, 'concurrent sequence')} of max_model_len"
                + (f", {count(sv.fits, 'request', sep=True)} of the workload's "
                   f"{sv.workload.prompt_tokens + sv.workload.output_tokens:,} tokens" if sv else "") + " per replica")

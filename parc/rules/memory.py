@@ -268,15 +268,18 @@ def _mesh_help(plan, found) -> str:
 def serving_weights(plan, c):
     if plan.mode != "serve" or plan.serve is None:
         return
+    from parc.cost.engine import memory_fraction
+
     e = _est(plan)
-    srv = plan.serve
-    budget = srv.gpu_memory_utilization * e.memory.capacity
+    frac = memory_fraction(plan)
+    budget = frac * e.memory.capacity
     w = e.memory.weights
     if w <= budget:
         return
     c.report(c.at("mesh.tp"),
              f"the weights alone need {gb(w)} per GPU (tp = {plan.mesh.tp}, pp = {plan.mesh.pp}) but "
-             f"gpu_memory_utilization × memory = {srv.gpu_memory_utilization:g} × {gb(e.memory.capacity)} "
+             f"gpu_memory_utilization × memory = {frac:g}{_whose(plan, 'gpu_memory_utilization')} × "
+             f"{gb(e.memory.capacity)} "
              f"= {gb(budget)}",
              help=_mesh_help(plan, smallest_serving_mesh(plan, c)),
              related=[(c.at("model"), f"{e.params_total / 1e9:.1f}B parameters in {plan.model.dtype}")])
@@ -286,13 +289,17 @@ def serving_weights(plan, c):
 def kv_cache_one_sequence(plan, c):
     if plan.mode != "serve" or plan.serve is None:
         return
+    from parc.cost.engine import engine_of, memory_fraction
+    from parc.rules.util import refusers, target_name
+
     e = _est(plan)
     srv = plan.serve
     mlen = _limits(plan).max_model_len
     cap = e.memory.capacity
-    budget = srv.gpu_memory_utilization * cap
+    budget = memory_fraction(plan) * cap
     if e.memory.weights > budget or e.kv_capacity_tokens >= mlen:
         return
+    who = refusers(plan, c, "P403")
     per = e.kv_bytes_per_token
     fixes = []
 
@@ -308,13 +315,17 @@ def kv_cache_one_sequence(plan, c):
         fixes.append(f"`gpu_memory_utilization = {util:.2f}` fits one full sequence")
     fixes.append(_mesh_help(plan, smallest_serving_mesh(plan, c)))
     engine = e.memory.total - e.memory.weights - e.memory.kv_cache
+    # who refuses it at start (vLLM); an engine that caps the request instead (SGLang) runs it
+    outcome = (f": {join([target_name(t) for t in who], 'and')} refuse{'s' if len(who) == 1 else ''} to start"
+               if who else f": {target_name(engine_of(plan)[0])} starts and caps a request at "
+               f"{max(0, e.kv_capacity_tokens - 1):,} tokens" if who == [] else "")
     c.report(c.at("serve.max_model_len", "serve"),
              f"the KV cache holds {e.kv_capacity_tokens:,} tokens per GPU, fewer than one "
              f"max_model_len = {mlen:,} sequence{_whose(plan, 'max_model_len')}: after {gb(e.memory.weights)} "
              f"of weights and "
              f"{gb(engine)} the engine keeps (activations, CUDA context and graphs, NCCL, sampler), "
-             f"{gb(max(0.0, budget - e.memory.weights - engine))} is left at {per:,} bytes per token",
-             help="; or ".join(fixes))
+             f"{gb(max(0.0, budget - e.memory.weights - engine))} is left at {per:,} bytes per token" + outcome,
+             help="; or ".join(fixes), severity=WARNING if who == [] else None)
 
 
 @rule("P404", "kv-cache-holds-max-num-seqs", severity=WARNING)

@@ -132,17 +132,19 @@ def _lines(plan, node_rank, pool: str | None = None) -> tuple[list[list], list[l
 
 
 def model_lines(plan, F) -> list[list]:
-    """The model as vLLM loads it: ``--dtype`` (an FP8 model runs bfloat16 activations),
+    """The model as vLLM loads it: ``--dtype`` only where vLLM's ``auto`` (the checkpoint's dtype)
+    would run another (:func:`parc.model.checkpoints.engine_dtype`),
     ``--quantization fp8`` only for a 16-bit checkpoint served in FP8 (vLLM quantizes it at load;
     a quantized checkpoint names its own method, and another --quantization is refused: P619),
     ``--allow-deprecated-quantization`` for a method vLLM deprecates (FBGEMM FP8),
     and ``--hf-overrides`` with the config.json keys of the fields that differ from the preset's
     checkpoint (parc/targets/hf_config.toml; P620 refuses a field without one)."""
-    from parc.model.checkpoints import engine_deprecated, load_quantization
+    from parc.model.checkpoints import engine_deprecated, engine_dtype, load_quantization
     from parc.targets.hf import overrides
 
     m = plan.model
-    out: list[list] = [[F("dtype"), DTYPES[m.dtype]]]
+    dtype = engine_dtype(m, TARGET)
+    out: list[list] = [[F("dtype"), DTYPES[dtype]]] if dtype else []
     if load_quantization(m):
         out.append([F("quantization"), load_quantization(m)])
     if engine_deprecated(m.checkpoint_format, TARGET) and F("allow_deprecated_quantization"):
@@ -164,7 +166,8 @@ def _scheduler_lines(sv, F) -> list[list]:
     """The scheduler and speculative options the spec gives (a key it leaves out is vLLM's own
     default: not written)."""
     out = [[F(k), getattr(sv, k)] for k in ("max_model_len",) if getattr(sv, k) is not None]
-    out.append([F("gpu_memory_utilization"), repr(float(sv.gpu_memory_utilization))])
+    if sv.gpu_memory_utilization is not None:
+        out.append([F("gpu_memory_utilization"), repr(float(sv.gpu_memory_utilization))])
     out += [[F(k), getattr(sv, k)] for k in ("max_num_seqs", "max_num_batched_tokens") if getattr(sv, k) is not None]
     if sv.two_batch_overlap:
         out.append([F("enable_dbo")])
