@@ -30,7 +30,7 @@ import tomllib
 from functools import lru_cache
 from pathlib import Path
 
-from parc.targets.base import File, dns_label, mesh_text, plan_id, plan_json, settings, spec_name
+from parc.targets.base import File, dns_label, mesh_text, need, plan_id, plan_json, settings, spec_name
 from parc.words import count
 
 TARGET = "skypilot"
@@ -86,7 +86,7 @@ def launch(plan) -> list[File]:
     from parc.targets import torchrun
 
     s = settings(plan, TARGET)
-    return torchrun.node_files(plan, entrypoint=s["entrypoint"], arg_lines=torchrun.user_arg_lines(s.get("args")),
+    return torchrun.node_files(plan, entrypoint=need(plan, TARGET, "entrypoint"), arg_lines=torchrun.user_arg_lines(s.get("args")),
                                max_restarts=s.get("max_restarts", 0))
 
 

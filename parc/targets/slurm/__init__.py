@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from parc.targets.base import File, dns_label, settings, mesh_text, plan_json, spec_name
+from parc.targets.base import File, dns_label, need, settings, mesh_text, plan_json, spec_name
 from parc.targets import torchrun
 from parc.targets.pooled import pools_text
 from parc.words import count
@@ -45,7 +45,7 @@ def task_files(plan) -> tuple[str, list[File]]:
         files = vllm.build(plan)
         names = [f.path for f in files]
         return ("launch.sh" if "launch.sh" in names else "serve.sh"), files
-    launch = torchrun.script(plan, entrypoint=s["entrypoint"],
+    launch = torchrun.script(plan, entrypoint=need(plan, TARGET, "entrypoint"),
                              arg_lines=torchrun.user_arg_lines(s.get("args")),
                              max_restarts=s.get("max_restarts", 0),
                              what=f"torchrun launch for one node of {cl.nodes}; srun runs it on every node")

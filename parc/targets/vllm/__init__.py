@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 
 from parc.model.targets import flag, pinned
-from parc.targets.base import (Cat, Env, File, Var, device_env, settings, mesh_text, nccl_env, plain_ifname, plan_json,
+from parc.targets.base import (Cat, Env, File, Var, device_env, need, settings, mesh_text, nccl_env, plain_ifname, plan_json,
                     spec_name)
 from parc.words import count
 
@@ -292,7 +292,7 @@ def _script(plan, pool=None, whole=None) -> str:
     ifname = plain_ifname(cl.socket_ifname)
     return render("vllm/serve.sh.j2", header=_header(plan, pool), need_here=False, env=_env(plan), multi=multi,
                   nnodes=cl.nodes, ray=mode == "ray", ifname=ifname.split(",")[0] if ifname else None,
-                  ray_port=RAY_PORT, ray_address=Cat((Var("master_addr"), f":{RAY_PORT}")), model=s["model"],
+                  ray_port=RAY_PORT, ray_address=Cat((Var("master_addr"), f":{RAY_PORT}")), model=need(plan, TARGET, "model"),
                   serve_lines=lines, role=role, pool=_pool_ctx(whole, pool) if pool else None,
                   start_rank=cl.gpus_per_node // replica(plan) if mode == "dp" else None)
 
