@@ -252,7 +252,8 @@ def test_torchtitan_picks_the_function_of_the_precision(check_spec, model, train
     ("from = deepseek_v3", "zero = 1", "from = deepseek_v3", "mtp_layers = 0"),
     ("from = llama3_405b", "zero = 1", "train {", "llama3_405b (fp8, rowwise)"),
     ("from = llama3_8b", "zero = 1\nprecision = fp8\nfp8_recipe = tensorwise", "fp8_recipe", "tensorwise"),
-    ("from = llama3_8b", "zero = 1\nprecision = fp8\nfp8_param_gather = true", "fp8_param_gather", "bfloat16"),
+    ("from = llama3_8b", "zero = 1\nprecision = fp8\nfp8_recipe = mxfp8\nfp8_param_gather = true", "fp8_param_gather",
+     "bfloat16"),
     ("from = llama3_8b\n layers = 40", "zero = 1", "layers = 40", "layers = 32"),
 ])
 def test_torchtitan_refuses_what_its_function_does_not_build(check_spec, model, train, at, says):
