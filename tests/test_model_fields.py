@@ -180,6 +180,18 @@ def test_megatron_fp8_recipes(check_spec, recipe, fmt):
     assert "--fp8-param-gather" not in a
 
 
+def test_megatron_bf16_main_grads_reduce_in_bf16(check_spec):
+    """`main_grads = bf16` is Megatron-LM's --grad-reduce-in-bf16 (validate_args: the gradient
+    buffer accumulates and all-reduces in bf16), as its own example scripts write it; the
+    precision-aware optimizer only for `optimizer_state = bf16`."""
+    a = _megatron(check_spec, "zero = 1; main_grads = bf16")
+    assert "--grad-reduce-in-bf16" in a
+    assert not {"--main-grads-dtype", "--use-precision-aware-optimizer"} & set(a)
+    a = _megatron(check_spec, "zero = 1; optimizer_state = bf16")
+    assert "--use-precision-aware-optimizer" in a and a["--exp-avg-dtype"] == ["bf16"]
+    assert "--grad-reduce-in-bf16" not in a
+
+
 def test_megatron_fp8_param_gather(check_spec):
     a = _megatron(check_spec, "zero = 1; precision = fp8; fp8_param_gather = true")
     assert "--fp8-param-gather" in a and "--use-distributed-optimizer" in a
