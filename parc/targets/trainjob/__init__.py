@@ -61,7 +61,8 @@ def command(plan) -> tuple[list[str], list[str]]:
 
     s = settings(plan, TARGET)
     restarts = s.get("max_restarts", 0)
-    lines = launcher_lines(plan, rdzv=rendezvous(plan, None, restarts), endpoint=None, max_restarts=restarts)
+    lines = launcher_lines(plan, rdzv=rendezvous(plan, None, restarts), endpoint=None, max_restarts=restarts,
+                           no_python=bool(s.get("no_python")))
     words = ["torchrun"] + [w for line in lines for w in line] + [s["entrypoint"]]
     return [_word(w) for w in words], [_word(a) for a in s.get("args") or []]
 
