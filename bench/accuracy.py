@@ -299,6 +299,9 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
             "DeepSeek-V3 deployment on 96 H100. A row of an engine other than vLLM and SGLang states that engine's "
             "scheduler limits (its defaults) in the `serve` block. No serving constant is fitted: every step reads "
             "the profile's defaults and DeepEP's own measured rates.", ""]
+    from bench.accuracy_serving import kv_memory_lines
+
+    out += kv_memory_lines(ROOT, _table)
     out += ["## Clusters and models", ""]
     out += [f"- cluster `{k}`: {v['source']}." for k, v in data["clusters"].items()]
     out += [f"- model `{k}`: {v['approximated']} (where no spec file exists)." for k, v in data["models"].items() if v.get("approximated")]

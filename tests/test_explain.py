@@ -85,7 +85,10 @@ def test_json_serving_values(capsys):
     assert mem["grads"] == mem["optimizer"] == 0
     # the engine's profiling pass: 2 · 2048 tokens (vLLM's default chunk on an A100) · (2 · 8192 + 3 · 28672/4)
     assert mem["activations"] == 2 * 2048 * (2 * 8192 + 3 * 28672 // 4)
-    assert mem["total"] <= 0.9 * mem["capacity"]
+    # vLLM's budget (0.9 of the GPU) holds all but the CUDA context and NCCL buffers, which come
+    # before its memory snapshot; the whole stays within the GPU
+    assert mem["total"] - mem["cuda_context"] - mem["nccl_buffers"] <= 0.9 * mem["capacity"] < mem["total"]
+    assert mem["total"] <= mem["capacity"]
     assert "P404" in [d["code"] for d in j["diagnostics"]]   # warnings ride along
 
 

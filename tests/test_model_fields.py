@@ -66,6 +66,7 @@ def megatron_model(a: dict[str, list[str]]) -> dict:
         "attention_sinks": a.get("--softmax-type", ["vanilla"])[0] == "learnable",
         "attention_window": int(window.split(",")[0]) + 1, "global_every": num("--window-attn-skip-freq"),
         "rope_theta": num("--rotary-base", 10000), "max_positions": num("--max-position-embeddings"),
+        "hybrid": "--hybrid-override-pattern" in a,
     }
 
 
@@ -132,6 +133,17 @@ def test_megatron_gpt_oss_attention(check_spec):
     plan, _ = _plan(check_spec, spec(model="from = gpt_oss_120b", target={"megatron": ""}, **BIG), "megatron")
     a = _argv(arg_lines(plan))
     assert (a["--softmax-type"], a["--window-size"], a["--window-attn-skip-freq"]) == (["learnable"], ["127,0"], ["2"])
+
+
+def test_megatron_refuses_a_hybrid_model(check_spec):
+    """parc writes Megatron-LM's GPT model, whose every layer is attention: a hybrid model's
+    recurrent layers would not be built, so P620 refuses it rather than train another model."""
+    text = spec(model="from = qwen3_30b_a3b", target={"megatron": ""}, **BIG).replace(
+        "from = qwen3_30b_a3b", "layers = 48; hidden = 2048; heads = 32; kv_heads = 4; head_dim = 128; "
+        "vocab = 151936; experts = 128; top_k = 8; moe_ffn_hidden = 768; hybrid = true")
+    d = assert_fires(check_spec, text, "P620", "hybrid = true", target="megatron", targets=("megatron",))
+    assert "--hybrid-override-pattern" in d.message
+    assert_quiet(check_spec, text.replace("; hybrid = true", ""), "P620", ("megatron",))
 
 
 def test_megatron_refuses_chunked_attention(check_spec):

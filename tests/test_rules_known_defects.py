@@ -25,6 +25,9 @@ PAIRS = {
     "P701-fires-0.33": "P701", "P701-quiet-0.33": None,
     "P702-fires-0.5.21": "P702", "P702-quiet-0.5.22": None,
     "P703-fires-0.5.23": "P703", "P703-quiet-pp1-0.5.23": None,
+    "P704-fires-0.26": "P704", "P704-quiet-0.27": None,
+    "P705-fires-0.33": "P705", "P705-quiet-0.33": None,
+    "P706-fires-0.29": "P706", "P706-quiet-0.30": None,
 }
 OSS = "from = gpt_oss_120b"          # sliding-window layers (attention_window 128), 8 KV heads
 QWEN = "from = qwen3_30b_a3b"         # 4 KV heads, no MLA
@@ -88,6 +91,113 @@ def test_p701_quiet(check_spec, prefill, decode, model, kv):
 def test_p701_leaves_tp_sizes_that_do_not_divide_to_p673(check_spec):
     r = check_spec(_vllm_pd("tp = 8", "tp = 3", "0.33", model="from = qwen3_30b_a3b; heads = 48; kv_heads = 4"))
     assert "P701" not in _p7(r)
+
+
+# ------------------------------------------------------------------------------ P704, P705
+
+# a hybrid MoE (recurrent layers beside attention) with 2 KV heads, as Qwen3.5 in vllm#42895
+HYBRID = ("layers = 48; hidden = 2048; heads = 32; kv_heads = 2; head_dim = 128; vocab = 151936; "
+          "ffn_hidden = 6144; experts = 128; top_k = 8; moe_ffn_hidden = 768; hybrid = true")
+
+
+def _hybrid_pd(prefill: str, decode: str, version: str, model: str = HYBRID, kv: str = "nixl") -> str:
+    text = pd(prefill, decode, kv=kv, model=model, nodes=2).replace("gpu           = h100_sxm", "gpu           = h200")
+    return text.replace("target vllm {\n", f"target vllm {{\n  version = \"{version}\"\n")
+
+
+@pytest.mark.parametrize("version", T.versions("vllm"))
+def test_p704_holds_for_0_26_only(check_spec, version):
+    """vllm#42895's pools (prefill tp 4, decode tp 1 over 2 KV heads): 0.26 asserts in the
+    handshake, 0.27 on maps the larger decode blocks by their ratio."""
+    r = check_spec(_hybrid_pd("tp = 4; instances = 2", "tp = 1; instances = 8", version))
+    assert not [d for d in r.errors if not d.code.startswith("P7")], [f"{d.code} {d.message}" for d in r.errors]
+    assert _p7(r) == (["P704"] if version == "0.26" else []), (version, _p7(r))
+
+
+def test_p704_message_and_help(check_spec):
+    text = _hybrid_pd("tp = 4; instances = 2", "tp = 1; instances = 8", "0.26")
+    d = next(d for d in check_spec(text).diagnostics if d.code == "P704")
+    assert d.target == "vllm" and d.severity == "error"
+    assert d.message.startswith("vLLM 0.26 cannot move the KV cache between pools whose KV block sizes differ: "
+                                "`m` is hybrid")
+    assert "its 2 KV heads stop splitting past tp = 2, so prefill tp = 4 and decode tp = 1" in d.message
+    assert '"HMA does not support different remote block size yet"' in d.message
+    assert "(vllm#42895, vllm#41037); vLLM 0.27 and later fix it" in d.message
+    assert d.help == 'pin `version = "0.27"` in `target vllm`, or give both pools the same tp'
+    # at the decode pool's tp, the prefill pool's named beside it
+    assert (text[d.span.start:d.span.end], text[d.related[0].span.start:d.related[0].span.end]) == ("tp = 1", "tp = 4")
+    assert "decode {" in text.splitlines()[d.span.line - 1] and "prefill {" in text.splitlines()[d.related[0].span.line - 1]
+
+
+@pytest.mark.parametrize("version", T.versions("vllm"))
+def test_p705_holds_for_every_vllm_release(check_spec, version):
+    r = check_spec(_hybrid_pd("tp = 2; instances = 4", "tp = 4; instances = 2", version))
+    assert _p7(r) == ["P705"], (version, [f"{d.code} {d.message}" for d in r.diagnostics])
+    d = next(d for d in r.diagnostics if d.code == "P705")
+    assert "decode blocks smaller than the prefill's" in d.message
+    assert "no release parc knows (vLLM 0.26 to 0.33) fixes it" in d.message
+    assert d.help == "give both pools the same tp (prefill tp = 4)"
+    # the help's way out is itself quiet
+    assert not _p7(check_spec(_hybrid_pd("tp = 4; instances = 2", "tp = 4; instances = 2", version)))
+
+
+@pytest.mark.parametrize("prefill,decode,model,kv", [
+    ("tp = 2; instances = 4", "tp = 1; instances = 8", HYBRID, "nixl"),       # both at most the 2 KV heads
+    ("tp = 4; instances = 2", "tp = 4; instances = 2", HYBRID, "nixl"),       # the same tp
+    ("tp = 4; instances = 2", "tp = 1; instances = 8", HYBRID, "mooncake"),   # not NixlConnector
+    ("tp = 4; instances = 2", "tp = 1; instances = 8", HYBRID.replace("; hybrid = true", ""), "nixl"),
+])
+def test_p704_p705_quiet(check_spec, prefill, decode, model, kv):
+    for version in ("0.26", "0.33"):
+        r = check_spec(_hybrid_pd(prefill, decode, version, model, kv))
+        assert not {"P704", "P705"} & set(_p7(r)), (version, [f"{d.code} {d.message}" for d in r.diagnostics])
+
+
+def test_hybrid_mla_pools_compare_tp(check_spec):
+    """An MLA latent head is never split: a hybrid MLA model's block follows tp alone."""
+    mla = "from = deepseek_v2_lite; hybrid = true"
+    r = check_spec(_hybrid_pd("tp = 4; instances = 2", "tp = 2; instances = 4", "0.26", model=mla))
+    d = next(d for d in r.diagnostics if d.code == "P704")
+    assert "its latent KV head is never split" in d.message
+    assert "P705" in _p7(check_spec(_hybrid_pd("tp = 2; instances = 4", "tp = 4; instances = 2", "0.33", model=mla)))
+
+
+def test_p701_leaves_hybrid_models_to_vllms_mapping(check_spec):
+    """vLLM's handshake exempts Mamba models from P701's check ("Mamba models can have replicated FA
+    KV with tp_ratio < 0"): a decode tp below a prefill tp beyond the KV heads is P704's case."""
+    r = check_spec(_hybrid_pd("tp = 4; instances = 2", "tp = 1; instances = 8", "0.33"))
+    assert "P701" not in _p7(r)
+    plain = HYBRID.replace("; hybrid = true", "")
+    assert "P701" in _p7(check_spec(_hybrid_pd("tp = 4; instances = 2", "tp = 1; instances = 8", "0.33", plain)))
+
+
+# ------------------------------------------------------------------------------ P706
+
+@pytest.mark.parametrize("version", T.versions("vllm"))
+def test_p706_holds_until_0_30(check_spec, version):
+    """A prefill pool's cp = 2 over NixlConnector: 0.26 to 0.28's connector does not know prefill
+    context parallelism, 0.29's configuration asserts against it, 0.30 runs it as kv_producer."""
+    r = check_spec(_vllm_pd("cp = 2; tp = 4", "tp = 8", version, model="from = deepseek_v2_lite"))
+    assert not [d for d in r.errors if not d.code.startswith("P7")], [f"{d.code} {d.message}" for d in r.errors]
+    affected = version in ("0.26", "0.27", "0.28", "0.29")
+    assert _p7(r) == (["P706"] if affected else []), (version, _p7(r))
+    if affected:
+        d = next(d for d in r.diagnostics if d.code == "P706")
+        assert d.message.startswith(f"vLLM {version} cannot serve the prefill pool's cp = 2 under NixlConnector")
+        assert '"NIXL does not support prefill context parallelism."' in d.message
+        assert "vLLM 0.30 and later fix it" in d.message
+        assert d.help == 'pin `version = "0.30"` in `target vllm`, or give the prefill pool cp = 1'
+
+
+@pytest.mark.parametrize("prefill,decode,kv", [
+    ("tp = 8", "tp = 8", "nixl"),                 # no prefill context parallelism
+    ("cp = 2; tp = 4", "tp = 8", "mooncake"),     # not NixlConnector
+    ("tp = 8", "cp = 2; tp = 4", "nixl"),         # the decode pool's cp: P629 from 0.29
+])
+def test_p706_quiet(check_spec, prefill, decode, kv):
+    text = pd(prefill, decode, kv=kv, model="from = deepseek_v2_lite", nodes=2).replace(
+        "target vllm {\n", 'target vllm {\n  version = "0.29"\n')
+    assert "P706" not in _p7(check_spec(text))
 
 
 # ------------------------------------------------------------------------------ P702, P703

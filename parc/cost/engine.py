@@ -181,59 +181,45 @@ def memory_fraction(plan) -> float:
 
 
 def memory_fraction_note(plan) -> str | None:
-    """How the engine's default fraction was found, in words; None where the spec gives it."""
+    """Whose the fraction is and how it was found, in words (``vLLM 0.33's default: ...``); None
+    where the spec gives it."""
     srv = plan.serve
     if srv is not None and srv.gpu_memory_utilization is not None:
         return None
     eng, rel = engine_of(plan)
     how = ("its mem_fraction_static from the GPU's memory, the chunked prefill size, tp·pp and its "
            "CUDA graphs" if eng == "sglang" else "CacheConfig.gpu_memory_utilization")
-    return f"{memory_fraction(plan):g}: {_NAMES[eng]} {rel}'s default ({how})"
+    return f"{_NAMES[eng]} {rel}'s default: {how}"
 
 
 def _sglang_fraction(plan) -> float:
     """SGLang's mem_fraction_static left out (the formula and its source: sglang/defaults.toml
-    [mem_fraction]), as an aggregated server derives it: a disaggregated pool's server, which
-    captures only its side's CUDA graphs, is given the same fraction."""
-    tab = _table("sglang")
-    k = tab["mem_fraction"]
-    gpu = plan.cluster.gpu
-    mib = gpu.memory / (1 << 20)
-    row = _tier("sglang", gpu)
-    mesh, srv = getattr(plan, "mesh", None), plan.serve
-    tp = (mesh.tp * attn_dp(plan)) if mesh is not None else 1
-    pp = mesh.pp if mesh is not None else 1
+    [mem_fraction]; its CUDA graphs as :mod:`parc.cost.startup` counts them), as an aggregated
+    server derives it: a disaggregated pool's server is given the same fraction. A planner problem
+    without a mesh gets the fraction before the graphs and the floor: SGLang's largest."""
+    from dataclasses import replace
+
+    from parc.cost.startup import MIB, sglang_capture, sglang_graph_bytes, table as startup_table
+
+    k = _table("sglang")["mem_fraction"]
+    mib = plan.cluster.gpu.memory / MIB
+    srv, mesh = plan.serve, getattr(plan, "mesh", None)
     given = srv.max_num_batched_tokens if srv is not None else None
-    chunk = given if given is not None else row["max_num_batched_tokens"]
-    bs = row["decode_graph_bs_tp4" if tp >= 4 else "decode_graph_bs"]
-    running = srv.max_num_seqs if srv is not None else None
-    bs = min(bs, running) if running else bs
-    active = max(chunk, k["least_activation_tokens"])
+    chunk = given if given is not None else _tier("sglang", plan.cluster.gpu)["max_num_batched_tokens"]
+    tp, pp = (mesh.tp * attn_dp(plan), mesh.pp) if mesh is not None else (1, 1)
+    reserve = (startup_table()["sglang"]["metadata_mib"] + max(chunk, k["least_activation_tokens"])
+               * k["mib_per_activation_token"] + tp * pp / 8 * k["mib_per_8_gpus"])
+    if mesh is None:
+        return round((mib - reserve) / mib, 3)
     deepep = plan.target_settings("sglang").get("moe_a2a_backend") == "deepep"
-    reserve = k["floor_mib"] + active * k["mib_per_activation_token"] + tp * pp / 8 * k["mib_per_8_gpus"]
-    reserve += _sglang_graph_mib(plan, k, bs, chunk, pp, deepep)
+    cap = sglang_capture(plan, chunk)
+    if pp > 1:     # SGLang leaves the breakable prefill graph off under pipeline parallelism
+        cap = replace(cap, piecewise=())
+    reserve += sglang_graph_bytes(plan, cap) / MIB
+    if deepep and cap.piecewise:
+        reserve += k["deepep_prefill_graph_mib"]
     if mib > k["least_reserve_above_gib"] * 1024:
         reserve = max(reserve, k["least_reserve_mib"])
     if deepep:
         reserve += k["deepep_mib"]
     return round((mib - reserve) / mib, 3)
-
-
-def _sglang_graph_mib(plan, k, bs, chunk, pp, deepep) -> float:
-    """MiB SGLang reserves for its CUDA graphs (reserve_for_graph_mb)."""
-    out = bs * k["mib_per_decode_graph_bs"]
-    dp = attn_dp(plan)
-    if dp > 1:
-        out += bs * dp * k["mib_per_attn_dp_bs"]
-        if bs > k["large_bs"]:
-            out += bs * dp * k["mib_per_attn_dp_large_bs"]
-    if pp == 1:   # the breakable prefill graph, off by default with pp > 1
-        if plan.model.is_mla:
-            out += k["mla_prefill_graph_mib"]
-        else:
-            sizes = [n for first, last, step in k["prefill_graph_sizes"]
-                     for n in range(first, (last or chunk) + 1, step) if n <= chunk]
-            out += len(sizes) * k["mib_per_prefill_graph_size"]
-        if deepep:
-            out += k["deepep_prefill_graph_mib"]
-    return out

@@ -16,7 +16,7 @@ from parc.cost.memory import (StateBytes, activation_bytes_per_layer, caches_fp8
                               fp8_weight_terms, kv_bytes_per_token,
                               kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
                               model_kv_bytes_per_token,
-                              model_state_bytes, nccl_communicators, overhead_bytes, overheads,
+                              model_state_bytes, nccl_communicators, overhead_bytes,
                               sampler_bytes, serving_activation_bytes, stage_activation_bytes,
                               state_bytes_per_param, zero_state_bytes, _train_state)
 from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, DTYPE_BYTES, PARTS,
@@ -25,7 +25,7 @@ from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, D
                               kv_heads_per_gpu, part_weight_bytes, weight_bytes,
                               layer_params, layer_split, layout_tensors, layouts_of, mlp_params,
                               moe_layer_mlp_params, norm_params, output_params, param_bytes_on_rank,
-                              param_count, params_by_part, params_on_rank, serving_expert_split, shard_groups,
+                              param_count, params_by_part, params_on_rank, serving_expert_pad, serving_expert_split, shard_groups,
                               split_layers,
                               stage_chunks, stage_layouts, stage_parts, stage_tensors, uses_v_placement,
                               _shard_groups, _stage_parts, _weight_dtype, _zero)
@@ -67,8 +67,8 @@ class Memory:
     cuda_context: float = 0.0
     nccl_buffers: float = 0.0
     fragmentation: float = 0.0
-    cuda_graphs: float = 0.0     # serving: the decode CUDA graphs
-    sampler: float = 0.0         # serving: the sampler's logits and probabilities
+    cuda_graphs: float = 0.0     # serving: the CUDA graphs the engine captures (parc.cost.startup)
+    sampler: float = 0.0         # serving: what the sampler adds to the profiling pass's peak
 
     @property
     def overheads(self) -> float:
@@ -103,6 +103,7 @@ class StageEstimate:
     gemm_flops_per_microbatch: float = 0.0      # of flops_per_microbatch: the GEMMs' (not attention's core)
     gemm_time_per_microbatch: float = 0.0       # seconds of its GEMMs (:mod:`parc.cost.gemm`)
     attention_time_per_microbatch: float = 0.0  # seconds of attention's core
+    startup: object = None                      # serving: the engine's start-up (parc.cost.startup.Startup)
 
     @property
     def time_per_microbatch(self) -> float:
@@ -291,11 +292,11 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     mem = Memory(capacity=float(plan.cluster.gpu.memory))
     st = StageEstimate(lay.stage, lay.layers, lay.moe_layers, nparams, parts, mem, 0.0, 0.0)
     if not train:
-        mem.weights = weight_bytes(m, parts)
+        mem.weights = weight_bytes(m, parts, expert_pad=serving_expert_pad(plan))
         st.kv_bytes_per_token = model_kv_bytes_per_token(m, lay.layers, kv_nbytes, mesh.tp,
                                                          engine.max_model_len(plan) if plan.serve else None,
                                                          lay.local_layers, dcp=mesh.dcp)
-        _serving_overheads(plan, lay, mem)
+        st.startup = _serving_overheads(plan, lay, mem)
         return st
     full = _stage_parts(plan, lay, sharded=False)
     n_dense, n_exp = _shard_groups(plan)
@@ -325,28 +326,40 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     return st
 
 
-def _serving_overheads(plan, lay: StageLayout, mem: Memory) -> None:
-    """What a serving engine holds beside weights and KV cache (vLLM's ``non_kv_cache_memory``): the
-    peak activations of a ``max_num_batched_tokens`` forward pass, the CUDA context and NCCL
-    buffers, the decode CUDA graphs, and on the last stage the sampler's logits."""
+def _serving_overheads(plan, lay: StageLayout, mem: Memory):
+    """What a serving engine holds beside weights and KV cache, as it computes it when it starts
+    (:mod:`parc.cost.startup`): the peak activations of its profiling forward pass, on the last
+    stage what the sampler adds to it, the CUDA graphs it captures, and outside its budget the
+    CUDA context and NCCL buffers (none for a one-GPU instance)."""
+    from parc.cost.params import activation_dtype
+    from parc.cost.startup import startup
+
     m, mesh = plan.model, plan.mesh
     ep, etp, _ = serving_expert_split(plan)
     moe_dp = max(1, ep * etp // (mesh.tp * mesh.cp))          # dp ranks whose MoE layers this GPU shares
-    mem.activations = serving_activation_bytes(m, engine.batched_tokens(plan), mesh.tp, ep, etp, moe_dp)
+
+    def forward(tokens):
+        return serving_activation_bytes(m, tokens, mesh.tp, ep, etp, moe_dp)
+
     comms = nccl_communicators(mesh.pp, moe_dp, mesh.cp, mesh.tp, ep, 1, m.is_moe)
+    if mesh.pp * mesh.cp * mesh.tp * moe_dp == 1:
+        comms = 0                                               # one GPU: the engine opens no NCCL group
     mem.cuda_context, mem.nccl_buffers, _ = overhead_bytes(plan.cluster, comms, 0.0)
-    mem.cuda_graphs = float(overheads()["cuda_graphs"])
-    mem.sampler = sampler_bytes(m, engine.limits(plan).max_num_seqs) if lay.head else 0.0
+    sampler = sampler_bytes(m, engine.limits(plan).max_num_seqs) if lay.head else 0.0
+    hidden = engine.batched_tokens(plan) * m.hidden * dtype_bytes(activation_dtype(m))
+    s = startup(plan, mem.weights, forward, sampler, hidden, mem.cuda_context + mem.nccl_buffers, lay.layers)
+    mem.activations, mem.sampler, mem.cuda_graphs = s.activations, s.sampler, s.graphs
+    return s
 
 
 def _serving_kv(plan, stages: list[StageEstimate]) -> tuple[int, int, int]:
-    """(KV bytes per token of the fullest stage, tokens of KV cache, concurrent sequences)."""
+    """(KV bytes per token of the fullest stage, tokens of KV cache, concurrent sequences): each
+    stage's KV memory (:attr:`parc.cost.startup.Startup.kv`) over its bytes per token."""
     srv = plan.serve
     if srv is None:
         return 0, 0, 0
-    frac = engine.memory_fraction(plan)
-    caps = [kv_capacity_tokens(float(plan.cluster.gpu.memory), frac,
-                               st.memory.total - st.memory.kv_cache, st.kv_bytes_per_token) for st in stages]
+    caps = [max(0, int(st.startup.kv // st.kv_bytes_per_token)) if st.kv_bytes_per_token > 0 else 0
+            for st in stages]
     # a stage with no layers keeps no KV cache and bounds nothing (P127 names it)
     held = [c for st, c in zip(stages, caps) if st.kv_bytes_per_token > 0]
     kv_cap = min(held) if held else 0

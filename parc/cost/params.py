@@ -68,11 +68,35 @@ def part_weight_bytes(m: Model, part: str) -> float:
     return bytes_per_param(storage(m), part, m.hidden)
 
 
-def weight_bytes(m: Model, parts: dict) -> float:
+def weight_bytes(m: Model, parts: dict, expert_pad: float = 1.0) -> float:
     """Bytes of the parameters ``parts`` (by part, as :func:`stage_parts` counts them) of a
-    served model: :func:`part_weight_bytes` each. Explain, the rules and the planner read the
-    weight memory of a serving plan from here."""
-    return sum(n * part_weight_bytes(m, part) for part, n in parts.items())
+    served model: :func:`part_weight_bytes` each, the routed experts grown by ``expert_pad``
+    (:func:`serving_expert_pad`). Explain, the rules and the planner read the weight memory of a
+    serving plan from here."""
+    return sum(n * part_weight_bytes(m, part) * (expert_pad if part == "experts" else 1.0)
+               for part, n in parts.items())
+
+
+def serving_expert_pad(plan) -> float:
+    """How much the serving engine's MoE kernels grow a routed expert of ``plan``'s checkpoint
+    format: the expert's intermediate width per GPU (after :func:`serving_expert_split`) and its
+    hidden width rounded up to the kernel's tiles (``checkpoints.toml`` [FORMAT.pad.ENGINE], by
+    the GPU's family); 1 where the format is not padded. gpt-oss-20b's MXFP4 experts on an A100
+    under vLLM: (2944 · 3072) / (2880 · 2880) = 1.090."""
+    from parc.cost.engine import engine_of
+    from parc.cost.startup import family
+    from parc.model.checkpoints import expert_padding, storage
+
+    m = plan.model
+    if not m.is_moe or plan.serve is None:
+        return 1.0
+    align = expert_padding(storage(m), engine_of(plan)[0], family(plan.cluster.gpu))
+    if align is None:
+        return 1.0
+    _, etp, _ = serving_expert_split(plan)
+    inter = _cdiv(m.moe_ffn_hidden, etp)
+    ai, ah = align
+    return (_cdiv(inter, ai) * ai * _cdiv(m.hidden, ah) * ah) / (inter * m.hidden)
 
 
 def model_weight_bytes(m: Model) -> float:

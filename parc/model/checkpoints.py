@@ -85,13 +85,16 @@ def auto_dtype(fmt: str, engine: str) -> str:
     return e.get(f"{engine}_auto") or (fmt if fmt in ("bf16", "fp16") else "bf16")
 
 
-def engine_dtype(m, engine: str) -> str | None:
-    """The ``--dtype`` (bf16, fp16, fp32) ``engine`` must be given to run model ``m`` as planned,
-    or None where its ``auto`` runs that already: the activations of an FP8 model are the
-    checkpoint's 16 bits, which auto keeps."""
+def engine_dtype(m, engine: str, stated: bool = False) -> str | None:
+    """The ``--dtype`` (bf16, fp16, fp32) ``engine`` is given to run model ``m`` as planned: the
+    spec's own 16- or 32-bit ``dtype`` (``stated``), else only where the engine's ``auto`` would
+    run another; None where auto runs it (the activations of an FP8 model are the checkpoint's 16
+    bits, which auto keeps)."""
+    want = m.dtype if m.dtype in ("bf16", "fp16", "fp32") else None
+    if stated and want:
+        return want
     auto = auto_dtype(m.checkpoint_format, engine)
-    want = m.dtype if m.dtype in ("bf16", "fp16", "fp32") else auto
-    return None if want == auto else want
+    return None if (want or auto) == auto else want
 
 
 def bytes_per_param(fmt: str, part: str, row: int, elem16: float = 2.0) -> float:
@@ -104,6 +107,17 @@ def bytes_per_param(fmt: str, part: str, row: int, elem16: float = 2.0) -> float
     group = e.get("group", "tensor")
     share = 0.0 if group == "tensor" else e.get("scale", 0) / (row if group == "row" else group)
     return e["bits"] / 8 + share
+
+
+def expert_padding(fmt: str, engine: str, family: str) -> tuple[int, int] | None:
+    """(intermediate, hidden): the multiples ``engine``'s MoE kernels round a routed expert of
+    format ``fmt`` up to on a GPU of ``family`` (``sm90``, ``sm100``, ``default``); None where
+    the format is held as stored."""
+    pad = table()[fmt].get("pad", {}).get(engine)
+    if not pad:
+        return None
+    a = pad.get(family, pad["default"])
+    return int(a[0]), int(a[1])
 
 
 def engine_method(fmt: str, engine: str) -> str | None:

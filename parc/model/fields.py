@@ -85,6 +85,9 @@ BLOCKS: dict[str, dict[str, F]] = {
                              "attention_chunk_size); default sliding"),
         "global_every": F("int", 0, 10**5, doc="with `attention_window`, every n-th layer (layers n-1, 2n-1, "
                           "...) attends to the whole context; 0: none does"),
+        "hybrid": F("bool", doc="some layers keep a fixed-size recurrent state instead of a KV cache (Mamba, "
+                            "Gated DeltaNet or other linear attention: Qwen3-Next, Jamba, Nemotron-H, Kimi "
+                            "Linear); what vLLM calls a hybrid model, whose KV block size follows that state"),
         "rope_theta": F("int", 1, 10**12, doc="the RoPE base frequency (rope_theta in a Hugging Face config)"),
         "max_positions": F("int", 1, 10**9, doc="the longest sequence the model supports "
                                                  "(max_position_embeddings in a Hugging Face config)"),

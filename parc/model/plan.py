@@ -55,6 +55,10 @@ class Model:
     attention_window: int = 0             # 0: every layer attends to the whole context
     global_every: int = 0                 # with a window: every n-th layer stays global (0: none does)
     local_attention: str = "sliding"      # sliding (a window of recent tokens) | chunked (its own chunk)
+    # hybrid: some layers keep a fixed-size recurrent state (Mamba, Gated DeltaNet or other linear
+    # attention) instead of a KV cache (vLLM's ModelConfig.is_hybrid); the engines size their KV
+    # blocks by it. The memory model still counts every layer's KV cache as attention's.
+    hybrid: bool = False
     rope_theta: int = 10000               # RoPE base frequency (Megatron-LM --rotary-base)
     max_positions: Optional[int] = None   # the longest sequence the model was built for, when known
     checkpoint_format: str = "bf16"       # how the checkpoint stores its weights (data/checkpoints.toml)

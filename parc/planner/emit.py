@@ -100,7 +100,7 @@ _MODEL_DEFAULTS = {"dtype": "bf16", "tied_embeddings": False, "mlp": "swiglu", "
                    **dict.fromkeys(("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
                                     "qk_nope_head_dim", "v_head_dim", "mtp_layers", "attention_window",
                                     "global_every"), 0),
-                   **dict.fromkeys(("qkv_bias", "qk_norm", "attention_sinks"), False)}
+                   **dict.fromkeys(("qkv_bias", "qk_norm", "attention_sinks", "hybrid"), False)}
 
 
 def _gpu_preset(g: GPU) -> bool:

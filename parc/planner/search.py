@@ -265,6 +265,7 @@ def _serve_columns(pr: Problem, progress, efficiency):
         if fixed_seqs is not None:   # a spec's max_num_seqs is kept; the memory may hold fewer
             seqs = fixed_seqs
         plan.serve.max_num_seqs = seqs
+        est = cm.estimate(plan, efficiency, cache=False)   # the engine's start-up depends on max_num_seqs
         perf = serve_perf(plan, est, efficiency)
         rows.append((pp, dp, cp, tp, ep, etp, split, seqs, perf.throughput, perf.latency, perf.step_time,
                      est.memory.total))

@@ -23,23 +23,49 @@ ITL_WHY = {True: "a step with a prompt chunk", False: "a decode step and the pro
 
 
 def memory_rows(plan, est, st) -> list[list]:
-    """The rows between weights and total of a serving GPU: KV cache, the profiling pass's
-    activations and the engine's overheads."""
+    """The rows between weights and total of a serving GPU: KV cache, and what the engine keeps
+    as it starts (:mod:`parc.cost.startup`): inside its budget the profiling pass's activations,
+    what the sampler adds to them and the CUDA graphs; outside it the CUDA context and NCCL."""
     from parc.cost.engine import limits
 
-    mem, lim = st.memory, limits(plan)
+    mem, lim, su = st.memory, limits(plan), st.startup
+    cap = su.capture
+    sglang = su.engine == "sglang"
+    graphs = (f"SGLang's reserve for {count(len(cap.full), 'decode batch size')} up to {max(cap.full, default=0):,}"
+              f" and {count(len(cap.piecewise), 'prefill bucket')}" if sglang else
+              f"vLLM's estimate for {count(len(cap.piecewise), 'piecewise size')} up to "
+              f"{max(cap.piecewise, default=0):,} tokens and {count(len(cap.full), 'full decode size')} up to "
+              f"{max(cap.full, default=0):,}")
     rows = [["kv cache", nbytes(mem.kv_cache),
              f"{count(st.kv_capacity_tokens or est.kv_capacity_tokens, 'token', sep=True)} × "
              f"{_bytes_per_token(st.kv_bytes_per_token)} B/token"],
             ["activations", nbytes(mem.activations),
              f"peak of a {lim.max_num_batched_tokens:,}-token forward pass (max_num_batched_tokens"
-             + ("" if "max_num_batched_tokens" in lim.stated else ", the engine's default") + ")"],
-            ["cuda context", nbytes(mem.cuda_context), "context, kernels and library workspaces"],
-            ["nccl buffers", nbytes(mem.nccl_buffers), "per communicator the engine opens"],
-            ["cuda graphs", nbytes(mem.cuda_graphs), "the decode CUDA graphs"]]
+             + ("" if "max_num_batched_tokens" in lim.stated else ", the engine's default") + ")"
+             + (", in the memory mem_fraction_static leaves" if sglang else "")],
+            ["cuda graphs", nbytes(mem.cuda_graphs), graphs],
+            ["cuda context", nbytes(mem.cuda_context), "context, kernels and library workspaces, outside the budget"],
+            ["nccl buffers", nbytes(mem.nccl_buffers), "per communicator the engine opens, outside the budget"]]
     if mem.sampler:
-        rows.append(["sampler", nbytes(mem.sampler), f"fp32 logits and probabilities of {lim.max_num_seqs:,} sequences"])
+        rows.insert(2, ["sampler", nbytes(mem.sampler), f"what the fp32 logits and probabilities of "
+                        f"{lim.max_num_seqs:,} sequences add to that peak"])
     return rows
+
+
+def budget_line(plan, st) -> str:
+    """How the engine sized its KV cache, in its own arithmetic (:class:`parc.cost.startup.Startup`)."""
+    from parc.cost.engine import memory_fraction, memory_fraction_note
+
+    su, note = st.startup, memory_fraction_note(plan)
+    u = f"{memory_fraction(plan):g}" + (f" ({note})" if note else "")
+    if su.engine == "sglang":
+        return (f"  SGLang's pool: (memory {nbytes(su.total)} − context and NCCL {nbytes(su.outside)}) × "
+                f"mem_fraction_static {u} − weights {nbytes(su.weights)} = {nbytes(su.kv)}; activations and "
+                f"graphs ({nbytes(su.activations + su.graphs)}) use the {nbytes(su.slack)} it leaves")
+    return (f"  vLLM's \"Available KV cache memory\": ceil({u} × {nbytes(su.total)}) = {nbytes(su.budget)} − "
+            f"weights {nbytes(su.weights)} − activations {nbytes(su.activations + su.sampler)} − CUDA graphs "
+            f"{nbytes(su.graphs)} = {nbytes(su.kv)}; the context and NCCL ({nbytes(su.outside)}) use the "
+            f"{nbytes(su.total - su.budget)} the utilization leaves")
 
 
 def _bytes_per_token(b) -> str:
@@ -49,11 +75,10 @@ def _bytes_per_token(b) -> str:
 def kv_lines(plan, est, sv=None) -> list[str]:
     """KV cache per token (how it is made up), per sequence and per request (``sv``: the plan's
     serving numbers, where it is one mesh), and what fits."""
-    from parc.cost.engine import limits, memory_fraction, memory_fraction_note
+    from parc.cost.engine import limits
 
-    m, mesh, srv = plan.model, plan.mesh, plan.serve
+    m, mesh = plan.model, plan.mesh
     lim = limits(plan, est.kv_capacity_tokens)
-    note = memory_fraction_note(plan)
     per = est.kv_bytes_per_token
     if m.is_mla:
         how = (f"MLA: (kv_lora_rank {m.kv_lora_rank} + qk_rope_head_dim {m.qk_rope_head_dim}) × "
@@ -64,8 +89,8 @@ def kv_lines(plan, est, sv=None) -> list[str]:
     whose = "" if "max_model_len" in lim.stated else " (the engine's default: the model's context)"
     out = [f"KV cache: {_bytes_per_token(per)} bytes per token per GPU ({how}); "
            f"{nbytes(per * lim.max_model_len)} per max_model_len = {lim.max_model_len:,} sequence{whose}"]
-    out.append(f"  {count(est.kv_capacity_tokens, 'token', sep=True)} fit at gpu_memory_utilization = "
-               + (note if note else f"{memory_fraction(plan):g}") + " after the weights, activations and engine overheads: "
+    out.append(budget_line(plan, est.stages[est.most_loaded_stage]))
+    out.append(f"  {count(est.kv_capacity_tokens, 'token', sep=True)} fit in it: "
                f"{count(est.max_concurrent_seqs, 'concurrent sequence')} of max_model_len"
                + (f", {count(sv.fits, 'request', sep=True)} of the workload's "
                   f"{sv.workload.prompt_tokens + sv.workload.output_tokens:,} tokens" if sv else "") + " per replica")

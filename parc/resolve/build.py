@@ -130,7 +130,7 @@ def build_model(r: Evaluator, top: Span) -> Model:
 # Model keys that default to 0 (absent): the first dense layers, MLA widths, MTP modules.
 _MODEL_COUNTS = ("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                  "v_head_dim", "mtp_layers", "attention_window", "global_every")
-_MODEL_SWITCHES = ("tied_embeddings", "qkv_bias", "qk_norm", "attention_sinks")   # switches, default false
+_MODEL_SWITCHES = ("tied_embeddings", "qkv_bias", "qk_norm", "attention_sinks", "hybrid")   # switches, default false
 
 
 def preset_gpu(name: str) -> GPU:

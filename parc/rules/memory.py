@@ -297,35 +297,144 @@ def kv_cache_one_sequence(plan, c):
     mlen = _limits(plan).max_model_len
     cap = e.memory.capacity
     budget = memory_fraction(plan) * cap
-    if e.memory.weights > budget or e.kv_capacity_tokens >= mlen:
-        return
+    if e.memory.weights > budget or e.kv_capacity_tokens >= mlen or _no_kv_memory(e):
+        return     # P402 and P416 say those
     who = refusers(plan, c, "P403")
     per = e.kv_bytes_per_token
     fixes = []
-
-    def offered(**serve) -> bool:
-        return accepted(plan, variant(plan, serve=replace(srv, **serve)), c.rule.code, c.active)
-
-    if e.kv_capacity_tokens > 0 and offered(max_model_len=e.kv_capacity_tokens):
+    if e.kv_capacity_tokens > 0 and _serve_offered(plan, c, max_model_len=e.kv_capacity_tokens):
         fixes.append(f"`max_model_len = {e.kv_capacity_tokens}` fits")
-    util = (max(st.memory.total - st.memory.kv_cache + mlen * st.kv_bytes_per_token
-                for st in e.stages)) / cap
-    util = int(util * 100 + 1) / 100
-    if util <= 0.98 and offered(gpu_memory_utilization=util):
+    util = _util_for(e, mlen)
+    if util <= _util_ceiling(e) and _serve_offered(plan, c, gpu_memory_utilization=util):
         fixes.append(f"`gpu_memory_utilization = {util:.2f}` fits one full sequence")
     fixes.append(_mesh_help(plan, smallest_serving_mesh(plan, c)))
-    engine = e.memory.total - e.memory.weights - e.memory.kv_cache
+    su = e.stages[e.most_loaded_stage].startup
     # who refuses it at start (vLLM); an engine that caps the request instead (SGLang) runs it
     outcome = (f": {join([target_name(t) for t in who], 'and')} refuse{'s' if len(who) == 1 else ''} to start"
                if who else f": {target_name(engine_of(plan)[0])} starts and caps a request at "
                f"{max(0, e.kv_capacity_tokens - 1):,} tokens" if who == [] else "")
     c.report(c.at("serve.max_model_len", "serve"),
              f"the KV cache holds {e.kv_capacity_tokens:,} tokens per GPU, fewer than one "
-             f"max_model_len = {mlen:,} sequence{_whose(plan, 'max_model_len')}: after {gb(e.memory.weights)} "
-             f"of weights and "
-             f"{gb(engine)} the engine keeps (activations, CUDA context and graphs, NCCL, sampler), "
-             f"{gb(max(0.0, budget - e.memory.weights - engine))} is left at {per:,} bytes per token" + outcome,
+             f"max_model_len = {mlen:,} sequence{_whose(plan, 'max_model_len')}: {_kept(su)}, "
+             f"{gb(max(0.0, su.kv))} is left at {per:,} bytes per token" + outcome,
              help="; or ".join(fixes), severity=WARNING if who == [] else None)
+
+
+def _no_kv_memory(e) -> bool:
+    """Whether some GPU of a serving estimate keeps no memory for the KV cache (P416)."""
+    return any(st.startup is not None and st.kv_bytes_per_token > 0 and st.startup.kv <= 0 for st in e.stages)
+
+
+def _kept(su) -> str:
+    """What the engine takes from its budget before the KV cache, in its own words."""
+    if su.engine == "sglang":
+        return (f"of SGLang's {gb(su.budget)} ((memory − context and NCCL) × mem_fraction_static) the weights "
+                f"take {gb(su.weights)}")
+    return (f"of vLLM's {gb(su.budget)} (gpu_memory_utilization × {gb(su.total)}) the weights take "
+            f"{gb(su.weights)}, its profiling pass {gb(su.activations + su.sampler)} and its CUDA graphs "
+            f"{gb(su.graphs)} ({count(su.capture.graphs, 'captured size')})")
+
+
+def _serve_offered(plan, c, **serve) -> bool:
+    """Whether the whole rule set accepts the plan with ``serve``'s settings changed (a fix offered)."""
+    return accepted(plan, variant(plan, serve=replace(plan.serve, **serve)), c.rule.code, c.active)
+
+
+def _util_for(e, tokens: int) -> float:
+    """The smallest gpu_memory_utilization (two decimals) whose budget holds, on every GPU of the
+    estimate, what the engine keeps and ``tokens`` of KV cache (:mod:`parc.cost.startup`)."""
+    need = 0.0
+    for st in e.stages:
+        su = st.startup
+        if su is None or st.kv_bytes_per_token <= 0:
+            continue
+        kept = su.budget - su.kv            # weights, and vLLM's activations and graphs
+        share = (su.total - su.outside) if su.engine == "sglang" else su.total
+        need = max(need, (kept + tokens * st.kv_bytes_per_token) / share)
+    return int(need * 100 + 1) / 100
+
+
+def _util_ceiling(e) -> float:
+    """The largest gpu_memory_utilization (two decimals, at most 0.98) vLLM takes: the memory free
+    when it starts, past its CUDA context and NCCL buffers (P417)."""
+    su = e.stages[e.most_loaded_stage].startup
+    return min(0.98, int(su.free_at_start / su.total * 100) / 100)
+
+
+@rule("P416", "engine-keeps-no-kv-memory")
+def engine_keeps_no_kv_memory(plan, c):
+    """vLLM's determine_available_memory leaves nothing for the KV cache once its profiling pass
+    and CUDA graph estimate are subtracted (kv_cache_planning.py: "No available memory for the
+    cache blocks"); P402 says where the weights alone exceed the budget."""
+    if plan.mode != "serve" or plan.serve is None:
+        return
+    e = _est(plan)
+    from parc.cost.engine import memory_fraction
+
+    if e.memory.weights > memory_fraction(plan) * e.memory.capacity or not _no_kv_memory(e):
+        return
+    st = min(e.stages, key=lambda s: s.startup.kv)
+    su, mlen = st.startup, _limits(plan).max_model_len
+    fixes = []
+    util = _util_for(e, mlen)
+    if util <= _util_ceiling(e) and _serve_offered(plan, c, gpu_memory_utilization=util):
+        fixes.append(f"`gpu_memory_utilization = {util:.2f}` leaves one max_model_len = {mlen:,} sequence")
+    fixes.append(_mesh_help(plan, smallest_serving_mesh(plan, c)))
+    where = f" on pipeline stage {st.stage}" if plan.mesh.pp > 1 else ""
+    c.report(c.at("serve.gpu_memory_utilization", "serve"),
+             f"vLLM stops as it starts{where}: {_kept(su)}, which leaves {gb(su.kv)} for the KV cache "
+             f"(\"No available memory for the cache blocks\")",
+             help="; or ".join(fixes))
+
+
+@rule("P417", "engine-budget-exceeds-free-memory", severity=WARNING)
+def engine_budget_exceeds_free(plan, c):
+    """vLLM requests gpu_memory_utilization of the GPU after its CUDA context and NCCL buffers
+    exist, and refuses to start when less is free (v1/worker/utils.py request_memory). A warning:
+    the context is the cluster's `cuda_context` (a training measurement by default), and a GPU
+    whose context is smaller starts (vLLM 0.21 runs Qwen3-8B at 0.9764 of an RTX A5000)."""
+    su = _startup_of(plan, "vllm")
+    if su is None or su.budget <= su.free_at_start:
+        return
+    _at_most(c, plan, _util_ceiling(_est(plan)),
+             f"vLLM may refuse to start: gpu_memory_utilization = {_fraction(plan)} asks for "
+             f"{gb(su.budget)} of {gb(su.total)}, but its CUDA context and NCCL buffers "
+             f"({gb(su.outside)}: the cluster's cuda_context and nccl_buffers) leave {gb(su.free_at_start)} free "
+             f"(\"Free memory on device ... is less than desired GPU memory utilization\"); state the cluster's "
+             f"cuda_context where its context is smaller")
+
+
+def _startup_of(plan, engine: str):
+    """The start-up of the most loaded GPU of a serving plan ``engine`` serves, else None."""
+    if plan.mode != "serve" or plan.serve is None:
+        return None
+    e = _est(plan)
+    su = e.stages[e.most_loaded_stage].startup
+    return su if su is not None and su.engine == engine else None
+
+
+def _at_most(c, plan, util: float, message: str) -> None:
+    """Report ``message`` at gpu_memory_utilization, with ``util`` (two decimals) as the fix."""
+    c.report(c.at("serve.gpu_memory_utilization", "serve"), message,
+             help=f"`gpu_memory_utilization = {util:.2f}` or less")
+
+
+@rule("P418", "sglang-slack-holds-graphs", severity=WARNING)
+def sglang_slack_holds_graphs(plan, c):
+    """SGLang sizes its KV pool before it captures its CUDA graphs, leaving (free memory) ×
+    (1 − mem_fraction_static) for activations and graphs (kv_cache_configurator.py
+    _profile_available_bytes); parc judges that slack by SGLang's own reserve for its graphs
+    (memory_hook.py reserve_for_graph_mb) and the chunked prefill's activations."""
+    su = _startup_of(plan, "sglang")
+    if su is None or su.slack >= su.activations + su.graphs:
+        return
+    need = su.activations + su.graphs
+    _at_most(c, plan, int((1 - need / su.free_at_start) * 100) / 100,
+             f"SGLang may run out of memory capturing its CUDA graphs: mem_fraction_static = "
+             f"{_fraction(plan)} leaves {gb(su.slack)} beside its KV pool, less than the "
+             f"{gb(su.activations)} of a chunked prefill's activations and the {gb(su.graphs)} SGLang itself "
+             f"reserves for its graphs ({count(su.capture.graphs, 'captured size')}); parc judges by SGLang's "
+             f"own reserve, which is an estimate")
 
 
 @rule("P404", "kv-cache-holds-max-num-seqs", severity=WARNING)
@@ -356,6 +465,13 @@ def _limits(plan):
     from parc.cost.engine import limits
 
     return limits(plan, _est(plan).kv_capacity_tokens)
+
+
+def _fraction(plan) -> str:
+    """The engine's memory fraction as a message says it: ``0.9``, or ``0.92 (the engine's default)``."""
+    from parc.cost.engine import memory_fraction
+
+    return f"{memory_fraction(plan):g}{_whose(plan, 'gpu_memory_utilization')}"
 
 
 def _whose(plan, key: str) -> str:

@@ -77,7 +77,7 @@ def unbuilt_features(m) -> list[str]:
         out.append("multi-head latent attention (kv_lora_rank) is not built by the runtime")
     if m.mtp_layers:
         out.append(f"mtp_layers = {m.mtp_layers} (multi-token prediction) is not built by the runtime")
-    out += [f"{k} is not built by the runtime" for k in ("qk_norm", "attention_sinks") if getattr(m, k)]
+    out += [f"{k} is not built by the runtime" for k in ("qk_norm", "attention_sinks", "hybrid") if getattr(m, k)]
     if m.attention_window:
         out.append(f"attention_window = {m.attention_window} (local attention) is not built by the runtime; "
                    "every layer attends to the whole sequence")

@@ -17,6 +17,10 @@ makes of it:
   ``get_pp_indices`` splits them;
 * ``{"swa_slice": {"pp_size": N}}``: whether the KV sender of a prefill server of N pipeline
   stages slices a sliding-window model's state for a decode server of another tp (swa_slice);
+* ``{"graph_sizes": {"max_bs": N, "chunked_prefill": T}}``: the CUDA graph sizes SGLang captures
+  (graph_sizes);
+* ``{"pd_decode_dcp": {"dcp": N, "mla": bool}}``: whether a decode server with decode context
+  parallelism accepts its prefill server (pd_decode_dcp);
 * ``{"router": [...]}``: the arguments of ``python -m sglang_router.launch_router``, through
   its own ``parse_router_args`` and ``RouterArgs._validate_router_args``, with the prefill and
   decode URLs it read in ``--pd-disaggregation`` mode.
@@ -159,11 +163,54 @@ def swa_slice(item):
     return {"ok": True}
 
 
+def graph_sizes(item):
+    """SGLang's decode batch sizes up to ``max_bs`` and prefill token buckets up to
+    ``chunked_prefill`` (arg_groups/cuda_graph_hook.py), without speculative decoding or
+    --disable-cuda-graph-padding."""
+    from types import SimpleNamespace
+
+    from sglang.srt.arg_groups.cuda_graph_hook import (generate_decode_cuda_graph_batch_sizes,
+                                                         generate_prefill_cuda_graph_batch_sizes)
+
+    args = SimpleNamespace(disable_cuda_graph_padding=False, speculative_algorithm=None)
+    return {"decode": generate_decode_cuda_graph_batch_sizes(args, item["max_bs"]),
+            "prefill": generate_prefill_cuda_graph_batch_sizes(item["chunked_prefill"])}
+
+
+def pd_decode_dcp(item):
+    """A decode server's check of its prefill server's parallel info
+    (disaggregation/common/conn.py CommonKVManager.try_ensure_parallel_info) with decode context
+    parallelism ``dcp`` and an MLA pool or not, on a manager holding only what it reads and a
+    prefill of the same tp; the bootstrap server's answer stands in for the network."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from sglang.srt.disaggregation.common import conn
+
+    me = SimpleNamespace(prefill_info_table={}, kv_args=SimpleNamespace(page_size=1, state_types=()),
+                         kv_cache_dtype_str="auto", attn_tp_size=8, attn_cp_size=1, kv_layout=None,
+                         dsv41_spec_layout=None, dcp_size=item["dcp"], is_mla_backend=item["mla"],
+                         is_hybrid_mla_backend=False, _resolve_rank_mapping=lambda info: None)
+    info = dict(attn_tp_size=8, attn_cp_size=1, dp_size=1, pp_size=1, page_size=1, kv_cache_dtype="auto",
+                follow_bootstrap_room=True)
+    answer = SimpleNamespace(status_code=200, json=lambda: info, text="")
+    with mock.patch.object(conn.requests, "get", lambda *a, **k: answer):
+        try:
+            conn.CommonKVManager.try_ensure_parallel_info(me, "prefill:8998")
+        except RuntimeError as x:
+            return {"ok": False, "error": str(x)}
+    return {"ok": True}
+
+
 def judge(item):
     if "split" in item:
         return split(*item["split"])
     if "swa_slice" in item:
         return swa_slice(item["swa_slice"])
+    if "graph_sizes" in item:
+        return graph_sizes(item["graph_sizes"])
+    if "pd_decode_dcp" in item:
+        return pd_decode_dcp(item["pd_decode_dcp"])
     return server(item["server"]) if "server" in item else router(item["router"])
 
 

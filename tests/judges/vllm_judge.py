@@ -146,16 +146,62 @@ def nixl_handshake(h):
     return {"ok": not refused, "stage": "handshake", "tp_ratio": ratio}
 
 
+def cudagraph_sizes(c):
+    """The sizes vLLM captures for max_num_seqs and max_num_batched_tokens with no compilation
+    config given: VllmConfig._set_cudagraph_sizes on a configuration holding only what it reads
+    (a decode query of one token, not SM100: the CPU platform answers as an SM80/SM90 GPU would)."""
+    from types import SimpleNamespace
+
+    from vllm.config import CompilationConfig, VllmConfig
+
+    cc = CompilationConfig()
+    me = SimpleNamespace(model_config=SimpleNamespace(enforce_eager=False), compilation_config=cc,
+                         scheduler_config=SimpleNamespace(max_num_seqs=c["max_num_seqs"],
+                                                          max_num_batched_tokens=c["max_num_batched_tokens"]),
+                         uniform_decode_query_len=1, performance_mode="balanced", speculative_config=None)
+    VllmConfig._set_cudagraph_sizes(me)
+    return {"sizes": list(cc.cudagraph_capture_sizes), "largest": cc.max_cudagraph_capture_size}
+
+
+def nixl_pcp(c):
+    """NixlConnector.__init__'s check of its kv_role against prefill context parallelism
+    (kv_connector/v1/nixl/connector.py), on a configuration holding only what it reads; what comes
+    after the check (the scheduler or worker it builds) is not this judge's."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlConnector
+
+    cfg = SimpleNamespace(kv_transfer_config=SimpleNamespace(engine_id="e", kv_role=c["kv_role"]),
+                          parallel_config=SimpleNamespace(prefill_context_parallel_size=c["pcp"],
+                                                          decode_context_parallel_size=1))
+    with mock.patch.object(KVConnectorBase_V1, "__init__", lambda *a, **k: None):
+        try:
+            NixlConnector.__init__(object.__new__(NixlConnector), cfg, None, None)
+        except NotImplementedError as x:
+            return {"ok": False, "error": str(x)}
+        except Exception:
+            pass
+    return {"ok": True}
+
+
 def judge_item(item):
     """An argument list, or {"argv": [...], "env": {...}}: environment variables for that command;
     or {"split": [layers, pp]}: vLLM's own layer split; or {"nixl_handshake": {...}}:
-    NixlConnector's handshake check for two tp sizes."""
+    NixlConnector's handshake check for two tp sizes; or {"cudagraph_sizes": {...}}: the sizes
+    vLLM captures; or {"nixl_pcp": {...}}: NixlConnector's role check under prefill context
+    parallelism."""
     if isinstance(item, list):
         return judge(item)
     if "split" in item:
         return split(*item["split"])
     if "nixl_handshake" in item:
         return nixl_handshake(item["nixl_handshake"])
+    if "cudagraph_sizes" in item:
+        return cudagraph_sizes(item["cudagraph_sizes"])
+    if "nixl_pcp" in item:
+        return nixl_pcp(item["nixl_pcp"])
     saved = {k: os.environ.get(k) for k in item["env"]}
     os.environ.update(item["env"])
     try:

@@ -245,6 +245,11 @@ def inexpressible(plan) -> list[tuple[str, str, str]]:
                     f"chunk of {m.attention_window} tokens): Megatron-LM has sliding windows only (--window-size)",
                     "compile for a target that builds the model from its checkpoint (vllm, sglang), or describe "
                     "a sliding window with `local_attention = sliding`"))
+    if m.hybrid:
+        out.append(("model.hybrid", "a hybrid model (layers with a Mamba or linear-attention recurrent state): parc "
+                    "writes the arguments of Megatron-LM's GPT model, every layer attention, not its hybrid Mamba "
+                    "model's layer pattern (--hybrid-override-pattern)",
+                    "train it with Megatron-LM's own hybrid launch outside parc, or remove `hybrid`"))
     if tr is None:
         return out
     if tr.recompute == "selective_op":

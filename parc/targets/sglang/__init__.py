@@ -180,8 +180,8 @@ def options(plan):
 
 
 def model_lines(plan) -> list[list]:
-    """The model as SGLang loads it: ``--dtype`` only where SGLang's ``auto`` would run another
-    dtype (:func:`parc.model.checkpoints.engine_dtype`), ``--quantization fp8`` only for a 16-bit
+    """The model as SGLang loads it: ``--dtype`` where the spec states a 16- or 32-bit dtype or
+    SGLang's ``auto`` would run another (:func:`parc.model.checkpoints.engine_dtype`), ``--quantization fp8`` only for a 16-bit
     checkpoint served in FP8 (never for an FP8 checkpoint, as SGLang's DeepSeek guide says: it
     reads the method from the checkpoint; P619), and ``--json-model-override-args`` with the
     config.json keys of the fields that differ from the preset's checkpoint (P620 otherwise)."""
@@ -190,8 +190,10 @@ def model_lines(plan) -> list[list]:
     from parc.model.checkpoints import engine_dtype, load_quantization
     from parc.targets.hf import overrides
 
+    from parc.rules.util import given
+
     m, F = plan.model, options(plan)
-    dtype = engine_dtype(m, TARGET)
+    dtype = engine_dtype(m, TARGET, given(plan, "model.dtype"))
     out: list[list] = [[F("dtype"), DTYPES[dtype]]] if dtype else []
     if load_quantization(m):
         out.append([F("quantization"), load_quantization(m)])

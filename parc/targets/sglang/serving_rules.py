@@ -140,3 +140,24 @@ def sglang_disaggregation_with_pools(plan, c):
              f"`disaggregation = {side}` compiles one side of a pair from its own spec, but this spec has both "
              "pools: each pool's servers get their own --disaggregation-mode (prefill.sh and decode.sh)",
              help="remove `disaggregation`")
+
+
+@rule("P649", "sglang-pd-decode-dcp-needs-mla", targets=(TARGET,), reads=(), whole=True)
+def sglang_pd_decode_dcp(plan, c):
+    """A decode server with decode context parallelism checks, when it first fetches its prefill
+    server's parallel info, that its KV pool is MLA or hybrid-MLA (disaggregation/common/conn.py
+    try_ensure_parallel_info, 0.5.20 and later)."""
+    if not _serving(plan) or plan.model.is_mla:
+        return
+    side = settings(plan, TARGET).get("disaggregation")
+    decode = next((p for p in plan.pools if p.name == "decode"), None)
+    if decode is not None and decode.mesh.dcp > 1:
+        dcp, at = decode.mesh.dcp, c.at("decode.dcp", "decode", "serve")
+    elif side == "decode" and not plan.pools and plan.mesh.dcp > 1:
+        dcp, at = plan.mesh.dcp, c.at("mesh.dcp", "mesh")
+    else:
+        return
+    c.report(at, f"SGLang's decode server with dcp = {dcp} refuses the KV of `{plan.model.name}`, which has no "
+                 f"multi-head latent attention: \"PD decode DCP requires an MLA or hybrid-MLA KV pool\", raised when "
+                 f"it first fetches the prefill server's parallel info, so no request is served",
+             help="remove `dcp` from the decode pool (raise its tp instead), or serve an MLA model")

@@ -132,8 +132,8 @@ def _lines(plan, node_rank, pool: str | None = None) -> tuple[list[list], list[l
 
 
 def model_lines(plan, F) -> list[list]:
-    """The model as vLLM loads it: ``--dtype`` only where vLLM's ``auto`` (the checkpoint's dtype)
-    would run another (:func:`parc.model.checkpoints.engine_dtype`),
+    """The model as vLLM loads it: ``--dtype`` where the spec states a 16- or 32-bit dtype or vLLM's
+    ``auto`` (the checkpoint's dtype) would run another (:func:`parc.model.checkpoints.engine_dtype`),
     ``--quantization fp8`` only for a 16-bit checkpoint served in FP8 (vLLM quantizes it at load;
     a quantized checkpoint names its own method, and another --quantization is refused: P619),
     ``--allow-deprecated-quantization`` for a method vLLM deprecates (FBGEMM FP8),
@@ -142,8 +142,10 @@ def model_lines(plan, F) -> list[list]:
     from parc.model.checkpoints import engine_deprecated, engine_dtype, load_quantization
     from parc.targets.hf import overrides
 
+    from parc.rules.util import given
+
     m = plan.model
-    dtype = engine_dtype(m, TARGET)
+    dtype = engine_dtype(m, TARGET, given(plan, "model.dtype"))
     out: list[list] = [[F("dtype"), DTYPES[dtype]]] if dtype else []
     if load_quantization(m):
         out.append([F("quantization"), load_quantization(m)])
@@ -186,12 +188,17 @@ def eplb_config(sv) -> dict:
 
 
 def kv_transfer_config(plan, pool: str) -> dict | None:
-    """The JSON of the KV transfer option for an instance of ``pool`` (target.toml [kv_connectors])."""
+    """The JSON of the KV transfer option for an instance of ``pool`` (``plan`` is its instance
+    plan; target.toml [kv_connectors]): an instance with prefill context parallelism takes the
+    role the connector requires of it (``<pool>_cp``: NixlConnector's kv_producer)."""
     from parc.model.targets import spec
 
     kv = plan.serve.kv_transfer if plan.serve else None
     found = spec(TARGET)["kv_connectors"].get(kv) if kv else None
-    return {"kv_connector": found["connector"], "kv_role": found[pool]} if found else None
+    if not found:
+        return None
+    role = found.get(f"{pool}_cp", found[pool]) if plan.mesh.cp > 1 else found[pool]
+    return {"kv_connector": found["connector"], "kv_role": role}
 
 
 def _moe_lines(plan, F, s, pool: str | None) -> list[list]:

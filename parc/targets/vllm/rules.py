@@ -350,4 +350,26 @@ def vllm_nixl_tp(plan, c):
              related=[(c.at("prefill.tp", "prefill"), f"prefill tp = {p.mesh.tp}")])
 
 
+@rule("P629", "vllm-nixl-pcp-role", targets=(TARGET,), reads=(), whole=True)
+def vllm_nixl_pcp_role(plan, c):
+    """NixlConnector.__init__ (kv_connector/v1/nixl/connector.py, 0.29 and later; rules.toml's
+    since): prefill context parallelism only with kv_role kv_producer. The launch writes it for a
+    prefill pool (target.toml [kv_connectors] prefill_cp); a decode pool has no role that passes."""
+    from parc.model.pools import pool_plan
+    from parc.targets.vllm import kv_transfer_config
+
+    sv = plan.serve
+    if plan.mode != "serve" or sv is None or sv.kv_transfer != "nixl" or len(plan.pools) != 2:
+        return
+    for pool in plan.pools:
+        kv = kv_transfer_config(pool_plan(plan, pool), pool.name) if pool.mesh.cp > 1 else None
+        if kv is None or kv["kv_role"] == "kv_producer":
+            continue
+        c.report(c.at(f"{pool.name}.cp", pool.name, "serve"),
+                 f"vLLM's NixlConnector refuses the {pool.name} pool's cp = {pool.mesh.cp}: prefill context "
+                 f"parallelism takes only kv_role kv_producer (\"NixlConnector PCP currently supports kv_producer "
+                 f"only\"), which a {pool.name} instance cannot be",
+                 help=f"give the {pool.name} pool cp = 1 (split its sequences with dcp instead)")
+
+
 from parc.targets.vllm import known_defects  # noqa: E402,F401  (P7xx: the known defects of each release)
