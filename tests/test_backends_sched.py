@@ -4,15 +4,13 @@ labels, and values a script or manifest cannot carry are refused or encoded."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from backends_support import ROOT, compile_rel, run_emitted, write_out
+from support import launched
 
 yaml = pytest.importorskip("yaml", reason="PyYAML reads the manifests back")
 
@@ -98,76 +96,11 @@ def test_serving_under_a_scheduler_keeps_vllms_checks(check_spec):
     assert "P602" not in {d.code for d in r.errors}  # no torchrun entry point is needed to serve
 
 
-# --- Slurm under stub scontrol / srun / hostname ------------------------------------------------
-SCONTROL = r'''#!/usr/bin/env bash
-# `scontrol show hostnames LIST`: the hosts, one a line, written the way scontrol's stdio does,
-# 4 KiB at a time: a reader that stops after the first line ends it with SIGPIPE (exit 141).
-if [[ "$1 $2" == "show hostnames" ]]; then
-  [[ "$3" == "$STUB_NODELIST" ]] || { echo "scontrol: unexpected node list $3" >&2; exit 1; }
-  head -c 4096 "$STUB_HOSTS"
-  size=$(wc -c < "$STUB_HOSTS")
-  if (( size > 4096 )); then sleep 0.3; tail -c +4097 "$STUB_HOSTS"; fi
-  exit
-fi
-if [[ "$1 $2" == "show job" ]]; then echo "   Command=$STUB_COMMAND"; exit; fi
-echo "scontrol stub: $*" >&2; exit 1
-'''
-
-SRUN = r'''#!/usr/bin/env bash
-# Records its argv and environment, then runs the task for each node in STUB_RUN_NODES the way
-# srun would: SLURM_NODEID set, launchers replaced by recorders writing under ARGV_DIR/task<k>.
-printf '%s\0' "$@" > "$ARGV_DIR/srun"
-env -0 > "$ARGV_DIR/srun.env"
-while [[ "$1" == --* ]]; do shift; done
-for k in $STUB_RUN_NODES; do
-  mkdir -p "$ARGV_DIR/task$k"
-  ARGV_DIR="$ARGV_DIR/task$k" SLURM_NODEID="$k" SLURM_PROCID="$k" "$@" || exit
-done
-'''
-
-HOSTNAME = '#!/usr/bin/env bash\necho "${STUB_HOSTNAME:-gpu000}"\n'
-
-RECORDER = ('#!/usr/bin/env bash\nprintf \'%s\\0\' "$@" > "$ARGV_DIR/{name}"\n'
-            'env -0 > "$ARGV_DIR/{name}.env"\n')
-
-
-def _read_argv(folder: Path) -> dict:
-    out: dict = {}
-    for f in folder.iterdir():
-        if f.is_file():
-            items = [a.decode() for a in f.read_bytes().split(b"\0")[:-1]]
-            out[f.name] = dict(x.split("=", 1) for x in items if "=" in x) if f.name.endswith(".env") else items
-    return out
-
-
+# --- Slurm under stub scontrol / srun / hostname (tests/support/launched.py) --------------------
 def run_sbatch(folder: Path, tmp: Path, hosts: list[str], *, run_nodes=(), env: dict | None = None) -> dict:
-    """Run ``job.sbatch`` as sbatch would on the first host, with stub tools on PATH."""
-    b = tmp / "bin"
-    b.mkdir(parents=True)
-    for name, body in [("scontrol", SCONTROL), ("srun", SRUN), ("hostname", HOSTNAME)] + [
-            (n, RECORDER.format(name=n)) for n in ("torchrun", "vllm", "ray")]:
-        (b / name).write_text(body)
-        (b / name).chmod(0o755)
-    (tmp / "hosts").write_text("".join(h + "\n" for h in hosts))
-    argv = tmp / "argv"
-    argv.mkdir()
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM_", "NODE_RANK", "MASTER_",
-                                                                  "SRUN", "TORCHRUN", "VLLM", "RAY"))}
-    nodelist = f"gpu[000-{len(hosts) - 1:03d}]"
-    e.update(PATH=f"{b}:{e['PATH']}", ARGV_DIR=str(argv), STUB_HOSTS=str(tmp / "hosts"), STUB_NODELIST=nodelist,
-             STUB_COMMAND=str(folder / "job.sbatch"), STUB_RUN_NODES=" ".join(map(str, run_nodes)),
-             SLURM_JOB_ID="4242", SLURM_JOB_NODELIST=nodelist, SLURM_NNODES=str(len(hosts)),
-             SLURM_CPUS_ON_NODE="128", SLURMD_NODENAME=hosts[0])
-    e.update(env or {})
-    # sbatch runs a copy of the script from its spool folder
-    spool = tmp / "spool"
-    spool.mkdir()
-    (spool / "slurm_script").write_bytes((folder / "job.sbatch").read_bytes())
-    p = subprocess.run(["bash", str(spool / "slurm_script")], env=e, cwd=tmp, capture_output=True, text=True,
-                       timeout=120)
-    got = _read_argv(argv)
-    got.update(rc=p.returncode, stderr=p.stderr,
-               tasks={int(d.name[4:]): _read_argv(d) for d in argv.iterdir() if d.is_dir()})
+    """job.sbatch run under the stubs; each node's task as {launcher: its argv}."""
+    got = launched.run_sbatch(folder, tmp, hosts, run_nodes=run_nodes, env=env)
+    got["tasks"] = {k: {c["launcher"]: c["argv"] for c in calls} for k, calls in got["tasks"].items()}
     return got
 
 
@@ -286,8 +219,8 @@ def test_characters_beyond_the_bmp_read_back_from_yaml(tmp_path, write_spec):
     r, files = _compile(write_spec, tmp_path, text, "kubernetes")
     assert files is not None, [f"{d.code} {d.message}" for d in r.errors]
     docs = list(yaml.safe_load_all(files[0].text))
-    cmd = docs[-1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
-    assert cmd[-1] == "caf\u00e9 \U0001F600"
+    # the pods run the torchrun target's launch.sh, which the ConfigMap carries
+    assert "  'caf\u00e9 \U0001F600'\n" in docs[0]["data"]["launch.sh"]
     assert json.loads(docs[0]["data"]["plan.json"])["model"]["name"] == "m \U0001F680"
     files[0].text.encode("utf-8")  # no lone surrogate anywhere
 

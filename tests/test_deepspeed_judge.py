@@ -1,5 +1,6 @@
-"""DeepSpeed itself judges parc's deepspeed target: every launch parc emits for the examples and
-test specs runs with a recording `deepspeed`, and its argv goes through DeepSpeed's own launcher
+"""DeepSpeed itself judges parc's deepspeed launches: every launch parc emits for the examples and
+test specs (the deepspeed target's, and each node's of every wrapper that runs DeepSpeed) runs
+with a recording `deepspeed`, and its argv goes through DeepSpeed's own launcher
 parser and hostfile reader and the config it names through DeepSpeed's DeepSpeedConfig
 (tests/judges/deepspeed_judge.py); the degrees DeepSpeed derives must be the plan's. The other
 way round, the specs parc refuses for DeepSpeed's reasons, built into a config and hostfile
@@ -14,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from backends_support import ROOT, accepted_cases, run_emitted, write_out
+from parc.model.targets import wrappers
 from support import judges
+from support.launched import engine_run, launched
 
 JUDGES = ROOT / "tests" / "judges"
 MARK = "@@deepspeed-judge "
@@ -34,24 +37,19 @@ def _judge(proc, items: list) -> list[dict]:
 
 
 def _launches(tmp_path_factory):
-    """(spec, plan, judge item) for every deepspeed launch parc emits, run with a recording
-    launcher; where the spec names no hosts, HOSTFILE is a hostfile of the cluster's nodes."""
+    """(spec, target, plan, judge item) for every deepspeed launch parc emits: the deepspeed
+    target's, run with a recording launcher (where the spec names no hosts, HOSTFILE is a hostfile
+    of the cluster's nodes), and every node's of each wrapper that runs DeepSpeed (a Slurm job, a
+    TrainJob's pods, a PyTorchJob's, a SkyPilot task), as its tool starts it."""
     out = []
     for spec, t, files in accepted_cases():
-        if t != "deepspeed":
+        plan = json.loads(next(f.text for f in files if f.path == "plan.json"))
+        if t != "deepspeed" and not (t in wrappers() and engine_run(plan, t) == "deepspeed"):
             continue
         tmp = tmp_path_factory.mktemp(Path(spec).stem)
-        d = write_out(files, tmp / "out")
-        plan = json.loads((d / "plan.json").read_text())
-        cl = plan["cluster"]
-        env = {}
-        if cl["nodes"] > 1 and not (d / "hostfile").exists():
-            (tmp / "nodes").write_text("".join(f"node-{k} slots={cl['gpus_per_node']}\n" for k in range(cl["nodes"])))
-            env["HOSTFILE"] = str(tmp / "nodes")
-        if (d / "hostfile").exists():
-            env["MASTER_ADDR"] = ""    # the rendezvous is then the first host the spec names
-        got = run_emitted(d / "launch.sh", tmp, env=env)
-        out.append((spec, plan, {"argv": got["deepspeed"], "cwd": str(tmp)}))
+        for c in launched(t, files, tmp):
+            if c["launcher"] == "deepspeed":
+                out.append((spec, t, plan, {"argv": c["argv"], "cwd": str(tmp)}))
     return out
 
 
@@ -59,7 +57,10 @@ def _launches(tmp_path_factory):
 def test_deepspeed_accepts_what_parc_emits(ds_judge, tmp_path_factory):
     launches = _launches(tmp_path_factory)
     assert len(launches) >= 4
-    for (spec, plan, item), v in zip(launches, _judge(ds_judge, [i for _, _, i in launches])):
+    # DeepSpeed under the schedulers too: each node's own launcher (--no_ssh) under Slurm, a TrainJob...
+    assert {"deepspeed", "slurm", "trainjob", "kubernetes", "skypilot"} <= {t for _, t, _, _ in launches}
+    for (spec, target, plan, item), v in zip(launches, _judge(ds_judge, [i for *_, i in launches])):
+        spec = f"{spec} --target {target}"
         assert v["ok"], f"{spec}: DeepSpeed refuses {item['argv']}: {v.get('stage')}: {v.get('error')}"
         m, cl, sc, t = plan["mesh"], plan["cluster"], plan["schedule"], plan["train"]
         assert (v["world"], v["nodes"], v["gpus_per_node"]) == (m["pp"] * m["dp"] * m["cp"] * m["tp"], cl["nodes"],
@@ -72,7 +73,9 @@ def test_deepspeed_accepts_what_parc_emits(ds_judge, tmp_path_factory):
         assert v["bf16"] == (t["precision"] in ("bf16", "fp8")) and v["fp16"] == (t["precision"] == "fp16"), spec
         settings = plan["targets"].get("deepspeed", {}).get("settings", {})
         if settings.get("hosts"):
-            assert v["hosts"] == settings["hosts"] and v["master_addr"] == settings["hosts"][0], spec
+            assert v["hosts"] == settings["hosts"], spec
+            if target == "deepspeed":   # a scheduler gives node 0's address itself
+                assert v["master_addr"] == settings["hosts"][0], spec
 
 
 @pytest.mark.deepspeed

@@ -81,6 +81,22 @@ def test_one_node_has_no_hostfile(check_spec, tmp_path):
     assert run_emitted(d / "launch.sh", tmp_path)["deepspeed"][:4] == ["--num_nodes", "1", "--num_gpus", "4"]
 
 
+
+def test_one_node_keeps_the_master_port(check_spec, tmp_path):
+    """On one node the launcher still opens the rendezvous on --master_port (runner.py passes it to
+    deepspeed.launcher.launch as MASTER_PORT); a `master_port` the spec sets must reach it, or two
+    jobs on one machine meet on DeepSpeed's default 29500."""
+    files = _files(check_spec, spec(L8, gpn=4, mesh="dp = 4", schedule="micro_batch = 1; global_batch = 8",
+                                    target={"deepspeed": ENTRY + "; master_port = 29612"}))
+    d = write_out(list(files.values()), tmp_path / "out")
+    argv = run_emitted(d / "launch.sh", tmp_path)["deepspeed"]
+    assert argv[argv.index("--master_port") + 1] == "29612", argv
+    # without the key, the launcher's own default stands (nothing is invented)
+    files = _files(check_spec, spec(L8, gpn=4, mesh="dp = 4", schedule="micro_batch = 1; global_batch = 8",
+                                    target={"deepspeed": ENTRY}))
+    d = write_out(list(files.values()), tmp_path / "plain")
+    assert "--master_port" not in run_emitted(d / "launch.sh", tmp_path)["deepspeed"]
+
 # ---- rules: each fires on one spec and is quiet on the same spec made valid ----
 
 def test_p685_trains_only(check_spec):

@@ -173,3 +173,59 @@ def test_p600_kubernetes_refuses_pools_and_names_lws(check_spec):
     assert "lws" in d.help
     one = SPEC[:SPEC.index("  prefill {")] + "}\n" + SPEC[SPEC.index('target vllm'):] + KUBERNETES
     assert_quiet(check_spec, one, "P600", ("kubernetes",))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_lws_proxy_reaches_each_pod_on_its_own_port(check_spec, engine):
+    """Instances sharing a node take a port each in the node scripts (8100, 8101); in a
+    LeaderWorkerSet every instance is a pod of its own, on its pool's port: the proxy (router) in
+    front must ask each pod on the port the pod listens on."""
+    import re
+
+    text = SPEC + f"target lws {{ engine = {engine} }}\n"
+    if engine == "sglang":
+        text = text.replace("kv_transfer   = nixl", "kv_transfer   = mooncake") + \
+            'target sglang { model = "meta-llama/Llama-3.1-8B" }\n'
+    r = check_spec(text, ("lws",))
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    docs = list(yaml.safe_load_all(files(r, "lws")["lws.yaml"]))
+    listen = {}
+    for d in docs:
+        if d["kind"] == "LeaderWorkerSet":
+            c = d["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+            env = {e["name"]: e["value"] for e in c["env"]}
+            port = c["command"][c["command"].index("--port") + 1].replace("$(PARC_PORT)", env.get("PARC_PORT", ""))
+            listen[d["metadata"]["name"].rsplit("-", 1)[1]] = [port] * d["spec"]["replicas"]
+    if engine == "vllm":
+        proxy = docs[0]["data"]["proxy.sh"]
+        asked = {p: re.search(rf"{flag} ([0-9 ]+)", proxy).group(1).split()
+                 for p, flag in (("prefill", "--prefiller-ports"), ("decode", "--decoder-ports"))}
+    else:
+        ports = re.search(r"^ports=\(([0-9 ]+)\)", docs[0]["data"]["router.sh"], re.M).group(1).split()
+        asked = {"prefill": ports[:len(listen["prefill"])], "decode": ports[len(listen["prefill"]):]}
+    assert asked == listen
+
+
+def test_node_sh_starts_sglang_instances_that_share_a_node_in_their_slots(check_spec, tmp_path):
+    """Under slurm, SGLang's two prefill instances on node 0 start as the sglang target's slots
+    (their own GPUs, API and bootstrap ports), the decode server on node 1, and the router on node
+    0 pairs each prefill server's port and bootstrap port with the decode server."""
+    from parc.targets import get
+    from support.launched import launched
+
+    text = (SPEC.replace("kv_transfer   = nixl", "kv_transfer   = mooncake")
+            + 'target sglang { model = "meta-llama/Llama-3.1-8B" }\ntarget slurm { engine = sglang }\n')
+    r = check_spec(text, ("slurm",))
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    servers, routers = [], []
+    for c in launched("slurm", get("slurm").build(r.plan), tmp_path):
+        o = dict(zip(c["argv"], c["argv"][1:]))
+        if c["argv"][:2] == ["-m", "sglang.launch_server"]:
+            servers.append((c["node"], o["--disaggregation-mode"], o["--port"], o.get("--base-gpu-id"),
+                            o.get("--disaggregation-bootstrap-port")))
+        elif c["argv"][:2] == ["-m", "sglang_router.launch_router"]:
+            routers.append((c["node"], c["argv"][c["argv"].index("--pd-disaggregation") + 1:]))
+    assert sorted(servers) == [(0, "prefill", "30000", "0", "8998"), (0, "prefill", "30004", "4", "9002"),
+                               (1, "decode", "30000", None, None)]
+    assert routers == [(0, ["--prefill", "http://gpu000:30000", "8998", "--prefill", "http://gpu000:30004", "9002",
+                            "--decode", "http://gpu001:30000"])]

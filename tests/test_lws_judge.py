@@ -16,6 +16,7 @@ import pytest
 from backends_support import accepted_cases
 from support import judges
 from support import sglang as sglang_judge
+from support.launched import engine_run
 
 MARK = "@@lws-judge "
 
@@ -51,7 +52,8 @@ PORTS = {"vllm": 8000, "sglang": 30000}
 
 
 def engine(plan: dict) -> str:
-    return plan["targets"].get("lws", {}).get("settings", {}).get("engine", "vllm")
+    """The engine the pods run: the block's `engine`, else the spec's one serving engine block."""
+    return engine_run(plan, "lws")
 
 
 def engine_settings(plan: dict) -> dict:
@@ -137,7 +139,8 @@ def check_sglang(spec: str, plan: dict, v: dict, settings: dict) -> None:
     tp_size · pp_size · dp_size is the group's GPUs, tp_size dp · tp under attention data
     parallelism (--attn-dp-size dp), and the servers' replicas add up to the plan's dp."""
     m = plan["mesh"]
-    attn = bool(settings.get("dp_attention")) and m["dp"] > 1
+    # attention data parallelism: the serve block's key, or the sglang block's older spelling
+    attn = bool(plan["serve"]["dp_attention"] or settings.get("dp_attention")) and m["dp"] > 1
     for p in v["pods"]:
         argv = sglang_argv(p)
         assert option(argv, "--model-path") == settings["model"], spec

@@ -229,7 +229,8 @@ def test_sglang_pods_take_their_rank_and_leader_from_lws(check_spec):
     in --dist-init-addr (SGLang's default port 5000 there), readiness on /health at 30000."""
     from parc.targets import lws as lws_target
     from parc.targets.base import Var
-    from parc.targets.lws import _word
+    from parc.targets.engines import pod_command
+    from parc.targets.lws import K8S_VARS
     from parc.targets.sglang import server_lines
 
     r = check_spec(spec(nodes=2, mesh="pp = 2; tp = 8", serve=SERVE, target=SGLANG), ("lws",))
@@ -239,7 +240,8 @@ def test_sglang_pods_take_their_rank_and_leader_from_lws(check_spec):
     leader, worker = c["leaderTemplate"]["command"], c["workerTemplate"]["command"]
     head = ["python3", "-m", "sglang.launch_server", "--model-path", "m"]
     # one place builds SGLang's argv: the sglang target's, with LWS's variables for its own
-    assert worker == head + [_word(w) for ln in server_lines(r.plan, Var("node_rank")) for w in ln]
+    assert worker == head + pod_command((tuple(w for ln in server_lines(r.plan, Var("node_rank")) for w in ln),),
+                                        K8S_VARS, "/etc/parc")
     at = (lambda argv, flag: argv[argv.index(flag) + 1])
     assert (at(leader, "--nnodes"), at(leader, "--node-rank")) == ("2", "0")
     assert (at(worker, "--nnodes"), at(worker, "--node-rank")) == ("2", "$(LWS_WORKER_INDEX)")

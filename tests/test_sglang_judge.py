@@ -1,5 +1,6 @@
 """SGLang itself judges parc's serving commands: every `python -m sglang.launch_server` command
-parc emits for the examples and test specs goes through SGLang's own parser
+parc emits for the examples and test specs (the sglang target's, and each node's of the wrappers
+that run SGLang) goes through SGLang's own parser
 (ServerArgs.add_cli_args, ServerArgs.from_cli_args) and its checks (resolve_once,
 check_server_args) on a local model folder made from the spec's model (no weights), and every
 router.sh through sglang_router's own parser; the degrees SGLang resolves must be the plan's.
@@ -17,6 +18,7 @@ import pytest
 from backends_support import accepted_cases, run_emitted, write_out
 from support import judges
 from support import sglang as sglang_judge
+from support.launched import engine_run, launched
 
 ADDR = "10.0.0.1"
 
@@ -154,6 +156,56 @@ def test_sglang_accepts_what_parc_emits(sglang, tmp_path_factory):
     for spec, plan, nodes, rt in cmds:
         per_node = [_judged_world(a) for _, _, a in nodes]
         assert sum(per_node) == plan["world_size"], (spec, per_node)
+
+
+def _wrapped(tmp_path_factory):
+    """(spec, target, plan, [(side, mesh, argv after `python -m sglang.launch_server`)], [router
+    argv]) for every wrapper that runs SGLang (a Slurm job, a SkyPilot task, a PyTorchJob; the
+    LeaderWorkerSet is tests/test_lws_judge.py's), every node started as its tool starts it."""
+    out = []
+    for spec, t, files in accepted_cases():
+        plan = json.loads(next(f.text for f in files if f.path == "plan.json"))
+        if t not in ("slurm", "skypilot", "kubernetes") or engine_run(plan, t) != "sglang":
+            continue
+        pools = {p["name"]: p["mesh"] for p in plan["pools"]}
+        servers, routers = [], []
+        for c in launched(t, files, tmp_path_factory.mktemp(Path(spec).stem)):
+            if c["argv"][:2] == ["-m", "sglang.launch_server"]:
+                argv = c["argv"][2:]
+                side = dict(zip(argv, argv[1:])).get("--disaggregation-mode")
+                servers.append((side, pools.get(side, plan["mesh"]), argv))
+            elif c["argv"][:2] == ["-m", "sglang_router.launch_router"]:
+                routers.append(c["argv"][2:])
+        out.append((spec, t, plan, servers, routers))
+    return out
+
+
+@pytest.mark.sglang
+def test_sglang_accepts_what_the_wrappers_run(sglang, tmp_path_factory):
+    """The server every node of a Slurm job, a SkyPilot task or a PyTorchJob starts is the sglang
+    target's, judged by SGLang: its sizes are the plan's, its servers' first nodes hold every
+    data-parallel replica, and the router in front of them parses."""
+    cases = _wrapped(tmp_path_factory)
+    assert {"slurm", "skypilot", "kubernetes"} <= {t for _, t, *_ in cases}
+    assert any(plan["pools"] for _, _, plan, _, _ in cases) and any(r for *_, r in cases)
+    items, where = [], []
+    for spec, t, plan, servers, routers in cases:
+        folder = _model_folder(plan["model"], tmp_path_factory.mktemp("m") / "m")
+        items += [{"server": _with_model(argv, folder)} for _, _, argv in servers] + [{"router": r} for r in routers]
+        where += [(f"{spec} --target {t}", plan, side, mesh) for side, mesh, _ in servers]
+        where += [(f"{spec} --target {t}", plan, "router", None) for _ in routers]
+    replicas: dict = {}
+    for (name, plan, side, mesh), v in zip(where, _judge(sglang, items)):
+        assert v["ok"], f"{name} {side}: SGLang refuses it: {v.get('error')}"
+        if side == "router":
+            continue
+        _check_degrees(name, plan, side, mesh, v)
+        if v["node_rank"] == 0:
+            replicas[name, side] = replicas.get((name, side), 0) + max(v["dp"], v["attn_dp"])
+    for spec, t, plan, servers, _ in cases:
+        for side in {s for s, _, _ in servers}:
+            pool = next((p for p in plan["pools"] if p["name"] == side), {"instances": 1, "mesh": plan["mesh"]})
+            assert replicas[f"{spec} --target {t}", side] == pool["mesh"]["dp"] * pool["instances"], (spec, t, side)
 
 
 def _judged_world(argv: list[str]) -> float:

@@ -1,9 +1,9 @@
 """SkyPilot judges parc's tasks: every `task.yaml` parc emits for the examples and test specs
 goes through SkyPilot's own task parser (``sky.Task.from_yaml_config``: the task schema with
 unknown fields refused, and the Resources it builds); then every node runs the task's setup and
-run as SkyPilot starts them, with SkyPilot's variables and `torchrun`/`vllm`/`ray` recorded, and
-the judge reports the nodes, the accelerators and the argv each node ran, which must be the
-plan's. All in an isolated virtual environment that tests/judges/skypilot_env.sh creates (never
+run as SkyPilot starts them, with SkyPilot's variables and every engine's launcher recorded
+(torchrun, deepspeed, vllm, ray, SGLang's python3), and the judge reports the nodes, the
+accelerators and the argv each node ran, which must be the plan's. All in an isolated virtual environment that tests/judges/skypilot_env.sh creates (never
 parc's own). The tests run when PARC_JUDGES asks for them (tests/support/judges.py; .ci/run sets it). PARC_SKYPILOT_PYTHON names an existing
 environment's python instead."""
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 
 from backends_support import accepted_cases
 from support import judges
+from support.launched import engine_run
 from support.specs import spec
 
 MARK = "@@skypilot-judge "
@@ -43,10 +44,20 @@ def tasks():
 
 
 def check_train(name: str, plan: dict, v: dict) -> None:
+    """Every node starts the engine's launcher once: torchrun (a script of the spec's own,
+    torchtitan, Megatron-LM) or DeepSpeed's, with the nodes, the GPUs of a node, this node's
+    SkyPilot rank and the head's address."""
     cl = plan["cluster"]
     for rank, node in enumerate(v["nodes"]):
         [call] = node["calls"]
         argv = call["argv"]
+        if argv[0] == "deepspeed":   # each node its own launcher, no ssh
+            assert (option(argv, "--num_nodes"), option(argv, "--num_gpus")) == (str(cl["nodes"]),
+                                                                               str(cl["gpus_per_node"])), name
+            if cl["nodes"] > 1:
+                assert "--no_ssh" in argv and option(argv, "--node_rank") == str(rank), name
+                assert option(argv, "--master_addr") == v["head"], name
+            continue
         assert argv[0] == "torchrun", name
         assert option(argv, "--nnodes") == str(cl["nodes"]), name
         assert option(argv, "--nproc-per-node") == str(cl["gpus_per_node"]), name
@@ -58,6 +69,27 @@ def check_train(name: str, plan: dict, v: dict) -> None:
             assert option(argv, "--master-addr") == v["head"], name
         else:
             assert option(argv, "--rdzv-endpoint").startswith(v["head"] + ":"), name
+
+
+def check_sglang(name: str, plan: dict, v: dict) -> None:
+    """Every node starts its SGLang server (tests/test_sglang_judge.py has SGLang judge the
+    options): a server over several nodes with this node's rank in it and its first node's
+    address; a disaggregated plan's router on node 0, pointed at every server's first node."""
+    ip = [v["head"][:-1] + str(i + 1) for i in range(v["num_nodes"])]
+    for rank, node in enumerate(v["nodes"]):
+        servers = [c["argv"] for c in node["calls"] if c["argv"][:3] == ["python3", "-m", "sglang.launch_server"]]
+        assert servers, (name, rank, node["calls"])
+        for argv in servers:
+            if "--nnodes" in argv:
+                k = int(option(argv, "--node-rank"))
+                assert option(argv, "--dist-init-addr").rsplit(":", 1)[0] in ip, name
+                assert ip.index(option(argv, "--dist-init-addr").rsplit(":", 1)[0]) == rank - k, name
+    routers = [c["argv"] for c in v["nodes"][0]["calls"] if c["argv"][:3] == ["python3", "-m", "sglang_router.launch_router"]]
+    if plan.get("pools"):
+        [router] = routers
+        hosts = [u.split("//")[1].rsplit(":", 1)[0] for u in router if u.startswith("http://")]
+        assert "--pd-disaggregation" in router and hosts and set(hosts) <= set(ip), name
+        assert v["ports"] == [option(router, "--port")], name
 
 
 def check_serve(name: str, plan: dict, v: dict) -> None:
@@ -107,7 +139,9 @@ def check_pooled(name: str, plan: dict, v: dict) -> None:
             if option(a, "--port") in firsts:   # an instance's API server: its first node
                 firsts[option(a, "--port")].append(ip[n])
     assert got == want, name
-    [proxy] = [c["argv"] for c in v["nodes"][0]["calls"] if c["argv"][0] == "toy_proxy_server.py"]
+    # proxy.sh runs python3 on the toy proxy (VLLM_PROXY): the recorded python3 call, less python3
+    [proxy] = [c["argv"][1:] for c in v["nodes"][0]["calls"]
+               if c["argv"][0] == "python3" and c["argv"][1].endswith("toy_proxy_server.py")]
     ends = [i for i, w in enumerate(proxy) if w.startswith("--")] + [len(proxy)]
     args = {proxy[i]: proxy[i + 1:j] for i, j in zip(ends, ends[1:])}
     assert args["--prefiller-hosts"] == firsts["8100"] and args["--decoder-hosts"] == firsts["8200"], name
@@ -117,6 +151,9 @@ def check_pooled(name: str, plan: dict, v: dict) -> None:
 def test_skypilot_accepts_every_task_with_the_plans_degrees(sky_python):
     cases = tasks()
     assert len(cases) >= 10
+    # every engine runs under SkyPilot
+    assert {engine_run(plan, "skypilot") for _, plan, _ in cases} == {"torchrun", "torchtitan", "megatron", "deepspeed",
+                                                                      "vllm", "sglang"}
     verdicts = judges.ask(sky_python, MARK, [text for _, _, text in cases])
     for (name, plan, _), v in zip(cases, verdicts):
         assert "error" not in v, (name, v.get("error"))
@@ -125,7 +162,9 @@ def test_skypilot_accepts_every_task_with_the_plans_degrees(sky_python):
         assert list(v["accelerators"].values()) == [cl["gpus_per_node"]], name
         for node in v["nodes"]:
             assert node["setup_rc"] == 0 and node["run_rc"] == 0, (name, node)
-        if plan.get("pools"):
+        if engine_run(plan, "skypilot") == "sglang":
+            check_sglang(name, plan, v)
+        elif plan.get("pools"):
             check_pooled(name, plan, v)
         else:
             (check_serve if plan["mode"] == "serve" else check_train)(name, plan, v)

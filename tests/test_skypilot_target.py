@@ -1,5 +1,5 @@
-"""The skypilot target: the task's resources, the setup that writes the torchrun or vllm target's
-launch, the run that starts it with SkyPilot's variables, and its own rules (P641-P643), each
+"""The skypilot target: the task's resources, the setup that writes the launch of the engine it
+runs, the run that starts it with SkyPilot's variables, and its own rules (P641-P643), each
 firing on one spec and quiet on the same spec made valid. (tests/test_skypilot_judge.py has
 SkyPilot's own parser read the tasks and run them.)"""
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_a_training_task_runs_torchrun_launch_on_every_node(check_spec):
     # the setup writes torchrun's own launch.sh, byte for byte
     launch = next(f.text for f in torchrun.node_files(r.plan, entrypoint="train.py", arg_lines=[]) if f.executable)
     assert "\n" + launch in t["setup"]
-    assert 'MASTER_ADDR="$(printf \'%s\\n\' "$SKYPILOT_NODE_IPS" | head -n 1)"' in t["run"]
+    assert 'MASTER_ADDR="${SKYPILOT_NODE_IPS%%$\'\\n\'*}"' in t["run"]
     assert t["run"].rstrip().endswith('/launch.sh "$SKYPILOT_NODE_RANK"')
 
 
@@ -140,3 +140,20 @@ def test_parc_rules_lists_skypilot_rules(capsys):
     assert main(["rules", "--target", "skypilot"]) == 0
     codes = {line.split()[0] for line in capsys.readouterr().out.splitlines()[1:] if line.strip()}
     assert {"P641", "P642", "P643"} <= codes
+
+
+def test_run_takes_the_head_address_on_a_thousand_nodes(check_spec, tmp_path):
+    """`printf ... | head -n 1` under pipefail ends with SIGPIPE (141) when head closes the pipe
+    before printf has written every address: run must hand node 0's address to every node of a
+    long SKYPILOT_NODE_IPS and start the launch."""
+    import os
+
+    r = check_spec(spec(nodes=1024, gpn=8, mesh="dp = 8192", schedule="micro_batch = 1; global_batch = 8192",
+                        target=TRAIN), ("skypilot",))
+    run = task(r)["run"].replace('exec bash "$HOME', 'echo "MASTER_ADDR=$MASTER_ADDR" # "$HOME')
+    ips = "\n".join(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}-{'x' * 40}" for i in range(1024))
+    env = dict(os.environ, SKYPILOT_NODE_RANK="5", SKYPILOT_NODE_IPS=ips, SKYPILOT_NUM_GPUS_PER_NODE="8")
+    for _ in range(5):
+        p = subprocess.run(["bash", "-c", run], env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, (p.returncode, p.stderr)
+        assert p.stdout == f"MASTER_ADDR=10.0.0.0-{'x' * 40}\n"

@@ -25,8 +25,12 @@ def test_declared_facts():
     assert T.required("slurm", "train") == [("entrypoint", "the script each node's torchrun starts")]
     assert T.required("slurm", "serve") == []   # it serves with the vllm target's command
     assert T.implied(["torchrun"], "serve") == {"torchrun", "torch"}
-    assert T.implied(["slurm"], "train") == {"slurm", "torch"}
-    assert T.implied(["kubernetes"], "serve") == {"kubernetes", "vllm"}
+    # a wrapper brings the engine its block picks: without one, its default for the mode (torchrun,
+    # whose keys slurm carries, brings its own families); with no settings, every engine it can run
+    assert T.implied(["slurm"], "train", lambda t: {}) == {"slurm", "torch"}
+    assert T.implied(["kubernetes"], "serve", lambda t: {}) == {"kubernetes", "vllm"}
+    assert T.implied(["slurm"], "train", lambda t: {}, ["megatron"]) == {"slurm", "megatron"}
+    assert T.implied(["slurm"], "train") == {"slurm", "torch", "torchtitan", "megatron", "deepspeed"}
 
 
 def test_every_declared_key_has_a_kind_and_a_doc():
@@ -38,14 +42,15 @@ def test_every_declared_key_has_a_kind_and_a_doc():
 
 
 def test_rules_for_a_scheduler_list_what_it_runs_in_either_mode(capsys):
-    """`parc rules --target slurm` lists the codes that apply when compiling for Slurm: the torch
-    runtime's when it trains and vLLM's when it serves, as `parc check` runs them (it used to
-    leave vLLM's out)."""
+    """`parc rules --target slurm` lists the codes that apply when compiling for Slurm: those of
+    every engine it can run, the torch runtime's and Megatron-LM's when it trains, vLLM's and
+    SGLang's when it serves, as `parc check` runs the one the spec picks (it used to leave vLLM's
+    out)."""
     assert main(["rules", "--target", "slurm"]) == 0
     out = capsys.readouterr().out
     codes = {line.split()[0] for line in out.splitlines()[1:]}
-    assert {"P660", "P610", "P651", "P601"} <= codes      # its own, torch's, vLLM's
-    assert "P608" not in codes and "P661" not in codes    # Megatron-LM's and Kubernetes' are not
+    assert {"P660", "P617", "P610", "P608", "P651", "P601", "P691"} <= codes   # its own, torch's, the engines'
+    assert "P661" not in codes and "P653" not in codes    # Kubernetes', and torchrun's own rendezvous rule
 
 
 def _problem(mode, targets):

@@ -1,5 +1,6 @@
-"""torchtitan itself judges parc's launches: the command line every torchtitan launch.sh passes
-to ``torchrun -m torchtitan.train`` goes through torchtitan's own ConfigManager (the config
+"""torchtitan itself judges parc's launches: the command line every torchtitan launch passes to
+``torchrun -m torchtitan.train`` (the torchtitan target's launch.sh, and each node's of every
+wrapper that runs torchtitan: a Slurm job, a Kubernetes pod, a TrainJob, a SkyPilot task) goes through torchtitan's own ConfigManager (the config
 function, tyro's overrides, Trainer.Config's checks) and ParallelDims with the plan's world size,
 and the degrees torchtitan derives must be the plan's. The other way round, the specs parc
 refuses for torchtitan's reasons are refused by torchtitan for the same reason, and a spec parc
@@ -13,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from backends_support import ROOT, accepted_cases, run_emitted, write_out
+from backends_support import ROOT, accepted_cases
+from parc.model.targets import wrappers
 from support import judges
+from support.launched import engine_run, launched, split
 
 JUDGES = ROOT / "tests" / "judges"
 MARK = "@@torchtitan-judge "
@@ -30,20 +33,27 @@ def judge(tmp_path_factory):
 
 
 def _emitted(tmp_path_factory):
-    """(spec, plan dict, argv after `-m torchtitan.train`) for every torchtitan launch parc emits."""
+    """(spec, target, plan dict, argv after `-m torchtitan.train`, torchrun's world) for every
+    torchtitan launch parc emits: the torchtitan target's, and every wrapper's that runs torchtitan
+    (slurm's job, a Kubernetes pod's command, SkyPilot's run...), each node as its tool starts it."""
     out = []
     for spec, t, files in accepted_cases():
-        if t != "torchtitan":
+        if t != "torchtitan" and not (t in wrappers() and engine_run(_plan(files), t) == "torchtitan"):
             continue
         tmp = tmp_path_factory.mktemp(Path(spec).stem)
-        d = write_out(files, tmp / "out")
-        plan = json.loads((d / "plan.json").read_text())
-        got = run_emitted(d / "launch.sh", tmp, "0")
-        argv = got["torchrun"]
-        k = argv.index("-m")
-        assert argv[k + 1] == "torchtitan.train", argv
-        out.append((spec, plan, argv[k + 2:]))
+        plan = _plan(files)
+        calls = [c for c in launched(t, files, tmp) if c["launcher"] == "torchrun"]
+        assert calls, (spec, t)
+        for c in calls:
+            launcher, program = split(c["argv"], "torchrun")
+            assert launcher.get("-m") and program[0] == "torchtitan.train", c["argv"]
+            world = int(launcher["--nnodes"]) * int(launcher["--nproc-per-node"])
+            out.append((spec, t, plan, program[1:], world))
     return out
+
+
+def _plan(files) -> dict:
+    return json.loads(next(f.text for f in files if f.path == "plan.json"))
 
 
 def _world(plan: dict) -> int:
@@ -54,8 +64,12 @@ def _world(plan: dict) -> int:
 def test_torchtitan_accepts_what_parc_emits(judge, tmp_path_factory):
     cases = _emitted(tmp_path_factory)
     assert len(cases) >= 5
-    verdicts = judge([{"argv": argv, "world": _world(plan)} for _, plan, argv in cases])
-    for (spec, plan, argv), v in zip(cases, verdicts):
+    # torchtitan under the schedulers too: each node of a Slurm job and of a Kubernetes PyTorchJob
+    assert {"torchtitan", "slurm", "kubernetes", "trainjob", "skypilot"} <= {t for _, t, *_ in cases}
+    verdicts = judge([{"argv": argv, "world": world} for *_, argv, world in cases])
+    for (spec, target, plan, argv, world), v in zip(cases, verdicts):
+        spec = f"{spec} --target {target}"
+        assert world == _world(plan), spec
         assert v["ok"], f"{spec}: torchtitan refuses {argv}: {v.get('stage')}: {v.get('error')}"
         m, sc, tr = plan["mesh"], plan["schedule"], plan["train"]
         assert v["world"] == m["pp"] * m["dp"] * m["cp"] * m["tp"], spec

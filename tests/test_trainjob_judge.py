@@ -5,7 +5,10 @@ Trainer's validating webhook, and kubernetes-validate (strict) for the pod the t
 the torch-distributed runtime and for the ConfigMap; then each pod runs its command as the kubelet
 would, with the PET_ variables the torch plugin sets, and torchrun's own parser
 (torch.distributed.run) reads the argv it recorded: the nodes, processes per node, node rank and
-rendezvous torchrun will use must be the plan's. The judge runs in an isolated virtual environment
+rendezvous torchrun will use must be the plan's, and the program it starts the one the engine
+target's own launch starts (a script of the spec's own, torchtitan, Megatron-LM); a DeepSpeed
+pod's launcher gets its node rank and the master pod (tests/test_deepspeed_judge.py has DeepSpeed
+read its argv and config). The judge runs in an isolated virtual environment
 that tests/judges/trainjob_env.sh creates (never parc's own); the tests run when PARC_JUDGES asks for them (tests/support/judges.py; .ci/run sets it).
 PARC_TRAINJOB_PYTHON names an existing environment's python instead."""
 from __future__ import annotations
@@ -17,6 +20,7 @@ import pytest
 
 from backends_support import accepted_cases
 from support import judges
+from support.launched import engine_run, own_program, split
 
 MARK = "@@trainjob-judge "
 
@@ -55,46 +59,71 @@ def torchrun(monkeypatch, argv: list[str], pet: dict) -> dict:
         if args.standalone:   # what torchrun's run() does before config_from_args
             args.rdzv_backend, args.rdzv_endpoint = "c10d", "localhost:0"
         cfg, _, cmd_args = run.config_from_args(args)
+    program = cmd_args[1:]   # after python's -u: [-m] the script or module, then its arguments
     return {"min_nodes": cfg.min_nodes, "max_nodes": cfg.max_nodes, "nproc": cfg.nproc_per_node,
             "backend": cfg.rdzv_backend, "endpoint": cfg.rdzv_endpoint, "rank": cfg.rdzv_configs.get("rank"),
-            "restarts": cfg.max_restarts, "script": cmd_args[1], "args": cmd_args[2:]}
+            "restarts": cfg.max_restarts, "program": program}
 
 
-def check_degrees(monkeypatch, spec: str, plan: dict, v: dict) -> None:
-    """The sizes the judge derived and what torchrun makes of each pod's argv are the plan's."""
+def _normal(program: list[str]) -> list[str]:
+    """A program's words with the folder of its config files left out (/etc/parc in a pod)."""
+    return [w.rsplit("/", 1)[-1] if w.endswith("/ds_config.json") else w for w in program]
+
+
+def check_degrees(monkeypatch, tmp_path, spec: str, plan: dict, v: dict) -> None:
+    """The sizes the judge derived and what the engine's launcher makes of each pod's argv are the
+    plan's: the node count, processes per node, the pod's node rank and the master pod, and the
+    program the engine target's own launch starts (a script of the spec's own, torchtitan's
+    overrides, Megatron-LM's arguments, DeepSpeed's script and config), word for word."""
     cl = plan["cluster"]
     nodes, gpn = cl["nodes"], cl["gpus_per_node"]
     assert (v["nodes"], v["nproc"], v["gpus"], v["gpus_limit"]) == (nodes, gpn, gpn, gpn), spec
     assert v["nodes"] * v["nproc"] == plan["world_size"], spec
     assert v["shm"]["medium"] == "Memory" and v["plan_volume"] == {"name": v["name"] + "-plan"}, spec
+    engine = engine_run(plan, "trainjob")
     s = plan["targets"].get("trainjob", {}).get("settings", {})
     inherited = plan["targets"].get("torchrun", {}).get("settings", {})
-    entry = s.get("entrypoint", inherited.get("entrypoint"))
-    args = s.get("args", inherited.get("args")) or []
-    restarts = s.get("max_restarts", inherited.get("max_restarts", 0))
+    restarts = s.get("max_restarts", inherited.get("max_restarts", 0)) if engine == "torchrun" else \
+        plan["targets"].get(engine, {}).get("settings", {}).get("max_restarts", 0)
+    if engine == "torchrun":
+        want = [s.get("entrypoint", inherited.get("entrypoint"))] + (s.get("args", inherited.get("args")) or [])
+    else:
+        want = _normal(own_program(plan, engine, tmp_path / f"own-{spec.replace('/', '_')}"))
+    master = f"{v['name']}-node-0-0.{v['name']}"
     assert [p["index"] for p in v["pods"]] == sorted({0, 1, nodes - 1} & set(range(nodes))), spec
     for p in v["pods"]:
-        assert p["returncode"] == 0 and p["torchrun"] is not None, (spec, p["stderr"])
+        assert p["returncode"] == 0, (spec, p["stderr"])
+        if engine == "deepspeed":   # every pod its own launcher: its node rank, the master pod
+            ds, program = split(p["deepspeed"], "deepspeed")
+            assert _normal(program) == want, (spec, program)
+            assert (ds["--num_nodes"], ds["--num_gpus"]) == (str(nodes), str(gpn)), (spec, ds)
+            if nodes > 1:
+                assert ds["--no_ssh"] and ds["--node_rank"] == str(p["index"]), (spec, ds)
+                # the block's master_port where it sets one, else the trainer's PET_MASTER_PORT
+                port = plan["targets"].get("deepspeed", {}).get("settings", {}).get("master_port", 29500)
+                assert (ds["--master_addr"], ds["--master_port"]) == (master, str(port)), (spec, ds)
+            continue
         t = torchrun(monkeypatch, p["torchrun"], p["pet"])
         assert (t["min_nodes"], t["max_nodes"], t["nproc"]) == (nodes, nodes, gpn), (spec, t)
-        assert (t["script"], t["args"], t["restarts"]) == (entry, args, restarts), (spec, t)
+        assert ([w for w in t["program"] if w != "-m"], t["restarts"]) == (want, restarts), (spec, t)
         if nodes == 1:
             assert t["endpoint"] == "localhost:0", (spec, t)   # --standalone
             continue
-        master = f"{v['name']}-node-0-0.{v['name']}:29500"
-        assert t["endpoint"] == master, (spec, t)
+        assert t["endpoint"] == master + ":29500", (spec, t)
         if restarts == 0:   # static: the pod's Job completion index is its node rank
             assert (t["backend"], t["rank"]) == ("static", p["index"]), (spec, t)
         else:               # c10d: every node restarts together
             assert t["backend"] == "c10d", (spec, t)
 
 
-def test_kubernetes_accepts_what_parc_emits_with_the_plans_degrees(trainjob_python, monkeypatch):
+def test_kubernetes_accepts_what_parc_emits_with_the_plans_degrees(trainjob_python, monkeypatch, tmp_path):
     cases = manifests()
     assert len(cases) >= 6
+    # every training engine runs in the pods: a script of the spec's own, torchtitan, Megatron-LM, DeepSpeed
+    assert {"torchrun", "torchtitan", "megatron", "deepspeed"} <= {engine_run(plan, "trainjob") for _, plan, _ in cases}
     for (spec, plan, _), v in zip(cases, judge(trainjob_python, [text for _, _, text in cases])):
         assert v["ok"], f"{spec}: {v.get('stage')}: {v.get('errors')}"
-        check_degrees(monkeypatch, spec, plan, v)
+        check_degrees(monkeypatch, tmp_path, spec, plan, v)
 
 
 def test_the_judge_refuses_what_kubernetes_refuses(trainjob_python):
@@ -162,7 +191,7 @@ def test_kubernetes_refuses_the_names_parc_refuses(trainjob_python, check_spec):
             assert not v["ok"] and v["stage"] == "schema" and key in " ".join(v["errors"]), (key, value, v)
 
 
-def test_kubernetes_accepts_the_settings_parc_accepts(trainjob_python, check_spec, monkeypatch):
+def test_kubernetes_accepts_the_settings_parc_accepts(trainjob_python, check_spec, monkeypatch, tmp_path):
     from parc.targets import trainjob
     from support.specs import spec
 
@@ -177,4 +206,4 @@ def test_kubernetes_accepts_the_settings_parc_accepts(trainjob_python, check_spe
     assert (v["name"], v["nodes"], v["nproc"], v["image"]) == ("pretrain", 4, 8, "registry.local/train:1")
     assert v["capabilities"] == ["IPC_LOCK"] and v["shm"]["sizeLimit"] == "64Gi"
     assert v["pods"][-1]["torchrun"][-2:] == ["--steps", "$(STEPS)"]   # `$$` reached the script as `$`
-    check_degrees(monkeypatch, "settings", {**r.plan.to_dict(), "world_size": r.plan.world_size}, v)
+    check_degrees(monkeypatch, tmp_path, "settings", {**r.plan.to_dict(), "world_size": r.plan.world_size}, v)

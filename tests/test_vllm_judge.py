@@ -1,5 +1,5 @@
 """vLLM itself judges parc's serving commands: every `vllm serve` command parc emits for the
-examples and test specs goes through vLLM's own parser (make_arg_parser, EngineArgs) and its
+examples and test specs (the vllm target's, and each node's of the wrappers that run vLLM) goes through vLLM's own parser (make_arg_parser, EngineArgs) and its
 ParallelConfig checks, and the other way round every vLLM refusal of parc's goes through vLLM's
 create_engine_config on a local model folder (no weights) and must be refused there too, or
 where the audit in data/rules.toml says vLLM fails. All in an isolated virtual environment that
@@ -15,6 +15,7 @@ import pytest
 
 from backends_support import ROOT, accepted_cases, run_emitted, write_out
 from support import judges
+from support.launched import engine_run, launched
 
 JUDGES = ROOT / "tests" / "judges"
 
@@ -102,6 +103,32 @@ def test_vllm_accepts_what_parc_emits(vllm_python, tmp_path_factory):
         if plan["cluster"]["nodes"] > 1 and m["dp"] > 1:
             # every node declares how many DP replicas it holds, and they add up to dp
             assert v["dp_local"] * plan["cluster"]["nodes"] == m["dp"] or v["world"] > plan["cluster"]["gpus_per_node"]
+
+
+@pytest.mark.vllm
+def test_vllm_accepts_what_the_wrappers_run(vllm_python, tmp_path_factory):
+    """Each node of a Slurm job, a SkyPilot task or a PyTorchJob that runs vLLM starts `vllm serve`
+    with the vllm target's options (the LeaderWorkerSet's pods are tests/test_lws_judge.py's), and
+    vLLM's parser gives them the plan's sizes (a pool's, for a disaggregated plan's instances)."""
+    from parc.targets.vllm import POOL_PORTS
+
+    cmds = []
+    for spec, t, files in accepted_cases():
+        plan = json.loads(next(f.text for f in files if f.path == "plan.json"))
+        if t not in ("slurm", "skypilot", "kubernetes") or engine_run(plan, t) != "vllm":
+            continue
+        for c in launched(t, files, tmp_path_factory.mktemp(Path(spec).stem)):
+            if c["launcher"] == "vllm" and c["argv"][:1] == ["serve"]:
+                port = int(dict(zip(c["argv"], c["argv"][1:])).get("--port", 0))
+                # a pool instance's API server serves on its pool's port; its headless nodes on none
+                meshes = [p["mesh"] for p in plan["pools"] if POOL_PORTS[p["name"]] <= port < POOL_PORTS[p["name"]] + 100]
+                cmds.append((f"{spec} --target {t}", meshes or [p["mesh"] for p in plan["pools"]] or [plan["mesh"]],
+                             c["argv"][1:]))
+    assert len({c[0].split(" --target ")[1] for c in cmds}) == 3 and len(cmds) >= 20
+    for (name, meshes, argv), v in zip(cmds, _judge(vllm_python, [argv for *_, argv in cmds])):
+        assert v["ok"], f"{name}: vLLM refuses {argv}: {v.get('error')}"
+        assert any((v["tp"], v["pp"], v["dp"], v["pcp"], v["ep"]) == (m["tp"], m["pp"], m["dp"], m["cp"], m["ep"] > 1)
+                   for m in meshes), (name, v)
 
 
 @pytest.mark.vllm

@@ -95,10 +95,11 @@ def _page(e: dict) -> str:
         lines += ["", "where each target refuses it:"]
         for t, a in e["targets_audit"].items():
             if a.get("same_as") == "engine":
-                from parc.model.targets import engine, engine_key, engines
+                from parc.model.targets import default_engine, engine_key, engines
 
+                defaults = sorted({default_engine(t, m) for m in ("train", "serve")} & set(engines(t)))
                 lines.append(_wrap(f"{t}: as engine, the target its `{engine_key(t)['key']}` key names (it launches "
-                                   f"{' or '.join(engines(t))}; default {engine(t, None)})", indent="  "))
+                                   f"{', '.join(engines(t))}; default {' or '.join(defaults)})", indent="  "))
                 continue
             if "same_as" in a:
                 lines.append(_wrap(f"{t}: as {a['same_as']} (it launches {a['same_as']})", indent="  "))

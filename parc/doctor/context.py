@@ -42,7 +42,7 @@ class Context:
         table = node_facts()["engines"]
         out: list[str] = []
         for t in self.launch_targets():
-            for name in [t, *families(t, self.plan.mode)]:
+            for name in [t, *families(t, self.plan.mode, self.plan.target_settings(t), self.plan.targets)]:
                 if name in table and name not in out:
                     out.append(name)
         return out
@@ -79,7 +79,7 @@ class Context:
 
         ports = node_facts()["ports"]
         for t in self.launch_targets():
-            for name in (t, *families(t, self.plan.mode)):
+            for name in (t, *families(t, self.plan.mode, self.plan.target_settings(t), self.plan.targets)):
                 s = self.plan.target_settings(name)
                 if name == "sglang" and s.get("dist_port"):
                     return int(s["dist_port"]), "target sglang's dist_port"

@@ -8,10 +8,16 @@ target facts here without importing any target's code:
 * ``launch``: whether it emits a launch (every target but ``json``);
 * ``families``: the rule families that come with it, a list or one list per mode
   (``{ train = ["torch"], serve = ["vllm"] }``): their rules run whenever its rules do;
-* ``engine``: ``{ key, default, modes }`` where a target runs another target's command chosen by
-  one of its keys (lws: ``engine = vllm | sglang``): the target that key names (its ``default``
-  where the block leaves it out) comes along as a rule family in ``modes``, so the rules that run
-  are those of the engine the plan names, never a fixed one;
+* ``engine``: ``{ key, default }`` on a wrapper, a target that runs another target's launch on
+  each node (slurm, kubernetes, skypilot, trainjob, lws): ``key`` names the engine (its
+  ``choices`` are the engines it can run, each in the modes that engine's target.toml lists),
+  ``default`` the engine of a block that names none, one for every mode or a table per mode
+  (``{ train = "torchrun", serve = "vllm" }``). The engine a plan runs is :func:`engine_of`'s
+  (the key; else the spec's one engine block of the plan's mode; else the default), and it comes
+  along as a rule family, so the rules that run are those of the engine the plan names, never a
+  fixed one. A wrapper that ``inherits`` keys from an engine (slurm's ``entrypoint`` from
+  torchrun) stands in for that engine's block: those keys are that engine's, needed and used
+  only when it runs it, and that engine's own families come along instead of its rules;
 * ``audit``: ``{ name, order }``, the name under which ``rules.toml`` records how the tool itself
   refuses a plan, and where the tool stands in messages that list several;
 * ``inherits``: ``{ from = "torchrun", keys = [...] }``, the keys a block that leaves them out
@@ -243,61 +249,137 @@ def launch_targets() -> tuple[str, ...]:
 
 
 def engine_key(name: str | None) -> dict | None:
-    """``{key, default, modes}``: the key of target ``name`` that names the engine it runs (the
-    target whose command its pods or nodes run), or None for a target without one."""
+    """``{key, default}``: the key of target ``name`` that names the engine it runs (the target
+    whose launch its pods or nodes run), or None for a target without one."""
     return (spec(name or "") or {}).get("engine")
 
 
-def engines(name: str | None) -> list[str]:
-    """The engines target ``name`` can run: the choices of its engine key (empty: none)."""
+def wrappers() -> tuple[str, ...]:
+    """The targets that run another target's launch on each node (those with an engine key)."""
+    return tuple(t for t in names() if engine_key(t))
+
+
+def engines(name: str | None, mode: str | None = None) -> list[str]:
+    """The engines target ``name`` can run (in ``mode``: those whose target.toml lists it): the
+    choices of its engine key, in their order (empty: none)."""
     e = engine_key(name)
-    return list(keys(name).get(e["key"], {}).get("choices", [e["default"]])) if e else []
+    if not e or (mode is not None and mode not in (spec(name) or {}).get("modes", [mode])):
+        return []
+    found = keys(name).get(e["key"], {}).get("choices") or list(_defaults(e).values())
+    return [x for x in found if mode is None or mode in (spec(x) or {}).get("modes", [mode])]
 
 
-def engine(name: str | None, settings: dict | None) -> str | None:
-    """The engine target ``name`` runs with its block's ``settings``: the engine key's value,
-    else its default; None for a target without an engine key."""
+def _defaults(e: dict) -> dict[str | None, str]:
+    d = e["default"]
+    return dict(d) if isinstance(d, dict) else {None: d}
+
+
+def default_engine(name: str | None, mode: str | None = None) -> str | None:
+    """The engine target ``name`` runs in ``mode`` when nothing picks another (None: the first
+    mode's default)."""
     e = engine_key(name)
-    return (settings or {}).get(e["key"], e["default"]) if e else None
+    if not e:
+        return None
+    d = _defaults(e)
+    return d[mode] if mode in d else d.get(None, next(iter(d.values())))
 
 
-def families(name: str, mode: str | None = None, settings: dict | None = None) -> list[str]:
+def engine_blocks(name: str | None, mode: str | None, settings: dict | None, blocks: Iterable[str]) -> list[str]:
+    """The engines of ``mode`` a spec says it means for wrapper ``name``: its blocks of them
+    (``target megatron { ... }``), and the engine whose keys the wrapper inherits where its own
+    settings hold one of them (``target slurm { entrypoint = ... }`` names a torchrun script)."""
+    blocks = set(blocks)
+    inh = inherits(name or "")
+    if inh and any(k in (settings or {}) for k in inh[1]):
+        blocks.add(inh[0])
+    return [x for x in engines(name, mode) if x in blocks]
+
+
+def engine(name: str | None, settings: dict | None = None, mode: str | None = None,
+           blocks: Iterable[str] = ()) -> str | None:
+    """The engine target ``name`` runs with its block's ``settings`` in ``mode``, the spec holding
+    target ``blocks``: the engine key's value; else the one engine block of the mode the spec
+    has; else the default (also where several blocks leave it open and the default is among
+    them; P618 says so); None for a target without an engine key, or none in ``mode``."""
+    e = engine_key(name)
+    if not e or (mode is not None and not engines(name, mode)):
+        return None
+    if e["key"] in (settings or {}):
+        return settings[e["key"]]
+    found = engine_blocks(name, mode, settings, blocks)
+    default = default_engine(name, mode)
+    if len(found) == 1 or (found and default not in found):
+        return found[0]
+    return default
+
+
+def engine_of(plan, name: str | None) -> str | None:
+    """The engine the plan's target ``name`` runs (:func:`engine` with the plan's settings, mode
+    and blocks)."""
+    return engine(name, plan.target_settings(name or ""), plan.mode, plan.targets)
+
+
+def stands_in(name: str | None, engine_name: str | None) -> bool:
+    """Whether wrapper ``name`` carries engine ``engine_name``'s keys itself (it inherits them:
+    slurm's ``entrypoint``, ``args`` and ``max_restarts`` are torchrun's)."""
+    inh = inherits(name or "")
+    return bool(inh and engine_name and inh[0] == engine_name)
+
+
+def families(name: str, mode: str | None = None, settings: dict | None = None,
+             blocks: Iterable[str] = ()) -> list[str]:
     """The rule families target ``name`` brings in ``mode`` (None: in any mode): those its
-    target.toml lists, and the engine its ``settings`` name (None: every engine it can run)."""
+    target.toml lists, and the engine its ``settings`` (and the spec's ``blocks``) pick (None:
+    every engine it can run); of an engine whose keys it carries itself (:func:`stands_in`),
+    that engine's families, not its rules."""
     fam = _entry(name).get("families", [])
     if isinstance(fam, dict):
         modes = [mode] if mode is not None else list(fam)
         out = [f for m in modes for f in fam.get(m, []) if f]
     else:
         out = list(fam)
-    e = engine_key(name)
-    if e and (mode is None or mode in e.get("modes", [mode])):
-        out += [engine(name, settings)] if settings is not None else engines(name)
+    if engine_key(name):
+        picked = [engine(name, settings, mode, blocks)] if settings is not None else engines(name, mode)
+        for x in picked:
+            if x is None or (mode is not None and x not in engines(name, mode)):
+                continue
+            out += [f for f in families(x, mode) if f not in out] if stands_in(name, x) else [x]
     return out
 
 
 def implied(targets: Iterable[str], mode: str | None = None,
-            settings: Callable[[str], dict] | None = None) -> set[str]:
+            settings: Callable[[str], dict] | None = None, blocks: Iterable[str] = ()) -> set[str]:
     """``targets`` with every rule family they bring in ``mode`` (None: in any mode);
-    ``settings(name)`` gives a target block's settings, which pick the engine of a target with an
-    engine key (None: every engine it can run comes along)."""
+    ``settings(name)`` gives a target block's settings and ``blocks`` the spec's target blocks,
+    which pick the engine of a target with an engine key (no ``settings``: every engine it can
+    run comes along)."""
+    blocks = tuple(blocks)
     out = set(targets)
     todo = list(out)
     while todo:
         t = todo.pop()
-        for f in families(t, mode, settings(t) if settings is not None else None):
+        for f in families(t, mode, settings(t) if settings is not None else None, blocks):
             if f not in out:
                 out.add(f)
                 todo.append(f)
     return out
 
 
-def required(name: str, mode: str | None = None) -> list[tuple[str, str]]:
-    """(key, what it is) for every key target ``name`` cannot do without in ``mode``."""
+ANY = "*"
+
+
+def required(name: str, mode: str | None = None, engine_name: str | None = ANY) -> list[tuple[str, str]]:
+    """(key, what it is) for every key target ``name`` cannot do without in ``mode``; a wrapper's
+    keys of the engine it stands in for (:func:`stands_in`) only when it runs that engine
+    (``engine_name``; :data:`ANY`: whichever)."""
+    inh = inherits(name)
     out = []
     for key, d in keys(name).items():
-        if "required" in d and (mode is None or mode in d.get("required_modes", [mode])):
-            out.append((key, d["required"]))
+        if "required" not in d or (mode is not None and mode not in d.get("required_modes", [mode])):
+            continue
+        if engine_key(name) and inh and key in inh[1] and engine_name not in (ANY, inh[0]):
+            continue
+        out.append((key, d["required"]))
     return out
 
 

@@ -79,7 +79,7 @@ class Problem:
         from parc.model.targets import implied
 
         own = (lambda t: self.targets[t].settings if t in self.targets else {})
-        return implied(set(self.targets) | set(self.extra_targets), self.mode, own)
+        return implied(set(self.targets) | set(self.extra_targets), self.mode, own, self.targets)
 
 
 def default_global_batch(seq_len: int) -> int:

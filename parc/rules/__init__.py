@@ -147,8 +147,9 @@ def audit(code: str, target: str, version: str | None = None, plan: Plan | None 
     """Where ``target`` itself refuses what rule ``code`` refuses (``fails``, ``source``, ``check``,
     ``note``), following ``same_as``; the torch runtime's rules are audited as "torch". With
     ``version``, an entry that carries ``since``/``until`` counts only for releases in its range.
-    ``same_as = "engine"`` follows the engine ``plan`` names for the target (lws: vllm or sglang;
-    without a plan, the default engine)."""
+    ``same_as = "engine"`` follows the engine ``plan`` runs under the target (slurm: torchrun,
+    megatron, ..., vllm or sglang; without a plan, the first of its default engines with an
+    entry)."""
     found = _audit_entry(code, target, version, plan)
     return found[1] if found else None
 
@@ -161,13 +162,21 @@ def _audit_entry(code: str, target: str, version: str | None = None,
     while key in entries and "same_as" in entries[key] and key not in seen:
         seen.add(key)
         same = entries[key]["same_as"]
-        key = T.engine(key, plan.target_settings(key) if plan else None) if same == "engine" else same
+        key = _engine_entry(entries, key, plan) if same == "engine" else same
     if key not in entries:
         return None
     e = entries[key]
     if version in T.versions(key) and not T.holds(key, version, e.get("since"), e.get("until")):
         return None
     return key, e
+
+
+def _engine_entry(entries: dict, wrapper: str, plan: Plan | None) -> str:
+    """The engine whose audit entry a wrapper's ``same_as = "engine"`` follows."""
+    if plan is not None:
+        return T.engine_of(plan, wrapper)
+    defaults = [T.default_engine(wrapper, m) for m in ("train", "serve")]
+    return next((e for e in defaults if e in entries), defaults[0])
 
 
 def in_force(code: str, target: str | None, version: str | None) -> bool:
@@ -370,10 +379,9 @@ def _run_plan(plan: Plan, targets: Iterable[str] = (), select: Callable[[str], b
               failed: Iterable[str] = ()) -> list[Diagnostic]:
     """The rules over one mesh (see :func:`run_rules`)."""
     reg = registry()
-    # a target brings its rule families along (torchrun the torch runtime's; Slurm and Kubernetes
-    # launch torchrun for training and the vllm target's commands for serving; lws the engine
-    # its block names)
-    implied = T.implied(active_targets(plan, targets), plan.mode, plan.target_settings)
+    # a target brings its rule families along (torchrun the torch runtime's; a wrapper such as
+    # slurm or lws the engine it runs: parc.model.targets.engine_of)
+    implied = T.implied(active_targets(plan, targets), plan.mode, plan.target_settings, plan.targets)
     out: list[Diagnostic] = []
     failed = set(failed)
     codes = [c for c in FIRST if c in reg] + [c for c in sorted(reg) if c not in FIRST]

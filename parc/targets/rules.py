@@ -1,5 +1,7 @@
-"""The rules that span several targets: a key a target cannot do without (P602), values no
-command line can carry (P662) or that a launcher would read as options (P690), and the rules
+"""The rules that span several targets: a key a target cannot do without (P602), the engine a
+wrapper runs (P617: one that cannot run the spec, or a wrapper key it would drop; P618: a spec
+whose engine blocks leave it open), values no command line can carry (P662) or that a launcher
+would read as options (P690), and the rules
 of the families without a folder of their own: parc's torch runtime (P610, P616), which comes
 with torchrun, slurm and kubernetes. The runtime builds Megatron-LM's expert grid for any etp that
 P112 and P113 accept, so it has no etp rule of its own (P611 is torchtitan's, before 0.3.0)."""
@@ -7,9 +9,10 @@ from __future__ import annotations
 
 import json
 
-from parc.model.targets import (example, inherits, keys, launch_targets, pipeline_runtime, pipelines, required,
-                                requiring_targets, runs_pipeline)
-from parc.rules import rule
+from parc.model.targets import (default_engine, display, engine_blocks, engine_key, engine_of, engines, example,
+                                inherits, keys, launch_targets, pipeline_runtime, pipelines, required,
+                                requiring_targets, runs_pipeline, spec, stands_in, wrappers)
+from parc.rules import ERROR, WARNING, rule
 from parc.rules.util import join, target_name
 from parc.targets.base import dash_keys, option_lists, settings, target_span
 from parc.words import count
@@ -37,9 +40,10 @@ def _example(plan, target: str, key: str) -> str:
 @rule("P602", "target-field-missing", targets=requiring_targets())
 def target_field_missing(plan, c):
     t = c.target
-    # slurm and kubernetes serve with the vllm target's command: its own P602 asks for `model`
+    # a wrapper asks for the keys of the engine it stands in for (slurm's entrypoint is
+    # torchrun's) only when it runs that engine; another engine's own P602 asks for its keys
     settings = plan.target_settings(t)
-    missing = [(k, what) for k, what in required(t, plan.mode) if k not in settings]
+    missing = [(k, what) for k, what in required(t, plan.mode, engine_of(plan, t)) if k not in settings]
     if not missing:
         return
     fields = join([f"`{k}` ({what})" for k, what in missing], "and")
@@ -58,6 +62,71 @@ def target_field_missing(plan, c):
         c.report(target_span(plan, c, t, where),
                  f"--target {t} needs {fields}, and the spec has no `target {t}` block",
                  help=f"add `target {t} {{ {example} }}` to the spec{also}")
+
+
+# ------------------------------------------------------------------------------------ P617
+
+@rule("P617", "wrapper-engine-mismatch", targets=wrappers())
+def wrapper_engine_mismatch(plan, c):
+    """The engine a wrapper's block names must run the plan's mode, and the block's own keys of
+    another engine (slurm's entrypoint, args and max_restarts are torchrun's) would be dropped
+    by the launch of the one it runs."""
+    w = c.target
+    own = plan.targets[w].settings if w in plan.targets else {}
+    key = engine_key(w)["key"]
+    named = own.get(key)
+    if named is not None and named not in engines(w, plan.mode):
+        fits = engines(w, plan.mode)
+        c.report(c.at(f"target.{w}.{key}", f"target.{w}"),
+                 f"target {w} runs the {display(named)} launch on every node (`{key} = {named}`), and "
+                 f"{display(named)} {_modes_text(named)}: this spec {'serves' if plan.mode == 'serve' else 'trains'}",
+                 help=(f"use {join([f'`{key} = {e}`' for e in fits], 'or')}" if fits
+                       else f"target {w} does not {plan.mode}: compile the spec for another target"))
+        return
+    runs = engine_of(plan, w)
+    inh = inherits(w)
+    if runs is None or not inh or stands_in(w, runs):
+        return
+    for k in inh[1]:
+        if k in own:
+            c.report(c.at(f"target.{w}.{k}", f"target.{w}"),
+                     f"`{k}` of target {w} is for {display(inh[0])} (a script of your own), and target {w} runs "
+                     f"the {display(runs)} launch here, which has no place for it: it would be dropped",
+                     help=f"remove `{k}` (the {display(runs)} launch is `target {runs} {{ ... }}`'s), or run your own "
+                          f"script with `{key} = {inh[0]}`")
+
+
+def _modes_text(engine_name: str) -> str:
+    modes = (spec(engine_name) or {}).get("modes", [])
+    return "trains and serves" if len(modes) > 1 else ("serves" if modes == ["serve"] else "trains")
+
+
+# ------------------------------------------------------------------------------------ P618
+
+@rule("P618", "wrapper-engine-ambiguous", severity=WARNING, targets=wrappers())
+def wrapper_engine_ambiguous(plan, c):
+    """Without its engine key, a wrapper runs the spec's one engine block of the plan's mode; with
+    several it runs its default engine where that is among them (a warning: the other blocks are
+    not launched), and cannot choose otherwise (an error)."""
+    w = c.target
+    key = engine_key(w)["key"]
+    if key in plan.target_settings(w):
+        return
+    found = engine_blocks(w, plan.mode, plan.target_settings(w), plan.targets)
+    if len(found) < 2:
+        return
+    runs, default = engine_of(plan, w), default_engine(w, plan.mode)
+    blocks = join([f"`target {e}`" for e in found], "and")
+    where = target_span(plan, c, w, f"target.{runs if runs in found else found[0]}")
+    related = [(c.at(f"target.{e}"), f"target {e}") for e in found
+               if f"target.{e}" in plan.spans and c.at(f"target.{e}") != where]
+    which = f"say which in `target {w} {{ ... }}`: " + join([f"`{key} = {e}`" for e in found], "or")
+    if runs == default:
+        c.report(where, f"target {w} runs one engine's launch on every node, and the spec has {blocks}: it runs "
+                        f"{display(runs)}'s (its default), not the others'", help=which, related=related)
+    else:
+        c.report(where, f"target {w} runs one engine's launch on every node, and the spec has {blocks}: it cannot "
+                        "tell which to run", help=which, severity=ERROR, related=related)
 
 
 # ------------------------------------------------------------------------------------ P610

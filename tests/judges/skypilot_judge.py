@@ -13,9 +13,10 @@ what SkyPilot makes of it:
 * what every node runs: each node's setup and then its run, under bash in a home of its own,
   with the variables SkyPilot sets (sky/backends/task_codegen.py: SKYPILOT_NODE_RANK,
   SKYPILOT_NODE_IPS with one address a line, the head's first, SKYPILOT_NUM_NODES,
-  SKYPILOT_NUM_GPUS_PER_NODE the accelerator count) and `torchrun`, `vllm` and `ray` replaced by
-  recorders of their argv (with MASTER_ADDR as each saw it), and so is the toy proxy a
-  disaggregated plan's proxy.sh runs (``VLLM_PROXY``, recorded as ``toy_proxy_server.py``).
+  SKYPILOT_NUM_GPUS_PER_NODE the accelerator count) and the engines' launchers (`torchrun`,
+  `deepspeed`, `vllm`, `ray`, and `python3`, which starts SGLang) replaced by recorders of their
+  argv (with MASTER_ADDR as each saw it), and so is the toy proxy a disaggregated plan's proxy.sh
+  runs (``VLLM_PROXY``, recorded as ``toy_proxy_server.py``).
 
 The test compares the degrees with the plan."""
 import atexit
@@ -31,8 +32,10 @@ import tempfile
 import yaml
 
 MARK = "@@skypilot-judge "
-RECORDERS = ("torchrun", "vllm", "ray", "toy_proxy_server.py")
-RECORDER = """#!/usr/bin/env python3
+# the engines' launchers (torchrun, deepspeed, vllm and Ray, SGLang's python3 -m ...), the toy proxy
+RECORDERS = ("torchrun", "deepspeed", "vllm", "ray", "python3", "toy_proxy_server.py")
+# the recorder runs on this environment's own python: python3 on the node's PATH is one of them
+RECORDER = "#!" + sys.executable + """
 import json, os, sys
 with open(os.environ["PARC_RECORD"], "a") as f:
     f.write(json.dumps({"argv": [os.path.basename(sys.argv[0])] + sys.argv[1:],

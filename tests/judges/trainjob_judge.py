@@ -20,11 +20,12 @@ prints for each what Kubernetes and Kubeflow Trainer (v2.3.0) make of it:
   kubernetes-validate, strict, as a v1 PodTemplate, and the ConfigMap;
 * what each pod runs: the kubelet substitutes `$(NAME)` in the command and args from the
   container's environment (`$$` is a literal `$`; an unknown name stays as written), and the
-  command runs with `torchrun` replaced by a recorder of its argv.
+  command runs with `torchrun` and `deepspeed` (the engines a pod starts) replaced by recorders of
+  their argv.
 
 It answers with what it derived (the nodes, processes and GPUs per node, the PET_ variables,
-each pod's recorded argv); the test compares them with the plan and parses the argv with
-torchrun's own parser."""
+each pod's recorded argv); the test compares them with the plan and parses torchrun's argv with
+torchrun's own parser (DeepSpeed's is judged by tests/judges/deepspeed_judge.py)."""
 import copy
 import json
 import os
@@ -162,8 +163,11 @@ def pod_template(job, runtime):
     return t, nodes, nproc
 
 
+LAUNCHERS = ("torchrun", "deepspeed")   # the engines a TrainJob's pods start (parc/targets/engines.py)
+
+
 def run_pod(container, index, tmp):
-    """Run pod ``index``'s command as the kubelet would, with torchrun recording its argv."""
+    """Run pod ``index``'s command as the kubelet would, with the launchers recording their argv."""
     env = {}
     for e in container.get("env") or []:
         if "valueFrom" in e:   # the Job's completion index: the pod's node rank
@@ -171,21 +175,25 @@ def run_pod(container, index, tmp):
         else:
             env.setdefault(e["name"], expand(e.get("value", ""), env))
     argv = [expand(w, env) for w in container["command"] + (container.get("args") or [])]
-    binp, rec = os.path.join(tmp, "bin"), os.path.join(tmp, "argv")
+    binp = os.path.join(tmp, "bin")
     os.makedirs(binp, exist_ok=True)
-    with open(os.path.join(binp, "torchrun"), "w") as f:
-        f.write('#!/bin/sh\nprintf \'%s\\0\' "$@" > "$REC"\n')
-    os.chmod(os.path.join(binp, "torchrun"), 0o755)
-    if os.path.exists(rec):
-        os.unlink(rec)
+    for name in LAUNCHERS:
+        with open(os.path.join(binp, name), "w") as f:
+            f.write(f'#!/bin/sh\nprintf \'%s\\0\' "$@" > "$REC.{name}"\n')
+        os.chmod(os.path.join(binp, name), 0o755)
+        if os.path.exists(os.path.join(tmp, f"argv.{name}")):
+            os.unlink(os.path.join(tmp, f"argv.{name}"))
+    rec = os.path.join(tmp, "argv")
     r = subprocess.run(argv, env={**env, "PATH": binp + ":/usr/bin:/bin", "REC": rec}, capture_output=True,
                        text=True, timeout=60)
-    ran = None
-    if os.path.exists(rec):
-        with open(rec, "rb") as fh:
-            ran = [a.decode() for a in fh.read().split(b"\0")[:-1]]
+    ran = {}
+    for name in LAUNCHERS:
+        if os.path.exists(f"{rec}.{name}"):
+            with open(f"{rec}.{name}", "rb") as fh:
+                ran[name] = [a.decode() for a in fh.read().split(b"\0")[:-1]]
     pet = {k: v for k, v in env.items() if k.startswith("PET_")}
-    return {"index": index, "returncode": r.returncode, "stderr": r.stderr[-2000:], "torchrun": ran, "pet": pet}
+    return {"index": index, "returncode": r.returncode, "stderr": r.stderr[-2000:], "pet": pet,
+            **{name: ran.get(name) for name in LAUNCHERS}}
 
 
 def judge(text):

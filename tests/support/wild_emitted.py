@@ -79,9 +79,12 @@ def launches(target: str, files, sandbox: Path) -> list[Launch]:
     if target == "slurm":
         out = [Launch("slurm", "scheduler", wild_launch.sbatch_settings(by["job.sbatch"].text))]
         _write(files, box)
+        hosts = " ".join(f"10.0.0.{n + 1}" for n in range(nodes))
+        # what sbatch gives the job: its node list (the scontrol recorder expands it to WILD_HOSTS)
         recs = wild_shell.run(by["job.sbatch"].text, box, env={**MASTER, "PARC_LAUNCH_DIR": str(box),
                                                                  "SLURM_NNODES": str(nodes), "SLURM_JOB_ID": "1",
-                                                                 "PARC_HOSTS": " ".join(f"10.0.0.{n + 1}" for n in range(nodes))})
+                                                                 "SLURM_JOB_NODELIST": f"node[0-{nodes - 1}]",
+                                                                 "WILD_HOSTS": hosts, "PARC_HOSTS": hosts})
         engines = wild_launch.from_records(recs)
         for i, la in enumerate(engines):
             la.node = i if len(engines) == nodes else la.node

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 
-from parc.targets.base import File, Var, mesh_text, nccl_env, plan_json, settings, spec_name
+from parc.targets.base import Cat, File, Var, mesh_text, nccl_env, plan_json, settings, spec_name
 from parc.words import count
 
 TARGET = "deepspeed"
@@ -114,15 +114,21 @@ def launcher_lines(plan) -> list[list]:
             lines.append([F("launcher"), s["launcher"]])
     lines += [[F("num_nodes"), cl.nodes], [F("num_gpus"), cl.gpus_per_node]]
     if cl.nodes > 1:
-        lines += [[Var("master[@]")], [F("master_port"), s.get("master_port", MASTER_PORT)]]
+        lines.append([Var("master[@]")])
+    if cl.nodes > 1 or "master_port" in s:
+        # one node still opens the rendezvous there (runner.py hands it to deepspeed.launcher.launch)
+        lines.append([F("master_port"), s.get("master_port", MASTER_PORT)])
     return lines
 
 
-def _header(plan) -> list[str]:
+def _header(plan, per_node: bool = False) -> list[str]:
     cl, me = plan.cluster, plan.mesh
     lines = [f"DeepSpeed launch compiled by parc from {spec_name(plan)}.",
              f"Mesh: {mesh_text(plan)}; {count(cl.nodes, 'node')} x {count(cl.gpus_per_node, 'GPU')}."]
-    if cl.nodes > 1:
+    if cl.nodes > 1 and per_node:
+        lines.append("Every node runs it with its node rank (launch.sh NODE_RANK; else SLURM_NODEID or NODE_RANK), "
+                     "MASTER_ADDR set to node 0's address.")
+    elif cl.nodes > 1:
         lines.append("Run it on node 0 only: the deepspeed launcher starts every node in the hostfile.")
     if me.pp > 1:
         lines.append(f"The script builds a PipelineModule with num_stages={me.pp} (ds_config.json: pipeline.stages).")
@@ -139,7 +145,7 @@ def build(plan) -> list[File]:
     hosts = hostfile(plan)
     first = (s.get("hosts") or [None])[0]
     env = nccl_env(plan)
-    text = render("deepspeed/launch.sh.j2", header=_header(plan), need_here=True, env=env,
+    text = render("deepspeed/launch.sh.j2", header=_header(plan), need_here=True, env=env, per_node=False,
                   multi=plan.cluster.nodes > 1, has_hostfile=hosts is not None, first_host=first,
                   launcher_lines=launcher_lines(plan), entrypoint=s["entrypoint"],
                   arg_lines=[[a] for a in s.get("args") or []], config=CONFIG, master_flag=F("master_addr"),
@@ -148,3 +154,52 @@ def build(plan) -> list[File]:
     if hosts is not None:
         files.append(File("hostfile", hosts))
     return files + [File("plan.json", plan_json(plan))]
+
+
+# --- under a scheduler (parc/targets/engines.py) -------------------------------------------------
+def node_lines(plan) -> list[list]:
+    """The launcher's options when every node starts its own (a scheduler gives each its node
+    rank and node 0's address): ``--no_ssh`` with ``--node_rank``, and a hostfile that only
+    gives each node's GPUs (runner.py main: with --no_ssh it reaches no other host, and
+    launch.py takes the node's own GPUs from the world info by node rank). One node: the
+    standalone launch's options."""
+    s = settings(plan, TARGET)
+    cl = plan.cluster
+    if cl.nodes == 1:
+        return launcher_lines(plan)
+    return [["--hostfile", Cat((Var("dir"), "/hostfile"))], ["--no_ssh"], ["--node_rank", Var("node_rank")],
+            ["--master_addr", Var("master_addr")], ["--master_port", s.get("master_port", Var("master_port"))],
+            ["--num_nodes", cl.nodes], ["--num_gpus", cl.gpus_per_node]]
+
+
+def node_hostfile(plan) -> str:
+    """The hostfile of a launch under a scheduler: the spec's hosts, else a name per node."""
+    return hostfile(plan) or "".join(f"node-{k} slots={plan.cluster.gpus_per_node}\n" for k in range(plan.cluster.nodes))
+
+
+def node_launch(plan, s: dict):
+    """DeepSpeed under a scheduler: every node runs the deepspeed launcher for itself (its
+    node rank from the scheduler, no ssh), with the config the deepspeed target writes (``s``:
+    the block's settings, parc/targets/engines.py)."""
+    from parc.targets.engines import NodeLaunch, flat, one_run
+
+    multi, F = plan.cluster.nodes > 1, options(plan)
+    lines, args = node_lines(plan), [[a] for a in s.get("args") or []]
+
+    def make() -> list[File]:
+        from parc.targets.render import render
+
+        text = render("deepspeed/launch.sh.j2", header=_header(plan, per_node=True), need_here=True,
+                      env=nccl_env(plan), multi=multi, per_node=multi, nnodes=plan.cluster.nodes,
+                      master_port="master_port" not in s, launcher_lines=lines, entrypoint=s["entrypoint"],
+                      arg_lines=args, config=CONFIG, master_flag=F("master_addr"), ds_flag=F("deepspeed"),
+                      ds_config_flag=F("deepspeed_config"))
+        files = [File("launch.sh", text, True), File(CONFIG, config_json(plan))]
+        if multi:
+            files.append(File("hostfile", node_hostfile(plan)))
+        return files + [File("plan.json", plan_json(plan))]
+
+    words = ("deepspeed",) + flat(lines) + (s["entrypoint"],)
+    tail = flat(args) + ("--deepspeed", "--deepspeed_config", Cat((Var("dir"), "/" + CONFIG)))
+    return NodeLaunch(TARGET, make, "launch.sh", plan.cluster.nodes, (one_run(plan, words + tail, (), len(words)),),
+                      "deepspeed")

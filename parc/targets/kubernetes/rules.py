@@ -1,9 +1,11 @@
 """Kubernetes' own rules: names and settings the API server or the pods would refuse."""
 from __future__ import annotations
 
+from parc.model.targets import display, engine_of
 from parc.rules import WARNING, rule
 from parc.targets.base import dns_label, is_dns_label, settings
-from parc.targets.kubernetes import IMAGE, NAME_MAX, NAMESPACE_MAX, RESOURCE, SERVE_IMAGE, TARGET
+from parc.targets.engines import launch
+from parc.targets.kubernetes import NAME_MAX, NAMESPACE_MAX, RESOURCE, TARGET, image_hint
 from parc.words import count
 
 
@@ -11,10 +13,10 @@ from parc.words import count
 def kubernetes_image(plan, c):
     """The entry point is P602's; the container image is what only Kubernetes needs."""
     if "image" not in settings(plan, TARGET):
-        image = SERVE_IMAGE if plan.mode == "serve" else IMAGE
-        what = "vLLM" if plan.mode == "serve" else "PyTorch"
+        engine = engine_of(plan, TARGET)
         c.report(c.at("target.kubernetes"), "target kubernetes needs `image` (the container image every pod runs)",
-                 help=f"add `image = {image}` (or your own image with {what}) to `target kubernetes {{ ... }}`")
+                 help=f"add `image = \"{image_hint(engine)}\"` (or your own image with {display(engine)}) to "
+                      "`target kubernetes { ... }`")
 
 
 @rule("P661", "kubernetes-name", targets=(TARGET,))
@@ -69,12 +71,20 @@ def infiniband(plan, c):
 
 @rule("P600", "kubernetes-pooled-serving", targets=(TARGET,), whole=True)
 def pooled_serving(plan, c):
-    """A PyTorchJob's pods are one world of equal ranks: prefill and decode pools are engines of
-    their own, each with its own leader, which is what the lws target emits."""
-    if not plan.pools:
+    """A PyTorchJob's pods are one world of equal ranks with one master: prefill and decode pools,
+    or SGLang servers behind a router, are engines of their own, each with its own leader, which
+    is what the lws target emits (a launch that needs every node's address, parc/targets/engines.py)."""
+    if plan.mode != "serve" or not launch(plan, TARGET).hosts:
         return
-    c.report(c.at("prefill", "serve"),
-             "target kubernetes runs one PyTorchJob of equal pods, and this plan's prefill and decode pools are "
-             f"{count(sum(p.instances for p in plan.pools), 'engine instance')} of their own behind a proxy",
-             help="compile it for target lws (a LeaderWorkerSet per pool and the proxy or router in front), or "
-                  "for slurm or skypilot")
+    if plan.pools:
+        what = (f"this plan's prefill and decode pools are "
+                f"{count(sum(p.instances for p in plan.pools), 'engine instance')} of their own behind a proxy")
+        at = c.at("prefill", "serve")
+    else:
+        runs = launch(plan, TARGET).runs[0]
+        what = (f"this plan is {count(runs.replicas, 'server')} of {count(runs.size, 'node')} each, every one with its "
+                f"own first node, behind {display(engine_of(plan, TARGET))}'s router")
+        at = c.at("mesh.dp", "mesh")
+    c.report(at, f"target kubernetes runs one PyTorchJob of equal pods, and {what}",
+             help="compile it for target lws (a LeaderWorkerSet per pool or server, and the proxy or router in "
+                  "front), or for slurm or skypilot")

@@ -1,63 +1,35 @@
-"""The LeaderWorkerSets of a prefill/decode-disaggregated plan: one per pool, and the proxy
-(vLLM) or router (SGLang) in front of them as a Deployment (see the package's doc)."""
+"""The LeaderWorkerSets of a prefill/decode-disaggregated plan: one per pool, and the engine's
+front (vLLM's proxy, SGLang's router) in front of them as a Deployment (see the package's doc)."""
 from __future__ import annotations
 
-import dataclasses
-
-from parc.model.pools import pool_plans
 from parc.targets.base import Env, mesh_text
-from parc.targets.lws import Groups, _env, _set, engine, groups, settings
+from parc.targets.engines import Run, pod_command
+from parc.targets.lws import K8S_VARS, _set
 from parc.words import count
 
 
-def pool_groups(plan) -> list[tuple[object, Groups]]:
-    """Each pool with its groups: with vLLM one group per instance (its nodes the group's pods,
-    as the vllm target launches an instance: one engine, its own data parallelism inside); with
-    SGLang one per server of the pool (the sglang target's ``pool_layouts``)."""
-    out = []
-    for pool, pp in pool_plans(plan):
-        if engine(plan) == "vllm":
-            cl = pp.cluster
-            grp = Groups(cl.nodes, pool.instances, cl.gpus_per_node, pp)
-        else:
-            one = groups(pp)
-            grp = dataclasses.replace(one, replicas=one.replicas * pool.instances)
-        out.append((pool, grp))
-    return out
-
-
-def leaders(set_name: str, grp: Groups) -> list[str]:
+def leaders(set_name: str, run: Run) -> list[str]:
     """The DNS names of the groups' leaders: pod ``<set>-<group>`` in LeaderWorkerSet's headless
     Service ``<set>`` (the address it gives LWS_LEADER_ADDRESS, short of the namespace)."""
-    return [f"{set_name}-{g}.{set_name}" for g in range(grp.replicas)]
+    return [f"{set_name}-{g}.{set_name}" for g in range(run.replicas)]
 
 
-def pooled(plan, name: str):
-    """(the LeaderWorkerSets, the proxy Deployment, the scripts the ConfigMap carries, the header
-    line) of a disaggregated plan."""
-    from parc.targets import sglang, vllm
-    from parc.targets.kubernetes import PLAN_DIR
+def pooled(plan, node, name: str):
+    """(the LeaderWorkerSets, the front's Deployment, the scripts the ConfigMap carries, the
+    header line) of a disaggregated plan, ``node`` its engine's launch."""
+    from parc.targets.kubernetes import PLAN_DIR, literal
 
     sets, hosts = [], {}
-    for pool, grp in pool_groups(plan):
-        set_name = f"{name}-{pool.name}"
-        env = _env(grp.plan)
-        if engine(plan) == "vllm":
-            env.append(Env("PARC_PORT", str(vllm.POOL_PORTS[pool.name])))
-        sets.append(_set(plan, grp, set_name, pool.name, env))
-        hosts[pool.name] = leaders(set_name, grp)
-    if engine(plan) == "vllm":
-        script = next(f for f in vllm.build(plan) if f.path == "proxy.sh")
-        proxy = {"command": ["bash", f"{PLAN_DIR}/proxy.sh"], "port": vllm.PROXY_PORT,
-                 "env": [Env("PREFILL_HOSTS", " ".join(hosts["prefill"])),
-                         Env("DECODE_HOSTS", " ".join(hosts["decode"]))]}
-    else:
-        script = next(f for f in sglang.build(plan) if f.path == "router.sh")
-        proxy = {"command": ["bash", f"{PLAN_DIR}/router.sh", *hosts["prefill"], *hosts["decode"]], "env": [],
-                 "port": settings(plan, "sglang").get("router_port", sglang.ROUTER_PORT)}
-    proxy["name"] = f"{name}-proxy"
+    for run in node.runs:
+        set_name = f"{name}-{run.pool}"
+        sets.append(_set(plan, run, set_name))
+        hosts[run.pool] = leaders(set_name, run)
+    front = node.front
+    argv, env = front.command(hosts)
+    proxy = {"name": f"{name}-proxy", "command": pod_command((argv,), K8S_VARS, PLAN_DIR), "port": front.port,
+             "env": [Env(e.name, literal(e.value)) for e in env]}
     what = ("Pools: " + "; ".join(f"{s['name']}: {count(s['replicas'], 'group')} of {count(s['size'], 'pod')} x "
-                                  f"{count(s['gpus'], 'GPU')} ({mesh_text(g.plan)})"
-                                  for s, (_, g) in zip(sets, pool_groups(plan)))
-            + f"; the Service {proxy['name']} sends requests to the {script.path[:-3]} in front of them.")
-    return sets, proxy, [script], what
+                                  f"{count(s['gpus'], 'GPU')} ({mesh_text(r.plan)})" for s, r in zip(sets, node.runs))
+            + f"; the Service {proxy['name']} sends requests to the {front.file[:-3]} in front of them.")
+    # every instance is a pod of its own, on its pool's port (not the node scripts' shared-node ports)
+    return sets, proxy, [front.apart()], what

@@ -365,3 +365,10 @@ def build(plan) -> list[File]:
     lines = arg_lines(plan) + group_args(s.get("extra_args"))
     return torchrun.node_files(plan, entrypoint=s.get("entrypoint", DEFAULT_ENTRYPOINT), arg_lines=lines,
                                env=env)
+
+
+def node_launch(plan, s: dict):
+    """Megatron-LM under a scheduler: the same launch.sh and command on every node
+    (parc/targets/engines.py; ``s`` the block's settings)."""
+    return torchrun.scheduled(plan, TARGET, entrypoint=s.get("entrypoint", DEFAULT_ENTRYPOINT),
+                              arg_lines=arg_lines(plan) + group_args(s.get("extra_args")), env=launch_env(plan))

@@ -375,13 +375,18 @@ def server_ports(plan, side: str, servers: int) -> tuple[list[int], list[int]]:
     return [slots["port"][j] for j in k], [(slots["bootstrap"] or [BOOTSTRAP_PORT] * len(k))[j] for j in k]
 
 
-def _pd_router_script(plan, pools) -> str:
+def _pd_router_script(plan, pools, apart: bool = False) -> str:
+    """router.sh of a disaggregated plan; ``apart``: every server has an address of its own (a pod
+    each), on the target's port and SGLang's bootstrap port."""
     from parc.targets.render import render
 
     s = settings(plan, TARGET)
     (_, _, pre), (_, _, dec) = pools
     pre_ports, boot = server_ports(plan, "prefill", pre.servers)
     dec_ports, _ = server_ports(plan, "decode", dec.servers)
+    if apart:
+        pre_ports, dec_ports = [s.get("port", PORT)] * pre.servers, [s.get("port", PORT)] * dec.servers
+        boot = [BOOTSTRAP_PORT] * pre.servers
     return render("sglang/router.sh.j2", need_here=False, servers=pre.servers + dec.servers,
                   port=s.get("port", PORT), router_port=s.get("router_port", ROUTER_PORT),
                   prefill=pre.servers, ports=pre_ports + dec_ports, bootstraps=boot,
@@ -403,3 +408,10 @@ def build(plan) -> list[File]:
     if router(plan):
         files.append(File("router.sh", _router_script(plan, lay), True))
     return files + [File("plan.json", plan_json(plan))]
+
+
+def node_launch(plan, s: dict):
+    """SGLang under a scheduler: parc/targets/sglang/scheduled.py (``s``: the block's settings)."""
+    from parc.targets.sglang.scheduled import node_launch as scheduled
+
+    return scheduled(plan)

@@ -3,21 +3,22 @@
 
 The task asks for ``num_nodes`` nodes of ``accelerators: <NAME>:<gpus_per_node>`` (SkyPilot's
 name for the cluster's GPU: ``accelerators.toml`` beside this file, or the target key
-``accelerator``). Its ``setup``, which SkyPilot runs on every node, writes the launch that the
-torchrun target (training) or the vllm target (serving) builds for the plan, with ``plan.json``,
-into ``~/.parc/<plan id>/``, each file a quoted here-document whose delimiter carries a hash of its
+``accelerator``). Its ``setup``, which SkyPilot runs on every node, writes the launch of the
+engine the block's ``engine`` names (parc/targets/engines.py: torchrun, torchtitan, megatron,
+deepspeed, vllm, sglang), the engine target's own files with ``plan.json``, into
+``~/.parc/<plan id>/``, each file a quoted here-document whose delimiter carries a hash of its
 text (so no line of the file can end it). Its ``run``, which SkyPilot starts on every node at
 once, checks that SkyPilot gave the node the GPUs the plan runs on
 (``SKYPILOT_NUM_GPUS_PER_NODE``), takes node 0's address from the first line of
 ``SKYPILOT_NODE_IPS`` as ``MASTER_ADDR`` and runs that launch with the node's
-``SKYPILOT_NODE_RANK``: the same torchrun rendezvous or ``vllm serve`` options as anywhere else,
-so the rank map and the degrees are the other targets' exactly (sky/skylet/constants.py names the
-variables; sky/backends/task_codegen.py sets them, node 0 the head, whose address comes first).
+``SKYPILOT_NODE_RANK``: the same rendezvous and engine options as anywhere else, so the rank map
+and the degrees are the engine target's exactly (sky/skylet/constants.py names the variables;
+sky/backends/task_codegen.py sets them, node 0 the head, whose address comes first).
 
-A prefill/decode-disaggregated plan asks for every node its pools take
-(:func:`parc.model.pools.nodes_needed`) and runs ``node.sh`` (:mod:`parc.targets.pooled`) with
-the node's ``SKYPILOT_NODE_RANK`` and every node's address: it starts the vllm target's pool
-scripts of the instances placed on that node, and on node 0 the proxy, whose port the task opens.
+A plan of several runs placed node by node (a prefill/decode-disaggregated plan; SGLang servers
+behind a router) asks for every node they take and runs ``node.sh`` (:mod:`parc.targets.pooled`)
+with the node's ``SKYPILOT_NODE_RANK`` and every node's address: it starts the engine's scripts
+placed on that node, and on node 0 the proxy or router, whose port the task opens.
 
 A served plan opens the API's port (``resources.ports``). Several nodes linked by InfiniBand ask
 for ``network_tier: best`` (the cloud's InfiniBand or GPUDirect network) unless the block says
@@ -30,7 +31,8 @@ import tomllib
 from functools import lru_cache
 from pathlib import Path
 
-from parc.targets.base import File, dns_label, mesh_text, need, plan_id, plan_json, settings, spec_name
+from parc.targets.base import File, dns_label, mesh_text, plan_id, plan_json, settings, spec_name
+from parc.targets.engines import launch
 from parc.words import count
 
 TARGET = "skypilot"
@@ -72,24 +74,6 @@ def network_tier(plan) -> str | None:
     return "best" if ib else None
 
 
-def launch(plan) -> list[File]:
-    """The files the torchrun target (training) or the vllm target (serving) emits for the plan:
-    a launch script and plan.json."""
-    if plan.pools:
-        from parc.targets.pooled import node_files
-
-        return node_files(plan)
-    if plan.mode == "serve":
-        from parc.targets import vllm
-
-        return vllm.build(plan)
-    from parc.targets import torchrun
-
-    s = settings(plan, TARGET)
-    return torchrun.node_files(plan, entrypoint=need(plan, TARGET, "entrypoint"), arg_lines=torchrun.user_arg_lines(s.get("args")),
-                               max_restarts=s.get("max_restarts", 0))
-
-
 def heredoc(path: str, text: str) -> str:
     """Shell that writes ``text`` to ``path`` exactly: a quoted here-document (no expansion) whose
     delimiter carries the text's hash, so no line of the text can close it early."""
@@ -106,31 +90,22 @@ def yaml_text(text: str, indent: int = 2):
     return Quoted("|\n" + yblock(text, indent)) if plain and text.strip() else y(text)
 
 
-def scripts(plan) -> tuple[str, str]:
-    """(setup, run): the shell SkyPilot runs on every node."""
+def scripts(plan, node) -> tuple[str, str]:
+    """(setup, run): the shell SkyPilot runs on every node to start ``node`` (the engine's
+    :class:`~parc.targets.engines.NodeLaunch`)."""
     from parc.targets.render import Quoted, render
 
     s = settings(plan, TARGET)
-    files = launch(plan)
+    files = node.files
     # shell text parc writes itself (the folder is a fixed word, the files' text goes in
     # here-documents) and the spec's own setup, which is shell by definition
     folder = f'"$HOME/.parc/{plan_id(plan)}"'
-    script = "node.sh" if plan.pools else next(f.path for f in files if f.executable)
     setup = render("skypilot/setup.sh.j2", user=Quoted(s["setup"]) if s.get("setup") else None,
                    folder=Quoted(folder), writes=[Quoted(heredoc(f"{folder}/{f.path}", f.text)) for f in files],
                    executables=[Quoted(f"{folder}/{f.path}") for f in files if f.executable])
-    run = render("skypilot/run.sh.j2", gpus=plan.cluster.gpus_per_node, multi=nodes(plan) > 1 or bool(plan.pools),
-                 pooled=bool(plan.pools), script=Quoted(f"{folder}/{script}"))
+    run = render("skypilot/run.sh.j2", gpus=plan.cluster.gpus_per_node, multi=node.nodes > 1 or node.hosts,
+                 pooled=node.hosts, script=Quoted(f"{folder}/{node.script}"))
     return setup, run
-
-
-def nodes(plan) -> int:
-    """The nodes the task asks for: the cluster's, or those a disaggregated plan's pools take."""
-    if plan.pools:
-        from parc.model.pools import nodes_needed
-
-        return nodes_needed(plan)
-    return plan.cluster.nodes
 
 
 def build(plan) -> list[File]:
@@ -140,18 +115,15 @@ def build(plan) -> list[File]:
     s = settings(plan, TARGET)
     cl = plan.cluster
     name = task_name(plan)
-    setup, run = scripts(plan)
+    node = launch(plan, TARGET)
+    setup, run = scripts(plan, node)
     what = "serves" if plan.mode == "serve" else "trains"
     header = [f"SkyPilot task compiled by parc from {spec_name(plan)}: sky launch -c {name} task.yaml",
-              f"{pools_text(plan) if plan.pools else 'Mesh: ' + mesh_text(plan)}; {count(nodes(plan), 'node')} x {cl.gpus_per_node} {accelerator(plan)} = "
-              f"{count(plan.world_size, 'rank')}; every node {what} with the "
-              f"{'vllm' if plan.mode == 'serve' else 'torchrun'} target's launch."]
-    port = settings(plan, "vllm").get("port", 8000) if plan.mode == "serve" else None
-    if plan.pools:
-        from parc.targets.vllm import PROXY_PORT
-
-        port = PROXY_PORT
-    text = render("skypilot/task.yaml.j2", header=header, name=name, workdir=s.get("workdir"), nodes=nodes(plan),
+              f"{pools_text(plan) if plan.pools else 'Mesh: ' + mesh_text(plan)}; {count(node.nodes, 'node')} x "
+              f"{cl.gpus_per_node} {accelerator(plan)} = {count(plan.world_size, 'rank')}; every node {what} with the "
+              f"{node.engine} target's launch."]
+    port = node.port if plan.mode == "serve" else None
+    text = render("skypilot/task.yaml.j2", header=header, name=name, workdir=s.get("workdir"), nodes=node.nodes,
                   accelerators=f"{accelerator(plan)}:{cl.gpus_per_node}", infra=s.get("infra"),
                   image_id=s.get("image_id"), use_spot=s.get("use_spot"), disk_size=s.get("disk_size"),
                   cpus=s.get("cpus"), memory=s.get("memory"),

@@ -23,7 +23,7 @@ start separate worlds.
 """
 from __future__ import annotations
 
-from parc.targets.base import (Cat, Env, File, Var, device_env, mesh_text, nccl_env, plan_id, plan_json, settings,
+from parc.targets.base import (Cat, Env, File, Var, device_env, mesh_text, nccl_env, need, plan_id, plan_json, settings,
                                spec_name)
 from parc.words import count
 
@@ -120,3 +120,34 @@ def build(plan) -> list[File]:
     return node_files(plan, entrypoint=s["entrypoint"], arg_lines=user_arg_lines(s.get("args")),
                       endpoint=s.get("rdzv_endpoint"), max_restarts=s.get("max_restarts", 0),
                       no_python=bool(s.get("no_python")))
+
+
+def scheduled(plan, engine: str, *, entrypoint: str, arg_lines: list[list], max_restarts: int = 0,
+              env: list[Env] = (), python_module: bool = False, files: list[File] = (), no_python: bool = False):
+    """The :class:`~parc.targets.engines.NodeLaunch` of an engine that torchrun starts (torchrun,
+    torchtitan, megatron) under a scheduler: launch.sh (the rendezvous at the scheduler's node 0,
+    never an ``rdzv_endpoint``) with ``files`` and plan.json, and the same torchrun command for
+    every node of the one run."""
+    from parc.targets.engines import NodeLaunch, flat, one_run
+
+    rdzv = rendezvous(plan, None, max_restarts)
+    words = ("torchrun",) + flat(launcher_lines(plan, rdzv=rdzv, endpoint=None, max_restarts=max_restarts,
+                                                python_module=python_module, no_python=no_python)) + (entrypoint,)
+
+    def make() -> list[File]:
+        text = script(plan, entrypoint=entrypoint, arg_lines=arg_lines, max_restarts=max_restarts, env=env,
+                      python_module=python_module, no_python=no_python)
+        return [File("launch.sh", text, True), *files, File("plan.json", plan_json(plan))]
+
+    return NodeLaunch(engine, make, "launch.sh", plan.cluster.nodes,
+                      (one_run(plan, words + flat(arg_lines), [e for e in env if e.value is not None], len(words)),),
+                      "torchrun")
+
+
+def node_launch(plan, s: dict):
+    """A script of the spec's own under torchrun, on every node a scheduler gives it (``s``: the
+    block's settings as the wrapper hands them, parc/targets/engines.py)."""
+    if "entrypoint" not in s:     # a plan its checks refused: P602's diagnostic, not a KeyError
+        need(plan, TARGET, "entrypoint")
+    return scheduled(plan, TARGET, entrypoint=s["entrypoint"], arg_lines=user_arg_lines(s.get("args")),
+                     max_restarts=s.get("max_restarts", 0), no_python=bool(s.get("no_python")))

@@ -248,10 +248,25 @@ def async_tp(plan) -> list[list]:
     return [[F("no_enable_async_tensor_parallel")]]
 
 
+def _lines(plan) -> list[list]:
+    """torchtitan's command line: the plan's overrides, the block's own, the recompute subcommand."""
+    return overrides(plan) + [[a] for a in settings(plan, TARGET).get("args") or []] + recompute_word(plan)
+
+
+ENV = (Env("PYTORCH_ALLOC_CONF", "expandable_segments:True", "as torchtitan's run_train.sh sets it"),)
+
+
 def build(plan) -> list[File]:
     s = settings(plan, TARGET)
-    lines = overrides(plan) + [[a] for a in s.get("args") or []] + recompute_word(plan)
-    env = [Env("PYTORCH_ALLOC_CONF", "expandable_segments:True", "as torchtitan's run_train.sh sets it")]
-    text = script(plan, entrypoint=ENTRY, python_module=True, arg_lines=lines,
-                  endpoint=s.get("rdzv_endpoint"), max_restarts=s.get("max_restarts", 0), env=env)
+    text = script(plan, entrypoint=ENTRY, python_module=True, arg_lines=_lines(plan),
+                  endpoint=s.get("rdzv_endpoint"), max_restarts=s.get("max_restarts", 0), env=list(ENV))
     return [File("launch.sh", text, True), File("plan.json", plan_json(plan))]
+
+
+def node_launch(plan, s: dict):
+    """torchtitan under a scheduler: the same launch.sh and command, the rendezvous at the
+    scheduler's node 0 (parc/targets/engines.py)."""
+    from parc.targets.torchrun import scheduled
+
+    return scheduled(plan, TARGET, entrypoint=ENTRY, python_module=True, arg_lines=_lines(plan),
+                     max_restarts=s.get("max_restarts", 0), env=list(ENV))

@@ -304,14 +304,16 @@ def _script(plan, pool=None, whole=None) -> str:
                   start_rank=cl.gpus_per_node // replica(plan) if mode == "dp" else None)
 
 
-def _proxy(plan) -> str:
-    """proxy.sh: the proxy in front of the pools, vLLM's toy proxy of its NixlConnector guide."""
+def _proxy(plan, apart: bool = False) -> str:
+    """proxy.sh: the proxy in front of the pools, vLLM's toy proxy of its NixlConnector guide;
+    ``apart``: every instance has an address of its own (a pod each), on its pool's port."""
     from parc.targets.render import render
 
     from parc.model.pools import instances
 
     placed = instances(plan)
-    ports = {p.name: [instance_port(plan, i) for i in placed if i.pool == p.name] for p in plan.pools}
+    ports = {p.name: [POOL_PORTS[p.name] if apart else instance_port(plan, i) for i in placed if i.pool == p.name]
+             for p in plan.pools}
     return render("vllm/proxy.sh.j2", spec=spec_name(plan), ports=ports, port=PROXY_PORT,
                   counts={p.name: p.instances for p in plan.pools})
 
@@ -330,3 +332,10 @@ def build(plan) -> list[File]:
         return files + [File("proxy.sh", _proxy(plan), True), File("plan.json", plan_json(plan))]
     name = "launch.sh" if launch_mode(plan) != "single" else "serve.sh"
     return [File(name, _script(plan), True), File("plan.json", plan_json(plan))]
+
+
+def node_launch(plan, s: dict):
+    """vLLM under a scheduler: parc/targets/vllm/scheduled.py (``s``: the block's settings)."""
+    from parc.targets.vllm.scheduled import node_launch as scheduled
+
+    return scheduled(plan)
