@@ -65,7 +65,8 @@ def test_sizes_multiply_to_the_world(launched):
         for flag, key in (("--max-model-len", "max_model_len"), ("--max-num-seqs", "max_num_seqs")):
             given = plan["serve"][key]
             assert _opt(argv, flag) == (None if given is None else str(given)), (spec, flag)
-        assert float(_opt(argv, "--gpu-memory-utilization")) == plan["serve"]["gpu_memory_utilization"]
+        given = plan["serve"]["gpu_memory_utilization"]
+        assert _opt(argv, "--gpu-memory-utilization") == (None if given is None else repr(float(given))), spec
         assert ("--enable-expert-parallel" in argv) == (plan["mesh"]["ep"] > 1)
 
 

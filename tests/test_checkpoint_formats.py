@@ -61,23 +61,51 @@ def test_online_fp8_quantizes_the_linear_layers(check_spec):
     assert a.kv_bytes_per_token == b.kv_bytes_per_token
 
 
+def _model_lines(plan, target: str) -> list[list]:
+    if target == "vllm":
+        from parc.targets.vllm import model_lines, options
+
+        return model_lines(plan, options(plan))
+    from parc.targets.sglang import model_lines
+
+    return model_lines(plan)
+
+
 @pytest.mark.parametrize("target", ["vllm", "sglang"])
 def test_quantization_only_where_the_engine_quantizes(check_spec, target):
     def words(r):
-        if target == "vllm":
-            from parc.targets.vllm import model_lines, options
+        return [str(w) for ln in _model_lines(r.plan, target) for w in ln]
 
-            lines = model_lines(r.plan, options(r.plan))
-        else:
-            from parc.targets.sglang import model_lines
+    # --dtype is left to the engine's `auto` (the checkpoint's dtype) wherever that is what runs
+    assert words(_serve(check_spec, "from = deepseek_v3", target)) == []
+    assert words(_serve(check_spec, "from = gpt_oss_120b", target)) == []
+    assert words(_serve(check_spec, "from = llama3_70b\ndtype = fp8", target)) == ["--quantization", "fp8"]
 
-            lines = model_lines(r.plan)
-        return [str(w) for ln in lines for w in ln]
 
-    assert words(_serve(check_spec, "from = deepseek_v3", target)) == ["--dtype", "bfloat16"]
-    assert words(_serve(check_spec, "from = gpt_oss_120b", target)) == ["--dtype", "bfloat16"]
-    assert words(_serve(check_spec, "from = llama3_70b\ndtype = fp8", target)) == [
-        "--dtype", "bfloat16", "--quantization", "fp8"]
+@pytest.mark.parametrize("target", ["vllm", "sglang"])
+@pytest.mark.parametrize("model, written", [
+    ("from = llama3_70b", None), ("from = llama3_70b\ndtype = bf16", "bf16"),
+    ("from = llama3_70b\ndtype = fp16", "fp16"),
+    ("from = llama3_70b\ncheckpoint_format = fp16", None),
+    ("from = llama3_70b\ncheckpoint_format = fp16\ndtype = bf16", "bf16"),
+    ("from = llama3_70b\ncheckpoint_format = fp32\ndtype = bf16", "bf16"),
+    ("from = llama3_70b\ncheckpoint_format = fp32", "fp32")])
+def test_dtype_only_where_auto_runs_another(check_spec, target, model, written):
+    """``--dtype`` is written where the spec states a 16- or 32-bit dtype, else only where the
+    engine's ``auto`` would run another dtype than the plan's: auto keeps a 16-bit checkpoint's
+    dtype and casts a 32-bit one to bfloat16 (vLLM 0.33 config/model.py _resolve_auto_dtype: the
+    platform's first supported dtype) or float16 (SGLang 0.5.23 configs/model_config.py
+    _get_and_verify_dtype, Gemma aside)."""
+    from parc.model.checkpoints import auto_dtype, engine_dtype
+
+    assert (auto_dtype("fp32", "vllm"), auto_dtype("fp32", "sglang"), auto_dtype("mxfp4", "vllm")) == (
+        "bf16", "fp16", "bf16")
+    r = _serve(check_spec, model, target)
+    want = written[target] if isinstance(written, dict) else written
+    assert engine_dtype(r.plan.model, target, "dtype" in model) == want
+    words = [str(w) for ln in _model_lines(r.plan, target) for w in ln]
+    assert (words[words.index("--dtype") + 1] if "--dtype" in words else None) == (
+        {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[want] if want else None)
 
 
 def test_engine_methods():

@@ -26,7 +26,7 @@ def wide_ep(backend: str = "deepep_low_latency", engine: str = "vllm", inter: st
     """DeepSeek-V3 over 16 GPUs of two nodes, experts spread by the engine's DeepEP all-to-all."""
     key = {"vllm": "all2all_backend", "sglang": "moe_a2a_backend"}[engine]
     return ('model "deepseek-v3" { from = deepseek_v3; dtype = fp8 }\n' + CLUSTER.format(inter=inter)
-            + "mesh { dp = 16; ep = 16 }\nserve { max_model_len = 4096; dp_attention = true }\n"
+            + "mesh { dp = 16; ep = 16 }\nserve { max_model_len = 4096; gpu_memory_utilization = 0.9; dp_attention = true }\n"
             + f'target {engine} {{ model = "deepseek-ai/DeepSeek-V3"; {key} = {backend} }}\n')
 
 

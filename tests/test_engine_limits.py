@@ -69,6 +69,44 @@ def test_sglang_leaves_its_own_defaults_to_itself(check_spec, tmp_path):
     assert (o["--context-length"], o["--max-running-requests"], o["--chunked-prefill-size"]) == ("4096", "64", "4096")
 
 
+
+def test_memory_fraction_left_out_is_the_engines(check_spec, tmp_path):
+    """gpu_memory_utilization left out is vLLM 0.33's CacheConfig default 0.92 and SGLang's own
+    mem_fraction_static; neither launch writes it, and the memory model uses the engine's."""
+    from parc.cost.engine import memory_fraction
+
+    plan = _plan(check_spec, spec(L8, gpn=1, mesh="tp = 1", serve="", target={"vllm": S}))
+    assert "--gpu-memory-utilization" not in _vllm_argv(plan)
+    assert memory_fraction(plan) == 0.92
+    plan, files = _sglang(check_spec, spec(L8, gpn=1, mesh="tp = 1", serve="", target={"sglang": S}))
+    assert "--mem-fraction-static" not in _opts(_argv(files, tmp_path))
+    # 0.5.23 arg_groups/memory_hook.py on an 81,559 MiB H100 at tp 1 (not MLA): chunked prefill
+    # 8192, decode CUDA graphs up to 256; reserve 512 + 8192 × 1.5 + 1 × 1 / 8 × 1024 + 256 × 2
+    # + 8 MiB × 58 prefill graph sizes = 13,904 MiB (above the 10 GiB floor)
+    want = round((81559 - (512 + 8192 * 1.5 + 128 + 256 * 2 + 58 * 8)) / 81559, 3)
+    assert memory_fraction(plan) == want
+    plan = _plan(check_spec, spec(L8, gpn=1, mesh="tp = 1", serve="gpu_memory_utilization = 0.8",
+                                  target={"vllm": S}))
+    argv = _vllm_argv(plan)
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.8" and memory_fraction(plan) == 0.8
+
+
+def test_sglang_memory_fraction_follows_the_release(check_spec):
+    """MLA (DeepSeek-V3): the prefill graph reserve is 1.5 GiB; DeepEP adds 2 GiB and 1 GiB more
+    for the breakable prefill graph; tp 8 adds 1 GiB (memory_hook.py, reserve_for_graph_mb,
+    reserve_for_deepep_a2a_mb)."""
+    from parc.cost.engine import memory_fraction, memory_fraction_note
+
+    text = spec("from = deepseek_v3", gpn=8, mesh="tp = 8; ep = 8", serve="",
+                target={"sglang": S + "\nmoe_a2a_backend = deepep"}).replace(
+        "gpu           = h100_sxm", "gpu           = h200")
+    plan = _plan(check_spec, text)
+    mib = plan.cluster.gpu.memory / 2**20
+    reserve = 512 + 8192 * 1.5 + 8 / 8 * 1024 + 512 * 2 + 1536 + 1024 + 2048
+    assert memory_fraction(plan) == round((mib - reserve) / mib, 3)
+    assert "SGLang 0.5.23's default" in memory_fraction_note(plan)
+
+
 MOE = "from = mixtral_8x7b"
 
 
@@ -136,7 +174,7 @@ DSV3 = "from = deepseek_v3\n  dtype = fp8"
 
 
 def test_speculative_and_overlap_reach_both_engines(check_spec, tmp_path):
-    serve = ("dp_attention = true; max_model_len = 4096; two_batch_overlap = true; speculative = mtp; "
+    serve = ("dp_attention = true; max_model_len = 4096; gpu_memory_utilization = 0.9; two_batch_overlap = true; speculative = mtp; "
              "speculative_tokens = 2; acceptance_rate = 0.8")
     text = spec(DSV3, nodes=2, gpn=8, mesh="dp = 16; tp = 1; ep = 16", serve=serve, target={"vllm": S})
     argv = _vllm_argv(_plan(check_spec, text))
@@ -197,7 +235,7 @@ def test_deepep_low_latency_at_its_measured_rate(check_spec):
     from parc.cost.estimate import estimate
     from parc.cost.serve_step import StepModel
 
-    text = spec(DSV3, nodes=2, mesh="dp = 16; tp = 1; ep = 16", serve="dp_attention = true; max_model_len = 4096",
+    text = spec(DSV3, nodes=2, mesh="dp = 16; tp = 1; ep = 16", serve="dp_attention = true; max_model_len = 4096; gpu_memory_utilization = 0.9",
                 target={"sglang": S + "; moe_a2a_backend = deepep; deepep_mode = low_latency"})
     plan = _plan(check_spec, text)
     est = estimate(plan, cache=False)

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from parc.cost import estimate as cm
+from support.specs import assert_quiet
 
 
 def p4(r):
@@ -154,6 +155,28 @@ def test_p403_kv_too_small(check_spec):
     assert "`tp = 4`" in d.help
     # 29,215 tokens fit beside the weights and the engine overheads: a 16K context does
     assert p4(check_spec(serve(gpus=2, tp=2, length=16384, seqs=1))) == []
+
+
+def test_p403_is_vllms_refusal_and_sglangs_cap(check_spec):
+    """vLLM 0.33 refuses to start when one max_model_len sequence does not fit the KV cache
+    (v1/core/kv_cache_planning.py _check_enough_kv_cache_memory; it fits the length only when
+    asked with max_model_len = -1); SGLang 0.5.23 starts and caps a request at the KV cache it has
+    (managers/tp_worker.py: max_req_len = min(context_len - 1, max_total_num_tokens - 1)): a
+    warning there, never an error."""
+    from parc.rules import audit
+
+    text = serve(gpus=2, tp=2, length=65536, seqs=1)
+    vllm = text + '\ntarget vllm { model = "m" }\n'
+    sglang = text + '\ntarget sglang { model = "m" }\n'
+    for spec_text, target, severity, says in ((vllm, "vllm", "error", "vLLM refuses to start"),
+                                              (sglang, "sglang", "warning", "SGLang starts and caps a request at")):
+        d = only(check_spec(spec_text, (target,)), "P403")
+        assert (d.severity, d.span.line) == (severity, line_of(spec_text, "max_model_len")), d.message
+        assert says in d.message, d.message
+    assert audit("P403", "vllm")["fails"] == "start-up" and audit("P403", "sglang")["fails"] == "runs"
+    # and quiet on both where one sequence fits
+    assert_quiet(check_spec, serve(gpus=2, tp=2, length=16384, seqs=1) + '\ntarget sglang { model = "m" }\n',
+                 "P403", ("sglang",))
 
 
 def test_p404_max_num_seqs(check_spec):

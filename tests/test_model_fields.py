@@ -192,6 +192,18 @@ def test_megatron_fp8_recipes(check_spec, recipe, fmt):
     assert "--fp8-param-gather" not in a
 
 
+def test_megatron_bf16_main_grads_reduce_in_bf16(check_spec):
+    """`main_grads = bf16` is Megatron-LM's --grad-reduce-in-bf16 (validate_args: the gradient
+    buffer accumulates and all-reduces in bf16), as its own example scripts write it; the
+    precision-aware optimizer only for `optimizer_state = bf16`."""
+    a = _megatron(check_spec, "zero = 1; main_grads = bf16")
+    assert "--grad-reduce-in-bf16" in a
+    assert not {"--main-grads-dtype", "--use-precision-aware-optimizer"} & set(a)
+    a = _megatron(check_spec, "zero = 1; optimizer_state = bf16")
+    assert "--use-precision-aware-optimizer" in a and a["--exp-avg-dtype"] == ["bf16"]
+    assert "--grad-reduce-in-bf16" not in a
+
+
 def test_megatron_fp8_param_gather(check_spec):
     a = _megatron(check_spec, "zero = 1; precision = fp8; fp8_param_gather = true")
     assert "--fp8-param-gather" in a and "--use-distributed-optimizer" in a
@@ -264,7 +276,8 @@ def test_torchtitan_picks_the_function_of_the_precision(check_spec, model, train
     ("from = deepseek_v3", "zero = 1", "from = deepseek_v3", "mtp_layers = 0"),
     ("from = llama3_405b", "zero = 1", "train {", "llama3_405b (fp8, rowwise)"),
     ("from = llama3_8b", "zero = 1\nprecision = fp8\nfp8_recipe = tensorwise", "fp8_recipe", "tensorwise"),
-    ("from = llama3_8b", "zero = 1\nprecision = fp8\nfp8_param_gather = true", "fp8_param_gather", "bfloat16"),
+    ("from = llama3_8b", "zero = 1\nprecision = fp8\nfp8_recipe = mxfp8\nfp8_param_gather = true", "fp8_param_gather",
+     "bfloat16"),
     ("from = llama3_8b\n layers = 40", "zero = 1", "layers = 40", "layers = 32"),
 ])
 def test_torchtitan_refuses_what_its_function_does_not_build(check_spec, model, train, at, says):

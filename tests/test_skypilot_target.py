@@ -62,6 +62,18 @@ def test_keys_land_in_the_resources(check_spec):
                               "image_id": "docker:nvcr.io/nvidia/pytorch:25.01-py3"}
 
 
+def test_cpus_and_memory_are_the_nodes_request(check_spec):
+    """SkyPilot's `cpus` and `memory` (vCPUs and GB a node needs: a number, or "N+" for at least N,
+    sky/utils/schemas.py): vLLM's SkyPilot recipes ask for `cpus: 100+`, `memory: 1000+`."""
+    block = 'cpus = "100+"; memory = "1000+"'
+    r = check_spec(spec(nodes=2, mesh="dp = 16", train="zero = 3", target={**TRAIN, "skypilot": block}), ("skypilot",))
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    res = task(r)["resources"]
+    assert (res["cpus"], res["memory"]) == ("100+", "1000+")
+    r = check_spec(spec(nodes=2, mesh="dp = 16", target={**TRAIN, "skypilot": ""}), ("skypilot",))
+    assert not {"cpus", "memory"} & set(task(r)["resources"])
+
+
 def test_the_specs_setup_runs_after_parcs(check_spec):
     r = check_spec(spec(target={**TRAIN, "skypilot": 'setup = "pip install -r requirements.txt"'}), ("skypilot",))
     setup = task(r)["setup"]

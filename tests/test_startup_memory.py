@@ -134,9 +134,13 @@ def test_available_kv_memory_is_vllms_arithmetic(check_spec):
 
 
 def test_sglang_pool_is_mem_fraction_static_of_what_is_free(check_spec):
-    _, su = _startup(check_spec, serve_spec(gpu="gpu = h100_sxm", target='target sglang { model = "m" }'),
+    from parc.cost.engine import memory_fraction
+
+    r, su = _startup(check_spec, serve_spec(gpu="gpu = h100_sxm", target='target sglang { model = "m" }'),
                      ("sglang",))
-    assert su.budget == pytest.approx((su.total - su.outside) * 0.9)
+    # the spec leaves mem_fraction_static to SGLang: the fraction it derives (parc.cost.engine)
+    assert r.plan.serve.gpu_memory_utilization is None
+    assert su.budget == pytest.approx((su.total - su.outside) * memory_fraction(r.plan))
     assert su.kv == su.budget - su.weights          # activations and graphs live in the slack
 
 

@@ -206,3 +206,38 @@ def test_p636_spec_split_torchtitan_cannot_take(check_spec):
     r, plan = _plan(check_spec, mesh="pp = 2", gpn=2, schedule="micro_batch = 1\nglobal_batch = 8", train="zero = 1",
                     placement="layers = [16, 16]")
     assert "P636" not in _codes(r) and _opts(plan)[LPS] == 16
+
+
+@pytest.mark.parametrize("preset", ["llama3_8b", "llama3_70b"])
+def test_fp8_takes_the_float8_function_torchtitan_ships_or_none(check_spec, preset):
+    """`precision = fp8` without a recipe is torchtitan's Float8 converter at its default recipe
+    (Float8LinearConverter.Config.recipe_name = "rowwise", components/quantization/float8.py):
+    torchtitan 0.3.0 ships it for neither Llama 3 8B nor 70B, and the converter is part of the
+    config function's model_spec, not of the command line; both are P620 alike (8B no longer takes
+    the MXFP8 function, which is another recipe)."""
+    from parc.targets.torchtitan import preset_config
+
+    r, plan = _plan(check_spec, model=f"from = {preset}\nseq_len = 8192", train="zero = 3\nprecision = fp8")
+    assert "P620" in {d.code for d in r.errors}, [(d.code, d.message) for d in r.diagnostics]
+    assert preset_config(plan) is None
+    r, plan = _plan(check_spec, model=f"from = {preset}\nseq_len = 8192", train="zero = 3\nprecision = bf16")
+    assert "P620" not in _codes(r)
+
+
+H100, B200 = "gpu           = h100_sxm", "gpu           = b200"
+
+
+def test_p674_mxfp8_below_sm100(check_spec):
+    """torchtitan's MXFP8 converter refuses GPUs below SM100 ("MXFP8 is only supported on SM100 or
+    later architectures", components/quantization/mx.py): an error on an H100, quiet on a B200."""
+    from support.specs import assert_fires, assert_quiet
+
+    text = spec(model=L8, mesh="dp = 8", schedule=SCHED, train="zero = 3\nprecision = fp8\nfp8_recipe = mxfp8",
+                target={"torchtitan": ""})
+    assert H100 in text
+    d = assert_fires(check_spec, text, "P674", "fp8_recipe", target="torchtitan", targets=("torchtitan",))
+    assert "SM100" in d.message and "h100_sxm" in d.message and "9.0" in d.message
+    assert_quiet(check_spec, text.replace(H100, B200), "P674", ("torchtitan",))
+    # a GPU of its own, whose architecture parc does not know, is not judged
+    own = text.replace(H100, "gpu {\n    memory = 96GB\n    flops = 989TFLOPS\n  }")
+    assert_quiet(check_spec, own, "P674", ("torchtitan",))

@@ -150,3 +150,23 @@ def test_parc_rules_lists_trainjob_and_torch_rules(capsys):
     codes = {line.split()[0] for line in capsys.readouterr().out.splitlines()[1:] if line.strip()}
     assert {"P680", "P681", "P682", "P610"} <= codes
     assert "P661" not in codes and "P675" not in codes
+
+
+def test_no_python_runs_the_entrypoint_as_a_program(check_spec):
+    """`no_python = true` is torchrun's --no-python: the entry point is a program (`python3 -c ...`,
+    as Kubeflow Trainer's multi-node example runs), not a Python script; set in target torchrun
+    it reaches the TrainJob too (target.toml's `inherits`), and target torchrun's own launch."""
+    from parc.targets import torchrun
+
+    body = 'entrypoint = "python3"; args = ["-c", "print(1)"]; no_python = true'
+    r = check_spec(spec(nodes=2, mesh="dp = 16", train="zero = 3", target={"trainjob": body}), ("trainjob",))
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    t = manifest(r)[1]["spec"]["trainer"]
+    assert t["command"][-2:] == ["--no-python", "python3"] and t["args"] == ["-c", "print(1)"]
+    r = check_spec(spec(nodes=2, mesh="dp = 16", train="zero = 3", target={"torchrun": body, "trainjob": ""}),
+                   ("trainjob", "torchrun"))
+    assert "--no-python" in manifest(r)[1]["spec"]["trainer"]["command"]
+    launch = next(f.text for f in torchrun.build(r.plan) if f.path == "launch.sh")
+    assert "--no-python" in launch
+    r = check_spec(spec(nodes=2, mesh="dp = 16", target={"trainjob": TJ}), ("trainjob",))
+    assert "--no-python" not in manifest(r)[1]["spec"]["trainer"]["command"]

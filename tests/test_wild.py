@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from parc.language.diagnostics import ParcError
 from support import wild
 from support.snapshot import updating
 from support.wild_docs import replace_section, section
@@ -64,8 +65,8 @@ def _compared(name: str):
             return original, None, [{"key": "compile", "original": "launches", "emitted": f"no plan ({codes})"}]
         try:
             files = targets.get(e.target).build(r.plan)
-        except Exception as x:   # a plan with errors may not build at all
-            return original, None, [{"key": "compile", "original": "launches", "emitted": f"build fails ({type(x).__name__})"}]
+        except ParcError as x:   # a plan with errors may not build at all: the builder says what it lacks
+            return original, None, [{"key": "compile", "original": "launches", "emitted": f"build fails ({x.diagnostic.code})"}]
         emitted = wild.emitted_launches(e.target, files, tmp)
         return original, emitted, wild.compare(original, emitted)
     finally:

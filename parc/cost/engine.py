@@ -2,8 +2,8 @@
 how many requests one data-parallel rank runs at once and how many tokens one step schedules,
 as the pinned release applies them.
 
-A `serve` block that leaves ``max_model_len``, ``max_num_seqs`` or ``max_num_batched_tokens``
-out leaves them to the engine: the launch does not write them, and explain, the rules and the
+A `serve` block that leaves ``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens`` or
+``gpu_memory_utilization`` out leaves them to the engine: the launch does not write them, and explain, the rules and the
 planner compute with the engine's own default (its target folder's ``defaults.toml``, read from
 the release's source) and say it is the engine's. A value the spec gives means what that engine
 means by it: vLLM's ``--max-num-seqs`` is per data-parallel rank (each is an EngineCore with its
@@ -164,3 +164,62 @@ def _sglang_seqs(plan, share, kv_tokens, mlen, tokens, notes) -> int:
 
 
 _NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def memory_fraction(plan) -> float:
+    """The share of a GPU's memory the engine takes for weights and KV cache: the spec's
+    ``gpu_memory_utilization``, else the engine's own default (vLLM: CacheConfig's; SGLang: the
+    mem_fraction_static it derives, :func:`_sglang_fraction`). ``plan`` may be a planner problem
+    without a mesh: SGLang's fraction is then its largest, at tp = pp = 1."""
+    srv = plan.serve
+    if srv is not None and srv.gpu_memory_utilization is not None:
+        return srv.gpu_memory_utilization
+    eng, _ = engine_of(plan)
+    if eng == "sglang":
+        return _sglang_fraction(plan)
+    return float(_table(eng)["gpu_memory_utilization"])
+
+
+def memory_fraction_note(plan) -> str | None:
+    """Whose the fraction is and how it was found, in words (``vLLM 0.33's default: ...``); None
+    where the spec gives it."""
+    srv = plan.serve
+    if srv is not None and srv.gpu_memory_utilization is not None:
+        return None
+    eng, rel = engine_of(plan)
+    how = ("its mem_fraction_static from the GPU's memory, the chunked prefill size, tp·pp and its "
+           "CUDA graphs" if eng == "sglang" else "CacheConfig.gpu_memory_utilization")
+    return f"{_NAMES[eng]} {rel}'s default: {how}"
+
+
+def _sglang_fraction(plan) -> float:
+    """SGLang's mem_fraction_static left out (the formula and its source: sglang/defaults.toml
+    [mem_fraction]; its CUDA graphs as :mod:`parc.cost.startup` counts them), as an aggregated
+    server derives it: a disaggregated pool's server is given the same fraction. A planner problem
+    without a mesh gets the fraction before the graphs and the floor: SGLang's largest."""
+    from dataclasses import replace
+
+    from parc.cost.startup import MIB, sglang_capture, sglang_graph_bytes, table as startup_table
+
+    k = _table("sglang")["mem_fraction"]
+    mib = plan.cluster.gpu.memory / MIB
+    srv, mesh = plan.serve, getattr(plan, "mesh", None)
+    given = srv.max_num_batched_tokens if srv is not None else None
+    chunk = given if given is not None else _tier("sglang", plan.cluster.gpu)["max_num_batched_tokens"]
+    tp, pp = (mesh.tp * attn_dp(plan), mesh.pp) if mesh is not None else (1, 1)
+    reserve = (startup_table()["sglang"]["metadata_mib"] + max(chunk, k["least_activation_tokens"])
+               * k["mib_per_activation_token"] + tp * pp / 8 * k["mib_per_8_gpus"])
+    if mesh is None:
+        return round((mib - reserve) / mib, 3)
+    deepep = plan.target_settings("sglang").get("moe_a2a_backend") == "deepep"
+    cap = sglang_capture(plan, chunk)
+    if pp > 1:     # SGLang leaves the breakable prefill graph off under pipeline parallelism
+        cap = replace(cap, piecewise=())
+    reserve += sglang_graph_bytes(plan, cap) / MIB
+    if deepep and cap.piecewise:
+        reserve += k["deepep_prefill_graph_mib"]
+    if mib > k["least_reserve_above_gib"] * 1024:
+        reserve = max(reserve, k["least_reserve_mib"])
+    if deepep:
+        reserve += k["deepep_mib"]
+    return round((mib - reserve) / mib, 3)

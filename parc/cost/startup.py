@@ -22,7 +22,8 @@ CUDA context and NCCL buffers are outside the request: they use the memory
 **SGLang** (mem_cache/kv_cache_configurator.py ``_profile_available_bytes``, 0.5.23) measures
 what is free after its distributed init (``pre_model_load_memory``), loads the weights and gives
 the KV pool what is free less ``pre_model_load_memory × (1 − mem_fraction_static)`` (parc's launch
-writes ``gpu_memory_utilization`` as ``--mem-fraction-static``): activations and the CUDA graphs
+writes ``gpu_memory_utilization`` as ``--mem-fraction-static``; left out, the fraction SGLang
+derives, :func:`parc.cost.engine.memory_fraction`): activations and the CUDA graphs
 it captures after allocating the pool must fit in that slack."""
 from __future__ import annotations
 
@@ -99,10 +100,13 @@ def sglang_capture(plan, tokens: int) -> Capture:
     """SGLang 0.5.23's decode batch sizes up to its cuda_graph_max_bs (by the GPU's memory and
     tp, at most the spec's max_num_seqs) and its prefill token buckets up to the chunked prefill
     size ``tokens`` (memory_hook.py, cuda_graph_hook.py)."""
+    from parc.cost.engine import attn_dp
+
     t = table()["sglang"]
     gib = plan.cluster.gpu.memory / (1 << 30)
     row = next(r for r in t["decode_max_bs"] if gib < r[0])
-    max_bs = row[1] if plan.mesh.tp < 4 else row[2]
+    # SGLang's tp_size: with attention data parallelism its --tp-size spans the dp ranks too
+    max_bs = row[1] if plan.mesh.tp * attn_dp(plan) < 4 else row[2]
     if plan.serve is not None and plan.serve.max_num_seqs is not None:
         max_bs = min(max_bs, plan.serve.max_num_seqs)
     decode = _grid(t["decode_small"], t["decode_grid"], max_bs)
@@ -189,10 +193,10 @@ def startup(plan, weights: float, forward, sampler: float, hidden: float, outsid
     ``forward(tokens)`` is its peak activation bytes of a forward pass over ``tokens`` tokens,
     ``sampler`` its sampler's bytes (0 off the last stage), ``hidden`` the hidden states of the
     profiling pass kept while the sampler runs, ``outside`` its CUDA context and NCCL buffers."""
-    from parc.cost.engine import batched_tokens, engine_of, limits
+    from parc.cost.engine import batched_tokens, engine_of, limits, memory_fraction
 
     eng, _ = engine_of(plan)
-    total, util = float(plan.cluster.gpu.memory), plan.serve.gpu_memory_utilization
+    total, util = float(plan.cluster.gpu.memory), memory_fraction(plan)
     tokens = batched_tokens(plan)
     act = forward(tokens)
     if eng == "sglang":

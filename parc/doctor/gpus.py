@@ -190,7 +190,9 @@ def need(ctx: Context, dev: Device) -> tuple[float, str, str]:
     Training: the peak of the most loaded GPU (:func:`parc.cost.estimate.estimate`)."""
     plan = ctx.plan
     if plan.mode == "serve" and plan.serve is not None:
-        u = plan.serve.gpu_memory_utilization
+        from parc.cost.engine import memory_fraction
+
+        u = memory_fraction(plan)
         fits = math.floor(dev.free / dev.total * 100) / 100 if dev.total else 0.0
         return (u * dev.total, f"the engine takes gpu_memory_utilization = {u:g} of {size(dev.total)} = "
                 f"{size(u * dev.total)}", f"serve.gpu_memory_utilization to {fits:.2f} or less")

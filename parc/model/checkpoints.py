@@ -77,6 +77,26 @@ def default_dtype(fmt: str) -> str:
     return fmt if fmt in ("bf16", "fp16", "fp32") else "bf16"
 
 
+def auto_dtype(fmt: str, engine: str) -> str:
+    """The dtype ``engine``'s ``--dtype auto`` runs a checkpoint of ``fmt`` in: a 16-bit
+    checkpoint's own, a 32-bit one's per engine (``<engine>_auto``), bf16 for a quantized one (the
+    torch_dtype its config.json names)."""
+    e = table()[fmt]
+    return e.get(f"{engine}_auto") or (fmt if fmt in ("bf16", "fp16") else "bf16")
+
+
+def engine_dtype(m, engine: str, stated: bool = False) -> str | None:
+    """The ``--dtype`` (bf16, fp16, fp32) ``engine`` is given to run model ``m`` as planned: the
+    spec's own 16- or 32-bit ``dtype`` (``stated``), else only where the engine's ``auto`` would
+    run another; None where auto runs it (the activations of an FP8 model are the checkpoint's 16
+    bits, which auto keeps)."""
+    want = m.dtype if m.dtype in ("bf16", "fp16", "fp32") else None
+    if stated and want:
+        return want
+    auto = auto_dtype(m.checkpoint_format, engine)
+    return None if (want or auto) == auto else want
+
+
 def bytes_per_param(fmt: str, part: str, row: int, elem16: float = 2.0) -> float:
     """Bytes one parameter of ``part`` takes in format ``fmt``: its bits plus its share of a
     scale (``row``: the elements of a row, for formats with one scale per row), or ``elem16``

@@ -214,7 +214,9 @@ BLOCKS: dict[str, dict[str, F]] = {
         "max_model_len": F("int", 1, 10**9, doc="the longest request in tokens (vLLM --max-model-len, SGLang "
                                                  "--context-length; default: the engine's, the model's context)"),
         "gpu_memory_utilization": F(
-            "frac", 0.0, 1.0, hint="it is a fraction of the GPU's memory: 0.9 means 90%"),
+            "frac", 0.0, 1.0, hint="it is a fraction of the GPU's memory: 0.9 means 90%",
+            doc="the share of each GPU's memory the engine takes (vLLM --gpu-memory-utilization, SGLang "
+                "--mem-fraction-static); default: the engine's (vLLM 0.92, SGLang its derived fraction)"),
         "max_num_seqs": F("int", 1, 10**7, doc="requests the engine runs at once, as it counts them: per "
                                                "data-parallel rank for vLLM (--max-num-seqs), over all "
                                                "attention-DP ranks for SGLang (--max-running-requests); "

@@ -258,7 +258,7 @@ class Train:
 class Serve:
     # None: left to the engine (parc.cost.engine.limits: its own default for the pinned release)
     max_model_len: Optional[int] = None
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: Optional[float] = None   # None: the engine's own (parc.cost.engine.memory_fraction)
     max_num_seqs: Optional[int] = None     # as the engine means it (SGLang: over all attention-DP ranks)
     max_num_batched_tokens: Optional[int] = None   # tokens one step schedules per dp rank (chunked prefill)
     kv_cache_dtype: str = "auto"

@@ -179,13 +179,28 @@ def _place(name: str, version: str) -> int:
     return known.index(version)
 
 
+def _bound(name: str, version: str) -> int:
+    """Where a ``since``/``until`` bound falls among the known releases: a known release's place,
+    else the place of the first known release after it (an option removed before the oldest
+    release parc knows has ``until`` 0: it holds for none)."""
+    known = versions(name)
+    if version in known:
+        return known.index(version)
+
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in v.split("."))
+
+    return sum(1 for k in known if key(k) < key(version))
+
+
 def holds(name: str | None, version: str | None, since: str | None = None, until: str | None = None) -> bool:
     """Whether a fact marked ``since`` (included) and ``until`` (excluded) holds for ``version``
-    of target ``name``; a target without versions (``version`` None) holds every fact."""
+    of target ``name``; a target without versions (``version`` None) holds every fact. A bound
+    may name a release parc does not launch (flags.toml: an option removed before the oldest)."""
     if version is None:
         return True
     at = _place(name, version)
-    return (since is None or _place(name, since) <= at) and (until is None or at < _place(name, until))
+    return (since is None or _bound(name, since) <= at) and (until is None or at < _bound(name, until))
 
 
 def span_text(name: str, since: str | None, until: str | None) -> str:

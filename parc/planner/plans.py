@@ -123,7 +123,8 @@ def written(pr: Problem, c: Candidate) -> dict[str, list[str]]:
     else:
         # max_model_len only where given (else the engine's own); max_num_seqs the candidate's
         w["serve"] = (["max_model_len"] if pr.serve.max_model_len is not None else []) \
-            + ["gpu_memory_utilization", "max_num_seqs"] \
+            + (["gpu_memory_utilization"] if pr.serve.gpu_memory_utilization is not None else []) \
+            + ["max_num_seqs"] \
             + (["kv_cache_dtype"] if pr.serve.kv_cache_dtype != "auto" else [])
     return w
 

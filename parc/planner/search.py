@@ -9,7 +9,7 @@ import numpy as np
 
 from parc.cost import estimate as cm
 from parc.language.diagnostics import ERROR
-from parc.cost.engine import max_model_len
+from parc.cost.engine import max_model_len, memory_fraction
 from parc.planner.inputs import Problem, problem as make_problem
 from parc.planner.plans import Candidate, build_plan
 from parc.planner.space import PIPELINES, RECOMPUTE, SPLITS, mesh_shapes
@@ -307,13 +307,12 @@ def _serve_columns(pr: Problem, progress, efficiency):
         plan = build_plan(pr, c)
         est = cm.estimate(plan, efficiency, cache=False)
         seqs = est.max_concurrent_seqs
-        if seqs < 1 or est.memory.weights > pr.serve.gpu_memory_utilization * est.memory.capacity:
+        if seqs < 1 or est.memory.weights > memory_fraction(plan) * est.memory.capacity:
             continue
         if fixed_seqs is not None:   # a spec's max_num_seqs is kept; the memory may hold fewer
             seqs = fixed_seqs
-        if seqs != 1:   # the engine's batch sets its activations, sampler and schedule: cost it as run
-            plan.serve.max_num_seqs = seqs
-            est = cm.estimate(plan, efficiency, cache=False)
+        plan.serve.max_num_seqs = seqs
+        est = cm.estimate(plan, efficiency, cache=False)   # the engine's start-up depends on max_num_seqs
         perf = serve_perf(plan, est, efficiency)
         rows.append((pp, dp, cp, tp, ep, etp, split, seqs, perf.throughput, perf.latency, perf.step_time,
                      est.memory.total))

@@ -140,13 +140,13 @@ def instance_plan(pr: Problem, shape: Shape, split: str):
 def cost_instance(pr: Problem, shape: Shape, split: str, prompt: int) -> InstanceCost:
     """The memory, limits and step model of one instance of ``shape`` (``pr`` from
     :func:`instance_problem`)."""
-    from parc.cost.engine import limits
+    from parc.cost.engine import limits, memory_fraction
     from parc.cost.serve_step import StepModel
 
     plan = instance_plan(pr, shape, split)
     est = cm.estimate(plan, pr.profile.gemm_efficiency, cache=False)
     cap = float(est.memory.capacity)
-    fits = est.memory.weights <= plan.serve.gpu_memory_utilization * cap
+    fits = est.memory.weights <= memory_fraction(plan) * cap
     ic = InstanceCost(shape, plan, est, float(est.memory.weights), cap, int(est.kv_capacity_tokens), fits)
     if fits:
         ic.inst = Instance("instance", plan, est, 1, limits(plan, est.kv_capacity_tokens),
@@ -157,14 +157,14 @@ def cost_instance(pr: Problem, shape: Shape, split: str, prompt: int) -> Instanc
 def instance_cost_of(plan, est, efficiency: float | None = None) -> InstanceCost:
     """An instance the spec itself lays out (its mesh, or a pool's instance plan), costed through
     this seam as the search costs its own layouts."""
-    from parc.cost.engine import limits
+    from parc.cost.engine import limits, memory_fraction
     from parc.cost.serve_step import StepModel
 
     m, srv = plan.mesh, plan.serve
     shape = Shape(tp=m.tp, pp=m.pp, dp=m.dp if srv.dp_attention else 1, ep=m.ep, dcp=m.dcp)
     cap = float(est.memory.capacity)
     ic = InstanceCost(shape, plan, est, float(est.memory.weights), cap, int(est.kv_capacity_tokens),
-                      est.memory.weights <= srv.gpu_memory_utilization * cap)
+                      est.memory.weights <= memory_fraction(plan) * cap)
     ic.inst = Instance("instance", plan, est, 1, limits(plan, est.kv_capacity_tokens),
                        StepModel(plan, est, efficiency))
     return ic

@@ -59,7 +59,8 @@ def deployment_text(pr: Problem, goal, d, formatted: bool = True) -> str:
     out.append("serve {")
     if srv.max_model_len is not None:
         out.append(f"  max_model_len = {srv.max_model_len}")
-    out.append(f"  gpu_memory_utilization = {_val(srv.gpu_memory_utilization)}")
+    if srv.gpu_memory_utilization is not None:   # else the engine's own (not written)
+        out.append(f"  gpu_memory_utilization = {_val(srv.gpu_memory_utilization)}")
     for k in ("max_num_seqs", "max_num_batched_tokens"):    # the spec's; else the engine's own (not written)
         if getattr(srv, k) is not None:
             out.append(f"  {k} = {getattr(srv, k)}")

@@ -71,10 +71,11 @@ def shapes_of(pr: Problem, gpus: int) -> list[tuple[Shape, str]]:
 def instance_costs(pr: Problem, goal) -> tuple[list[InstanceCost], int]:
     """Every layout of every instance size, costed (memory, prefill of ``goal``'s prompt), and
     how many layouts were not costed because their instance size cannot hold the weights."""
+    from parc.cost.engine import memory_fraction
     from parc.cost.params import model_weight_bytes
 
     weights = model_weight_bytes(pr.model)
-    room = pr.serve.gpu_memory_utilization * pr.cluster.gpu.memory
+    room = memory_fraction(pr) * pr.cluster.gpu.memory   # SGLang's: its largest, at tp = pp = 1
     out, small = [], 0
     for g in instance_sizes(pr):
         if weights / g > room:

@@ -54,13 +54,15 @@ def memory_rows(plan, est, st) -> list[list]:
 
 def budget_line(plan, st) -> str:
     """How the engine sized its KV cache, in its own arithmetic (:class:`parc.cost.startup.Startup`)."""
-    su, srv = st.startup, plan.serve
-    u = srv.gpu_memory_utilization
+    from parc.cost.engine import memory_fraction, memory_fraction_note
+
+    su, note = st.startup, memory_fraction_note(plan)
+    u = f"{memory_fraction(plan):g}" + (f" ({note})" if note else "")
     if su.engine == "sglang":
         return (f"  SGLang's pool: (memory {nbytes(su.total)} − context and NCCL {nbytes(su.outside)}) × "
-                f"mem_fraction_static {u:g} − weights {nbytes(su.weights)} = {nbytes(su.kv)}; activations and "
+                f"mem_fraction_static {u} − weights {nbytes(su.weights)} = {nbytes(su.kv)}; activations and "
                 f"graphs ({nbytes(su.activations + su.graphs)}) use the {nbytes(su.slack)} it leaves")
-    return (f"  vLLM's \"Available KV cache memory\": ceil({u:g} × {nbytes(su.total)}) = {nbytes(su.budget)} − "
+    return (f"  vLLM's \"Available KV cache memory\": ceil({u} × {nbytes(su.total)}) = {nbytes(su.budget)} − "
             f"weights {nbytes(su.weights)} − activations {nbytes(su.activations + su.sampler)} − CUDA graphs "
             f"{nbytes(su.graphs)} = {nbytes(su.kv)}; the context and NCCL ({nbytes(su.outside)}) use the "
             f"{nbytes(su.total - su.budget)} the utilization leaves")

@@ -20,6 +20,16 @@ def presets(kind: str) -> dict[str, dict]:
         return tomllib.load(f)
 
 
+def gpu_capability(gpu) -> tuple[int, int] | None:
+    """The CUDA compute capability of a GPU preset (gpus.toml ``compute_capability``), as
+    (major, minor); None for a GPU parc has no preset of, or an AMD one."""
+    cc = presets("gpus").get(getattr(gpu, "name", "") or "", {}).get("compute_capability")
+    if not cc:
+        return None
+    major, minor = str(cc).split(".")
+    return int(major), int(minor)
+
+
 def hub_id(model) -> str | None:
     """The Hugging Face id the model's preset was read from (its `source` names the
     config.json), or None: no preset, or a shape the spec changed (another model)."""

@@ -268,15 +268,18 @@ def _mesh_help(plan, found) -> str:
 def serving_weights(plan, c):
     if plan.mode != "serve" or plan.serve is None:
         return
+    from parc.cost.engine import memory_fraction
+
     e = _est(plan)
-    srv = plan.serve
-    budget = srv.gpu_memory_utilization * e.memory.capacity
+    frac = memory_fraction(plan)
+    budget = frac * e.memory.capacity
     w = e.memory.weights
     if w <= budget:
         return
     c.report(c.at("mesh.tp"),
              f"the weights alone need {gb(w)} per GPU (tp = {plan.mesh.tp}, pp = {plan.mesh.pp}) but "
-             f"gpu_memory_utilization × memory = {srv.gpu_memory_utilization:g} × {gb(e.memory.capacity)} "
+             f"gpu_memory_utilization × memory = {frac:g}{_whose(plan, 'gpu_memory_utilization')} × "
+             f"{gb(e.memory.capacity)} "
              f"= {gb(budget)}",
              help=_mesh_help(plan, smallest_serving_mesh(plan, c)),
              related=[(c.at("model"), f"{e.params_total / 1e9:.1f}B parameters in {plan.model.dtype}")])
@@ -286,13 +289,17 @@ def serving_weights(plan, c):
 def kv_cache_one_sequence(plan, c):
     if plan.mode != "serve" or plan.serve is None:
         return
+    from parc.cost.engine import engine_of, memory_fraction
+    from parc.rules.util import refusers, target_name
+
     e = _est(plan)
     srv = plan.serve
     mlen = _limits(plan).max_model_len
     cap = e.memory.capacity
-    budget = srv.gpu_memory_utilization * cap
+    budget = memory_fraction(plan) * cap
     if e.memory.weights > budget or e.kv_capacity_tokens >= mlen or _no_kv_memory(e):
         return     # P402 and P416 say those
+    who = refusers(plan, c, "P403")
     per = e.kv_bytes_per_token
     fixes = []
     if e.kv_capacity_tokens > 0 and _serve_offered(plan, c, max_model_len=e.kv_capacity_tokens):
@@ -302,11 +309,15 @@ def kv_cache_one_sequence(plan, c):
         fixes.append(f"`gpu_memory_utilization = {util:.2f}` fits one full sequence")
     fixes.append(_mesh_help(plan, smallest_serving_mesh(plan, c)))
     su = e.stages[e.most_loaded_stage].startup
+    # who refuses it at start (vLLM); an engine that caps the request instead (SGLang) runs it
+    outcome = (f": {join([target_name(t) for t in who], 'and')} refuse{'s' if len(who) == 1 else ''} to start"
+               if who else f": {target_name(engine_of(plan)[0])} starts and caps a request at "
+               f"{max(0, e.kv_capacity_tokens - 1):,} tokens" if who == [] else "")
     c.report(c.at("serve.max_model_len", "serve"),
              f"the KV cache holds {e.kv_capacity_tokens:,} tokens per GPU, fewer than one "
              f"max_model_len = {mlen:,} sequence{_whose(plan, 'max_model_len')}: {_kept(su)}, "
-             f"{gb(max(0.0, su.kv))} is left at {per:,} bytes per token",
-             help="; or ".join(fixes))
+             f"{gb(max(0.0, su.kv))} is left at {per:,} bytes per token" + outcome,
+             help="; or ".join(fixes), severity=WARNING if who == [] else None)
 
 
 def _no_kv_memory(e) -> bool:
@@ -358,7 +369,9 @@ def engine_keeps_no_kv_memory(plan, c):
     if plan.mode != "serve" or plan.serve is None:
         return
     e = _est(plan)
-    if e.memory.weights > plan.serve.gpu_memory_utilization * e.memory.capacity or not _no_kv_memory(e):
+    from parc.cost.engine import memory_fraction
+
+    if e.memory.weights > memory_fraction(plan) * e.memory.capacity or not _no_kv_memory(e):
         return
     st = min(e.stages, key=lambda s: s.startup.kv)
     su, mlen = st.startup, _limits(plan).max_model_len
@@ -384,7 +397,7 @@ def engine_budget_exceeds_free(plan, c):
     if su is None or su.budget <= su.free_at_start:
         return
     _at_most(c, plan, _util_ceiling(_est(plan)),
-             f"vLLM may refuse to start: gpu_memory_utilization = {plan.serve.gpu_memory_utilization:g} asks for "
+             f"vLLM may refuse to start: gpu_memory_utilization = {_fraction(plan)} asks for "
              f"{gb(su.budget)} of {gb(su.total)}, but its CUDA context and NCCL buffers "
              f"({gb(su.outside)}: the cluster's cuda_context and nccl_buffers) leave {gb(su.free_at_start)} free "
              f"(\"Free memory on device ... is less than desired GPU memory utilization\"); state the cluster's "
@@ -418,7 +431,7 @@ def sglang_slack_holds_graphs(plan, c):
     need = su.activations + su.graphs
     _at_most(c, plan, int((1 - need / su.free_at_start) * 100) / 100,
              f"SGLang may run out of memory capturing its CUDA graphs: mem_fraction_static = "
-             f"{plan.serve.gpu_memory_utilization:g} leaves {gb(su.slack)} beside its KV pool, less than the "
+             f"{_fraction(plan)} leaves {gb(su.slack)} beside its KV pool, less than the "
              f"{gb(su.activations)} of a chunked prefill's activations and the {gb(su.graphs)} SGLang itself "
              f"reserves for its graphs ({count(su.capture.graphs, 'captured size')}); parc judges by SGLang's "
              f"own reserve, which is an estimate")
@@ -452,6 +465,13 @@ def _limits(plan):
     from parc.cost.engine import limits
 
     return limits(plan, _est(plan).kv_capacity_tokens)
+
+
+def _fraction(plan) -> str:
+    """The engine's memory fraction as a message says it: ``0.9``, or ``0.92 (the engine's default)``."""
+    from parc.cost.engine import memory_fraction
+
+    return f"{memory_fraction(plan):g}{_whose(plan, 'gpu_memory_utilization')}"
 
 
 def _whose(plan, key: str) -> str:

@@ -49,6 +49,22 @@ def settings(plan, name: str) -> dict:
     return plan.target_settings(name)
 
 
+def need(plan, name: str, key: str, owner: str | None = None):
+    """The value of target ``owner``'s (default ``name``'s) ``key``, which target ``name``'s launch
+    cannot do without; a plan that lacks it (one the checks refused, handed to the builder
+    anyway) stops with P602's diagnostic, never a KeyError."""
+    from parc.language.diagnostics import Diagnostic, ParcError
+
+    owner = owner or name
+    s = settings(plan, owner)
+    if key in s:
+        return s[key]
+    where = f"target.{owner}"
+    raise ParcError(Diagnostic("P602", "error", f"target {name} needs `{key}` in `target {owner}`, and the plan "
+                               "has none (its checks refuse it: compile prints their diagnostics)",
+                               plan.span(where, "model")))
+
+
 def spec_name(plan) -> str:
     return os.path.basename(plan.file)
 

@@ -283,13 +283,12 @@ def _training_lines(plan) -> list[list]:
     elif tr.precision == "fp16":
         a([F("fp16")])
     out += fp8_lines(tr, F)
-    if tr.main_grads == "bf16" or tr.optimizer_state == "bf16":
+    if tr.main_grads == "bf16":   # the gradient buffer accumulates and all-reduces in bf16
+        a([F("grad_reduce_in_bf16")])
+    if tr.optimizer_state == "bf16":
         a([F("use_precision_aware_optimizer")])
-        if tr.main_grads == "bf16":
-            a([F("main_grads_dtype"), "bf16"])
-        if tr.optimizer_state == "bf16":
-            a([F("exp_avg_dtype"), "bf16"])
-            a([F("exp_avg_sq_dtype"), "bf16"])
+        a([F("exp_avg_dtype"), "bf16"])
+        a([F("exp_avg_sq_dtype"), "bf16"])
     if tr.recompute == "selective":
         a([F("recompute_granularity"), "selective"])
         if tr.recompute_modules:     # Megatron-LM's default is core_attn alone

@@ -180,17 +180,21 @@ def options(plan):
 
 
 def model_lines(plan) -> list[list]:
-    """The model as SGLang loads it: ``--dtype``, ``--quantization fp8`` only for a 16-bit
+    """The model as SGLang loads it: ``--dtype`` where the spec states a 16- or 32-bit dtype or
+    SGLang's ``auto`` would run another (:func:`parc.model.checkpoints.engine_dtype`), ``--quantization fp8`` only for a 16-bit
     checkpoint served in FP8 (never for an FP8 checkpoint, as SGLang's DeepSeek guide says: it
     reads the method from the checkpoint; P619), and ``--json-model-override-args`` with the
     config.json keys of the fields that differ from the preset's checkpoint (P620 otherwise)."""
     import json
 
-    from parc.model.checkpoints import load_quantization
+    from parc.model.checkpoints import engine_dtype, load_quantization
     from parc.targets.hf import overrides
 
+    from parc.rules.util import given
+
     m, F = plan.model, options(plan)
-    out: list[list] = [[F("dtype"), DTYPES[m.dtype]]]
+    dtype = engine_dtype(m, TARGET, given(plan, "model.dtype"))
+    out: list[list] = [[F("dtype"), DTYPES[dtype]]] if dtype else []
     if load_quantization(m):
         out.append([F("quantization"), load_quantization(m)])
     found, _ = overrides(m)
@@ -245,7 +249,8 @@ def _scheduler_lines(plan) -> list[list]:
         return [flag(TARGET, what, version), *value]
 
     out = [opt("context_length", sv.max_model_len)] if sv.max_model_len is not None else []
-    out.append(opt("mem_fraction_static", repr(float(sv.gpu_memory_utilization))))
+    if sv.gpu_memory_utilization is not None:
+        out.append(opt("mem_fraction_static", repr(float(sv.gpu_memory_utilization))))
     if sv.max_num_seqs is not None:
         out.append(opt("max_running_requests", sv.max_num_seqs))
     if sv.max_num_batched_tokens is not None:

@@ -126,5 +126,6 @@ def build(plan) -> list[File]:
     text = render("skypilot/task.yaml.j2", header=header, name=name, workdir=s.get("workdir"), nodes=node.nodes,
                   accelerators=f"{accelerator(plan)}:{cl.gpus_per_node}", infra=s.get("infra"),
                   image_id=s.get("image_id"), use_spot=s.get("use_spot"), disk_size=s.get("disk_size"),
+                  cpus=s.get("cpus"), memory=s.get("memory"),
                   network_tier=network_tier(plan), port=port, setup=yaml_text(setup), run=yaml_text(run))
     return [File("task.yaml", text), File("plan.json", plan_json(plan))]

@@ -23,7 +23,7 @@ start separate worlds.
 """
 from __future__ import annotations
 
-from parc.targets.base import (Cat, Env, File, Var, device_env, mesh_text, nccl_env, plan_id, plan_json, settings,
+from parc.targets.base import (Cat, Env, File, Var, device_env, mesh_text, nccl_env, need, plan_id, plan_json, settings,
                                spec_name)
 from parc.words import count
 
@@ -38,9 +38,10 @@ def rendezvous(plan, endpoint: str | None, max_restarts: int = 0) -> str:
 
 
 def launcher_lines(plan, *, rdzv: str, endpoint: str | None, max_restarts: int,
-                   python_module: bool = False) -> list[list]:
+                   python_module: bool = False, no_python: bool = False) -> list[list]:
     """torchrun's own options, one per line; ``python_module``: the entry point is a Python module
-    (``-m``, as ``python -m``), such as torchtitan's ``torchtitan.train``."""
+    (``-m``, as ``python -m``), such as torchtitan's ``torchtitan.train``; ``no_python``: it is a
+    program torchrun runs as it is (``--no-python``, the block's ``no_python``)."""
     from parc.model.targets import flag
 
     def F(what: str) -> str:      # torchrun's options (flags.toml; torchrun has no pinned release)
@@ -58,6 +59,8 @@ def launcher_lines(plan, *, rdzv: str, endpoint: str | None, max_restarts: int,
         lines += [[F("node_rank"), Var("node_rank")], [F("rdzv_backend"), "static"],
                   [F("master_addr"), Var("master_addr")], [F("master_port"), Var("master_port")]]
     lines.append([F("max_restarts"), max_restarts])
+    if no_python:
+        lines.append([F("no_python")])
     if python_module:
         lines.append([F("module")])
     return lines
@@ -82,7 +85,7 @@ WHAT = {"standalone": "torchrun launch for the one node",
 
 def script(plan, *, entrypoint: str, arg_lines: list[list], endpoint: str | None = None,
            max_restarts: int = 0, env: list[Env] = (), what: str | None = None,
-           python_module: bool = False) -> str:
+           python_module: bool = False, no_python: bool = False) -> str:
     """The torchrun launch every node runs; under the static rendezvous it takes the node's rank
     from its first argument, ``SLURM_NODEID`` or ``NODE_RANK``. ``python_module``: the entry
     point is a module torchrun runs as ``python -m`` does."""
@@ -95,16 +98,16 @@ def script(plan, *, entrypoint: str, arg_lines: list[list], endpoint: str | None
                   nnodes=cl.nodes, nproc=cl.gpus_per_node, env=launch_env(plan, env),
                   arg_lines=arg_lines,
                   launcher_lines=launcher_lines(plan, rdzv=rdzv, endpoint=endpoint, max_restarts=max_restarts,
-                                                 python_module=python_module),
+                                                 python_module=python_module, no_python=no_python),
                   entrypoint=entrypoint)
 
 
 def node_files(plan, *, entrypoint: str, arg_lines: list[list], endpoint: str | None = None,
-               max_restarts: int = 0, env: list[Env] = ()) -> list[File]:
+               max_restarts: int = 0, env: list[Env] = (), no_python: bool = False) -> list[File]:
     """launch.sh, the one script every node runs (it takes its node rank as its argument, or from
     SLURM_NODEID or NODE_RANK, where the rendezvous needs one), and plan.json."""
     launch = script(plan, entrypoint=entrypoint, arg_lines=arg_lines, endpoint=endpoint,
-                    max_restarts=max_restarts, env=env)
+                    max_restarts=max_restarts, env=env, no_python=no_python)
     return [File("launch.sh", launch, True), File("plan.json", plan_json(plan))]
 
 
@@ -115,11 +118,12 @@ def user_arg_lines(args) -> list[list]:
 def build(plan) -> list[File]:
     s = settings(plan, TARGET)
     return node_files(plan, entrypoint=s["entrypoint"], arg_lines=user_arg_lines(s.get("args")),
-                      endpoint=s.get("rdzv_endpoint"), max_restarts=s.get("max_restarts", 0))
+                      endpoint=s.get("rdzv_endpoint"), max_restarts=s.get("max_restarts", 0),
+                      no_python=bool(s.get("no_python")))
 
 
 def scheduled(plan, engine: str, *, entrypoint: str, arg_lines: list[list], max_restarts: int = 0,
-              env: list[Env] = (), python_module: bool = False, files: list[File] = ()):
+              env: list[Env] = (), python_module: bool = False, files: list[File] = (), no_python: bool = False):
     """The :class:`~parc.targets.engines.NodeLaunch` of an engine that torchrun starts (torchrun,
     torchtitan, megatron) under a scheduler: launch.sh (the rendezvous at the scheduler's node 0,
     never an ``rdzv_endpoint``) with ``files`` and plan.json, and the same torchrun command for
@@ -128,11 +132,11 @@ def scheduled(plan, engine: str, *, entrypoint: str, arg_lines: list[list], max_
 
     rdzv = rendezvous(plan, None, max_restarts)
     words = ("torchrun",) + flat(launcher_lines(plan, rdzv=rdzv, endpoint=None, max_restarts=max_restarts,
-                                                python_module=python_module)) + (entrypoint,)
+                                                python_module=python_module, no_python=no_python)) + (entrypoint,)
 
     def make() -> list[File]:
         text = script(plan, entrypoint=entrypoint, arg_lines=arg_lines, max_restarts=max_restarts, env=env,
-                      python_module=python_module)
+                      python_module=python_module, no_python=no_python)
         return [File("launch.sh", text, True), *files, File("plan.json", plan_json(plan))]
 
     return NodeLaunch(engine, make, "launch.sh", plan.cluster.nodes,
@@ -143,5 +147,7 @@ def scheduled(plan, engine: str, *, entrypoint: str, arg_lines: list[list], max_
 def node_launch(plan, s: dict):
     """A script of the spec's own under torchrun, on every node a scheduler gives it (``s``: the
     block's settings as the wrapper hands them, parc/targets/engines.py)."""
+    if "entrypoint" not in s:     # a plan its checks refused: P602's diagnostic, not a KeyError
+        need(plan, TARGET, "entrypoint")
     return scheduled(plan, TARGET, entrypoint=s["entrypoint"], arg_lines=user_arg_lines(s.get("args")),
-                     max_restarts=s.get("max_restarts", 0))
+                     max_restarts=s.get("max_restarts", 0), no_python=bool(s.get("no_python")))

@@ -55,9 +55,15 @@ def preset_config(plan) -> tuple[str, dict] | None:
     tr = plan.train
     fp8 = bool(tr and tr.precision == "fp8")
     for name, c in shipped(plan).items():
-        if (c.get("precision") == "fp8") == fp8 and (not fp8 or tr.fp8_recipe in (None, c["fp8_recipe"])):
+        if (c.get("precision") == "fp8") == fp8 and (not fp8 or fp8_recipe(plan) == c["fp8_recipe"]):
             return name, c
     return None
+
+
+def fp8_recipe(plan) -> str:
+    """The float8 recipe torchtitan runs an fp8 plan with: the spec's ``fp8_recipe``, else its
+    converter's default (target.toml ``fp8_default_recipe``)."""
+    return plan.train.fp8_recipe or _data()["fp8_default_recipe"]
 
 
 def module_config(plan) -> tuple[str | None, str | None]:

@@ -172,3 +172,27 @@ def seq_len(plan, c):
                  f"2 · cp = {2 * plan.mesh.cp}): its Trainer refuses the sequence length when it starts",
                  help=f"use a seq_len that is a multiple of {k}" + (f", such as {join(ok)}" if ok else ""),
                  fixes=fixes)
+
+
+@rule("P674", "torchtitan-mxfp8-below-sm100", targets=(TARGET,))
+def mxfp8_below_sm100(plan, c):
+    """torchtitan's MXFP8 converter refuses GPUs below compute capability 10.0 (mx.py); a GPU
+    without a preset (whose architecture parc does not know) is not judged."""
+    from parc.resolve.catalog import gpu_capability
+    from parc.targets.torchtitan import fp8_recipe
+
+    tr = plan.train
+    if plan.mode != "train" or tr is None or tr.precision != "fp8" or fp8_recipe(plan) != "mxfp8":
+        return
+    gpu = plan.cluster.gpu
+    cc = gpu_capability(gpu)
+    if cc is None or cc >= (10, 0):
+        return
+    c.report(c.at("train.fp8_recipe", "train.precision", "train"),
+             f"torchtitan's MXFP8 converter runs only on SM100 or later GPUs: {gpu.name} is compute capability "
+             f"{cc[0]}.{cc[1]}, and torchtitan refuses it at the model build (\"MXFP8 is only supported on SM100 or "
+             f"later architectures\")",
+             help="use `fp8_recipe = rowwise` (torchtitan's Float8 converter, which runs on Hopper) through a config "
+                  "function of your own (`module` and `config` in `target torchtitan`), or a Blackwell GPU "
+                  "(b200, gb200)",
+             related=[(c.at("cluster.gpu"), f"gpu = {gpu.name}")])

@@ -29,7 +29,7 @@ import json
 import re
 
 from parc.model.targets import flag, pinned
-from parc.targets.base import (Cat, Env, File, Var, device_env, settings, mesh_text, nccl_env, plain_ifname, plan_json,
+from parc.targets.base import (Cat, Env, File, Var, device_env, need, settings, mesh_text, nccl_env, plain_ifname, plan_json,
                     spec_name)
 from parc.words import count
 
@@ -161,17 +161,21 @@ def _typed(v):
 
 
 def model_lines(plan, F) -> list[list]:
-    """The model as vLLM loads it: ``--dtype`` (an FP8 model runs bfloat16 activations),
+    """The model as vLLM loads it: ``--dtype`` where the spec states a 16- or 32-bit dtype or vLLM's
+    ``auto`` (the checkpoint's dtype) would run another (:func:`parc.model.checkpoints.engine_dtype`),
     ``--quantization fp8`` only for a 16-bit checkpoint served in FP8 (vLLM quantizes it at load;
     a quantized checkpoint names its own method, and another --quantization is refused: P619),
     ``--allow-deprecated-quantization`` for a method vLLM deprecates (FBGEMM FP8),
     and ``--hf-overrides`` with the config.json keys of the fields that differ from the preset's
     checkpoint (parc/targets/hf_config.toml; P620 refuses a field without one)."""
-    from parc.model.checkpoints import engine_deprecated, load_quantization
+    from parc.model.checkpoints import engine_deprecated, engine_dtype, load_quantization
     from parc.targets.hf import overrides
 
+    from parc.rules.util import given
+
     m = plan.model
-    out: list[list] = [[F("dtype"), DTYPES[m.dtype]]]
+    dtype = engine_dtype(m, TARGET, given(plan, "model.dtype"))
+    out: list[list] = [[F("dtype"), DTYPES[dtype]]] if dtype else []
     if load_quantization(m):
         out.append([F("quantization"), load_quantization(m)])
     if engine_deprecated(m.checkpoint_format, TARGET) and F("allow_deprecated_quantization"):
@@ -193,7 +197,8 @@ def _scheduler_lines(sv, F) -> list[list]:
     """The scheduler and speculative options the spec gives (a key it leaves out is vLLM's own
     default: not written)."""
     out = [[F(k), getattr(sv, k)] for k in ("max_model_len",) if getattr(sv, k) is not None]
-    out.append([F("gpu_memory_utilization"), repr(float(sv.gpu_memory_utilization))])
+    if sv.gpu_memory_utilization is not None:
+        out.append([F("gpu_memory_utilization"), repr(float(sv.gpu_memory_utilization))])
     out += [[F(k), getattr(sv, k)] for k in ("max_num_seqs", "max_num_batched_tokens") if getattr(sv, k) is not None]
     if sv.two_batch_overlap:
         out.append([F("enable_dbo")])
@@ -323,7 +328,7 @@ def _script(plan, pool=None, whole=None) -> str:
     ifname = plain_ifname(cl.socket_ifname)
     return render("vllm/serve.sh.j2", header=_header(plan, pool), need_here=False, env=_env(plan), multi=multi,
                   nnodes=cl.nodes, ray=mode == "ray", ifname=ifname.split(",")[0] if ifname else None,
-                  ray_port=RAY_PORT, ray_address=Cat((Var("master_addr"), f":{RAY_PORT}")), model=s["model"],
+                  ray_port=RAY_PORT, ray_address=Cat((Var("master_addr"), f":{RAY_PORT}")), model=need(plan, TARGET, "model"),
                   serve_lines=lines, role=role, pool=_pool_ctx(whole, pool) if pool else None,
                   start_rank=cl.gpus_per_node // replica(plan) if mode == "dp" else None)
 
