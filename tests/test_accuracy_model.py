@@ -64,12 +64,15 @@ def _check(tmp_path, gpu: str):
     return check_file(path, root=tmp_path)
 
 
-def test_a_gpu_block_without_hbm_bandwidth_is_an_error_not_zero_seconds(tmp_path):
+def test_a_gpu_block_without_hbm_bandwidth_is_timed_at_the_nearest_presets_and_says_so(tmp_path):
+    """Never 0 s: the contract's custom GPU (memory and flops only) is valid, so the block is timed
+    at the bandwidth of the preset nearest in peak FLOPS, and P033 warns with the figure taken."""
     r = _check(tmp_path, "memory = 80GB\n    flops = 989TFLOPS")
     got = [d for d in r.diagnostics if d.code == "P033"]
-    assert len(got) == 1 and got[0].severity == "error" and got[0].span.line == 5
-    assert "hbm_bandwidth" in got[0].message and "hbm_bandwidth = " in got[0].help
-    assert r.plan is None or not r.ok
+    assert len(got) == 1 and got[0].severity == "warning" and got[0].span.line == 5
+    assert "3350 GB/s" in got[0].message and "h100" in got[0].message, got[0].message
+    assert "hbm_bandwidth = " in got[0].help
+    assert r.ok and r.plan.cluster.gpu.hbm_bandwidth == 3350e9
     # the help's fix passes, and every memory-bound cost then takes time
     fixed = _check(tmp_path, "memory = 80GB\n    flops = 989TFLOPS\n    hbm_bandwidth = 3.35TB/s")
     assert fixed.ok and fixed.plan.cluster.gpu.hbm_bandwidth == 3.35e12

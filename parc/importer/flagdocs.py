@@ -36,14 +36,16 @@ def _key(entry: dict) -> str:
 
 
 def table(engine: str) -> str:
-    from parc.model.targets import display, flag_table
+    from parc.model.targets import display, flag_table, holds, newest
 
     rows = [f"### {display(engine)} (`--target {engine}`)", "",
             "| option | `.par` key | import | notes |", "|---|---|---|---|"]
     for what, e in flag_table(engine).items():
         how = ("plumbing" if e.get("plumbing") else f"rule `{e['read']}`" if e.get("read") else
                "value" if e.get("key") else "carried")
-        if e.get("emitted") is False:
+        if not any(holds(engine, newest(engine), n.get("since"), n.get("until")) for n in e.get("names", [])):
+            how = f"not carried: {display(engine)} {newest(engine)} has no such option"
+        elif e.get("emitted") is False:
             how += "; never emitted"
         rows.append(f"| {_spellings(e) or '`' + what + '`'} | {_key(e)} | {how} | {_cell(e.get('doc', ''))} |")
     return "\n".join(rows) + "\n"

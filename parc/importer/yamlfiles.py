@@ -77,6 +77,10 @@ def _skypilot(src, doc: dict, variables: dict) -> None:
         disk = int(disk.strip()[:-2])
     if isinstance(disk, int):
         src.scheduler["keys"]["disk_size"] = (disk, f"{src.name} disk_size: {disk}")
+    for key in ("cpus", "memory"):      # a number, or "N+" for at least N
+        v = _get(doc, "resources", key)
+        if isinstance(v, (int, float, str)) and not isinstance(v, bool):
+            src.scheduler["keys"][key] = (str(v), f"{src.name} {key}: {v}")
     run = doc.get("run")
     if isinstance(run, str):
         shell_launches(src, run, variables, None, extra_env=env)

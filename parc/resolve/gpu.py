@@ -2,7 +2,7 @@
 starts from one (or from nothing) and overrides its figures, with a power limit applied."""
 from __future__ import annotations
 
-from parc.language.diagnostics import Span
+from parc.language.diagnostics import WARNING, Diagnostic, Span
 from parc.model.plan import GPU
 from parc.resolve.catalog import presets
 from parc.resolve.evaluate import Evaluator, Poison, did_you_mean, rename
@@ -103,11 +103,7 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
               help="for example `memory = 80GB` and `flops = 989TFLOPS` (dense BF16)")
         raise _Incomplete()
     if not vals.get("hbm_bandwidth"):   # every memory-bound kernel would take 0 s
-        r.err("P033", "the `gpu` block needs `hbm_bandwidth`: without it parc cannot time what memory "
-              "bandwidth bounds (elementwise kernels, the loss, decoding), which would take no time at all",
-              child.span, help="add `hbm_bandwidth = 3.35TB/s` (the datasheet's memory bandwidth), or start "
-              "from a preset: `from = h100_sxm`")
-        raise _Incomplete()
+        vals["hbm_bandwidth"] = _nearest_bandwidth(r, float(vals["flops"]), child.span)
     name = child.label or r.values.get("gpu.from") or "custom"
     gpu = GPU(name, int(vals["memory"]), float(vals["flops"]), float(vals.get("hbm_bandwidth") or 0),
               float(vals.get("nvlink_bandwidth") or 0), float(vals.get("pcie_bandwidth") or 0),
@@ -117,6 +113,23 @@ def build_gpu(r: Evaluator, top: Span) -> GPU:
     if gpu.power_limit and "flops" not in child.assigns:
         _cap_power(r, gpu, base, child)
     return gpu
+
+
+def _nearest_bandwidth(r: Evaluator, flops: float, span) -> float:
+    """A block without `hbm_bandwidth` would time every memory-bound kernel at 0 s: it is timed at
+    the memory bandwidth of the preset nearest in dense BF16 peak instead, and P033 says which."""
+    import math
+
+    table = {k: g for k, g in presets("gpus").items() if g.get("hbm_bandwidth") and g.get("flops")}
+    name = min(sorted(table), key=lambda k: abs(math.log(float(table[k]["flops"]) / flops)))
+    bw = float(table[name]["hbm_bandwidth"])
+    r.diags.append(Diagnostic(
+        "P033", WARNING, f"the `gpu` block gives no `hbm_bandwidth`: parc times what memory bandwidth bounds "
+        f"(elementwise kernels, the loss, decoding) at {bw / 1e9:g} GB/s, the bandwidth of {name}, the preset "
+        f"nearest in peak FLOPS ({float(table[name]['flops']) / 1e12:g} TFLOPS)", span,
+        help=f"state the datasheet's memory bandwidth, `hbm_bandwidth = {bw / 1e9:g}GB/s` if it is {name}'s, or "
+             "start from a preset: `from = h100_sxm`"))
+    return bw
 
 
 def _cap_power(r: Evaluator, gpu: GPU, base: dict, child) -> None:

@@ -83,6 +83,10 @@ class Reader:
     def read(self, opts: list[Opt]) -> None:
         for o in opts:
             self.seen[o.what or o.spelled] = o
+            gone = self.not_in_release(o)
+            if gone:
+                self.drop(o, gone)
+                continue
             if o.what is None:
                 self.carry(o, "parc has no key for it")
                 continue
@@ -96,6 +100,19 @@ class Reader:
                 self.direct(o)
             else:
                 self.carry(o, "parc has no key for it")
+
+    def not_in_release(self, o: Opt) -> str | None:
+        """Why an option the newest release parc knows no longer takes is not carried (it would be
+        P665 in the spec): the original ran an older release. None for an option it takes."""
+        from parc.model.targets import display, holds, newest, span_text
+
+        spelled = next((e for e in (o.entry or {}).get("names", []) if e["name"] == o.spelled), None)
+        v = newest(self.target)
+        if spelled is None or v is None or holds(self.target, v, spelled.get("since"), spelled.get("until")):
+            return None
+        return (f"{display(self.target)} {v} has no option `{o.spelled}` "
+                f"({span_text(self.target, spelled.get('since'), spelled.get('until'))} only): the original ran an "
+                "older release")
 
     def direct(self, o: Opt, path: str | None = None) -> bool:
         """Set the entry's key from the option; carry it where the value does not fit the key."""
