@@ -1,6 +1,6 @@
 """The rayserve target: how a plan becomes a Ray Serve LLM application (an LLMConfig per kind of
 instance, the builder the plan needs, the engine's options as engine_kwargs, its placement), and
-its own rules (P722-P724), each firing on one spec and quiet on the same spec made valid.
+the serving orchestrators' P646 and its own rules (P723, P724), each firing on one spec and quiet on the same spec made valid.
 (tests/test_rayserve_judge.py has Ray's own config models and vLLM's EngineArgs judge the files.)"""
 from __future__ import annotations
 
@@ -91,10 +91,10 @@ def test_the_engine_port_is_the_serve_port_and_output_is_stable(check_spec):
 
 # ------------------------------------------------------------------------------------ rules
 
-def test_p722_rayserve_serves_only(check_spec):
-    assert_fires(check_spec, spec(target={"rayserve": 'name = "x"'}), "P722", "target rayserve", target="rayserve")
+def test_p646_rayserve_serves_only(check_spec):
+    assert_fires(check_spec, spec(target={"rayserve": 'name = "x"'}), "P646", "target rayserve", target="rayserve")
     assert_quiet(check_spec, spec(mesh="tp = 8", serve=SERVE, target={"vllm": VLLM, "rayserve": 'name = "x"'}),
-                 "P722")
+                 "P646")
 
 
 def test_p723_extra_args_have_no_place_in_engine_kwargs(check_spec):

@@ -326,9 +326,11 @@ def fp8_checkpoint_in_16_bit(plan, c):
 # The serving orchestrators whose objects run an engine's workers behind their own front
 # (Dynamo's frontend, KServe's llm-d scheduler): serving only, under a Kubernetes name.
 ORCHESTRATORS = ("dynamo", "kserve")
+# those and Ray Serve LLM, whose replicas build a serving engine from an LLMConfig: serving only
+SERVING_ORCHESTRATORS = (*ORCHESTRATORS, "rayserve")
 
 
-@rule("P646", "orchestrator-serves-only", targets=ORCHESTRATORS)
+@rule("P646", "orchestrator-serves-only", targets=SERVING_ORCHESTRATORS)
 def orchestrator_serving_only(plan, c):
     if plan.mode == "train":
         c.report(target_span(plan, c, c.target, "train"),

@@ -3,22 +3,9 @@ settings Ray Serve cannot be given."""
 from __future__ import annotations
 
 from parc.rules import rule
-from parc.targets.base import settings, target_span
+from parc.targets.base import settings
 
 TARGET = "rayserve"
-
-
-# ------------------------------------------------------------------------------------ P722
-
-@rule("P722", "rayserve-serves-only", targets=(TARGET,))
-def rayserve_serving_only(plan, c):
-    if plan.mode == "train":
-        c.report(target_span(plan, c, TARGET, "train"),
-                 "a Ray Serve LLM application serves a model: its replicas build a serving engine, and this spec "
-                 "trains (it has a `train` block)",
-                 help="compile training with `target torchrun`, `target slurm` or `target kubernetes`, or replace "
-                      "`train` with `serve` to serve the model",
-                 related=[(c.at("train"), "training declared here")])
 
 
 # ------------------------------------------------------------------------------------ P723
