@@ -25,12 +25,6 @@ FAMILIES = {
     "P72": "orchestrator targets",   # the P6 codes ran out: P720-P729 are the orchestrators' own target rules
 }
 
-
-def family(code: str) -> str:
-    """A code's family: its first two characters, but P720-P729 (orchestrator target rules) their own."""
-    return code[:3] if code.startswith("P72") else code[:2]
-
-
 def add_arguments(p):
     p.add_argument("codes", nargs="*", metavar="CODE",
                    help="codes (P102) or families (P1) to show; a single code prints its page")
@@ -44,6 +38,7 @@ def add_arguments(p):
 
 def catalog() -> list[dict]:
     """Every code: registered rules and the documented codes reported elsewhere (P0 front end, lint)."""
+    from parc.language.diagnostics import family
     from parc.rules import GENERIC, rule_docs
     from parc.targets import load_rules
 

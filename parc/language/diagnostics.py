@@ -169,6 +169,13 @@ class ParcError(Exception):
         self.more = list(more or [])  # further independent errors (other blocks' syntax errors)
 
 
+def family(code: str) -> str:
+    """A code's family: its first two characters (P4 for P403), except P720-P729, the
+    orchestrator targets' own rules, whose family is P72 (the P6 codes ran out; P7 is otherwise
+    the known defects of a release)."""
+    return code[:3] if code.startswith("P72") else code[:2]
+
+
 def sort_key(d: Diagnostic):
     s = d.span
     return (s.file, s.line, s.column, _SEVERITY_ORDER.get(d.severity, 3), d.code)

@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
-from parc.language.diagnostics import ERROR, NOTE, WARNING, Diagnostic, Fix, Related, Span
+from parc.language.diagnostics import ERROR, NOTE, WARNING, Diagnostic, Fix, Related, Span, family
 from parc.model import targets as T
 from parc.model.plan import Plan
 
@@ -70,7 +70,7 @@ def rule(code: str, name: str, severity: str = ERROR, targets: tuple[str, ...] =
     def deco(fn):
         if code in _REGISTRY:
             raise RuntimeError(f"rule {code} registered twice")
-        _REGISTRY[code] = Rule(code, name, severity, tuple(targets), fn, code[:2],
+        _REGISTRY[code] = Rule(code, name, severity, tuple(targets), fn, family(code),
                                None if reads is None else tuple(reads), whole)
         return fn
 

@@ -13,7 +13,7 @@ import json
 import os
 from typing import Sequence
 
-from parc.language.diagnostics import ERROR, NOTE, WARNING, Diagnostic
+from parc.language.diagnostics import ERROR, NOTE, WARNING, Diagnostic, family
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/parc-dev/parc"
@@ -82,7 +82,7 @@ def sarif_rules(severities: dict[str, str] | None = None) -> list[dict]:
         help_text = full + (f"\n\nThe same rule in other tools: {d['source']}." if d.get("source") else "")
         help_md = f"**{code} {d.get('name', '')}**: {full}" + (
             f"\n\n*Enforced by:* {d['source']}" if d.get("source") else "")
-        tags = [_FAMILY.get(code[:3] if code.startswith("P72") else code[:2], "parc")]
+        tags = [_FAMILY.get(family(code), "parc")]
         if r and r.targets and r.targets != ("generic",):
             tags.extend(r.targets)
         entry = {
