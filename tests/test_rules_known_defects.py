@@ -299,19 +299,6 @@ def test_p709_quiet_at_or_below_the_kv_heads(check_spec):
                                                    model=QWEN)))
 
 
-def test_p665_a_degree_whose_option_the_release_lacks(check_spec):
-    """--dcp-size came with SGLang 0.5.15.post1: 0.5.13 cannot launch dcp = 2 (parc would have no
-    option to write); 0.5.16 can."""
-    from support.specs import spec
-
-    def text(version):
-        return spec(QWEN, mesh="tp = 8; dcp = 2", serve="max_model_len = 4096",
-                    target={"sglang": f'model = "m"; version = "{version}"'})
-    d = next(d for d in check_spec(text("0.5.13")).diagnostics if d.code == "P665")
-    assert d.message == "SGLang 0.5.13 has no option for dcp = 2: `--dcp-size` is in SGLang 0.5.16 and later only"
-    assert "P665" not in {d.code for d in check_spec(text("0.5.16")).diagnostics}
-
-
 def test_p7_rules_run_for_lws_with_their_engine(check_spec):
     """lws brings the rules of the engine it launches, P7 included, at that engine's release."""
     text = _sglang_pd("tp = 4; dp = 2", "tp = 8", "0.5.21") + 'target lws { engine = sglang }\n'

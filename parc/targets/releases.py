@@ -5,7 +5,7 @@ rule holds for are data (``since``/``until`` in rules.toml), which the registry 
 module holds only the checks that read a versioned fact from a target's flags table."""
 from __future__ import annotations
 
-from parc.model.targets import flag_table, holds, names, span_text
+from parc.model.targets import display, flag_table, holds, names, span_text, spec
 from parc.rules import rule
 from parc.targets.base import option_lists, settings
 
@@ -42,10 +42,25 @@ def _mesh_options(plan, target: str, version: str):
             yield key.split(".", 1)[1], degree, own[0]
 
 
+def _late_choices(plan, target: str, version: str):
+    """(key, value, the release that first takes it) of each setting of the target block whose
+    choice the pinned release's parser does not take yet (target.toml [keys] ``choices_since``)."""
+    s = settings(plan, target)
+    for key, d in (spec(target) or {}).get("keys", {}).items():
+        value = s.get(key)
+        since = (d.get("choices_since") or {}).get(value) if isinstance(value, str) else None
+        if since and not holds(target, version, since, None):
+            yield key, s[key], since
+
+
 @rule("P665", "target-option-not-in-release", targets=tuple(t for t in names() if _versioned(t)))
 def option_not_in_release(plan, c):
     if c.version is None:
         return
+    for key, value, since in _late_choices(plan, c.target, c.version):
+        c.report(c.at(f"target.{c.target}.{key}", f"target.{c.target}"),
+                 f"{c.release} has no {key} `{value}`: its parser takes it from {display(c.target)} {since} on",
+                 help=f"choose another {key}, or pin `version = \"{since}\"` or later in `target {c.target}`")
     for name, degree, e in _mesh_options(plan, c.target, c.version):
         c.report(c.at(f"mesh.{name}", "mesh"),
                  f"{c.release} has no option for {name} = {degree}: `{e['name']}` is in "
