@@ -332,8 +332,9 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     casts = 1.0 / max(mb, 1) if caches_fp8_weights(plan.train) else 1.0   # cached FP8 weights: cast once a step
     accumulate = framework(plan.train.framework)["grad_accumulation_bytes"] * sum(full.values())
     # the context-parallel ring's eager ops around the attention kernel, its forward's again when recomputed
-    accumulate += ring_merge_bytes(m, tokens, mesh.tp, mesh.cp, lay.layers, context_parallel(plan.train.framework),
-                                   1 + (rec_attn > 1))
+    if mesh.cp > 1:
+        accumulate += ring_merge_bytes(m, tokens, mesh.tp, mesh.cp, lay.layers, context_parallel(plan.train.framework),
+                                       1 + (rec_attn > 1))
     gemm, attn, memb = stage_compute_time(m, tokens, mesh.tp, rates, dense_layers, lay.moe_layers, lay.head,
                                           rec_mult, rec_attn, rec_elem, casts, accumulate)
     st.gemm_time_per_microbatch, st.attention_time_per_microbatch = share * gemm, share * attn
@@ -383,7 +384,6 @@ def _serving_kv(plan, stages: list[StageEstimate]) -> tuple[int, int, int]:
         st.memory.kv_cache = kv_cap * st.kv_bytes_per_token
     kv_tok = max(st.kv_bytes_per_token for st in stages)
     return kv_tok, kv_cap, kv_cap // engine.max_model_len(plan)
-
 
 
 def train_comm_bytes(m, tokens_local, layers, moe_layers, *, pp, tp, cp, ep, v, microbatches, wbytes,

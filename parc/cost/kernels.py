@@ -110,7 +110,7 @@ def ring_merge_bytes(m, tokens, tp, cp, layers, ring: dict, forward_passes=1.0):
     b = ring["merge"]
     per = (forward_passes * (b["forward_step"] * (cp - 1) + b["forward"])
            + b["backward_step"] * (cp - 1) + b["backward"])
-    return np.where(cp > 1, per, 0.0) * tokens * (m.heads / tp) * _head(m) * layers
+    return (cp > 1) * per * tokens * (m.heads / tp) * _head(m) * layers
 
 
 def optimizer_bytes(owned_params, per) -> float:
