@@ -4,6 +4,7 @@ own rules firing on the plans the fork cannot run and quiet on the same plans ma
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from backends_support import run_emitted, write_out
 from support.specs import assert_fires, assert_quiet, spec
@@ -102,3 +103,54 @@ def test_deepspeeds_own_refusals_come_along(check_spec):
     assert_fires(check_spec, text, "P615", "zero = 2", target="deepspeed", targets=T)
     r = check_spec(text.replace("zero = 2", "zero = 1"), T)
     assert not r.errors, [(d.code, d.message) for d in r.errors]     # no P602 for a deepspeed block it lacks
+
+
+def test_every_scheduler_runs_it_with_the_plan(check_spec, tmp_path):
+    """slurm, kubernetes, trainjob and skypilot with `engine = megatron_deepspeed`: every node's
+    pretrain_gpt.py is given the plan's degrees and batch, and its ds_config.json agrees."""
+    import json as _json
+
+    from parc.targets import get
+    from support.launched import launched, split
+
+    extra = {"kubernetes": 'image = "img"', "trainjob": 'image = "img"', "skypilot": ""}
+    for wrapper in ("slurm", "kubernetes", "trainjob", "skypilot"):
+        text = spec(L8, nodes=2, mesh="pp = 2; dp = 4; tp = 2", schedule="micro_batch = 1; global_batch = 32",
+                    train="zero = 1", target={T[0]: "", wrapper: f"engine = megatron_deepspeed; {extra.get(wrapper, '')}"})
+        r = check_spec(text, (wrapper,))
+        assert not r.errors, (wrapper, [f"{d.code} {d.message}" for d in r.errors])
+        files = get(wrapper).build(r.plan)
+        plan = _json.loads(next(f.text for f in files if f.path.endswith("plan.json")))
+        seen = 0
+        for c in launched(wrapper, files, tmp_path / wrapper):
+            if c["launcher"] != "torchrun":
+                continue
+            launcher, program = split(c["argv"], "torchrun")
+            o = _opts(program[1:])
+            assert program[0] == "pretrain_gpt.py" and o["--deepspeed"] is True, (wrapper, c["argv"])
+            assert (launcher["--nnodes"], launcher["--nproc-per-node"]) == ("2", "8"), wrapper
+            assert (o["--tensor-model-parallel-size"], o["--pipeline-model-parallel-size"]) == ("2", "2"), wrapper
+            assert (o["--micro-batch-size"], o["--global-batch-size"], o["--zero-stage"]) == ("1", "32", "1"), wrapper
+            cfg = _json.loads(Path(o["--deepspeed_config"]).read_text())
+            # dp = 16 / (2 · 2) = 4: accumulation 32 / (1 · 4) = 8
+            assert (cfg["train_batch_size"], cfg["gradient_accumulation_steps"]) == (32, 8), wrapper
+            assert plan["mesh"]["dp"] == 4
+            seen += 1
+        assert seen >= 1, wrapper
+
+
+def test_the_other_nodes_get_cuda_device_max_connections(check_spec, tmp_path):
+    """The deepspeed launcher exports to the other nodes only NCCL_*, PYTHON*, UCX*, MV2*, MLFLOW*
+    and its environment file's lines (runner.py EXPORT_ENVS, DS_ENV_FILE): the variable the fork's
+    sequence parallelism asks for reaches them through the file."""
+    files = _files(check_spec, spec(L8, nodes=2, mesh="pp = 2; dp = 4; tp = 2",
+                                    schedule="micro_batch = 1; global_batch = 32",
+                                    train="zero = 1; sequence_parallel = true", target={"megatron_deepspeed": ""}))
+    assert files["deepspeed_env"].text == "CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+    d = write_out(list(files.values()), tmp_path / "out")
+    (tmp_path / "hosts").write_text("a slots=8\nb slots=8\n")
+    rec = run_emitted(d / "launch.sh", tmp_path, env={"HOSTFILE": str(tmp_path / "hosts")})
+    assert Path(rec["deepspeed.env"]["DS_ENV_FILE"]) == d / "deepspeed_env"
+    one = _files(check_spec, spec(L8, mesh="pp = 2; dp = 2; tp = 2", schedule="micro_batch = 1; global_batch = 32",
+                                  train="zero = 1; sequence_parallel = true", target={"megatron_deepspeed": ""}))
+    assert "deepspeed_env" not in one       # one node: launch.sh's own environment is every rank's

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 
-from parc.targets.base import Cat, File, Var, mesh_text, nccl_env, plan_json, settings, spec_name
+from parc.targets.base import Cat, Env, File, Var, mesh_text, nccl_env, plan_json, settings, spec_name
 from parc.words import count
 
 TARGET = "deepspeed"
@@ -167,6 +167,13 @@ def megatron_files(plan, entrypoint: str, arg_lines: list[list], config_file: Fi
     from parc.targets.render import render
 
     F = options(plan)
+    env, extra = list(env), []
+    if plan.cluster.nodes > 1 and env:
+        # the launcher exports to the other nodes only NCCL_*, PYTHON*, UCX*, MV2*, MLFLOW* and the
+        # lines of its environment file (deepspeed/launcher/runner.py EXPORT_ENVS, DS_ENV_FILE)
+        extra = [File("deepspeed_env", "".join(f"{e.name}={e.value}\n" for e in env if e.value is not None))]
+        env.append(Env("DS_ENV_FILE", Cat((Var("here"), "/deepspeed_env")), "the variables the deepspeed launcher "
+                       "exports to every node (deepspeed_env beside this script)", default=False))
     header = [f"Megatron-DeepSpeed launch compiled by parc from {spec_name(plan)}.",
               f"Mesh: {mesh_text(plan)}; {count(plan.cluster.nodes, 'node')} x {count(plan.cluster.gpus_per_node, 'GPU')}."]
     if plan.cluster.nodes > 1:
@@ -175,7 +182,7 @@ def megatron_files(plan, entrypoint: str, arg_lines: list[list], config_file: Fi
                   per_node=False, multi=plan.cluster.nodes > 1, has_hostfile=False, first_host=None,
                   launcher_lines=launcher_lines(plan), entrypoint=entrypoint, arg_lines=arg_lines, config=CONFIG,
                   master_flag=F("master_addr"), ds_flag=F("deepspeed"), ds_config_flag=F("deepspeed_config"))
-    return [File("launch.sh", text, True), config_file, File("plan.json", plan_json(plan))]
+    return [File("launch.sh", text, True), config_file, *extra, File("plan.json", plan_json(plan))]
 
 
 # --- under a scheduler (parc/targets/engines.py) -------------------------------------------------
