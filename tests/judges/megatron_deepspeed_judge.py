@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import sys
-import types
 from pathlib import Path
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")   # no GPU here: DeepSpeed's CPU accelerator
@@ -103,7 +102,7 @@ def _source_args(argv, world):
         import wild_megatron_deepspeed_options as gen
         import wild_stubs
 
-        wild_stubs.install(gen.STUB, gen._Module)
+        wild_stubs.install(gen.STUB, wild_stubs.AnyModule)
         sys.path.insert(0, SOURCE)
     from megatron import arguments
 

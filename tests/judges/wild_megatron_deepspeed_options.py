@@ -14,35 +14,11 @@ the fork imports at the top for its tokenizers and kernels are replaced by empty
 import argparse
 import json
 import sys
-import types
 
 import wild_stubs
 
 STUB = {"transformers", "sentencepiece", "tiktoken", "tokenizers", "apex", "transformer_engine", "flash_attn",
         "amp_C", "einops", "nltk", "regex", "six"}
-
-
-class _Meta(type):
-    def __getattr__(cls, k):
-        if k.startswith("__"):
-            raise AttributeError(k)
-        return _Meta(f"{cls.__name__}.{k}", (), {})
-
-    def __call__(cls, *a, **k):
-        return a[0] if len(a) == 1 and callable(a[0]) and not k else cls
-
-    def __iter__(cls):
-        return iter(())
-
-    def __bool__(cls):
-        return False
-
-
-class _Module(types.ModuleType):
-    def __getattr__(self, k):
-        if k.startswith("__"):
-            raise AttributeError(k)
-        return _Meta(f"{self.__name__}.{k}", (), {})
 
 
 class _Built(Exception):
@@ -67,7 +43,7 @@ def describe(a) -> dict:
 
 
 def main(checkout):
-    wild_stubs.install(STUB, _Module)
+    wild_stubs.install(STUB, wild_stubs.AnyModule)
     sys.path.insert(0, checkout)
     sys.argv = ["pretrain_gpt.py"]
     from megatron import arguments
