@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from backends_support import ROOT, accepted_cases, write_out
+from backends_support import ROOT, accepted_cases
 from support import judges, wild
 from support.launched import launched, split
 
