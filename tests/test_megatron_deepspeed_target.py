@@ -154,3 +154,11 @@ def test_the_other_nodes_get_cuda_device_max_connections(check_spec, tmp_path):
     one = _files(check_spec, spec(L8, mesh="pp = 2; dp = 2; tp = 2", schedule="micro_batch = 1; global_batch = 32",
                                   train="zero = 1; sequence_parallel = true", target={"megatron_deepspeed": ""}))
     assert "deepspeed_env" not in one       # one node: launch.sh's own environment is every rank's
+
+
+def test_a_megatron_deepspeed_plan_is_costed_as_deepspeeds_framework(check_spec):
+    """The fork runs DeepSpeed's engine (its ZeRO, its gradient accumulation): explain and the planner
+    cost its plans with frameworks.toml's `deepspeed` entry, not the default Megatron-LM's."""
+    r = check_spec(spec(L8, gpn=8, mesh="pp = 2; dp = 2; tp = 2", schedule="micro_batch = 2; global_batch = 64",
+                        train="zero = 1", target={"megatron_deepspeed": ""}), T)
+    assert r.plan.train.framework == "deepspeed"
