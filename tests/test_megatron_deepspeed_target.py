@@ -77,6 +77,16 @@ def test_a_moe_model_is_refused_not_launched_dense(check_spec):
     assert "DeepSpeed-MoE" in d.message
 
 
+def test_an_uneven_split_of_the_specs_own_is_refused_not_ignored(check_spec):
+    """The fork's PipelineModule cuts the layers itself; a split the spec states that is not even
+    cannot be said, and was dropped without a word."""
+    text = spec(L8, mesh="pp = 4; dp = 2", placement="layers = [7, 9, 9, 7]",
+                schedule="micro_batch = 1; global_batch = 32", train="zero = 1", target={"megatron_deepspeed": ""})
+    d = assert_fires(check_spec, text, "P620", "layers = [7, 9, 9, 7]", target="megatron_deepspeed", targets=T)
+    assert "[7, 9, 9, 7]" in d.message
+    assert_quiet(check_spec, text.replace("[7, 9, 9, 7]", "[8, 8, 8, 8]"), "P620", targets=T)
+
+
 # ---- rules: each fires on one spec and is quiet on the same spec made valid ----
 
 def test_p698_kv_heads_are_split_never_replicated(check_spec):

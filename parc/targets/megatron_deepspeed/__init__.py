@@ -130,6 +130,11 @@ def inexpressible(plan) -> list[tuple[str, str, str]]:
         no("model.hybrid", "a hybrid model: the fork builds GPT layers, every one attention")
     if m.mlp not in ("swiglu", "gelu"):
         no("model.mlp", f"`mlp = {m.mlp}`: the fork's MLP is GeLU or --swiglu")
+    split = plan.placement.layers
+    if plan.placement.layers_mode == "explicit" and split and len(set(split)) > 1:
+        no("placement.layers", f"the split {list(split)}: the fork's PipelineModule cuts the transformer layers "
+           "itself (partition_method 'type:transformer', an even split), and no argument tells it otherwise",
+           "leave `placement.layers` out, or give an even split")
     if tr is not None and tr.recompute == "selective" and tr.recompute_modules:
         no("train.recompute_modules", "the modules to recompute: the fork's selective recomputation is core attention "
            "alone", "leave `recompute_modules` out (core attention), or use `recompute = full`")
