@@ -96,6 +96,7 @@ def build_model(r: Evaluator, top: Span) -> Model:
         max_positions=vals.get("max_positions"), preset=r.values.get("model.from"),
         rope_scaling=vals.get("rope_scaling") or "none", rope_factor=float(vals.get("rope_factor") or 1.0),
         rope_original_positions=vals.get("rope_original_positions"),
+        rope_mscale=_frac(vals.get("rope_mscale")), rope_mscale_all_dim=_frac(vals.get("rope_mscale_all_dim")),
         **{k: vals.get(k) or 0 for k in _MODEL_COUNTS}, **{k: bool(vals.get(k)) for k in _MODEL_SWITCHES})
     if vals.get("seq_len") is None:
         r.spans["model.seq_len"] = head
@@ -106,6 +107,11 @@ def build_model(r: Evaluator, top: Span) -> Model:
 
 
 # Model keys that default to 0 (absent): the first dense layers, MLA widths, MTP modules.
+def _frac(v) -> float | None:
+    """An optional number of the model block as a float (None where the spec leaves it out)."""
+    return None if v is None else float(v)
+
+
 _MODEL_COUNTS = ("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                  "v_head_dim", "mtp_layers", "attention_window", "global_every")
 _MODEL_SWITCHES = ("tied_embeddings", "qkv_bias", "qk_norm", "attention_sinks", "hybrid")   # switches, default false
