@@ -193,3 +193,20 @@ def test_megatron_fsdp_accumulates_in_the_plans_main_grads(judge, check_spec, ma
         assert v["use_megatron_fsdp"] == (zero == 3) and v[key] == value, (zero, v)
         if zero == 3:
             assert not v["grad_reduce_in_bf16"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target, train", [("attention_backend = auto", ""), ("attention_backend = flash", ""),
+                                           ("attention_backend = fused", ""),
+                                           ("attention_backend = unfused", "; flash_attention = false"),
+                                           ("", "; flash_attention = false")])
+def test_megatron_takes_the_attention_backend(judge, check_spec, target, train):
+    """target megatron's attention_backend (or flash_attention = false) is the AttnBackend that
+    Megatron-LM's parser and TransformerConfig hold."""
+    r = check_spec(spec(train="zero = 1; sequence_parallel = true" + train, target={"megatron": target}, **SMALL),
+                   ("megatron",))
+    # materialised scores need more memory than the GPU has (P401): only the arguments are judged
+    assert not [d for d in r.errors if not d.code.startswith("P4")], [d.message for d in r.errors]
+    [v] = judge([_item(r.plan)])
+    assert v["ok"], f"{v.get('stage')}: {v.get('error')}"
+    assert v["attention_backend"] == "AttnBackend." + (target.split(" = ")[1] if target else "unfused")

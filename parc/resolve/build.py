@@ -17,6 +17,7 @@ from parc.model.plan import (Cluster, Link, Mesh, Model, ModulePlacement, Placem
 from parc.resolve import topology as T
 from parc.resolve.catalog import target_keys
 from parc.resolve.evaluate import Evaluator, Poison, check_range, describe, did_you_mean, rename
+from parc.resolve.option_keys import attention_backend_conflict, repeated_options
 from parc.resolve.gpu import _group_gpu, build_gpu
 from parc.resolve.merge import PARTIAL_BLOCKS, Block
 from parc.resolve.parts import _FAILED, _Incomplete, _get, _head
@@ -416,6 +417,7 @@ def build_targets(r: Evaluator) -> dict[str, Target]:
                 r.spans[f"target.{name}.{key}.value.{i}"] = item.span
         r.spans[f"target.{name}"] = Span(blk.span.file, blk.span.line, blk.span.column, blk.span.line,
                                          blk.span.column + 6, blk.span.start, blk.span.start + 6)
+        repeated_options(r, name, settings)
         out[name] = Target(name, settings)
     if failed:
         raise _Incomplete()
@@ -485,6 +487,7 @@ def _build_parts(r: Evaluator, top: Span, partial: bool) -> dict[str, Any] | Non
     for kind, cls in (("schedule", Schedule), ("train", Train), ("serve", Serve), ("profile", Profile)):
         attempt(kind, lambda kind=kind, cls=cls: _section(r, kind, cls, top, partial and kind in PARTIAL_BLOCKS))
     attempt("targets", lambda: build_targets(r))
+    attention_backend_conflict(r, parts.get("targets"), parts.get("train"))
     if "train" in r.blocks and "serve" in r.blocks:
         r.err("P022", "a spec is either training (`train`) or serving (`serve`), not both",
               _head(r, "serve", top), related=[Related(_head(r, "train", top), "training declared here")],

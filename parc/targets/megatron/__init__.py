@@ -121,7 +121,8 @@ def overlap_lines(plan) -> list[list]:
     tp = 1 and then refuses the first; it refuses the second without expert parallelism). The attention
     backend is ``auto`` by default (Transformer Engine picks its flash or cuDNN fused kernel,
     parc's ``flash_attention = true``); ``flash_attention = false`` is ``--attention-backend
-    unfused``. P654, P655 and P659 refuse the combinations Megatron-LM asserts against."""
+    unfused``, and the block's ``attention_backend`` is written as it is (P026 where it contradicts
+    ``flash_attention``). P654, P655 and P659 refuse the combinations Megatron-LM asserts against."""
     F = options(plan)
     tr, me = plan.train, plan.mesh
     out: list[list] = []
@@ -133,8 +134,9 @@ def overlap_lines(plan) -> list[list]:
         out.append([F("tp_comm_overlap")])
     if tr.ep_comm_overlap and plan.model.is_moe and me.ep > 1:
         out.append([F("overlap_moe_expert_parallel_comm")])
-    if not tr.flash_attention:
-        out.append([F("attention_backend"), "unfused"])
+    backend = settings(plan, TARGET).get("attention_backend")
+    if backend or not tr.flash_attention:
+        out.append([F("attention_backend"), backend or "unfused"])
     return out
 
 
@@ -239,21 +241,22 @@ def rope_lines(m, F) -> list[list]:
     return out
 
 
-def rope_fault(m) -> str | None:
-    """Why Megatron-LM's arguments cannot build the model's RoPE scaling, or None."""
+def rope_fault(m) -> tuple[str, str] | None:
+    """(path, why) where Megatron-LM's arguments cannot build the model's RoPE scaling, or None."""
     kind = "mla_yarn" if m.rope_scaling == "yarn" and m.is_mla else m.rope_scaling
     if m.position != "rope" or kind in ("none", "yarn"):
         return None
     if kind in ("dynamic", "longrope"):
-        return f"{kind} RoPE scaling: Megatron-LM has Llama 3.1's, linear (position interpolation) and YaRN only"
+        return ("model.rope_scaling",
+                f"{kind} RoPE scaling: Megatron-LM has Llama 3.1's, linear (position interpolation) and YaRN only")
     if kind == "linear" and m.rope_factor != int(m.rope_factor):
-        return (f"linear RoPE scaling by {m.rope_factor:g}: Megatron-LM's --rotary-seq-len-interpolation-factor "
-                "takes an integer")
+        return ("model.rope_factor", f"linear RoPE scaling by {m.rope_factor:g}: Megatron-LM's "
+                "--rotary-seq-len-interpolation-factor takes an integer")
     fixed = FIXED_ORIGINAL.get(kind)
     if fixed and m.rope_original_positions not in (None, fixed):
         what = "Llama 3.1's RoPE scaling" if kind == "llama3" else "multi-latent attention's YaRN"
-        return (f"{what} from {m.rope_original_positions:,} original positions: Megatron-LM builds it from "
-                f"{fixed:,}, which no argument changes")
+        return ("model.rope_original_positions", f"{what} from {m.rope_original_positions:,} original positions: "
+                f"its code fixes them at {fixed:,}, and no argument changes that")
     return None
 
 
@@ -303,8 +306,8 @@ def inexpressible(plan) -> list[tuple[str, str, str]]:
                     "model's layer pattern (--hybrid-override-pattern)",
                     "train it with Megatron-LM's own hybrid launch outside parc, or remove `hybrid`"))
     if rope_fault(m):
-        out.append(("model.rope_scaling", rope_fault(m), "compile for a target that builds the model from its "
-                    "checkpoint (vllm, sglang), or describe a scaling Megatron-LM has"))
+        out.append((*rope_fault(m), "compile for a target that builds the model from its checkpoint (vllm, "
+                    "sglang), or describe a scaling Megatron-LM has"))
     if tr is None:
         return out
     if tr.recompute == "selective_op":
