@@ -315,7 +315,12 @@ def _activations(ctx: _Context, s: dict):
     """(activation bytes of every stage class, CUDA context + NCCL bytes, fragmentation bytes) of
     the distinct rows ``s``."""
     m, lo, tp = ctx.pr.model, s["lo"], s["tp"]
-    act_d, act_m = _layer_activations(ctx.pr, s["mb"], tp, s["cp"], s["etp"], s["recompute"], s["sp"])
+    # a layer's activations depend on the mesh, batch and train option, not on the layout: once each
+    n_b, n_t = ctx.n_opts
+    _, first, inv = np.unique((s["mesh"] * n_b + s["bopt"]) * n_t + s["topt"], return_index=True,
+                              return_inverse=True)
+    act_d, act_m = _layer_activations(ctx.pr, *(s[k][first] for k in ("mb", "tp", "cp", "etp", "recompute", "sp")))
+    act_d, act_m = act_d[inv], act_m[inv]
     inflight = ctx.pairs["inflight"][s["pair"]]
     layers, moe = ctx.c_layers[lo], ctx.c_moe[lo]
     act = cm.stage_activation_bytes(layers - moe, moe, act_d[:, None], act_m[:, None], inflight, ctx.c_emb[lo],
