@@ -341,24 +341,27 @@ def _memory(ctx: _Context, u: dict, zfit: np.ndarray):
     tr = ctx.pr.train
     got, lowest = [], float("inf")
     for k, z in enumerate(ctx.zeros):
-        sel = np.nonzero(zfit[k][u["pair"]])[0]
+        zm = zfit[k][u["pair"]]
+        sel = np.nonzero(zm)[0]
         if not len(sel):
             continue
-        lz = lo[sel]
+        # most rows: cost them all and drop the others after, instead of gathering the most
+        whole = 2 * len(sel) > len(lo)
+        lz, a_, f_, x_ = (lo, act, frag, fixed) if whole else (lo[sel], act[sel], frag[sel], fixed[sel])
         total = states[k][lz]           # weights + grads + optimizer (summed in that order), this call's own
-        total += act[sel]
+        total += a_
         if tr.precision == "fp8":   # the FP8 weight copies (and FP8 parameters' saving)
             delta, cache = cm.fp8_weight_terms(tr, ctx.c_lin[1][lz] if z >= 3 else ctx.c_lin[0][lz])
             total += delta + cache
-        fz = frag[sel]
-        most = np.argmax(total + fz, axis=1)     # -inf in the classes lz lacks (state_stack)
+        most = np.argmax(total + f_, axis=1)     # -inf in the classes lz lacks (state_stack)
         # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most
         # loaded one, in the order Memory.total adds them
-        rows = np.arange(len(sel))
-        mem = total[rows, most] + (fixed[sel] + fz[rows, most])
-        lowest = min(lowest, float(mem.min()))
-        keep = np.nonzero(mem <= ctx.cap)[0]
-        got.append((sel[keep], np.full(len(keep), z), most[keep], mem[keep], opt[k][lz[keep], most[keep]]))
+        rows = np.arange(len(lz))
+        mem = total[rows, most] + (x_ + f_[rows, most])
+        lowest = min(lowest, float((mem[sel] if whole else mem).min()))
+        keep = np.nonzero(zm & (mem <= ctx.cap) if whole else mem <= ctx.cap)[0]
+        got.append((keep if whole else sel[keep], np.full(len(keep), z), most[keep], mem[keep],
+                    opt[k][lz[keep], most[keep]]))
     if not got:
         return (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0),) * 2, lowest
     return tuple(np.concatenate(x) for x in zip(*got)), lowest
