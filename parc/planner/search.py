@@ -11,6 +11,7 @@ from parc.cost import estimate as cm
 from parc.language.diagnostics import ERROR
 from parc.cost.engine import max_model_len, memory_fraction
 from parc.planner.inputs import Problem, problem as make_problem
+from parc.planner.columns import Cols, row, take
 from parc.planner.plans import Candidate, build_plan
 from parc.planner.space import PIPELINES, RECOMPUTE, SPLITS, mesh_shapes
 
@@ -45,7 +46,7 @@ class SearchResult:
     plans: list[Candidate] = field(default_factory=list)
     rejected: list[tuple[Candidate, list[str]]] = field(default_factory=list)
     truncated: bool = False           # the walk stopped before finding `top` plans the rules accept
-    raw: dict[str, np.ndarray] = field(default_factory=dict, repr=False)   # columns, unordered
+    raw: Cols = field(default_factory=dict, repr=False)   # columns, unordered (a Columns in training)
     _order: Optional[np.ndarray] = field(default=None, repr=False)
     _sorted: Optional[dict] = field(default=None, repr=False)
     least_memory: Optional[float] = None   # with no plan: the least memory per GPU any candidate needs
@@ -56,17 +57,17 @@ class SearchResult:
         """Every candidate that fits, as indices into ``raw`` in rank order (sorted on first use: the
         search itself ranks only its head, :func:`best_first`)."""
         if self._order is None:
-            n = len(self.raw["pp"]) if self.raw else 0
+            n = len(self.raw["step_time"]) if self.raw else 0
             self._order = (np.zeros(0, dtype=np.int64) if not n else
                            train_order(self.raw, self.problem.cluster.gpu.memory) if self.mode == "train"
                            else serve_order(self.raw))
         return self._order
 
     @property
-    def columns(self) -> dict[str, np.ndarray]:
+    def columns(self) -> Cols:
         """Every candidate that fits, one numpy array per setting and cost, in rank order."""
         if self._sorted is None:
-            self._sorted = {k: a[self.order] for k, a in self.raw.items()}
+            self._sorted = take(self.raw, self.order)
         return self._sorted
 
     @property
@@ -188,12 +189,12 @@ def best_first(cols: dict, capacity: float, head: int):
     """Indices of training candidates in :func:`train_order`, generated lazily: the ``head``
     best by the leading key (and every tie with the last of them) are ranked first, by
     ``np.argpartition`` and a sort of those alone; the whole order only where a walk goes past them."""
-    n = len(cols["pp"])
+    n = len(cols["step_time"])
     key = _primary(cols, capacity)
     if head < n:
         cut = key[np.argpartition(key, head)[head]]
         part = np.nonzero(key <= cut)[0]
-        sub = {k: a[part] for k, a in cols.items()}
+        sub = take(cols, part)
         yield from part[train_order(sub, capacity)].tolist()
         if len(part) >= n:
             return
@@ -229,7 +230,7 @@ def serve_order(cols: dict) -> np.ndarray:
 
 
 def candidate_from(cols: dict, i: int, rank: int, mode: str) -> Candidate:
-    g = {k: (a[i].item() if hasattr(a[i], "item") else a[i]) for k, a in cols.items()}
+    g = row(cols, i)
     if mode == "serve":
         return Candidate(rank=rank, pp=g["pp"], dp=g["dp"], cp=g["cp"], tp=g["tp"], ep=g["ep"], etp=g["etp"],
                          layers=SPLITS[g["split"]], max_num_seqs=g["max_num_seqs"])
@@ -343,7 +344,7 @@ def search_problem(pr: Problem, *, top: Optional[int] = 10, targets: Iterable[st
         cols, evaluated, costed = _train_columns(pr, progress, efficiency)
     else:
         cols, evaluated, costed = _serve_columns(pr, progress, efficiency)
-    n = len(cols["pp"]) if cols else 0
+    n = len(cols["step_time"]) if cols else 0
     res = SearchResult(pr, pr.mode, candidates_evaluated=evaluated, costed=costed, valid=n, raw=cols)
     want = n if top is None else min(top, n)
     if n and progress is not None:

@@ -4,8 +4,11 @@
 so this module evaluates the same formulas over numpy arrays. It reuses the cost model's own
 functions wherever they can be called once per distinct input and broadcast:
 
-* stage layouts and per-stage parameter counts (``stage_layouts``, ``_stage_parts``) are computed
-  once per distinct (pp, virtual stages, placement, split) and (tp, ep, etp, dp, cp) shape;
+* stage layouts and per-stage parameter counts (:mod:`parc.planner.stages`) are computed once per
+  distinct (pp, virtual stages, placement, split) and (tp, ep, etp, dp, cp) shape;
+* a stage's compute, and a layer's activations, once per distinct (stage shapes on a mesh, batch
+  option, train option) of a chunk: the layout options of a mesh that differ only in schedule share
+  them;
 * ``activation_bytes_per_layer`` and ``zero_state_bytes`` take arrays as they are;
 * the communication volumes (``tp_bytes_per_layer``, ``cp_bytes_per_layer``, ``ep_bytes_per_layer``,
   ``pp_bytes_per_microbatch``, ``dp_bytes``) are linear in the tokens or parameters they move, so
@@ -26,13 +29,18 @@ import numpy as np
 from parc.cost import estimate as cm
 from parc.model import schedules
 from parc.planner.inputs import Problem
-from parc.planner.space import (PIPELINES, RECOMPUTE, SPLITS, ask_rank_map, batch_options, crosses,
-                    few_microbatches_refused, layout_options, mesh_shapes, train_options, zero_options)
+from parc.planner.space import (PIPELINES, RECOMPUTE, ask_rank_map, batch_options, crosses,
+                    few_microbatches_refused, mesh_shapes, train_options, zero_options)
 from parc.cost.kernels import ring_merge_bytes
 from parc.model.frameworks import context_parallel, framework
-from parc.planner.plans import stage_split
+from parc.planner.columns import Columns, Rows
+from parc.planner.stages import layouts
 
 _PIPE = {name: i for i, name in enumerate(PIPELINES)}
+INDEXES = ("lo", "bopt", "topt")     # per candidate: its layout, batch and train option
+# the settings' columns, in the order a candidate's columns are shown, before the stored ones
+COLUMNS = ["mb", "m", "gb", "recompute", "sp", "mesh", "pp", "dp", "cp", "tp", "ep", "etp", "pipeline", "v",
+           "split"]
 CHUNK = 1 << 17          # rows costed at a time
 AXES = cm.AXES
 
@@ -44,62 +52,6 @@ def _per_unit(fn, keys: np.ndarray) -> np.ndarray:
     uniq, inv = np.unique(keys, return_inverse=True)
     vals = np.array([fn(int(k)) for k in uniq], dtype=np.float64)
     return vals[inv.reshape(keys.shape)]
-
-
-# --- stage layouts and the parameters each stage holds -----------------------------------------------
-
-class _Shapes:
-    """Memoised stage classes and parameter counts (scalar cost-model calls, once per shape)."""
-
-    def __init__(self, pr: Problem):
-        self.pr = pr
-        self.layouts: dict[tuple, list] = {}
-        self.params: dict[tuple, tuple[int, ...]] = {}
-        self.tensors: dict[tuple, tuple] = {}   # per shape: (layout_tensors, their unsharded parts)
-        self.by_mesh: dict[tuple, tuple[int, ...]] = {}   # the same parameters by (dp, cp) + shape
-
-    def classes(self, pp: int, v: int, pipeline: str, split: int) -> list:
-        """The distinct stages of a layout, first stage of each kind, by stage index: pipeline rank
-        ``i`` and the next ranks that hold the same layers, embedding and head have the same
-        memory and FLOPs except for fewer microbatches in flight, so the first one bounds them."""
-        key = (pp, v, schedules.placement_style(pipeline, v), split)
-        got = self.layouts.get(key)
-        if got is None:
-            m = self.pr.model
-            split = cm.split_layers(m.layers, pp, v, stage_split(self.pr, SPLITS[split], pp * v))
-            seen, got = set(), []
-            for st in cm.layouts_of(m, pipeline, pp, split):
-                k = (st.layers, st.moe_layers, st.embedding, st.head)
-                if k not in seen:
-                    seen.add(k)
-                    got.append(st)
-            self.layouts[key] = got
-        return got
-
-    def stage_params(self, mesh: tuple, st) -> tuple[int, ...]:
-        """(dense, expert) parameters of one GPU of stage ``st`` before ZeRO-3, and after it (the
-        first, largest torch.chunk shard), then the linear parameters FP8 copies (before and after)."""
-        pp, dp, cp, tp, ep, etp = mesh
-        full_key = (dp, cp) + (shape := (tp, ep, etp, st.layers, st.moe_layers, st.embedding, st.head))
-        got = self.by_mesh.get(full_key)
-        if got is not None:
-            return got
-        groups = cm.shard_groups(dp, cp, tp, ep, etp)   # the ZeRO-3 shards depend on dp and cp only through these
-        key = shape + groups
-        got = self.params.get(key)
-        if got is None:
-            m = self.pr.model
-            held = self.tensors.get(shape)
-            if held is None:
-                tensors = cm.layout_tensors(m, st, tp, ep, etp)
-                held = self.tensors[shape] = (tensors, cm.tensor_parts(m, tensors, 1, 1))
-            tensors, full = held
-            z3 = cm.tensor_parts(m, tensors, *groups)
-            got = (sum(full.values()) - full["experts"], full["experts"],
-                   sum(z3.values()) - z3["experts"], z3["experts"], cm.linear_params(full), cm.linear_params(z3))
-            self.params[key] = got
-        self.by_mesh[full_key] = got
-        return got
 
 
 # --- training ---------------------------------------------------------------------------------------
@@ -114,31 +66,6 @@ class TrainCosts:
         self.costed = 0            # costed in full
         self.meshes: list = []
         self.least_memory = float("inf")   # the least memory per GPU of any candidate (a bound where none was costed)
-
-
-def _layouts(pr: Problem, meshes):
-    """The layout options (mesh index, pipeline, virtual stages, split) and, per option, the
-    table of its stage classes: stage index, layers, MoE layers, embedding, head, validity and
-    the parameters of one GPU (dense, expert, and their ZeRO-3 shards)."""
-    shapes = _Shapes(pr)
-    lo_mesh, lo_pipe, lo_v, lo_split, lo_cls = [], [], [], [], []
-    for mi, mesh in enumerate(meshes):
-        for pi, v, split in layout_options(pr, mesh[0]):
-            lo_mesh.append(mi)
-            lo_pipe.append(pi)
-            lo_v.append(v)
-            lo_split.append(split)
-            lo_cls.append(shapes.classes(mesh[0], v, PIPELINES[pi], split))
-    n_lo, K = len(lo_mesh), max((len(c) for c in lo_cls), default=0)
-    ints = [np.zeros((n_lo, K), dtype=np.int64) for _ in range(3)]        # stage, layers, MoE layers
-    flags = [np.zeros((n_lo, K), dtype=bool) for _ in range(3)]           # embedding, head, valid
-    c_par = np.zeros((6, n_lo, K), dtype=np.float64)    # dense, expert, their ZeRO-3 shards, linear (both)
-    for i, cls in enumerate(lo_cls):
-        for k, st in enumerate(cls):
-            ints[0][i, k], ints[1][i, k], ints[2][i, k] = st.stage, st.layers, st.moe_layers
-            flags[0][i, k], flags[1][i, k], flags[2][i, k] = st.embedding, st.head, True
-            c_par[:, i, k] = shapes.stage_params(meshes[lo_mesh[i]], st)
-    return lo_mesh, lo_pipe, lo_v, lo_split, (*ints, *flags, c_par[:4], c_par[4:])
 
 
 def train_costs(pr: Problem, efficiency: float | None = None, progress=None, least: bool = False) -> TrainCosts:
@@ -158,7 +85,7 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None, lea
     cap = float(pr.cluster.gpu.memory)
 
     # 1. layout options (mesh, pipeline, virtual stages, split) and their stage classes
-    lo_mesh, lo_pipe, lo_v, lo_split, tables = _layouts(pr, meshes)
+    lo_mesh, lo_pipe, lo_v, lo_split, tables, twin = layouts(pr, meshes)
     if not lo_mesh:
         return out
     c_stage, c_layers, c_moe, c_emb, c_head, c_valid, c_par, c_lin = tables
@@ -193,18 +120,16 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None, lea
         fit[z] = allowed & (bound <= cap)
         if least and allowed.any():
             out.least_memory = min(out.least_memory, float(bound[allowed].min()))
-    parts = [(np.nonzero(fit[z][s_lo])[0], z) for z in zeros]
-    r_s = np.concatenate([p_ for p_, _ in parts])
-    out.bounded = out.enumerated - int(per_s[r_s].sum())
+    zfit = np.stack([fit[z][s_lo] for z in zeros])                    # (ZeRO stage, pair)
+    out.costed = int((per_s * zfit.sum(axis=0)).sum())
+    out.bounded = out.enumerated - out.costed
 
     # 4. expand the pairs some ZeRO stage fits by (recompute, sequence parallel): each (pair, train
     #    option) is costed once, its ZeRO stages a last dimension (they differ only in the model
     #    state and the data-parallel traffic), kept as indices and gathered chunk by chunk
-    out.costed = int(per_s[r_s].sum())
-    u_pairs = np.unique(r_s)
+    u_pairs = np.nonzero(zfit.any(axis=0))[0]
     if not len(u_pairs):
         return out
-    zfit = np.stack([fit[z][s_lo] for z in zeros])                    # (ZeRO stage, pair)
     t_mesh = lo_mesh_a[s_lo[u_pairs]]
     u2 = np.repeat(np.arange(len(u_pairs)), tcount[t_mesh])
     r_t = (toff[t_mesh][u2] + _ramp(tcount[t_mesh])).astype(np.int32)
@@ -221,26 +146,32 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None, lea
     # 6. the full model, in chunks (a progress callback sees each one)
     ctx = _Context(pr=pr, per=per, cap=cap, zeros=zeros, state=state, c_stage=c_stage, c_layers=c_layers,
                    c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par, c_lin=c_lin,
-                   links=_axis_links(pr, meshes), efficiency=efficiency, factors=_factors(pr), pairs=tables,
-                   state_stack=(np.stack([(state[z][0] + state[z][1]) + state[z][2] for z in zeros]),
+                   twin=twin, n_opts=(len(bopts), len(topts)), links=_axis_links(pr, meshes), efficiency=efficiency, factors=_factors(pr), pairs=tables,
+                   state_stack=(np.stack([np.where(c_valid, (state[z][0] + state[z][1]) + state[z][2], -np.inf)
+                                          for z in zeros]),
                                 np.stack([state[z][2] for z in zeros])),
                    zero_index=np.array([zeros.index(z) if z in zeros else 0 for z in range(4)]))
     split_a = np.asarray(lo_split, dtype=np.int64)
-    chunks, least_costed = [], float("inf")
+    cols, least_costed = Rows(out.costed), float("inf")
     for start in range(0, n, CHUNK):
         sel = slice(start, min(n, start + CHUNK))
         pr_, lo, b, t = pair[sel], s_lo[pair[sel]], s_b[pair[sel]], r_t[sel]
         mi = lo_mesh_a[lo]
-        rows = dict(pair=pr_, topt=t, lo=lo, mb=bopts[b, 0], m=bopts[b, 1], gb=bopts[b, 2],
+        rows = dict(pair=pr_, topt=t, lo=lo, bopt=b, mb=bopts[b, 0], m=bopts[b, 1], gb=bopts[b, 2],
                     recompute=topts[t, 0], sp=topts[t, 1], mesh=mi,
                     **{k: mesh_a[mi, j] for j, k in enumerate(("pp", "dp", "cp", "tp", "ep", "etp"))},
                     pipeline=lo_pipe_a[lo], v=lo_v_a[lo], split=split_a[lo])
         got, lowest = _cost_rows(ctx, rows, zfit)
-        chunks.append(got)
+        cols.add(got)
         least_costed = min(least_costed, lowest)
         if progress is not None:
             progress(min(n, start + CHUNK) / n)
-    out.cols = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    derived = {k: ("lo", mesh_a[lo_mesh_a, j]) for j, k in enumerate(("pp", "dp", "cp", "tp", "ep", "etp"))}
+    derived.update(mb=("bopt", bopts[:, 0]), m=("bopt", bopts[:, 1]), gb=("bopt", bopts[:, 2]),
+                   recompute=("topt", topts[:, 0]), sp=("topt", topts[:, 1]), mesh=("lo", lo_mesh_a),
+                   pipeline=("lo", lo_pipe_a), v=("lo", lo_v_a), split=("lo", split_a))
+    stored = cols.done()
+    out.cols = Columns(stored, derived, COLUMNS + [k for k in stored if k not in INDEXES])
     if least and least_costed < float("inf"):
         out.least_memory = least_costed
     return out
@@ -266,15 +197,24 @@ class _Context:
     efficiency: float
     factors: np.ndarray      # (matmul, attention, elementwise) recompute factors per RECOMPUTE code
     pairs: dict              # per (layout, batch) pair: "inflight" per stage class, "bubble"
-    state_stack: tuple = ()  # (weights + grads + optimizer, optimizer) per (zero index, layout option, stage class)
+    # (weights + grads + optimizer, optimizer) per (zero index, layout option, stage class); the
+    # first -inf in the classes a layout option does not have, so a maximum over classes skips them
+    state_stack: tuple = ()
     zero_index: np.ndarray = None   # ZeRO stage -> its index in state_stack
+    twin: np.ndarray = None  # per layout option: the first of its mesh with the same stage classes' shapes
+    n_opts: tuple = ()       # (batch options, train options)
 
 
 def _activations(ctx: _Context, s: dict):
     """(activation bytes of every stage class, CUDA context + NCCL bytes, fragmentation bytes) of
     the distinct rows ``s``."""
     m, lo, tp = ctx.pr.model, s["lo"], s["tp"]
-    act_d, act_m = _layer_activations(ctx.pr, s["mb"], tp, s["cp"], s["etp"], s["recompute"], s["sp"])
+    # a layer's activations depend on the mesh, batch and train option, not on the layout: once each
+    n_b, n_t = ctx.n_opts
+    _, first, inv = np.unique((s["mesh"] * n_b + s["bopt"]) * n_t + s["topt"], return_index=True,
+                              return_inverse=True)
+    act_d, act_m = _layer_activations(ctx.pr, *(s[k][first] for k in ("mb", "tp", "cp", "etp", "recompute", "sp")))
+    act_d, act_m = act_d[inv], act_m[inv]
     inflight = ctx.pairs["inflight"][s["pair"]]
     layers, moe = ctx.c_layers[lo], ctx.c_moe[lo]
     act = cm.stage_activation_bytes(layers - moe, moe, act_d[:, None], act_m[:, None], inflight, ctx.c_emb[lo],
@@ -295,24 +235,27 @@ def _memory(ctx: _Context, u: dict, zfit: np.ndarray):
     tr = ctx.pr.train
     got, lowest = [], float("inf")
     for k, z in enumerate(ctx.zeros):
-        sel = np.nonzero(zfit[k][u["pair"]])[0]
+        zm = zfit[k][u["pair"]]
+        sel = np.nonzero(zm)[0]
         if not len(sel):
             continue
-        lz = lo[sel]
+        # most rows: cost them all and drop the others after, instead of gathering the most
+        whole = 2 * len(sel) > len(lo)
+        lz, a_, f_, x_ = (lo, act, frag, fixed) if whole else (lo[sel], act[sel], frag[sel], fixed[sel])
         total = states[k][lz]           # weights + grads + optimizer (summed in that order), this call's own
-        total += act[sel]
+        total += a_
         if tr.precision == "fp8":   # the FP8 weight copies (and FP8 parameters' saving)
             delta, cache = cm.fp8_weight_terms(tr, ctx.c_lin[1][lz] if z >= 3 else ctx.c_lin[0][lz])
             total += delta + cache
-        fz = frag[sel]
-        most = np.argmax(np.where(ctx.c_valid[lz], total + fz, -np.inf), axis=1)
+        most = np.argmax(total + f_, axis=1)     # -inf in the classes lz lacks (state_stack)
         # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most
         # loaded one, in the order Memory.total adds them
-        rows = np.arange(len(sel))
-        mem = total[rows, most] + (fixed[sel] + fz[rows, most])
-        lowest = min(lowest, float(mem.min()))
-        keep = np.nonzero(mem <= ctx.cap)[0]
-        got.append((sel[keep], np.full(len(keep), z), most[keep], mem[keep], opt[k][lz[keep], most[keep]]))
+        rows = np.arange(len(lz))
+        mem = total[rows, most] + (x_ + f_[rows, most])
+        lowest = min(lowest, float((mem[sel] if whole else mem).min()))
+        keep = np.nonzero(zm & (mem <= ctx.cap) if whole else mem <= ctx.cap)[0]
+        got.append((keep if whole else sel[keep], np.full(len(keep), z), most[keep], mem[keep],
+                    opt[k][lz[keep], most[keep]]))
     if not got:
         return (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0),) * 2, lowest
     return tuple(np.concatenate(x) for x in zip(*got)), lowest
@@ -385,7 +328,22 @@ def _comm_times(ctx: _Context, r: dict, comm: dict, calls: dict) -> dict:
 
 def _compute(ctx: _Context, s: dict):
     """(GEMM, attention-core and memory-bound seconds per microbatch of every stage class, and the
-    seconds per HBM byte) of the distinct rows ``s``."""
+    seconds per HBM byte) of the distinct rows ``s``: computed once per distinct (stage classes'
+    shapes on a mesh, batch option, train option), the layout options of one mesh that differ
+    only in schedule sharing it (a DualPipe rank's share of its layers applied after)."""
+    n_b, n_t = ctx.n_opts
+    key = (ctx.twin[s["lo"]] * n_b + s["bopt"]) * n_t + s["topt"]
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    gemm, attn, memb, per_hbm_byte = _compute_once(ctx, {k: s[k][first] for k in _COMPUTE_READS})
+    share = schedules.microbatch_share_array(s["pipeline"])[:, None]      # DualPipe: half a rank's layers
+    return share * gemm[inv], share * attn[inv], share * memb[inv], per_hbm_byte[inv]
+
+
+_COMPUTE_READS = ("lo", "recompute", "mb", "m", "cp", "sp", "tp", "etp", "ep")
+
+
+def _compute_once(ctx: _Context, s: dict):
+    """:func:`_compute` of rows ``s`` before the schedule's share of a rank's layers."""
     m, cl, pr, lo = ctx.pr.model, ctx.pr.cluster, ctx.pr, s["lo"]
     layers, moe, head = ctx.c_layers[lo], ctx.c_moe[lo], ctx.c_head[lo]
     f = ctx.factors[s["recompute"]]
@@ -393,7 +351,6 @@ def _compute(ctx: _Context, s: dict):
     sp = (s["sp"] == 1) & (s["tp"] > 1)
     got = cm.stage_rates(m, tokens, s["tp"], s["etp"], s["ep"], cl.gpu, pr.train, pr.profile, ctx.efficiency, sp)
     rates = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), tokens.shape)[:, None] for k, v in got.items()}
-    share = schedules.microbatch_share_array(s["pipeline"])       # DualPipe: half a rank's layers
     casts = 1.0 / np.maximum(s["m"], 1)[:, None] if cm.caches_fp8_weights(pr.train) else 1.0
     accumulate = framework(pr.train.framework)["grad_accumulation_bytes"] * (ctx.c_par[0][lo] + ctx.c_par[1][lo])
     if (s["cp"] > 1).any():   # the context-parallel ring's eager ops, as the estimate counts them
@@ -401,7 +358,7 @@ def _compute(ctx: _Context, s: dict):
                                                    context_parallel(pr.train.framework), 1 + (f[:, 1:2] > 1))
     gemm, attn, memb = cm.stage_compute_time(m, tokens[:, None], s["tp"][:, None], rates, layers - moe, moe, head,
                                              f[:, 0:1], f[:, 1:2], f[:, 2:3], casts, accumulate)
-    return share[:, None] * gemm, share[:, None] * attn, share[:, None] * memb, rates["per_hbm_byte"][:, 0]
+    return gemm, attn, memb, rates["per_hbm_byte"][:, 0]
 
 
 def _distinct(idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -451,7 +408,7 @@ def _cost_rows(ctx: _Context, u: dict, zfit: np.ndarray) -> tuple[dict, float]:
     step = cm.step_time(gemm + attn + memb, exposed, bub) + opt
     tokens = r["gb"] * m.seq_len
     mflops = _per_unit(lambda k: cm.model_flops(m, k), tokens)
-    cols = {k: a for k, a in r.items() if k not in ("lo", "pair", "topt")}
+    cols = {k: r[k] for k in INDEXES} | {"zero": zero}    # the settings: read through these (Columns)
     cols.update(step_time=step, tokens_per_second=tokens / step, mfu=mflops / (step * cl.world * cl.gpu.flops),
                 bubble=bub, memory=mem_total, compute=gemm + attn + memb)
     for ax in AXES:
