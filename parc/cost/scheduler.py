@@ -88,7 +88,11 @@ class Batcher:
 
     @property
     def running_cap(self) -> float:
-        """Requests that may run at once: ``S``, and what the KV cache holds at ``P + O/2``."""
+        """Requests that may run at once: ``S``, and what the KV cache holds at ``P + O/2``: vLLM
+        allocates a request's blocks as its tokens come and, when a step's do not fit, preempts
+        the newest running request (vllm/v1/core/sched/scheduler.py ``schedule``), so a running
+        request holds its prompt and half its output on average (the prompts that preemption
+        computes again are not costed: tests/test_scheduler.py measures what that leaves out)."""
         return float(min(self.seqs, self.kv_tokens / max(1.0, self.prompt + self.output / 2)))
 
     def at(self, d) -> dict:
