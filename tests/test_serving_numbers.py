@@ -292,3 +292,18 @@ def test_explain_text_shows_each_pool_and_the_speed(check_spec):
     assert f"TTFT         {seconds(sv.ttft)} = {terms}" in out
     # the decode pool's memory is its own plan's: dp 2 · tp 8
     assert e.serving.pools["decode"]["estimate"].mesh["dp"] == 2
+
+
+def test_attention_runs_at_its_kernels_published_rates():
+    """A prompt's attention at the forward rate of the kernel the engines run on the GPU's
+    architecture (FlashAttention-3's 62% of the BF16 peak on Hopper, FlashAttention-2's 70% on
+    Ampere); decode attention at FlashMLA's 580 of 989 TFLOP/s and 3000 of 3350 GB/s on H800."""
+    from types import SimpleNamespace
+
+    from parc.cost.serve_step import attention_rates
+
+    h100 = SimpleNamespace(arch="hopper", flops=989e12, hbm_bandwidth=3.35e12)
+    a100 = SimpleNamespace(arch="ampere", flops=312e12, hbm_bandwidth=2.039e12)
+    assert attention_rates(h100) == pytest.approx((0.62 * 989e12, 0.586 * 989e12, 0.896 * 3.35e12))
+    assert attention_rates(a100) == pytest.approx((0.70 * 312e12, 0.586 * 312e12, 0.896 * 2.039e12))
+    assert 3000 / 3350 == pytest.approx(0.896, abs=5e-4) and 580 / 989 == pytest.approx(0.586, abs=5e-4)

@@ -119,12 +119,11 @@ def attention_rates(gpu) -> tuple[float, float, float]:
     prompt kernel's forward share of the BF16 peak (serve_kernels.toml's kernel for the
     architecture, at parc/model/data/kernels.toml's rate), the decode kernel's shares of the peak
     and of the HBM bandwidth."""
-    from parc.model.frameworks import _read
+    from parc.model.frameworks import attention_kernel_rates
 
     tab = serve_kernels()
-    kernel = tab["prefill_attention"].get(gpu.arch, tab["prefill_attention"]["default"])
-    rates = _read("kernels.toml")["attention"][kernel]
-    fwd = float(rates.get(gpu.arch, rates["default"])["forward"])
+    fwd = attention_kernel_rates(tab["prefill_attention"].get(gpu.arch, tab["prefill_attention"]["default"]),
+                                 gpu.arch)[0]
     dec = tab["decode_attention"]
     return gpu.flops * fwd, gpu.flops * dec["compute"], gpu.hbm_bandwidth * dec["bandwidth"]
 
