@@ -114,7 +114,7 @@ def llama8b(serve: str) -> str:
 
 def test_decode_and_prefill_are_rooflines(check_spec):
     """Llama 3 8B on one H100 (3.35 TB/s at hbm_efficiency 0.6, 989 TFLOP/s at gemm_efficiency 0.803,
-    the H100's measured matmul rate, GEMMs of M rows at M / (M + 389) of that), 10 requests of 1000 + 200 tokens: no
+    the H100's measured matmul rate, GEMMs of M rows at M / (M + 375) of that), 10 requests of 1000 + 200 tokens: no
     communication, so each step is the GEMMs' roofline (the weights' read or their FLOPs) plus
     attention's (the KV cache's read at FlashMLA's 3000 of 3350 GB/s, or its FLOPs: decode at
     FlashMLA's 580 of 989 TFLOP/s, prompts at FlashAttention-3's forward 62%) plus the
@@ -139,14 +139,14 @@ def test_decode_and_prefill_are_rooflines(check_spec):
     g, _ = gemm_flops_per_token(m, 32, 0, 1, 1)
     head = 2 * m.hidden * m.vocab
     attn = b * 1100 * 2 * 32 * 256 * 32 / attn_decode
-    assert d.compute == pytest.approx((b * g + b * head) / (peak * b / (b + 389)) + attn)
+    assert d.compute == pytest.approx((b * g + b * head) / (peak * b / (b + 375)) + attn)
     assert d.comm == {}
-    gemm = (b * g + b * head) / (peak * b / (b + 389))
+    gemm = (b * g + b * head) / (peak * b / (b + 375))
     assert d.time == pytest.approx(max(d.weights, gemm) + max(d.kv, attn) + d.elementwise)
     p = sv.prefill[0]
     # 1000 tokens in one step (vLLM's 8,192 on an H100), causal attention over 500 on average
     assert p.tokens == 1000 and sv.prefill_steps == 1
-    assert p.compute == pytest.approx(1000 * g / (peak * 1000 / 1389) + 1000 * 500 * 2 * 32 * 256 * 32 / attn_prefill)
+    assert p.compute == pytest.approx(1000 * g / (peak * 1000 / 1375) + 1000 * 500 * 2 * 32 * 256 * 32 / attn_prefill)
     assert p.elementwise == pytest.approx(1000 * per_token / hbm)
     assert p.bound == "compute" and sv.prefill_time == pytest.approx(p.time)
     # TTFT's terms sum to it; TPOT is the mean step, mixed steps and decode steps
