@@ -53,6 +53,7 @@ METRICS = {   # metric -> (how the table prints it, unit)
 from bench.accuracy_serving import METRICS as SERVING_METRICS, TARGETS, kind, summary_lines  # noqa: E402
 
 METRICS.update(SERVING_METRICS)
+TIMES = ("step_time", "ttft", "itl")    # the metrics that are times (a positive error: parc is slower)
 
 
 # --- specs ---------------------------------------------------------------------------------------
@@ -171,7 +172,7 @@ def why_not(res: dict) -> str:
     if res.get("refused"):
         return "parc refuses the spec: " + res["refused"]
     if res["error"] is not None and abs(res["error"]) > TARGETS[case.get("role", "held_out")][1]:
-        side = "fast" if (res["error"] > 0) != (case["metric"] == "step_time") else "slow"
+        side = "fast" if (res["error"] > 0) != (case["metric"] in TIMES) else "slow"
         reasons.append(f"parc predicts the run {abs(res['error']):.0%} too {side}")
     if res["peak"] is not None and res["peak"] > res["capacity"]:
         reasons.append(f"predicted peak {res['peak'] / 2**30:.1f} GiB exceeds {res['capacity'] / 2**30:.1f} GiB")
@@ -387,7 +388,10 @@ def render(data: dict, results: list[dict], closed: list[tuple[str, str]], calib
             "sweep of Llama 3.3 70B on 2 H100, TensorRT-LLM's offline throughput table, and the SGLang team's "
             "DeepSeek-V3 deployment on 96 H100. A row of an engine other than vLLM and SGLang states that engine's "
             "scheduler limits (its defaults) in the `serve` block. No serving constant is fitted: every step reads "
-            "the profile's defaults and DeepEP's own measured rates.", ""]
+            "the profile's defaults, DeepEP's own measured rates and the attention kernels' published ones "
+            "(`parc/cost/serve_kernels.toml`: prompts at FlashAttention-3's forward rate on Hopper, decode at "
+            "FlashMLA's 3000 GB/s and 580 TFLOP/s on H800), and pays for the memory-bound kernels (norms, residual "
+            "adds, RoPE, the activation, an FP8 model's input casts) counted kernel by kernel as training's are.", ""]
     if planner:
         out += ["## Published plans against the planner", "",
                 "For the largest published run of each group, `parc plan` searched the same model on the "

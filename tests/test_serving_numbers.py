@@ -114,36 +114,82 @@ def llama8b(serve: str) -> str:
 
 def test_decode_and_prefill_are_rooflines(check_spec):
     """Llama 3 8B on one H100 (3.35 TB/s at hbm_efficiency 0.6, 989 TFLOP/s at gemm_efficiency 0.803,
-    the H100's measured matmul rate, GEMMs of M rows at M / (M + 389) of that), 10 requests of 1000 + 200 tokens: no
+    the H100's measured matmul rate, GEMMs of M rows at M / (M + 375) of that), 10 requests of 1000 + 200 tokens: no
     communication, so each step is the GEMMs' roofline (the weights' read or their FLOPs) plus
-    attention's (the KV cache's read or its FLOPs)."""
+    attention's (the KV cache's read at FlashMLA's 3000 of 3350 GB/s, or its FLOPs: decode at
+    FlashMLA's 580 of 989 TFLOP/s, prompts at FlashAttention-3's forward 62%) plus the
+    memory-bound kernels (norms, residual adds, RoPE, SwiGLU: 188,416 bytes a token a layer)."""
     from parc.cost.serve_step import gemm_flops_per_token
 
     plan, e = _est(check_spec, llama8b("prompt_tokens = 1000\n  output_tokens = 200\n  concurrency = 10"))
     sv, m = e.serving, plan.model
     hbm, peak = 3350e9 * 0.6, 989e12 * 0.803
+    kv_read, attn_decode, attn_prefill = 3350e9 * 0.896, 989e12 * 0.586, 989e12 * 0.62
     b = sv.batch
     d = sv.decode[0]
     # every weight once, and the KV of b sequences of 1000 + 200/2 = 1100 tokens at 131,072 B/token
     assert e.kv_bytes_per_token == 32 * 8 * 128 * 2 * 2 == 131_072
     assert d.weights == pytest.approx(e.memory.weights / hbm)
-    assert d.kv == pytest.approx(b * 1100 * 131_072 / hbm)
+    assert d.kv == pytest.approx(b * 1100 * 131_072 / kv_read)
+    # per layer: two norms (read 2h, write 2h) and two residual adds (read 4h, write 2h) of h = 4096,
+    # RoPE on q and k (4 bytes an element of 4096 + 1024), SwiGLU (read 2·2f, write 2f of f = 14,336)
+    per_token = 32 * (2 * 4 * 4096 + 2 * 6 * 4096 + 4 * 5120 + 6 * 14336)
+    assert per_token == 32 * 188_416
+    assert d.elementwise == pytest.approx(b * per_token / hbm)
     g, _ = gemm_flops_per_token(m, 32, 0, 1, 1)
     head = 2 * m.hidden * m.vocab
-    attn = b * 1100 * 2 * 32 * 256 * 32 / peak
-    assert d.compute == pytest.approx((b * g + b * head) / (peak * b / (b + 389)) + attn)
-    assert d.bound == "memory" and d.comm == {}
-    assert d.time == pytest.approx(d.weights + max(d.kv, attn))
+    attn = b * 1100 * 2 * 32 * 256 * 32 / attn_decode
+    assert d.compute == pytest.approx((b * g + b * head) / (peak * b / (b + 375)) + attn)
+    assert d.comm == {}
+    gemm = (b * g + b * head) / (peak * b / (b + 375))
+    assert d.time == pytest.approx(max(d.weights, gemm) + max(d.kv, attn) + d.elementwise)
     p = sv.prefill[0]
     # 1000 tokens in one step (vLLM's 8,192 on an H100), causal attention over 500 on average
     assert p.tokens == 1000 and sv.prefill_steps == 1
-    assert p.compute == pytest.approx(1000 * g / (peak * 1000 / 1389) + 1000 * 500 * 2 * 32 * 256 * 32 / peak)
+    assert p.compute == pytest.approx(1000 * g / (peak * 1000 / 1375) + 1000 * 500 * 2 * 32 * 256 * 32 / attn_prefill)
+    assert p.elementwise == pytest.approx(1000 * per_token / hbm)
     assert p.bound == "compute" and sv.prefill_time == pytest.approx(p.time)
     # TTFT's terms sum to it; TPOT is the mean step, mixed steps and decode steps
     assert sum(sv.ttft_terms.values()) == pytest.approx(sv.ttft)
     assert set(sv.ttft_terms) == {"wait", "queue", "prefill"}
     assert sv.decode_step < sv.tpot < max(ph.time for ph in sv.mixed)
     assert sv.output_tokens_per_s == pytest.approx(sv.tpot and 10 * 200 / (sv.ttft + 199 * sv.tpot), rel=1e-6)
+
+
+def _preset(name: str):
+    import dataclasses
+
+    from parc.model.plan import Model
+    from parc.resolve.catalog import presets
+
+    fields = {f.name for f in dataclasses.fields(Model)}
+    given = {k: v for k, v in presets("models")[name].items() if k in fields and k != "name"}
+    return Model(name=name, **{"head_dim": None, "params": None, **given})
+
+
+def test_memory_bound_kernels_of_an_fp8_and_a_moe_layer():
+    """The serving step's memory-bound bytes per token, by hand. Llama 3 70B in FP8 at tp 2 (h
+    8192, q 8192, kv 1024, f 28,672): the fused kernels (20h + 4·(q + kv)/2 + 6·f/2) and each
+    GEMM's input cast to FP8 (3 bytes an element of h, q/2, h and f/2). DeepSeek-V3's MoE layer
+    on one GPU of ep 8 (h 7168, 128 heads of value width 128, RoPE on 64 of each query head and
+    of the shared key, moe f 2048, one shared expert) with 4 routed rows per token reaching it:
+    the activation over the shared expert and the 4 rows, the dispatch's permutation (8h a row),
+    and in FP8 the casts of QKV's, the shared expert's and each row's input (h each), the output
+    projection's (128 × 128) and the down projections' (2048 · 5)."""
+    from dataclasses import replace
+
+    from parc.cost.serve_step import elementwise_per_token
+
+    m = _preset("llama3_1_70b")
+    fp8 = replace(m, dtype="fp8")
+    fused = 20 * 8192 + 4 * (8192 + 1024) / 2 + 6 * 28672 / 2
+    assert elementwise_per_token(m, 80, 0, 2, 0.0, 1) == pytest.approx(80 * fused)
+    casts = 3 * (8192 + 8192 / 2 + 8192 + 28672 / 2)
+    assert elementwise_per_token(fp8, 80, 0, 2, 0.0, 1) == pytest.approx(80 * (fused + casts))
+    ds = replace(_preset("deepseek_v3"), dtype="fp8")
+    moe = (20 * 7168 + 4 * 129 * 64 + 6 * 2048 * (1 + 4) + 8 * 7168 * 4
+           + 3 * (7168 * (1 + 1 + 4) + 128 * 128 + 2048 * 5))
+    assert elementwise_per_token(ds, 1, 1, 1, 4.0, 1) == pytest.approx(moe)
 
 
 def test_default_workload_is_vllm_benchmark(check_spec):
@@ -246,3 +292,18 @@ def test_explain_text_shows_each_pool_and_the_speed(check_spec):
     assert f"TTFT         {seconds(sv.ttft)} = {terms}" in out
     # the decode pool's memory is its own plan's: dp 2 · tp 8
     assert e.serving.pools["decode"]["estimate"].mesh["dp"] == 2
+
+
+def test_attention_runs_at_its_kernels_published_rates():
+    """A prompt's attention at the forward rate of the kernel the engines run on the GPU's
+    architecture (FlashAttention-3's 62% of the BF16 peak on Hopper, FlashAttention-2's 70% on
+    Ampere); decode attention at FlashMLA's 580 of 989 TFLOP/s and 3000 of 3350 GB/s on H800."""
+    from types import SimpleNamespace
+
+    from parc.cost.serve_step import attention_rates
+
+    h100 = SimpleNamespace(arch="hopper", flops=989e12, hbm_bandwidth=3.35e12)
+    a100 = SimpleNamespace(arch="ampere", flops=312e12, hbm_bandwidth=2.039e12)
+    assert attention_rates(h100) == pytest.approx((0.62 * 989e12, 0.586 * 989e12, 0.896 * 3.35e12))
+    assert attention_rates(a100) == pytest.approx((0.70 * 312e12, 0.586 * 312e12, 0.896 * 2.039e12))
+    assert 3000 / 3350 == pytest.approx(0.896, abs=5e-4) and 580 / 989 == pytest.approx(0.586, abs=5e-4)

@@ -32,6 +32,7 @@ class Limits:
     max_num_batched_tokens: int   # tokens one step schedules per dp rank
     attn_dp: int = 1              # the dp ranks one engine's limits are shared over (SGLang's attention DP)
     mixed: bool = True            # decode tokens ride in the prompt chunks' steps (vLLM); else apart (SGLang)
+    reserved_output: int = 0      # of a running request's outputs to come, the most its KV admission reserves (SGLang)
     stated: tuple = ()            # which of the three the spec gave
     notes: tuple = field(default=())   # how each default was found, in words
 
@@ -39,6 +40,7 @@ class Limits:
         return {"engine": self.engine, "release": self.release, "max_model_len": self.max_model_len,
                 "max_num_seqs_per_rank": self.max_num_seqs,
                 "max_num_batched_tokens_per_rank": self.max_num_batched_tokens, "mixed_steps": self.mixed,
+                "reserved_output_tokens": self.reserved_output,
                 "stated": list(self.stated), "notes": list(self.notes)}
 
 
@@ -125,8 +127,9 @@ def limits(plan, kv_tokens: int | None = None) -> Limits:
         notes.append(f"max_num_batched_tokens {tokens:,} per rank: {_NAMES[eng]} {rel}'s default on "
                      f"{plan.cluster.gpu.name}" + (f", ÷ {share} attention-DP ranks" if share > 1 else ""))
     seqs = (_sglang_seqs if eng == "sglang" else _vllm_seqs)(plan, share, kv_tokens, mlen, tokens, notes)
-    return Limits(eng, rel or "", int(mlen), int(seqs), int(tokens), share, bool(_table(eng).get("mixed_steps", True)),
-                  stated, tuple(notes))
+    tab = _table(eng)
+    return Limits(eng, rel or "", int(mlen), int(seqs), int(tokens), share, bool(tab.get("mixed_steps", True)),
+                  int(tab.get("reserved_output_clip", 0)), stated, tuple(notes))
 
 
 def _vllm_seqs(plan, share, kv_tokens, mlen, tokens, notes) -> int:

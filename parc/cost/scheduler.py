@@ -34,7 +34,9 @@ request, ``E`` tokens a decode step yields per request (1, or the accepted draft
   rank, admissions being independent from rank to rank;
 * the batch ``d`` follows from the load: a closed loop of ``N`` has ``N = d + X·TTFT`` (Little's
   law), a rate ``λ`` has ``X = λ``; it is capped by the token budget (``v·d + p̄ ≤ T``), by ``S``
-  and by the KV cache (``d + X·k·τ_M`` running requests of ``P + O/2`` tokens on average). Past
+  and by the KV cache (``d + X·k·τ_M`` running requests of ``P + O/2`` tokens on average as vLLM
+  allocates them; of ``P + O`` where the engine reserves a request's outputs to come at admission,
+  as SGLang does for requests of fixed length: :attr:`Batcher.held`). Past
   the cap a closed loop queues (``TTFT`` grows by ``(N − N_cap)/X``); a rate beyond the capped
   throughput never drains (TTFT infinite); below it the prompt budget queues as M/D/1 (Wq =
   ρ/(2(1 − ρ)) of a prompt's prefill).
@@ -69,6 +71,7 @@ class Batcher:
     accepted: float = 1.0     # tokens a decode step yields per request
     mixed: bool = True        # decode tokens share the prompt chunks' steps (vLLM); else apart (SGLang)
     lockstep: int = 1         # ranks that run every step together (an MoE engine's data-parallel ranks)
+    reserve: int = 0          # of a running request's outputs to come, the most the KV admission reserves
     _grid: dict = field(default=None, repr=False)
     _decode: tuple = field(default=None, repr=False)
 
@@ -87,9 +90,24 @@ class Batcher:
         return self.budget / self.verify if self.mixed else float("inf")
 
     @property
+    def held(self) -> float:
+        """KV tokens a running request holds on average. vLLM allocates a request's blocks as its
+        tokens come and, when a step's do not fit, preempts the newest running request
+        (vllm/v1/core/sched/scheduler.py ``schedule``): its prompt and half its output, ``P +
+        O/2`` (the prompts that preemption computes again are not costed: tests/test_scheduler.py
+        measures what that leaves out). An engine that reserves up to ``C`` (``reserve``) of each
+        request's outputs to come at admission (SGLang, for requests of fixed length) holds its
+        prompt, what it has made and what it reserves: ``P + O − max(0, O − C)²/(2O)`` over a
+        request's life."""
+        P, O, C = self.prompt, self.output, self.reserve
+        if C <= 0:
+            return max(1.0, P + O / 2)
+        return max(1.0, P + O - max(0.0, O - C) ** 2 / (2 * max(O, 1)))
+
+    @property
     def running_cap(self) -> float:
-        """Requests that may run at once: ``S``, and what the KV cache holds at ``P + O/2``."""
-        return float(min(self.seqs, self.kv_tokens / max(1.0, self.prompt + self.output / 2)))
+        """Requests that may run at once: ``S``, and what the KV cache holds at :attr:`held`."""
+        return float(min(self.seqs, self.kv_tokens / self.held))
 
     def at(self, d) -> dict:
         """Every quantity of the steady state with ``d`` decode requests (arrays): ``tp`` the step
@@ -144,7 +162,7 @@ class Batcher:
                 j = max(1, int(np.argmax(over > 0)))
                 lo, hi = over[j - 1], over[j]
                 cap = float(sub[j - 1] + (sub[j] - sub[j - 1]) * (-lo / (hi - lo) if hi > lo else 0.0))
-                limit = "seqs" if self.seqs <= self.kv_tokens / max(1.0, P + O / 2) else "kv"
+                limit = "seqs" if self.seqs <= self.kv_tokens / self.held else "kv"
             g["cap"], g["limit"] = cap, limit
             g["at_cap"] = self.at(cap)
             self._grid = g
@@ -393,7 +411,7 @@ def pooled(dec: Batcher, ranks_d, pre: dict, ranks_p, transfer, users=None, rate
         return cc + np.asarray(dec.step(z, 0.0), dtype=float) * (1 + per)
 
     limit_cap = "budget" if dec.decode_budget <= dec.running_cap else (
-        "seqs" if dec.seqs <= dec.kv_tokens / max(1.0, dec.prompt + O / 2) else "kv")
+        "seqs" if dec.seqs <= dec.kv_tokens / dec.held else "kv")
     if users is not None:
         ys = xr[None, :] * (c[:, None] + td[None, :] * (1 + per))
         n_cap = ys[:, -1]

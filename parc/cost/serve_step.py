@@ -9,15 +9,20 @@ that keep every stage busy (vLLM's virtual engines), so a request's next token c
 ``pp · T`` seconds, ``T`` the slowest stage's time for its micro-batch: the step time is
 ``pp · max_s t_s(d / pp, p / pp)``.
 
-A stage's time is the roofline of its pass (Williams et al. 2009; for transformer inference Pope
-et al. 2022, §2): the HBM reads (the weights it holds, of a MoE layer only the experts the step's
-tokens reach, and the decode requests' KV cache) at the profile's ``hbm_efficiency``, or the
-compute at ``gemm_efficiency`` of the peak, whichever is longer, plus the communication it waits
-for (TP all-reduces, the expert all-to-all, the send to the next stage, decode context
-parallelism's exchange):
+A stage's time is the roofline of each kernel class of its pass (Williams et al. 2009; for
+transformer inference Pope et al. 2022, §2), one after the other: the GEMMs (the weights it holds,
+of a MoE layer only the experts the step's tokens reach, read at the profile's ``hbm_efficiency``,
+or their FLOPs at ``gemm_efficiency`` of the peak, whichever is longer), attention (the decode
+requests' KV cache read, or its FLOPs, at the attention kernels' measured rates,
+``serve_kernels.toml``), the memory-bound kernels (norms, residual adds, RoPE, the activation, an
+FP8 model's input casts: :func:`elementwise_per_token`, at ``hbm_efficiency``), plus the
+communication it waits for (TP all-reduces, the expert all-to-all, the send to the next stage,
+decode context parallelism's exchange):
 
 * GEMMs run at the peak of the weights' precision (FP8 weights: the FP8 tensor cores, as vLLM's
-  and SGLang's FP8 kernels and DeepGEMM's grouped GEMMs run them), attention's core at BF16;
+  and SGLang's FP8 kernels and DeepGEMM's grouped GEMMs run them), attention's core at BF16:
+  prompts at the forward rate of the engine's prompt kernel (FlashAttention-3 on Hopper), decode
+  at a decode kernel's (FlashMLA's published memory- and compute-bound rates);
 * attention FLOPs per token and attended token: 2 · heads/tp · (query/key width + value width)
   per layer, MLA absorbed in decode (kv_lora_rank + qk_rope_head_dim against kv_lora_rank) and
   expanded in prefill (qk_nope + qk_rope against v_head_dim), as vLLM's and SGLang's MLA
@@ -58,7 +63,8 @@ class Phase:
     tokens: float                 # tokens the stage processes in the pass
     weights: float = 0.0          # seconds reading weights
     kv: float = 0.0               # seconds reading the KV cache
-    compute: float = 0.0          # seconds of FLOPs at the profile's efficiency
+    compute: float = 0.0          # seconds of FLOPs (GEMMs at the profile's efficiency, attention at its kernel's)
+    elementwise: float = 0.0      # seconds of the memory-bound kernels (norms, RoPE, activation, FP8 casts)
     comm: dict = field(default_factory=dict)   # axis -> seconds
     time: float = 0.0             # the stage's time for the pass
     draft: float = 0.0            # seconds of the speculative drafts (in ``time``)
@@ -66,13 +72,13 @@ class Phase:
 
     @property
     def bound(self) -> str:
-        mem = self.weights + self.kv
+        mem = self.weights + self.kv + self.elementwise
         return "compute" if self.compute >= mem else "memory"
 
     def to_json(self) -> dict:
         return {"tokens": self.tokens, "time": self.time, "bound": self.bound, "hbm_weights": self.weights,
-                "hbm_kv": self.kv, "compute": self.compute, "comm": dict(self.comm), "draft": self.draft,
-                "two_batch_overlap": self.overlapped}
+                "hbm_kv": self.kv, "compute": self.compute, "elementwise": self.elementwise,
+                "comm": dict(self.comm), "draft": self.draft, "two_batch_overlap": self.overlapped}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,7 @@ class Stage:
     head: float           # LM-head FLOPs per sampled token (the last stage)
     attn_decode: float    # attention FLOPs per token per cached token (decode)
     attn_prefill: float   # attention FLOPs per token per attended token (prefill)
+    elementwise: float = 0.0   # HBM bytes per token of the memory-bound kernels (:func:`elementwise_per_token`)
 
 
 @lru_cache(maxsize=1)
@@ -98,6 +105,57 @@ def deepep() -> dict:
     """deepep.toml: DeepEP's measured all-to-all rates."""
     with open(HERE / "deepep.toml", "rb") as f:
         return tomllib.load(f)
+
+
+@lru_cache(maxsize=1)
+def serve_kernels() -> dict:
+    """serve_kernels.toml: the attention kernels' measured rates in a serving step."""
+    with open(HERE / "serve_kernels.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def attention_rates(gpu) -> tuple[float, float, float]:
+    """(prompt attention FLOP/s, decode attention FLOP/s, KV-cache read bytes/s) of ``gpu``: the
+    prompt kernel's forward share of the BF16 peak (serve_kernels.toml's kernel for the
+    architecture, at parc/model/data/kernels.toml's rate), the decode kernel's shares of the peak
+    and of the HBM bandwidth."""
+    from parc.model.frameworks import attention_kernel_rates
+
+    tab = serve_kernels()
+    fwd = attention_kernel_rates(tab["prefill_attention"].get(gpu.arch, tab["prefill_attention"]["default"]),
+                                 gpu.arch)[0]
+    dec = tab["decode_attention"]
+    return gpu.flops * fwd, gpu.flops * dec["compute"], gpu.hbm_bandwidth * dec["bandwidth"]
+
+
+def elementwise_per_token(m, layers: int, moe_layers: int, tp: int, copies: float, etp: int) -> float:
+    """HBM bytes one GPU's memory-bound kernels move per token of its dp rank over ``layers``
+    layers, fused as the engines run them (:mod:`parc.cost.kernels`' fused forward counts): two
+    norms (reads 2h, writes 2h) and two residual adds (reads 4h, writes 2h) on whole tokens, RoPE
+    over tp (reads and writes 2 bytes an element of the rotated widths: q and k, or MLA's
+    qk_rope_head_dim of each query head and of the shared key), the MLP's activation (SwiGLU
+    reads 2·2f, writes 2f; GELU 4f): a dense layer's over tp, a MoE layer's over its shared
+    experts (over tp) and the ``copies`` routed rows reaching this GPU (each 1/etp of an expert),
+    with the dispatch's permutation of each row (8h); an FP8 model's GEMMs each read their input
+    cast to FP8 first (2 bytes read, 1 written an element: QKV's and the MLP's input of h (and of
+    each routed row), the output projection's heads·value width over tp, the down projection's
+    inner width)."""
+    h = m.hidden
+    if m.is_mla:
+        rope, out = (m.heads + 1) * m.qk_rope_head_dim, m.heads * m.v_head_dim
+    else:
+        out = m.heads * head_dim(m)
+        rope = (out + m.kv_heads * head_dim(m)) if m.position == "rope" else 0
+    act = 6 if m.mlp == "swiglu" else 4
+    base = 20 * h + 4 * rope / tp
+    dense_f = m.ffn_hidden / tp
+    moe_f = m.moe_ffn_hidden * (m.shared_experts / tp + copies / etp) if moe_layers else 0.0
+    dense = base + act * dense_f
+    moe = base + act * moe_f + 8 * h * copies
+    if m.dtype.startswith("fp8"):
+        dense += 3 * (2 * h + out / tp + dense_f)
+        moe += 3 * (h * (1 + (m.shared_experts > 0) + copies) + out / tp + moe_f)
+    return (layers - moe_layers) * dense + moe_layers * moe
 
 
 def _shape(m, half: float):
@@ -191,7 +249,8 @@ def _stage(plan, st) -> Stage:
     head = 2 * m.hidden * m.vocab / mesh.tp if st.parts.get("output", 0) else 0.0
     g, ge = gemm_flops_per_token(m, st.layers, st.moe_layers, mesh.tp, etp, expert_share(plan))
     return Stage(st.stage, st.layers, st.moe_layers, st.memory.weights - experts - mtp, experts, local, copies,
-                 float(st.kv_bytes_per_token), g, ge, head, 2 * heads * (dq + dv) / mesh.dcp, 2 * heads * (pq + pv))
+                 float(st.kv_bytes_per_token), g, ge, head, 2 * heads * (dq + dv) / mesh.dcp, 2 * heads * (pq + pv),
+                 elementwise_per_token(m, st.layers, st.moe_layers, mesh.tp, copies, etp))
 
 
 def _draft(last: Stage) -> Stage:
@@ -202,7 +261,7 @@ def _draft(last: Stage) -> Stage:
     moe = 1 if last.moe_layers else 0
     return Stage(-1, 1, moe, last.dense * share, last.experts / max(1, last.moe_layers) * moe, last.local,
                  last.copies, last.kv * share, last.gemm * share, last.gemm_expert / max(1, last.moe_layers) * moe,
-                 last.head, last.attn_decode * share, last.attn_prefill * share)
+                 last.head, last.attn_decode * share, last.attn_prefill * share, last.elementwise * share)
 
 
 class StepModel:
@@ -216,7 +275,8 @@ class StepModel:
         # a GPU without an HBM bandwidth reads nothing in time: its steps are compute-bound
         self.hbm = cl.gpu.hbm_bandwidth * prof.hbm_efficiency or float("inf")
         self.gemm_rate = gemm_rate(plan, eff)
-        self.attn_rate = cl.gpu.flops * eff
+        self.attn_prefill, self.attn_decode, kv_read = attention_rates(cl.gpu)
+        self.kv_rate = kv_read or float("inf")
         self.half = float(prof.gemm_half_size)
         self.stages = [_stage(plan, st) for st in est.stages]
         keys, self.distinct = {}, []
@@ -306,7 +366,7 @@ class StepModel:
             return got
         out = {f: np.array([[getattr(st, f)] for st in stages], dtype=float) for f in
                ("dense", "experts", "local", "copies", "kv", "gemm", "gemm_expert", "head", "attn_decode",
-                "attn_prefill")}
+                "attn_prefill", "elementwise")}
         lines = [self._lines(st) for st in stages]
         axes = list(dict.fromkeys(ax for ln in lines for ax in ln))
         out["lines"] = {}
@@ -332,13 +392,13 @@ class StepModel:
         dec = d * (self.verify if self.draft is not None else 1)
         n = dec + p
         w = c["dense"] + c["experts"] * experts_touched(c["local"], n * c["copies"])
-        out = {"weights": w / self.hbm, "kv": d * cd * c["kv"] / self.hbm}
+        out = {"weights": w / self.hbm, "kv": d * cd * c["kv"] / self.kv_rate, "elementwise": n * c["elementwise"] / self.hbm}
         # a GEMM of M rows reaches M / (M + gemm_half_size) of its rate (parc.cost.gemm): the step's
         # tokens for the dense ones, each expert's routed tokens for the grouped ones
         per_expert = n * c["copies"] / np.maximum(c["local"], 1.0)
         out["gemm"] = (n * c["gemm"] + dec * c["head"]) / (self.gemm_rate * _shape(n, self.half)) \
             + n * c["gemm_expert"] / (self.gemm_rate * _shape(per_expert, self.half))
-        out["attention"] = (dec * cd * c["attn_decode"] + p * cp * c["attn_prefill"]) / self.attn_rate
+        out["attention"] = dec * cd * c["attn_decode"] / self.attn_decode + p * cp * c["attn_prefill"] / self.attn_prefill
         out["compute"] = out["gemm"] + out["attention"]
         out["comm"] = self._comm(c["lines"], n, dec, p)
         out["tokens"] = n
@@ -364,11 +424,12 @@ class StepModel:
         read the weights, attention the KV cache), then the communication; with two-batch
         overlap the expert all-to-all under the rest, the weights read by both halves."""
         comm = sum(t["comm"].values()) if t["comm"] else 0.0
-        plain = np.maximum(t["weights"], t["gemm"]) + np.maximum(t["kv"], t["attention"]) + comm
+        attn = np.maximum(t["kv"], t["attention"]) + t["elementwise"]
+        plain = np.maximum(t["weights"], t["gemm"]) + attn + comm
         if not self.tbo:
             return plain
         ep = t["comm"].get("ep", 0.0)
-        work = np.maximum(2 * t["weights"], t["gemm"]) + np.maximum(t["kv"], t["attention"])
+        work = np.maximum(2 * t["weights"], t["gemm"]) + attn
         return np.where(t["tokens"] >= 2, np.maximum(work, ep) + (comm - ep), plain)
 
     # --- the step --------------------------------------------------------------------------------
@@ -403,7 +464,8 @@ class StepModel:
         for i in range(len(self.stages)):
             n = float(t["tokens"][0, 0])
             ph = Phase(n, float(t["weights"][i, 0]), float(t["kv"][i, 0]), float(t["compute"][i, 0]),
-                       {ax: float(v[i, 0]) for ax, v in t["comm"].items()}, float(times[i, 0]))
+                       float(t["elementwise"][i, 0]), {ax: float(v[i, 0]) for ax, v in t["comm"].items()},
+                       float(times[i, 0]))
             ph.overlapped = self.tbo and n >= 2
             if i == len(self.stages) - 1 and self.draft is not None:
                 ph.draft = float(self._draft_time(b, cd)[0])

@@ -223,7 +223,7 @@ def batcher(inst: Instance, prompt: int, output: int):
     cd, cp = prompt + output / 2, prompt / 2
     return Batcher(lambda d, p: sm.step(d, p, cd, cp), prompt, output, lim.max_num_batched_tokens,
                    lim.max_num_seqs, int(inst.est.kv_capacity_tokens), sm.verify, sm.accepted, lim.mixed,
-                   lockstep(inst.plan))
+                   lockstep(inst.plan), lim.reserved_output)
 
 
 def lockstep(plan) -> int:

@@ -56,9 +56,15 @@ def attention_efficiency(framework_name: str | None, arch: str) -> tuple[float, 
     reaches on architecture ``arch``, and the kernel's name."""
     fw = framework(framework_name)
     kernel = fw["attention"].get(arch, fw["attention"]["default"])
+    return (*attention_kernel_rates(kernel, arch), kernel)
+
+
+def attention_kernel_rates(kernel: str, arch: str) -> tuple[float, float]:
+    """(forward, backward): the fraction of the BF16 peak attention kernel ``kernel``
+    (kernels.toml's name) reaches on architecture ``arch``."""
     rates = _read("kernels.toml")["attention"][kernel]
     r = rates.get(arch, rates["default"])
-    return float(r["forward"]), float(r["backward"]), kernel
+    return float(r["forward"]), float(r["backward"])
 
 
 @lru_cache(maxsize=None)

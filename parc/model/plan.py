@@ -319,11 +319,11 @@ class Profile:
     framework: Optional[str] = None       # the framework of the runs it was fitted on (parc calibrate)
     gpu: Optional[str] = None             # the GPU those runs ran on
     gemm_efficiency: Optional[float] = None   # fraction of peak FLOP/s the largest GEMMs sustain (None: the GPU's)
-    gemm_half_size: float = 389.0         # smallest GEMM side (after sharding) that runs at half that
+    gemm_half_size: float = 375.0         # smallest GEMM side (after sharding) that runs at half that
     hbm_efficiency: float = 0.6           # fraction of HBM bandwidth memory-bound kernels reach
     intra_node_efficiency: float = 1.0    # fraction of the intra-node link's bandwidth a collective reaches
     inter_node_efficiency: float = 1.0    # likewise between nodes
-    overlap: float = 0.57                 # fraction of the communication the plan overlaps that is hidden
+    overlap: float = 0.56                 # fraction of the communication the plan overlaps that is hidden
 
 
 @dataclass(slots=True)

@@ -133,6 +133,8 @@ def _phase_text(ph, what: str) -> str:
     terms = [f"compute {seconds(ph.compute)}", f"weights {seconds(ph.weights)}"]
     if ph.kv:
         terms.append(f"KV {seconds(ph.kv)}")
+    if ph.elementwise:
+        terms.append(f"norms, activation and casts {seconds(ph.elementwise)}")
     comm = ", ".join(f"{_AXIS.get(ax, ax)} {seconds(t)}" for ax, t in ph.comm.items() if t)
     bound = "compute-bound" if ph.bound == "compute" else "memory-bound"
     extra = ""

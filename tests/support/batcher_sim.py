@@ -16,7 +16,16 @@ prefills only (the chunk in progress first, then waiting requests, up to ``budge
 step without decodes every running request, the budget not bounding it. ``ranks`` data-parallel
 ranks in lock-step (an MoE engine's) each run this batcher with a load of their own, and every
 step lasts as long as the slowest rank's. The first third of the completed requests is the
-warm-up and is left out."""
+warm-up and is left out.
+
+``kv``: tokens of KV cache a rank holds, vLLM's way (vllm/v1/core/sched/scheduler.py): a
+request's cache grows by each chunk it computes and each token it decodes; when the decode
+tokens of a step do not fit, the newest running request is preempted (its cache freed, back at
+the head of the waiting queue, its prompt and the tokens it made computed again before it goes
+on), and waiting requests are admitted only in a step without preemption and while their chunk
+fits. With ``reserve`` the KV admission is SGLang's for requests of fixed length instead
+(managers/schedule_policy.py PrefillAdder): a request is admitted only while the cache holds its
+prompt and whole output beside every running request's, and none is ever preempted."""
 from __future__ import annotations
 
 import random
@@ -31,35 +40,49 @@ class _Rank:
         self.arrivals: deque = deque()
         self.running: list = []
 
-    def plan(self, t: float, budget: int, seqs: int, mixed: bool):
+    def plan(self, t: float, budget: int, seqs: int, mixed: bool, kv: float = float("inf"), reserve: bool = False):
         """(decode requests, prompt chunks) of this rank's next step starting at ``t``, or None
         when it has nothing to run."""
         while self.arrivals and self.arrivals[0] <= t:
             self.waiting.append(self.new(self.arrivals.popleft()))
         running = self.running
+        decode = [r for r in running if r["left"] == 0]
+        preempted = False
+        while not reserve and decode and sum(r["kv"] for r in running) + len(decode) > kv:
+            victim = running.pop()          # the newest: its cache freed, its work to redo
+            victim["left"], victim["kv"] = victim["size"] + victim["tok"], 0
+            self.waiting.appendleft(victim)
+            decode = [r for r in running if r["left"] == 0]
+            preempted = True
         ready = [r for r in self.waiting if r["arr"] < t or (not running and r["arr"] <= t)]
         if not running and not ready:
             return None
+        free = kv - sum(r["kv"] for r in running) - len(decode) if not reserve else float("inf")
+        booked = sum(r["size"] + r["out"] for r in running)
+        fits = bool(ready) and len(running) < seqs and (booked + ready[0]["size"] + ready[0]["out"] <= kv
+                                                        if reserve else min(ready[0]["left"], budget) <= free)
         room = budget
-        decode = [r for r in running if r["left"] == 0]
         if mixed:
             room -= len(decode)
-        elif any(r["left"] > 0 for r in running) or (ready and len(running) < seqs):
+        elif any(r["left"] > 0 for r in running) or fits:
             decode = []         # a prompt step alone, run first
         chunks = []
         for r in running:
-            if r["left"] > 0 and room > 0:
-                c = min(r["left"], room)
+            if r["left"] > 0 and room > 0 and free > 0:
+                c = min(r["left"], room, free)
                 chunks.append((r, c))
-                room -= c
+                room, free = room - c, free - c
         for r in ready:
-            if room <= 0 or len(running) >= seqs:
+            if room <= 0 or len(running) >= seqs or preempted or min(r["left"], room) > free:
                 break
+            if reserve and booked + r["size"] + r["out"] > kv:
+                break
+            booked += r["size"] + r["out"]
             self.waiting.remove(r)
             running.append(r)
             c = min(r["left"], room)
             chunks.append((r, c))
-            room -= c
+            room, free = room - c, free - c
         return decode, chunks
 
     def next_event(self) -> float:
@@ -71,7 +94,7 @@ class _Rank:
 
 def simulate(step, prompt: int, output: int, budget: int, seqs: int, users: int | None = None,
              rate: float | None = None, requests: int = 1500, seed: int = 1, mixed: bool = True,
-             spread: float = 0.0, ranks: int = 1) -> dict:
+             spread: float = 0.0, ranks: int = 1, kv: float = float("inf"), reserve: bool = False) -> dict:
     """Mean TTFT, TPOT (E2E − TTFT over output − 1) and requests per second of one rank."""
     rng = random.Random(seed)
     t = 0.0
@@ -79,7 +102,8 @@ def simulate(step, prompt: int, output: int, budget: int, seqs: int, users: int 
 
     def new(at: float) -> dict:
         out = output if not spread else max(2, round(output * rng.uniform(1 - spread, 1 + spread)))
-        return {"arr": at, "left": prompt, "tok": 0, "first": None, "last": None, "out": out}
+        return {"arr": at, "left": prompt, "size": prompt, "tok": 0, "kv": 0, "first": None, "last": None,
+                "out": out}
 
     rs = [_Rank() for _ in range(ranks)]
     for rank in rs:
@@ -93,7 +117,7 @@ def simulate(step, prompt: int, output: int, budget: int, seqs: int, users: int 
                 at += rng.expovariate(rate)
                 rank.arrivals.append(at)
     while len(done) < requests * ranks:
-        plans = [rank.plan(t, budget, seqs, mixed) for rank in rs]
+        plans = [rank.plan(t, budget, seqs, mixed, kv, reserve) for rank in rs]
         if all(p is None for p in plans):
             t = max(t, min(rank.next_event() for rank in rs))
             continue
@@ -105,12 +129,14 @@ def simulate(step, prompt: int, output: int, budget: int, seqs: int, users: int 
             finished = []
             for r in decode:
                 r["tok"] += 1
+                r["kv"] += 1
                 r["last"] = t
                 if r["tok"] >= r["out"]:
                     finished.append(r)
             for r, c in chunks:
                 r["left"] -= c
-                if r["left"] == 0:
+                r["kv"] += c
+                if r["left"] == 0 and r["first"] is None:
                     r["tok"], r["first"], r["last"] = 1, t, t
             for r in finished:
                 rank.running.remove(r)
