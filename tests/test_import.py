@@ -19,9 +19,8 @@ NOT_ROUND_TRIPPED = {
     "deepspeed-megatron-llama2": "Megatron-DeepSpeed's pretrain_gpt.py under the deepspeed launcher is read as "
                                  "Megatron-LM's, and its vocabulary is the tokenizer file's, which the launch does not give",
 }          # the engines parc import reads so far (parc/importer/deploy.py READERS)
-# the orchestrators' objects parc import does not read yet: each builds its engine's launch itself
-# (Dynamo's operator, KServe's presets, Ray Serve's engine_kwargs), not from a command in the file
-NOT_READ = {"dynamo": "a DynamoGraphDeployment", "kserve": "an LLMInferenceService", "rayserve": "a Ray Serve config"}
+# the kinds of original parc import does not read yet
+NOT_READ: dict[str, str] = {}
 
 
 def _engine(e: wild.Entry) -> str | None:

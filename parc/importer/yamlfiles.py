@@ -21,6 +21,8 @@ _POD_PATHS = {"Deployment": [("spec", "template")], "StatefulSet": [("spec", "te
               "Job": [("spec", "template")], "Pod": [()], "DaemonSet": [("spec", "template")]}
 _TARGET = {"LeaderWorkerSet": "lws", "PyTorchJob": "kubernetes", "Deployment": "kubernetes", "StatefulSet": "kubernetes",
            "Job": "kubernetes", "Pod": "kubernetes", "TrainJob": "trainjob"}
+# the serving orchestrators' objects, each read by its module of parc/importer
+_ORCHESTRATORS = {"DynamoGraphDeployment": "dynamo", "LLMInferenceService": "kserve"}
 
 
 def read_yaml(src, text: str, variables: dict) -> None:
@@ -39,6 +41,14 @@ def read_yaml(src, text: str, variables: dict) -> None:
             _skypilot(src, doc, variables)
         elif kind == "LeaderWorkerSet":
             _lws(src, doc, variables)
+        elif kind in _ORCHESTRATORS:
+            import importlib
+
+            importlib.import_module(f"parc.importer.{_ORCHESTRATORS[kind]}").read(src, doc, variables)
+        elif kind is None and isinstance(doc.get("applications"), list):
+            from parc.importer.rayserve import read as rayserve
+
+            rayserve(src, doc, variables)
         elif kind in _TARGET:
             _pods(src, doc, variables, kind)
 

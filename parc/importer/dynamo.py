@@ -1,0 +1,121 @@
+"""An NVIDIA Dynamo ``DynamoGraphDeployment`` read back (the inverse of parc/targets/dynamo): the
+v1alpha1 API parc writes (``spec.services``: ``componentType``, ``extraPodSpec.mainContainer``,
+``resources.limits.gpu`` per pod, ``multinode.nodeCount``, ``envFromSecret``) and the v1beta1
+API of Dynamo's own templates (``spec.components``: ``type``, the ``main`` container of its
+``podTemplate``), ai-dynamo 1.6.1 (tests/data/dynamo).
+
+The frontend serves the API (its ``--http-port`` is the target's ``port``); each worker runs
+Dynamo's module for the engine (``python3 -m dynamo.vllm`` with vLLM's engine options and
+``--model``, ``python3 -m dynamo.sglang`` with SGLang's), read by the engine's reader. A worker's
+``--disaggregation-mode prefill|decode`` (dynamo.vllm's own option; SGLang's is the engine's) is
+its pool; its ``replicas`` a pool's instances, or the data-parallel replicas of an aggregated
+worker; ``multinode.nodeCount`` its pods, each with the node's GPUs. A multinode vLLM worker runs
+over Ray, which the operator starts itself (``ray start --head && ARGS`` on the leader)."""
+from __future__ import annotations
+
+from parc.importer.orchestrated import count, pods_facts, replicas, without_option, worker
+from parc.importer.yamlfiles import SCALARS, _container_env, _container_script, _get
+
+SKIPPED = ("frontend", "planner", "main")
+ROLES = ("prefill", "decode")
+
+
+def _components(spec: dict) -> list[dict]:
+    """Each component as {name, type, replicas, nodes, container, env, gpus} (either API)."""
+    out = []
+    if isinstance(spec.get("components"), list):
+        for c in spec["components"]:
+            if not isinstance(c, dict):
+                continue
+            conts = _get(c, "podTemplate", "spec", "containers") or []
+            conts = [x for x in conts if isinstance(x, dict)]
+            main = next((x for x in conts if x.get("name") == "main"), conts[0] if conts else {})
+            out.append({**c, "type": c.get("type") or c.get("componentType"), "container": main})
+    elif isinstance(spec.get("services"), dict):
+        for name, s in spec["services"].items():
+            if isinstance(s, dict):
+                main = _get(s, "extraPodSpec", "mainContainer") or {}
+                out.append({**s, "name": str(name), "type": s.get("componentType"), "container": main})
+    return out
+
+
+def _gpus(c: dict) -> int:
+    for v in (_get(c, "container", "resources", "limits", "nvidia.com/gpu"), _get(c, "resources", "limits", "gpu"),
+              _get(c, "resources", "requests", "gpu")):
+        if v is not None and str(v).isdigit():
+            return int(v)
+    return 0
+
+
+def _env(c: dict) -> dict:
+    env = {str(e["name"]): str(e["value"]) for e in c.get("envs") or []
+           if isinstance(e, dict) and "name" in e and isinstance(e.get("value"), SCALARS)}
+    return {**env, **_container_env(c["container"] if isinstance(c["container"], dict) else {})}
+
+
+def _secret(c: dict) -> str | None:
+    if isinstance(c.get("envFromSecret"), str):
+        return c["envFromSecret"]
+    for e in _get(c, "container", "envFrom") or []:
+        name = _get(e, "secretRef", "name")
+        if isinstance(name, str):
+            return name
+    return None
+
+
+def read(src, doc: dict, variables: dict) -> None:
+    """The workers of a DynamoGraphDeployment, added to ``src`` (module doc)."""
+    src.kind = "dynamo"
+    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    keys: dict = {}
+    src.scheduler = {"target": "dynamo", "keys": keys, "what": "workers"}
+    for k in ("name", "namespace"):
+        v = _get(doc, "metadata", k)
+        if isinstance(v, str):
+            keys[k] = (v, f"{src.name} metadata.{k}")
+    pods, launches = [], []
+    for c in _components(spec):
+        kind = str(c.get("type") or "").lower()
+        ctr = c["container"] if isinstance(c["container"], dict) else {}
+        if isinstance(ctr.get("image"), str):
+            keys.setdefault("image", (ctr["image"], f"{src.name} {c['name']} image"))
+        secret = _secret(c)
+        if secret:
+            keys.setdefault("secret", (secret, f"{src.name} {c['name']}: the Secret of its environment"))
+        script = _container_script(ctr, _env(c))
+        if kind == "frontend":
+            _frontend(src, script, keys)
+            continue
+        if kind in SKIPPED or not script:
+            continue
+        copies = count(c.get("replicas"), f"{c['name']}.replicas", src)
+        nodes = count(_get(c, "multinode", "nodeCount"), f"{c['name']}.multinode.nodeCount", src)
+        found = worker(src, script, variables, _env(c), None, copies, c["name"])
+        for la in found:
+            role = without_option(la, "--disaggregation-mode") if la.engine == "vllm" else _sglang_role(la)
+            la.role = role if role in ROLES else ""
+        launches += found
+        if found:
+            pods.append((copies, nodes, _gpus(c)))
+    if launches and not any(la.role for la in launches) and pods:
+        replicas(src, pods[0][0], f"{src.name}: the worker's replicas: {pods[0][0]}")
+    pods_facts(src, pods, "worker resources.limits")
+
+
+def _sglang_role(la) -> str | None:
+    words = [a.value for a in la.args]
+    return words[words.index("--disaggregation-mode") + 1] if "--disaggregation-mode" in words[:-1] else None
+
+
+def _frontend(src, script: str | None, keys: dict) -> None:
+    """The frontend's HTTP port (``--http-port``), the target's ``port``."""
+    import shlex
+
+    try:
+        words = shlex.split(script or "")
+    except ValueError:
+        return
+    if "--http-port" in words[:-1]:
+        port = words[words.index("--http-port") + 1]
+        if port.isdigit() and 1 <= int(port) <= 65535:
+            keys["port"] = (int(port), f"{src.name} Frontend --http-port {port}")

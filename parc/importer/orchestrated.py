@@ -1,0 +1,83 @@
+"""What the readers of the serving orchestrators' objects share (a Dynamo DynamoGraphDeployment,
+a KServe LLMInferenceService, a Ray Serve LLM application): each names the engine's command of a
+worker (or the options it builds it from) and how many of it run, in which role. Each worker
+becomes the engine's launch, read by the engine's own reader as any ``vllm serve`` or SGLang
+server is: its role (prefill or decode, a pool) and its copies (a pool's instances) travel on the
+:class:`parc.importer.launches.Launch`; copies of a plan without pools are data-parallel
+replicas (the scheduler's ``replicas``)."""
+from __future__ import annotations
+
+import re
+
+# the most copies of a worker read as written: a larger count is a typo or a hostile file, and the
+# plan it would make is not the one meant
+MAX_COPIES = 4096
+QUANTITY = re.compile(r"(\d+)(Ki|Mi|Gi|Ti)")
+
+
+def count(v, what: str, src) -> int:
+    """A replica or node count of the object: a whole number from 1 to MAX_COPIES (else 1, noted)."""
+    if v is None:
+        return 1
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_COPIES:
+        src.notes.append(f"{src.name}: {what}: {str(v)[:40]!r} is no count from 1 to {MAX_COPIES}; read as 1")
+        return 1
+    return v
+
+
+def worker(src, script: str, variables: dict, env: dict, role: str | None, copies: int, where: str) -> list:
+    """The engine launches of one worker's command (``script``: shell text), with its role and copies."""
+    from parc.importer.sh_values import lit
+    from parc.importer.sources import shell_launches
+
+    out = shell_launches(src, script, variables, None, extra_env={k: lit(v) for k, v in env.items()},
+                         tags=((role or where,),))
+    for la in out:
+        la.role = role or ""
+        la.instances = copies
+        la.file = src.name
+    return out
+
+
+def without_option(la, name: str) -> str | None:
+    """The value of option ``name`` in the launch's arguments, the option taken out (an option of
+    the orchestrator's module that the engine itself does not take)."""
+    for i, a in enumerate(la.args):
+        v = a.value or ""
+        if v == name and i + 1 < len(la.args):
+            value = la.args[i + 1].value
+            del la.args[i:i + 2]
+            return value
+        if v.startswith(name + "="):
+            del la.args[i]
+            return v.partition("=")[2]
+    return None
+
+
+def pods_facts(src, pods: list[tuple[int, int, int]], what: str) -> None:
+    """The cluster facts of the workers' pods: (copies, pods each, GPUs a pod) of each worker."""
+    gpus = [g for _, _, g in pods if g]
+    if gpus:
+        src.facts["gpus_per_node"] = (max(gpus), f"{src.name} {what}: {max(gpus)} GPUs a pod")
+    nodes = sum(c * n for c, n, g in pods if g)
+    if nodes:
+        src.facts["nodes"] = (nodes, f"{src.name}: {nodes} GPU pod(s) in all")
+
+
+def quantity(v) -> object:
+    """A Kubernetes memory quantity (``16Gi``) as the .par's bytes (``16GiB``); a CPU count as an int."""
+    from parc.importer.draft import Name
+
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    s = str(v).strip()
+    if s.isdigit():
+        return int(s)
+    m = QUANTITY.fullmatch(s)
+    return Name(f"{m.group(1)}{m.group(2)}B") if m else None
+
+
+def replicas(src, copies: int, note: str) -> None:
+    """Copies of the one engine of a plan without pools: data-parallel replicas."""
+    if copies > 1:
+        src.scheduler["replicas"] = (copies, note)

@@ -1,0 +1,130 @@
+"""A Ray Serve config of Ray Serve LLM applications read back (the inverse of parc/targets/rayserve;
+Ray 2.60): each application's builder (``import_path``: ``ray.serve.llm:build_openai_app`` with
+``args.llm_configs``, ``build_dp_openai_app`` with ``args.llm_config``, ``build_pd_openai_app``
+with ``args.prefill_config`` and ``args.decode_config``) and each ``LLMConfig`` (inline, or a
+YAML file the config names, relative to the folder ``serve run`` starts in: the config's own,
+never outside it).
+
+An LLMConfig's ``engine_kwargs`` are vLLM's EngineArgs, read as the ``vllm serve`` options that
+say the same (each key dashed; ``True`` the switch, ``False`` its ``--no-`` form, a mapping or
+list as JSON), with ``model_loading_config.model_id`` the model;
+``deployment_config.num_replicas`` its replicas (a pool's instances);
+``placement_group_config``'s bundles the GPUs of one engine (STRICT_PACK: on one node);
+``accelerator_type`` the target's key; ``runtime_env.env_vars`` the engine's environment."""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from parc.importer.orchestrated import count, pods_facts, replicas, worker
+from parc.importer.yamlfiles import SCALARS, _get
+
+ROLES = {"prefill_config": "prefill", "decode_config": "decode"}
+
+
+def engine_defaults() -> dict:
+    """rayserve.toml's [defaults]: engine_kwargs left to vLLM where they hold its own default."""
+    import tomllib
+
+    return tomllib.loads((Path(__file__).parent / "rayserve.toml").read_text(encoding="utf-8"))["defaults"]
+
+
+def kwargs_words(kwargs: dict, notes: list | None = None) -> list[str]:
+    """vLLM's engine keyword arguments as the command line that states them (those holding vLLM's
+    default that parc has no key for left out, each noted in ``notes``)."""
+    out = []
+    defaults = engine_defaults()
+    for k, v in kwargs.items():
+        if k in defaults and v == defaults[k] and type(v) is type(defaults[k]):
+            if notes is not None:
+                notes.append(f"engine_kwargs {k}: {json.dumps(v)} is vLLM's own default, left to it")
+            continue
+        flag = "--" + str(k).replace("_", "-")
+        if isinstance(v, bool):
+            out.append(flag if v else "--no-" + str(k).replace("_", "-"))
+        elif isinstance(v, (dict, list)):
+            out += [flag, json.dumps(v, separators=(",", ":"))]
+        elif isinstance(v, SCALARS):
+            out += [flag, str(v)]
+    return out
+
+
+def _config(src, c, what: str) -> dict | None:
+    """An LLMConfig: the mapping, or the YAML file a path names (inside the config's folder)."""
+    if isinstance(c, dict):
+        return c
+    if not isinstance(c, str):
+        return None
+    from parc.importer.sources import ImportError_, read_text
+
+    folder = Path(src.folder).resolve()
+    path = (folder / c).resolve()
+    if folder != path and folder not in path.parents:
+        src.notes.append(f"{src.name}: {what}: {c[:80]!r} lies outside the config's folder, and is not read")
+        return None
+    try:
+        text = read_text(str(path))
+    except ImportError_ as e:
+        src.notes.append(f"{src.name}: {what}: {e}")
+        return None
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if not isinstance(data, dict):
+        src.notes.append(f"{src.name}: {what}: {c[:80]!r} is no LLMConfig mapping")
+        return None
+    return data
+
+
+def _configs(args: dict) -> list[tuple[str, object, str | None]]:
+    out = [(f"llm_configs[{i}]", c, None) for i, c in enumerate(args.get("llm_configs") or [])]
+    out += [(k, args[k], ROLES.get(k)) for k in ("llm_config", "prefill_config", "decode_config") if k in args]
+    return out
+
+
+def read(src, doc: dict, variables: dict) -> None:
+    """The LLMConfigs of a Serve config's applications, added to ``src`` (module doc)."""
+    src.kind = "rayserve"
+    keys: dict = {}
+    src.scheduler = {"target": "rayserve", "keys": keys, "what": "replicas"}
+    pods, launches = [], []
+    for app in doc.get("applications") or []:
+        if not isinstance(app, dict) or not isinstance(app.get("args"), dict):
+            continue
+        if isinstance(app.get("name"), str):
+            keys.setdefault("name", (app["name"], f"{src.name} application name"))
+        for what, c, role in _configs(app["args"]):
+            cfg = _config(src, c, what)
+            if cfg is None:
+                continue
+            launches += _llm_config(src, cfg, what, role, variables, keys, pods)
+    if launches and not any(la.role for la in launches) and pods:
+        replicas(src, pods[0][0], f"{src.name} deployment_config.num_replicas: {pods[0][0]}")
+    pods_facts(src, [(c, 1, g) for c, g in pods], "placement_group_config")
+    port = _get(doc, "http_options", "port")
+    if isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535:
+        src.notes.append(f"{src.name}: http_options.port {port} is Serve's HTTP port: `port = {port}` in "
+                         "`target vllm` says so")
+
+
+def _llm_config(src, cfg: dict, what: str, role, variables: dict, keys: dict, pods: list) -> list:
+    model = _get(cfg, "model_loading_config", "model_id")
+    notes: list[str] = []
+    kwargs = cfg.get("engine_kwargs") if isinstance(cfg.get("engine_kwargs"), dict) else {}
+    words = ["vllm", "serve", *([str(model)] if isinstance(model, SCALARS) else []), *kwargs_words(kwargs, notes)]
+    env = _get(cfg, "runtime_env", "env_vars")
+    env = {str(k): str(v) for k, v in env.items() if isinstance(v, SCALARS)} if isinstance(env, dict) else {}
+    if isinstance(cfg.get("accelerator_type"), str):
+        keys.setdefault("accelerator_type", (cfg["accelerator_type"], f"{src.name} {what} accelerator_type"))
+    copies = count(_get(cfg, "deployment_config", "num_replicas"), f"{what}.deployment_config.num_replicas", src)
+    bundles = _get(cfg, "placement_group_config", "bundles") or []
+    gpus = sum(int(b["GPU"]) for b in bundles if isinstance(b, dict) and isinstance(b.get("GPU"), int)
+               and not isinstance(b.get("GPU"), bool) and 0 <= b["GPU"] <= 64)
+    if _get(cfg, "placement_group_config", "strategy") in ("STRICT_PACK", None) and gpus:
+        pods.append((copies, gpus))
+    src.notes += [f"{src.name} {what}: {n}" for n in notes]
+    return worker(src, shlex.join(words), variables, env, role, copies, what)
