@@ -48,6 +48,8 @@ def report(r, out=sys.stderr) -> None:
     """What stderr says beside the spec: options carried unparsed, options left to parc's launch,
     values that cannot be written, assumptions."""
     rep = r.report
+    for code, where, what in rep.warnings:
+        out.write(f"parc import: {code} warning: {where}: {what}\n")
     for where, why in rep.carried:
         out.write(f"parc import: carried to extra_args: {where} ({why})\n")
     for where, why in rep.dropped:

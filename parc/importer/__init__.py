@@ -40,5 +40,9 @@ def import_files(paths: list[str], options: Options | None = None) -> Imported:
     numbered = {int(k): v for k, v in options.variables.items() if k.isdigit() and int(k) > 0}
     positional = ([lit(numbered.get(i, "")) for i in range(1, max(numbered) + 1)] if numbered else None)
     sources = [read_source(p, variables, positional) for p in paths]
+    if any(isinstance(s.data, dict) and "trainjobs" in s.data for s in sources):
+        from parc.importer.trainjob import link
+
+        link(sources, variables)    # a TrainJob and its runtime, in one file or two
     draft, report, target = build(sources, options)
     return Imported(draft.text(), target, report)

@@ -20,7 +20,8 @@ def count(v, what: str, src) -> int:
     if v is None:
         return 1
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_COPIES:
-        src.notes.append(f"{src.name}: {what}: {str(v)[:40]!r} is no count from 1 to {MAX_COPIES}; read as 1")
+        src.warnings.append(("P043", f"{src.name} {what}", f"{str(v)[:40]!r} is no count from 1 to {MAX_COPIES}: "
+                             "read as 1; write the count the deployment runs in the spec"))
         return 1
     return v
 

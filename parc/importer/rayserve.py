@@ -61,12 +61,12 @@ def _config(src, c, what: str) -> dict | None:
     folder = Path(src.folder).resolve()
     path = (folder / c).resolve()
     if folder != path and folder not in path.parents:
-        src.notes.append(f"{src.name}: {what}: {c[:80]!r} lies outside the config's folder, and is not read")
+        src.warnings.append(("P042", f"{src.name} {what}", f"{c[:80]!r} lies outside the config's folder: not read"))
         return None
     try:
         text = read_text(str(path))
     except ImportError_ as e:
-        src.notes.append(f"{src.name}: {what}: {e}")
+        src.warnings.append(("P042", f"{src.name} {what}", f"{e}: the LLMConfig is not read"))
         return None
     import yaml
 
@@ -75,7 +75,7 @@ def _config(src, c, what: str) -> dict | None:
     except yaml.YAMLError:
         data = None
     if not isinstance(data, dict):
-        src.notes.append(f"{src.name}: {what}: {c[:80]!r} is no LLMConfig mapping")
+        src.warnings.append(("P042", f"{src.name} {what}", f"{c[:80]!r} is no LLMConfig mapping: not read"))
         return None
     return data
 

@@ -20,7 +20,7 @@ _K8S_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _POD_PATHS = {"Deployment": [("spec", "template")], "StatefulSet": [("spec", "template")],
               "Job": [("spec", "template")], "Pod": [()], "DaemonSet": [("spec", "template")]}
 _TARGET = {"LeaderWorkerSet": "lws", "PyTorchJob": "kubernetes", "Deployment": "kubernetes", "StatefulSet": "kubernetes",
-           "Job": "kubernetes", "Pod": "kubernetes", "TrainJob": "trainjob"}
+           "Job": "kubernetes", "Pod": "kubernetes"}
 # the serving orchestrators' objects, each read by its module of parc/importer
 _ORCHESTRATORS = {"DynamoGraphDeployment": "dynamo", "LLMInferenceService": "kserve"}
 
@@ -41,6 +41,10 @@ def read_yaml(src, text: str, variables: dict) -> None:
             _skypilot(src, doc, variables)
         elif kind == "LeaderWorkerSet":
             _lws(src, doc, variables)
+        elif kind in ("TrainJob", "ClusterTrainingRuntime", "TrainingRuntime"):
+            from parc.importer.trainjob import collect
+
+            collect(src, doc)
         elif kind in _ORCHESTRATORS:
             import importlib
 
@@ -162,11 +166,6 @@ def _pods(src, doc: dict, variables: dict, kind: str) -> None:
     if kind == "PyTorchJob":
         for role, spec in (_get(doc, "spec", "pytorchReplicaSpecs") or {}).items():
             templates.append((spec.get("template") or {}, role, spec.get("replicas", 1)))
-    elif kind == "TrainJob":
-        trainer = _get(doc, "spec", "trainer") or {}
-        pod = {"spec": {"containers": [{"command": trainer.get("command"), "args": trainer.get("args"),
-                                         "env": trainer.get("env"), "resources": {"limits": trainer.get("resourcesPerNode", {}).get("limits", {})}}]}}
-        templates.append((pod, "trainer", trainer.get("numNodes", 1)))
     else:
         for path in _POD_PATHS[kind]:
             templates.append((_get(doc, *path) if path else doc, kind, _get(doc, "spec", "replicas") or 1))
@@ -174,5 +173,5 @@ def _pods(src, doc: dict, variables: dict, kind: str) -> None:
     for pod, role, replicas in templates:
         _pod(src, pod, variables, {}, ((str(role).lower(),),), role)
         total += replicas if isinstance(replicas, int) else 0
-    if kind in ("PyTorchJob", "TrainJob") and total:
+    if kind == "PyTorchJob" and total:
         src.facts["nodes"] = (total, f"{src.name}: {total} pods")
