@@ -26,11 +26,13 @@ NOT_READ: dict[str, str] = {}
 def _engine(e: wild.Entry) -> str | None:
     """The serving engine an entry's plan runs (its target, or the engine block beside its scheduler's)."""
     text = e.par.read_text(encoding="utf-8")
+    if e.target == "trainjob" and not any(f"target {t} " in text for t in READ):
+        return "torchrun"       # a TrainJob's own torchrun launch (parc/importer/engines/torchrun.py)
     return next((t for t in READ if e.target == t or f"target {t} " in text), None)
 
 
 # every entry whose original is a launch (a benchmark table is no launch to import)
-IMPORTED = [e for e in ENTRIES if _engine(e) in READ and e.original["kind"] != "table"
+IMPORTED = [e for e in ENTRIES if _engine(e) in READ + ("torchrun",) and e.original["kind"] != "table"
             and e.name not in NOT_ROUND_TRIPPED and e.original["kind"] not in NOT_READ]
 
 

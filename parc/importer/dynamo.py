@@ -13,7 +13,7 @@ worker; ``multinode.nodeCount`` its pods, each with the node's GPUs. A multinode
 over Ray, which the operator starts itself (``ray start --head && ARGS`` on the leader)."""
 from __future__ import annotations
 
-from parc.importer.orchestrated import count, pods_facts, replicas, without_option, worker
+from parc.importer.orchestrated import count, pods_facts, replicas, setting, without_option, worker
 from parc.importer.yamlfiles import SCALARS, _container_env, _container_script, _get
 
 SKIPPED = ("frontend", "planner", "main")
@@ -72,16 +72,16 @@ def read(src, doc: dict, variables: dict) -> None:
     for k in ("name", "namespace"):
         v = _get(doc, "metadata", k)
         if isinstance(v, str):
-            keys[k] = (v, f"{src.name} metadata.{k}")
+            setting(src, keys, k, v, f"{src.name} metadata.{k}")
     pods, launches = [], []
     for c in _components(spec):
         kind = str(c.get("type") or "").lower()
         ctr = c["container"] if isinstance(c["container"], dict) else {}
         if isinstance(ctr.get("image"), str):
-            keys.setdefault("image", (ctr["image"], f"{src.name} {c['name']} image"))
+            setting(src, keys, "image", ctr["image"], f"{src.name} {c['name']} image")
         secret = _secret(c)
         if secret:
-            keys.setdefault("secret", (secret, f"{src.name} {c['name']}: the Secret of its environment"))
+            setting(src, keys, "secret", secret, f"{src.name} {c['name']}: the Secret of its environment")
         script = _container_script(ctr, _env(c))
         if kind == "frontend":
             _frontend(src, script, keys)
@@ -118,4 +118,4 @@ def _frontend(src, script: str | None, keys: dict) -> None:
     if "--http-port" in words[:-1]:
         port = words[words.index("--http-port") + 1]
         if port.isdigit() and 1 <= int(port) <= 65535:
-            keys["port"] = (int(port), f"{src.name} Frontend --http-port {port}")
+            setting(src, keys, "port", int(port), f"{src.name} Frontend --http-port {port}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shlex
 
-from parc.importer.orchestrated import count, pods_facts, quantity, replicas, worker
+from parc.importer.orchestrated import count, pods_facts, quantity, replicas, setting, worker
 from parc.importer.yamlfiles import _container_env, _get
 
 # spec.parallelism's field -> the option the presets write from it (the data-parallel preset's
@@ -73,10 +73,10 @@ def read(src, doc: dict, variables: dict) -> None:
     for k in ("name", "namespace"):
         v = _get(doc, "metadata", k)
         if isinstance(v, str):
-            keys[k] = (v, f"{src.name} metadata.{k}")
+            setting(src, keys, k, v, f"{src.name} metadata.{k}")
     uri, name = _get(spec, "model", "uri"), _get(spec, "model", "name")
     if isinstance(uri, str):
-        keys["uri"] = (uri, f"{src.name} spec.model.uri")
+        setting(src, keys, "uri", uri, f"{src.name} spec.model.uri")
     if not isinstance(name, str):
         name = uri.split("://", 1)[-1] if isinstance(uri, str) else "/mnt/models"
     pd = isinstance(spec.get("prefill"), dict)
@@ -87,9 +87,9 @@ def read(src, doc: dict, variables: dict) -> None:
         for k, part in (("cpu", "cpu"), ("memory", "memory")):
             v = quantity(_get(main, "resources", "requests", part) or "")
             if v is not None:
-                keys.setdefault(k, (v, f"{src.name} {role or 'main'} requests: {part}"))
+                setting(src, keys, k, v, f"{src.name} {role or 'main'} requests: {part}")
         if isinstance(main.get("image"), str):
-            keys.setdefault("image", (main["image"], f"{src.name} {role or 'main'} image"))
+            setting(src, keys, "image", main["image"], f"{src.name} {role or 'main'} image")
         script = shlex.join(["vllm", "serve", name, *preset_words(w)]) + " " + env.get("VLLM_ADDITIONAL_ARGS", "")
         copies = count(w.get("replicas"), f"{role or 'spec'}.replicas", src)
         launches += worker(src, script, variables, env, role, copies, role or "main")

@@ -20,7 +20,8 @@ def count(v, what: str, src) -> int:
     if v is None:
         return 1
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_COPIES:
-        src.warnings.append(("P043", f"{src.name} {what}", f"{str(v)[:40]!r} is no count from 1 to {MAX_COPIES}: "
+        shown = repr(str(v)[:40]) if isinstance(v, (str, int, float)) else f"a {type(v).__name__}"
+        src.warnings.append(("P043", f"{src.name} {what}", f"{shown} is no count from 1 to {MAX_COPIES}: "
                              "read as 1; write the count the deployment runs in the spec"))
         return 1
     return v
@@ -53,6 +54,17 @@ def without_option(la, name: str) -> str | None:
             del la.args[i]
             return v.partition("=")[2]
     return None
+
+
+def setting(src, keys: dict, key: str, value, note: str) -> None:
+    """A key of the orchestrator's target block, where the spec can hold its value (a string
+    with a control character cannot: left out, and said)."""
+    from parc.importer.draft import writable
+
+    if isinstance(value, str) and not writable(value):
+        src.notes.append(f"{note}: {value[:40]!r} holds a character a spec's string cannot: `{key}` left out")
+        return
+    keys.setdefault(key, (value, note))
 
 
 def pods_facts(src, pods: list[tuple[int, int, int]], what: str) -> None:

@@ -17,10 +17,23 @@ import json
 import shlex
 from pathlib import Path
 
-from parc.importer.orchestrated import count, pods_facts, replicas, worker
+from parc.importer.orchestrated import count, pods_facts, replicas, setting, worker
 from parc.importer.yamlfiles import SCALARS, _get
 
 ROLES = {"prefill_config": "prefill", "decode_config": "decode"}
+# the most parts (mappings, lists, scalars) a JSON-valued engine_kwarg is written out with: YAML's
+# aliases share one object, which written out could be exponentially large
+MAX_NODES = 10_000
+
+
+def _small(v, budget: list | None = None) -> bool:
+    """Whether ``v`` has at most MAX_NODES parts, counted without writing it out."""
+    budget = budget if budget is not None else [MAX_NODES]
+    budget[0] -= 1
+    if budget[0] < 0:
+        return False
+    items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
+    return all(_small(x, budget) for x in items)
 
 
 def engine_defaults() -> dict:
@@ -43,8 +56,10 @@ def kwargs_words(kwargs: dict, notes: list | None = None) -> list[str]:
         flag = "--" + str(k).replace("_", "-")
         if isinstance(v, bool):
             out.append(flag if v else "--no-" + str(k).replace("_", "-"))
-        elif isinstance(v, (dict, list)):
+        elif isinstance(v, (dict, list)) and _small(v):
             out += [flag, json.dumps(v, separators=(",", ":"))]
+        elif isinstance(v, (dict, list)) and notes is not None:
+            notes.append(f"engine_kwargs {k}: a value of more than {MAX_NODES} parts (YAML aliases?), not read")
         elif isinstance(v, SCALARS):
             out += [flag, str(v)]
     return out
@@ -96,7 +111,7 @@ def read(src, doc: dict, variables: dict) -> None:
         if not isinstance(app, dict) or not isinstance(app.get("args"), dict):
             continue
         if isinstance(app.get("name"), str):
-            keys.setdefault("name", (app["name"], f"{src.name} application name"))
+            setting(src, keys, "name", app["name"], f"{src.name} application name")
         for what, c, role in _configs(app["args"]):
             cfg = _config(src, c, what)
             if cfg is None:
@@ -119,12 +134,15 @@ def _llm_config(src, cfg: dict, what: str, role, variables: dict, keys: dict, po
     env = _get(cfg, "runtime_env", "env_vars")
     env = {str(k): str(v) for k, v in env.items() if isinstance(v, SCALARS)} if isinstance(env, dict) else {}
     if isinstance(cfg.get("accelerator_type"), str):
-        keys.setdefault("accelerator_type", (cfg["accelerator_type"], f"{src.name} {what} accelerator_type"))
+        setting(src, keys, "accelerator_type", cfg["accelerator_type"], f"{src.name} {what} accelerator_type")
+        src.facts.setdefault("gpu", (cfg["accelerator_type"], f"{src.name} {what} accelerator_type"))
     copies = count(_get(cfg, "deployment_config", "num_replicas"), f"{what}.deployment_config.num_replicas", src)
     bundles = _get(cfg, "placement_group_config", "bundles") or []
     gpus = sum(int(b["GPU"]) for b in bundles if isinstance(b, dict) and isinstance(b.get("GPU"), int)
                and not isinstance(b.get("GPU"), bool) and 0 <= b["GPU"] <= 64)
+    dp = kwargs.get("data_parallel_size")
+    ranks = dp if isinstance(dp, int) and not isinstance(dp, bool) and 1 <= dp <= 4096 else 1
     if _get(cfg, "placement_group_config", "strategy") in ("STRICT_PACK", None) and gpus:
-        pods.append((copies, gpus))
+        pods.append((copies * ranks, gpus))    # a data-parallel engine: a placement group a rank
     src.notes += [f"{src.name} {what}: {n}" for n in notes]
     return worker(src, shlex.join(words), variables, env, role, copies, what)

@@ -16,6 +16,7 @@ so (P041) instead of guessing a script."""
 from __future__ import annotations
 
 from parc.importer.launches import Launch
+from parc.importer.orchestrated import setting
 from parc.importer.yamlfiles import _container_env, _container_script, _get
 
 RUNTIMES = ("ClusterTrainingRuntime", "TrainingRuntime")
@@ -80,11 +81,11 @@ def _job(src, job: dict, runtimes: dict, variables: dict) -> None:
     for k in ("name", "namespace"):
         v = _get(job, "metadata", k)
         if isinstance(v, str):
-            keys[k] = (v, f"{src.name} metadata.{k}")
+            setting(src, keys, k, v, f"{src.name} metadata.{k}")
     if name:
-        keys["runtime"] = (name, f"{src.name} runtimeRef: {name}")
+        setting(src, keys, "runtime", name, f"{src.name} runtimeRef: {name}")
     if kind != DEFAULT_KIND:
-        keys["runtime_kind"] = (kind, f"{src.name} runtimeRef kind")
+        setting(src, keys, "runtime_kind", kind, f"{src.name} runtimeRef kind")
     found = runtimes.get((kind, name)) if name else None
     cont, policy = _runtime_pod(found[0]) if found else ({}, {})
     where = f"{kind} {name} ({found[1]})" if found else None
@@ -92,7 +93,7 @@ def _job(src, job: dict, runtimes: dict, variables: dict) -> None:
     args = trainer.get("args") if isinstance(trainer.get("args"), list) else cont.get("args")
     image = trainer.get("image") if isinstance(trainer.get("image"), str) else cont.get("image")
     if isinstance(image, str):
-        keys["image"] = (image, f"{src.name} trainer image" if "image" in trainer else f"{where} image")
+        setting(src, keys, "image", image, f"{src.name} trainer image" if "image" in trainer else f"{where} image")
     nodes = _whole(trainer.get("numNodes")) or _whole(policy.get("numNodes"))
     nproc = trainer.get("numProcPerNode", _get(policy, "torch", "numProcPerNode"))
     limits = _get(trainer, "resourcesPerNode", "limits") or _get(cont, "resources", "limits") or {}
