@@ -14,34 +14,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_import_roundtrip import SPEC
 
 ROOT = Path(__file__).resolve().parent.parent
+MODEL = 'model = "meta-llama/Llama-3.1-8B-Instruct"\n'
 MAIN = {"dynamo": "dgd.yaml", "kserve": "llmisvc.yaml", "rayserve": "serve.yaml"}
 
-SPEC = """model "llama" {{
-  from = llama3_1_8b
-}}
-
-cluster "c" {{
-  nodes         = {nodes}
-  gpus_per_node = 8
-  gpu           = h100_sxm
-  intra_node    = nvlink(450GB/s)
-  inter_node    = infiniband(400Gb/s)
-}}
-
-mesh {{
-{mesh}}}
-
-serve {{
-  max_model_len = {ctx}
-  max_num_seqs  = {seqs}
-}}
-
-target {engine} {{
-  model = "meta-llama/Llama-3.1-8B-Instruct"
-{engine_keys}}}
-
+# the engine's spec of test_import_roundtrip, with the orchestrator's block after the engine's
+ORCHESTRATOR = """
 target {orchestrator} {{
 {orchestrator_keys}}}
 """
@@ -86,9 +66,9 @@ def plans(draw):
     # a Dynamo vLLM worker over several nodes runs over Ray, which the operator starts
     engine_keys = "  executor = ray\n" if (orchestrator, engine, nodes) == ("dynamo", "vllm", 2) else ""
     text = SPEC.format(nodes=nodes, mesh=mesh, ctx=draw(st.sampled_from([4096, 8192, 32768])),
-                       seqs=draw(st.sampled_from([16, 64, 256])), engine=engine, engine_keys=engine_keys,
-                       orchestrator=orchestrator,
-                       orchestrator_keys=f"  engine = {engine}\n" if orchestrator == "dynamo" else "")
+                       seqs=draw(st.sampled_from([16, 64, 256])), engine=engine)
+    text = text.replace(MODEL, MODEL + engine_keys) + ORCHESTRATOR.format(
+        orchestrator=orchestrator, orchestrator_keys=f"  engine = {engine}\n" if orchestrator == "dynamo" else "")
     return orchestrator, text
 
 
@@ -318,13 +298,13 @@ BOMB += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1
 
 
 @pytest.mark.parametrize("body", [
-    "applications:\n  - name: app\n    import_path: ray.serve.llm:build_openai_app\n    args:\n      llm_configs:\n"
+    ("applications:\n  - name: app\n    import_path: ray.serve.llm:build_openai_app\n    args:\n      llm_configs:\n"
     "        - model_loading_config: {model_id: meta-llama/Llama-3.1-8B-Instruct}\n"
     "          engine_kwargs: {tensor_parallel_size: 2, hf_overrides: *a8, served_model_name: *a8}\n"
-    "          placement_group_config: {bundles: *a8}\n",
-    "kind: DynamoGraphDeployment\nspec:\n  services:\n    W:\n      componentType: worker\n      envs: *a8\n"
+    "          placement_group_config: {bundles: *a8}\n"),
+    ("kind: DynamoGraphDeployment\nspec:\n  services:\n    W:\n      componentType: worker\n      envs: *a8\n"
     "      replicas: *a8\n      extraPodSpec:\n        mainContainer:\n          command: [python3]\n"
-    "          args: [-m, dynamo.vllm, --model, m, --tensor-parallel-size, '2']\n",
+    "          args: [-m, dynamo.vllm, --model, m, --tensor-parallel-size, '2']\n"),
 ])
 def test_yaml_aliases_that_expand_exponentially_are_not_expanded(tmp_path, body):
     import time

@@ -13,7 +13,15 @@ worker; ``multinode.nodeCount`` its pods, each with the node's GPUs. A multinode
 over Ray, which the operator starts itself (``ray start --head && ARGS`` on the leader)."""
 from __future__ import annotations
 
-from parc.importer.orchestrated import count, pods_facts, replicas, setting, without_option, worker
+from parc.importer.orchestrated import (
+    count,
+    pods_facts,
+    replicas,
+    scheduler,
+    setting,
+    without_option,
+    worker,
+)
 from parc.importer.yamlfiles import SCALARS, _container_env, _container_script, _get
 
 SKIPPED = ("frontend", "planner", "main")
@@ -65,14 +73,8 @@ def _secret(c: dict) -> str | None:
 
 def read(src, doc: dict, variables: dict) -> None:
     """The workers of a DynamoGraphDeployment, added to ``src`` (module doc)."""
-    src.kind = "dynamo"
     spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
-    keys: dict = {}
-    src.scheduler = {"target": "dynamo", "keys": keys, "what": "workers"}
-    for k in ("name", "namespace"):
-        v = _get(doc, "metadata", k)
-        if isinstance(v, str):
-            setting(src, keys, k, v, f"{src.name} metadata.{k}")
+    keys = scheduler(src, doc, "dynamo", "workers")
     pods, launches = [], []
     for c in _components(spec):
         kind = str(c.get("type") or "").lower()

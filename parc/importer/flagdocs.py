@@ -68,7 +68,7 @@ def objects() -> dict:
 
 def objects_section() -> str:
     out = [OBJECTS_BEGIN, ""]
-    for name, o in objects().items():
+    for o in objects().values():
         out += [f"### {o['title']}", "", "| field | `.par` key | how |", "|---|---|---|"]
         out += [f"| {_cell(r['field'])} | {', '.join(f'`{k.strip()}`' for k in r['key'].split(',')) if r['key'] else '—'} "
                 f"| {_cell(r['how'])} |" for r in o["rows"]]

@@ -18,7 +18,15 @@ from __future__ import annotations
 
 import shlex
 
-from parc.importer.orchestrated import count, pods_facts, quantity, replicas, setting, worker
+from parc.importer.orchestrated import (
+    count,
+    pods_facts,
+    quantity,
+    replicas,
+    scheduler,
+    setting,
+    worker,
+)
 from parc.importer.yamlfiles import _container_env, _get
 
 # spec.parallelism's field -> the option the presets write from it (the data-parallel preset's
@@ -66,14 +74,8 @@ def _pods(w: dict) -> int:
 
 def read(src, doc: dict, variables: dict) -> None:
     """The workloads of an LLMInferenceService, added to ``src`` (module doc)."""
-    src.kind = "kserve"
     spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
-    keys: dict = {}
-    src.scheduler = {"target": "kserve", "keys": keys, "what": "workloads"}
-    for k in ("name", "namespace"):
-        v = _get(doc, "metadata", k)
-        if isinstance(v, str):
-            setting(src, keys, k, v, f"{src.name} metadata.{k}")
+    keys = scheduler(src, doc, "kserve", "workloads")
     uri, name = _get(spec, "model", "uri"), _get(spec, "model", "name")
     if isinstance(uri, str):
         setting(src, keys, "uri", uri, f"{src.name} spec.model.uri")

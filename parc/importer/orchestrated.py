@@ -21,8 +21,8 @@ def count(v, what: str, src) -> int:
         return 1
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_COPIES:
         shown = repr(str(v)[:40]) if isinstance(v, (str, int, float)) else f"a {type(v).__name__}"
-        src.warnings.append(("P043", f"{src.name} {what}", f"{shown} is no count from 1 to {MAX_COPIES}: "
-                             "read as 1; write the count the deployment runs in the spec"))
+        src.warnings.append(("P043", f"{src.name} {what}", (f"{shown} is no count from 1 to {MAX_COPIES}: "
+                             "read as 1; write the count the deployment runs in the spec")))
         return 1
     return v
 
@@ -65,6 +65,18 @@ def setting(src, keys: dict, key: str, value, note: str) -> None:
         src.notes.append(f"{note}: {value[:40]!r} holds a character a spec's string cannot: `{key}` left out")
         return
     keys.setdefault(key, (value, note))
+
+
+def scheduler(src, doc: dict, target: str, what: str) -> dict:
+    """The object's target block (its keys, filled by the reader), with its name and namespace."""
+    keys: dict = {}
+    src.kind = target
+    src.scheduler = {"target": target, "keys": keys, "what": what}
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    for k in ("name", "namespace"):
+        if isinstance(meta.get(k), str):
+            setting(src, keys, k, meta[k], f"{src.name} metadata.{k}")
+    return keys
 
 
 def pods_facts(src, pods: list[tuple[int, int, int]], what: str) -> None:

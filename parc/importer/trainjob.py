@@ -16,7 +16,7 @@ so (P041) instead of guessing a script."""
 from __future__ import annotations
 
 from parc.importer.launches import Launch
-from parc.importer.orchestrated import setting
+from parc.importer.orchestrated import scheduler, setting
 from parc.importer.yamlfiles import _container_env, _container_script, _get
 
 RUNTIMES = ("ClusterTrainingRuntime", "TrainingRuntime")
@@ -76,12 +76,7 @@ def _job(src, job: dict, runtimes: dict, variables: dict) -> None:
     ref = _get(job, "spec", "runtimeRef") or {}
     name = ref.get("name") if isinstance(ref.get("name"), str) else None
     kind = ref.get("kind") if ref.get("kind") in RUNTIMES else DEFAULT_KIND
-    keys: dict = {}
-    src.scheduler = {"target": "trainjob", "keys": keys, "what": "pods"}
-    for k in ("name", "namespace"):
-        v = _get(job, "metadata", k)
-        if isinstance(v, str):
-            setting(src, keys, k, v, f"{src.name} metadata.{k}")
+    keys = scheduler(src, job, "trainjob", "pods")
     if name:
         setting(src, keys, "runtime", name, f"{src.name} runtimeRef: {name}")
     if kind != DEFAULT_KIND:
