@@ -1,6 +1,8 @@
 """The YAML files a launch is deployed with: a SkyPilot task (``run``, ``envs``, ``num_nodes``,
 ``resources.accelerators``), a LeaderWorkerSet (its leader and worker pod templates), and the
-pods of a Kubernetes Deployment, StatefulSet, Job, PyTorchJob or TrainJob. Each container's
+pods of a Kubernetes Deployment, StatefulSet, Job or PyTorchJob; a TrainJob and its runtime
+(parc/importer/trainjob.py), and the serving orchestrators' objects, each read by its own module
+(parc/importer/dynamo.py, kserve.py, rayserve.py). Each container's
 command is read by the shell reader: ``sh -c SCRIPT`` as that script, any other command as its
 words (quoted with :func:`shlex.join`, since Kubernetes passes them to the program unsplit);
 ``$(NAME)`` in a container's command is Kubernetes' own reference to the container's environment

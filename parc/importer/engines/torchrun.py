@@ -10,7 +10,7 @@ runtime no file given holds, has its entrypoint a placeholder too, said as P041.
 from __future__ import annotations
 
 from parc.importer.argv import parse
-from parc.importer.draft import Placeholder, writable
+from parc.importer.draft import Name, Placeholder, writable
 from parc.importer.engines.common import Reader
 
 UNKNOWN_CODE = "P041"
@@ -40,6 +40,7 @@ def deploy(ctx) -> str:
                            "Python code it runs, which parc import does not read (write the spec by hand; "
                            "`parc compile --target torchrun` emits its launch)")
     d, la = ctx.draft, ctx.group[0]
+    d.target("trainjob", "engine", Name("torchrun"), "")     # first in its block (deploy._scheduler notes it)
     model_block(ctx, None, "")
     unknown = la.facts.get("trainjob.unknown")
     if unknown:
