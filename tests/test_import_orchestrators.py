@@ -314,3 +314,19 @@ def test_yaml_aliases_that_expand_exponentially_are_not_expanded(tmp_path, body)
     assert time.perf_counter() - t < 30
     assert r.returncode == 0 and "tp = 2" in r.stdout, r.stderr
     assert len(r.stdout) < 20_000
+
+
+def test_an_older_dynamo_role_switch_is_read_as_the_pool_it_names(tmp_path):
+    """dynamo.vllm's --is-prefill-worker (Dynamo before --disaggregation-mode) names the prefill
+    pool, is no vLLM option, and stderr says parc writes the newer spelling."""
+    worker = ("    {name}:\n      componentType: worker\n      replicas: {n}\n      resources: {{limits: {{gpu: '1'}}}}\n"
+              "      extraPodSpec:\n        mainContainer:\n          command: [python3]\n"
+              "          args: [-m, dynamo.vllm, --model, meta-llama/Llama-3.1-8B-Instruct, {role}--kv-transfer-config,"
+              " '{{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}}']\n")
+    text = ("apiVersion: nvidia.com/v1alpha1\nkind: DynamoGraphDeployment\nmetadata: {name: pd}\nspec:\n  services:\n"
+            + worker.format(name="VllmPrefillWorker", n=2, role="--is-prefill-worker, ")
+            + worker.format(name="VllmDecodeWorker", n=1, role=""))
+    r = _parc_import(tmp_path, {"dgd.yaml": text})
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"prefill \{\n\s+instances = 2", r.stdout) and re.search(r"decode \{\n\s+instances = 1", r.stdout), r.stdout
+    assert "is-prefill-worker" not in r.stdout and "older Dynamo's spelling" in r.stderr

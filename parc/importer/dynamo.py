@@ -26,6 +26,8 @@ from parc.importer.yamlfiles import SCALARS, _container_env, _container_script, 
 
 SKIPPED = ("frontend", "planner", "main")
 ROLES = ("prefill", "decode")
+# the role switches of dynamo.vllm before --disaggregation-mode replaced them
+OLD_ROLES = {"--is-prefill-worker": "prefill", "--is-decode-worker": "decode"}
 
 
 def _components(spec: dict) -> list[dict]:
@@ -94,14 +96,33 @@ def read(src, doc: dict, variables: dict) -> None:
         nodes = count(_get(c, "multinode", "nodeCount"), f"{c['name']}.multinode.nodeCount", src)
         found = worker(src, script, variables, _env(c), None, copies, c["name"])
         for la in found:
-            role = without_option(la, "--disaggregation-mode") if la.engine == "vllm" else _sglang_role(la)
+            role = _vllm_role(src, la) if la.engine == "vllm" else _sglang_role(la)
             la.role = role if role in ROLES else ""
         launches += found
         if found:
             pods.append((copies, nodes, _gpus(c)))
+    roles = {la.role for la in launches}
+    if "prefill" in roles and "" in roles:      # the frontend sends prefills to the prefill workers
+        src.notes.append(f"{src.name}: the workers without a role beside prefill workers are read as the decode pool")
+        for la in launches:
+            la.role = la.role or "decode"
     if launches and not any(la.role for la in launches) and pods:
         replicas(src, pods[0][0], f"{src.name}: the worker's replicas: {pods[0][0]}")
     pods_facts(src, pods, "worker resources.limits")
+
+
+def _vllm_role(src, la) -> str | None:
+    """dynamo.vllm's role option, taken out of vLLM's options: --disaggregation-mode, or the
+    switches of Dynamo releases before it (--is-prefill-worker, --is-decode-worker), noted."""
+    role = without_option(la, "--disaggregation-mode")
+    for a in list(la.args):
+        old = OLD_ROLES.get(a.value or "")
+        if old:
+            la.args.remove(a)
+            role = role or old
+            src.notes.append(f"{src.name}: {a.value} is an older Dynamo's spelling of --disaggregation-mode {old}, "
+                             "which parc writes (the spelling of Dynamo 1.6.1)")
+    return role
 
 
 def _sglang_role(la) -> str | None:
