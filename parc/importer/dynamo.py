@@ -96,7 +96,7 @@ def read(src, doc: dict, variables: dict) -> None:
         nodes = count(_get(c, "multinode", "nodeCount"), f"{c['name']}.multinode.nodeCount", src)
         found = worker(src, script, variables, _env(c), None, copies, c["name"])
         for la in found:
-            role = _vllm_role(src, la) if la.engine == "vllm" else _sglang_role(la)
+            role = (_vllm_role(src, la) if la.engine == "vllm" else _sglang_role(la)) or kind
             la.role = role if role in ROLES else ""
         launches += found
         if found:
