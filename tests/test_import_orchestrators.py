@@ -332,44 +332,50 @@ def test_an_older_dynamo_role_switch_is_read_as_the_pool_it_names(tmp_path):
     assert "is-prefill-worker" not in r.stdout and "older Dynamo's spelling" in r.stderr
 
 
-DISAGG = ROOT / "tests" / "data" / "dynamo" / "published" / "vllm-disagg.yaml"
+PUBLISHED = ROOT / "tests" / "data"
 AGG_PLAN = ROOT / "tests" / "wild" / "dynamo-vllm-agg-qwen3-0.6b" / "plan.par"
-TWO_GPUS = """cluster "two" {
-  nodes         = 2
+CLUSTER = """cluster "pods" {{
+  nodes         = {nodes}
   gpus_per_node = 1
   gpu           = h100_sxm
   intra_node    = nvlink(450GB/s)
   inter_node    = infiniband(400Gb/s)
-}
+}}
 """
-# the differences between Dynamo's published P/D graph and the one parc compiles from its import
-DISAGG_DIFFERS = {
-    # no Qwen3-0.6B preset: the corpus's spec states it as qwen3_8b with 0.6B's sizes (as for agg.yaml)
-    "decode/vllm.hf_overrides", "prefill/vllm.hf_overrides",
-    # the spec's kv_transfer is both pools': parc writes the connector on the decode worker too,
-    # where Dynamo's template leaves it to dynamo.vllm
-    "decode/vllm.kv_transfer_config",
-}
+# (the published P/D object, its target, the pods it runs, the --model it needs (no preset), its
+# pools, and the differences between it and what parc compiles from its import, with reasons)
+PUBLISHED_PD = [
+    ("dynamo/published/vllm-disagg.yaml", "dynamo", 2, AGG_PLAN, [("prefill", 1), ("decode", 1)], {
+        # no Qwen3-0.6B preset: the corpus's spec states it as qwen3_8b with 0.6B's sizes (as for agg.yaml)
+        "decode/vllm.hf_overrides", "prefill/vllm.hf_overrides",
+        # the spec's kv_transfer is both pools': parc writes the connector on the decode worker too,
+        # where Dynamo's template leaves it to dynamo.vllm
+        "decode/vllm.kv_transfer_config"}),
+    ("kserve/published/pd-qwen2-7b-gpu.yaml", "kserve", 3, None, [("prefill", 2), ("decode", 1)], set()),
+]
 
 
-def test_dynamos_published_prefill_decode_graph_round_trips(tmp_path):
-    """Dynamo's own vLLM P/D template (v1beta1 components of type prefill and decode): imported as
-    two pools of one instance, checked, compiled, and compared with the original by the corpus's
-    readers: only the differences listed, each with its reason."""
+@pytest.mark.parametrize("path,target,pods,model,pools,differ", PUBLISHED_PD, ids=[c[0] for c in PUBLISHED_PD])
+def test_a_published_prefill_decode_object_round_trips(tmp_path, path, target, pods, model, pools, differ):
+    """Dynamo's own vLLM P/D template (v1beta1 components of type prefill and decode), KServe's P/D
+    sample: imported as two pools, checked, compiled, and compared with the original by the
+    corpus's readers: only the differences listed, each with its reason."""
     from parc import targets
     from parc.api import check_file
     from parc.importer import Options, import_files
     from support import wild, wild_yaml
 
-    text = wild.original_text(DISAGG)
-    (tmp_path / "disagg.yaml").write_text(text, encoding="utf-8")
-    (tmp_path / "cluster.par").write_text(TWO_GPUS, encoding="utf-8")
-    imp = import_files([str(tmp_path / "disagg.yaml")], Options(model=str(AGG_PLAN), cluster=str(tmp_path / "cluster.par")))
+    text = wild.original_text(PUBLISHED / path)
+    (tmp_path / "object.yaml").write_text(text, encoding="utf-8")
+    (tmp_path / "cluster.par").write_text(CLUSTER.format(nodes=pods), encoding="utf-8")
+    imp = import_files([str(tmp_path / "object.yaml")],
+                       Options(model=str(model) if model else None, cluster=str(tmp_path / "cluster.par")))
     (tmp_path / "back.par").write_text(imp.text, encoding="utf-8")
-    r = check_file(str(tmp_path / "back.par"), ["dynamo"])
+    r = check_file(str(tmp_path / "back.par"), [target])
     assert r.plan is not None and not r.errors, [(d.code, d.message) for d in r.errors]
-    assert [(p.name, p.instances) for p in r.plan.pools] == [("prefill", 1), ("decode", 1)], imp.text
-    original = wild_yaml.dynamo(text, tmp_path / "original")
-    emitted = wild.emitted_launches("dynamo", targets.get("dynamo").build(r.plan), tmp_path / "emitted")
-    differs = {d["key"] for d in wild.compare(original, emitted)}
-    assert differs <= DISAGG_DIFFERS, wild.compare(original, emitted)
+    assert [(p.name, p.instances) for p in r.plan.pools] == pools, imp.text
+    assert f"the launch says nodes = {pods}" in " ".join(imp.report.notes)
+    original = wild_yaml.FORMATS[target](text, tmp_path / "original")
+    emitted = wild.emitted_launches(target, targets.get(target).build(r.plan), tmp_path / "emitted")
+    found = wild.compare(original, emitted)
+    assert {d["key"] for d in found} <= differ, found
