@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_import_roundtrip import SPEC
+from support.import_specs import SPEC
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = 'model = "meta-llama/Llama-3.1-8B-Instruct"\n'
@@ -360,10 +360,11 @@ def test_a_published_prefill_decode_object_round_trips(tmp_path, path, target, p
     """Dynamo's own vLLM P/D template (v1beta1 components of type prefill and decode), KServe's P/D
     sample: imported as two pools, checked, compiled, and compared with the original by the
     corpus's readers: only the differences listed, each with its reason."""
+    from support import wild, wild_yaml
+
     from parc import targets
     from parc.api import check_file
     from parc.importer import Options, import_files
-    from support import wild, wild_yaml
 
     text = wild.original_text(PUBLISHED / path)
     (tmp_path / "object.yaml").write_text(text, encoding="utf-8")
