@@ -380,3 +380,15 @@ def test_a_published_prefill_decode_object_round_trips(tmp_path, path, target, p
     emitted = wild.emitted_launches(target, targets.get(target).build(r.plan), tmp_path / "emitted")
     found = wild.compare(original, emitted)
     assert {d["key"] for d in found} <= differ, found
+
+
+def test_a_runtime_without_a_command_leaves_the_images_entrypoint_unknown(tmp_path):
+    """Kubeflow's torch-distributed runtime (tests/data/trainjob) names no command: a TrainJob
+    without one runs the image's own, which the files do not say (P041, never a guessed script)."""
+    runtime = (ROOT / "tests" / "data" / "trainjob" / "torch_distributed.yaml").read_text(encoding="utf-8")
+    job = TRAINJOB.format(nodes=2).replace("torch-llama", "torch-distributed")
+    r = _parc_import(tmp_path, {"job.yaml": job, "runtime.yaml": runtime})
+    assert r.returncode == 0, r.stderr
+    assert 'entrypoint = unknown("the command of the image pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime' in r.stdout
+    assert "P041 warning" in r.stderr and "set `entrypoint` to the program the image runs" in r.stderr, r.stderr
+    assert re.search(r'image\s+= "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"', r.stdout), r.stdout

@@ -108,8 +108,13 @@ def _job(src, job: dict, runtimes: dict, variables: dict) -> None:
         shell_launches(src, script, variables, None, extra_env={k: lit(v) for k, v in env.items()},
                        tags=(("trainer",),))
         return
-    why = (f"the command of {kind} {name}, which no file given holds" if name and not found
-           else f"the command of the image {image} ({where} names none)" if found
-           else "the trainer's command: the TrainJob names neither a command nor a runtime")
+    if name and not found:
+        why, fix = (f"the command of {kind} {name}, which no file given holds",
+                    "give the runtime's file to `parc import` beside the TrainJob")
+    elif found:
+        why, fix = (f"the command of the image {image} ({where} names none)",
+                    "set `entrypoint` to the program the image runs")
+    else:
+        why, fix = "the trainer's command: the TrainJob names neither a command nor a runtime", "set `entrypoint`"
     src.launches.append(Launch("torchrun", [], src.name, 0, launcher="torchrun", tags=(("trainer",),),
-                               facts={"trainjob.unknown": (why, f"{src.name} runtimeRef")}))
+                               facts={"trainjob.unknown": (why, f"{src.name} runtimeRef", fix)}))
