@@ -392,3 +392,20 @@ def test_a_runtime_without_a_command_leaves_the_images_entrypoint_unknown(tmp_pa
     assert 'entrypoint = unknown("the command of the image pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime' in r.stdout
     assert "P041 warning" in r.stderr and "set `entrypoint` to the program the image runs" in r.stderr, r.stderr
     assert re.search(r'image\s+= "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"', r.stdout), r.stdout
+
+
+def test_a_dynamo_workers_requests_and_shared_memory_come_back(tmp_path):
+    """cpu, memory and shm_size of `target dynamo`, compiled into the worker's requests and
+    sharedMemory, are read back as the same keys; a request in another unit is left out, and said."""
+    text = (ROOT / "examples" / "llama3-70b-serve.par").read_text(encoding="utf-8").replace(
+        'import "clusters/', f'import "{ROOT}/examples/clusters/')
+    text += "target dynamo {\n  cpu      = 16\n  memory   = 64GiB\n  shm_size = 8GiB\n}\n"
+    plan, again, imp = compiled_then_imported(text, "dynamo")
+    for k in ("cpu", "memory", "shm_size"):
+        assert again.targets["dynamo"].settings[k] == plan.targets["dynamo"].settings[k], (k, imp.text)
+    odd = DYNAMO.format(name="ok", replicas=1).replace("      resources:\n        limits:\n",
+                                                       "      resources:\n        requests: {cpu: 500m}\n"
+                                                       "        limits:\n")
+    r = _parc_import(tmp_path, {"dgd.yaml": odd})
+    assert r.returncode == 0 and "cpu" not in r.stdout.split("target dynamo")[1], r.stdout
+    assert "requests cpu: '500m' is not read" in r.stderr, r.stderr

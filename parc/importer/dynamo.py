@@ -101,6 +101,7 @@ def read(src, doc: dict, variables: dict) -> None:
         launches += found
         if found:
             pods.append((copies, nodes, _gpus(c)))
+            _requests(src, c, keys)
     roles = {la.role for la in launches}
     if "prefill" in roles and "" in roles:      # the frontend sends prefills to the prefill workers
         src.notes.append(f"{src.name}: the workers without a role beside prefill workers are read as the decode pool")
@@ -123,6 +124,24 @@ def _vllm_role(src, la) -> str | None:
             src.notes.append(f"{src.name}: {a.value} is an older Dynamo's spelling of --disaggregation-mode {old}, "
                              "which parc writes (the spelling of Dynamo 1.6.1)")
     return role
+
+
+def _requests(src, c: dict, keys: dict) -> None:
+    """A worker's CPU and memory requests (the component's, else its container's) and its
+    sharedMemory.size: the target's cpu, memory and shm_size."""
+    from parc.importer.orchestrated import quantity
+
+    for k in ("cpu", "memory"):
+        raw = _get(c, "resources", "requests", k) or _get(c, "container", "resources", "requests", k)
+        if raw is not None:
+            v = quantity(raw, k)
+            if v is None:
+                src.notes.append(f"{src.name} {c['name']} requests {k}: {str(raw)[:40]!r} is not read: `{k}` left out")
+            else:
+                setting(src, keys, k, v, f"{src.name} {c['name']} requests: {k}")
+    shm = _get(c, "sharedMemory", "size")
+    if shm is not None and quantity(shm, "memory") is not None:
+        setting(src, keys, "shm_size", quantity(shm, "memory"), f"{src.name} {c['name']} sharedMemory.size")
 
 
 def _sglang_role(la) -> str | None:

@@ -86,10 +86,14 @@ def read(src, doc: dict, variables: dict) -> None:
     for w, role in [(spec, "decode" if pd else None)] + ([(spec["prefill"], "prefill")] if pd else []):
         main = _main(w.get("template"))
         env = _container_env(main)
-        for k, part in (("cpu", "cpu"), ("memory", "memory")):
-            v = quantity(_get(main, "resources", "requests", part) or "")
+        for k in ("cpu", "memory"):
+            raw = _get(main, "resources", "requests", k)
+            v = quantity(raw, k)
             if v is not None:
-                setting(src, keys, k, v, f"{src.name} {role or 'main'} requests: {part}")
+                setting(src, keys, k, v, f"{src.name} {role or 'main'} requests: {k}")
+            elif raw is not None:
+                src.notes.append(f"{src.name} {role or 'main'} requests {k}: {str(raw)[:40]!r} is no whole number of "
+                                 f"{'cores' if k == 'cpu' else 'Ki, Mi, Gi or Ti bytes'}: `{k}` left out")
         if isinstance(main.get("image"), str):
             setting(src, keys, "image", main["image"], f"{src.name} {role or 'main'} image")
         script = shlex.join(["vllm", "serve", name, *preset_words(w)]) + " " + env.get("VLLM_ADDITIONAL_ARGS", "")

@@ -89,15 +89,14 @@ def pods_facts(src, pods: list[tuple[int, int, int]], what: str) -> None:
         src.facts["nodes"] = (nodes, f"{src.name}: {nodes} GPU pod(s) in all")
 
 
-def quantity(v) -> object:
-    """A Kubernetes memory quantity (``16Gi``) as the .par's bytes (``16GiB``); a CPU count as an int."""
+def quantity(v, key: str) -> object:
+    """A Kubernetes quantity as the .par's value: ``cpu`` whole cores (an int), ``memory`` binary
+    bytes (``16Gi`` as ``16GiB``); None for any other (``500m``, ``16G``)."""
     from parc.importer.draft import Name
 
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
-    s = str(v).strip()
-    if s.isdigit():
-        return int(s)
+    s = str(v).strip() if isinstance(v, (str, int)) and not isinstance(v, bool) else ""
+    if key == "cpu":
+        return int(s) if s.isdigit() and int(s) > 0 else None
     m = QUANTITY.fullmatch(s)
     return Name(f"{m.group(1)}{m.group(2)}B") if m else None
 
