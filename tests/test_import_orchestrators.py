@@ -409,3 +409,13 @@ def test_a_dynamo_workers_requests_and_shared_memory_come_back(tmp_path):
     r = _parc_import(tmp_path, {"dgd.yaml": odd})
     assert r.returncode == 0 and "cpu" not in r.stdout.split("target dynamo")[1], r.stdout
     assert "requests cpu: '500m' is not read" in r.stderr, r.stderr
+
+
+def test_an_autoscaled_ray_serve_deployment_is_read_as_the_replicas_it_starts_with(tmp_path):
+    config = ("model_loading_config: {model_id: meta-llama/Llama-3.1-8B-Instruct}\n"
+              "engine_kwargs: {tensor_parallel_size: 2}\n"
+              "deployment_config: {autoscaling_config: {min_replicas: 1, initial_replicas: 3, max_replicas: 8}}\n")
+    r = _parc_import(tmp_path, {"serve.yaml": RAY.format(config="llm.yaml"), "llm.yaml": config})
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"dp = 3\s+# serve.yaml deployment_config.num_replicas: 3", r.stdout), r.stdout
+    assert "autoscaled deployment, read as the 3 replica(s) it starts with (initial_replicas)" in r.stderr, r.stderr

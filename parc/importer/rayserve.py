@@ -117,13 +117,29 @@ def read(src, doc: dict, variables: dict) -> None:
             if cfg is None:
                 continue
             launches += _llm_config(src, cfg, what, role, variables, keys, pods)
-    if launches and not any(la.role for la in launches) and pods:
-        replicas(src, pods[0][0], f"{src.name} deployment_config.num_replicas: {pods[0][0]}")
+    if launches and not any(la.role for la in launches):
+        n = launches[0].instances
+        replicas(src, n, f"{src.name} deployment_config.num_replicas: {n}")
     pods_facts(src, [(c, 1, g) for c, g in pods], "placement_group_config")
     port = _get(doc, "http_options", "port")
     if isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535:
         src.notes.append(f"{src.name}: http_options.port {port} is Serve's HTTP port: `port = {port}` in "
                          "`target vllm` says so")
+
+
+def _replicas(src, cfg: dict, what: str) -> int:
+    """deployment_config.num_replicas; an autoscaled deployment (``autoscaling_config``, or
+    ``num_replicas: auto``) as the replicas it starts with (initial_replicas, else min_replicas), noted."""
+    dep = cfg.get("deployment_config") if isinstance(cfg.get("deployment_config"), dict) else {}
+    auto = dep.get("autoscaling_config") if isinstance(dep.get("autoscaling_config"), dict) else None
+    if auto is not None or dep.get("num_replicas") == "auto":
+        auto = auto or {}
+        start = next((k for k in ("initial_replicas", "min_replicas") if k in auto), None)
+        n = count(auto.get(start) if start else None, f"{what}.autoscaling_config.{start}", src)
+        src.notes.append(f"{src.name} {what}: an autoscaled deployment, read as the {n} replica(s) it starts with"
+                         + (f" ({start})" if start else "") + "; parc plans a fixed number")
+        return n
+    return count(dep.get("num_replicas"), f"{what}.deployment_config.num_replicas", src)
 
 
 def _llm_config(src, cfg: dict, what: str, role, variables: dict, keys: dict, pods: list) -> list:
@@ -136,7 +152,7 @@ def _llm_config(src, cfg: dict, what: str, role, variables: dict, keys: dict, po
     if isinstance(cfg.get("accelerator_type"), str):
         setting(src, keys, "accelerator_type", cfg["accelerator_type"], f"{src.name} {what} accelerator_type")
         src.facts.setdefault("gpu", (cfg["accelerator_type"], f"{src.name} {what} accelerator_type"))
-    copies = count(_get(cfg, "deployment_config", "num_replicas"), f"{what}.deployment_config.num_replicas", src)
+    copies = _replicas(src, cfg, what)
     bundles = _get(cfg, "placement_group_config", "bundles") or []
     gpus = sum(int(b["GPU"]) for b in bundles if isinstance(b, dict) and isinstance(b.get("GPU"), int)
                and not isinstance(b.get("GPU"), bool) and 0 <= b["GPU"] <= 64)
