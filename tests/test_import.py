@@ -38,7 +38,8 @@ IMPORTED = [e for e in ENTRIES if _engine(e) in READ + ("torchrun",) and e.origi
 
 def test_every_serving_entry_of_the_corpus_is_imported():
     assert len(IMPORTED) >= 15, [e.name for e in IMPORTED]
-    assert {e.target for e in IMPORTED} >= {"vllm", "sglang", "megatron", "torchtitan", "deepspeed", "lws", "skypilot", "slurm"}
+    assert {e.target for e in IMPORTED} >= {"vllm", "sglang", "megatron", "torchtitan", "deepspeed", "lws", "skypilot", "slurm",
+                                            "dynamo", "kserve", "rayserve", "trainjob"}
 
 
 @pytest.mark.parametrize("name", [e.name for e in IMPORTED])

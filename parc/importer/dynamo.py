@@ -24,7 +24,7 @@ from parc.importer.orchestrated import (
 )
 from parc.importer.yamlfiles import SCALARS, _container_env, _container_script, _get
 
-SKIPPED = ("frontend", "planner", "main")
+SKIPPED = ("frontend", "planner")
 ROLES = ("prefill", "decode")
 # the role switches of dynamo.vllm before --disaggregation-mode replaced them
 OLD_ROLES = {"--is-prefill-worker": "prefill", "--is-decode-worker": "decode"}

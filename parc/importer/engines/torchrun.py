@@ -45,8 +45,8 @@ def deploy(ctx) -> str:
     unknown = la.facts.get("trainjob.unknown")
     if unknown:
         d.target("trainjob", "entrypoint", Placeholder(unknown[0]), f"{unknown[1]}: {UNKNOWN_CODE}")
-        ctx.report.warnings.append((UNKNOWN_CODE, unknown[1], f"the TrainJob runs {unknown[0]}: its entrypoint "
-                                    f"is unknown(...); {unknown[2]}"))
+        what = f"the TrainJob runs {unknown[0]}: its entrypoint is unknown(...); {unknown[2]}"
+        ctx.report.warnings.append((UNKNOWN_CODE, unknown[1], what))
     else:
         r = Torchrun(d, ctx.report)
         r.read_launcher(la)
