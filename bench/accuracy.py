@@ -290,7 +290,8 @@ DEFAULTS_TEXT = [
     "(stas00/ml-engineering, compute/accelerator/README.md, `mamf-finder.py`): A100 SXM 86.9%, H100 SXM "
     "80.3% (FP8 70.9%), B200 77.6%, MI300X 51.4%.",
     "- **Attention kernels**: the FlashAttention-2 and -3 papers' own benchmarks (`parc/model/data/kernels.toml`): "
-    "FlashAttention-2 at 70% (forward) and 60% (backward) of an A100's peak and 35% of an H100's; "
+    "FlashAttention-2 at 70% (forward) and 60% (backward) of an A100's peak and 35% (forward) and 32.5% "
+    "(backward, FlashAttention-3's Figure 6) of an H100's; "
     "FlashAttention-3 (and cuDNN's fused attention, Transformer Engine's kernel on Hopper) at about 62% "
     "forward and 52% backward; a flash kernel skips the causal mask's hidden blocks.",
     "- **FP8 recipes**: each recipe's casts in bytes per element (tensorwise and delayed scaling, rowwise, "
@@ -305,7 +306,10 @@ DEFAULTS_TEXT = [
     "- **Frameworks** (`parc/model/data/frameworks.toml`): which kernels each runs (fused or eager "
     "elementwise, attention kernel by architecture), what its selective recompute repeats, how its ZeRO-3 "
     "gathers and reduces (per microbatch; DeepSpeed's as flat rings, the one structural choice taken from "
-    "a table row: Narayanan et al. 2021 Table 2, whose 768-GPU row is a fit row for it).",
+    "a table row: Narayanan et al. 2021 Table 2, whose 768-GPU row is a fit row for it), and the ring its "
+    "context parallelism runs: torchtitan's on torch's experimental ring, K and V repeated to the query "
+    "heads, their gradients passed in float32 and each ring step's output merged in eager float32 ops, "
+    "counted in bytes from torch's source (`kernels.toml` [context_parallel]).",
     "- **Links**: the datasheet's bandwidth at `intra_node_efficiency` and `inter_node_efficiency` 1.0, and "
     "NCCL's per-hop latencies (`parc/model/data/links.toml`); not fitted.",
 ]

@@ -113,12 +113,23 @@ def test_the_three_idle_shares_of_issue_12_are_one(write_spec):
     """pp 4, interleaved_1f1b, 2 virtual stages, 2 microbatches: check said 43%, explain 60% and
     draw 55.6%; the timeline idles 15 of every 27 units of each rank."""
     path = write_spec(SPEC.format(model="llama3_8b", nodes=1, gpn=8, pp=4, dp=1, tp=2, pipeline="interleaved_1f1b",
-                                  v=2, mb=1, gb=2, zero=1, recompute="full", sp="false"))
+                                  v=2, mb=1, gb=2, zero=1, recompute="full", sp="false", cp=1,
+                                  framework="megatron"))
     r = check_file(path)
     (d,) = [d for d in r.diagnostics if d.code == "P209"]
     assert "idles 56%" in d.message and "15 of 27" in d.message
     assert _explain(str(path))["bubble_fraction"] == 15 / 27
     assert _drawn_bubble(str(path)) == 15 / 27
+    assert_one_truth(str(path))
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "megatron"])
+def test_the_planner_prices_a_context_parallel_ring_as_explain_does(write_spec, framework):
+    """torchtitan's ring (torch's) carries K and V repeated to the query heads, gradients in float32,
+    and runs eager merges around each step's attention; the planner's row of the plan must cost
+    them as explain does, or the search ranks torchtitan's cp plans by a cheaper ring than runs."""
+    path = write_spec(SPEC.format(model="llama3_8b", nodes=1, gpn=8, pp=1, dp=2, cp=4, tp=1, pipeline="1f1b",
+                                  v=1, mb=1, gb=4, zero=3, recompute="full", sp="false", framework=framework))
     assert_one_truth(str(path))
 
 
@@ -150,6 +161,7 @@ model "m" {{
 mesh {{
   pp = {pp}
   dp = {dp}
+  cp = {cp}
   tp = {tp}
 }}
 schedule {{
@@ -159,6 +171,7 @@ schedule {{
   global_batch   = {gb}
 }}
 train {{
+  framework         = {framework}
   zero              = {zero}
   recompute         = {recompute}
   sequence_parallel = {sp}
@@ -176,9 +189,11 @@ def plans(draw):
     v = 2 if pipeline == "dualpipe_v" else (1 if pipeline in ("gpipe", "1f1b") else draw(st.sampled_from([1, 2, 4])))
     mb = draw(st.sampled_from([1, 2]))
     m = draw(st.integers(1, 48))
-    world = pp * dp * tp
+    cp = draw(st.sampled_from([1, 1, 2]))
+    world = pp * dp * cp * tp
     gpn = min(8, world)
-    return SPEC.format(model=model, nodes=world // gpn, gpn=gpn, pp=pp, dp=dp, tp=tp, pipeline=pipeline, v=v, mb=mb,
+    return SPEC.format(model=model, nodes=world // gpn, gpn=gpn, pp=pp, dp=dp, cp=cp, tp=tp, pipeline=pipeline, v=v,
+                       mb=mb, framework=draw(st.sampled_from(["megatron", "torchtitan", "deepspeed"])),
                        gb=m * mb * dp, zero=draw(st.sampled_from([0, 1, 2, 3])),
                        recompute=draw(st.sampled_from(RECOMPUTE)), sp=draw(st.sampled_from(["true", "false"])))
 

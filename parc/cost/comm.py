@@ -45,11 +45,13 @@ def tp_bytes_per_layer(tokens: float, h: int, t: int, nbytes: int = 2, recompute
     return vol * again(recompute)
 
 
-def cp_bytes_per_layer(tokens_local: float, kv_width: int, cp: int, nbytes: int = 2) -> float:
+def cp_bytes_per_layer(tokens_local: float, kv_width: int, cp: int, nbytes: int = 2, grad_bytes: int = 0) -> float:
     """Context-parallel ring attention (Liu et al. 2023; Megatron-LM's CP) per layer: the forward
     passes each rank's K and V chunk (tokens_local · kv_width each) around the ring in cp-1 steps,
-    the backward passes K, V and their gradients: 3 × the forward volume."""
-    return 3 * (cp - 1) * 2 * tokens_local * kv_width * nbytes
+    the backward passes K, V and their gradients: 3 × the forward volume, the gradients in
+    ``grad_bytes`` an element where the ring keeps them wider than the activations (torch's ring
+    passes them in float32; 0: ``nbytes``)."""
+    return (cp - 1) * 2 * tokens_local * kv_width * (2 * nbytes + (grad_bytes or nbytes))
 
 
 def ep_bytes_per_layer(tokens_local: float, h: int, top_k: int, ep: int, nbytes: int = 2) -> float:

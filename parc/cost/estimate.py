@@ -33,10 +33,10 @@ from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, D
 from parc.cost import engine
 from parc.cost import xp as np
 from parc.cost.gemm import stage_compute_time, stage_rates
-from parc.cost.kernels import optimizer_bytes
+from parc.cost.kernels import optimizer_bytes, ring_merge_bytes
 from parc.cost.timing import BACKWARD_SHARE, exposed_comm, step_time
 from parc.model import schedules
-from parc.model.frameworks import framework
+from parc.model.frameworks import context_parallel, framework
 
 __all__ = [  # the kernels, re-exported where callers have found them, and the estimate
     "allgather_bytes", "allreduce_bytes", "cp_bytes_per_layer", "dp_bytes", "ep_bytes_per_layer",
@@ -331,6 +331,10 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     st.gemm_flops_per_microbatch = share * (work[0] + work[1] + work[3])
     casts = 1.0 / max(mb, 1) if caches_fp8_weights(plan.train) else 1.0   # cached FP8 weights: cast once a step
     accumulate = framework(plan.train.framework)["grad_accumulation_bytes"] * sum(full.values())
+    # the context-parallel ring's eager ops around the attention kernel, its forward's again when recomputed
+    if mesh.cp > 1:
+        accumulate += ring_merge_bytes(m, tokens, mesh.tp, mesh.cp, lay.layers, context_parallel(plan.train.framework),
+                                       1 + (rec_attn > 1))
     gemm, attn, memb = stage_compute_time(m, tokens, mesh.tp, rates, dense_layers, lay.moe_layers, lay.head,
                                           rec_mult, rec_attn, rec_elem, casts, accumulate)
     st.gemm_time_per_microbatch, st.attention_time_per_microbatch = share * gemm, share * attn
@@ -382,26 +386,29 @@ def _serving_kv(plan, stages: list[StageEstimate]) -> tuple[int, int, int]:
     return kv_tok, kv_cap, kv_cap // engine.max_model_len(plan)
 
 
-
 def train_comm_bytes(m, tokens_local, layers, moe_layers, *, pp, tp, cp, ep, v, microbatches, wbytes,
                      recompute: str, sp, dense_params, expert_params_, zero: int, n_dp, n_exp, per,
-                     passes=1, fp8=False, axes=AXES) -> dict:
+                     passes=1, fp8=False, axes=AXES, ring: dict | None = None) -> dict:
     """Bytes per GPU per training step on each axis for a stage of ``layers`` (``moe_layers`` of
     them MoE) over ``tokens_local`` tokens per microbatch, activations in ``wbytes``
     (:func:`comm_dtype_bytes`); ``n_dp`` is the dense gradients' group (dp·cp); the data-parallel
     traffic runs ``passes`` times (:func:`zero3_passes`). Under ``fp8`` with sequence parallelism the
     forward all-gathers of the linear layers' inputs move FP8 copies (Transformer Engine's and
     torchao's FP8 all-gather), one of the four TP collectives at half the bytes. Only ``axes`` are
-    computed (``dp`` brings ``dp_gather``). Scalars or numpy arrays for the sizes, single
-    ``recompute`` and ``zero``."""
+    computed (``dp`` brings ``dp_gather``). ``ring`` is the framework's context-parallel ring
+    (:func:`parc.model.frameworks.context_parallel`): the heads its K and V carry and the bytes of
+    their gradients (None: the model's KV heads, gradients in ``wbytes``). Scalars or numpy arrays
+    for the sizes, single ``recompute`` and ``zero``."""
     steps = microbatches + (microbatches < 1) * (1 - microbatches)
     out = {}
     if "tp" in axes:
         out["tp"] = (tp_bytes_per_layer(tokens_local, m.hidden, tp, wbytes, recompute) * layers * steps
                      * (np.where(sp, 7 / 8, 1.0) if fp8 else 1.0))
     if "cp" in axes:
-        kv_width = kv_heads_per_gpu(m.kv_heads, tp) * head_dim(m)
-        out["cp"] = cp_bytes_per_layer(tokens_local, kv_width, cp, wbytes) * layers * steps * again(recompute)
+        query = ring is not None and ring["kv_heads"] == "query"
+        kv_width = (m.heads / tp if query else kv_heads_per_gpu(m.kv_heads, tp)) * head_dim(m)
+        out["cp"] = (cp_bytes_per_layer(tokens_local, kv_width, cp, wbytes, ring["grad_bytes"] if ring else 0)
+                     * layers * steps * again(recompute))
     if "dp" in axes:
         _, gather = dp_bytes_parts(dense_params, zero, n_dp, per.grads, per.weights)
         _, gather_e = dp_bytes_parts(expert_params_, zero, n_exp, per.grads, per.weights)
@@ -436,7 +443,8 @@ def _comm(plan, stages, most: int, train: bool, per) -> dict:
         recompute=tr.recompute, fp8=tr.precision == "fp8",
         sp=bool(tr.sequence_parallel), dense_params=sum(full.values()) - full["experts"],
         expert_params_=full["experts"], zero=tr.zero, n_dp=mesh.dp * cp, n_exp=n_exp, per=per,
-        passes=zero3_passes(tr.zero, mesh.pp, sch.microbatches or 0, framework(tr.framework)))
+        passes=zero3_passes(tr.zero, mesh.pp, sch.microbatches or 0, framework(tr.framework)),
+        ring=context_parallel(tr.framework))
 
 
 def nvls_allreduce(gpu, axis: str, sp, zero):

@@ -99,6 +99,20 @@ def fp8_weight_elements(m, tp, ep=1, etp=1, moe: bool = False) -> float:
     return attn + up * h * m.moe_ffn_hidden * (m.experts / ep / etp + m.shared_experts / tp)
 
 
+def ring_merge_bytes(m, tokens, tp, cp, layers, ring: dict, forward_passes=1.0):
+    """HBM bytes one GPU's context-parallel ring moves per microbatch in the eager ops around its
+    attention kernel (``ring`` from :func:`parc.model.frameworks.context_parallel`, its ``merge``
+    bytes per element of a layer's local attention output, ``tokens`` · heads/tp · head_dim): each
+    forward pass (``forward_passes``: 2 where the attention core is recomputed) a step's merge over
+    cp-1 ring steps and its casts once, the backward the same. None without context parallelism.
+    Example: torch's ring at cp 4 moves 40.5 · 3 + 12 = 133.5 bytes an element in a forward pass and
+    58.5 · 3 + 76 = 251.5 in the backward. Scalars or numpy arrays for the sizes."""
+    b = ring["merge"]
+    per = (forward_passes * (b["forward_step"] * (cp - 1) + b["forward"])
+           + b["backward_step"] * (cp - 1) + b["backward"])
+    return (cp > 1) * per * tokens * (m.heads / tp) * _head(m) * layers
+
+
 def optimizer_bytes(owned_params, per) -> float:
     """HBM traffic of one optimizer step over the ``owned_params`` whose state this GPU keeps (a
     fused or foreach Adam): the master weights and moments read and written (``per.optimizer``

@@ -58,6 +58,15 @@ def attention_efficiency(framework_name: str | None, arch: str) -> tuple[float, 
     return float(r["forward"]), float(r["backward"]), kernel
 
 
+@lru_cache(maxsize=None)
+def context_parallel(framework_name: str | None) -> dict:
+    """The ring attention framework ``framework_name`` runs under context parallelism: its entry of
+    ``kernels.toml`` [context_parallel] (``grad_bytes``, ``merge``) with the framework's
+    ``attention_kv_heads`` added as ``kv_heads``."""
+    fw = framework(framework_name)
+    return {**_read("kernels.toml")["context_parallel"][fw["context_parallel"]], "kv_heads": fw["attention_kv_heads"]}
+
+
 def fill_train_defaults(train, targets, given=()) -> None:
     """Fill what a `train` block leaves out of how its run was done: the framework from the
     targets (:func:`framework_of_targets`) and, unless ``given`` names it, the FP8 weight caching

@@ -28,7 +28,8 @@ from parc.model import schedules
 from parc.planner.inputs import Problem
 from parc.planner.space import (PIPELINES, RECOMPUTE, SPLITS, ask_rank_map, batch_options, crosses,
                     few_microbatches_refused, layout_options, mesh_shapes, train_options, zero_options)
-from parc.model.frameworks import framework
+from parc.cost.kernels import ring_merge_bytes
+from parc.model.frameworks import context_parallel, framework
 from parc.planner.plans import stage_split
 
 _PIPE = {name: i for i, name in enumerate(PIPELINES)}
@@ -335,7 +336,7 @@ def _comm(ctx: _Context, r: dict, L_s, moe_s, most=None, zero=None) -> tuple[dic
     kw = lambda sel: dict(pp=r["pp"][sel], tp=r["tp"][sel], cp=r["cp"][sel], ep=r["ep"][sel],   # noqa: E731
                           v=r["v"][sel], microbatches=r["m"][sel], wbytes=cm.comm_dtype_bytes(pr.train.precision),
                           recompute=full[sel], sp=(r["sp"][sel] == 1) & (r["tp"][sel] > 1), per=ctx.per,
-                          fp8=pr.train.precision == "fp8")
+                          fp8=pr.train.precision == "fp8", ring=context_parallel(pr.train.framework))
     tokens = r["mb"] * (pr.model.seq_len / r["cp"])
     if zero is None:
         got = cm.train_comm_bytes(pr.model, tokens, L_s, moe_s, dense_params=0.0, expert_params_=0.0, zero=0,
@@ -395,6 +396,9 @@ def _compute(ctx: _Context, s: dict):
     share = schedules.microbatch_share_array(s["pipeline"])       # DualPipe: half a rank's layers
     casts = 1.0 / np.maximum(s["m"], 1)[:, None] if cm.caches_fp8_weights(pr.train) else 1.0
     accumulate = framework(pr.train.framework)["grad_accumulation_bytes"] * (ctx.c_par[0][lo] + ctx.c_par[1][lo])
+    if (s["cp"] > 1).any():   # the context-parallel ring's eager ops, as the estimate counts them
+        accumulate = accumulate + ring_merge_bytes(m, tokens[:, None], s["tp"][:, None], s["cp"][:, None], layers,
+                                                   context_parallel(pr.train.framework), 1 + (f[:, 1:2] > 1))
     gemm, attn, memb = cm.stage_compute_time(m, tokens[:, None], s["tp"][:, None], rates, layers - moe, moe, head,
                                              f[:, 0:1], f[:, 1:2], f[:, 2:3], casts, accumulate)
     return share[:, None] * gemm, share[:, None] * attn, share[:, None] * memb, rates["per_hbm_byte"][:, 0]
