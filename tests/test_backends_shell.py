@@ -92,6 +92,9 @@ def test_every_emitted_file_reads_back():
             elif f.path == "hostfile":   # DeepSpeed's: `HOST slots=N` a line (runner.py _parse_hostfile)
                 assert all(re.fullmatch(r"\S+ slots=\d+", ln) for ln in f.text.splitlines()), (spec, f.text)
                 continue
+            elif f.path == "deepspeed_env":   # DeepSpeed's: `KEY=VALUE` a line (runner.py, split on the first =)
+                assert all(re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S+", ln) for ln in f.text.splitlines()), (spec, f.text)
+                continue
             else:
                 assert f.path.endswith((".sh", ".sbatch")), f.path
             kinds.add(f.path.rsplit(".", 1)[1])

@@ -13,12 +13,10 @@ import pytest
 from support import wild, wild_import
 
 ENTRIES = wild.corpus()
-READ = ("vllm", "sglang", "megatron", "torchtitan", "deepspeed")
-# entries of an engine parc import reads whose original it cannot round-trip, and why
-NOT_ROUND_TRIPPED = {
-    "deepspeed-megatron-llama2": "Megatron-DeepSpeed's pretrain_gpt.py under the deepspeed launcher is read as "
-                                 "Megatron-LM's, and its vocabulary is the tokenizer file's, which the launch does not give",
-}          # the engines parc import reads so far (parc/importer/deploy.py READERS)
+# the engines parc import reads so far (parc/importer/deploy.py READERS)
+READ = ("vllm", "sglang", "megatron", "megatron_deepspeed", "torchtitan", "deepspeed")
+# entries of an engine parc import reads whose original it cannot round-trip, and why (none now)
+NOT_ROUND_TRIPPED: dict[str, str] = {}
 # the kinds of original parc import does not read yet
 NOT_READ: dict[str, str] = {}
 
@@ -397,3 +395,52 @@ def test_yaml_aliases_that_expand_exponentially_are_not_expanded(tmp_path):
     r = _import(tmp_path, "\n".join(lines) + "\n", "task.yaml")
     assert time.perf_counter() - t < 30
     assert r.returncode == 0 and "tp = 2" in r.stdout, r.stderr
+
+
+# Megatron-DeepSpeed (a pretrain script given --deepspeed): the deepspeed launcher's world, NullTokenizer's
+# vocabulary, and a tokenizer file's vocabulary left unknown until --model gives it
+MDS = """#!/bin/bash
+cat <<EOT > ds.json
+{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1},
+ "bf16": {"enabled": true}, "flops_profiler": {"enabled": true}}
+EOT
+deepspeed --num_nodes 1 --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size 2 \\
+  --pipeline-model-parallel-size 2 --num-layers 32 --hidden-size 4096 --ffn-hidden-size 11008 \\
+  --num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 2 \\
+  --global-batch-size 64 --swiglu --normalization rmsnorm --use-rotary-position-embeddings \\
+  --disable-bias-linear --untie-embeddings-and-output-weights --bf16 TOKENIZER \\
+  --deepspeed --deepspeed_config ds.json --zero-stage 1
+"""
+
+
+def test_a_megatron_deepspeed_launch_under_the_deepspeed_launcher(tmp_path):
+    from parc.language import fmt
+
+    r = _import(tmp_path, MDS.replace("TOKENIZER", "--tokenizer-type NullTokenizer --vocab-size 31999"), "train.sh")
+    assert r.returncode == 0, r.stderr
+    assert "target megatron_deepspeed {" in r.stdout and "runner" not in r.stdout   # the deepspeed launcher: the default
+    # dp = 8 / (tp 2 · pp 2); NullTokenizer's vocabulary and its end-of-document token: 31999 + 1
+    for key, value in (("dp", 2), ("tp", 2), ("pp", 2), ("global_batch", 64), ("zero", 1), ("from", "llama2_7b")):
+        assert re.search(rf"(?m)^  {key}\s+= {value}\b", r.stdout), (key, r.stdout)
+    assert "vocab" not in re.search(r"(?ms)^model .*?^}", r.stdout).group(0)     # 32000: the preset's own
+    assert "flops_profiler.enabled" in r.stderr and "not carried" in r.stderr   # a config key parc cannot write
+    assert fmt.format_text(r.stdout) == r.stdout
+    spec = tmp_path / "back.par"       # the GPU type, which no launch states, given as its user would
+    spec.write_text(r.stdout.replace('unknown("the GPU type")', "h100_sxm"), encoding="utf-8")
+    c = subprocess.run([sys.executable, "-m", "parc", "check", str(spec), "--target", "megatron_deepspeed"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert c.returncode == 0, c.stdout + c.stderr
+
+
+def test_a_tokenizer_files_vocabulary_is_a_placeholder_until_a_preset_gives_it(tmp_path):
+    text = MDS.replace("TOKENIZER", "--tokenizer-type GPTSentencePieceTokenizer --tokenizer-model /data/tok.model")
+    r = _import(tmp_path, text.replace("--num-layers 32", "--num-layers 30"), "train.sh")
+    assert r.returncode == 0, r.stderr
+    assert 'vocab           = unknown("the vocabulary of /data/tok.model")' in r.stdout, r.stdout
+    assert re.search(r'tokenizer\s+= "/data/tok.model"', r.stdout), r.stdout
+    given = _import(tmp_path, text.replace("--num-layers 32", "--num-layers 30"), "train.sh", "--model", "llama2_7b")
+    assert given.returncode == 0, given.stderr
+    model = re.search(r"(?ms)^model .*?^}", given.stdout).group(0)
+    # the preset's vocabulary; the arguments' own fields stay (30 layers, not the preset's 32)
+    assert re.search(r"from\s+= llama2_7b", model) and re.search(r"layers\s+= 30 ", model), model
+    assert "unknown" not in model and "vocab" not in model, model

@@ -214,3 +214,41 @@ def test_a_deepspeed_plan_compiled_then_imported_is_the_same_plan(text):
     assert (again.schedule.micro_batch, again.schedule.global_batch) == (plan.schedule.micro_batch,
                                                                         plan.schedule.global_batch), imp.text
     assert (again.train.zero, again.train.precision) == (plan.train.zero, plan.train.precision), imp.text
+
+
+@st.composite
+def megatron_deepspeed_plans(draw):
+    tp, pp = draw(st.sampled_from([(t, p) for t in (1, 2, 4, 8) for p in (1, 2, 4) if t * p <= 16]))
+    dp = 16 // (tp * pp)
+    micro = draw(st.sampled_from([1, 2]))
+    # DeepSpeed's pipeline engine takes ZeRO 0 or 1 (P615; 0 does not fit the 8B model), else stages 1 to 3
+    zero = draw(st.sampled_from([1] if pp > 1 else [1, 2, 3]))
+    runner = draw(st.sampled_from(["deepspeed", "torchrun"]))
+    text = TRAIN.format(tp=tp, pp=pp, dp=dp, micro=micro, glob=micro * dp * draw(st.sampled_from([1, 4])),
+                        zero=zero, precision=draw(st.sampled_from(["bf16", "fp16"])))
+    return text.replace('target megatron {\n  entrypoint = "pretrain_gpt.py"\n}',
+                        f"target megatron_deepspeed {{\n  runner = {runner}\n}}")
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(megatron_deepspeed_plans())
+def test_a_megatron_deepspeed_plan_compiled_then_imported_is_the_same_plan(text):
+    """The launch parc writes for Megatron-DeepSpeed, under the deepspeed launcher (node 0 only,
+    HOSTFILE as its user sets it) or torchrun (node 0's rank and address), read back: the same
+    mesh, batch, ZeRO stage, precision and model (NullTokenizer's vocabulary included), and the
+    same arguments when compiled again."""
+    from parc import targets
+
+    plan, again, imp, script = _round_trip(text, "megatron_deepspeed",
+                                           variables={"1": "0", "MASTER_ADDR": "10.0.0.1", "HOSTFILE": "hosts"})
+    _same(plan, again, imp)
+    assert (again.schedule.micro_batch, again.schedule.global_batch) == (plan.schedule.micro_batch,
+                                                                        plan.schedule.global_batch), imp.text
+    assert (again.train.zero, again.train.precision) == (plan.train.zero, plan.train.precision), imp.text
+    import dataclasses
+
+    assert dataclasses.replace(again.model, name=plan.model.name) == plan.model, imp.text   # its label aside
+    assert again.target_settings("megatron_deepspeed").get("runner", "deepspeed") == \
+        plan.target_settings("megatron_deepspeed").get("runner", "deepspeed")
+    relaunched = next(f for f in targets.get("megatron_deepspeed").build(again) if f.path.endswith(".sh"))
+    assert _args(relaunched.text) == _args(script.text)

@@ -59,6 +59,8 @@ def train_degrees(call: dict, engine: str) -> dict | None:
         m, sc = plan["mesh"], plan["schedule"]
         return {"engine": "torchrun", "world": world, **{k: m[k] for k in ("dp", "tp", "pp", "cp", "ep")},
                 "micro": sc["micro_batch"], "global": sc["global_batch"]}
+    if call["launcher"] in ("torchrun", "deepspeed") and engine == "megatron_deepspeed":
+        return megatron_deepspeed_degrees(call)
     if call["launcher"] == "deepspeed" and engine == "deepspeed":
         launcher, program = split(call["argv"], "deepspeed")
         o = options(program[1:])
@@ -71,6 +73,25 @@ def train_degrees(call: dict, engine: str) -> dict | None:
         return {"engine": "deepspeed", "world": world, "tp": tp, "pp": pp, "cp": 1, "dp": dp, "ep": None,
                 "micro": micro, "global": micro * gas * dp}
     return None
+
+
+def megatron_deepspeed_degrees(call: dict) -> dict:
+    """Megatron-DeepSpeed's degrees from its own arguments (dp = world / (tp · pp), as the fork's
+    validate_args derives it) and its batch from ds_config.json, which must agree with them."""
+    launcher, program = split(call["argv"], call["launcher"])
+    o = options(program[1:])
+    world = (num(launcher, "--nnodes") * num(launcher, "--nproc-per-node") if call["launcher"] == "torchrun"
+             else num(launcher, "--num_nodes") * num(launcher, "--num_gpus"))
+    tp, pp = num(o, "--tensor-model-parallel-size"), num(o, "--pipeline-model-parallel-size")
+    assert (pp == 1) == ("--no-pipeline-parallel" in o), call["argv"]
+    assert "--deepspeed" in o, call["argv"]
+    cfg = json.loads(Path(o["--deepspeed_config"]).read_text())
+    dp, micro, glob = world // (tp * pp), num(o, "--micro-batch-size", 0), num(o, "--global-batch-size", 0)
+    assert (cfg["train_micro_batch_size_per_gpu"], cfg["train_batch_size"]) == (micro, glob), (cfg, call["argv"])
+    assert cfg["gradient_accumulation_steps"] * micro * dp == glob, cfg
+    assert cfg["zero_optimization"]["stage"] == num(o, "--zero-stage", 0), cfg
+    return {"engine": "megatron_deepspeed", "world": world, "tp": tp, "pp": pp, "cp": 1, "dp": dp, "ep": None,
+            "micro": micro, "global": glob}
 
 
 def check_training(plan: dict, engine: str, calls: list[dict], what: str) -> None:
@@ -164,7 +185,7 @@ def check(spec: str, target: str, files, tmp: Path) -> None:
 def test_every_launch_carries_the_plans_degrees_and_batch(tmp_path):
     found = cases()
     targets = {t for _, t, _ in found}
-    assert {"slurm", "kubernetes", "trainjob", "skypilot", "lws", "torchrun", "torchtitan", "megatron", "deepspeed",
+    assert {"slurm", "kubernetes", "trainjob", "skypilot", "lws", "torchrun", "torchtitan", "megatron", "deepspeed", "megatron_deepspeed",
             "vllm", "sglang"} <= targets, targets
     for i, (spec, target, files) in enumerate(found):
         check(spec, target, files, tmp_path / f"{i}-{target}")

@@ -193,7 +193,7 @@ def test_lws_proxy_reaches_each_pod_on_its_own_port(check_spec, engine):
     for d in docs:
         if d["kind"] == "LeaderWorkerSet":
             c = d["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
-            env = {e["name"]: e["value"] for e in c["env"]}
+            env = {e["name"]: e.get("value") for e in c["env"]}
             port = c["command"][c["command"].index("--port") + 1].replace("$(PARC_PORT)", env.get("PARC_PORT", ""))
             listen[d["metadata"]["name"].rsplit("-", 1)[1]] = [port] * d["spec"]["replicas"]
     if engine == "vllm":
@@ -229,3 +229,78 @@ def test_node_sh_starts_sglang_instances_that_share_a_node_in_their_slots(check_
                                (1, "decode", "30000", None, None)]
     assert routers == [(0, ["--prefill", "http://gpu000:30000", "8998", "--prefill", "http://gpu000:30004", "9002",
                             "--decode", "http://gpu001:30000"])]
+
+
+def test_node_sh_gives_each_nixl_instance_its_nodes_address(check_spec, tmp_path):
+    """vLLM's NixlConnector listens for the decode instances' handshake on
+    VLLM_NIXL_SIDE_CHANNEL_HOST and hands that address to them (vllm/envs.py: default localhost;
+    nixl/base_scheduler.py: remote_host=side_channel_host): with the instances on two nodes, each
+    must say its own node's address, which the script finds as it finds Ray's (hostname -I here)."""
+    r = check_spec(SPEC, ("slurm",))
+    for name, text in files(r, "slurm").items():
+        (tmp_path / name).write_text(text)
+    env = _record(tmp_path)
+    (tmp_path / "bin" / "vllm").write_text('#!/bin/sh\necho "vllm HOST=${VLLM_NIXL_SIDE_CHANNEL_HOST:-} $*" >> "$REC"\n')
+    for node, address in ((0, "192.0.2.10"), (1, "192.0.2.11")):
+        (tmp_path / "bin" / "hostname").write_text(f'#!/bin/sh\necho "{address} fd00::1"\n')
+        (tmp_path / "bin" / "hostname").chmod(0o755)
+        p = subprocess.run(["bash", str(tmp_path / "node.sh"), str(node)], capture_output=True, text=True, timeout=60,
+                           env=dict(env, PARC_HOSTS="gpu000 gpu001", VLLM_PROXY="toy_proxy_server.py"))
+        assert p.returncode == 0, p.stderr
+    hosts = sorted(c.split()[1] for c in (tmp_path / "rec").read_text().splitlines() if c.startswith("vllm"))
+    assert hosts == ["HOST=192.0.2.10", "HOST=192.0.2.10", "HOST=192.0.2.11"]
+    # a user's own address wins
+    p = subprocess.run(["bash", str(tmp_path / "decode-serve.sh")], capture_output=True, text=True, timeout=60,
+                       env=dict(env, VLLM_NIXL_SIDE_CHANNEL_HOST="10.1.2.3"))
+    assert p.returncode == 0 and "HOST=10.1.2.3 " in (tmp_path / "rec").read_text().splitlines()[-1]
+
+
+def test_instances_on_one_node_keep_vllms_own_side_channel_host(check_spec):
+    """On one node vLLM's default (localhost) reaches every instance: the script leaves it."""
+    r = check_spec(ONE_NODE, ("vllm",))
+    assert all("VLLM_NIXL_SIDE_CHANNEL_HOST" not in t for t in files(r, "vllm").values())
+
+
+def _pod_envs(docs) -> list[list[dict]]:
+    """The env of every engine container in ``docs`` (LeaderWorkerSets, a DisaggregatedSet's roles,
+    a DynamoGraphDeployment's workers, an LLMInferenceService's workloads)."""
+    out = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key in ("containers",):
+                for c in node.get(key) or []:
+                    if any(e.get("name") == "PARC_PLAN" for e in c.get("env", [])):
+                        out.append(c["env"])
+            if "envs" in node and "componentType" in node and node["componentType"] == "worker":
+                out.append(node["envs"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    for d in docs:
+        walk(d)
+    return out
+
+
+@pytest.mark.parametrize("target, block, path, pods", [
+    ("lws", "target lws { engine = vllm }\n", "lws.yaml", 2),
+    ("lws", "target lws {\n  engine = vllm\n  disaggregated_set = true\n}\n", "lws.yaml", 2),
+    ("dynamo", "target dynamo { }\n", "dgd.yaml", 2),
+    ("kserve", "target kserve { }\n", "llmisvc.yaml", 2),
+])
+def test_every_nixl_pod_advertises_its_own_ip(check_spec, target, block, path, pods):
+    """Each pod has an address of its own: its side channel is the pod IP, from the downward API."""
+    r = check_spec(SPEC + block, (target,))
+    assert not r.errors, [(d.code, d.message) for d in r.errors]
+    envs = _pod_envs(yaml.safe_load_all(files(r, target)[path]))
+    assert len(envs) == pods
+    for env in envs:
+        [e] = [e for e in env if e["name"] == "VLLM_NIXL_SIDE_CHANNEL_HOST"]
+        assert e == {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    mooncake = check_spec(SPEC.replace("kv_transfer   = nixl", "kv_transfer   = mooncake") + block, (target,))
+    if not mooncake.errors:
+        text = files(mooncake, target)[path]
+        assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in text

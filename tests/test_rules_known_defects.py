@@ -28,6 +28,8 @@ PAIRS = {
     "P704-fires-0.26": "P704", "P704-quiet-0.27": None,
     "P705-fires-0.33": "P705", "P705-quiet-0.33": None,
     "P706-fires-0.29": "P706", "P706-quiet-0.30": None,
+    "P708-fires-0.5.11": "P708", "P708-quiet-0.5.12": None,
+    "P709-fires-0.5.16": "P709", "P709-quiet-0.5.17": None,
     "P710-fires-0.20.0": "P710", "P710-quiet-dp-0.20.0": None,
 }
 OSS = "from = gpt_oss_120b"          # sliding-window layers (attention_window 128), 8 KV heads
@@ -250,6 +252,53 @@ def test_p703_holds_from_0_5_22(check_spec, version, code):
         assert d.help.startswith("give both pools the same tp")
 
 
+# ------------------------------------------------------------------------------ P708, P709
+
+@pytest.mark.parametrize("version,code", [("0.5.11", "P708"), ("0.5.12", None), ("0.5.13", None), ("0.5.16", None),
+                                          ("0.5.17", None), ("0.5.23", None)])
+def test_p708_holds_until_0_5_12(check_spec, version, code):
+    """A prefill pool of tp 8 into decode instances of tp 4 (Qwen3-30B-A3B, no MLA) over NIXL."""
+    r = check_spec(_sglang_pd("tp = 8", "tp = 4; instances = 2", version, model=QWEN))
+    assert _p7(r) == ([code] if code else []), [f"{d.code} {d.message}" for d in r.diagnostics]
+
+
+def test_p708_message_and_help(check_spec):
+    d = next(d for d in check_spec(_sglang_pd("tp = 8", "tp = 4; instances = 2", "0.5.11", model=QWEN)).diagnostics
+             if d.code == "P708")
+    assert d.message.startswith("SGLang 0.5.11 over NIXL cannot hand a model without MLA from a prefill pool of "
+                                "larger tp to the decode pool (prefill tp = 8, decode tp = 4, 4 KV heads)")
+    assert "waits for the KV heads of 2 prefill ranks" in d.message and d.message.endswith("SGLang 0.5.12 and later fix it")
+    assert d.help.startswith('pin `version = "0.5.12"` in `target sglang`')
+
+
+@pytest.mark.parametrize("prefill,decode,model,kv", [
+    ("tp = 4; instances = 2", "tp = 8", QWEN, "nixl"),         # decode tp larger: P709's side, not P708's
+    ("tp = 8", "tp = 4; instances = 2", QWEN, "mooncake"),     # Mooncake tags its chunks otherwise
+    ("tp = 8", "tp = 4; instances = 2", "from = deepseek_v2_lite", "nixl"),   # MLA: one prefill rank read
+])
+def test_p708_quiet(check_spec, prefill, decode, model, kv):
+    text = _sglang_pd(prefill, decode, "0.5.11", model=model).replace("kv_transfer = nixl", f"kv_transfer = {kv}")
+    assert "P708" not in _p7(check_spec(text))
+
+
+@pytest.mark.parametrize("version,code", [("0.5.11", None), ("0.5.12", None), ("0.5.13", "P709"), ("0.5.16", "P709"),
+                                          ("0.5.17", None), ("0.5.23", None)])
+def test_p709_holds_from_0_5_13_until_0_5_17(check_spec, version, code):
+    """Prefill instances of tp 2 into a decode pool of tp 8, above Qwen3-30B-A3B's 4 KV heads."""
+    r = check_spec(_sglang_pd("tp = 2; instances = 4", "tp = 8", version, model=QWEN))
+    assert _p7(r) == ([code] if code else []), [f"{d.code} {d.message}" for d in r.diagnostics]
+    if code:
+        d = next(d for d in r.diagnostics if d.code == code)
+        assert "(prefill tp = 2, decode tp = 8, 4 KV heads)" in d.message and "NIXL_ERR_NOT_FOUND" in d.message
+        assert "(sglang#31295)" in d.message and d.help.startswith('pin `version = "0.5.17"`')
+
+
+def test_p709_quiet_at_or_below_the_kv_heads(check_spec):
+    """Decode tp 4 = the KV heads: every decode rank has a head slice of its own."""
+    assert "P709" not in _p7(check_spec(_sglang_pd("tp = 2; instances = 2", "tp = 4; instances = 2", "0.5.16",
+                                                   model=QWEN)))
+
+
 def test_p7_rules_run_for_lws_with_their_engine(check_spec):
     """lws brings the rules of the engine it launches, P7 included, at that engine's release."""
     text = _sglang_pd("tp = 4; dp = 2", "tp = 8", "0.5.21") + 'target lws { engine = sglang }\n'
@@ -275,10 +324,10 @@ def test_parc_rules_lists_the_family_and_shows_the_issue(capsys):
     assert main(["rules", "P7"]) == 0
     out = capsys.readouterr().out
     assert "P702  sglang-swa-hybrid-heterogeneous-tp" in out and "P7 known defects" in out
-    assert "(SGLang 0.5.21)" in out and "(vLLM 0.26 and later)" in out
+    assert "(SGLang 0.5.11 to 0.5.21)" in out and "(vLLM 0.26 and later)" in out
     assert main(["rules", "P702"]) == 0
     page = capsys.readouterr().out
-    assert "family P7 (known defects)" in page and "releases: SGLang 0.5.21" in page
+    assert "family P7 (known defects)" in page and "releases: SGLang 0.5.11 to 0.5.21" in page
     assert "fixed in: SGLang 0.5.22 and later" in page
     assert "public report: https://github.com/llm-d/llm-d/issues/2433" in page
     assert main(["rules", "P7", "--format", "json"]) == 0

@@ -523,3 +523,28 @@ def test_sglang_reads_the_overridden_field(sglang, check_spec, tmp_path):
     folder = _model_folder({**r.plan.to_dict()["model"], "layers": 32}, tmp_path / "m")
     [v] = _judge(sglang, [{"server": _argv(r.plan, folder)}])
     assert v["ok"] and v["layers"] == 16, v
+
+
+def test_the_release_options_reader_agrees_with_sglangs_parser():
+    """tests/judges/sglang_release_options.py reads the options of the older releases from their
+    wheels without importing them (flags.toml's since/until for 0.5.11 to 0.5.17): on the judge's
+    release it must say, for every spelling of flags.toml, what SGLang's own parser says."""
+    import subprocess
+    import sys
+
+    py = judges.python("sglang", "PARC_SGLANG_PYTHON")
+    code = ("import argparse, sglang, os\nfrom sglang.srt.server_args import ServerArgs\n"
+            "p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p)\n"
+            "print(os.path.dirname(os.path.dirname(sglang.__file__)))\n"
+            "print(' '.join(o for a in p._actions for o in a.option_strings))")
+    out = subprocess.run([py, "-c", code], capture_output=True, text=True, timeout=600, check=True).stdout.splitlines()
+    site, parsed = out[-2], set(out[-1].split())
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "judges"))
+    try:
+        import sglang_release_options as reader
+    finally:
+        sys.path.pop(0)
+    read = reader.options(site)
+    names = reader.spellings()
+    assert len(names) > 40
+    assert {n for n in names if n in read} == {n for n in names if n in parsed}

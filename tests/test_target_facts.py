@@ -30,7 +30,7 @@ def test_declared_facts():
     assert T.implied(["slurm"], "train", lambda t: {}) == {"slurm", "torch"}
     assert T.implied(["kubernetes"], "serve", lambda t: {}) == {"kubernetes", "vllm"}
     assert T.implied(["slurm"], "train", lambda t: {}, ["megatron"]) == {"slurm", "megatron"}
-    assert T.implied(["slurm"], "train") == {"slurm", "torch", "torchtitan", "megatron", "deepspeed"}
+    assert T.implied(["slurm"], "train") == {"slurm", "torch", "torchtitan", "megatron", "deepspeed", "megatron_deepspeed"}
 
 
 def test_every_declared_key_has_a_kind_and_a_doc():

@@ -50,14 +50,14 @@ FOLDER = {
         from parc.targets.base import settings
 
 
-        @rule("P699", "echo-shouts", severity=WARNING, targets=("echo",))
+        @rule("P6990", "echo-shouts", severity=WARNING, targets=("echo",))
         def shouts(plan, c):
             m = settings(plan, "echo").get("message", "")
             if m.isupper():
                 c.report(c.at("target.echo.message", "target.echo"), f"`{m}` is all capitals", help="speak softly")
         ''',
     "rules.toml": '''
-        [P699]
+        [P6990]
         name = "echo-shouts"
         title = "Echo message in capitals"
         severity = "warning"
@@ -140,9 +140,9 @@ def test_keys_checked(package, tmp_path):
 
 def test_own_rule_and_families_run(package, tmp_path):
     r = parc(package, tmp_path, "check", "--format", "json", settings='message = "HELLO"')
-    assert "P699" in {d["code"] for d in json.loads(r.stdout)["diagnostics"]}
+    assert "P6990" in {d["code"] for d in json.loads(r.stdout)["diagnostics"]}
     rules = parc(package, tmp_path, "rules", "--target", "echo")
-    assert rules.returncode == 0 and "P699" in rules.stdout
+    assert rules.returncode == 0 and "P6990" in rules.stdout
     assert "P610" in rules.stdout          # families = ["torch"]: the torch runtime's rules come along
-    page = parc(package, tmp_path, "rules", "P699")
+    page = parc(package, tmp_path, "rules", "P6990")
     assert "Echo message in capitals" in page.stdout and "parc/targets/echo/rules.py" in page.stdout

@@ -370,3 +370,38 @@ def test_the_release_bounds_check_reads_are_the_documentations():
     full = {code: {k: v for k, v in doc.items() if k in ("since", "until")} for code, doc in rule_docs().items()}
     assert release_bounds() == {code: b for code, b in full.items() if b}
     assert release_bounds()   # some rule holds only for some releases
+
+
+# ------------------------------------------------------------------------------ SGLang 0.5.11 to 0.5.17
+
+def test_p665_a_degree_whose_option_the_release_lacks(check_spec):
+    """--dcp-size came with SGLang 0.5.15.post1: 0.5.13 cannot launch dcp = 2 (parc would have no
+    option to write); 0.5.16 can."""
+    from support.specs import spec
+
+    def text(version):
+        return spec("from = qwen3_30b_a3b", mesh="tp = 8; dcp = 2", serve="max_model_len = 4096",
+                    target={"sglang": f'model = "m"; version = "{version}"'})
+    d = next(d for d in check_spec(text("0.5.13")).diagnostics if d.code == "P665")
+    assert d.message == "SGLang 0.5.13 has no option for dcp = 2: `--dcp-size` is in SGLang 0.5.16 and later only"
+    assert "P665" not in {d.code for d in check_spec(text("0.5.16")).diagnostics}
+
+
+@pytest.mark.parametrize("key,value,refused,taken", [
+    ("transfer_backend", "mooncake_tcp", "0.5.12", "0.5.13"),
+    ("moe_a2a_backend", "megamoe", "0.5.11", "0.5.12"),
+    ("moe_a2a_backend", "pplx", "0.5.16", "0.5.17"),
+    ("moe_a2a_backend", "deepep_v2", "0.5.17", "0.5.21"),
+])
+def test_p665_a_choice_the_release_does_not_take(check_spec, key, value, refused, taken):
+    """Each release's parser takes the backends its wheel lists (MOE_A2A_BACKEND_CHOICES,
+    DISAGG_TRANSFER_BACKEND_CHOICES): an older one refuses a later backend as an invalid choice."""
+    from support.specs import spec
+
+    def text(version):
+        return spec("from = deepseek_v3", nodes=2, mesh="tp = 16; ep = 16", serve="max_model_len = 4096",
+                    target={"sglang": f'model = "m"; {key} = {value}; version = "{version}"'})
+    d = next(d for d in check_spec(text(refused)).diagnostics if d.code == "P665")
+    assert d.message == (f"SGLang {refused} has no {key} `{value}`: its parser takes it from SGLang {taken} on")
+    assert d.help == f'choose another {key}, or pin `version = "{taken}"` or later in `target sglang`'
+    assert "P665" not in {d.code for d in check_spec(text(taken)).diagnostics}

@@ -17,7 +17,7 @@ FORMAT_ENGINE = {"toml": "torchtitan", "json": "deepspeed"}
 # the launches no engine reader reads (their facts are read by the engine's deployment)
 HELPERS = ("ray", "sglang_router")
 # the engines whose launches have a reader (parc/importer/engines/; torchrun's, a TrainJob's only)
-READERS = ("vllm", "sglang", "megatron", "torchtitan", "deepspeed", "torchrun")
+READERS = ("vllm", "sglang", "megatron", "megatron_deepspeed", "torchtitan", "deepspeed", "torchrun")
 
 
 @dataclass
@@ -71,7 +71,8 @@ def engine_of(sources: list[Source], wanted: str | None) -> str:
         return sorted(found)[0]
     if not found:
         raise ImportError_("no engine launch found in " + ", ".join(s.path for s in sources) + " (parc imports "
-                           "vllm serve, sglang, Megatron-LM's pretrain_*.py, torchtitan, deepspeed and torchrun launches)")
+                           "vllm serve, sglang, Megatron-LM's and Megatron-DeepSpeed's pretrain_*.py, torchtitan, deepspeed and "
+                           "torchrun launches)")
     raise ImportError_(f"the files launch {', '.join(sorted(named))}: name the one to import with --from")
 
 

@@ -4,7 +4,7 @@ the orchestrators' objects, made from ``objects.toml`` beside the readers; so th
 drift from either (tests/test_import_docs.py compares them)."""
 from __future__ import annotations
 
-ENGINES = ("vllm", "sglang", "megatron", "torchtitan", "deepspeed", "torchrun")
+ENGINES = ("vllm", "sglang", "megatron", "megatron_deepspeed", "torchtitan", "deepspeed", "torchrun")
 BEGIN = "<!-- flag-tables: generated from parc/targets/*/flags.toml; PARC_UPDATE_GOLDEN=1 rewrites it -->"
 END = "<!-- end of flag-tables -->"
 OBJECTS_BEGIN = "<!-- object-tables: generated from parc/importer/objects.toml; PARC_UPDATE_GOLDEN=1 rewrites it -->"

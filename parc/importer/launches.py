@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from parc.importer.sh_values import Arg, Text
 
-ENGINES = ("vllm", "sglang", "megatron", "torchtitan", "deepspeed")
+ENGINES = ("vllm", "sglang", "megatron", "megatron_deepspeed", "torchtitan", "deepspeed")
 MEGATRON = re.compile(r"(^|/)pretrain_\w+\.py$")
 PYTHON = re.compile(r"python(\d+(\.\d+)?)?$")
 # scripts that start a Ray cluster for a multi-node server: vLLM's
@@ -77,7 +77,7 @@ def recognize(cmd, reader=None) -> Launch | None:
     if name == "deepspeed":
         return _launcher("deepspeed", args[1:], base)
     if name and MEGATRON.search(name):                     # ./pretrain_gpt.py run directly
-        return Launch("megatron", args[1:], launcher="", script=args[0], **base)
+        return Launch(megatron_engine(args[1:]), args[1:], launcher="", script=args[0], **base)
     return None
 
 
@@ -93,8 +93,14 @@ def _python(rest: list[Arg], base: dict) -> Launch | None:
             return Launch(engine, rest[i + 2:], launcher="python", script=rest[i + 1], **base)
         return None
     if i < len(rest) and MEGATRON.search(rest[i].value or ""):
-        return Launch("megatron", rest[i + 1:], launcher="python", script=rest[i], **base)
+        return Launch(megatron_engine(rest[i + 1:]), rest[i + 1:], launcher="python", script=rest[i], **base)
     return None
+
+
+def megatron_engine(args: list[Arg]) -> str:
+    """A pretrain_*.py given ``--deepspeed`` is Megatron-DeepSpeed's (the fork adds DeepSpeed's
+    config arguments to its parser; Megatron-LM's refuses them)."""
+    return "megatron_deepspeed" if any((a.value or "").partition("=")[0] == "--deepspeed" for a in args) else "megatron"
 
 
 def _launcher(name: str, rest: list[Arg], base: dict) -> Launch:
@@ -106,7 +112,7 @@ def _launcher(name: str, rest: list[Arg], base: dict) -> Launch:
         engine = MODULES.get(module.value or "", "torchrun" if name == "torchrun" else "deepspeed")
         return Launch(engine, args, launcher=name, launcher_args=opts, script=module, **base)
     if script is not None and MEGATRON.search(script.value or ""):
-        return Launch("megatron", args, launcher=name, launcher_args=opts, script=script, **base)
+        return Launch(megatron_engine(args), args, launcher=name, launcher_args=opts, script=script, **base)
     return Launch(name, args, launcher=name, launcher_args=opts, script=script, **base)
 
 

@@ -8,7 +8,10 @@ from functools import lru_cache
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data"
-TRAINING_TARGETS = ("megatron", "torchtitan", "deepspeed")   # targets that name their framework
+# the training targets and the framework each runs (frameworks.toml): Megatron-DeepSpeed is DeepSpeed's
+# engine (its ZeRO and gradient accumulation) around Megatron's model code
+TRAINING_TARGETS = {"megatron": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed",
+                    "megatron_deepspeed": "deepspeed"}
 DEFAULT = "megatron"
 
 
@@ -31,10 +34,10 @@ def framework(name: str | None) -> dict:
 
 
 def framework_of_targets(targets) -> str:
-    """The framework a spec's targets name: its one training target among megatron, torchtitan
-    and deepspeed, else the default (several name none: the default)."""
-    named = [t for t in TRAINING_TARGETS if t in targets]
-    return named[0] if len(named) == 1 else DEFAULT
+    """The framework a spec's targets name: the one framework its training targets
+    (:data:`TRAINING_TARGETS`) run, else the default (several name none: the default)."""
+    named = {fw for t, fw in TRAINING_TARGETS.items() if t in targets}
+    return named.pop() if len(named) == 1 else DEFAULT
 
 
 def fp8_recipes() -> dict[str, dict]:

@@ -36,10 +36,11 @@ class Cat:
 @dataclass(frozen=True, slots=True)
 class Env:
     """An exported variable; ``default`` keeps a value the user's environment already sets;
-    ``value`` None unsets it (a shell target only)."""
+    ``value`` None unsets it (a shell target only); a :class:`Var` of an engine's run
+    (parc/targets/engines.py) is what the scheduler gives each node."""
 
     name: str
-    value: str | None
+    value: str | Var | None
     comment: str = ""
     default: bool = True
 

@@ -23,7 +23,8 @@ in the two forms a scheduler can start:
   a :class:`~parc.targets.base.Var` stands for what the scheduler gives each node, and
   :class:`Product` for a multiple of one: ``node_rank`` (the node's rank in its run),
   ``master_addr`` (the run's first node), ``master_port`` (the rendezvous port), ``port`` (a pool
-  instance's API port) and ``dir`` (the folder holding ``files``). A wrapper whose pods run a
+  instance's API port), ``dir`` (the folder holding ``files``) and ``host_ip`` (the node's or
+  pod's own address, which an environment value may hold: a pod's IP from the downward API). A wrapper whose pods run a
   command (trainjob, lws) writes it with its own variables (:func:`pod_command`).
 
 The engine's own target block sets what it runs (degrees, batch, schedule, flags), exactly as for
@@ -45,7 +46,7 @@ from typing import Callable
 from parc.targets.base import Cat, Env, File, Var
 
 # the variables an engine's command leaves to the scheduler (module doc)
-VARS = ("node_rank", "master_addr", "master_port", "port", "dir")
+VARS = ("node_rank", "master_addr", "master_port", "port", "dir", "host_ip")
 
 
 @dataclass(frozen=True, slots=True)

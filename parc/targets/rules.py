@@ -37,6 +37,15 @@ def _example(plan, target: str, key: str) -> str:
 
 # ------------------------------------------------------------------------------------ P602
 
+def _family_only(plan, c, t: str) -> bool:
+    """Whether ``t``'s rules run only as a family another active target lists in its target.toml
+    (Megatron-DeepSpeed brings DeepSpeed's): what the launch needs is that target's to ask for."""
+    from parc.model.targets import spec
+
+    return t not in plan.targets and any(
+        isinstance(fam := (spec(x) or {}).get("families"), list) and t in fam for x in c.active if x != t)
+
+
 @rule("P602", "target-field-missing", targets=requiring_targets())
 def target_field_missing(plan, c):
     t = c.target
@@ -44,7 +53,7 @@ def target_field_missing(plan, c):
     # torchrun's) only when it runs that engine; another engine's own P602 asks for its keys
     settings = plan.target_settings(t)
     missing = [(k, what) for k, what in required(t, plan.mode, engine_of(plan, t)) if k not in settings]
-    if not missing:
+    if not missing or _family_only(plan, c, t):
         return
     fields = join([f"`{k}` ({what})" for k, what in missing], "and")
     example = "; ".join(f"{k} = {_example(plan, t, k)}" for k, _ in missing)
@@ -240,7 +249,7 @@ def value_read_as_option(plan, c):
 # ------------------------------------------------------------------------------------ P620
 # The targets whose builder says which fields of a plan it cannot express: each defines
 # ``inexpressible(plan) -> [(path, what, help)]`` beside its ``build``.
-FIELD_TARGETS = ("megatron", "torchtitan", "vllm", "sglang", "dynamo", "kserve")
+FIELD_TARGETS = ("megatron", "torchtitan", "vllm", "sglang", "dynamo", "kserve", "megatron_deepspeed")
 
 
 @rule("P620", "field-inexpressible", targets=FIELD_TARGETS)

@@ -12,7 +12,6 @@ import argparse
 import enum
 import json
 import sys
-import types
 import typing
 
 import wild_stubs
@@ -23,31 +22,8 @@ STUB = {"triton", "transformer_engine", "apex", "flash_attn", "nvidia_resiliency
         "tiktoken", "tokenizers", "transformers", "datasets"}
 
 
-class _Meta(type):
-    def __getattr__(cls, k):
-        if k.startswith("__"):
-            raise AttributeError(k)
-        return _Meta(f"{cls.__name__}.{k}", (), {})
-
-    def __call__(cls, *a, **k):
-        return a[0] if len(a) == 1 and callable(a[0]) and not k else cls
-
-    def __iter__(cls):
-        return iter(())
-
-    def __bool__(cls):
-        return False
-
-
-class _Module(types.ModuleType):
-    def __getattr__(self, k):
-        if k.startswith("__"):
-            raise AttributeError(k)
-        return _Meta(f"{self.__name__}.{k}", (), {})
-
-
 def main(checkout):
-    wild_stubs.install(STUB, _Module)
+    wild_stubs.install(STUB, wild_stubs.AnyModule)
     typing.override = getattr(typing, "override", lambda f: f)   # Python 3.12's, for 3.11
     sys.path.insert(0, checkout)
     sys.argv = ["pretrain_gpt.py"]

@@ -158,7 +158,8 @@ def launched(target: str, files, tmp: Path) -> list[dict]:
     plan = json.loads((d / "plan.json").read_text())
     tools = fake_tools(tmp)
     runner = {"slurm": _slurm, "skypilot": _skypilot, "kubernetes": _kubernetes, "trainjob": _pods,
-              "lws": _pods, "deepspeed": _deepspeed, "dynamo": _dynamo, "kserve": _kserve}.get(target, _scripts)
+              "lws": _pods, "deepspeed": _deepspeed, "dynamo": _dynamo, "kserve": _kserve,
+              "megatron_deepspeed": _megatron_deepspeed}.get(target, _scripts)
     return runner(d, plan, tools, tmp, target)
 
 
@@ -201,6 +202,12 @@ def _deepspeed(d: Path, plan: dict, tools: Path, tmp: Path, target: str) -> list
         extra["HOSTFILE"] = str(tmp / "nodes")
     run(["bash", str(d / "launch.sh")], base_env(tools, rec, extra), tmp, target)
     return read_calls(rec)
+
+
+def _megatron_deepspeed(d: Path, plan: dict, tools: Path, tmp: Path, target: str) -> list[dict]:
+    """Megatron-DeepSpeed's launch: the deepspeed launcher's on node 0 only, torchrun's on every node."""
+    runs_deepspeed = "${DEEPSPEED:-deepspeed}" in (d / "launch.sh").read_text()
+    return (_deepspeed if runs_deepspeed else _scripts)(d, plan, tools, tmp, target)
 
 
 def run_sbatch(folder: Path, tmp: Path, hosts: list[str], *, run_nodes=(), env: dict | None = None) -> dict:

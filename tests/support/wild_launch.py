@@ -50,6 +50,10 @@ IGNORED = {
                  "log_optimizer_states_to_tensorboard", "auto_detect_ckpt_format", "dist_ckpt_strictness",
                  "no_load_optim", "no_load_rng", "load_optim", "load_rng", "seed", "deprecated_use_mcore_models",
                  "deepspeed_config", "deepspeed"} | _MEGATRON_HYPER,
+    "megatron_deepspeed": {"save", "load", "data_path", "vocab_file", "merge_file", "tensorboard_dir",
+                           "data_cache_path", "wandb_project", "wandb_exp_name", "wandb_save_dir", "tokenizer_model",
+                           "log_interval", "save_interval", "eval_interval", "eval_iters", "split", "seed",
+                           "deepspeed_config", "deepspeed"} | _MEGATRON_HYPER,
     "torchrun": {"master_addr", "master_port", "rdzv_endpoint", "rdzv_id", "local_ranks_filter", "tee", "role",
                  "redirects", "log_dir", "node_rank"},
     "torchtitan": {"job.dump_folder", "job.config_file", "job.description", "job.print_config",
@@ -130,8 +134,10 @@ def _script(words: list[str], cwd: Path, role: str, base: dict) -> list[Launch]:
     if not words:
         return []
     if _MEGATRON.search(words[0]):
-        args = A.server_settings("megatron", words[1:])
-        return [Launch("megatron", role, {**base, **_keyed("megatron", args), **_deepspeed_config(args, cwd)})]
+        # Megatron-DeepSpeed's pretrain_gpt.py (it runs DeepSpeed's engine) is read with the fork's parser
+        fmt = "megatron_deepspeed" if any(w.partition("=")[0] == "--deepspeed" for w in words[1:]) else "megatron"
+        args = A.server_settings(fmt, words[1:])
+        return [Launch(fmt, role, {**base, **_keyed(fmt, args), **_deepspeed_config(args, cwd)})]
     if words[0] == "torchtitan.train":
         over = A.torchtitan_overrides(words[1:])
         toml = {}

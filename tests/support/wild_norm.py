@@ -120,8 +120,10 @@ def _deepspeed(s: dict) -> None:
         n, g = _get(s, "num_nodes", "deepspeed"), _get(s, "num_gpus", "deepspeed")
         world = n * g if n > 0 and g > 0 else None
     world = world or _world(s)
-    tp = s.get("ds.tensor_parallel.autotp_size") or s.get("megatron.tensor_model_parallel_size") or 1
-    pp = s.get("ds.pipeline.stages") or s.get("megatron.pipeline_model_parallel_size") or 1
+    tp = (s.get("ds.tensor_parallel.autotp_size") or s.get("megatron.tensor_model_parallel_size")
+          or s.get("megatron_deepspeed.tensor_model_parallel_size") or 1)
+    pp = (s.get("ds.pipeline.stages") or s.get("megatron.pipeline_model_parallel_size")
+          or s.get("megatron_deepspeed.pipeline_model_parallel_size") or 1)
     if not world:
         return
     dp = world // (tp * pp)

@@ -280,21 +280,23 @@ def _world(ctx, la, facts: dict):
     return nodes, per
 
 
-def deploy(ctx) -> str:
-    """The spec of a Megatron-LM launch (the nodes of one torchrun launch are one plan)."""
+def deploy(ctx, reader: type = Megatron, launcher=None) -> str:
+    """The spec of a Megatron-LM launch (the nodes of one torchrun launch are one plan);
+    ``reader`` and ``launcher`` read another flavour's arguments and launcher (Megatron-DeepSpeed's,
+    parc/importer/engines/megatron_deepspeed.py)."""
     from parc.importer import cluster
     from parc.importer.deploy import alternatives
     from parc.importer.models import settle
 
     group = ctx.group
-    alternatives(ctx, "megatron", [[la] for la in group])
+    r = reader(ctx.draft, ctx.report)
+    alternatives(ctx, r.target, [[la] for la in group])
     la = group[0]
-    r = Megatron(ctx.draft, ctx.report)
     r.read_launch(la)
-    _launcher(r, la)
+    (launcher or _launcher)(r, la)
     facts = ctx.facts()
     cluster.given_facts(ctx.options.cluster, facts)
-    nodes, per = _world(ctx, la, facts)
+    nodes, per = _world(ctx, la, facts) if la.launcher != "deepspeed" else r.world(la, facts)
     d = ctx.draft
     sizes = [d.get("mesh", k, 1) for k in ("tp", "pp", "cp")]
     if isinstance(nodes, int) and isinstance(per, int) and all(isinstance(s, int) for s in sizes):
@@ -308,7 +310,7 @@ def deploy(ctx) -> str:
     _order_mesh(d, r.tp_pp_dp)
     d.blocks.setdefault("train", {})
     cluster.write(d, facts, ctx.options.cluster, ctx.report, "imported")
-    return "megatron"
+    return r.target
 
 
 def _order_mesh(draft, tp_pp_dp: bool) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 
-from parc.targets.base import Cat, File, Var, mesh_text, nccl_env, plan_json, settings, spec_name
+from parc.targets.base import Cat, Env, File, Var, mesh_text, nccl_env, plan_json, settings, spec_name
 from parc.words import count
 
 TARGET = "deepspeed"
@@ -52,10 +52,12 @@ def options(plan):
     return lambda what: flag(TARGET, what, version)
 
 
-def config(plan) -> dict:
+def config(plan, target: str = TARGET, megatron: bool = False) -> dict:
     """The DeepSpeed config as a dict (the order DeepSpeed's documentation lists the keys), each
-    key as flags.toml names it."""
-    s = settings(plan, TARGET)
+    key as flags.toml names it; ``target``: the block whose keys set it. ``megatron``: for
+    Megatron-DeepSpeed, whose mpu (or PipelineModule topology) gives DeepSpeed the data parallel
+    size at any tp, and which splits the layers and stages itself (no AutoTP or pipeline keys)."""
+    s = settings(plan, target)
     me, sc, t = plan.mesh, plan.schedule, plan.train
     F = options(plan)
     out: dict = {}
@@ -67,7 +69,7 @@ def config(plan) -> dict:
             node = node.setdefault(p, {})
         node[leaf] = value
 
-    if me.tp == 1:
+    if me.tp == 1 or megatron:
         put("train_batch_size", sc.global_batch)
     put("train_micro_batch_size_per_gpu", sc.micro_batch)
     put("gradient_accumulation_steps", sc.microbatches)
@@ -80,6 +82,8 @@ def config(plan) -> dict:
         put("overlap_comm", bool(s.get("overlap_comm", t.overlap_grad_reduce)))
         put("contiguous_gradients", True)
         put("reduce_bucket_size", int(s.get("reduce_bucket_size", REDUCE_BUCKET)))
+    if megatron:
+        return out
     if me.tp > 1:
         put("autotp_size", me.tp)
     if me.pp > 1:
@@ -154,6 +158,31 @@ def build(plan) -> list[File]:
     if hosts is not None:
         files.append(File("hostfile", hosts))
     return files + [File("plan.json", plan_json(plan))]
+
+
+def megatron_files(plan, entrypoint: str, arg_lines: list[list], config_file: File, env=()) -> list[File]:
+    """The deepspeed launcher's launch.sh of a Megatron-DeepSpeed plan (parc/targets/megatron_deepspeed):
+    ``entrypoint`` with its ``arg_lines``, then ``--deepspeed --deepspeed_config``; ``config_file``
+    its ds_config.json; ``env`` the variables it needs beside NCCL's."""
+    from parc.targets.render import render
+
+    F = options(plan)
+    env, extra = list(env), []
+    if plan.cluster.nodes > 1 and env:
+        # the launcher exports to the other nodes only NCCL_*, PYTHON*, UCX*, MV2*, MLFLOW* and the
+        # lines of its environment file (deepspeed/launcher/runner.py EXPORT_ENVS, DS_ENV_FILE)
+        extra = [File("deepspeed_env", "".join(f"{e.name}={e.value}\n" for e in env if e.value is not None))]
+        env.append(Env("DS_ENV_FILE", Cat((Var("here"), "/deepspeed_env")), "the variables the deepspeed launcher "
+                       "exports to every node (deepspeed_env beside this script)", default=False))
+    header = [f"Megatron-DeepSpeed launch compiled by parc from {spec_name(plan)}.",
+              f"Mesh: {mesh_text(plan)}; {count(plan.cluster.nodes, 'node')} x {count(plan.cluster.gpus_per_node, 'GPU')}."]
+    if plan.cluster.nodes > 1:
+        header.append("Run it on node 0 only: the deepspeed launcher starts every node in the hostfile.")
+    text = render("deepspeed/launch.sh.j2", header=header, need_here=True, env=list(env) + nccl_env(plan),
+                  per_node=False, multi=plan.cluster.nodes > 1, has_hostfile=False, first_host=None,
+                  launcher_lines=launcher_lines(plan), entrypoint=entrypoint, arg_lines=arg_lines, config=CONFIG,
+                  master_flag=F("master_addr"), ds_flag=F("deepspeed"), ds_config_flag=F("deepspeed_config"))
+    return [File("launch.sh", text, True), config_file, *extra, File("plan.json", plan_json(plan))]
 
 
 # --- under a scheduler (parc/targets/engines.py) -------------------------------------------------

@@ -164,15 +164,15 @@ def _kube(text: str) -> str:
 
 
 def _component(plan, w: Worker) -> dict:
-    from parc.targets.kubernetes import literal, quantity
+    from parc.targets.kubernetes import pod_env, quantity
 
     s = settings(plan, TARGET)
     run = w.run
     from parc.targets.kubernetes import PLAN_DIR
 
     skip = set(engine_facts(plan).get("frontend_env", ()))
-    env = [Env(e.name, literal(e.value)) for e in [Env("PARC_PLAN", f"{PLAN_DIR}/plan.json"), *run.env,
-                                                   *nccl_env(run.plan or plan)] if e.name not in skip]
+    env = pod_env([e for e in [Env("PARC_PLAN", f"{PLAN_DIR}/plan.json"), *run.env, *nccl_env(run.plan or plan)]
+                   if e.name not in skip])
     return {"name": w.name, "replicas": run.replicas, "nodes": run.size, "gpus": run.gpus,
             "command": [_kube(x) for x in w.command], "args": [_kube(x) for x in w.args], "env": env,
             "cpu": str(s["cpu"]) if "cpu" in s else None,

@@ -101,16 +101,16 @@ def workloads(plan) -> list[Workload]:
 
 
 def _spec(plan, w: Workload) -> dict:
-    from parc.targets.kubernetes import literal, quantity
+    from parc.targets.kubernetes import pod_env, quantity
 
     s = settings(plan, TARGET)
     run = w.run
     from parc.targets.kubernetes import PLAN_DIR
 
-    env = [Env("VLLM_ADDITIONAL_ARGS", shlex.join(w.args)), Env("PARC_PLAN", f"{PLAN_DIR}/plan.json")]
-    env += [Env(e.name, literal(e.value)) for e in [*run.env, *nccl_env(run.plan or plan)] if e.name != "PARC_PORT"]
+    env = pod_env([Env("VLLM_ADDITIONAL_ARGS", shlex.join(w.args)), Env("PARC_PLAN", f"{PLAN_DIR}/plan.json")]
+                  + [e for e in [*run.env, *nccl_env(run.plan or plan)] if e.name != "PARC_PORT"])
     return {"replicas": run.replicas, "parallelism": w.parallelism, "worker": run.size > 1, "gpus": run.gpus,
-            "env": env, "nixl": run.pool is not None, "image": s.get("image"),
+            "env": env, "image": s.get("image"),
             "cpu": str(s["cpu"]) if "cpu" in s else None, "memory": quantity(s["memory"]) if "memory" in s else None,
             "what": f"{count(run.replicas, 'replica')} of {count(run.size, 'pod')} x {count(run.gpus, 'GPU')} "
                     f"({mesh_text(run.plan or plan)})"}

@@ -19,6 +19,7 @@ node's network."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from parc.model.targets import spec
 from parc.targets.base import Env, File, dns_label, settings, mesh_text, nccl_env, plan_json, spec_name
@@ -48,6 +49,29 @@ def literal(text: str) -> str:
     return text.replace("$", "$$")
 
 
+# the variables of an engine's run (parc/targets/engines.py) a pod's environment reads from the
+# downward API: the field of the pod that holds each
+FIELDS = {"host_ip": "status.podIP"}
+
+
+@dataclass(frozen=True, slots=True)
+class PodEnv:
+    """One entry of a container's ``env``: a ``value``, or the pod's ``field`` that holds it."""
+
+    name: str
+    value: str | None = None
+    field: str | None = None
+
+
+def pod_env(envs) -> list[PodEnv]:
+    """A container's environment: each literal value as the kubelet reads it (:func:`literal`), a
+    :class:`~parc.targets.base.Var` as the pod's field that holds it (:data:`FIELDS`)."""
+    from parc.targets.base import Var
+
+    return [PodEnv(e.name, field=FIELDS[e.value.name]) if isinstance(e.value, Var)
+            else PodEnv(e.name, literal(e.value)) for e in envs]
+
+
 def image_hint(engine: str) -> str:
     """The image P650's help suggests for ``engine`` (target.toml's [images])."""
     return (spec(TARGET) or {}).get("images", {}).get(engine, "")
@@ -75,7 +99,7 @@ def build(plan) -> list[File]:
     roles = [{"kind": "Master", "replicas": 1, "command": cmd}]
     if node.nodes > 1:
         roles.append({"kind": "Worker", "replicas": node.nodes - 1, "command": cmd})
-    env = [Env(e.name, literal(e.value)) for e in [Env("PARC_PLAN", f"{PLAN_DIR}/plan.json")] + nccl_env(plan)]
+    env = pod_env([Env("PARC_PLAN", f"{PLAN_DIR}/plan.json")] + nccl_env(plan))
     memory = s.get("memory", MEMORY_PER_GPU * cl.gpus_per_node)
     host_network = bool(s.get("host_network", False))
     rdma = s.get("rdma_resource")

@@ -97,11 +97,10 @@ def commands(run: Run) -> tuple[list[str], list[str] | None]:
             pod_command(run.worker, K8S_VARS, PLAN_DIR) if run.worker else None)
 
 
-def _env(plan, run: Run) -> list[Env]:
-    from parc.targets.kubernetes import PLAN_DIR, literal
+def _env(plan, run: Run) -> list:
+    from parc.targets.kubernetes import PLAN_DIR, pod_env
 
-    plan_env = Env("PARC_PLAN", f"{PLAN_DIR}/plan.json")
-    return [Env(e.name, literal(e.value)) for e in [plan_env, *run.env] + nccl_env(plan)]
+    return pod_env([Env("PARC_PLAN", f"{PLAN_DIR}/plan.json"), *run.env] + nccl_env(plan))
 
 
 def disaggregated(plan) -> bool:

@@ -62,3 +62,54 @@ def sglang_swa_hetero_tp_pp(plan, c):
     if pools is not None and pools[0].mesh.pp > 1:
         _report(plan, c, f"out of a prefill pool with pipeline parallelism (pp = {pools[0].mesh.pp}) into a "
                          "decode pool of another tensor parallelism", REFUSAL + " with pipeline parallelism yet.")
+
+
+def nixl_pools(plan):
+    """(prefill, decode) of a disaggregated plan whose KV cache of a model without MLA moves over
+    SGLang's NIXL sender between pools of different attention tp (the pools' tp: see
+    :func:`swa_pools`); None otherwise."""
+    sv, md = plan.serve, plan.model
+    if plan.mode != "serve" or sv is None or len(plan.pools) != 2 or md.is_mla or transfer_backend(plan) != "nixl":
+        return None
+    p, d = plan.pools
+    return (p, d) if p.mesh.tp != d.mesh.tp else None
+
+
+def _nixl_report(plan, c, what: str, said: str, help: str) -> None:
+    p, d = plan.pools
+    fixed, words = c.fixed_by()
+    cited = c.reports()
+    c.report(c.at("decode.tp", "decode", "serve"),
+             f"{c.release} over NIXL {what} (prefill tp = {p.mesh.tp}, decode tp = {d.mesh.tp}, "
+             f"{plan.model.kv_heads} KV heads): {said}{' (' + cited + ')' if cited else ''}; {words}",
+             help=(f"pin `version = \"{fixed}\"` in `target sglang`, " if fixed else "") + help,
+             related=[(c.at("prefill.tp", "prefill"), f"prefill tp = {p.mesh.tp}")])
+
+
+@rule("P708", "sglang-nixl-heterogeneous-tp-hang", targets=(TARGET,), reads=(), whole=True)
+def sglang_nixl_hetero_tp_hang(plan, c):
+    """Up to 0.5.11 SGLang's NIXL sender tags a KV chunk with its pipeline rank: a decode rank
+    that gathers a model's KV heads from several prefill ranks (prefill tp > decode tp) counts
+    one sender and waits for ever (sglang PR #22145, 0.5.12: the engine rank)."""
+    pools = nixl_pools(plan)
+    if pools is not None and pools[0].mesh.tp > pools[1].mesh.tp:
+        _nixl_report(plan, c, "cannot hand a model without MLA from a prefill pool of larger tp to the decode pool",
+                     f"each decode rank waits for the KV heads of {pools[0].mesh.tp // pools[1].mesh.tp} prefill ranks, "
+                     "whose chunks all carry pipeline rank 0, so it counts one: the servers start and the first "
+                     "request never finishes",
+                     "give the decode pool the prefill's tp or more, or use `kv_transfer = mooncake`")
+
+
+@rule("P709", "sglang-nixl-decode-tp-beyond-kv-heads", targets=(TARGET,), reads=(), whole=True)
+def sglang_nixl_decode_beyond_kv_heads(plan, c):
+    """0.5.13 to 0.5.16 interleave decode_tp / prefill_tp head groups in the prefill's NIXL source
+    descriptors, more than a prefill rank holds where decode ranks replicate KV heads (decode tp
+    above the KV heads): NIXL_ERR_NOT_FOUND on the first request (sglang PR #31968, 0.5.17)."""
+    pools = nixl_pools(plan)
+    heads = plan.model.kv_heads
+    if pools is not None and pools[0].mesh.tp < pools[1].mesh.tp and pools[1].mesh.tp > heads:
+        _nixl_report(plan, c, "cannot hand a model's KV cache to a decode pool of larger tp than the prefill's "
+                              "and than its KV heads",
+                     "the prefill's transfer descriptors address past its KV cache and the first request fails "
+                     "(\"NIXL_ERR_NOT_FOUND\")",
+                     f"keep the decode tp at {heads} or less, or give both pools the same tp")

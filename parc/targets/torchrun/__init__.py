@@ -123,11 +123,13 @@ def build(plan) -> list[File]:
 
 
 def scheduled(plan, engine: str, *, entrypoint: str, arg_lines: list[list], max_restarts: int = 0,
-              env: list[Env] = (), python_module: bool = False, files: list[File] = (), no_python: bool = False):
+              env: list[Env] = (), python_module: bool = False, files: list[File] = (), no_python: bool = False,
+              command_lines: list[list] | None = None):
     """The :class:`~parc.targets.engines.NodeLaunch` of an engine that torchrun starts (torchrun,
     torchtitan, megatron) under a scheduler: launch.sh (the rendezvous at the scheduler's node 0,
     never an ``rdzv_endpoint``) with ``files`` and plan.json, and the same torchrun command for
-    every node of the one run."""
+    every node of the one run. ``command_lines``: the arguments as that command writes them,
+    where they name a file beside the launch (``Var("dir")`` there, ``Var("here")`` in launch.sh)."""
     from parc.targets.engines import NodeLaunch, flat, one_run
 
     rdzv = rendezvous(plan, None, max_restarts)
@@ -140,7 +142,7 @@ def scheduled(plan, engine: str, *, entrypoint: str, arg_lines: list[list], max_
         return [File("launch.sh", text, True), *files, File("plan.json", plan_json(plan))]
 
     return NodeLaunch(engine, make, "launch.sh", plan.cluster.nodes,
-                      (one_run(plan, words + flat(arg_lines), [e for e in env if e.value is not None], len(words)),),
+                      (one_run(plan, words + flat(arg_lines if command_lines is None else command_lines), [e for e in env if e.value is not None], len(words)),),
                       "torchrun")
 
 

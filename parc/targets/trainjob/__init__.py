@@ -57,11 +57,10 @@ def command(plan, node=None) -> tuple[list[str], list[str]]:
     return pod_args(node.runs[0], PET, PLAN_DIR)
 
 
-def _env(plan, node) -> list[Env]:
-    from parc.targets.kubernetes import PLAN_DIR, literal
+def _env(plan, node) -> list:
+    from parc.targets.kubernetes import PLAN_DIR, pod_env
 
-    env = [Env("PARC_PLAN", f"{PLAN_DIR}/plan.json"), *node.runs[0].env, *nccl_env(plan)]
-    return [Env(e.name, literal(e.value)) for e in env]
+    return pod_env([Env("PARC_PLAN", f"{PLAN_DIR}/plan.json"), *node.runs[0].env, *nccl_env(plan)])
 
 
 def build(plan) -> list[File]:

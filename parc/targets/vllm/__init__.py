@@ -299,15 +299,28 @@ def _pool_ctx(plan, pool) -> dict | None:
     (:func:`parc.model.pools.placements`): its GPUs where it leaves some of the node to other
     instances, of either pool, its API port (the pool's port plus the slot) and, with
     NixlConnector, its side-channel port (NIXL's port plus its first GPU: unique on the node
-    whatever pool shares it)."""
-    from parc.model.pools import placements, shares_nodes
+    whatever pool shares it) and, where the instances span nodes, its side-channel host
+    (:func:`nixl_host`)."""
+    from parc.model.pools import nodes_needed, placements, shares_nodes
 
     if pool is None:
         return None
     places = placements(plan, pool.name)
+    nixl = plan.serve.kv_transfer == "nixl"
     return {"name": pool.name, "slots": len(places), "port": POOL_PORTS[pool.name],
             "gpus": [p.devices for p in places] if shares_nodes(plan, pool.name) else None,
-            "nixl": [NIXL_PORT + p.first for p in places] if plan.serve.kv_transfer == "nixl" else None}
+            "nixl": [NIXL_PORT + p.first for p in places] if nixl else None,
+            "nixl_host": nixl_host(plan) and nodes_needed(plan) > 1}
+
+
+def nixl_host(plan) -> bool:
+    """Whether the instances of disaggregated ``plan`` each need VLLM_NIXL_SIDE_CHANNEL_HOST: with
+    NixlConnector, a prefill instance listens for the decode instances' handshake on that address
+    and hands it to them in its response's kv_transfer_params (vLLM 0.33 envs.py, default
+    ``localhost``; distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py
+    ``remote_host=self.side_channel_host``), so an instance another node (or pod) reaches must say
+    its own reachable address."""
+    return bool(plan.pools) and plan.serve.kv_transfer == "nixl"
 
 
 def _script(plan, pool=None, whole=None) -> str:

@@ -49,12 +49,20 @@ def commands(plan, sub, pool: str | None = None) -> tuple[tuple, tuple | None]:
     return (leader,), (worker,)
 
 
-def _env(plan, pool: str | None = None) -> tuple[Env, ...]:
-    from parc.targets.vllm import POOL_PORTS, uneven_partition
+def _env(plan, pool: str | None = None, whole=None) -> tuple[Env, ...]:
+    """The environment of a run of ``plan`` (an instance of ``pool`` of the disaggregated plan
+    ``whole``): the pipeline's layer partition, a pool instance's API port and, with
+    NixlConnector, its side-channel host, the address of its own node (``host_ip``: every run of
+    a scheduler is a node or pod of its own, :func:`parc.targets.vllm.nixl_host`)."""
+    from parc.targets.vllm import POOL_PORTS, nixl_host, uneven_partition
 
     part = uneven_partition(plan)
     out = [Env("VLLM_PP_LAYER_PARTITION", ",".join(map(str, part)))] if part else []
-    return tuple(out + ([Env("PARC_PORT", str(POOL_PORTS[pool]))] if pool else []))
+    if pool:
+        out.append(Env("PARC_PORT", str(POOL_PORTS[pool])))
+    if pool and nixl_host(whole):
+        out.append(Env("VLLM_NIXL_SIDE_CHANNEL_HOST", Var("host_ip")))
+    return tuple(out)
 
 
 def runs(plan) -> tuple[Run, ...]:
@@ -67,7 +75,7 @@ def runs(plan) -> tuple[Run, ...]:
         for pool, pp in pool_plans(plan):
             leader, worker = commands(plan, pp, pool.name)
             out.append(Run(pp.cluster.nodes, pool.instances, pp.cluster.gpus_per_node, leader, worker,
-                           _env(pp, pool.name), POOL_PORTS[pool.name], pool.name, pp))
+                           _env(pp, pool.name, plan), POOL_PORTS[pool.name], pool.name, pp))
         return tuple(out)
     me, cl = plan.mesh, plan.cluster
     g = cl.gpus_per_node
