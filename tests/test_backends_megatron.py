@@ -260,7 +260,7 @@ target megatron {{
 
 @pytest.mark.parametrize("model,target,code,want", [
     ("", '  extra_args = ["--tokenizer-type", "HuggingFaceTokenizer"]', "P657", None),
-    ("", '  tokenizer = "meta-llama/Meta-Llama-3-8B"\n  extra_args = ["--tokenizer-model", "x"]', "P657", None),
+    ("", '  tokenizer = "meta-llama/Meta-Llama-3-8B"\n  extra_args = ["--tokenizer-model", "x"]', "P025", None),
     ("", '  extra_args = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "/t"]', None,
      {"--tokenizer-model": "/t", "--rotary-base": "500000"}),
     ("  rope_theta = 1M", '  tokenizer = "meta-llama/Meta-Llama-3-8B"', None,

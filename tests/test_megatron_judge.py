@@ -146,3 +146,67 @@ def test_megatron_refuses_what_parc_refuses(judge, check_spec):
     assert "P621" in {d.code for d in r.errors}
     [v] = judge([_item(r.plan)])
     assert not v["ok"] and "fp8-param-gather" in v["error"], v
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, want", [
+    # multi-latent attention's own YaRN (MLATransformerConfig), DeepSeek-V3's factor and mscales
+    ("from = deepseek_v3", {"config": "MLATransformerConfig", "rope_type": "yarn", "rotary_scaling_factor": 40.0,
+                            "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}),
+    # the GPT model's YarnRotaryEmbedding (gpt-oss: factor 32 over 4,096 positions, no mscales stated)
+    ("from = gpt_oss_120b", {"position_embedding_type": "yarn", "yarn_rotary_scaling_factor": 32.0,
+                             "yarn_original_max_position_embeddings": 4096, "yarn_mscale": 1.0,
+                             "yarn_mscale_all_dim": 0.0}),
+    ("from = llama3_1_8b", {"position_embedding_type": "rope", "use_rope_scaling": True, "rope_scaling_factor": 8.0}),
+    ("from = llama3_8b\nrope_scaling = linear\nrope_factor = 4",
+     {"position_embedding_type": "rope", "use_rope_scaling": False, "rotary_seq_len_interpolation_factor": 4}),
+    ("from = llama3_8b", {"position_embedding_type": "rope", "use_rope_scaling": False,
+                          "rotary_seq_len_interpolation_factor": None}),
+])
+def test_megatron_builds_the_models_rope_scaling(judge, check_spec, model, want):
+    """The model's RoPE scaling reaches the rotary embedding Megatron-LM builds (its arguments and
+    the TransformerConfig they make), as Hugging Face's config states it."""
+    r = check_spec(spec(model=model, train="zero = 1; sequence_parallel = true", target={"megatron": ""},
+                        **{**BIG, "mesh": "dp = 32; tp = 4" + ("; ep = 4" if "deepseek" in model or "oss" in model
+                                                                else "")}), ("megatron",))
+    assert not [d for d in r.errors if not d.code.startswith("P4")], [d.message for d in r.errors]
+    [v] = judge([_item(r.plan)])
+    assert v["ok"], f"{v.get('stage')}: {v.get('error')}"
+    assert {k: v[k] for k in want} == want
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("main_grads", ["fp32", "bf16"])
+def test_megatron_fsdp_accumulates_in_the_plans_main_grads(judge, check_spec, main_grads):
+    """With Megatron-FSDP (zero = 3) the gradient buffer's dtype is --megatron-fsdp-main-grads-dtype
+    (its default, auto, is the parameters' bf16), and the DDP switch --grad-reduce-in-bf16 is not
+    written; with the distributed optimizer it is."""
+    for zero, key, value in ((3, "megatron_fsdp_main_grads_dtype", "torch.bfloat16" if main_grads == "bf16"
+                              else "torch.float32"),
+                             (1, "grad_reduce_in_bf16", main_grads == "bf16")):
+        r = check_spec(spec(model="from = llama3_8b", mesh="dp = 8", schedule="micro_batch = 1; global_batch = 64",
+                            train=f"zero = {zero}; main_grads = {main_grads}; recompute = full", target={"megatron": ""}),
+                       ("megatron",))
+        assert r.ok, [d.message for d in r.errors]
+        [v] = judge([_item(r.plan)])
+        assert v["ok"], f"{v.get('stage')}: {v.get('error')}"
+        assert v["use_megatron_fsdp"] == (zero == 3) and v[key] == value, (zero, v)
+        if zero == 3:
+            assert not v["grad_reduce_in_bf16"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target, train", [("attention_backend = auto", ""), ("attention_backend = flash", ""),
+                                           ("attention_backend = fused", ""),
+                                           ("attention_backend = unfused", "; flash_attention = false"),
+                                           ("", "; flash_attention = false")])
+def test_megatron_takes_the_attention_backend(judge, check_spec, target, train):
+    """target megatron's attention_backend (or flash_attention = false) is the AttnBackend that
+    Megatron-LM's parser and TransformerConfig hold."""
+    r = check_spec(spec(train="zero = 1; sequence_parallel = true" + train, target={"megatron": target}, **SMALL),
+                   ("megatron",))
+    # materialised scores need more memory than the GPU has (P401): only the arguments are judged
+    assert not [d for d in r.errors if not d.code.startswith("P4")], [d.message for d in r.errors]
+    [v] = judge([_item(r.plan)])
+    assert v["ok"], f"{v.get('stage')}: {v.get('error')}"
+    assert v["attention_backend"] == "AttnBackend." + (target.split(" = ")[1] if target else "unfused")

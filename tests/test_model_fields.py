@@ -16,9 +16,6 @@ from support.specs import assert_fires, assert_quiet, spec
 PRESETS = ("deepseek_v3", "llama4_maverick", "qwen3_235b_a22b", "gpt_oss_120b")
 # fields that are not the built model: its name and parameter count, the workload, how it is stored
 NOT_BUILT = {"name", "params", "seq_len", "dtype", "checkpoint_format", "preset"}
-# RoPE scaling (rope_scaling, rope_factor, rope_original_positions): read by vLLM and SGLang from
-# the checkpoint, not yet written to Megatron-LM's arguments (--use-rope-scaling, its YaRN options)
-ROPE_SCALING = {"rope_scaling", "rope_factor", "rope_original_positions"}
 BIG = dict(nodes=16, gpn=8, mesh="pp = 4; dp = 4; tp = 8; ep = 8", schedule="micro_batch = 1; global_batch = 256",
            train="zero = 1; sequence_parallel = true")
 
@@ -54,7 +51,7 @@ def megatron_model(a: dict[str, list[str]]) -> dict:
         "head_dim": num("--kv-channels", hidden // heads), "vocab": num("--vocab-size"),
         "tied_embeddings": "--untie-embeddings-and-output-weights" not in a,
         "mlp": "swiglu" if "--swiglu" in a else "gelu", "norm": a["--normalization"][0].lower(),
-        "position": "rope" if a["--position-embedding-type"][0] == "rope" else "learned",
+        "position": "rope" if a["--position-embedding-type"][0] in ("rope", "yarn") else "learned",
         "bias": "--disable-bias-linear" not in a, "qkv_bias": "--add-qkv-bias" in a,
         "experts": moe, "top_k": num("--moe-router-topk"), "moe_ffn_hidden": num("--moe-ffn-hidden-size"),
         "shared_experts": num("--moe-shared-expert-intermediate-size") // max(1, num("--moe-ffn-hidden-size")),
@@ -66,13 +63,34 @@ def megatron_model(a: dict[str, list[str]]) -> dict:
         "attention_sinks": a.get("--softmax-type", ["vanilla"])[0] == "learnable",
         "attention_window": int(window.split(",")[0]) + 1, "global_every": num("--window-attn-skip-freq"),
         "rope_theta": num("--rotary-base", 10000), "max_positions": num("--max-position-embeddings"),
-        "hybrid": "--hybrid-override-pattern" in a,
+        "hybrid": "--hybrid-override-pattern" in a, **megatron_rope(a, mla),
     }
+
+
+def megatron_rope(a: dict[str, list[str]], mla: bool) -> dict:
+    """The RoPE scaling Megatron-LM builds from its arguments (rotary_pos_embedding.py: Llama 3.1's
+    from 8192 positions; multi-latent attention's YaRN from MLATransformerConfig's 4096)."""
+    def frac(flag):
+        return float(a[flag][0]) if flag in a else None
+
+    if "--use-rope-scaling" in a:
+        return {"rope_scaling": "llama3", "rope_factor": frac("--rope-scaling-factor") or 8.0,
+                "rope_original_positions": 8192, "rope_mscale": None, "rope_mscale_all_dim": None}
+    if "--rotary-seq-len-interpolation-factor" in a:
+        return {"rope_scaling": "linear", "rope_factor": frac("--rotary-seq-len-interpolation-factor"),
+                "rope_original_positions": None, "rope_mscale": None, "rope_mscale_all_dim": None}
+    yarn = a["--position-embedding-type"][0] == "yarn" or (mla and "--rotary-scaling-factor" in a)
+    if not yarn:
+        return {"rope_scaling": "none", "rope_factor": 1.0, "rope_original_positions": None, "rope_mscale": None,
+                "rope_mscale_all_dim": None}
+    original = 4096 if mla else int(a.get("--yarn-original-max-position-embeddings", ["4096"])[0])
+    return {"rope_scaling": "yarn", "rope_factor": frac("--rotary-scaling-factor"), "rope_original_positions": original,
+            "rope_mscale": frac("--mscale"), "rope_mscale_all_dim": frac("--mscale-all-dim")}
 
 
 def plan_model(m: Model) -> dict:
     """The same fields of the plan's model (the MoE layers as a pattern, MLA without head_dim)."""
-    out = {f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name not in NOT_BUILT | ROPE_SCALING}
+    out = {f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name not in NOT_BUILT}
     out["moe_pattern"] = [is_moe_layer(m, i) for i in range(m.layers)]
     out["qkv_bias"] = m.qkv_bias and not m.bias
     for k in ("moe_every", "first_k_dense", "local_attention"):
@@ -86,7 +104,7 @@ def plan_model(m: Model) -> dict:
 
 def test_every_model_field_is_checked_somewhere():
     """A field added to the model block must be added to the round trips below."""
-    fields = {f.name for f in dataclasses.fields(Model)} - NOT_BUILT - ROPE_SCALING
+    fields = {f.name for f in dataclasses.fields(Model)} - NOT_BUILT
     assert fields - set(plan_model(Model("m", 2, 64, 128, 4, 4, 16, 100, 0))) == {
         "moe_every", "first_k_dense", "local_attention"}   # as moe_pattern, and P620 for chunked
 

@@ -10,6 +10,7 @@ PARC_TORCHTITAN_PYTHON names an existing environment's python instead."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -315,3 +316,46 @@ def test_shipped_functions_build_the_presets(judge):
         assert v["ok"], (name, v)
         want = _preset_fields(name, entry)
         assert {k: v[k] for k in want} == want, name
+
+
+FLOAT8_SPECS = ("tests/wild/torchtitan-bench-llama3-8b-cp4/plan.par", "tests/wild/torchtitan-bench-llama3-70b-2d/plan.par")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["torchtitan", "slurm"])
+def test_float8_config_function_is_loaded_by_torchtitan(tmp_path_factory, target):
+    """An fp8 plan of a preset whose shipped functions are bf16 only (Llama 3.1 8B and 70B) runs
+    parc's own config function, emitted beside launch.sh: torchtitan's ConfigManager imports it
+    from the PYTHONPATH the launch sets (read from the launch's own environment), and its model
+    has the Float8 converter on every linear layer but the output head, as torchtitan's
+    llama3_405b has it; the same spec in bf16 emits no function and converts nothing."""
+    from backends_support import compile_rel
+
+    proc = judges.start("torchtitan", "PARC_TORCHTITAN_PYTHON", tmp_path_factory.mktemp("f8") / "stderr",
+                        env={"PARC_TORCHTITAN_FLOAT8": "1"})
+    try:
+        for spec in FLOAT8_SPECS:
+            for fp8 in (True, False):
+                text = re.sub(r"precision( *)= fp8", r"precision\1= " + ("fp8" if fp8 else "bf16"),
+                              (ROOT / spec).read_text())
+                if target == "slurm":
+                    text = text.replace("target torchtitan { }", "target torchtitan { }\ntarget slurm { engine = torchtitan }")
+                tmp = tmp_path_factory.mktemp(Path(spec).parent.name)
+                (tmp / "plan.par").write_text(text)
+                r, _, files = compile_rel(str(tmp / "plan.par"), target)
+                assert files is not None, (spec, target, [d.code for d in r.errors])
+                names = {f.path for f in files}
+                assert ("parc_float8.py" in names) == fp8, (spec, target, sorted(names))
+                calls = [c for c in launched(target, files, tmp) if c["launcher"] == "torchrun"]
+                assert calls, (spec, target)
+                launcher, program = split(calls[0]["argv"], "torchrun")
+                path = calls[0]["env"].get("PYTHONPATH", "").split(":")[0] if fp8 else ""
+                world = int(launcher["--nnodes"]) * int(launcher["--nproc-per-node"])
+                [v] = judges.ask(proc, MARK, [{"argv": program[1:], "world": world, "path": path}])
+                assert v["ok"], (spec, target, v)
+                if fp8:
+                    assert len(v["float8_linears"]) > 100 and v["bf16_linears"] == ["lm_head"], (spec, v)
+                else:
+                    assert v["float8_linears"] == [] and "lm_head" in v["bf16_linears"], (spec, v)
+    finally:
+        judges.stop(proc)

@@ -209,19 +209,29 @@ def test_p636_spec_split_torchtitan_cannot_take(check_spec):
 
 
 @pytest.mark.parametrize("preset", ["llama3_8b", "llama3_70b"])
-def test_fp8_takes_the_float8_function_torchtitan_ships_or_none(check_spec, preset):
+def test_fp8_runs_parcs_float8_function_where_torchtitan_ships_none(check_spec, preset):
     """`precision = fp8` without a recipe is torchtitan's Float8 converter at its default recipe
     (Float8LinearConverter.Config.recipe_name = "rowwise", components/quantization/float8.py):
     torchtitan 0.3.0 ships it for neither Llama 3 8B nor 70B, and the converter is part of the
-    config function's model_spec, not of the command line; both are P620 alike (8B no longer takes
-    the MXFP8 function, which is another recipe)."""
-    from parc.targets.torchtitan import preset_config
+    config function's model_spec, not of the command line. The launch runs a config function of
+    parc's own beside it (parc_float8.py: the shipped bf16 function with the converter added), as
+    0.3.0's ConfigManager imports one by its module path; a recipe the converter has not (tensorwise)
+    stays P620, and so does a model field the bf16 function does not build."""
+    from parc.targets.torchtitan import build, module_config, preset_config
 
     r, plan = _plan(check_spec, model=f"from = {preset}\nseq_len = 8192", train="zero = 3\nprecision = fp8")
-    assert "P620" in {d.code for d in r.errors}, [(d.code, d.message) for d in r.diagnostics]
-    assert preset_config(plan) is None
+    assert "P620" not in _codes(r), [(d.code, d.message) for d in r.diagnostics]
+    assert preset_config(plan) is None and module_config(plan) == ("parc_float8", f"{preset}_float8")
+    own = next(f for f in build(plan) if f.path == "parc_float8.py").text
+    assert f"from torchtitan.models.llama3.config_registry import {preset}" in own
+    assert "recipe_name='rowwise'" in own and "filter_fqns=['lm_head']" in own
+    r, plan = _plan(check_spec, model=f"from = {preset}\nseq_len = 8192",
+                    train="zero = 3\nprecision = fp8\nfp8_recipe = tensorwise")
+    assert "P620" in {d.code for d in r.errors}
+    r, plan = _plan(check_spec, model=f"from = {preset}\nseq_len = 8192\nlayers = 30", train="zero = 3\nprecision = fp8")
+    assert any(d.code == "P620" and "layers = 30" in d.message for d in r.errors)
     r, plan = _plan(check_spec, model=f"from = {preset}\nseq_len = 8192", train="zero = 3\nprecision = bf16")
-    assert "P620" not in _codes(r)
+    assert "P620" not in _codes(r) and not any(f.path == "parc_float8.py" for f in build(plan))
 
 
 H100, B200 = "gpu           = h100_sxm", "gpu           = b200"

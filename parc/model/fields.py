@@ -101,6 +101,10 @@ BLOCKS: dict[str, dict[str, F]] = {
         "rope_factor": F("frac", 1.0, 10**6, doc="the RoPE scaling factor (rope_scaling's factor)"),
         "rope_original_positions": F("int", 1, 10**9, doc="the positions the model was trained on before RoPE "
                                      "scaling (rope_scaling's original_max_position_embeddings)"),
+        "rope_mscale": F("frac", 0.0, 100.0, doc="YaRN: the attention temperature's mscale (rope_scaling's "
+                         "mscale; DeepSeek's configs give it with rope_mscale_all_dim); unset: the engine's default"),
+        "rope_mscale_all_dim": F("frac", 0.0, 100.0, doc="YaRN: rope_scaling's mscale_all_dim, which scales the "
+                                 "softmax of DeepSeek's attention too; unset: the engine's default"),
     },
     "cluster": {
         "nodes": F("int", 1, 2**17), "gpus_per_node": F("int", 1, 2**10),
@@ -316,6 +320,7 @@ ALIASES = {
     "seq_length": "seq_len", "max_seq_len": "seq_len", "rotary_base": "rope_theta",
     "max_position_embeddings": "max_positions", "num_experts": "experts", "rope_type": "rope_scaling",
     "original_max_position_embeddings": "rope_original_positions",
+    "mscale": "rope_mscale", "mscale_all_dim": "rope_mscale_all_dim",
     "moe_router_topk": "top_k", "micro_batch_size": "micro_batch", "global_batch_size": "global_batch",
     "num_microbatches": "microbatches", "virtual_pipeline_model_parallel_size": "virtual_stages",
     "zero_stage": "zero", "recompute_granularity": "recompute", "activation_checkpointing": "recompute",

@@ -65,6 +65,8 @@ class Model:
     rope_scaling: str = "none"            # RoPE scaling type (rope_scaling.rope_type): parc.model.rope
     rope_factor: float = 1.0              # its factor
     rope_original_positions: Optional[int] = None   # its original_max_position_embeddings
+    rope_mscale: Optional[float] = None             # YaRN's mscale (rope_scaling.mscale), where stated
+    rope_mscale_all_dim: Optional[float] = None     # YaRN's mscale_all_dim, where stated
     preset: Optional[str] = None
 
     @property

@@ -17,6 +17,7 @@ from parc.model.plan import (Cluster, Link, Mesh, Model, ModulePlacement, Placem
 from parc.resolve import topology as T
 from parc.resolve.catalog import target_keys
 from parc.resolve.evaluate import Evaluator, Poison, check_range, describe, did_you_mean, rename
+from parc.resolve.option_keys import attention_backend_conflict, repeated_options
 from parc.resolve.gpu import _group_gpu, build_gpu
 from parc.resolve.merge import PARTIAL_BLOCKS, Block
 from parc.resolve.parts import _FAILED, _Incomplete, _get, _head
@@ -96,6 +97,7 @@ def build_model(r: Evaluator, top: Span) -> Model:
         max_positions=vals.get("max_positions"), preset=r.values.get("model.from"),
         rope_scaling=vals.get("rope_scaling") or "none", rope_factor=float(vals.get("rope_factor") or 1.0),
         rope_original_positions=vals.get("rope_original_positions"),
+        rope_mscale=_frac(vals.get("rope_mscale")), rope_mscale_all_dim=_frac(vals.get("rope_mscale_all_dim")),
         **{k: vals.get(k) or 0 for k in _MODEL_COUNTS}, **{k: bool(vals.get(k)) for k in _MODEL_SWITCHES})
     if vals.get("seq_len") is None:
         r.spans["model.seq_len"] = head
@@ -106,6 +108,11 @@ def build_model(r: Evaluator, top: Span) -> Model:
 
 
 # Model keys that default to 0 (absent): the first dense layers, MLA widths, MTP modules.
+def _frac(v) -> float | None:
+    """An optional number of the model block as a float (None where the spec leaves it out)."""
+    return None if v is None else float(v)
+
+
 _MODEL_COUNTS = ("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                  "v_head_dim", "mtp_layers", "attention_window", "global_every")
 _MODEL_SWITCHES = ("tied_embeddings", "qkv_bias", "qk_norm", "attention_sinks", "hybrid")   # switches, default false
@@ -410,6 +417,7 @@ def build_targets(r: Evaluator) -> dict[str, Target]:
                 r.spans[f"target.{name}.{key}.value.{i}"] = item.span
         r.spans[f"target.{name}"] = Span(blk.span.file, blk.span.line, blk.span.column, blk.span.line,
                                          blk.span.column + 6, blk.span.start, blk.span.start + 6)
+        repeated_options(r, name, settings)
         out[name] = Target(name, settings)
     if failed:
         raise _Incomplete()
@@ -479,6 +487,7 @@ def _build_parts(r: Evaluator, top: Span, partial: bool) -> dict[str, Any] | Non
     for kind, cls in (("schedule", Schedule), ("train", Train), ("serve", Serve), ("profile", Profile)):
         attempt(kind, lambda kind=kind, cls=cls: _section(r, kind, cls, top, partial and kind in PARTIAL_BLOCKS))
     attempt("targets", lambda: build_targets(r))
+    attention_backend_conflict(r, parts.get("targets"), parts.get("train"))
     if "train" in r.blocks and "serve" in r.blocks:
         r.err("P022", "a spec is either training (`train`) or serving (`serve`), not both",
               _head(r, "serve", top), related=[Related(_head(r, "train", top), "training declared here")],

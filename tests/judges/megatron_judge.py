@@ -52,10 +52,14 @@ FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
           "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
           "recompute_granularity", "recompute_modules", "recompute_method", "fp8", "fp8_recipe", "fp8_param",
           "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-          "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel")
+          "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel", "attention_backend",
+          "rope_type", "rotary_scaling_factor", "mscale", "mscale_all_dim", "original_max_position_embeddings",
+          "yarn_rotary_scaling_factor", "yarn_original_max_position_embeddings", "yarn_mscale", "yarn_mscale_all_dim")
 ARGS = ("data_parallel_size", "micro_batch_size", "global_batch_size", "seq_length", "max_position_embeddings",
         "padded_vocab_size", "vocab_size", "rotary_base", "position_embedding_type",
-        "untie_embeddings_and_output_weights", "fp8_param_gather")
+        "untie_embeddings_and_output_weights", "fp8_param_gather", "use_rope_scaling", "rope_scaling_factor",
+        "rotary_seq_len_interpolation_factor", "use_megatron_fsdp", "megatron_fsdp_main_grads_dtype",
+        "grad_reduce_in_bf16", "accumulate_allreduce_grads_in_fp32")
 
 
 def _plain(x):

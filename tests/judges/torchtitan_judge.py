@@ -16,6 +16,12 @@ torchtitan's own configuration accepts it, with the degrees torchtitan derives, 
   here line for line: the sequence length evenness (seq_len divisible by tp with sequence
   parallel × 2·cp with cp > 1) and the batch sizes (global_batch_size % (local_batch_size ×
   dp_replicate × dp_shard) == 0, gradient accumulation and pipeline microbatches).
+
+An item's "path" is a folder put first on sys.path (launch.sh's PYTHONPATH, where parc emits a
+config function of its own beside it). Started with PARC_TORCHTITAN_FLOAT8=1, the judge answers
+torchtitan's float8 converter as a Hopper GPU with torchao would (torchao is not installed here:
+a stand-in whose Float8LinearConfig knows its recipes), and reports which linear layers the
+converter swapped (float8_linears) and which it left (bf16_linears).
 """
 import contextlib
 import io
@@ -24,6 +30,31 @@ import sys
 import warnings
 
 warnings.simplefilter("ignore")
+
+import os  # noqa: E402
+import types  # noqa: E402
+
+
+class _Torchao(types.ModuleType):
+    """torchao as the float8 converter uses it: Float8LinearConfig.from_recipe_name and classes."""
+
+    def __getattr__(self, k):
+        if k.startswith("__"):
+            raise AttributeError(k)
+        if k == "Float8LinearConfig":
+            return type(k, (), {"from_recipe_name": staticmethod(lambda name: ("torchao", name)),
+                                "__init__": lambda self, **kw: None})
+        return type(k, (), {}) if k[:1].isupper() else (lambda *a, **kw: None)
+
+
+if os.environ.get("PARC_TORCHTITAN_FLOAT8") == "1":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import wild_stubs  # noqa: E402
+
+    wild_stubs.install({"torchao"}, _Torchao)
+    from torchtitan.components.quantization import float8 as _float8  # noqa: E402
+
+    _float8.has_cuda_capability = lambda *a: True   # an SM90 GPU
 
 from torchtitan.config.manager import ConfigManager  # noqa: E402
 from torchtitan.distributed.parallel_dims import ParallelDims  # noqa: E402
@@ -92,9 +123,25 @@ def model_fields(module: str, config: str) -> dict:
     return out
 
 
+def _linears(config) -> dict:
+    """The model's linear layers by kind: the ones torchtitan's float8 converter swapped
+    (Float8Linear.Config) and the ones it left."""
+    from torchtitan.models.common.linear import Linear
+
+    out = {"float8_linears": [], "bf16_linears": []}
+    for fqn, cfg, *_ in config.model_spec.model.traverse(Linear.Config):
+        kind = "float8_linears" if type(cfg).__qualname__.startswith("Float8Linear") else "bf16_linears"
+        out[kind].append(fqn)
+    return out
+
+
 def judge(item):
     if "model" in item:
         return model_fields(*item["model"])
+    if item.get("path"):   # a launch of its own: its folder's modules, not an earlier launch's
+        sys.path.insert(0, item["path"])
+        for f in os.listdir(item["path"]):
+            sys.modules.pop(f.removesuffix(".py"), None)
     argv, world = item["argv"], item["world"]
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -114,7 +161,8 @@ def judge(item):
            "local_batch_size": t.local_batch_size, "global_batch_size": t.global_batch_size,
            "reshard_after_forward": p.fsdp_reshard_after_forward, "sequence_parallel": p.enable_sequence_parallel,
            "mixed_precision_param": t.mixed_precision_param,
-           "async_tp": config.compile.enable_async_tensor_parallel, "compile": config.compile.enable}
+           "async_tp": config.compile.enable_async_tensor_parallel, "compile": config.compile.enable,
+           **_linears(config)}
     # Trainer.__init__, "validate dense activation sequence length evenness"
     divisor = (dims.tp if p.enable_sequence_parallel else 1) * (2 * dims.cp if dims.cp > 1 else 1)
     if t.seq_len % divisor:

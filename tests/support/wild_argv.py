@@ -292,9 +292,20 @@ def torchtitan_overrides(argv: list[str]) -> dict:
     return out
 
 
-def torchtitan_config_function(module: str, config: str) -> dict:
+def torchtitan_config_function(module: str, config: str, cwd: Path | None = None) -> dict:
     """What torchtitan 0.3.0's config function ``module/config`` sets, in the TOML's keys
     (``tests/wild/engines/torchtitan.json``, made by tests/judges/wild_torchtitan_configs.py); an
-    unknown function sets nothing the corpus can read."""
+    unknown function sets nothing the corpus can read. A module of the launch's own (``module``.py
+    beside it, on its PYTHONPATH) is read as that script reads torchtitan's: the shipped function it
+    calls, with the converter its source names (tests/test_torchtitan_judge.py loads it in
+    torchtitan itself)."""
     data = json.loads((ENGINES / "torchtitan.json").read_text())["config_functions"]
+    own = Path(cwd or ".") / f"{module}.py"
+    if f"{module}/{config}" not in data and own.is_file():
+        text = own.read_text()
+        base = re.search(r"^from torchtitan\.models\.(\w+)\.config_registry import (\w+)$", text, re.M)
+        out = dict(data.get(f"{base[1]}/{base[2]}", {})) if base else {}
+        if "Float8LinearConverter.Config(" in text:
+            out["model.converters"] = ["float8"]
+        return out
     return dict(data.get(f"{module}/{config}", {}))

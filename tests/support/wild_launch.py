@@ -146,7 +146,7 @@ def _script(words: list[str], cwd: Path, role: str, base: dict) -> list[Launch]:
 
             toml = A.toml_flat(tomllib.loads((Path(cwd) / str(over["job.config_file"])).read_text()))
         elif "module" in over and "config" in over:   # 0.3: a config function, then the overrides
-            toml = A.torchtitan_config_function(over["module"], over["config"])
+            toml = A.torchtitan_config_function(over["module"], over["config"], Path(cwd))
         return [Launch("torchtitan", role, {**base, **_keyed("torchtitan", {**toml, **over})})]
     _, args = A.long_options(words[1:])
     return [Launch("script", role, {**base, "script": Path(words[0]).name, **_keyed("args", args),

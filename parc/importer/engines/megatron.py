@@ -138,8 +138,10 @@ class Megatron(Reader):
     def read_attention_backend(self, o: Opt) -> None:
         if o.value == "unfused":
             self.draft.set("train", "flash_attention", False, self.note(o))
-        elif o.value in FLASH:
+        elif o.value == "auto":
             self.wiring(o, "Megatron-LM's default: Transformer Engine picks a fused kernel (flash_attention)")
+        elif o.value in FLASH:
+            self.direct(o, "target.attention_backend")
         else:
             self.carry(o, f"the attention backend {o.value!r} is none parc names")
 

@@ -121,7 +121,8 @@ def overlap_lines(plan) -> list[list]:
     tp = 1 and then refuses the first; it refuses the second without expert parallelism). The attention
     backend is ``auto`` by default (Transformer Engine picks its flash or cuDNN fused kernel,
     parc's ``flash_attention = true``); ``flash_attention = false`` is ``--attention-backend
-    unfused``. P654, P655 and P659 refuse the combinations Megatron-LM asserts against."""
+    unfused``, and the block's ``attention_backend`` is written as it is (P026 where it contradicts
+    ``flash_attention``). P654, P655 and P659 refuse the combinations Megatron-LM asserts against."""
     F = options(plan)
     tr, me = plan.train, plan.mesh
     out: list[list] = []
@@ -133,8 +134,9 @@ def overlap_lines(plan) -> list[list]:
         out.append([F("tp_comm_overlap")])
     if tr.ep_comm_overlap and plan.model.is_moe and me.ep > 1:
         out.append([F("overlap_moe_expert_parallel_comm")])
-    if not tr.flash_attention:
-        out.append([F("attention_backend"), "unfused"])
+    backend = settings(plan, TARGET).get("attention_backend")
+    if backend or not tr.flash_attention:
+        out.append([F("attention_backend"), backend or "unfused"])
     return out
 
 
@@ -180,9 +182,10 @@ def _model_lines(plan) -> list[list]:
     if m.mlp == "swiglu":
         a([F("swiglu")])
     a([F("normalization"), "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"])
-    a([F("position_embedding_type"), "rope" if m.position == "rope" else "learned_absolute"])
+    a([F("position_embedding_type"), position_type(m)])
     if m.position == "rope":
         a([F("rotary_base"), m.rope_theta])   # Megatron's default is 10000; Llama 3 uses 500000
+        out += rope_lines(m, F)
     if not m.bias:
         a([F("disable_bias_linear")])
     if m.qkv_bias and not m.bias:
@@ -203,6 +206,58 @@ def _model_lines(plan) -> list[list]:
     if m.mtp_layers:
         a([F("mtp_num_layers"), m.mtp_layers])
     return out
+
+
+# The positions Megatron-LM's own RoPE scalings are built for (rotary_pos_embedding.py
+# _apply_scaling: Llama 3.1's 8192; MLATransformerConfig.original_max_position_embeddings: 4096),
+# which no argument changes
+FIXED_ORIGINAL = {"llama3": 8192, "mla_yarn": 4096}
+
+
+def position_type(m) -> str:
+    """--position-embedding-type: rope, yarn (YaRN on attention that is not multi-latent: the GPT
+    model's YarnRotaryEmbedding; multi-latent attention runs its own YaRN under rope), or a learned table."""
+    if m.position != "rope":
+        return "learned_absolute"
+    return "yarn" if m.rope_scaling == "yarn" and not m.is_mla else "rope"
+
+
+def rope_lines(m, F) -> list[list]:
+    """The model's RoPE scaling as Megatron-LM spells it (flags.toml); what it cannot say is P620
+    (:func:`rope_fault`). mscale and mscale_all_dim only where the model states them: Megatron-LM's
+    defaults (1.0, 0.0) are Hugging Face's YaRN without them."""
+    if m.rope_scaling == "none" or rope_fault(m):
+        return []
+    if m.rope_scaling == "llama3":
+        return [[F("use_rope_scaling")], [F("rope_scaling_factor"), f"{m.rope_factor:g}"]]
+    if m.rope_scaling == "linear":
+        return [[F("rotary_seq_len_interpolation_factor"), int(m.rope_factor)]]
+    out = [[F("rotary_scaling_factor"), f"{m.rope_factor:g}"]]
+    if not m.is_mla and m.rope_original_positions:
+        out.append([F("yarn_original_max_position_embeddings"), m.rope_original_positions])
+    for what, v in (("mscale", m.rope_mscale), ("mscale_all_dim", m.rope_mscale_all_dim)):
+        if v is not None:
+            out.append([F(what), f"{v:g}"])
+    return out
+
+
+def rope_fault(m) -> tuple[str, str] | None:
+    """(path, why) where Megatron-LM's arguments cannot build the model's RoPE scaling, or None."""
+    kind = "mla_yarn" if m.rope_scaling == "yarn" and m.is_mla else m.rope_scaling
+    if m.position != "rope" or kind in ("none", "yarn"):
+        return None
+    if kind in ("dynamic", "longrope"):
+        return ("model.rope_scaling",
+                f"{kind} RoPE scaling: Megatron-LM has Llama 3.1's, linear (position interpolation) and YaRN only")
+    if kind == "linear" and m.rope_factor != int(m.rope_factor):
+        return ("model.rope_factor", f"linear RoPE scaling by {m.rope_factor:g}: Megatron-LM's "
+                "--rotary-seq-len-interpolation-factor takes an integer")
+    fixed = FIXED_ORIGINAL.get(kind)
+    if fixed and m.rope_original_positions not in (None, fixed):
+        what = "Llama 3.1's RoPE scaling" if kind == "llama3" else "multi-latent attention's YaRN"
+        return ("model.rope_original_positions", f"{what} from {m.rope_original_positions:,} original positions: "
+                f"its code fixes them at {fixed:,}, and no argument changes that")
+    return None
 
 
 def attention_lines(m, F=None) -> list[list]:
@@ -250,6 +305,9 @@ def inexpressible(plan) -> list[tuple[str, str, str]]:
                     "writes the arguments of Megatron-LM's GPT model, every layer attention, not its hybrid Mamba "
                     "model's layer pattern (--hybrid-override-pattern)",
                     "train it with Megatron-LM's own hybrid launch outside parc, or remove `hybrid`"))
+    if rope_fault(m):
+        out.append((*rope_fault(m), "compile for a target that builds the model from its checkpoint (vllm, "
+                    "sglang), or describe a scaling Megatron-LM has"))
     if tr is None:
         return out
     if tr.recompute == "selective_op":
@@ -283,8 +341,7 @@ def _training_lines(plan) -> list[list]:
     elif tr.precision == "fp16":
         a([F("fp16")])
     out += fp8_lines(tr, F)
-    if tr.main_grads == "bf16":   # the gradient buffer accumulates and all-reduces in bf16
-        a([F("grad_reduce_in_bf16")])
+    out += main_grads_lines(plan, F)
     if tr.optimizer_state == "bf16":
         a([F("use_precision_aware_optimizer")])
         a([F("exp_avg_dtype"), "bf16"])
@@ -303,6 +360,18 @@ def _training_lines(plan) -> list[list]:
         a([F("tokenizer_type"), "HuggingFaceTokenizer"])
         a([F("tokenizer_model"), tok])
     return out
+
+
+def main_grads_lines(plan, F) -> list[list]:
+    """``main_grads``, the dtype gradients accumulate and reduce in. Megatron-LM's DDP buffer is
+    fp32 for bf16 training (validate_args: accumulate_allreduce_grads_in_fp32) unless
+    ``--grad-reduce-in-bf16``; Megatron-FSDP ignores both and takes ``--megatron-fsdp-main-grads-dtype``,
+    whose default ``auto`` is the parameters' own dtype (megatron_fsdp/param_and_grad_buffer.py
+    ``_resolve_group_grad_dtype``: bf16 under --bf16), so with FSDP it is written either way."""
+    tr = plan.train
+    if fsdp(plan):
+        return [[F("megatron_fsdp_main_grads_dtype"), tr.main_grads]]
+    return [[F("grad_reduce_in_bf16")]] if tr.main_grads == "bf16" else []
 
 
 # Megatron-LM's --fp8-recipe for each of train.fp8_recipe it has (TransformerConfig.fp8_recipe)

@@ -141,14 +141,7 @@ def tokenizer_model(plan, c):
     build_tokenizer has nothing to load."""
     s = settings(plan, TARGET)
     extra = [str(x) for x in s.get("extra_args") or []]
-    if s.get("tokenizer"):
-        given = [f for f in ("--tokenizer-type", "--tokenizer-model") if f in extra]
-        if given:
-            c.report(c.at("target.megatron.extra_args", "target.megatron"),
-                     f"`tokenizer` sets {' and '.join(given)}, and extra_args gives {'them' if len(given) > 1 else 'it'} "
-                     "again: Megatron-LM would take whichever comes last",
-                     help=f"remove {' and '.join(given)} (and {'their values' if len(given) > 1 else 'its value'}) "
-                          "from extra_args")
+    if s.get("tokenizer"):     # extra_args repeating its options: P025
         return
     hf = any(a == "HuggingFaceTokenizer" or a == "--tokenizer-type=HuggingFaceTokenizer" for a in extra)
     if hf and not any(a == "--tokenizer-model" or a.startswith("--tokenizer-model=") for a in extra):

@@ -85,10 +85,11 @@ WHAT = {"standalone": "torchrun launch for the one node",
 
 def script(plan, *, entrypoint: str, arg_lines: list[list], endpoint: str | None = None,
            max_restarts: int = 0, env: list[Env] = (), what: str | None = None,
-           python_module: bool = False, no_python: bool = False) -> str:
+           python_module: bool = False, no_python: bool = False, path_here: bool = False) -> str:
     """The torchrun launch every node runs; under the static rendezvous it takes the node's rank
     from its first argument, ``SLURM_NODEID`` or ``NODE_RANK``. ``python_module``: the entry
-    point is a module torchrun runs as ``python -m`` does."""
+    point is a module torchrun runs as ``python -m`` does; ``path_here``: the program imports a
+    module emitted beside the script (its folder goes first on PYTHONPATH)."""
     from parc.targets.render import render
 
     cl = plan.cluster
@@ -96,7 +97,7 @@ def script(plan, *, entrypoint: str, arg_lines: list[list], endpoint: str | None
     return render("torchrun/launch.sh.j2", header=header(plan, what or WHAT[rdzv].format(n=cl.nodes)),
                   need_here=True, rdzv=rdzv, master=rdzv == "static" or (rdzv == "c10d" and not endpoint),
                   nnodes=cl.nodes, nproc=cl.gpus_per_node, env=launch_env(plan, env),
-                  arg_lines=arg_lines,
+                  arg_lines=arg_lines, path_here=path_here,
                   launcher_lines=launcher_lines(plan, rdzv=rdzv, endpoint=endpoint, max_restarts=max_restarts,
                                                  python_module=python_module, no_python=no_python),
                   entrypoint=entrypoint)
@@ -124,7 +125,7 @@ def build(plan) -> list[File]:
 
 def scheduled(plan, engine: str, *, entrypoint: str, arg_lines: list[list], max_restarts: int = 0,
               env: list[Env] = (), python_module: bool = False, files: list[File] = (), no_python: bool = False,
-              command_lines: list[list] | None = None):
+              command_lines: list[list] | None = None, path_here: bool = False):
     """The :class:`~parc.targets.engines.NodeLaunch` of an engine that torchrun starts (torchrun,
     torchtitan, megatron) under a scheduler: launch.sh (the rendezvous at the scheduler's node 0,
     never an ``rdzv_endpoint``) with ``files`` and plan.json, and the same torchrun command for
@@ -138,7 +139,7 @@ def scheduled(plan, engine: str, *, entrypoint: str, arg_lines: list[list], max_
 
     def make() -> list[File]:
         text = script(plan, entrypoint=entrypoint, arg_lines=arg_lines, max_restarts=max_restarts, env=env,
-                      python_module=python_module, no_python=no_python)
+                      python_module=python_module, no_python=no_python, path_here=path_here)
         return [File("launch.sh", text, True), *files, File("plan.json", plan_json(plan))]
 
     return NodeLaunch(engine, make, "launch.sh", plan.cluster.nodes,

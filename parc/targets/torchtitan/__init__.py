@@ -30,7 +30,7 @@ degrees and batch sizes come from the plan:
 """
 from __future__ import annotations
 
-from parc.targets.base import Env, File, plan_json, settings
+from parc.targets.base import Env, File, plan_json, settings, spec_name
 from parc.targets.torchrun import script
 
 TARGET = "torchtitan"
@@ -66,11 +66,63 @@ def fp8_recipe(plan) -> str:
     return plan.train.fp8_recipe or _data()["fp8_default_recipe"]
 
 
+def float8_base(plan) -> tuple[str, dict] | None:
+    """(name, entry) of the shipped bf16 function that parc's own config function (target.toml
+    [float8], :func:`float8_file`) adds the Float8 converter to: for an fp8 plan of a preset that
+    torchtitan ships no function of that recipe for, where the spec names no function itself."""
+    tr = plan.train
+    if tr is None or tr.precision != "fp8" or own_config(plan) or preset_config(plan):
+        return None
+    if fp8_recipe(plan) not in _data()["float8"]["recipes"]:
+        return None
+    return next(((n, c) for n, c in shipped(plan).items() if c.get("float8")), None)
+
+
 def module_config(plan) -> tuple[str | None, str | None]:
-    """--module and --config: the block's own, else the shipped function :func:`preset_config` picks."""
+    """--module and --config: the block's own, else the shipped function :func:`preset_config`
+    picks, else parc's Float8 function over the bf16 one (:func:`float8_base`)."""
     s = settings(plan, TARGET)
     name, pre = preset_config(plan) or (None, {})
+    base = float8_base(plan)
+    if base and "module" not in s:
+        return _data()["float8"]["file"].removesuffix(".py"), f"{base[0]}_float8"
     return s.get("module", pre.get("module")), s.get("config", name)
+
+
+def float8_file(plan) -> list[File]:
+    """parc's config function for :func:`float8_base`: the shipped function with its model rebuilt
+    by its module's model_registry with torchtitan's Float8LinearConverter (torch.compile of the
+    model as the launch asks for it: AsyncTP's), as torchtitan's own llama3_8b_mxfp8 and
+    llama3_405b write it."""
+    base = float8_base(plan)
+    if base is None:
+        return []
+    (name, entry), f8 = base, _data()["float8"]
+    compiled = bool(plan.train.tp_comm_overlap and plan.mesh.tp > 1)
+    module = entry["module"]
+    text = "\n".join([
+        f"# torchtitan config function compiled by parc from {spec_name(plan)}: torchtitan's {name} training",
+        f"# in Float8 (recipe {fp8_recipe(plan)}). launch.sh runs it: --module {module_config(plan)[0]} "
+        f"--config {name}_float8.",
+        "from torchtitan.components.quantization import Float8LinearConverter",
+        f"from torchtitan.models.{module} import model_registry",
+        f"from torchtitan.models.{module}.config_registry import {name}",
+        "", "",
+        f"def {name}_float8():",
+        f"    config = {name}()",
+        "    config.model_spec = model_registry(",
+        "        config.model_spec.flavor,",
+        "        converters=[",
+        "            Float8LinearConverter.Config(",
+        f"                recipe_name={fp8_recipe(plan)!r},",
+        f"                filter_fqns={list(f8['filter_fqns'])!r},",
+        f"                model_compile_enabled={compiled!r},",
+        "            ),",
+        "        ],",
+        "    )",
+        "    return config",
+        ""])
+    return [File(f8["file"], text)]
 
 
 def own_config(plan) -> bool:
@@ -90,7 +142,7 @@ def inexpressible(plan) -> list[tuple[str, str, str]]:
     out = _train_faults(tr)
     if own_config(plan) or not shipped(plan):
         return out
-    picked = preset_config(plan)
+    picked = preset_config(plan) or float8_base(plan)
     if picked is None:
         have = ", ".join(f"{n} ({c.get('precision', 'bf16')}{', ' + c['fp8_recipe'] if 'fp8_recipe' in c else ''})"
                          for n, c in shipped(plan).items())
@@ -258,9 +310,11 @@ ENV = (Env("PYTORCH_ALLOC_CONF", "expandable_segments:True", "as torchtitan's ru
 
 def build(plan) -> list[File]:
     s = settings(plan, TARGET)
+    own = float8_file(plan)
     text = script(plan, entrypoint=ENTRY, python_module=True, arg_lines=_lines(plan),
-                  endpoint=s.get("rdzv_endpoint"), max_restarts=s.get("max_restarts", 0), env=list(ENV))
-    return [File("launch.sh", text, True), File("plan.json", plan_json(plan))]
+                  endpoint=s.get("rdzv_endpoint"), max_restarts=s.get("max_restarts", 0), env=list(ENV),
+                  path_here=bool(own))
+    return [File("launch.sh", text, True), *own, File("plan.json", plan_json(plan))]
 
 
 def node_launch(plan, s: dict):
@@ -268,5 +322,6 @@ def node_launch(plan, s: dict):
     scheduler's node 0 (parc/targets/engines.py)."""
     from parc.targets.torchrun import scheduled
 
+    own = float8_file(plan)
     return scheduled(plan, TARGET, entrypoint=ENTRY, python_module=True, arg_lines=_lines(plan),
-                     max_restarts=s.get("max_restarts", 0), env=list(ENV))
+                     max_restarts=s.get("max_restarts", 0), env=list(ENV), files=own, path_here=bool(own))
