@@ -17,25 +17,27 @@ ENTRIES = wild.corpus()
 READ = ("vllm", "sglang", "megatron", "megatron_deepspeed", "torchtitan", "deepspeed")
 # entries of an engine parc import reads whose original it cannot round-trip, and why (none now)
 NOT_ROUND_TRIPPED: dict[str, str] = {}
-# the orchestrators' objects parc import does not read yet: each builds its engine's launch itself
-# (Dynamo's operator, KServe's presets, Ray Serve's engine_kwargs), not from a command in the file
-NOT_READ = {"dynamo": "a DynamoGraphDeployment", "kserve": "an LLMInferenceService", "rayserve": "a Ray Serve config"}
+# the kinds of original parc import does not read yet
+NOT_READ: dict[str, str] = {}
 
 
 def _engine(e: wild.Entry) -> str | None:
     """The serving engine an entry's plan runs (its target, or the engine block beside its scheduler's)."""
     text = e.par.read_text(encoding="utf-8")
+    if e.target == "trainjob" and not any(f"target {t} " in text for t in READ):
+        return "torchrun"       # a TrainJob's own torchrun launch (parc/importer/engines/torchrun.py)
     return next((t for t in READ if e.target == t or f"target {t} " in text), None)
 
 
 # every entry whose original is a launch (a benchmark table is no launch to import)
-IMPORTED = [e for e in ENTRIES if _engine(e) in READ and e.original["kind"] != "table"
+IMPORTED = [e for e in ENTRIES if _engine(e) in READ + ("torchrun",) and e.original["kind"] != "table"
             and e.name not in NOT_ROUND_TRIPPED and e.original["kind"] not in NOT_READ]
 
 
 def test_every_serving_entry_of_the_corpus_is_imported():
     assert len(IMPORTED) >= 15, [e.name for e in IMPORTED]
-    assert {e.target for e in IMPORTED} >= {"vllm", "sglang", "megatron", "torchtitan", "deepspeed", "lws", "skypilot", "slurm"}
+    assert {e.target for e in IMPORTED} >= {"vllm", "sglang", "megatron", "torchtitan", "deepspeed", "lws", "skypilot", "slurm",
+                                            "dynamo", "kserve", "rayserve", "trainjob"}
 
 
 @pytest.mark.parametrize("name", [e.name for e in IMPORTED])

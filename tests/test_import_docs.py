@@ -25,6 +25,24 @@ def test_the_import_page_carries_every_engines_flag_table():
             assert f"`{entry['names'][0]['name']}`" in page, (engine, entry["names"][0]["name"])
 
 
+def test_the_object_tables_name_keys_the_spec_language_has():
+    """Every `.par` key docs/import.md's object tables name is a key of its block or target."""
+    from parc.importer.flagdocs import objects
+    from parc.model.fields import BLOCKS
+    from parc.model.targets import keys
+
+    for name, o in objects().items():
+        for row in o["rows"]:
+            for k in filter(None, (x.strip() for x in row["key"].split(","))):
+                parts = k.split(".")
+                if parts[0] == "target":
+                    assert parts[2] in keys(parts[1]), (name, k)
+                elif parts[:2] == ["serve", "prefill"] or parts[:2] == ["serve", "decode"]:
+                    assert len(parts) == 2 or parts[2] in BLOCKS[parts[1]], (name, k)
+                else:
+                    assert parts[1] in BLOCKS[parts[0]], (name, k)
+
+
 def test_a_placeholder_is_p040_at_its_line(check_spec):
     text = spec(mesh='dp = unknown("$DP")')
     d = assert_fires(check_spec, text, "P040", 'unknown("$DP")')

@@ -8,31 +8,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-SPEC = """model "llama" {{
-  from = llama3_1_8b
-}}
-
-cluster "c" {{
-  nodes         = {nodes}
-  gpus_per_node = 8
-  gpu           = h100_sxm
-  intra_node    = nvlink(450GB/s)
-  inter_node    = infiniband(400Gb/s)
-}}
-
-mesh {{
-{mesh}}}
-
-serve {{
-  max_model_len = {ctx}
-  max_num_seqs  = {seqs}
-}}
-
-target {engine} {{
-  model = "meta-llama/Llama-3.1-8B-Instruct"
-}}
-"""
+from support.import_specs import SPEC
 
 
 @st.composite

@@ -1,6 +1,7 @@
 """parc import: a launch people already run (a vLLM or SGLang server, a Megatron-LM, torchtitan
 or DeepSpeed training launch, alone or inside a Slurm, Kubernetes, LeaderWorkerSet, TrainJob or
-SkyPilot file) read into a .par spec."""
+SkyPilot file, or the workers of a Dynamo, KServe or Ray Serve LLM deployment) read into a .par
+spec."""
 from __future__ import annotations
 
 import sys
@@ -15,6 +16,8 @@ reports the placeholders); 2 usage or I/O failure, or no launch found
 examples:
   parc import serve.sh                              # vllm serve / sglang launch in a script
   parc import lws.yaml -o plan.par                  # a LeaderWorkerSet, its pods' commands
+  parc import dgd.yaml                              # a Dynamo graph (llmisvc.yaml, Ray's serve.yaml alike)
+  parc import trainjob.yaml runtime.yaml            # a TrainJob and the runtime it names
   parc import train.sh --var 1=ckpt --cluster dgx.par --explain
   parc import llama3_8b.toml --from torchtitan      # a torchtitan config
   parc import ds_config.json launch.sh hostfile     # DeepSpeed's config, launcher line and hosts"""
@@ -48,6 +51,8 @@ def report(r, out=sys.stderr) -> None:
     """What stderr says beside the spec: options carried unparsed, options left to parc's launch,
     values that cannot be written, assumptions."""
     rep = r.report
+    for code, where, what in rep.warnings:
+        out.write(f"parc import: {code} warning: {where}: {what}\n")
     for where, why in rep.carried:
         out.write(f"parc import: carried to extra_args: {where} ({why})\n")
     for where, why in rep.dropped:

@@ -1,8 +1,9 @@
 """``parc import``: the launch scripts people already run, read into a reviewed plan.
 
 The files (a shell script or a text of command lines, a Slurm batch script, a Kubernetes,
-LeaderWorkerSet, TrainJob or SkyPilot YAML file, a torchtitan TOML, a DeepSpeed JSON config and
-hostfile) are read, never run (:mod:`parc.importer.sh_eval`); each engine launch among them is
+LeaderWorkerSet, TrainJob (with its training runtime) or SkyPilot YAML file, a Dynamo
+DynamoGraphDeployment, a KServe LLMInferenceService, a Ray Serve LLM config, a torchtitan TOML, a
+DeepSpeed JSON config and hostfile) are read, never run (:mod:`parc.importer.sh_eval`); each engine launch among them is
 read through its target's ``flags.toml``, the table ``parc compile`` writes from, so what compile
 writes import reads back; the spec is written in ``parc fmt``'s layout, every value with the
 line it came from, ``unknown(...)`` where the files do not give a value (P040), and every option
@@ -40,5 +41,9 @@ def import_files(paths: list[str], options: Options | None = None) -> Imported:
     numbered = {int(k): v for k, v in options.variables.items() if k.isdigit() and int(k) > 0}
     positional = ([lit(numbered.get(i, "")) for i in range(1, max(numbered) + 1)] if numbered else None)
     sources = [read_source(p, variables, positional) for p in paths]
+    if any(isinstance(s.data, dict) and "trainjobs" in s.data for s in sources):
+        from parc.importer.trainjob import link
+
+        link(sources, variables)    # a TrainJob and its runtime, in one file or two
     draft, report, target = build(sources, options)
     return Imported(draft.text(), target, report)

@@ -16,8 +16,8 @@ from parc.importer.sources import ImportError_, Source
 FORMAT_ENGINE = {"toml": "torchtitan", "json": "deepspeed"}
 # the launches no engine reader reads (their facts are read by the engine's deployment)
 HELPERS = ("ray", "sglang_router")
-# the engines whose launches have a reader (parc/importer/engines/)
-READERS = ("vllm", "sglang", "megatron", "megatron_deepspeed", "torchtitan", "deepspeed")
+# the engines whose launches have a reader (parc/importer/engines/; torchrun's, a TrainJob's only)
+READERS = ("vllm", "sglang", "megatron", "megatron_deepspeed", "torchtitan", "deepspeed", "torchrun")
 
 
 @dataclass
@@ -81,6 +81,7 @@ def build(sources: list[Source], options: Options) -> tuple[Draft, Report, str]:
     draft, report = Draft(), Report()
     for s in sources:
         report.notes += s.notes
+        report.warnings += s.warnings
     engine = engine_of(sources, options.engine)
     group = [la for s in sources for la in s.launches if la.engine == engine]
     if options.launch is not None:
@@ -88,10 +89,6 @@ def build(sources: list[Source], options: Options) -> tuple[Draft, Report, str]:
             raise ImportError_(f"--launch {options.launch}: the files hold {len(group)} {engine} launch(es)")
         group = [group[options.launch - 1]]
     ctx = Context(sources, options, draft, report, group, engine)
-    if engine == "torchrun":
-        raise ImportError_("the files launch a plain torchrun script: its parallelism, batch and model are in the "
-                           "Python code it runs, which parc import does not read (write the spec by hand; "
-                           "`parc compile --target torchrun` emits its launch)")
     if engine not in READERS:
         raise ImportError_(f"the files launch {engine}: parc import reads {' and '.join(READERS)} launches so far "
                            f"(write the spec of a {engine} launch by hand; `parc compile --target {engine}` emits it)")

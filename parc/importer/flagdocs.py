@@ -1,11 +1,14 @@
-"""The flag tables of docs/import.md, made from each engine target's ``flags.toml``: the table
-``parc compile`` writes from and ``parc import`` reads through, so the page cannot drift from
-either (tests/test_import_docs.py compares them)."""
+"""The generated parts of docs/import.md: the flag tables, made from each engine target's
+``flags.toml`` (the table ``parc compile`` writes from and ``parc import`` reads through), and
+the orchestrators' objects, made from ``objects.toml`` beside the readers; so the page cannot
+drift from either (tests/test_import_docs.py compares them)."""
 from __future__ import annotations
 
 ENGINES = ("vllm", "sglang", "megatron", "megatron_deepspeed", "torchtitan", "deepspeed", "torchrun")
 BEGIN = "<!-- flag-tables: generated from parc/targets/*/flags.toml; PARC_UPDATE_GOLDEN=1 rewrites it -->"
 END = "<!-- end of flag-tables -->"
+OBJECTS_BEGIN = "<!-- object-tables: generated from parc/importer/objects.toml; PARC_UPDATE_GOLDEN=1 rewrites it -->"
+OBJECTS_END = "<!-- end of object-tables -->"
 
 
 def _cell(text: str) -> str:
@@ -55,8 +58,30 @@ def section() -> str:
     return BEGIN + "\n\n" + "\n".join(table(e) for e in ENGINES) + "\n" + END
 
 
+def objects() -> dict:
+    """objects.toml: for each orchestrator, its object's title and rows (field, key, how)."""
+    import tomllib
+    from pathlib import Path
+
+    return tomllib.loads((Path(__file__).parent / "objects.toml").read_text(encoding="utf-8"))
+
+
+def objects_section() -> str:
+    out = [OBJECTS_BEGIN, ""]
+    for o in objects().values():
+        out += [f"### {o['title']}", "", "| field | `.par` key | how |", "|---|---|---|"]
+        out += [f"| {_cell(r['field'])} | {', '.join(f'`{k.strip()}`' for k in r['key'].split(',')) if r['key'] else '—'} "
+                f"| {_cell(r['how'])} |" for r in o["rows"]]
+        out.append("")
+    return "\n".join(out) + OBJECTS_END
+
+
+def _replace(page: str, begin: str, end: str, text: str) -> str:
+    head, _, rest = page.partition(begin)
+    _, _, tail = rest.partition(end)
+    return head + text + tail
+
+
 def replace_section(page: str) -> str:
-    """``page`` with its generated section replaced by the tables of today's flags.toml files."""
-    head, _, rest = page.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return head + section() + tail
+    """``page`` with its generated sections replaced by today's flags.toml and objects.toml."""
+    return _replace(_replace(page, BEGIN, END, section()), OBJECTS_BEGIN, OBJECTS_END, objects_section())

@@ -17,7 +17,10 @@ PYTHON = re.compile(r"python(\d+(\.\d+)?)?$")
 # scripts that start a Ray cluster for a multi-node server: vLLM's
 # examples/online_serving/multi-node-serving.sh (`leader`: ray start --head; `worker`: --address)
 RAY_SCRIPTS = ("multi-node-serving.sh",)
+# (Dynamo's worker modules take their engine's own options: ai-dynamo 1.6.1 components/src/dynamo/
+# vllm/args.py, AsyncEngineArgs.add_cli_args; dynamo/sglang/args.py, ServerArgs.add_cli_args)
 MODULES = {"vllm.entrypoints.openai.api_server": "vllm", "sglang.launch_server": "sglang",
+           "dynamo.vllm": "vllm", "dynamo.sglang": "sglang",
            "torchtitan.train": "torchtitan", "sglang_router.launch_router": "sglang_router",
            "torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun"}
 
@@ -41,6 +44,7 @@ class Launch:
     reader: object = None      # the shell reader that ran it (the files its script wrote)
     role: str = ""
     facts: dict = field(default_factory=dict)    # what the file around it says (a scheduler's resources)
+    instances: int = 1         # the copies an orchestrator runs of it (a pool's replicas)
 
     def where(self) -> str:
         return f"{self.file}:{self.line}"

@@ -25,6 +25,7 @@ class Source:
     launches: list[Launch] = field(default_factory=list)
     facts: dict = field(default_factory=dict)      # cluster facts: name -> (value, note)
     notes: list[str] = field(default_factory=list)
+    warnings: list[tuple[str, str, str]] = field(default_factory=list)   # (code, where, what): Report.warnings
     data: object = None            # a TOML, JSON or hostfile's contents
     folder: str = "."
     scheduler: dict | None = None  # {"target": "lws", "keys": {...}}: the scheduler the file is for

@@ -1,6 +1,8 @@
 """The YAML files a launch is deployed with: a SkyPilot task (``run``, ``envs``, ``num_nodes``,
 ``resources.accelerators``), a LeaderWorkerSet (its leader and worker pod templates), and the
-pods of a Kubernetes Deployment, StatefulSet, Job, PyTorchJob or TrainJob. Each container's
+pods of a Kubernetes Deployment, StatefulSet, Job or PyTorchJob; a TrainJob and its runtime
+(parc/importer/trainjob.py), and the serving orchestrators' objects, each read by its own module
+(parc/importer/dynamo.py, kserve.py, rayserve.py). Each container's
 command is read by the shell reader: ``sh -c SCRIPT`` as that script, any other command as its
 words (quoted with :func:`shlex.join`, since Kubernetes passes them to the program unsplit);
 ``$(NAME)`` in a container's command is Kubernetes' own reference to the container's environment
@@ -20,7 +22,9 @@ _K8S_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _POD_PATHS = {"Deployment": [("spec", "template")], "StatefulSet": [("spec", "template")],
               "Job": [("spec", "template")], "Pod": [()], "DaemonSet": [("spec", "template")]}
 _TARGET = {"LeaderWorkerSet": "lws", "PyTorchJob": "kubernetes", "Deployment": "kubernetes", "StatefulSet": "kubernetes",
-           "Job": "kubernetes", "Pod": "kubernetes", "TrainJob": "trainjob"}
+           "Job": "kubernetes", "Pod": "kubernetes"}
+# the serving orchestrators' objects, each read by its module of parc/importer
+_ORCHESTRATORS = {"DynamoGraphDeployment": "dynamo", "LLMInferenceService": "kserve"}
 
 
 def read_yaml(src, text: str, variables: dict) -> None:
@@ -39,6 +43,18 @@ def read_yaml(src, text: str, variables: dict) -> None:
             _skypilot(src, doc, variables)
         elif kind == "LeaderWorkerSet":
             _lws(src, doc, variables)
+        elif kind in ("TrainJob", "ClusterTrainingRuntime", "TrainingRuntime"):
+            from parc.importer.trainjob import collect
+
+            collect(src, doc)
+        elif kind in _ORCHESTRATORS:
+            import importlib
+
+            importlib.import_module(f"parc.importer.{_ORCHESTRATORS[kind]}").read(src, doc, variables)
+        elif kind is None and isinstance(doc.get("applications"), list):
+            from parc.importer.rayserve import read as rayserve
+
+            rayserve(src, doc, variables)
         elif kind in _TARGET:
             _pods(src, doc, variables, kind)
 
@@ -152,11 +168,6 @@ def _pods(src, doc: dict, variables: dict, kind: str) -> None:
     if kind == "PyTorchJob":
         for role, spec in (_get(doc, "spec", "pytorchReplicaSpecs") or {}).items():
             templates.append((spec.get("template") or {}, role, spec.get("replicas", 1)))
-    elif kind == "TrainJob":
-        trainer = _get(doc, "spec", "trainer") or {}
-        pod = {"spec": {"containers": [{"command": trainer.get("command"), "args": trainer.get("args"),
-                                         "env": trainer.get("env"), "resources": {"limits": trainer.get("resourcesPerNode", {}).get("limits", {})}}]}}
-        templates.append((pod, "trainer", trainer.get("numNodes", 1)))
     else:
         for path in _POD_PATHS[kind]:
             templates.append((_get(doc, *path) if path else doc, kind, _get(doc, "spec", "replicas") or 1))
@@ -164,5 +175,5 @@ def _pods(src, doc: dict, variables: dict, kind: str) -> None:
     for pod, role, replicas in templates:
         _pod(src, pod, variables, {}, ((str(role).lower(),),), role)
         total += replicas if isinstance(replicas, int) else 0
-    if kind in ("PyTorchJob", "TrainJob") and total:
+    if kind == "PyTorchJob" and total:
         src.facts["nodes"] = (total, f"{src.name}: {total} pods")

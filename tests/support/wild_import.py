@@ -48,6 +48,23 @@ def filled(text: str) -> str:
     return re.sub(r'unknown\("<([^"<>]+)>"\)', lambda m: '"' + m.group(1) + '"', text)
 
 
+def given(text: str, par: str) -> str:
+    """The imported spec with each placeholder the files cannot fill (what a training script's own
+    code decides: its parallel groups, its batch; a TrainJob runtime's command no file holds)
+    replaced by the value of the same key in the same block of the entry's hand-written plan.par,
+    as the user does who knows the script."""
+    def block_of(src: str, at: int) -> str | None:
+        heads = list(re.finditer(r"(?m)^(\w+(?: \w+)?)(?: \"[^\"]*\")? \{", src[:at]))
+        return heads[-1].group(1) if heads else None
+
+    def fill(m):
+        block, key = block_of(text, m.start()), m.group(2)
+        body = re.search(rf"(?ms)^{re.escape(block)}(?: \"[^\"]*\")? \{{(.*?)^}}", par) if block else None
+        v = re.search(rf"(?m)^\s*{key}\s*=\s*(.+?)\s*(#.*)?$", body.group(1)) if body else None
+        return f"{m.group(1)}{key} = {v.group(1)}" if v else m.group(0)
+    return re.sub(r'(?m)^(\s*)(\w+)\s*=\s*unknown\("[^"\n]*"\)', fill, text)
+
+
 def round_trip(entry: wild.Entry):
     """(the imported spec's text, its check result, the differences between the original's launch
     and the one parc compiles from the imported spec; None where it leaves no plan)."""
@@ -62,7 +79,10 @@ def round_trip(entry: wild.Entry):
             # a model no preset names (its config.json is not in the launch): the entry's model block
             imp = import_entry(entry, tmp / "in", model=str(entry.par))
         spec = tmp / "imported.par"
-        spec.write_text(filled(imp.text), encoding="utf-8")
+        text = filled(imp.text)
+        if entry.target == "trainjob":      # a plain torchrun script: its code is not read
+            text = given(text, entry.par.read_text(encoding="utf-8"))
+        spec.write_text(text, encoding="utf-8")
         r = check_file(str(spec), [entry.target], root=wild.ROOT)
         if r.plan is None or r.errors:
             return imp, r, None

@@ -20,6 +20,7 @@ class Report:
     wiring: list[tuple[str, str]] = field(default_factory=list)       # (where option, what parc writes)
     notes: list[str] = field(default_factory=list)
     dropped: list[tuple[str, str]] = field(default_factory=list)      # (where what, why it cannot be written)
+    warnings: list[tuple[str, str, str]] = field(default_factory=list)  # (code, where, what): P041..P043
 
 
 def field_kind(path: str, target: str | None = None) -> dict:

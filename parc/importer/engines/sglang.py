@@ -153,8 +153,8 @@ def deploy(ctx) -> str:
             r = SGLang(sub, ctx.report)
             r.read_launch(servers[0][0])
             r.finish(moe)
-            drafts[name], counts[name] = sub, len(servers)
-            gpus += len(servers) * _world(sub)
+            drafts[name], counts[name] = sub, sum(s[0].instances for s in servers)
+            gpus += counts[name] * _world(sub)
             _nodes_fact(r, servers, facts, name)
         merge_pools(ctx, drafts, counts)
         if not ctx.draft.has("serve", "kv_transfer") and "transfer_backend" not in ctx.draft.targets.get("sglang", {}):

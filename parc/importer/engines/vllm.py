@@ -140,9 +140,12 @@ def _yaml(text: str):
 # --- the deployment ------------------------------------------------------------------------------
 def _pool_of(la) -> str | None:
     """The pool a vLLM server is in: its KV role (kv_producer: prefill, kv_consumer: decode), else
-    the name of its file or a branch it is under (prefill..., decode...)."""
+    the name of its file or a branch it is under (prefill..., decode...); an orchestrator's
+    role for it (a Dynamo worker's --disaggregation-mode, KServe's or Ray Serve's prefill config) first."""
     from parc.importer.argv import parse
 
+    if la.role in ("prefill", "decode"):
+        return la.role
     opts, _ = parse("vllm", la.args, underscores=True)
     kv = next((load_json(o) for o in opts if o.what == "kv_transfer_config"), None)
     if kv is None:
@@ -184,7 +187,7 @@ def deploy(ctx) -> str:
             r = _read(ctx, pools[name][0], sub, ctx.report)
             r.finish(moe)
             sub.blocks.pop("model", None)
-            drafts[name], counts[name] = sub, len(pools[name])
+            drafts[name], counts[name] = sub, sum(la.instances for la in pools[name])
         merge_pools(ctx, drafts, counts)
         world = sum(counts[p] * _world(drafts[p]) for p in counts)
         facts.setdefault("nodes", (1, "the pools' servers on one host"))
