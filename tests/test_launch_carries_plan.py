@@ -14,17 +14,7 @@ from pathlib import Path
 import pytest
 
 from backends_support import accepted_cases, every_target_cases
-from support.launched import engine_run, launched, split
-
-def options(args: list[str]) -> dict:
-    """``--name value`` and ``--flag`` words as a dict (a flag's value True)."""
-    out: dict = {}
-    for i, w in enumerate(args):
-        if w.startswith("--"):
-            nxt = args[i + 1] if i + 1 < len(args) else None
-            out[w] = nxt if nxt is not None and not nxt.startswith("--") else True
-    return out
-
+from support.launched import engine_run, launched, options, split
 
 def num(opts: dict, key: str, default: int = 1) -> int:
     return int(opts.get(key, default))

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from backends_support import run_emitted, write_out
+from support.launched import options
 from support.specs import assert_fires, assert_quiet, spec
 
 T = ("megatron_deepspeed",)
@@ -21,15 +22,6 @@ def _files(check_spec, text):
     return {f.path: f for f in megatron_deepspeed.build(r.plan)}
 
 
-def _opts(argv: list[str]) -> dict:
-    out: dict = {}
-    for i, w in enumerate(argv):
-        if w.startswith("--"):
-            nxt = argv[i + 1] if i + 1 < len(argv) else None
-            out[w] = nxt if nxt is not None and not nxt.startswith("--") else True
-    return out
-
-
 def test_deepspeed_runner_with_pipeline(check_spec, tmp_path):
     files = _files(check_spec, spec(L8, gpn=8, mesh="pp = 2; dp = 2; tp = 2",
                                     schedule="micro_batch = 2; global_batch = 64", train="zero = 1",
@@ -37,7 +29,7 @@ def test_deepspeed_runner_with_pipeline(check_spec, tmp_path):
     rec = run_emitted(write_out(list(files.values()), tmp_path / "out") / "launch.sh", tmp_path)
     argv = rec["deepspeed"]
     i = argv.index("pretrain_gpt.py")
-    launcher, o = _opts(argv[:i]), _opts(argv[i + 1:])
+    launcher, o = options(argv[:i]), options(argv[i + 1:])
     assert (launcher["--num_nodes"], launcher["--num_gpus"]) == ("1", "8")
     assert (o["--tensor-model-parallel-size"], o["--pipeline-model-parallel-size"]) == ("2", "2")
     assert "--no-pipeline-parallel" not in o and o["--deepspeed"] is True and o["--zero-stage"] == "1"
@@ -59,7 +51,7 @@ def test_torchrun_runner_without_pipeline(check_spec, tmp_path):
                                     train="zero = 2; sequence_parallel = true; recompute = full",
                                     target={"megatron_deepspeed": 'runner = torchrun\n tokenizer = "tok.model"'}))
     rec = run_emitted(write_out(list(files.values()), tmp_path / "out") / "launch.sh", tmp_path)
-    o = _opts(rec["torchrun"][rec["torchrun"].index("pretrain_gpt.py") + 1:])
+    o = options(rec["torchrun"][rec["torchrun"].index("pretrain_gpt.py") + 1:])
     assert o["--no-pipeline-parallel"] is True and o["--sequence-parallel"] is True
     assert (o["--tokenizer-type"], o["--tokenizer-model"]) == ("GPTSentencePieceTokenizer", "tok.model")
     assert "--vocab-size" not in o
@@ -136,7 +128,7 @@ def test_every_scheduler_runs_it_with_the_plan(check_spec, tmp_path):
             if c["launcher"] != "torchrun":
                 continue
             launcher, program = split(c["argv"], "torchrun")
-            o = _opts(program[1:])
+            o = options(program[1:])
             assert program[0] == "pretrain_gpt.py" and o["--deepspeed"] is True, (wrapper, c["argv"])
             assert (launcher["--nnodes"], launcher["--nproc-per-node"]) == ("2", "8"), wrapper
             assert (o["--tensor-model-parallel-size"], o["--pipeline-model-parallel-size"]) == ("2", "2"), wrapper

@@ -76,6 +76,16 @@ DEEPSPEED_VALUED = {"--hostfile", "--node_rank", "--master_addr", "--master_port
                     "--launcher", "--include", "--exclude"}
 
 
+def options(args: list[str]) -> dict:
+    """``--name value`` and ``--flag`` words as a dict (a flag's value True)."""
+    out: dict = {}
+    for i, w in enumerate(args):
+        if w.startswith("--"):
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            out[w] = nxt if nxt is not None and not nxt.startswith("--") else True
+    return out
+
+
 def split(argv: list[str], launcher: str) -> tuple[dict, list[str]]:
     """A launcher's own options (up to its program) and the program with its arguments."""
     valued = TORCHRUN_VALUED if launcher == "torchrun" else DEEPSPEED_VALUED
