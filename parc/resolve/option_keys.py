@@ -59,7 +59,7 @@ def attention_backend_conflict(r, targets: dict, train) -> None:
                 "(flash_attention = true, the default)")
         fix = "set `flash_attention = false` in train, or choose a fused backend (flash, fused, auto)"
     else:
-        what = (f"is a fused kernel, but the train block counts materialised attention scores "
+        what = ("is a fused kernel, but the train block counts materialised attention scores "
                 "(flash_attention = false)")
         fix = "use `attention_backend = unfused`, or remove `flash_attention = false` from train"
     related = [Related(r.spans["train.flash_attention"], "flash_attention set here")] \

@@ -293,7 +293,7 @@ def quantization_conflict(plan, c):
     at = c.at("model.checkpoint_format", "model")
     if not method:
         c.report(at, f"{name} has no loader for a {fmt} checkpoint (its quantization methods do not include it), "
-                     "so it cannot load the model", help=f"serve the checkpoint with `target vllm`, or use a "
+                     "so it cannot load the model", help="serve the checkpoint with `target vllm`, or use a "
                      "checkpoint in another format")
         return
     given = _given_quantization(plan, t)

@@ -350,7 +350,7 @@ def vllm_nixl_tp(plan, c):
              f"the prefill pool's tp = {p.mesh.tp} and the decode pool's tp = {d.mesh.tp} do not divide one "
              f"another: vLLM starts both, and the first KV transfer fails (NixlConnector maps each decode rank "
              f"to tp_ratio prefill ranks: \"Local tensor parallel size … is not divisible by remote tensor "
-             f"parallel size …\")", help=f"give the pools tensor-parallel sizes of which one divides the other",
+             f"parallel size …\")", help="give the pools tensor-parallel sizes of which one divides the other",
              related=[(c.at("prefill.tp", "prefill"), f"prefill tp = {p.mesh.tp}")])
 
 
