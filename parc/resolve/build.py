@@ -97,17 +97,14 @@ def build_model(r: Evaluator, top: Span) -> Model:
         moe_every=vals.get("moe_every") or 1, rope_theta=vals.get("rope_theta") or 10000,
         max_positions=vals.get("max_positions"), preset=r.values.get("model.from"),
         rope_scaling=vals.get("rope_scaling") or "none", rope_factor=float(vals.get("rope_factor") or 1.0),
-        rope_original_positions=vals.get("rope_original_positions"),
-        rope_mscale=_frac(vals.get("rope_mscale")), rope_mscale_all_dim=_frac(vals.get("rope_mscale_all_dim")),
-        norm_eps=_frac(vals.get("norm_eps")), router_scale=_frac(vals.get("router_scale")),
-        router_score=vals.get("router_score") or "softmax",
-        **{k: vals.get(k) or 0 for k in _MODEL_COUNTS}, **{k: bool(vals.get(k)) for k in _MODEL_SWITCHES})
+        rope_original_positions=vals.get("rope_original_positions"), router_score=vals.get("router_score") or "softmax",
+        **{k: _frac(vals.get(k)) for k in _MODEL_FRACS}, **{k: vals.get(k) or 0 for k in _MODEL_COUNTS},
+        **{k: bool(vals.get(k)) for k in _MODEL_SWITCHES})
     if vals.get("seq_len") is None:
         r.spans["model.seq_len"] = head
     m.params = vals["params"] if vals.get("params") is not None else param_count(m)
     if vals.get("params") is None:
         r.spans["model.params"] = from_span
-    router_faults(r, m, head)
     return m
 
 
@@ -117,6 +114,7 @@ def _frac(v) -> float | None:
     return None if v is None else float(v)
 
 
+_MODEL_FRACS = ("rope_mscale", "rope_mscale_all_dim", "norm_eps", "router_scale")   # None where not stated
 _MODEL_COUNTS = ("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                  "v_head_dim", "mtp_layers", "attention_window", "global_every", "router_groups",
                  "router_group_topk")
@@ -494,6 +492,8 @@ def _build_parts(r: Evaluator, top: Span, partial: bool) -> dict[str, Any] | Non
         attempt(kind, lambda kind=kind, cls=cls: _section(r, kind, cls, top, partial and kind in PARTIAL_BLOCKS))
     attempt("targets", lambda: build_targets(r))
     attention_backend_conflict(r, parts.get("targets"), parts.get("train"))
+    if parts.get("model"):
+        router_faults(r, parts["model"], _head(r, "model", top))
     dispatcher_fault(r, parts.get("targets"))
     if "train" in r.blocks and "serve" in r.blocks:
         r.err("P022", "a spec is either training (`train`) or serving (`serve`), not both",
