@@ -346,8 +346,6 @@ CLUSTER = """cluster "pods" {{
 # pools, and the differences between it and what parc compiles from its import, with reasons)
 PUBLISHED_PD = [
     ("dynamo/published/vllm-disagg.yaml", "dynamo", 2, AGG_PLAN, [("prefill", 1), ("decode", 1)], {
-        # no Qwen3-0.6B preset: the corpus's spec states it as qwen3_8b with 0.6B's sizes (as for agg.yaml)
-        "decode/vllm.hf_overrides", "prefill/vllm.hf_overrides",
         # the spec's kv_transfer is both pools': parc writes the connector on the decode worker too,
         # where Dynamo's template leaves it to dynamo.vllm
         "decode/vllm.kv_transfer_config"}),

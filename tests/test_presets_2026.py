@@ -32,6 +32,8 @@ PUBLISHED = [
     ("qwen3_235b_a22b", 235e9, 22e9, 0.01, True),
     ("qwen3_30b_a3b", 30.5e9, 3.3e9, 0.02, True),
     ("qwen3_8b", 8.2e9, None, 0.01, True),
+    # Qwen/Qwen3-0.6B model card: 0.6B parameters, 0.44B of them outside the (tied) embedding
+    ("qwen3_0_6b", 0.6e9, None, 0.01, True),
     ("qwen3_32b", 32.8e9, None, 0.01, True),
     # gpt-oss model card (arXiv:2508.10925) Table 1: 116.83B / 5.13B, 20.91B / 3.61B; the active
     # figures leave the embedding out
