@@ -15,6 +15,7 @@ Published values (config.json of each checkpoint on Hugging Face):
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -161,3 +162,20 @@ def test_megatron_deepspeed_writes_the_epsilon(check_spec):
                         target={"megatron_deepspeed": ""}), ("megatron_deepspeed",))
     argv = [str(w) for line in arg_lines(r.plan) for w in line]
     assert _value(argv, "--layernorm-epsilon") == "1e-06"
+
+
+def test_import_reads_the_router_and_dispatcher_back():
+    """`parc import` of Megatron-LM's DeepSeek-V3 script (tests/wild, NVIDIA/Megatron-LM
+    examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh): its router is the preset's, the dispatcher
+    and router dtype become target megatron's keys, and --moe-router-pre-softmax beside sigmoid
+    scores (which it does not change) is not read as a router the model has."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent / "wild" / "slurm-megatron-deepseek-v3-fsdp" / "sbatch_mfsdp_deepseek_v3.sh"
+    out = subprocess.run([sys.executable, "-m", "parc", "import", str(script)], capture_output=True, text=True).stdout
+    model = out[out.index("model "):out.index("}")]
+    assert "from     = deepseek_v3" in model and "router" not in model and "norm_eps" not in model, model
+    for key, value in (("token_dispatcher", "flex"), ("flex_dispatcher_backend", "hybridep"), ("router_dtype", "fp32")):
+        assert re.search(rf"^  {key} += {value} ", out, re.M), key
