@@ -57,6 +57,7 @@ def _check(v: dict, plan: dict, what: str) -> None:
     assert v["normalization"] == md["norm"] and v["bias"] == md["bias"] and v["untied"] == (not md["tied_embeddings"])
     if md["position"] == "rope":
         assert v["rope_theta"] == md["rope_theta"], what
+    assert v["norm_eps"] == (1e-5 if md["norm_eps"] is None else md["norm_eps"]), what   # unset: the fork's default
     if v["padded_vocab"] is not None:      # NullTokenizer: the model's vocabulary exactly, no padding
         assert v["padded_vocab"] == md["vocab"], what
     assert v["bf16"] == (t["precision"] in ("bf16", "fp8")) == v["ds_bf16"], what
@@ -162,3 +163,18 @@ def test_the_option_table_is_the_forks_parser(tmp_path):
                          env={**os.environ, "DS_ACCELERATOR": "cpu"}).stdout
     committed = json.loads((ROOT / "tests" / "wild" / "engines" / "megatron_deepspeed.json").read_text())
     assert json.loads(out) == committed
+
+
+@pytest.mark.deepspeed
+def test_the_fork_takes_the_models_norm_epsilon(mds_judge, check_spec, tmp_path):
+    """`norm_eps` reaches the fork's --layernorm-epsilon (its default 1e-5 where the model says none)."""
+    from parc import targets
+    from support.specs import spec
+
+    r = check_spec(spec(model="from = llama3_8b\nnorm_eps = 0.000001\nseq_len = 2048", train="zero = 3", target={T: ""}),
+                   (T,))
+    assert r.ok, [d.message for d in r.errors]
+    files = targets.get(T).build(r.plan)
+    [v] = judges.ask(mds_judge, MARK, _items(files, tmp_path))
+    _check(v, json.loads(next(f.text for f in files if f.path == "plan.json")), "norm_eps")
+    assert v["norm_eps"] == 1e-6

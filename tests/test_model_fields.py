@@ -63,8 +63,23 @@ def megatron_model(a: dict[str, list[str]]) -> dict:
         "attention_sinks": a.get("--softmax-type", ["vanilla"])[0] == "learnable",
         "attention_window": int(window.split(",")[0]) + 1, "global_every": num("--window-attn-skip-freq"),
         "rope_theta": num("--rotary-base", 10000), "max_positions": num("--max-position-embeddings"),
-        "hybrid": "--hybrid-override-pattern" in a, **megatron_rope(a, mla),
+        "hybrid": "--hybrid-override-pattern" in a, **megatron_rope(a, mla), **megatron_router(a),
     }
+
+
+def megatron_router(a: dict[str, list[str]]) -> dict:
+    """The router and the norm epsilon Megatron-LM builds (its defaults where no option is given:
+    softmax, no groups, bias or scaling, the top-k before the softmax)."""
+    def frac(flag):
+        return float(a[flag][0]) if flag in a else None
+
+    return {"norm_eps": frac("--norm-epsilon"),
+            "router_score": a.get("--moe-router-score-function", ["softmax"])[0],
+            "router_groups": int(a.get("--moe-router-num-groups", ["0"])[0]),
+            "router_group_topk": int(a.get("--moe-router-group-topk", ["0"])[0]),
+            "router_expert_bias": "--moe-router-enable-expert-bias" in a,
+            "router_scale": frac("--moe-router-topk-scaling-factor"),
+            "router_pre_softmax": "--moe-router-pre-softmax" in a}
 
 
 def megatron_rope(a: dict[str, list[str]], mla: bool) -> dict:
@@ -99,6 +114,10 @@ def plan_model(m: Model) -> dict:
         out["head_dim"] = m.hidden // m.heads
     if not m.is_moe:
         out.update(top_k=0, moe_ffn_hidden=0)
+    if m.router_groups <= 1:     # one group is no group-limited routing
+        out.update(router_groups=0, router_group_topk=0)
+    if m.router_scale == 1.0:    # nor is a scaling by 1
+        out["router_scale"] = None
     return out
 
 
@@ -277,8 +296,9 @@ def test_torchtitan_refuses_module_recompute(check_spec):
     ("from = llama3_8b", "zero = 1", "llama3_8b"),
     ("from = llama3_8b", "zero = 1; precision = fp8; fp8_recipe = mxfp8", "llama3_8b_mxfp8"),
     ("from = llama3_405b", "zero = 1; precision = fp8", "llama3_405b"),
-    ("from = deepseek_v3\n mtp_layers = 0", "zero = 1; precision = fp8", "deepseek_v3_671b_float8"),
-    ("from = deepseek_v3\n mtp_layers = 0", "zero = 1", "deepseek_v3_671b"),
+    # torchtitan's DeepSeek-V3 builds no MTP module and keeps RMSNorm.Config's eps 1e-5
+    ("from = deepseek_v3\n mtp_layers = 0\n norm_eps = 0.00001", "zero = 1; precision = fp8", "deepseek_v3_671b_float8"),
+    ("from = deepseek_v3\n mtp_layers = 0\n norm_eps = 0.00001", "zero = 1", "deepseek_v3_671b"),
     ("from = gpt_oss_120b", "zero = 1", "gpt_oss_120b"),
     ("from = qwen3_30b_a3b", "zero = 1", "qwen3_30b_a3b"),
 ])
@@ -291,7 +311,8 @@ def test_torchtitan_picks_the_function_of_the_precision(check_spec, model, train
 
 
 @pytest.mark.parametrize("model, train, at, says", [
-    ("from = deepseek_v3", "zero = 1", "from = deepseek_v3", "mtp_layers = 0"),
+    ("from = deepseek_v3\n norm_eps = 0.00001", "zero = 1", "from = deepseek_v3", "mtp_layers = 0"),
+    ("from = deepseek_v3\n mtp_layers = 0", "zero = 1", "from = deepseek_v3", "norm_eps = 1e-05"),
     ("from = llama3_405b", "zero = 1", "train {", "llama3_405b (fp8, rowwise)"),
     ("from = llama3_8b", "zero = 1\nprecision = fp8\nfp8_recipe = tensorwise", "fp8_recipe", "tensorwise"),
     ("from = llama3_8b", "zero = 1\nprecision = fp8\nfp8_recipe = mxfp8\nfp8_param_gather = true", "fp8_param_gather",
@@ -307,7 +328,7 @@ def test_torchtitan_refuses_what_its_function_does_not_build(check_spec, model, 
 def test_torchtitan_own_config_is_the_specs_word(check_spec):
     """A spec naming its own config function: parc cannot see its model, and takes the model block
     as what it builds (only the training setup is checked)."""
-    _, found = _torchtitan(check_spec, "from = deepseek_v3", "zero = 1")
+    _, found = _torchtitan(check_spec, "from = deepseek_v3\n norm_eps = 0.00001", "zero = 1")
     assert [c for c, _ in found] == ["P620"]
     r = check_spec(spec(model="from = deepseek_v3", target={"torchtitan": 'module = "deepseek_v3"\nconfig = "mine"'},
                         **TT), ("torchtitan",))

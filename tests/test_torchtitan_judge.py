@@ -286,8 +286,14 @@ def _preset_fields(name: str, entry: dict) -> dict:
            "attention_sinks": m.attention_sinks, "experts": m.experts,
            "moe_layers": [i for i in range(m.layers) if is_moe_layer(m, i)],
            "local_layers": [i for i in range(m.layers) if is_local_layer(m, i)], "attention_window": m.attention_window}
+    if m.norm_eps is not None:      # where the preset states it (else the preset says nothing to compare)
+        out["norm_eps"] = m.norm_eps
     if m.is_moe:
         out.update(top_k=m.top_k, moe_ffn_hidden=m.moe_ffn_hidden, shared_experts=m.shared_experts)
+    if m.is_moe and m.router_score != "softmax":     # a router the preset states (DeepSeek-V3's)
+        several = m.router_groups > 1
+        out.update(router_score=m.router_score, router_groups=m.router_groups if several else 0,
+                   router_group_topk=m.router_group_topk if several else 0, router_scale=m.router_scale or 1.0)
     if m.is_mla:
         out.update(kv_heads=m.heads, q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank,
                    qk_rope_head_dim=m.qk_rope_head_dim, qk_nope_head_dim=m.qk_nope_head_dim, v_head_dim=m.v_head_dim)

@@ -109,12 +109,23 @@ def settle(draft: Draft, hint: str | None) -> None:
         draft.blocks["model"] = {"from": _entry(Name(name), "the preset of this shape"), **{
             k: e for k, e in entries.items()
             if pre.get(k, _default(k, pre)) != (e.value.text if isinstance(e.value, Name) else e.value)}}
+        _drop_inert_pre_softmax(draft, pre)
         draft.labels.setdefault("model", name.replace("_", "-"))
         return
     for k in REQUIRED:
         if not draft.has("model", k):
             draft.set("model", k, Placeholder(f"the model's {k}"), "not in the launch: the model's own")
     draft.labels.setdefault("model", label(hint) if hint else "imported")
+
+
+def _drop_inert_pre_softmax(draft: Draft, pre: dict) -> None:
+    """A pre-top-k softmax beside sigmoid scores says nothing (Megatron-LM's sigmoid router scores
+    every expert before the top-k whatever --moe-router-pre-softmax says): not carried into the
+    spec, where it would read as a router the model has not."""
+    block = draft.blocks.get("model", {})
+    score = block["router_score"].value if "router_score" in block else pre.get("router_score", "softmax")
+    if "router_pre_softmax" in block and str(getattr(score, "text", score)) == "sigmoid":
+        del block["router_pre_softmax"]
 
 
 def _default(field: str, pre: dict):

@@ -27,6 +27,8 @@ DTYPES = ("bf16", "fp16", "fp32", "fp8")
 # RoPE scalings as Hugging Face's rope_type names them (transformers modeling_rope_utils.py);
 # DeepSeek's configs write `type = yarn`, which vLLM reads as deepseek_yarn
 ROPE_SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3", "longrope")
+# the MoE router's score functions (Hugging Face scoring_func; Megatron-LM --moe-router-score-function)
+ROUTER_SCORES = ("softmax", "sigmoid")
 PIPELINES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "dualpipe_v", "dualpipe")
 MESH_AXES = ("pp", "dp", "cp", "tp")          # rank order, outermost first
 MOE_AXES = ("ep", "etp")                      # carved out of dp·cp·tp
@@ -105,6 +107,22 @@ BLOCKS: dict[str, dict[str, F]] = {
                          "mscale; DeepSeek's configs give it with rope_mscale_all_dim); unset: the engine's default"),
         "rope_mscale_all_dim": F("frac", 0.0, 100.0, doc="YaRN: rope_scaling's mscale_all_dim, which scales the "
                                  "softmax of DeepSeek's attention too; unset: the engine's default"),
+        "norm_eps": F("frac", 0.0, 1.0, doc="the epsilon of every RMSNorm/LayerNorm (rms_norm_eps in a Hugging "
+                      "Face config: 1e-6 for DeepSeek-V3); unset: the engine's default (Megatron-LM's 1e-5)"),
+        "router_score": F("enum", choices=ROUTER_SCORES, doc="the MoE router's score function: softmax over the "
+                          "experts, or a sigmoid per expert (scoring_func; DeepSeek-V3's sigmoid); default softmax"),
+        "router_groups": F("int", 1, 10**6, doc="group-limited routing: the routed experts split into this many "
+                           "groups (n_group); 1: no groups"),
+        "router_group_topk": F("int", 1, 10**6, doc="group-limited routing: the groups each token's experts are "
+                               "chosen from (topk_group), the best by their top scores"),
+        "router_expert_bias": F("bool", doc="auxiliary-loss-free balancing: a per-expert bias added to the scores "
+                                "for choosing experts only (topk_method noaux_tc, e_score_correction_bias); "
+                                "needs `router_score = sigmoid`"),
+        "router_scale": F("frac", 0.0, 10**6, doc="the routed experts' output scaled by this factor "
+                          "(routed_scaling_factor: 2.5 for DeepSeek-V3); unset: 1"),
+        "router_pre_softmax": F("bool", doc="softmax over all experts before the top-k, the chosen weights not "
+                                "renormalised (norm_topk_prob false with softmax scores); default: top-k first, "
+                                "then the softmax over the chosen"),
     },
     "cluster": {
         "nodes": F("int", 1, 2**17), "gpus_per_node": F("int", 1, 2**10),
@@ -321,6 +339,9 @@ ALIASES = {
     "max_position_embeddings": "max_positions", "num_experts": "experts", "rope_type": "rope_scaling",
     "original_max_position_embeddings": "rope_original_positions",
     "mscale": "rope_mscale", "mscale_all_dim": "rope_mscale_all_dim",
+    "rms_norm_eps": "norm_eps", "layernorm_epsilon": "norm_eps", "norm_epsilon": "norm_eps",
+    "scoring_func": "router_score", "n_group": "router_groups", "topk_group": "router_group_topk",
+    "routed_scaling_factor": "router_scale",
     "moe_router_topk": "top_k", "micro_batch_size": "micro_batch", "global_batch_size": "global_batch",
     "num_microbatches": "microbatches", "virtual_pipeline_model_parallel_size": "virtual_stages",
     "zero_stage": "zero", "recompute_granularity": "recompute", "activation_checkpointing": "recompute",

@@ -67,6 +67,15 @@ class Model:
     rope_original_positions: Optional[int] = None   # its original_max_position_embeddings
     rope_mscale: Optional[float] = None             # YaRN's mscale (rope_scaling.mscale), where stated
     rope_mscale_all_dim: Optional[float] = None     # YaRN's mscale_all_dim, where stated
+    norm_eps: Optional[float] = None                # every norm's epsilon (rms_norm_eps), where stated
+    # the MoE router (Hugging Face scoring_func, n_group, topk_group, topk_method noaux_tc,
+    # routed_scaling_factor, norm_topk_prob): Megatron-LM's --moe-router-* arguments
+    router_score: str = "softmax"                   # softmax | sigmoid
+    router_groups: int = 0                          # group-limited routing: groups (0: none)
+    router_group_topk: int = 0                      # and the groups kept per token
+    router_expert_bias: bool = False                # auxiliary-loss-free balancing's per-expert bias
+    router_scale: Optional[float] = None            # the routed experts' scaling factor, where stated
+    router_pre_softmax: bool = False                # softmax over all experts before the top-k
     preset: Optional[str] = None
 
     @property

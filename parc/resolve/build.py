@@ -18,6 +18,7 @@ from parc.resolve import topology as T
 from parc.resolve.catalog import target_keys
 from parc.resolve.evaluate import Evaluator, Poison, check_range, describe, did_you_mean, rename
 from parc.resolve.option_keys import attention_backend_conflict, repeated_options
+from parc.resolve.router import dispatcher_fault, router_faults
 from parc.resolve.gpu import _group_gpu, build_gpu
 from parc.resolve.merge import PARTIAL_BLOCKS, Block
 from parc.resolve.parts import _FAILED, _Incomplete, _get, _head
@@ -96,9 +97,9 @@ def build_model(r: Evaluator, top: Span) -> Model:
         moe_every=vals.get("moe_every") or 1, rope_theta=vals.get("rope_theta") or 10000,
         max_positions=vals.get("max_positions"), preset=r.values.get("model.from"),
         rope_scaling=vals.get("rope_scaling") or "none", rope_factor=float(vals.get("rope_factor") or 1.0),
-        rope_original_positions=vals.get("rope_original_positions"),
-        rope_mscale=_frac(vals.get("rope_mscale")), rope_mscale_all_dim=_frac(vals.get("rope_mscale_all_dim")),
-        **{k: vals.get(k) or 0 for k in _MODEL_COUNTS}, **{k: bool(vals.get(k)) for k in _MODEL_SWITCHES})
+        rope_original_positions=vals.get("rope_original_positions"), router_score=vals.get("router_score") or "softmax",
+        **{k: _frac(vals.get(k)) for k in _MODEL_FRACS}, **{k: vals.get(k) or 0 for k in _MODEL_COUNTS},
+        **{k: bool(vals.get(k)) for k in _MODEL_SWITCHES})
     if vals.get("seq_len") is None:
         r.spans["model.seq_len"] = head
     m.params = vals["params"] if vals.get("params") is not None else param_count(m)
@@ -113,9 +114,12 @@ def _frac(v) -> float | None:
     return None if v is None else float(v)
 
 
+_MODEL_FRACS = ("rope_mscale", "rope_mscale_all_dim", "norm_eps", "router_scale")   # None where not stated
 _MODEL_COUNTS = ("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                 "v_head_dim", "mtp_layers", "attention_window", "global_every")
-_MODEL_SWITCHES = ("tied_embeddings", "qkv_bias", "qk_norm", "attention_sinks", "hybrid")   # switches, default false
+                 "v_head_dim", "mtp_layers", "attention_window", "global_every", "router_groups",
+                 "router_group_topk")
+_MODEL_SWITCHES = ("tied_embeddings", "qkv_bias", "qk_norm", "attention_sinks", "hybrid", "router_expert_bias",
+                   "router_pre_softmax")   # switches, default false
 
 
 def build_cluster(r: Evaluator, top: Span) -> Cluster:
@@ -488,6 +492,9 @@ def _build_parts(r: Evaluator, top: Span, partial: bool) -> dict[str, Any] | Non
         attempt(kind, lambda kind=kind, cls=cls: _section(r, kind, cls, top, partial and kind in PARTIAL_BLOCKS))
     attempt("targets", lambda: build_targets(r))
     attention_backend_conflict(r, parts.get("targets"), parts.get("train"))
+    if parts.get("model"):
+        router_faults(r, parts["model"], _head(r, "model", top))
+    dispatcher_fault(r, parts.get("targets"))
     if "train" in r.blocks and "serve" in r.blocks:
         r.err("P022", "a spec is either training (`train`) or serving (`serve`), not both",
               _head(r, "serve", top), related=[Related(_head(r, "train", top), "training declared here")],

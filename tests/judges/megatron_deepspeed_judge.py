@@ -170,6 +170,7 @@ def judge(item):
            "seq_len": a.seq_length, "max_positions": a.max_position_embeddings, "swiglu": a.swiglu,
            "normalization": a.normalization, "rope": a.use_rotary_position_embeddings, "rope_theta": a.rope_theta,
            "bias": a.add_bias_linear, "untied": a.untie_embeddings_and_output_weights, "padded_vocab": _padded(a),
+           "norm_eps": a.layernorm_epsilon,
            "recompute": a.recompute_granularity, "sequence_parallel": a.sequence_parallel,
            "ds_train_batch_size": c.train_batch_size, "ds_micro": c.train_micro_batch_size_per_gpu,
            "ds_gas": c.gradient_accumulation_steps, "ds_zero": int(c.zero_optimization_stage),

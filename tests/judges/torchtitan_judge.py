@@ -80,9 +80,12 @@ def _moe_fields(layers) -> dict:
     cfg = layers[moe[0]].moe
     inner = cfg.routed_experts.inner_experts
     shared = cfg.shared_experts
+    r = cfg.router
+    groups = r.num_expert_groups if r.num_expert_groups and r.num_expert_groups > 1 else 0
     return {"experts": cfg.num_experts, "top_k": cfg.router.top_k, "moe_ffn_hidden": inner.hidden_dim,
             "shared_experts": shared.w1.out_features // inner.hidden_dim if shared is not None else 0,
-            "moe_layers": moe}
+            "moe_layers": moe, "router_score": r.score_func, "router_groups": groups,
+            "router_group_topk": r.num_limited_groups if groups else 0, "router_scale": float(r.route_scale)}
 
 
 def _attention_fields(layers) -> dict:
@@ -116,6 +119,7 @@ def model_fields(module: str, config: str) -> dict:
     dense = [x for x in m.layers if getattr(x, "feed_forward", None) is not None]
     out = {"ok": True, "layers": len(m.layers), "hidden": m.dim, "vocab": m.vocab_size,
            "tied_embeddings": bool(m.enable_weight_tying), "mtp_layers": len(getattr(m, "mtp_layers", None) or []),
+           "norm_eps": m.norm.eps,
            "ffn_hidden": dense[0].feed_forward.w1.out_features if dense else None,
            "activation_checkpoint": type(cfg.activation_checkpoint).__qualname__ if cfg.activation_checkpoint else None}
     out.update(_attention_fields(m.layers))

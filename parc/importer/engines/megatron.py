@@ -95,7 +95,10 @@ class Megatron(Reader):
             self.draft.set("model", "moe_every", every, self.note(o))
 
     def read_dispatcher(self, o: Opt) -> None:
-        self.wiring(o, "parc writes alltoall where ep > 1")
+        if o.value == "alltoall":
+            self.wiring(o, "parc writes alltoall where ep > 1")
+        else:
+            self.direct(o, "target.token_dispatcher")
 
     def read_optimizer(self, o: Opt) -> None:
         if o.value in ("adam", "adamw", "sgd"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 from parc.model.targets import flag, pinned, rank_orders
 from parc.targets.base import Env, File, settings, order_over
 from parc.targets import torchrun
+from parc.targets.megatron.router import dispatcher_lines, norm_lines, router_lines
 
 TARGET = "megatron"
 DEFAULT_ENTRYPOINT = "pretrain_gpt.py"
@@ -182,6 +183,7 @@ def _model_lines(plan) -> list[list]:
     if m.mlp == "swiglu":
         a([F("swiglu")])
     a([F("normalization"), "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"])
+    out += norm_lines(m, F)
     a([F("position_embedding_type"), position_type(m)])
     if m.position == "rope":
         a([F("rotary_base"), m.rope_theta])   # Megatron's default is 10000; Llama 3 uses 500000
@@ -201,8 +203,7 @@ def _model_lines(plan) -> list[list]:
             a([F("moe_shared_expert_intermediate_size"), m.shared_experts * m.moe_ffn_hidden])
         if moe_layer_freq(m):
             a([F("moe_layer_freq"), moe_layer_freq(m)])
-        if me.ep > 1:
-            a([F("moe_token_dispatcher_type"), "alltoall"])
+        out += router_lines(m, F) + dispatcher_lines(plan, F)
     if m.mtp_layers:
         a([F("mtp_num_layers"), m.mtp_layers])
     return out

@@ -73,6 +73,8 @@ def _model_lines(plan) -> list[list]:
     if m.mlp == "swiglu":
         a([F("swiglu")])
     a([F("normalization"), "rmsnorm" if m.norm == "rmsnorm" else "layernorm"])
+    if m.norm_eps is not None:
+        a([F("layernorm_epsilon"), f"{m.norm_eps:g}"])
     if m.position == "rope":
         a([F("use_rotary_position_embeddings")])
         if int(m.rope_theta) != 10000:     # the fork's default (type=int: P698 refuses a fraction)
