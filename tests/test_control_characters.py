@@ -58,3 +58,21 @@ def test_the_carets_follow_the_escaped_columns(tmp_path):
     src, carets = [ln for ln in r.stdout.splitlines() if ln.startswith(("1 |", "  |"))][1:3]
     at = src.index("\\x1b")
     assert carets.index("^") == at and carets.count("^") == len("\\x1b")
+
+
+def test_a_spec_named_with_a_newline_writes_no_code_into_the_float8_config_function(tmp_path):
+    """parc's torchtitan float8 function is Python torchtitan imports: the spec's file name, in its
+    header comment, stays one comment line whatever characters the name holds."""
+    import ast
+
+    from backends_support import ROOT, compile_rel
+
+    text = (ROOT / "tests/wild/torchtitan-bench-llama3-8b-cp4/plan.par").read_text()
+    path = tmp_path / 'x\nimport os; os.system("echo owned")\r.par'
+    path.write_text(text)
+    r, _, files = compile_rel(str(path), "torchtitan")
+    assert files is not None, [d.code for d in r.errors]
+    [f8] = [f for f in files if f.path == "parc_float8.py"]
+    tree = ast.parse(f8.text)
+    assert [type(n).__name__ for n in tree.body] == ["ImportFrom", "ImportFrom", "ImportFrom", "FunctionDef"]
+    assert "\r" not in f8.text and "owned" in f8.text.splitlines()[0]

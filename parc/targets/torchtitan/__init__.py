@@ -31,6 +31,7 @@ degrees and batch sizes come from the plan:
 from __future__ import annotations
 
 from parc.targets.base import Env, File, plan_json, settings, spec_name
+from parc.targets.render import c as comment
 from parc.targets.torchrun import script
 
 TARGET = "torchtitan"
@@ -100,8 +101,8 @@ def float8_file(plan) -> list[File]:
     (name, entry), f8 = base, _data()["float8"]
     compiled = bool(plan.train.tp_comm_overlap and plan.mesh.tp > 1)
     module = entry["module"]
-    text = "\n".join([
-        f"# torchtitan config function compiled by parc from {spec_name(plan)}: torchtitan's {name} training",
+    text = "\n".join([   # the spec's file name goes into a comment escaped, as every template's does
+        f"# torchtitan config function compiled by parc from {comment(spec_name(plan))}: torchtitan's {name} training",
         f"# in Float8 (recipe {fp8_recipe(plan)}). launch.sh runs it: --module {module_config(plan)[0]} "
         f"--config {name}_float8.",
         "from torchtitan.components.quantization import Float8LinearConverter",
