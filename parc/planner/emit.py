@@ -2,6 +2,8 @@
 lost are printed by ``parc.report.plan``)."""
 from __future__ import annotations
 
+import dataclasses
+
 from decimal import Decimal
 
 from parc.model.plan import GPU, Model
@@ -95,12 +97,11 @@ def model_block(m: Model) -> list[str]:
     return lines
 
 
-_MODEL_DEFAULTS = {"dtype": "bf16", "tied_embeddings": False, "mlp": "swiglu", "norm": "rmsnorm",
-                   "position": "rope", "bias": False, "experts": 0, "shared_experts": 0, "moe_every": 1,
-                   **dict.fromkeys(("first_k_dense", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-                                    "qk_nope_head_dim", "v_head_dim", "mtp_layers", "attention_window",
-                                    "global_every"), 0),
-                   **dict.fromkeys(("qkv_bias", "qk_norm", "attention_sinks", "hybrid"), False)}
+# what a model block may leave out: each field's default, read from the Model it resolves to (one
+# place, so a field added there is not restated as a value the language refuses, e.g. router_groups = 0);
+# not checkpoint_format, which the resolver derives from dtype when a block leaves it out
+_MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Model)
+                   if f.default is not dataclasses.MISSING and f.name != "checkpoint_format"}
 
 
 def _gpu_preset(g: GPU) -> bool:
