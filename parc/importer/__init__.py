@@ -26,6 +26,7 @@ __all__ = ["ImportError_", "Imported", "Options", "import_files"]
 
 @dataclass
 class Imported:
+    """What an import gives: the spec's text, the target it is for and what stderr says."""
     text: str          # the spec
     target: str        # the target the original runs on (parc compile --target)
     report: Report

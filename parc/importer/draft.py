@@ -19,16 +19,19 @@ BLOCK_ORDER = ("model", "cluster", "mesh", "placement", "schedule", "train", "se
 
 @dataclass(frozen=True)
 class Name:
+    """An identifier written as it is: a preset, an enum value."""
     text: str
 
 
 @dataclass(frozen=True)
 class Raw:
+    """Spec text written as it is (``nvlink(450GB/s)``)."""
     text: str
 
 
 @dataclass(frozen=True)
 class Placeholder:
+    """A value the files do not give: ``unknown("...")`` (P040), with what they show instead."""
     shown: str
 
 
@@ -38,6 +41,7 @@ class Unwritable(ValueError):
 
 @dataclass
 class Entry:
+    """A key's value and the comment that says where it came from."""
     value: object
     note: str = ""
 
@@ -51,6 +55,8 @@ class Item:
 
 @dataclass
 class Draft:
+    """The spec as it is built: its blocks, pools, target blocks and their lists, each value with
+    its comment."""
     header: list[str] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)         # block -> its label ("model" -> "llama3-8b")
     blocks: dict[str, dict[str, Entry]] = field(default_factory=dict)
