@@ -97,3 +97,12 @@ def test_a_value_fmt_rewrites_goes_through_fmt():
     d = _draft()
     d.raw_blocks["cluster"] = ["cluster   {", "gpu =   h100", "}"]
     assert "cluster {\n  gpu = h100\n}" in d.text()
+
+
+def test_the_drafts_limits_are_the_parsers():
+    """The draft tells without the parser whether the parser would read its text: by the
+    parser's own limits, restated (loading the parser to read them would undo the point)."""
+    from parc.importer import draft
+    from parc.language import parser
+
+    assert (draft.MAX_INPUT, draft.MAX_STRING) == (parser.MAX_INPUT, parser.MAX_TOKEN)
