@@ -172,7 +172,7 @@ def _finish(args, res, text, render) -> int:
     """Check the best plan's spec ``text``, print ``res`` (``render`` for text), write ``-o``."""
     import json
 
-    from parc.files import write_atomic
+    from parc.cli.output import write_output
 
     if text is not None:
         err = _check_text(text, args.target, args.output or "best.par")
@@ -180,11 +180,8 @@ def _finish(args, res, text, render) -> int:
             return _usage("the best plan does not pass `parc check`:\n" + err, args, 1)
     print(json.dumps({"ok": bool(res.plans), **res.to_json()}, indent=2) if args.format == "json" else render(res))
     if args.output and text is not None:
-        try:
-            write_atomic(args.output, text)
-        except OSError as e:
-            sys.stderr.write(f"parc plan: cannot write {args.output}: {e.strerror or e}\n")
-            return 2
+        if (code := write_output(args.output, text)):
+            return code
         if args.format == "text":
             print(f"wrote {args.output}")
         for note in getattr(args, "notes", ()):
