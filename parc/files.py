@@ -1,6 +1,7 @@
 """Writing files so that a reader never sees half of one: one file (:func:`write_atomic`, used
-by ``parc fmt``, the planner's ``-o``, the parser's table and the runtime's rank reports) and
-a whole set of files swapped in at once (:func:`write_files`, ``parc compile -o``).
+by every command's output file through parc.cli.output, the parser's table and the runtime's
+rank reports) and a whole set of files swapped in at once (:func:`write_files`, ``parc compile
+-o``).
 
 A foundation module: it imports nothing from parc, so every layer (the runtime included) may
 use it.

@@ -32,8 +32,8 @@ def add_arguments(p):
                help="the target to emit files for, one of those listed below (may be left out when the spec "
                "names exactly one target)")
     p.add_argument("-o", "--output", metavar="DIR", help="write the files into DIR, swapping the whole set in at once; names "
-                   "an earlier compile wrote that this one lacks are removed, other files in DIR stay "
-                   "(default: print them)")
+                   "an earlier compile wrote that this one lacks are removed, other files in DIR stay; DIR "
+                   "is made in a folder that must exist, and is never a symbolic link (default: print them)")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text (default: the files, diagnostics on stderr) or json (one object on stdout)")
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in "
