@@ -209,3 +209,21 @@ def test_compile_json_says_the_same_line_in_its_error(tmp_path, capsys):
     assert code == 2 and got["ok"] is False and got["files"] == []
     assert re.fullmatch(rf"cannot write {re.escape(str(out))}: \S.*", got["error"]), got["error"]
     assert list((tmp_path / "real").iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["link", "missing folder"])
+def test_run_refuses_its_report_path_before_the_run(where, tmp_path, capsys):
+    """`parc run --report FILE` writes as the others do, and a path it would refuse is refused
+    before the run starts, not after it."""
+    (tmp_path / "real.json").write_text("mine\n")
+    out = tmp_path / "gone" / "report.json"
+    if where == "link":
+        out = tmp_path / "report.json"
+        out.symlink_to(tmp_path / "real.json")
+    capsys.readouterr()
+    code = main(["run", str(tmp_path / "no-such.par"), "--rehearse", "--report", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2
+    _said(err, out)
+    assert "no-such.par" not in err        # the spec was not even read
+    assert (tmp_path / "real.json").read_text() == "mine\n" and not (tmp_path / "gone").exists()

@@ -1,5 +1,5 @@
-"""Writing what a command puts in a file (`-o FILE`, `-o DIR`, `--html FILE`, a spec rewritten in
-place), and the one line it prints when it cannot.
+"""Writing what a command puts in a file (`-o FILE`, `-o DIR`, `--html FILE`, `--report FILE`,
+a spec rewritten in place), and the one line it prints when it cannot.
 
 Every command writes the same way: the file is replaced atomically (a temporary file in the same
 folder, renamed over it: a reader sees the old file or the new one, never half), byte for byte
@@ -31,8 +31,9 @@ def _bare(path: str) -> str:
     return path.rstrip(os.sep) or path
 
 
-def _guard(path) -> None:
-    """Raise Unwritten for a path that is a symbolic link or whose folder does not exist."""
+def check_path(path) -> None:
+    """Raise Unwritten for a path that is a symbolic link or whose folder does not exist (a
+    command that works long before it writes asks first, then writes with :func:`put_file`)."""
     p = _bare(os.fspath(path))
     if os.path.islink(p):
         raise Unwritten(path, "it is a symbolic link; parc writes no file through a link, nor replaces one")
@@ -50,7 +51,7 @@ def put_file(path, data: str | bytes) -> None:
     """Replace the file ``path`` with ``data`` atomically; Unwritten when it cannot."""
     from parc.files import write_atomic
 
-    _guard(path)
+    check_path(path)
     try:
         write_atomic(path, data)
     except OSError as e:
@@ -62,7 +63,7 @@ def put_folder(path, files) -> None:
     Unwritten when it cannot."""
     from parc.files import write_files
 
-    _guard(path)
+    check_path(path)
     try:
         write_files(path, files)
     except OSError as e:
