@@ -227,3 +227,19 @@ def test_run_refuses_its_report_path_before_the_run(where, tmp_path, capsys):
     _said(err, out)
     assert "no-such.par" not in err        # the spec was not even read
     assert (tmp_path / "real.json").read_text() == "mine\n" and not (tmp_path / "gone").exists()
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_plan_refuses_its_output_path_before_the_search(fmt, tmp_path, capsys):
+    import json
+
+    out = tmp_path / "gone" / "best.par"
+    capsys.readouterr()
+    code = main(["plan", str(tmp_path / "no-such.par"), "--format", fmt, "-o", str(out)])
+    got = capsys.readouterr()
+    assert code == 2
+    _said(got.err, out)
+    assert "no-such.par" not in got.err                  # the spec was not even read
+    if fmt == "json":
+        assert json.loads(got.out)["error"] == f"cannot write {out}: the folder {out.parent} does not exist " \
+                                               "(parc makes none for it)"

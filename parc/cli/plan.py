@@ -114,6 +114,8 @@ def run(args) -> int:
 
     if args.top < 1:
         return _usage("--top must be at least 1", args)
+    if args.output and (code := _unwritable(args)):      # refused now rather than after the search
+        return code
     for flag in ("seq_len", "global_batch"):
         v = getattr(args, flag)
         if v is not None and v < 1:
@@ -166,6 +168,20 @@ def run(args) -> int:
         bar.close()
 
     return _finish(args, res, plan_text(res) if res.plans else None, render_result)
+
+
+def _unwritable(args) -> int:
+    """2 when ``-o`` names a path that parc.cli.output refuses (said as every command says it,
+    and with --format json in the refusal's object too), else 0."""
+    from parc.cli.output import Unwritten, check_path, refuse
+
+    try:
+        check_path(args.output)
+    except Unwritten as e:
+        if args.format == "json":
+            _json_refusal(args, str(e))
+        return refuse(e)
+    return 0
 
 
 def _finish(args, res, text, render) -> int:

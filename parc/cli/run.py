@@ -90,12 +90,12 @@ def _run(args) -> int:
         raise _Refused(2, f"error: --checkpoint names {args.checkpoint}, which is a file: give a folder "
                           "(parc loads the checkpoint there and saves to it)")
     if args.report:     # refused now rather than after the run
-        from parc.cli.output import Unwritten, check_path
+        from parc.cli.output import WRITE_FAILED, Unwritten, check_path
 
         try:
             check_path(args.report)
         except Unwritten as e:
-            raise _Refused(2, str(e)) from None
+            raise _Refused(WRITE_FAILED, str(e)) from None
     if args.spec.endswith(".json"):
         plan, why = _compiled_plan(args.spec)
         if plan is None:
