@@ -39,7 +39,7 @@ V1BETA1 = [
     ("llama3-405b sglang", DENSE.replace("target vllm {", "target sglang {").replace("  executor = ray\n", "")
      + "\ntarget dynamo { engine = sglang }\n"),
     ("llama3-70b vllm", DENSE_ONE_NODE + '\ntarget dynamo { name = "llama"; namespace = "serving"; secret = "hf-token"; '
-     "shm_size = 16GiB; cpu = 16; memory = 64GiB }\n"),
+     'shm_size = 16GiB; cpu = 16; memory = 64GiB; image = "registry.local/dynamo-vllm:latest" }\n'),
 ]
 # and each in v1alpha1, for the operators that serve no v1beta1
 PLANS = V1BETA1 + [(f"{n} v1alpha1", t.replace("target dynamo {", "target dynamo { api_version = v1alpha1;", 1))
@@ -178,6 +178,8 @@ V1BETA1_BAD = [   # (what, edit of the v1beta1 graph, the stage that refuses it)
         {RAY: "slurm"}), "schema"),
     ("no main container", lambda d, w: w["podTemplate"]["spec"]["containers"][0].update(name="engine"), "schema"),
     ("a restart on create", lambda d, w: d["spec"].update(restart={"id": "1"}), "schema"),
+    ("an image without a version tag and no runtimeVersionOverride",
+     lambda d, w: w["podTemplate"]["spec"]["containers"][0].update(image="registry.local/dynamo:latest"), "schema"),
     ("a container field kubernetes-validate does not know",
      lambda d, w: w["podTemplate"]["spec"]["containers"][0].update(commands=["x"]), "built-in objects"),
 ]

@@ -151,7 +151,9 @@ def test_settings_reach_the_graph(check_spec):
     assert c["resources"] == {"requests": {"nvidia.com/gpu": "8", "cpu": "32", "memory": "256Gi"},
                               "limits": {"nvidia.com/gpu": "8"}}
     assert w["sharedMemorySize"] == "32Gi"
-    assert c["image"] == "registry.local/dynamo:1"
+    assert c["image"] == main["image"] == "registry.local/dynamo:1"
+    # the image's tag is no Dynamo release: each component says the one whose options it runs
+    assert front["runtimeVersionOverride"] == w["runtimeVersionOverride"] == "1.6.1"
 
 
 def test_settings_reach_the_v1alpha1_graph(check_spec):

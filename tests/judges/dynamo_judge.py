@@ -9,8 +9,9 @@ each what Kubernetes and the Dynamo operator make of it:
   fields refused wherever the schema is structural, the object's name a DNS-1035 label; for
   v1beta1 also the CEL rules the definition carries (x-kubernetes-validations, transcribed below:
   component names unique case-insensitively, at most one `epp`, `eppConfig` only on one, the
-  vLLM launch annotation `mp` or `ray`, no `restart` on create) and the rule its description
-  states for a new component: a container named `main` with an image;
+  vLLM launch annotation `mp` or `ray`, no `restart` on create) and the rules its descriptions
+  state for the admission of a new component: a container named `main` with an image, and
+  `runtimeVersionOverride` where that image's tag is no semantic version;
 * each component's pod template as the operator builds it (v1alpha1: `extraPodSpec`, its
   `mainContainer` the pod's one container; v1beta1: `podTemplate` as it is) with
   kubernetes-validate, strict, as a v1 PodTemplate (the core types the CRD embeds:
@@ -30,6 +31,7 @@ pod's recorded argv; the test compares them with the plan and hands the workers'
 engine's own parser (tests/judges/vllm_judge.py, sglang_judge.py)."""
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -45,6 +47,9 @@ VALIDATORS = {"nvidia.com/v1alpha1": crd_validator(os.path.join(DATA, "nvidia.co
                                                   "v1beta1")}
 RECORDERS = ("ray", "python3")
 VLLM_BACKEND = "nvidia.com/vllm-distributed-executor-backend"
+# the admission's "parseable semantic-version tag" of a main image (runtimeVersionOverride's
+# description): its parser is not in the definition, so this is the plain MAJOR.MINOR.PATCH tag
+SEMVER_TAG = re.compile(r":v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+][0-9A-Za-z.+-]*)?$")
 
 
 def pod_template(svc):
@@ -80,8 +85,11 @@ def cel_errors(dgd):
         backend = ((tpl.get("metadata") or {}).get("annotations") or {}).get(VLLM_BACKEND)
         if backend is not None and backend.lower() not in ("mp", "ray"):
             out.append(f"{where}.podTemplate: podTemplate backend annotation must be mp or ray, case-insensitively")
-        if not any(k.get("name") == "main" and k.get("image") for k in (tpl.get("spec") or {}).get("containers") or []):
+        main = [k for k in (tpl.get("spec") or {}).get("containers") or [] if k.get("name") == "main" and k.get("image")]
+        if not main:
             out.append(f"{where}.podTemplate: a new component needs a container named \"main\" with a non-empty image")
+        elif "runtimeVersionOverride" not in c and not SEMVER_TAG.search(main[0]["image"]):
+            out.append(f"{where}: the main image has no semantic-version tag: runtimeVersionOverride is required")
     return out
 
 

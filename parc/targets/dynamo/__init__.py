@@ -32,7 +32,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from parc.model.targets import display, engine_of, spec
+from parc.model.targets import display, engine_of, pinned, spec
 from parc.targets.base import Cat, Env, File, Var, dns_label, mesh_text, nccl_env, plan_json, settings, spec_name
 from parc.targets.engines import Product, Run, launch
 from parc.words import count
@@ -214,11 +214,15 @@ def build(plan) -> list[File]:
     from parc.targets.kubernetes import PLAN_DIR
 
     version = api_version(plan)
+    # v1beta1's admission refuses a component whose image tag is not the Dynamo runtime's
+    # semantic version unless `runtimeVersionOverride` says it (the CRD's field description): an
+    # image of the user's runs the release whose module options parc writes (`version`)
+    runtime = pinned(plan, TARGET) if "image" in s else None
     text = render(f"dynamo/dgd_{version}.yaml.j2", header=header, name=name, namespace=s.get("namespace"),
                   plan_json=plan_json(plan), plan_dir=PLAN_DIR,
                   api_version=f"{GROUP}/{version}", framework=engine(plan), engine=display(engine(plan)),
                   image=s.get("image", facts["image"]), secret=s.get("secret"), frontend=frontend,
-                  components=comps)
+                  components=comps, runtime=runtime)
     return [File("dgd.yaml", text), File("plan.json", plan_json(plan))]
 
 
