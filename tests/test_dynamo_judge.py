@@ -150,22 +150,6 @@ def test_dynamo_161s_own_graphs_pass_the_v1beta1_judge(dynamo_python):
         assert {c["type"] for c in v["components"]} >= {"frontend"}, p.name
 
 
-def test_the_default_api_version_is_the_one_the_definition_serves_undeprecated():
-    """target.toml's default is the version the v1beta1-serving definition serves without
-    deprecating it; the one it deprecates (v1alpha1) is the other choice."""
-    import yaml
-
-    from parc.model.targets import spec
-
-    crd = yaml.safe_load((ROOT / "tests" / "data" / "dynamo" / "nvidia.com_dynamographdeployments.v1beta1.yaml").read_text())
-    served = {v["name"]: v for v in crd["spec"]["versions"] if v["served"]}
-    [preferred] = [n for n, v in served.items() if not v.get("deprecated")]
-    s = spec("dynamo")
-    assert s["api"]["default"] == preferred == "v1beta1"
-    assert set(s["keys"]["api_version"]["choices"]) == set(served)
-    assert served["v1alpha1"]["deprecated"] and "v1beta1" in served["v1alpha1"]["deprecationWarning"]
-
-
 V1BETA1_BAD = [   # (what, edit of the v1beta1 graph, the stage that refuses it)
     ("a misspelt field", lambda d, w: w.update(replica=2), "schema"),
     ("a v1alpha1 field", lambda d, w: w.update(dynamoNamespace="x"), "schema"),

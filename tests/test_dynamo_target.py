@@ -4,6 +4,8 @@ firing on one spec and quiet on the same spec made valid.
 (tests/test_dynamo_judge.py has the CRD's schema, the operator and the engines judge the graphs.)"""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -170,6 +172,20 @@ def test_settings_reach_the_v1alpha1_graph(check_spec):
     assert w["resources"]["requests"] == {"gpu": "8", "cpu": "32", "memory": "256Gi"}
     assert w["sharedMemory"] == {"size": "32Gi"}
     assert w["extraPodSpec"]["mainContainer"]["image"] == "registry.local/dynamo:1"
+
+
+def test_the_default_api_version_is_the_one_the_definition_serves_undeprecated():
+    """target.toml's default is the version the v1beta1-serving definition serves without
+    deprecating it; the one it deprecates (v1alpha1) is the other choice."""
+    from parc.model.targets import spec as target_spec
+
+    crd = yaml.safe_load((Path(__file__).parent / "data" / "dynamo" / "nvidia.com_dynamographdeployments.v1beta1.yaml").read_text())
+    served = {v["name"]: v for v in crd["spec"]["versions"] if v["served"]}
+    [preferred] = [n for n, v in served.items() if not v.get("deprecated")]
+    s = target_spec("dynamo")
+    assert s["api"]["default"] == preferred == "v1beta1"
+    assert set(s["keys"]["api_version"]["choices"]) == set(served)
+    assert served["v1alpha1"]["deprecated"] and "v1beta1" in served["v1alpha1"]["deprecationWarning"]
 
 
 @pytest.mark.parametrize("api", API)

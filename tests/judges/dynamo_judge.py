@@ -39,7 +39,7 @@ import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from support.kubelet import builtin_errors, expand, recorded  # noqa: E402  (shared by the Kubernetes judges)
-from support.orchestrators import crd_validator, name_errors, operator_container  # noqa: E402  (shared with the other orchestrator's judge)
+from support.orchestrators import crd_validator, dynamo_components, name_errors, operator_container  # noqa: E402  (shared with the other orchestrator's judge)
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "dynamo")
 VALIDATORS = {"nvidia.com/v1alpha1": crd_validator(os.path.join(DATA, "nvidia.com_dynamographdeployments.yaml"), "v1alpha1"),
@@ -93,22 +93,6 @@ def cel_errors(dgd):
     return out
 
 
-def components(dgd):
-    """Each component as (name, its fields, the pod spec less its containers, the main container,
-    the pod's annotations) of either API."""
-    spec = dgd["spec"]
-    if dgd["apiVersion"] == "nvidia.com/v1alpha1":
-        return [(k, s, s.get("extraPodSpec") or {}, (s.get("extraPodSpec") or {}).get("mainContainer") or {},
-                 s.get("annotations") or {}) for k, s in (spec.get("services") or {}).items()]
-    out = []
-    for c in spec.get("components") or []:
-        tpl = c.get("podTemplate") or {}
-        pod = tpl.get("spec") or {}
-        main = next(k for k in pod.get("containers") or [] if k.get("name") == "main")
-        out.append((c["name"], c, pod, main, (tpl.get("metadata") or {}).get("annotations") or {}))
-    return out
-
-
 def run(command, env, tmp):
     """The command as the kubelet runs it, python3 and ray recording their argv."""
     return recorded([expand(w, env) for w in command], env, tmp, RECORDERS)
@@ -128,7 +112,7 @@ def gpus(svc, container, which):
     return int(((svc.get("resources") or {}).get(which) or {}).get("gpu", 0))
 
 
-def component(dgd, key, svc, pod, container, annotations, tmp):
+def component(dgd, key, svc, pod, container, annotations, kind, tmp):
     framework = dgd["spec"].get("backendFramework")
     nodes = (svc.get("multinode") or {}).get("nodeCount", 1)
     name = f"{dgd['metadata']['name']}-{key.lower()}"
@@ -139,7 +123,7 @@ def component(dgd, key, svc, pod, container, annotations, tmp):
         command, args = operator_container(framework, container, nodes, k, quoted=quoted)
         lws = {"LWS_LEADER_ADDRESS": f"{name}-0.{name}", "LWS_WORKER_INDEX": str(k), "LWS_GROUP_SIZE": str(nodes)}
         pods.append({"index": k, **run(command + args, {**lws, **env}, tmp)})
-    return {"name": key, "plan": plan_map(pod, container), "type": svc.get("type") or svc.get("componentType"),
+    return {"name": key, "plan": plan_map(pod, container), "type": kind,
             "replicas": svc.get("replicas", 1), "nodes": nodes, "gpus": gpus(svc, container, "limits"),
             "gpus_request": gpus(svc, container, "requests"), "namespace": svc.get("dynamoNamespace"),
             "annotations": annotations, "leader_address": f"{name}-0.{name}", "env": env, "pods": pods}
@@ -162,7 +146,7 @@ def judge(text):
         errors += cel_errors(dgd)
     if errors:
         return {"ok": False, "stage": "schema", "errors": errors}
-    comps = components(dgd)
+    comps = dynamo_components(dgd)
     for key, svc, *_ in comps:
         t = pod_template(svc) if "podTemplate" not in svc else {
             "apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": svc["podTemplate"]}

@@ -112,6 +112,24 @@ VLLM_RAY_PORT, SGLANG_PORT = "6379", "29500"      # backend_vllm.go VLLMPort, ba
 LEADER, RANK = "$(LWS_LEADER_ADDRESS)", "$(LWS_WORKER_INDEX)"   # the LWS deployer's leader and rank
 
 
+def dynamo_components(dgd):
+    """Each component of a DynamoGraphDeployment of either API as (name, its fields, its pod spec,
+    its main container, its pods' annotations, its type): v1alpha1's `spec.services` (the pod
+    `extraPodSpec`, its `mainContainer`, the component's `annotations`), v1beta1's
+    `spec.components` (the pod `podTemplate.spec`, its container `main`)."""
+    spec = dgd["spec"]
+    if dgd["apiVersion"] == "nvidia.com/v1alpha1":
+        return [(k, s, s.get("extraPodSpec") or {}, (s.get("extraPodSpec") or {}).get("mainContainer") or {},
+                 s.get("annotations") or {}, s.get("componentType")) for k, s in (spec.get("services") or {}).items()]
+    out = []
+    for c in spec.get("components") or []:
+        tpl = c.get("podTemplate") or {}
+        pod = tpl.get("spec") or {}
+        main = next(k for k in pod.get("containers") or [] if k.get("name") == "main")
+        out.append((c["name"], c, pod, main, (tpl.get("metadata") or {}).get("annotations") or {}, c.get("type")))
+    return out
+
+
 def operator_container(framework, container, nodes, index, quoted=False):
     """The container of pod ``index`` of a component over ``nodes`` pods, as the operator changes it."""
     command, args = list(container.get("command") or []), list(container.get("args") or [])
