@@ -430,6 +430,32 @@ def stage_parts(m: Model, layout: StageLayout, dp: int, cp: int, tp: int, ep: in
                         k_dense, k_exp, mtp)
 
 
+def fsdp_unit_params(plan, layout: StageLayout) -> int:
+    """Parameters of the FSDP unit Megatron-FSDP's double buffer is sized for on one GPU of stage
+    ``layout`` (Megatron-LM 0.19.2, megatron/core/distributed/fsdp/): each transformer layer is a
+    unit (mcore_fsdp_adapter.py: TransformerLayer, MoETransformerLayer; a multi-token-prediction
+    module's layer too), gathered whole on the GPU (its tp and ep share, before ZeRO-3's sharding).
+    FixedPoolAllocator double-buffers the largest group of units alike in size and dtype, dense or
+    MoE (on a tie the first unit's), and leaves the others to allocate on use; its buffers are
+    named by slot (GlobalMemoryBuffer.get_tensor), so the model chunks of an interleaved pipeline
+    share them at the largest chunk's size. 0 for a stage without layers."""
+    m, mesh = plan.model, plan.mesh
+    split = layer_split(plan)
+    ranges, last = _chunk_ranges(split), len(split) - 1
+    best = 0
+    for c in layout.chunks:
+        a, b = ranges[c]
+        kinds = [is_moe_layer(m, i) for i in range(a, b)]
+        if c == last:
+            kinds += [is_moe_layer(m, m.layers + k) for k in range(m.mtp_layers or 0)]
+        if not kinds:
+            continue
+        moe = sum(kinds) > len(kinds) - sum(kinds) or (2 * sum(kinds) == len(kinds) and kinds[0])
+        one = StageLayout(layout.stage, [], 1, int(moe), False, False)
+        best = max(best, sum(stage_parts(m, one, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp).values()))
+    return best
+
+
 def tensor_parts(m: Model, tensors: list[tuple], n_dense: int, n_exp: int, k_dense: int = 0, k_exp: int = 0,
                  mtp: bool = True) -> dict[str, int]:
     """Parameters by part of the tensors of :func:`layout_tensors` when dense tensors are sharded
