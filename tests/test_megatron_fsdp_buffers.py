@@ -146,6 +146,34 @@ def test_import_reads_the_scripts_switches_as_keys():
         assert f'"{flag}"' not in out, flag      # not in extra_args (the comments cite the script)
 
 
+SCRIPT_DDP = """#!/bin/bash
+torchrun --nproc_per_node 8 --nnodes 1 pretrain_gpt.py --num-layers 32 --hidden-size 4096 \\
+    --ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 \\
+    --seq-length 8192 --max-position-embeddings 8192 --swiglu --normalization RMSNorm --vocab-size 128256 \\
+    --position-embedding-type rope --rotary-base 500000 --disable-bias-linear --untie-embeddings-and-output-weights \\
+    --tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 64 --bf16 \\
+    --use-distributed-optimizer {switches}
+"""
+
+
+@pytest.mark.parametrize("switches, kept, dropped", [
+    ("--fsdp-double-buffer --use-nccl-ub", ["nccl_ub"], ["--fsdp-double-buffer"]),
+    ("--use-megatron-fsdp --fsdp-double-buffer --use-nccl-ub", ["fsdp_double_buffer", "nccl_ub"], []),
+])
+def test_import_keeps_the_double_buffer_only_with_megatron_fsdp(tmp_path, switches, kept, dropped):
+    """Without Megatron-FSDP Megatron-LM never reads --fsdp-double-buffer (a spec saying it is P028):
+    `parc import` leaves it out and says so; NCCL user buffers register the DDP buffers and stay."""
+    p = tmp_path / "train.sh"
+    p.write_text(SCRIPT_DDP.format(switches=switches), encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", "parc", "import", str(p)], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for key in kept:
+        assert re.search(rf"^  {key} += true ", r.stdout, re.M), (key, r.stdout)
+    for flag in dropped:
+        assert flag in r.stderr and "Megatron-FSDP" in r.stderr and "fsdp_double_buffer" not in r.stdout
+        assert f'"{flag}"' not in r.stdout
+
+
 # --- the rules -----------------------------------------------------------------------------------
 def test_p028_double_buffer_without_megatron_fsdp(check_spec):
     bad = spec(**LLAMA, train="zero = 1; recompute = full", target={"megatron": "fsdp_double_buffer = true"})
