@@ -217,3 +217,48 @@ def test_p659_ep_overlap_refuses_the_double_buffer(check_spec, key):
     # the distributed optimizer has no double buffer: nccl_ub alone is fine there
     assert_quiet(check_spec, spec(**MIXTRAL, train="zero = 1; ep_comm_overlap = true",
                                   target={"megatron": "nccl_ub = true"}), "P659", ("megatron",))
+
+
+# --- the planner ---------------------------------------------------------------------------------
+def test_the_planner_counts_the_double_buffer_as_explain_does():
+    """`parc plan` for a spec whose target megatron asks for the double buffer: the bulk search's
+    memory of every candidate is the estimate's, the double buffers included on its ZeRO-3 rows
+    (pipelines, interleaved chunks and DeepSeekMoE's dense first layer among them), and with
+    `fsdp_double_buffer` only Megatron-FSDP (zero = 3) is tried (P028 refuses the rest)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from parc.cost.estimate import estimate
+    from parc.model.plan import GPU, Cluster, Link, Target
+    from parc.planner import build_plan
+    from parc.planner.inputs import problem
+    from parc.planner.plans import Candidate
+    from parc.planner.space import PIPELINES, RECOMPUTE, SPLITS
+    from parc.planner.vector import train_costs
+
+    h100 = Cluster("h100", 2, 8, GPU("h100_sxm", 85520809984, 989e12, 3350e9, 450e9, 64e9), Link("nvlink", 450e9),
+                   Link("infiniband", 50e9))
+    base = problem("deepseek_moe_16b", h100, "train", seq_len=4096, global_batch=64)
+    for settings in ({"nccl_ub": True}, {"fsdp_double_buffer": True}):
+        pr = replace(base, targets={"megatron": Target("megatron", settings)}, memo={})
+        cols = train_costs(pr).cols
+        zeros = set(np.unique(cols["zero"]).tolist())
+        assert zeros == ({3} if "fsdp_double_buffer" in settings else {0, 1, 2, 3}), zeros
+        rng = np.random.default_rng(3)
+        three = np.nonzero(cols["zero"] == 3)[0]
+        idx = np.concatenate([rng.choice(three, 25, replace=False), rng.choice(len(cols["pp"]), 10, replace=False)])
+        buffered = 0
+        for i in idx:
+            c = Candidate(rank=0, pp=int(cols["pp"][i]), dp=int(cols["dp"][i]), cp=int(cols["cp"][i]),
+                          tp=int(cols["tp"][i]), ep=int(cols["ep"][i]), etp=int(cols["etp"][i]),
+                          pipeline=PIPELINES[cols["pipeline"][i]], virtual_stages=int(cols["v"][i]),
+                          micro_batch=int(cols["mb"][i]), microbatches=int(cols["m"][i]),
+                          global_batch=int(cols["gb"][i]), layers=SPLITS[cols["split"][i]],
+                          zero=int(cols["zero"][i]), recompute=RECOMPUTE[cols["recompute"][i]],
+                          sequence_parallel=bool(cols["sp"][i]))
+            e = estimate(build_plan(pr, c), cache=False)
+            assert (e.memory.fsdp_buffers > 0) == (c.zero >= 3)
+            buffered += c.zero >= 3
+            assert cols["memory"][i] == pytest.approx(e.memory.total, rel=1e-9), (settings, c)
+        assert buffered >= 25

@@ -121,8 +121,13 @@ def fsdp_double_buffered(plan) -> bool:
     megatron/training/arguments.py validate_args, and megatron_fsdp/param_and_grad_buffer.py "NCCL UB
     is only supported with FSDP double buffer"). The one place the estimate and the rules ask."""
     tr = plan.train
-    if plan.mode != "train" or tr is None or tr.zero < 3:
-        return False
+    return plan.mode == "train" and tr is not None and tr.zero >= 3 and double_buffer_asked(plan)
+
+
+def double_buffer_asked(plan) -> bool:
+    """Whether ``target megatron`` asks for Megatron-FSDP's double buffer, whatever the ZeRO stage
+    (the planner tries several): ``fsdp_double_buffer`` or ``nccl_ub``. ``plan``: anything with
+    ``target_settings`` (a Plan, the planner's Problem)."""
     s = plan.target_settings("megatron")
     return bool(s.get("fsdp_double_buffer") or s.get("nccl_ub"))
 
