@@ -128,6 +128,7 @@ def _scale_out(plan, limit: float, c) -> tuple[int, float] | None:
 
 def _breakdown(mem) -> str:
     fp8 = f" + fp8 weights {gb(mem.fp8_weights)}" if mem.fp8_weights else ""
+    fp8 += f" + Megatron-FSDP's double buffers {gb(mem.fsdp_buffers)}" if mem.fsdp_buffers else ""
     over = (f" + CUDA context, NCCL buffers and fragmentation {gb(mem.overheads)}" if mem.overheads else "")
     return (f"weights {gb(mem.weights)} + grads {gb(mem.grads)} + optimizer {gb(mem.optimizer)} + "
             f"activations {gb(mem.activations)}{fp8}{over} = {gb(mem.total)}")
