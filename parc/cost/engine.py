@@ -55,6 +55,18 @@ def engine_of(plan) -> tuple[str, str]:
     return "vllm", T.newest("vllm")
 
 
+def server_role(plan) -> str | None:
+    """``prefill`` or ``decode``: the side of a disaggregated pair one engine serves (an instance
+    of a pool, :func:`parc.model.pools.pool_plan`; or a one-side spec's ``disaggregation`` key of
+    its SGLang block, SGLang's ``--disaggregation-mode``); None for a server that does both."""
+    role = getattr(plan, "role", "")
+    if role:
+        return role
+    if engine_of(plan)[0] == "sglang" and hasattr(plan, "target_settings"):
+        return plan.target_settings("sglang").get("disaggregation") or None
+    return None
+
+
 def _table(engine: str) -> dict:
     from parc.model.targets import defaults
 
@@ -195,34 +207,42 @@ def memory_fraction_note(plan) -> str | None:
     return f"{_NAMES[eng]} {rel}'s default: {how}"
 
 
+def sglang_chunk(plan) -> int:
+    """SGLang's ``--chunked-prefill-size``: the whole server's, the spec's
+    ``max_num_batched_tokens`` or its default for the GPU."""
+    srv = plan.serve
+    given = srv.max_num_batched_tokens if srv is not None else None
+    return given if given is not None else _tier("sglang", plan.cluster.gpu)["max_num_batched_tokens"]
+
+
 def _sglang_fraction(plan) -> float:
     """SGLang's mem_fraction_static left out (the formula and its source: sglang/defaults.toml
-    [mem_fraction]; its CUDA graphs as :mod:`parc.cost.startup` counts them), as an aggregated
-    server derives it: a disaggregated pool's server is given the same fraction. A planner problem
-    without a mesh gets the fraction before the graphs and the floor: SGLang's largest."""
-    from dataclasses import replace
-
+    [mem_fraction]; its CUDA graphs as :mod:`parc.cost.startup` counts them), as the server
+    derives it: a prefill server (:func:`server_role`) reserves no decode graph nor DeepEP's
+    decode buffers, a decode server's activations scale with its running requests (times the
+    tokens each verifies) instead of the chunk. A planner problem without a mesh gets the
+    fraction before the graphs and the floor: SGLang's largest."""
     from parc.cost.startup import MIB, sglang_capture, sglang_graph_bytes, table as startup_table
 
     k = _table("sglang")["mem_fraction"]
     mib = plan.cluster.gpu.memory / MIB
     srv, mesh = plan.serve, getattr(plan, "mesh", None)
-    given = srv.max_num_batched_tokens if srv is not None else None
-    chunk = given if given is not None else _tier("sglang", plan.cluster.gpu)["max_num_batched_tokens"]
+    tokens = sglang_chunk(plan)
+    cap = sglang_capture(plan) if mesh is not None else None
+    if server_role(plan) == "decode" and cap is not None:
+        running = srv.max_num_seqs if srv is not None and srv.max_num_seqs else max(cap.full, default=1)
+        tokens = running * (1 + (srv.speculative_tokens or 1) if srv.speculative else 1)
     tp, pp = (mesh.tp * attn_dp(plan), mesh.pp) if mesh is not None else (1, 1)
-    reserve = (startup_table()["sglang"]["metadata_mib"] + max(chunk, k["least_activation_tokens"])
+    reserve = (startup_table()["sglang"]["metadata_mib"] + max(tokens, k["least_activation_tokens"])
                * k["mib_per_activation_token"] + tp * pp / 8 * k["mib_per_8_gpus"])
     if mesh is None:
         return round((mib - reserve) / mib, 3)
     deepep = plan.target_settings("sglang").get("moe_a2a_backend") == "deepep"
-    cap = sglang_capture(plan, chunk)
-    if pp > 1:     # SGLang leaves the breakable prefill graph off under pipeline parallelism
-        cap = replace(cap, piecewise=())
     reserve += sglang_graph_bytes(plan, cap) / MIB
     if deepep and cap.piecewise:
         reserve += k["deepep_prefill_graph_mib"]
     if mib > k["least_reserve_above_gib"] * 1024:
         reserve = max(reserve, k["least_reserve_mib"])
-    if deepep:
+    if deepep and cap.full:   # reserve_for_deepep_a2a_mb: the buffers its decode graph captures
         reserve += k["deepep_mib"]
     return round((mib - reserve) / mib, 3)

@@ -96,23 +96,42 @@ def vllm_capture(plan, seqs: int, tokens: int) -> Capture:
     return Capture(pw, full)
 
 
-def sglang_capture(plan, tokens: int) -> Capture:
-    """SGLang 0.5.23's decode batch sizes up to its cuda_graph_max_bs (by the GPU's memory and
-    tp, at most the spec's max_num_seqs) and its prefill token buckets up to the chunked prefill
-    size ``tokens`` (memory_hook.py, cuda_graph_hook.py)."""
-    from parc.cost.engine import attn_dp
+def sglang_capture(plan) -> Capture:
+    """The CUDA graphs SGLang 0.5.23's memory settings count (handle_cuda_graph_config runs before
+    handle_gpu_memory_settings): decode batch sizes up to its cuda_graph_max_bs (by the GPU's
+    memory and tp, at most the spec's max_num_seqs) and breakable prefill token buckets up to the
+    server's chunked prefill size (memory_hook.py, cuda_graph_hook.py). A prefill server
+    (``--disaggregation-mode prefill``, :func:`parc.cost.engine.server_role`) captures no decode
+    graph and a decode server no prefill graph (cuda_graph_hook.py
+    ``apply_cuda_graph_disaggregation_roles``); the breakable prefill graph is off under pipeline
+    parallelism and two-batch overlap (``apply_cuda_graph_compatibility``)."""
+    from parc.cost.engine import attn_dp, server_role, sglang_chunk
 
     t = table()["sglang"]
-    gib = plan.cluster.gpu.memory / (1 << 30)
-    row = next(r for r in t["decode_max_bs"] if gib < r[0])
-    # SGLang's tp_size: with attention data parallelism its --tp-size spans the dp ranks too
-    max_bs = row[1] if plan.mesh.tp * attn_dp(plan) < 4 else row[2]
-    if plan.serve is not None and plan.serve.max_num_seqs is not None:
-        max_bs = min(max_bs, plan.serve.max_num_seqs)
-    decode = _grid(t["decode_small"], t["decode_grid"], max_bs)
-    if max_bs not in decode:
-        decode.append(max_bs)
-    return Capture(tuple(_grid([], t["prefill_grid"], tokens)), tuple(sorted(set(decode))))
+    role = server_role(plan)
+    decode: list[int] = []
+    if role != "prefill":
+        gib = plan.cluster.gpu.memory / (1 << 30)
+        row = next(r for r in t["decode_max_bs"] if gib < r[0])
+        # SGLang's tp_size: with attention data parallelism its --tp-size spans the dp ranks too
+        max_bs = row[1] if plan.mesh.tp * attn_dp(plan) < 4 else row[2]
+        if plan.serve is not None and plan.serve.max_num_seqs is not None:
+            max_bs = min(max_bs, plan.serve.max_num_seqs)
+        decode = _grid(t["decode_small"], t["decode_grid"], max_bs)
+        if max_bs not in decode:
+            decode.append(max_bs)
+    tbo = plan.serve is not None and plan.serve.two_batch_overlap
+    prefill = role != "decode" and plan.mesh.pp == 1 and not tbo
+    return Capture(tuple(_grid([], t["prefill_grid"], sglang_chunk(plan))) if prefill else (),
+                   tuple(sorted(set(decode))))
+
+
+def sglang_captured(plan, cap: Capture) -> Capture:
+    """What SGLang captures of ``cap`` once its MoE settings resolve, after the memory settings:
+    nothing under DeepEP's normal mode (moe_hook.py ``_handle_a2a_moe``: "Cuda graph is disabled
+    because deepep_mode=`normal`")."""
+    s = plan.target_settings("sglang")
+    return Capture() if s.get("moe_a2a_backend") == "deepep" and s.get("deepep_mode") == "normal" else cap
 
 
 def vllm_graph_bytes(cap: Capture, layers: int, activation) -> float:
@@ -132,8 +151,9 @@ def vllm_graph_bytes(cap: Capture, layers: int, activation) -> float:
 
 def sglang_graph_bytes(plan, cap: Capture) -> float:
     """What SGLang reserves for its CUDA graphs (memory_hook.py ``reserve_for_graph_mb``): 2 MiB
-    per batch size of its largest decode graph (more with attention data parallelism) and 8 MiB
-    per prefill bucket (1.5 GiB with an MLA model)."""
+    per batch size of its largest decode graph (more with attention data parallelism; none on a
+    prefill server, which has no decode graph) and 8 MiB per prefill bucket (1.5 GiB with an MLA
+    model)."""
     from parc.cost.engine import attn_dp
 
     t = table()["sglang"]
@@ -200,7 +220,7 @@ def startup(plan, weights: float, forward, sampler: float, hidden: float, outsid
     tokens = batched_tokens(plan)
     act = forward(tokens)
     if eng == "sglang":
-        cap = sglang_capture(plan, tokens)
+        cap = sglang_captured(plan, sglang_capture(plan))
         return Startup(eng, total, outside, (total - outside) * util, weights, act, 0.0,
                        sglang_graph_bytes(plan, cap), cap)
     cap = vllm_capture(plan, limits(plan).max_num_seqs, tokens)
