@@ -11,14 +11,22 @@ own scheduler), SGLang's ``--max-running-requests`` is the whole server's, divid
 attention-DP ranks (``max(1, N // attn_dp_size)``, sglang 0.5.23 kv_cache_configurator.py), and
 so is its chunked prefill size.
 
-The engine of a plan is the first of its targets that is vLLM or SGLang, directly or as the
-engine a wrapper (lws, slurm, ...) runs; a plan that names neither is costed as vLLM's newest.
+TensorRT-LLM (``target trtllm``) means its own by each: ``max_num_seqs`` is trtllm-serve's
+``--max_batch_size`` and ``max_num_batched_tokens`` its ``--max_num_tokens``, per rank of
+attention data parallelism; ``gpu_memory_utilization`` is its
+``--kv_cache_free_gpu_memory_fraction``, a share of the memory free after the weights and a
+profiling pass (:mod:`parc.cost.startup`); its capacity scheduler (the target's
+``capacity_scheduler_policy``, default GUARANTEED_NO_EVICT) reserves each admitted request's
+outputs to come (:attr:`Limits.reserved_output`).
+
+The engine of a plan is the first of its targets that is vLLM, SGLang or TensorRT-LLM, directly or
+as the engine a wrapper (lws, slurm, ...) runs; a plan that names none is costed as vLLM's newest.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-ENGINES = ("vllm", "sglang")
+ENGINES = ("vllm", "sglang", "trtllm")
 GIB = 1 << 30
 
 
@@ -140,19 +148,34 @@ def limits(plan, kv_tokens: int | None = None) -> Limits:
                      f"{plan.cluster.gpu.name}" + (f", ÷ {share} attention-DP ranks" if share > 1 else ""))
     seqs = (_sglang_seqs if eng == "sglang" else _vllm_seqs)(plan, share, kv_tokens, mlen, tokens, notes)
     tab = _table(eng)
+    reserve = int(tab.get("reserved_output_clip", 0))
+    if eng == "trtllm":
+        policy = capacity_policy(plan)
+        reserve = int(mlen) if tab["reserves_outputs"][policy] else 0
+        notes.append(f"capacity scheduler {policy.upper()}" + ("" if policy != tab["capacity_scheduler_policy"] else
+                                                               f": TensorRT-LLM {rel}'s default")
+                     + (": a request is admitted only while the KV cache holds its prompt and all its outputs"
+                        if reserve else ": KV blocks are taken as tokens come"))
     return Limits(eng, rel or "", int(mlen), int(seqs), int(tokens), share, bool(tab.get("mixed_steps", True)),
-                  int(tab.get("reserved_output_clip", 0)), stated, tuple(notes))
+                  reserve, stated, tuple(notes))
+
+
+def capacity_policy(plan) -> str:
+    """TensorRT-LLM's capacity scheduler policy for ``plan``: the target's
+    ``capacity_scheduler_policy``, else the engine's default (trtllm/defaults.toml)."""
+    return plan.target_settings("trtllm").get("capacity_scheduler_policy") or _table("trtllm")["capacity_scheduler_policy"]
 
 
 def _vllm_seqs(plan, share, kv_tokens, mlen, tokens, notes) -> int:
-    """vLLM's max_num_seqs per dp rank: the spec's, else its default for the GPU, at most the
-    step's tokens."""
+    """vLLM's max_num_seqs per dp rank (TensorRT-LLM's max_batch_size per rank): the spec's, else
+    its default for the GPU (vLLM's at most the step's tokens)."""
     srv = plan.serve
     if srv is not None and srv.max_num_seqs is not None:
         return srv.max_num_seqs
-    rel = engine_of(plan)[1]
-    seqs = min(_tier("vllm", plan.cluster.gpu)["max_num_seqs"], tokens)
-    notes.append(f"max_num_seqs {seqs:,} per rank: vLLM {rel}'s default on {plan.cluster.gpu.name}")
+    eng, rel = engine_of(plan)
+    seqs = _tier(eng, plan.cluster.gpu)["max_num_seqs"]
+    seqs = min(seqs, tokens) if eng == "vllm" else seqs
+    notes.append(f"max_num_seqs {seqs:,} per rank: {_NAMES[eng]} {rel}'s default on {plan.cluster.gpu.name}")
     return seqs
 
 
@@ -178,7 +201,12 @@ def _sglang_seqs(plan, share, kv_tokens, mlen, tokens, notes) -> int:
     return seqs
 
 
-_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def display(engine: str) -> str:
+    """The engine's name as messages write it (``vLLM``)."""
+    return _NAMES[engine]
 
 
 def memory_fraction(plan) -> float:
@@ -202,8 +230,10 @@ def memory_fraction_note(plan) -> str | None:
     if srv is not None and srv.gpu_memory_utilization is not None:
         return None
     eng, rel = engine_of(plan)
-    how = ("its mem_fraction_static from the GPU's memory, the chunked prefill size, tp·pp and its "
-           "CUDA graphs" if eng == "sglang" else "CacheConfig.gpu_memory_utilization")
+    how = {"sglang": "its mem_fraction_static from the GPU's memory, the chunked prefill size, tp·pp and its "
+                     "CUDA graphs",
+           "trtllm": "kv_cache_free_gpu_memory_fraction, of the memory free after the weights and a profiling pass"
+           }.get(eng, "CacheConfig.gpu_memory_utilization")
     return f"{_NAMES[eng]} {rel}'s default: {how}"
 
 

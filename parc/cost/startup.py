@@ -24,7 +24,17 @@ what is free after its distributed init (``pre_model_load_memory``), loads the w
 the KV pool what is free less ``pre_model_load_memory × (1 − mem_fraction_static)`` (parc's launch
 writes ``gpu_memory_utilization`` as ``--mem-fraction-static``; left out, the fraction SGLang
 derives, :func:`parc.cost.engine.memory_fraction`): activations and the CUDA graphs
-it captures after allocating the pool must fit in that slack."""
+it captures after allocating the pool must fit in that slack.
+
+**TensorRT-LLM** (tensorrt_llm/_torch/pyexecutor/_util.py ``KvCacheCreator``, PyTorch backend)
+loads the weights, runs a profiling forward pass of ``max_num_tokens`` tokens and gives the KV
+cache ``free_gpu_memory_fraction`` (trtllm-serve's ``--kv_cache_free_gpu_memory_fraction``, parc's
+``gpu_memory_utilization``) of what the profile's peak leaves of the GPU, the memory outside torch
+(the CUDA context, NCCL) counted in the peak::
+
+    KV cache = (total − weights − peak activation − context and NCCL) × fraction
+
+The CUDA graphs it captures afterwards use the rest (parc counts none for it)."""
 from __future__ import annotations
 
 import math
@@ -174,7 +184,8 @@ class Startup:
     engine: str
     total: float          # the GPU's memory
     outside: float        # CUDA context and NCCL buffers: held before the engine's budget
-    budget: float         # vLLM: ceil(total × gpu_memory_utilization); SGLang: (total − outside) × mem_fraction_static
+    budget: float         # vLLM: ceil(total × gpu_memory_utilization); SGLang: (total − outside) × mem_fraction_static;
+                          # TensorRT-LLM: (total − outside − weights − activations) × free_gpu_memory_fraction
     weights: float
     activations: float    # peak of the profiling forward pass (vLLM) / of a chunked prefill (SGLang)
     sampler: float        # what the sampler adds to the profile's peak (vLLM)
@@ -184,7 +195,10 @@ class Startup:
     @property
     def kv(self) -> float:
         """Memory for the KV cache: vLLM's "Available KV cache memory" (the budget less the weights,
-        the profile's peak and the graphs); SGLang's pool (the budget less the weights)."""
+        the profile's peak and the graphs); SGLang's pool (the budget less the weights);
+        TensorRT-LLM's, its budget."""
+        if self.engine == "trtllm":
+            return self.budget
         if self.engine == "sglang":
             return self.budget - self.weights
         return self.budget - self.weights - self.activations - self.sampler - self.graphs
@@ -219,6 +233,10 @@ def startup(plan, weights: float, forward, sampler: float, hidden: float, outsid
     total, util = float(plan.cluster.gpu.memory), memory_fraction(plan)
     tokens = batched_tokens(plan)
     act = forward(tokens)
+    if eng == "trtllm":
+        free = total - outside - weights - act
+        return Startup(eng, total, outside, max(0.0, free) * util if free > 0 else free, weights, act, 0.0, 0.0,
+                       Capture())
     if eng == "sglang":
         cap = sglang_captured(plan, sglang_capture(plan))
         return Startup(eng, total, outside, (total - outside) * util, weights, act, 0.0,
