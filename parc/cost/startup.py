@@ -34,7 +34,8 @@ cache ``free_gpu_memory_fraction`` (trtllm-serve's ``--kv_cache_free_gpu_memory_
 
     KV cache = (total − weights − peak activation − context and NCCL) × fraction
 
-The CUDA graphs it captures afterwards use the rest (parc counts none for it)."""
+parc counts no CUDA graphs for it: whatever its graphs hold comes out of what the fraction
+leaves (or, captured before the profile, out of the profile's peak, which parc does not model)."""
 from __future__ import annotations
 
 import math

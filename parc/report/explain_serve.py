@@ -37,7 +37,7 @@ def memory_rows(plan, est, st) -> list[list]:
               f"{max(cap.piecewise, default=0):,} tokens and {count(len(cap.full), 'full decode size')} up to "
               f"{max(cap.full, default=0):,}")
     if su.engine == "trtllm":
-        graphs = "TensorRT-LLM captures its CUDA graphs after sizing the KV cache, in what the fraction leaves: not counted"
+        graphs = "TensorRT-LLM's CUDA graphs: not counted (parc.cost.startup: the KV fraction leaves room beside the cache)"
     rows = [["kv cache", nbytes(mem.kv_cache),
              f"{count(st.kv_capacity_tokens or est.kv_capacity_tokens, 'token', sep=True)} × "
              f"{_bytes_per_token(st.kv_bytes_per_token)} B/token"],
