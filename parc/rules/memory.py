@@ -335,6 +335,14 @@ def _weight_room(plan, e) -> float:
     return memory_fraction(plan) * e.memory.capacity if room is None else room
 
 
+def _overflow(plan, what: str = "preempts") -> str:
+    """What the engine does with the requests its KV cache does not hold: an engine that reserves
+    a request's outputs at admission (TensorRT-LLM's GUARANTEED_NO_EVICT) admits no more and keeps
+    the rest waiting; the others ``what`` (vLLM preempts the newest running request)."""
+    return "keeps the rest waiting (it admits a request only while the cache holds all its outputs)" \
+        if _limits(plan).engine == "trtllm" and _limits(plan).reserved_output else f"{what} the rest"
+
+
 def _no_kv_memory(e) -> bool:
     """Whether some GPU of a serving estimate keeps no memory for the KV cache (P416)."""
     return any(st.startup is not None and st.kv_bytes_per_token > 0 and st.startup.kv <= 0 for st in e.stages)
@@ -475,7 +483,7 @@ def kv_cache_max_num_seqs(plan, c):
     c.report(c.at("serve.max_num_seqs"),
              f"max_num_seqs = {srv.max_num_seqs}{per} sequences of max_model_len = {mlen:,} tokens "
              f"need {need:,} tokens of KV cache but {e.kv_capacity_tokens:,} fit; at most {fit} full-length "
-             f"sequences run at once and the engine preempts the rest",
+             f"sequences run at once and the engine {_overflow(plan)}",
              help=f"set `max_num_seqs = {fit * share}`, or lower max_model_len to "
                   f"{e.kv_capacity_tokens // seqs:,} to keep {srv.max_num_seqs} sequences")
 
@@ -529,7 +537,7 @@ def kv_cache_workload(plan, c):
     c.report(c.at("serve.concurrency"),
              f"concurrency = {w.concurrency} requests of {w.prompt_tokens:,} + {w.output_tokens:,} tokens need "
              f"{batch:,} × {per:,} = {batch * per:,} tokens of KV cache per replica ({count(replicas, 'replica')}) "
-             f"but {cap:,} fit: the engine runs {fit} at once and queues or preempts the rest",
+             f"but {cap:,} fit: the engine runs {fit} at once and {_overflow(plan, 'queues or preempts')}",
              help=f"`concurrency = {fit}` fits; or add replicas (dp), or a smaller kv_cache_dtype")
 
 
