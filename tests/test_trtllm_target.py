@@ -176,66 +176,43 @@ def test_tensorrt_llm_splits_layers_first_stages_heavier():
 
 # --- the rules ------------------------------------------------------------------------------------
 
-def test_p730_training_plan(check_spec):
-    text = spec("from = llama3_8b", gpn=8, mesh="dp = 8", schedule="micro_batch = 1; global_batch = 8",
-                target={"trtllm": 'model = "m"'})
-    assert_fires(check_spec, text, "P730", "target trtllm", target="trtllm", targets=T)
-    assert_quiet(check_spec, spec("from = llama3_8b", gpn=8, mesh="tp = 8", serve="max_model_len = 8192",
-                                  target={"trtllm": 'model = "m"'}), "P730", T)
+def _tr(mesh="tp = 8", gpn=8, model="from = llama3_8b", serve="max_model_len = 8192", **kw) -> str:
+    """A spec for the trtllm target (serving unless ``schedule`` makes it training)."""
+    return spec(model, gpn=gpn, mesh=mesh, serve=None if "schedule" in kw else serve,
+                target={"trtllm": 'model = "m"'}, **kw)
 
 
-def test_p731_more_than_one_node(check_spec):
-    text = spec("from = llama3_8b", nodes=2, gpn=8, mesh="tp = 16", serve="max_model_len = 8192",
-                target={"trtllm": 'model = "m"'})
-    assert_fires(check_spec, text, "P731", "nodes", target="trtllm", targets=T)
-    assert_quiet(check_spec, text.replace("nodes         = 2", "nodes         = 1").replace("tp = 16", "tp = 8"),
-                 "P731", T)
+QWEN_EP = _tr("tp = 8; ep = 4", model="from = qwen3_30b_a3b")
+SPLIT = _tr("pp = 2", gpn=2, placement="layers = [15, 17]")
+E5M2 = _tr("tp = 1", gpn=1, serve="max_model_len = 8192; kv_cache_dtype = fp8_e5m2")
+ONLINE_FP8 = _tr("tp = 1", gpn=1, model="from = llama3_8b; dtype = fp8")
+LAYERS = _tr("tp = 1", gpn=1, model="from = llama3_8b; layers = 30")
 
 
-def test_p732_replicas_without_attention_dp(check_spec):
-    text = spec("from = llama3_8b", gpn=8, mesh="dp = 4; tp = 2", serve="max_model_len = 8192",
-                target={"trtllm": 'model = "m"'})
-    assert_fires(check_spec, text, "P732", "dp = 4", target="trtllm", targets=T)
-    assert_quiet(check_spec, spec("from = llama3_8b", gpn=2, mesh="tp = 2", serve="max_model_len = 8192",
-                                  target={"trtllm": 'model = "m"'}), "P732", T)
-
-
-def test_p732_experts_that_do_not_fill_tp_size(check_spec):
-    """ep 4 over tp_size 8 leaves parc's experts replicated twice; TensorRT-LLM splits each over
-    moe_tp_size = 8 / 4 = 2 instead: the spec must say etp = 2."""
-    text = spec("from = qwen3_30b_a3b", gpn=8, mesh="tp = 8; ep = 4", serve="max_model_len = 8192",
-                target={"trtllm": 'model = "m"'})
-    assert_fires(check_spec, text, "P732", "ep = 4", target="trtllm", targets=T)
-    assert_quiet(check_spec, text.replace("ep = 4", "ep = 4\n  etp = 2"), "P732", T)
-
-
-def test_p732_an_explicit_split_other_than_tensorrt_llms(check_spec):
-    text = spec("from = llama3_8b", gpn=2, mesh="pp = 2", placement="layers = [15, 17]", serve="max_model_len = 8192",
-                target={"trtllm": 'model = "m"'})
-    assert_fires(check_spec, text, "P732", "layers = [15, 17]", target="trtllm", targets=T)
-    assert_quiet(check_spec, text.replace("[15, 17]", "[16, 16]"), "P732", T)
-
-
-def test_p733_settings_the_launch_cannot_say(check_spec):
-    text = spec("from = llama3_8b", gpn=1, mesh="tp = 1", serve="max_model_len = 8192; kv_cache_dtype = fp8_e5m2",
-                target={"trtllm": 'model = "m"'})
-    assert_fires(check_spec, text, "P733", "kv_cache_dtype", target="trtllm", targets=T)
-    assert_quiet(check_spec, text.replace("fp8_e5m2", "fp8"), "P733", T)
-
-
-def test_p733_an_fp8_model_quantized_at_load(check_spec):
-    text = spec("from = llama3_8b; dtype = fp8", gpn=1, mesh="tp = 1", serve="max_model_len = 8192",
-                target={"trtllm": 'model = "m"'})
-    d = assert_fires(check_spec, text, "P733", "dtype = fp8", target="trtllm", targets=T)
-    assert "modelopt_fp8" in d.help
-    assert_quiet(check_spec, text.replace("dtype = fp8", "dtype = fp8; checkpoint_format = modelopt_fp8"), "P733", T)
-
-
-def test_p620_a_field_the_checkpoint_does_not_say(check_spec):
-    text = spec("from = llama3_8b; layers = 30", gpn=1, mesh="tp = 1", serve="max_model_len = 8192",
-                target={"trtllm": 'model = "m"'})
-    assert_fires(check_spec, text, "P620", "layers = 30", target="trtllm", targets=T)
-    assert_quiet(check_spec, text.replace("\n  layers = 30", ""), "P620", T)
+@pytest.mark.parametrize("code, fires, at, quiet, help_has", [
+    # a training plan; the same model served
+    ("P730", _tr("dp = 8", schedule="micro_batch = 1; global_batch = 8"), "target trtllm", _tr(), ""),
+    # an engine of two nodes; the same in one node
+    ("P731", _tr("tp = 16", nodes=2), "nodes", _tr(), ""),
+    # data-parallel replicas without attention DP; one engine
+    ("P732", _tr("dp = 4; tp = 2"), "dp = 4", _tr("tp = 2", gpn=2), ""),
+    # ep 4 over tp_size 8 leaves parc's experts replicated twice, where TensorRT-LLM splits each
+    # over moe_tp_size = 8 / 4 = 2: the spec must say etp = 2
+    ("P732", QWEN_EP, "ep = 4", QWEN_EP.replace("ep = 4", "ep = 4\n  etp = 2"), ""),
+    # a split other than TensorRT-LLM's own (the first stages heavier); its own
+    ("P732", SPLIT, "layers = [15, 17]", SPLIT.replace("[15, 17]", "[16, 16]"), ""),
+    # an E5M2 KV cache; FP8 E4M3
+    ("P733", E5M2, "kv_cache_dtype", E5M2.replace("fp8_e5m2", "fp8"), ""),
+    # an FP8 model from a 16-bit checkpoint; ModelOpt's FP8 checkpoint
+    ("P733", ONLINE_FP8, "dtype = fp8", ONLINE_FP8.replace("dtype = fp8", "dtype = fp8\n  checkpoint_format = modelopt_fp8"),
+     "modelopt_fp8"),
+    # a model field no option carries; the checkpoint as published
+    ("P620", LAYERS, "layers = 30", LAYERS.replace("\n  layers = 30", ""), ""),
+])
+def test_rule_fires_and_quiet(check_spec, code, fires, at, quiet, help_has):
+    d = assert_fires(check_spec, fires, code, at, target="trtllm", targets=T)
+    assert help_has in d.help
+    assert_quiet(check_spec, quiet, code, T)
 
 
 def test_p73_is_its_own_family():
