@@ -196,6 +196,9 @@ LAYERS = _tr("tp = 1", gpn=1, model="from = llama3_8b; layers = 30")
     ("P731", _tr("tp = 16", nodes=2), "nodes", _tr(), ""),
     # data-parallel replicas without attention DP; one engine
     ("P732", _tr("dp = 4; tp = 2"), "dp = 4", _tr("tp = 2", gpn=2), ""),
+    # attention data parallelism over ranks of tp 2: TensorRT-LLM's runs each rank's attention apart
+    ("P732", _tr("dp = 4; tp = 2", serve="max_model_len = 8192; dp_attention = true"), "tp = 2",
+     _tr("dp = 8; tp = 1", serve="max_model_len = 8192; dp_attention = true"), "dp = 8"),
     # ep 4 over tp_size 8 leaves parc's experts replicated twice, where TensorRT-LLM splits each
     # over moe_tp_size = 8 / 4 = 2: the spec must say etp = 2
     ("P732", QWEN_EP, "ep = 4", QWEN_EP.replace("ep = 4", "ep = 4\n  etp = 2"), ""),

@@ -21,7 +21,7 @@ plans this launch cannot carry, P733 the serve settings it cannot say.
 from __future__ import annotations
 
 from parc.model.targets import flag, pinned
-from parc.targets.base import File, device_env, mesh_text, need, nccl_env, plan_json, settings, spec_name
+from parc.targets.base import Cat, File, Var, device_env, mesh_text, need, nccl_env, plan_json, settings, spec_name
 from parc.words import count
 
 TARGET = "trtllm"
@@ -83,15 +83,13 @@ def serve_lines(plan) -> list[list]:
     if sv.gpu_memory_utilization is not None:
         a([F("kv_cache_free_gpu_memory_fraction"), repr(float(sv.gpu_memory_utilization))])
     if llm_api(plan):
-        from parc.targets.base import Cat, Var
-
         a([F("extra_llm_api_options"), Cat((Var("here"), f"/{YAML}"))])
     return out + [[x] for x in s.get("extra_args") or []]
 
 
 def yaml_text(plan) -> str:
     """extra_llm_api_options.yaml: :func:`llm_api` as block YAML, every string double-quoted."""
-    from parc.targets.render import y
+    from parc.targets.render import c, y
 
     def lines(d: dict, pad: str) -> list[str]:
         out = []
@@ -102,15 +100,8 @@ def yaml_text(plan) -> str:
                 out.append(f"{pad}{k}: {y(v)}")
         return out
 
-    head = [f"# LLM API options of trtllm-serve (--extra_llm_api_options), compiled by parc from {spec_name(plan)}."]
-    return "\n".join([y_comment(h) for h in head] + lines(llm_api(plan), "")) + "\n"
-
-
-def y_comment(text: str) -> str:
-    """A YAML comment line: the text on one line, as the shell comments are written."""
-    from parc.targets.render import c
-
-    return str(c(text))
+    head = f"LLM API options of trtllm-serve (--extra_llm_api_options), compiled by parc from {spec_name(plan)}."
+    return "\n".join([f"# {c(head)}"] + lines(llm_api(plan), "")) + "\n"
 
 
 def inexpressible(plan) -> list[tuple[str, str, str]]:

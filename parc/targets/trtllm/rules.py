@@ -38,6 +38,11 @@ def _mesh_problems(plan) -> list[tuple[str, str, str]]:
         out.append(("mesh.dp", f"dp = {me.dp} data-parallel replicas: trtllm-serve runs one engine and has no "
                     "replicas of its own", "use dp = 1 and start one server per replica behind a load balancer, or "
                     "`serve { dp_attention = true }` for TensorRT-LLM's attention data parallelism (enable_attention_dp)"))
+    if attention_dp(plan) and me.tp > 1:
+        out.append(("mesh.tp", f"tp = {me.tp} under dp_attention: TensorRT-LLM's attention data parallelism runs "
+                    "every rank's attention apart (tensorrt_llm/_torch/modules/attention.py: with enable_attention_dp "
+                    "the attention's tp_size is 1), so the dp ranks are all of its tp_size",
+                    f"use dp = {me.dp * me.tp} with tp = 1"))
     if me.cp > 1:
         out.append(("mesh.cp", f"cp = {me.cp}: TensorRT-LLM's context parallelism (--cp_size with a cp_config of "
                     "its own kind, Helix or star attention) is not the ring parc models, and parc does not write it",
