@@ -21,7 +21,8 @@ from pathlib import Path
 # Programs that would start work, reach the network or need a GPU: recorded, never run.
 RECORDED = ("torchrun", "vllm", "python", "python3", "deepspeed", "ray", "sudo", "sleep", "nvidia-smi",
             "rocm-smi", "scontrol", "dcgmi", "pip", "pip3", "uv", "ssh", "ds_ssh", "wget", "curl", "git",
-            "huggingface-cli", "hf", "apt-get", "mpirun", "kubectl", "sky", "nsys", "sglang", "hostname")
+            "huggingface-cli", "hf", "apt-get", "mpirun", "kubectl", "sky", "nsys", "sglang", "hostname",
+            "trtllm-serve")
 # Recorded, then the command they wrap runs (under the same recorders).
 WRAPPERS = ("srun", "docker", "sbatch")
 
