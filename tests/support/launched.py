@@ -18,7 +18,7 @@ from pathlib import Path
 
 from support.kubelet import expand
 
-LAUNCHERS = ("torchrun", "vllm", "ray", "deepspeed", "python3")
+LAUNCHERS = ("torchrun", "vllm", "ray", "deepspeed", "python3", "trtllm-serve")
 MAX_NODES = 16   # larger launches run on their first two nodes and their last
 
 RECORDER = r'''#!/usr/bin/env bash
