@@ -33,7 +33,7 @@ from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, D
 from parc.cost import engine
 from parc.cost import xp as np
 from parc.cost.gemm import stage_compute_time, stage_rates
-from parc.cost.kernels import optimizer_bytes, ring_merge_bytes
+from parc.cost.kernels import grad_accumulation_bytes, optimizer_bytes, ring_merge_bytes
 from parc.cost.timing import BACKWARD_SHARE, exposed_comm, step_time
 from parc.model import schedules
 from parc.model.frameworks import context_parallel, framework
@@ -330,7 +330,7 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     st.flops_per_microbatch = share * sum(work)   # stage_flops_per_microbatch
     st.gemm_flops_per_microbatch = share * (work[0] + work[1] + work[3])
     casts = 1.0 / max(mb, 1) if caches_fp8_weights(plan.train) else 1.0   # cached FP8 weights: cast once a step
-    accumulate = framework(plan.train.framework)["grad_accumulation_bytes"] * sum(full.values())
+    accumulate = grad_accumulation_bytes(framework(plan.train.framework), mesh.pp, mb) * sum(full.values())
     # the context-parallel ring's eager ops around the attention kernel, its forward's again when recomputed
     if mesh.cp > 1:
         accumulate += ring_merge_bytes(m, tokens, mesh.tp, mesh.cp, lay.layers, context_parallel(plan.train.framework),

@@ -31,7 +31,7 @@ from parc.model import schedules
 from parc.planner.inputs import Problem
 from parc.planner.space import (PIPELINES, RECOMPUTE, ask_rank_map, batch_options, crosses,
                     few_microbatches_refused, mesh_shapes, train_options, zero_options)
-from parc.cost.kernels import ring_merge_bytes
+from parc.cost.kernels import grad_accumulation_bytes, ring_merge_bytes
 from parc.model.frameworks import context_parallel, framework
 from parc.planner.columns import Columns, Rows
 from parc.planner.stages import layouts
@@ -339,7 +339,7 @@ def _compute(ctx: _Context, s: dict):
     return share * gemm[inv], share * attn[inv], share * memb[inv], per_hbm_byte[inv]
 
 
-_COMPUTE_READS = ("lo", "recompute", "mb", "m", "cp", "sp", "tp", "etp", "ep")
+_COMPUTE_READS = ("lo", "recompute", "mb", "m", "cp", "sp", "tp", "etp", "ep", "pp")
 
 
 def _compute_once(ctx: _Context, s: dict):
@@ -352,7 +352,8 @@ def _compute_once(ctx: _Context, s: dict):
     got = cm.stage_rates(m, tokens, s["tp"], s["etp"], s["ep"], cl.gpu, pr.train, pr.profile, ctx.efficiency, sp)
     rates = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), tokens.shape)[:, None] for k, v in got.items()}
     casts = 1.0 / np.maximum(s["m"], 1)[:, None] if cm.caches_fp8_weights(pr.train) else 1.0
-    accumulate = framework(pr.train.framework)["grad_accumulation_bytes"] * (ctx.c_par[0][lo] + ctx.c_par[1][lo])
+    accumulate = (grad_accumulation_bytes(framework(pr.train.framework), s["pp"], s["m"])[:, None]
+                  * (ctx.c_par[0][lo] + ctx.c_par[1][lo]))
     if (s["cp"] > 1).any():   # the context-parallel ring's eager ops, as the estimate counts them
         accumulate = accumulate + ring_merge_bytes(m, tokens[:, None], s["tp"][:, None], s["cp"][:, None], layers,
                                                    context_parallel(pr.train.framework), 1 + (f[:, 1:2] > 1))
