@@ -83,3 +83,75 @@ def test_torchtitan_pipeline_stage_pays_the_accumulation(monkeypatch):
     # + 2 · 1024) = 32,768,000 + 33,558,528 = 66,326,528 parameters; 9 bytes each a microbatch at
     # 0.6 of 2 TB/s
     assert with_it - without == pytest.approx(9 * 66_326_528 / (0.6 * 2e12), rel=1e-9)
+
+
+# --- torch's ring under torchtitan's default rotation --------------------------------------------
+# torchtitan's context_parallel_rotate_method defaults to "allgather" (torchtitan/config_manager.py
+# at 9dec370; torchtitan/config/job_config.py in its later releases): torch's _AllGatherRotater
+# all-gathers every rank's K and V once, right after a pass's first sub-SDPA, and every later ring
+# step waits for it; the K and V gradients travel by all-to-all, one step at a time
+# (_templated_ring_attention_backward's dkv_rotater).
+
+
+def test_gathered_share_of_the_ring_by_hand():
+    from parc.cost.comm import cp_gathered_share
+    from parc.model.frameworks import context_parallel
+
+    # bf16 K and V (2 + 2 bytes) against float32 gradients (4): half the bytes are gathered
+    assert cp_gathered_share(context_parallel("torchtitan"), "bf16") == pytest.approx(0.5)
+    # Transformer Engine's p2p ring passes every chunk step by step
+    assert cp_gathered_share(context_parallel("megatron"), "bf16") == 0.0
+
+
+def test_gathered_kv_hides_under_the_first_ring_step_only():
+    from types import SimpleNamespace
+
+    from parc.cost.timing import exposed_comm
+
+    ctime = {"tp": 0.0, "cp": 10.0, "ep": 0.0, "pp": 0.0}
+    off = SimpleNamespace(tp_comm_overlap=False, ep_comm_overlap=False, overlap_grad_reduce=False,
+                          overlap_param_gather=False)
+    # 40 s of attention over a ring of 8: the gathered 5 s hide under the first step's 5 s, the
+    # gradients' 5 s under the other 35 s, each at overlap 0.5: 10 - 2.5 - 2.5 = 5
+    got = exposed_comm(ctime, 0.0, 40.0, 0.0, 0.0, 1, off, 0.5, cp=8, cp_gathered=0.5)
+    assert got["cp"] == pytest.approx(5.0)
+    # 16 s of attention: the first step's 2 s hide 2 of the gathered 5 (at 0.5: 1), the rest 14 s
+    # all 5 of the gradients' (2.5): 10 - 1 - 2.5
+    got = exposed_comm(ctime, 0.0, 16.0, 0.0, 0.0, 1, off, 0.5, cp=8, cp_gathered=0.5)
+    assert got["cp"] == pytest.approx(6.5)
+    # a ring that passes every chunk step by step hides under all of it: 10 - 0.5 · 10
+    got = exposed_comm(ctime, 0.0, 16.0, 0.0, 0.0, 1, off, 0.5, cp=8, cp_gathered=0.0)
+    assert got["cp"] == pytest.approx(5.0)
+
+
+def test_torchtitan_cp_plan_exposes_its_gathered_ring():
+    text = f"""{MODEL.replace('seq_len = 2048', 'seq_len = 131072')}
+cluster "c" {{
+ nodes = 4
+ gpus_per_node = 4
+ gpu = h100_sxm
+ intra_node = nvlink(450GB/s)
+ inter_node = infiniband(400Gb/s)
+}}
+mesh {{
+ dp = 2
+ cp = 8
+}}
+schedule {{
+ micro_batch = 1
+ global_batch = 2
+}}
+train {{
+ zero = 3
+ framework = torchtitan
+}}
+"""
+    res = load("t.par", text=text, partial=True)
+    assert res.plan is not None, [d.message for d in res.diagnostics]
+    e = estimate(res.plan, cache=False)
+    c, attn, ov = e.comm_time["cp"], e.compute_split()["attention"], res.plan.profile.overlap
+    # K and V in bf16, their gradients in float32: half of the ring's bytes gathered, hidden under
+    # the first of 8 steps; the other half under the rest
+    want = c - ov * min(c / 2, attn / 8) - ov * min(c / 2, attn * 7 / 8)
+    assert e.comm_exposed["cp"] == pytest.approx(want, rel=1e-12)
+    assert e.comm_exposed["cp"] > c - ov * min(c, attn)   # more than a step-by-step ring exposes

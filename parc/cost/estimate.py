@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from parc.cost.comm import comm_dtype_bytes, zero3_flat, zero3_passes
+from parc.cost.comm import comm_dtype_bytes, cp_gathered_share, zero3_flat, zero3_passes
 from parc.cost.comm import (ALGORITHMS, again, allgather_bytes, p2p_time, allreduce_bytes, axis_time, comm_calls,
                             cp_bytes_per_layer, dp_bytes, dp_bytes_parts, ep_bytes_per_layer, link_latency, link_params, serving_calls,
                             pp_bytes_per_microbatch, tp_bytes_per_layer)
@@ -563,7 +563,8 @@ def _estimate(plan, efficiency: float) -> Estimate:
         compute = gemm + attn + memb
         gather = ctime["dp"] * comm["dp_gather"] / comm["dp"] if comm["dp"] else 0.0
         exposed = exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, mb, plan.train, plan.profile.overlap,
-                               memory=memb, zero3=_zero(plan) >= 3)
+                               memory=memb, zero3=_zero(plan) >= 3, cp=mesh.cp,
+                               cp_gathered=cp_gathered_share(context_parallel(plan.train.framework), plan.train.precision))
         exposed = {ax: float(t) for ax, t in exposed.items()}
         owned = stages[most].memory.optimizer / per.optimizer if per.optimizer else 0.0
         opt = float(optimizer_bytes(owned, per) * rates["per_hbm_byte"])

@@ -402,7 +402,8 @@ def _cost_rows(ctx: _Context, u: dict, zfit: np.ndarray) -> tuple[dict, float]:
     gemm, attn, memb = gemm * r["m"], attn * r["m"], memb * r["m"]
     gather = np.where(comm["dp"] > 0, ctime["dp"] * comm["dp_gather"] / np.maximum(comm["dp"], 1e-300), 0.0)
     exposed = cm.exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, r["m"], pr.train, pr.profile.overlap,
-                              memory=memb, zero3=r["zero"] >= 3)
+                              memory=memb, zero3=r["zero"] >= 3, cp=r["cp"],
+                              cp_gathered=cm.cp_gathered_share(context_parallel(pr.train.framework), pr.train.precision))
     per = ctx.per
     owned = opt_bytes / per.optimizer if per.optimizer else 0.0
     opt = cm.optimizer_bytes(owned, per) * per_hbm_byte
