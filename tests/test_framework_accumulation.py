@@ -27,11 +27,11 @@ MODEL = """model "m" {
 }"""
 
 
-def tiny(pp: int, framework_name: str, microbatches: int):
+def tiny(pp: int, framework_name: str, microbatches: int, gpus: int = 8):
     text = f"""{MODEL}
 cluster "c" {{
  nodes = 1
- gpus_per_node = 8
+ gpus_per_node = {gpus}
  gpu {{
   from = h100_sxm
   hbm_bandwidth = 2TB/s
@@ -39,11 +39,11 @@ cluster "c" {{
 }}
 mesh {{
  pp = {pp}
- dp = {8 // pp}
+ dp = {gpus // pp}
 }}
 schedule {{
  micro_batch = 1
- global_batch = {microbatches * 8 // pp}
+ global_batch = {microbatches * gpus // pp}
 }}
 train {{
  zero = 3
@@ -155,3 +155,31 @@ train {{
     want = c - ov * min(c / 2, attn / 8) - ov * min(c / 2, attn * 7 / 8)
     assert e.comm_exposed["cp"] == pytest.approx(want, rel=1e-12)
     assert e.comm_exposed["cp"] > c - ov * min(c, attn)   # more than a step-by-step ring exposes
+
+
+# --- what FSDP2 keeps gathered under a pipeline ---------------------------------------------------
+
+
+def test_torchtitan_pipeline_stage_holds_its_gathered_parameters_and_float32_gradients(monkeypatch):
+    """torchtitan's apply_fsdp keeps a pipeline stage's parameters gathered after forward
+    (reshard_after_forward = not pp_enabled, torchtitan/parallelisms/parallelize_llama.py at 9dec370)
+    and torch.distributed.pipelining keeps them so after backward until the last microbatch
+    (set_reshard_after_backward(False)); their gradients stay unsharded in float32 until then."""
+    plan = tiny(2, "torchtitan", 4)              # pp 2 × dp 4
+    on = estimate(plan, cache=False).stages[0].memory
+    monkeypatch.setitem(framework("torchtitan"), "pipeline_gathered_state", False)
+    off = estimate(plan, cache=False).stages[0].memory
+    # stage 0: 66,326,528 parameters (above), gathered in bf16 (2 bytes) with float32 gradients (4)
+    assert on.weights - off.weights == 2 * 66_326_528
+    assert on.grads - off.grads == 4 * 66_326_528
+    assert on.optimizer == off.optimizer
+
+
+def test_nothing_is_gathered_without_a_pipeline_or_without_fsdp():
+    base = estimate(tiny(1, "torchtitan", 4), cache=False).stages[0].memory
+    mega = estimate(tiny(1, "megatron", 4), cache=False).stages[0].memory
+    assert base.weights == mega.weights and base.grads == mega.grads
+    # pp 2 on 2 GPUs leaves dp 1: torchtitan applies no FSDP, nothing is gathered twice
+    one = estimate(tiny(2, "torchtitan", 4, gpus=2), cache=False).stages[0].memory
+    ref = estimate(tiny(2, "megatron", 4, gpus=2), cache=False).stages[0].memory
+    assert one.weights == ref.weights and one.grads == ref.grads

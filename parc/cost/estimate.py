@@ -17,7 +17,7 @@ from parc.cost.memory import (StateBytes, activation_bytes_per_layer, caches_fp8
                               fp8_weight_terms, kv_bytes_per_token,
                               kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
                               model_kv_bytes_per_token,
-                              model_state_bytes, nccl_communicators, overhead_bytes,
+                              model_state_bytes, nccl_communicators, overhead_bytes, pipeline_gathered,
                               sampler_bytes, serving_activation_bytes, stage_activation_bytes,
                               state_bytes_per_param, zero_state_bytes, _train_state)
 from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, DTYPE_BYTES, PARTS,
@@ -311,7 +311,7 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     n_dense, n_exp = _shard_groups(plan)
     mem.weights, mem.grads, mem.optimizer = model_state_bytes(
         sum(full.values()) - full["experts"], full["experts"], nparams - parts["experts"], parts["experts"],
-        _zero(plan), n_dense, n_exp, per)
+        _zero(plan), n_dense, n_exp, per, pipeline_gathered(framework(plan.train.framework), mesh.pp))
     p, mb, v = mesh.pp, sch.microbatches or 0, sch.virtual_stages
     st.inflight = schedules.inflight(sch.pipeline, p, mb, v, lay.stage)
     dense_layers = lay.layers - lay.moe_layers

@@ -108,9 +108,10 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None, lea
     topts, toff, tcount = _train_table(pr, meshes)
     per_s = tcount[lo_mesh_a[s_lo]]
     state, fit = {}, {}
+    gathered = cm.pipeline_gathered(framework(pr.train.framework), mesh_a[lo_mesh_a, 0])[:, None]
     out.enumerated = 0
     for z in zeros:
-        w, g, o = cm.model_state_bytes(*c_par, z, lo_shard[:, None], lo_edp[:, None], per)
+        w, g, o = cm.model_state_bytes(*c_par, z, lo_shard[:, None], lo_edp[:, None], per, gathered)
         state[z] = (w, g, o)
         allowed = np.ones(len(lo_mesh), dtype=bool)
         if z not in zero_options(pr, 2):                                 # P615 with a pipeline
