@@ -27,32 +27,21 @@ MODEL = """model "m" {
 }"""
 
 
-def tiny(pp: int, framework_name: str, microbatches: int, gpus: int = 8):
-    text = f"""{MODEL}
-cluster "c" {{
- nodes = 1
- gpus_per_node = {gpus}
- gpu {{
-  from = h100_sxm
-  hbm_bandwidth = 2TB/s
- }}
-}}
-mesh {{
- pp = {pp}
- dp = {gpus // pp}
-}}
-schedule {{
- micro_batch = 1
- global_batch = {microbatches * gpus // pp}
-}}
-train {{
- zero = 3
- framework = {framework_name}
-}}
-"""
+def plan_of(cluster: str, mesh: str, global_batch: int, framework_name: str, model: str = MODEL):
+    """The plan of ``model`` on a cluster and mesh given as their blocks' bodies, one microbatch of
+    one sequence per data-parallel rank and step unless ``global_batch`` makes more, ZeRO-3."""
+    text = (f"{model}\ncluster \"c\" {{\n{cluster}\n}}\nmesh {{\n{mesh}\n}}\n"
+            f"schedule {{\n micro_batch = 1\n global_batch = {global_batch}\n}}\n"
+            f"train {{\n zero = 3\n framework = {framework_name}\n}}\n")
     res = load("t.par", text=text, partial=True)
     assert res.plan is not None, [d.message for d in res.diagnostics]
     return res.plan
+
+
+def tiny(pp: int, framework_name: str, microbatches: int, gpus: int = 8):
+    """The model over pp stages of one node of ``gpus`` H100s at 2 TB/s, ``microbatches`` a step."""
+    cluster = f" nodes = 1\n gpus_per_node = {gpus}\n gpu {{\n  from = h100_sxm\n  hbm_bandwidth = 2TB/s\n }}"
+    return plan_of(cluster, f" pp = {pp}\n dp = {gpus // pp}", microbatches * gpus // pp, framework_name)
 
 
 def test_bytes_per_parameter_by_hand():
@@ -125,31 +114,12 @@ def test_gathered_kv_hides_under_the_first_ring_step_only():
 
 
 def test_torchtitan_cp_plan_exposes_its_gathered_ring():
-    text = f"""{MODEL.replace('seq_len = 2048', 'seq_len = 131072')}
-cluster "c" {{
- nodes = 4
- gpus_per_node = 4
- gpu = h100_sxm
- intra_node = nvlink(450GB/s)
- inter_node = infiniband(400Gb/s)
-}}
-mesh {{
- dp = 2
- cp = 8
-}}
-schedule {{
- micro_batch = 1
- global_batch = 2
-}}
-train {{
- zero = 3
- framework = torchtitan
-}}
-"""
-    res = load("t.par", text=text, partial=True)
-    assert res.plan is not None, [d.message for d in res.diagnostics]
-    e = estimate(res.plan, cache=False)
-    c, attn, ov = e.comm_time["cp"], e.compute_split()["attention"], res.plan.profile.overlap
+    # cp 8 over two nodes of 4 GPUs: the ring crosses InfiniBand
+    plan = plan_of(" nodes = 4\n gpus_per_node = 4\n gpu = h100_sxm\n intra_node = nvlink(450GB/s)\n"
+                   " inter_node = infiniband(400Gb/s)", " dp = 2\n cp = 8", 2, "torchtitan",
+                   MODEL.replace("seq_len = 2048", "seq_len = 131072"))
+    e = estimate(plan, cache=False)
+    c, attn, ov = e.comm_time["cp"], e.compute_split()["attention"], plan.profile.overlap
     # K and V in bf16, their gradients in float32: half of the ring's bytes gathered, hidden under
     # the first of 8 steps; the other half under the rest
     want = c - ov * min(c / 2, attn / 8) - ov * min(c / 2, attn * 7 / 8)
