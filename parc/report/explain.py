@@ -104,7 +104,7 @@ def _memory(plan, est, serving=None) -> list[str]:
     out = [f"Memory per GPU ({where}the most loaded: {count(st.layers, 'layer')}, "
            f"{number(st.params)} parameters)"]
     mem = st.memory
-    cells = [["weights", nbytes(mem.weights), _weights_note(plan, est)]] + _state_rows(plan, est, st)
+    cells = [["weights", nbytes(mem.weights), _weights_note(plan)]] + _state_rows(plan, est, st)
     free = mem.capacity - mem.total
     cells.append(["total", nbytes(mem.total),
                   f"of {nbytes(mem.capacity)} ({percent(mem.total / mem.capacity)}), "
@@ -254,7 +254,7 @@ def _compute_line(plan, est) -> str:
             f"(elementwise, casts, loss); optimizer step {seconds(c['optimizer'])}")
 
 
-def _weights_note(plan, est) -> str:
+def _weights_note(plan) -> str:
     """The precision the weights are stored in and its bytes per parameter: training keeps FP8
     runs' weights in bf16 (the GEMMs take FP8 copies, ``state_bytes_per_param``) unless they
     gather FP8 parameters; a serving engine holds its checkpoint's storage."""
@@ -262,7 +262,11 @@ def _weights_note(plan, est) -> str:
         return _served_weights_note(plan.model)
     dt = plan.train.precision
     z3 = f" / {_shard_words(plan)} (zero 3)" if plan.train.zero >= 3 else ""
-    return _trained_weights_note(plan, dt, z3) + _gathered_words(plan, est.state_bytes.weights)
+    from parc.cost.memory import state_bytes_per_param
+
+    t = plan.train
+    per = state_bytes_per_param(t.precision, t.main_grads, t.optimizer_state, t.optimizer)
+    return _trained_weights_note(plan, dt, z3) + _gathered_words(plan, per.weights)
 
 
 def _trained_weights_note(plan, dt: str, z3: str) -> str:
