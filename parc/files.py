@@ -1,6 +1,7 @@
 """Writing files so that a reader never sees half of one: one file (:func:`write_atomic`, used
-by ``parc fmt``, the planner's ``-o``, the parser's table and the runtime's rank reports) and
-a whole set of files swapped in at once (:func:`write_files`, ``parc compile -o``).
+by every command's output file through parc.cli.output, the parser's table and the runtime's
+rank reports) and a whole set of files swapped in at once (:func:`write_files`, ``parc compile
+-o``).
 
 A foundation module: it imports nothing from parc, so every layer (the runtime included) may
 use it.
@@ -16,8 +17,9 @@ def _umask() -> int:
     return mask
 
 
-def write_atomic(path, text: str, mode: int | None = None) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never half.
+def write_atomic(path, text: str | bytes, mode: int | None = None) -> None:
+    """Write ``text`` (UTF-8, newlines as they are; or bytes as they are) to ``path`` so that a
+    reader sees the old file or the new one, never half.
 
     The file gets ``mode`` when given, else the mode of the file it replaces, else the
     permissions the umask gives a new file."""
@@ -32,7 +34,8 @@ def write_atomic(path, text: str, mode: int | None = None) -> None:
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".parc-", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        with (os.fdopen(fd, "wb") if isinstance(text, bytes)
+              else os.fdopen(fd, "w", encoding="utf-8", newline="")) as f:
             f.write(text)
         os.chmod(tmp, mode)
         os.replace(tmp, path)

@@ -61,7 +61,7 @@ def golden_path(spec: str, target: str) -> Path:
 
 
 def write_out(files, folder: Path) -> Path:
-    from parc.cli.compile import write_files
+    from parc.files import write_files
 
     write_files(str(folder), files)
     return folder

@@ -94,7 +94,7 @@ def test_output_folder(capsys, tmp_path, monkeypatch):
 def test_write_is_atomic(tmp_path, monkeypatch):
     """A failure while writing leaves no file, new or half-written, and no temporary file."""
     from parc.targets.base import File
-    from parc.cli import compile as comp  # noqa: F401
+    from parc.files import write_files
 
     out_dir = tmp_path / "out"
     out_dir.mkdir()
@@ -111,7 +111,7 @@ def test_write_is_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fdopen", failing)
     with pytest.raises(OSError):
-        comp.write_files(str(out_dir), [File("a.sh", "new\n", True), File("b.json", "{}\n")])
+        write_files(str(out_dir), [File("a.sh", "new\n", True), File("b.json", "{}\n")])
     assert sorted(p.name for p in out_dir.iterdir()) == ["a.sh"]
     assert (out_dir / "a.sh").read_text() == "old\n"
 

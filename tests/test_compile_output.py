@@ -138,7 +138,7 @@ def test_a_smaller_compile_removes_the_stale_files_and_keeps_the_users(tmp_path)
 DRIVER = r"""
 import json, os, signal, sys
 from parc.targets.base import File
-from parc.cli.compile import write_files
+from parc.files import write_files
 
 files = [File(f["path"], f["text"], f["executable"]) for f in json.load(open(sys.argv[2]))]
 stop, seen = int(sys.argv[3]), [0]
@@ -165,7 +165,7 @@ def test_a_kill_at_any_point_leaves_the_old_set_or_the_new_one(tmp_path, monkeyp
     the whole old set or the whole new set, never a mix; the next write leaves nothing
     temporary behind, and the user's own files survive every run."""
     from parc.targets.base import File
-    from parc.cli.compile import write_files
+    from parc.files import write_files
 
     old, new = _sets(tmp_path, monkeypatch)
     as_files = {key: [File(p, t, p.endswith(".sh")) for p, t in s.items()] for key, s in (("old", old), ("new", new))}

@@ -75,13 +75,10 @@ def run(args) -> int:
             print(json.dumps({"spec": r.file, "error": str(e), **where}, indent=2))
         return 1
     if args.output:
-        from parc.files import write_atomic
+        from parc.cli.output import write_output
 
-        try:
-            write_atomic(args.output, cal.text)
-        except OSError as e:
-            print(f"parc: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
-            return 2
+        if (code := write_output(args.output, cal.text)):
+            return code
     if args.format == "json":
         print(render_json(cal.report, r.file, cal.runs, args.output, cal.text))
         return 0

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import sys
 
-from parc.files import write_files
-
 from parc.report.targets import target_names, targets_help
 
 DESCRIPTION = (f"Emit the launch plan for a target ({target_names('')}; each listed below). A spec "
@@ -34,8 +32,8 @@ def add_arguments(p):
                help="the target to emit files for, one of those listed below (may be left out when the spec "
                "names exactly one target)")
     p.add_argument("-o", "--output", metavar="DIR", help="write the files into DIR, swapping the whole set in at once; names "
-                   "an earlier compile wrote that this one lacks are removed, other files in DIR stay "
-                   "(default: print them)")
+                   "an earlier compile wrote that this one lacks are removed, other files in DIR stay; DIR "
+                   "is made in a folder that must exist, and is never a symbolic link (default: print them)")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text (default: the files, diagnostics on stderr) or json (one object on stdout)")
     p.add_argument("--root", metavar="DIR", help="the folder imports must stay in "
@@ -94,11 +92,12 @@ def run(args) -> int:
         print(f"parc: {report.which_target(r.plan, known)}", file=sys.stderr)
         return 2
     if args.output:
+        from parc.cli.output import Unwritten, put_folder, refuse
+
         try:
-            write_files(args.output, files)
-        except OSError as e:
-            print(f"parc: cannot write to {args.output}: {e.strerror or e}", file=sys.stderr)
-            return 2
+            put_folder(args.output, files)
+        except Unwritten as e:
+            return refuse(e)
         print(report.wrote(files, target, args.output))
         return 0
     sys.stdout.write(report.render_stdout(files))
@@ -109,6 +108,7 @@ def run(args) -> int:
 
 def _run_json(args, r, target, files, known) -> int:
     """`--format json`: one object on stdout whatever happens after the spec was read."""
+    from parc.cli.output import WRITE_FAILED, Unwritten, put_folder
     from parc.report import compile as report
 
     error, code, output = None, 0, None
@@ -119,8 +119,8 @@ def _run_json(args, r, target, files, known) -> int:
     elif args.output:
         output = args.output
         try:
-            write_files(args.output, files)
-        except OSError as e:
-            error, code = f"cannot write to {args.output}: {e.strerror or e}", 2
+            put_folder(args.output, files)
+        except Unwritten as e:
+            error, code = str(e), WRITE_FAILED
     print(report.render_json(r, target, None if code else files, output=output, error=error))
     return code

@@ -115,17 +115,10 @@ def run(args) -> int:
     if not out:
         sys.stdout.write(picture)
         return 0
-    try:
-        if ext == ".png":
-            data = to_png(picture)
-            with open(out, "wb") as f:
-                f.write(data)
-        else:
-            with open(out, "w", encoding="utf-8") as f:
-                f.write(picture)
-    except OSError as e:
-        print(f"parc: cannot write {out}: {e.strerror or e}", file=sys.stderr)
-        return 2
+    from parc.cli.output import write_output
+
+    if (code := write_output(out, to_png(picture) if ext == ".png" else picture)):
+        return code
     if not args.quiet:
         print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -64,12 +64,10 @@ def run(args) -> int:
     from parc.report import explain
 
     if args.html:
-        try:
-            with open(args.html, "w", encoding="utf-8") as f:
-                f.write(explain_page(r.plan, est, r.diagnostics))
-        except OSError as e:
-            print(f"parc: cannot write {args.html}: {e.strerror or e}", file=sys.stderr)
-            return 2
+        from parc.cli.output import write_output
+
+        if (code := write_output(args.html, explain_page(r.plan, est, r.diagnostics))):
+            return code
     if args.format == "json":
         print(explain.render_json(est, r.file, r.diagnostics))
     else:

@@ -32,7 +32,7 @@ def _files(specs):
 
 
 def run(args) -> int:
-    from parc.files import write_atomic
+    from parc.cli.output import Unwritten, put_file, refuse
     from parc.language.diagnostics import ParcError
     from parc.language.fmt import format_text
     from parc.report.diagnostics.text import write
@@ -76,10 +76,9 @@ def run(args) -> int:
                 print(f"would reformat {name}")
         elif not args.diff:
             try:
-                write_atomic(path, new)
-            except OSError as e:
-                print(f"parc: cannot write {name}: {e.strerror}", file=sys.stderr)
-                status = 2
+                put_file(path, new)
+            except Unwritten as e:
+                status = refuse(e)
                 continue
             if not args.quiet:
                 print(f"reformatted {name}")

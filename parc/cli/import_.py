@@ -47,9 +47,10 @@ def _variables(items: list[str]) -> dict:
     return out
 
 
-def report(r, out=sys.stderr) -> None:
+def report(r, out=None) -> None:
     """What stderr says beside the spec: options carried unparsed, options left to parc's launch,
     values that cannot be written, assumptions."""
+    out = sys.stderr if out is None else out   # the stream of the call, not the one when the module was imported
     rep = r.report
     for code, where, what in rep.warnings:
         out.write(f"parc import: {code} warning: {where}: {what}\n")
@@ -76,13 +77,10 @@ def run(args) -> int:
         print(f"parc import: {e}", file=sys.stderr)
         return 2
     if args.output:
-        from parc.files import write_atomic
+        from parc.cli.output import write_output
 
-        try:
-            write_atomic(args.output, r.text)
-        except OSError as e:
-            print(f"parc: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
-            return 2
+        if (code := write_output(args.output, r.text)):
+            return code
     else:
         sys.stdout.write(r.text)
     report(r)

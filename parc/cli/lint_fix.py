@@ -8,7 +8,7 @@ def run_fix(args) -> int | None:
     """Apply the fixes and say what changed and what was left; the exit status with ``--diff``
     (1 when there are fixes to apply) and for standard input (whose fixed text is printed: 1
     when it still has errors), None when the lint report of what is left follows."""
-    from parc.files import write_atomic
+    from parc.cli.output import Unwritten, put_file, refuse
     from parc.lint.discover import discover
     from parc.lint.fix import fix_files
     from parc.report.fmt import render_diff
@@ -27,10 +27,9 @@ def run_fix(args) -> int | None:
             sys.stdout.write(ff.after)
         else:
             try:
-                write_atomic(ff.file, ff.after)
-            except OSError as e:
-                print(f"parc: cannot write {ff.file}: {e.strerror}", file=sys.stderr)
-                status = 2
+                put_file(ff.file, ff.after)
+            except Unwritten as e:
+                status = refuse(e)
                 continue
     if not args.quiet:
         for line in _report(fixes, args.diff):

@@ -114,6 +114,8 @@ def run(args) -> int:
 
     if args.top < 1:
         return _usage("--top must be at least 1", args)
+    if args.output and (code := _unwritable(args)):      # refused now rather than after the search
+        return code
     for flag in ("seq_len", "global_batch"):
         v = getattr(args, flag)
         if v is not None and v < 1:
@@ -168,11 +170,25 @@ def run(args) -> int:
     return _finish(args, res, plan_text(res) if res.plans else None, render_result)
 
 
+def _unwritable(args) -> int:
+    """2 when ``-o`` names a path that parc.cli.output refuses (said as every command says it,
+    and with --format json in the refusal's object too), else 0."""
+    from parc.cli.output import Unwritten, check_path, refuse
+
+    try:
+        check_path(args.output)
+    except Unwritten as e:
+        if args.format == "json":
+            _json_refusal(args, str(e))
+        return refuse(e)
+    return 0
+
+
 def _finish(args, res, text, render) -> int:
     """Check the best plan's spec ``text``, print ``res`` (``render`` for text), write ``-o``."""
     import json
 
-    from parc.files import write_atomic
+    from parc.cli.output import write_output
 
     if text is not None:
         err = _check_text(text, args.target, args.output or "best.par")
@@ -180,11 +196,8 @@ def _finish(args, res, text, render) -> int:
             return _usage("the best plan does not pass `parc check`:\n" + err, args, 1)
     print(json.dumps({"ok": bool(res.plans), **res.to_json()}, indent=2) if args.format == "json" else render(res))
     if args.output and text is not None:
-        try:
-            write_atomic(args.output, text)
-        except OSError as e:
-            sys.stderr.write(f"parc plan: cannot write {args.output}: {e.strerror or e}\n")
-            return 2
+        if (code := write_output(args.output, text)):
+            return code
         if args.format == "text":
             print(f"wrote {args.output}")
         for note in getattr(args, "notes", ()):

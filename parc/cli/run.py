@@ -89,6 +89,13 @@ def _run(args) -> int:
     if args.checkpoint and os.path.exists(args.checkpoint) and not os.path.isdir(args.checkpoint):
         raise _Refused(2, f"error: --checkpoint names {args.checkpoint}, which is a file: give a folder "
                           "(parc loads the checkpoint there and saves to it)")
+    if args.report:     # refused now rather than after the run
+        from parc.cli.output import WRITE_FAILED, Unwritten, check_path
+
+        try:
+            check_path(args.report)
+        except Unwritten as e:
+            raise _Refused(WRITE_FAILED, str(e)) from None
     if args.spec.endswith(".json"):
         plan, why = _compiled_plan(args.spec)
         if plan is None:
@@ -149,11 +156,12 @@ def _write_report(path, report: dict) -> None:
     """--report FILE: the report as JSON (exit 2 where it cannot be written)."""
     if not path:
         return
+    from parc.cli.output import WRITE_FAILED, Unwritten, put_file
+
     try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(json.dumps(report, indent=2) + "\n")
-    except OSError as e:
-        raise _Refused(2, f"cannot write {path}: {e.strerror or e}") from None
+        put_file(path, json.dumps(report, indent=2) + "\n")
+    except Unwritten as e:
+        raise _Refused(WRITE_FAILED, str(e)) from None
 
 
 def _run_pools(args, plan, opts, bar, t_start) -> int:

@@ -35,12 +35,8 @@ def run(args) -> int:
 
     text = json.dumps(schema(), indent=None if args.compact else 2, sort_keys=False) + "\n"
     if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as f:
-                f.write(text)
-        except OSError as e:
-            print(f"parc: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
-            return 2
-        return 0
+        from parc.cli.output import write_output
+
+        return write_output(args.output, text)
     sys.stdout.write(text)
     return 0

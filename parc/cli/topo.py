@@ -36,7 +36,6 @@ def _read(path: str) -> str:
 
 
 def run(args) -> int:
-    from parc.files import write_atomic
     from parc.resolve.catalog import presets
     from parc.resolve.evaluate import did_you_mean
     from parc.topo import TopoError, cluster_block, read_nics, read_nvidia, read_rocm
@@ -71,11 +70,8 @@ def run(args) -> int:
         gpu = gpu_preset(args.rocm)
     block = cluster_block(reading, args.name, gpu, args.nodes)
     if args.output:
-        try:
-            write_atomic(args.output, block)
-        except OSError as e:
-            print(f"parc: cannot write {args.output}: {e.strerror}", file=sys.stderr)
-            return 2
-    else:
-        sys.stdout.write(block)
+        from parc.cli.output import write_output
+
+        return write_output(args.output, block)
+    sys.stdout.write(block)
     return 0
