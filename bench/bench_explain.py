@@ -3,7 +3,8 @@
 Targets:
 * check + explain (JSON) of a 16,384-GPU spec, in process: median <= 20 ms;
 * explain (JSON) of a serving plan with the scheduler model (examples/deepseek-v3-pd.par, two
-  pools, and examples/llama3-70b-serve.par, one mesh), in process: median <= 20 ms each;
+  pools, examples/llama3-70b-serve.par, one mesh, and examples/llama3-70b-trtllm.par, TensorRT-LLM's
+  admission), in process: median <= 20 ms each;
 * the rank map of a 131,072-GPU cluster: <= 200 ms.
 
 Each figure is printed beside what it builds on (check alone; a bare numpy arange over the
@@ -130,7 +131,7 @@ def bench_serving(runs: int) -> None:
     from parc.cost.estimate import estimate
 
     print(f"serving plans with the scheduler model, median of {runs} (in process):")
-    for name in ("deepseek-v3-pd.par", "llama3-70b-serve.par", "deepseek-v3-wide-ep.par"):
+    for name in ("deepseek-v3-pd.par", "llama3-70b-serve.par", "deepseek-v3-wide-ep.par", "llama3-70b-trtllm.par"):
         spec = ROOT / "examples" / name
         plan = check_file(spec).plan
 

@@ -81,6 +81,10 @@ def test_every_emitted_file_reads_back():
                     assert task["num_nodes"] >= 1 and task["setup"] and task["run"], (spec, target)
                     kinds.add("yaml")
                     continue
+                if target == "trtllm":     # the LLM API options trtllm-serve reads: one mapping
+                    [opts] = docs
+                    assert isinstance(opts, dict) and opts, (spec, target)
+                    continue
                 if target == "rayserve":   # a Ray Serve config: one document, its applications
                     [serve] = docs
                     assert serve["applications"] and all(a["import_path"] and a["args"] for a in serve["applications"])

@@ -29,7 +29,7 @@ def test_check_takes_a_folders_shared_cluster_files_as_fragments():
     r = parc("check", "examples/")
     assert "P018" not in r.stdout, r.stdout
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "in 17 files" in r.stdout or "17 files checked" in r.stdout
+    assert "in 18 files" in r.stdout or "18 files checked" in r.stdout
 
 
 def test_check_still_reports_a_fragments_syntax(tmp_path):

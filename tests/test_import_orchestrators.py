@@ -67,8 +67,10 @@ def plans(draw):
     engine_keys = "  executor = ray\n" if (orchestrator, engine, nodes) == ("dynamo", "vllm", 2) else ""
     text = SPEC.format(nodes=nodes, mesh=mesh, ctx=draw(st.sampled_from([4096, 8192, 32768])),
                        seqs=draw(st.sampled_from([16, 64, 256])), engine=engine)
+    # a DynamoGraphDeployment in either API version the target writes (v1beta1 its default)
+    api = draw(st.sampled_from(["", "  api_version = v1alpha1\n"])) if orchestrator == "dynamo" else ""
     text = text.replace(MODEL, MODEL + engine_keys) + ORCHESTRATOR.format(
-        orchestrator=orchestrator, orchestrator_keys=f"  engine = {engine}\n" if orchestrator == "dynamo" else "")
+        orchestrator=orchestrator, orchestrator_keys=f"  engine = {engine}\n{api}" if orchestrator == "dynamo" else "")
     return orchestrator, text
 
 
@@ -83,6 +85,10 @@ def test_compile_then_import_gives_back_the_same_plan(case):
     assert again.serve.max_num_seqs == plan.serve.max_num_seqs, imp.text
     assert again.model.layers == plan.model.layers and again.model.hidden == plan.model.hidden
     assert f"target {orchestrator} " in imp.text
+    # the same object again: the API version, the pods and their GPUs
+    assert again.targets[orchestrator].settings.get("api_version") == plan.targets[orchestrator].settings.get(
+        "api_version"), imp.text
+    assert (again.cluster.nodes, again.cluster.gpus_per_node) == (plan.cluster.nodes, plan.cluster.gpus_per_node)
 
 
 def _pd(orchestrator: str) -> str:

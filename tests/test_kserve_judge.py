@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from support import judges
-from support.orchestrators import compiled
+from support.orchestrators import engine_judge, judged
 
-MARK = "@@kserve-judge "
 ROOT = Path(__file__).resolve().parent.parent
 DS = (ROOT / "examples" / "deepseek-v3-pd.par").read_text()
 DENSE = (ROOT / "examples" / "llama3-70b-serve.par").read_text()
@@ -28,20 +27,8 @@ PLANS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def kserve_python(tmp_path_factory):
-    proc = judges.start("kserve", "PARC_KSERVE_PYTHON", tmp_path_factory.mktemp("judge") / "stderr", timeout=600)
-    yield proc
-    judges.stop(proc)
-
-
-def judge(proc, texts: list[str]) -> list[dict]:
-    return judges.ask(proc, MARK, texts)
-
-
-def cases(check_spec) -> list[tuple[str, dict, str]]:
-    """(name, plan as JSON, llmisvc.yaml) of every example and test spec parc compiles for kserve, and PLANS."""
-    return compiled(check_spec, "kserve", "llmisvc.yaml", PLANS)
+kserve_python, judge, cases = judged("kserve", "llmisvc.yaml", PLANS)
+vllm_python = engine_judge("vllm")
 
 
 def meshes(plan: dict) -> list[tuple[str | None, dict, int]]:
@@ -109,13 +96,6 @@ def test_the_judge_refuses_what_kserve_refuses(kserve_python, check_spec):
     assert got[0]["ok"], got[0]
     assert [g.get("stage") for g in got[1:]] == ["schema", "webhook", "webhook", "config", "built-in objects"], got
     assert "kserve-config-llm-decode-worker-pipeline-parallel" in got[4]["errors"][0]
-
-
-@pytest.fixture(scope="module")
-def vllm_python(tmp_path_factory):
-    proc = judges.start("vllm", "PARC_VLLM_PYTHON", tmp_path_factory.mktemp("vllm-judge") / "stderr")
-    yield proc
-    judges.stop(proc)
 
 
 @pytest.mark.vllm

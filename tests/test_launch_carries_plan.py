@@ -117,6 +117,15 @@ def serve_degrees(call: dict, engine: str) -> dict | None:
                 "dcp": num(o, "--dcp-size"), "dp": dp * attn, "ep": num(o, "--ep-size"),
                 "leader": str(o.get("--node-rank", "0")) == "0", "pool": o.get("--disaggregation-mode"),
                 "copies": call["copies"]}
+    if call["launcher"] == "trtllm-serve" and engine == "trtllm":
+        import yaml
+
+        o = options(argv[1:])
+        api = yaml.safe_load(Path(o["--extra_llm_api_options"]).read_text()) if "--extra_llm_api_options" in o else {}
+        tp = num(o, "--tp_size")
+        attn = tp if api.get("enable_attention_dp") else 1   # every rank's attention apart
+        return {"engine": "trtllm", "tp": tp // attn, "pp": num(o, "--pp_size"), "cp": 1, "dcp": 1, "dp": attn,
+                "ep": num(o, "--ep_size"), "leader": True, "pool": None, "copies": call["copies"]}
     return None
 
 

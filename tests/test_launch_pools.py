@@ -289,6 +289,7 @@ def _pod_envs(docs) -> list[list[dict]]:
     ("lws", "target lws { engine = vllm }\n", "lws.yaml", 2),
     ("lws", "target lws {\n  engine = vllm\n  disaggregated_set = true\n}\n", "lws.yaml", 2),
     ("dynamo", "target dynamo { }\n", "dgd.yaml", 2),
+    ("dynamo", "target dynamo { api_version = v1alpha1 }\n", "dgd.yaml", 2),
     ("kserve", "target kserve { }\n", "llmisvc.yaml", 2),
 ])
 def test_every_nixl_pod_advertises_its_own_ip(check_spec, target, block, path, pods):

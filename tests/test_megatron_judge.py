@@ -260,3 +260,48 @@ def test_megatron_routes_as_the_model_says(judge, check_spec, model, target, wan
     [v] = judge([_item(r.plan)])
     assert v["ok"], f"{v.get('stage')}: {v.get('error')}"
     assert {k: v[k] for k in want} == want
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("zero, target, want", [
+    # the corpus script's pair under Megatron-FSDP; validate_args adds the manual registration
+    (3, "fsdp_double_buffer = true; nccl_ub = true", {"fsdp_double_buffer": True, "nccl_ub": True,
+                                                      "fsdp_manual_registration": True}),
+    # NCCL user buffers alone: Megatron-LM turns the double buffer on itself (what P028 holds a spec to)
+    (3, "nccl_ub = true", {"fsdp_double_buffer": True, "nccl_ub": True}),
+    (3, "fsdp_double_buffer = true", {"fsdp_double_buffer": True, "nccl_ub": False}),
+    # the distributed optimizer's buffers registered with NCCL: no double buffer
+    (1, "nccl_ub = true", {"fsdp_double_buffer": False, "nccl_ub": True, "use_megatron_fsdp": False}),
+    (1, "force_load_balancing = true", {"moe_router_force_load_balancing": True}),
+    (3, "", {"fsdp_double_buffer": False, "nccl_ub": False, "moe_router_force_load_balancing": False}),
+])
+def test_megatron_takes_the_fsdp_buffers_and_forced_balance(judge, check_spec, zero, target, want):
+    """target megatron's fsdp_double_buffer, nccl_ub and force_load_balancing pass parc's check and
+    Megatron-LM's parser, validate_args and TransformerConfig, which hold them as parc counts them
+    (parc.cost.memory.fsdp_double_buffered: the double buffer with Megatron-FSDP and either key)."""
+    from parc.cost.memory import fsdp_double_buffered
+
+    r = check_spec(spec(model="from = mixtral_8x7b; seq_len = 4096", nodes=16, mesh="dp = 128; ep = 8",
+                        schedule="micro_batch = 1; global_batch = 256", train=f"zero = {zero}",
+                        target={"megatron": target}), ("megatron",))
+    assert not [d for d in r.errors if not d.code.startswith("P4")], [d.message for d in r.errors]
+    [v] = judge([_item(r.plan)])
+    assert v["ok"], f"{v.get('stage')}: {v.get('error')}"
+    assert {k: v[k] for k in want} == want
+    assert fsdp_double_buffered(r.plan) == (v["use_megatron_fsdp"] and v["fsdp_double_buffer"])
+
+
+@pytest.mark.slow
+def test_megatron_takes_the_corpus_megatron_fsdp_launch(judge):
+    """The real-config corpus's Megatron-FSDP DeepSeek-V3 plan (tests/wild, from NVIDIA/Megatron-LM
+    examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh): the arguments parc's Slurm launch runs pass
+    Megatron-LM's parser, validate_args and MLATransformerConfig with the script's buffers and
+    forced balancing."""
+    from parc.api import check_file
+
+    r = check_file(Path(__file__).parent / "wild" / "slurm-megatron-deepseek-v3-fsdp" / "plan.par", ["slurm"])
+    assert r.ok, [d.message for d in r.errors]
+    [v] = judge([_item(r.plan)])
+    assert v["ok"], f"{v.get('stage')}: {v.get('error')}"
+    assert (v["use_megatron_fsdp"], v["fsdp_double_buffer"], v["nccl_ub"], v["moe_router_force_load_balancing"],
+            v["expert_model_parallel_size"], v["data_parallel_size"]) == (True, True, True, True, 8, 256)

@@ -38,8 +38,9 @@ QWEN = "from = qwen3_30b_a3b"         # 4 KV heads, no MLA
 
 def known(code: str) -> bool:
     """A known defect's code: P7, less P720-P729, the orchestrator targets' own rules (lws's
-    DisaggregatedSet, rayserve), which share the prefix and are no release's defect."""
-    return code.startswith("P7") and not code.startswith("P72")
+    DisaggregatedSet, rayserve), and P730-P739, TensorRT-LLM's own, which share the prefix and are
+    no release's defect."""
+    return code.startswith("P7") and not code.startswith(("P72", "P73"))
 
 
 def _p7(result) -> list[str]:

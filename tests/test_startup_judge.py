@@ -122,3 +122,46 @@ def test_p649_is_sglangs_decode_dcp_check(engine, check_spec):
                                                for model, dcp in cases])
     assert fired == [not a["ok"] for a in answers] == [True, False, False], (fired, answers)
     assert "MLA or hybrid-MLA" in answers[0]["error"]
+
+
+# (mesh, serve, sglang block): what decides which CUDA graphs a server keeps (cuda_graph_hook.py:
+# apply_cuda_graph_disaggregation_roles, apply_cuda_graph_compatibility; moe_hook.py _handle_a2a_moe)
+GRAPH_CASES = [
+    ("tp = 4", "", ""),
+    ("tp = 4", "", "disaggregation = prefill"),
+    ("tp = 4", "", "disaggregation = decode"),
+    ("pp = 2; tp = 2", "", ""),
+    ("dp = 4; tp = 1; ep = 4", "dp_attention = true", "moe_a2a_backend = deepep; deepep_mode = normal"),
+    ("dp = 4; tp = 1; ep = 4", "dp_attention = true; two_batch_overlap = true", "moe_a2a_backend = deepep"),
+    ("dp = 4; tp = 1; ep = 4", "dp_attention = true", "moe_a2a_backend = deepep; deepep_mode = low_latency; "
+                                                       "disaggregation = decode"),
+]
+
+
+@pytest.mark.sglang
+def test_sglang_keeps_the_graphs_parc_counts(engine, check_spec, tmp_path):
+    """A prefill server keeps no decode graph, a decode server no prefill graph; pipeline
+    parallelism and two-batch overlap turn the breakable prefill graph off, DeepEP's normal mode
+    both: parc's start-up counts exactly the graphs SGLang resolves for the launch parc writes."""
+    from support.specs import spec
+    from support.sglang import model_folder
+    from parc.targets.sglang import server_lines
+
+    ours, items = [], []
+    for mesh, serve, block in GRAPH_CASES:
+        text = spec("from = qwen3_30b_a3b", gpn=4, mesh=mesh, serve="max_model_len = 8192; "
+                    "gpu_memory_utilization = 0.85" + (f"; {serve}" if serve else ""),
+                    target={"sglang": 'model = "m"' + (f"; {block}" if block else "")})
+        r = check_spec(text, ("sglang",))
+        assert not r.errors, [(d.code, d.message) for d in r.errors]
+        cap = estimate(r.plan).stages[0].startup.capture
+        ours.append((bool(cap.full), bool(cap.piecewise)))
+        folder = model_folder(r.plan.to_dict()["model"], tmp_path / f"m{len(items)}")
+        argv = ["--model-path", folder] + [str(w) for line in server_lines(r.plan, 0) for w in line]
+        items.append({"graph_backends": argv})
+    got = sglang_judge.ask(engine("sglang"), items)
+    assert [g["ok"] for g in got] == [True] * len(items), got
+    theirs = [(g["decode"] != "disabled", g["prefill"] != "disabled") for g in got]
+    assert ours == theirs, list(zip(GRAPH_CASES, ours, theirs))
+    assert ours == [(True, True), (False, True), (True, False), (True, False), (False, False), (True, False),
+                    (True, False)]

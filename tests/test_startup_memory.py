@@ -210,3 +210,79 @@ def test_rules_have_docs(code):
     from parc.rules import registry, rule_docs
 
     assert code in registry() and rule_docs()[code]["doc"] and rule_docs()[code]["source"]
+
+
+# --- SGLang's prefill and decode servers ------------------------------------------------------------
+
+MIB = 1 << 20
+ATTN_DP = dict(gpu="gpu = h100_sxm", gpn=4, mesh="dp = 4\n  tp = 1", serve="  dp_attention = true\n")
+
+
+def _side(side: str, fraction: str = "  gpu_memory_utilization = 0.85\n") -> str:
+    return serve_spec(**{**ATTN_DP, "serve": ATTN_DP["serve"] + fraction},
+                      target=f'target sglang {{\n  model = "m"\n  disaggregation = {side}\n}}')
+
+
+def test_sglang_prefill_server_reserves_no_decode_graphs(check_spec):
+    """SGLang 0.5.23 gives a prefill server (--disaggregation-mode prefill) no decode CUDA graph
+    (arg_groups/cuda_graph_hook.py apply_cuda_graph_disaggregation_roles) and reserve_for_graph_mb
+    counts none, nor attention DP's padding: only the breakable prefill graph's 8 MiB per bucket,
+    up to the server's 8,192-token chunk (memory_hook.py: prefill max_bs = chunked_prefill_size):
+    58 buckets (4..32 by 4, 48..256 by 16, 288..512 by 32, 576..1024 by 64, 1280..4096 by 256,
+    4608..8192 by 512) = 464 MiB. Colocated, the same server reserves 512 × 2 MiB for its decode
+    graphs and 512 × 4 × (3 + 1.5) MiB for attention DP besides: 10,704 MiB."""
+    _, pre = _startup(check_spec, _side("prefill"), ("sglang",))
+    assert pre.capture.full == () and len(pre.capture.piecewise) == 58
+    assert pre.graphs == 464 * MIB
+    colocated = serve_spec(**{**ATTN_DP, "serve": ATTN_DP["serve"] + "  gpu_memory_utilization = 0.85\n"},
+                           target='target sglang { model = "m" }')
+    _, both = _startup(check_spec, colocated, ("sglang",))
+    assert both.graphs == 10704 * MIB
+    # a stated --mem-fraction-static is taken as given: the pool is the same either way
+    assert pre.budget == both.budget and pre.kv == both.kv
+
+
+def test_sglang_decode_server_reserves_no_prefill_graph(check_spec):
+    """A decode server captures no prefill graph: its reserve is the decode graphs' 512 × 2 MiB
+    and attention DP's 512 × 4 × 4.5 MiB, 10,240 MiB."""
+    _, dec = _startup(check_spec, _side("decode"), ("sglang",))
+    assert dec.capture.piecewise == () and max(dec.capture.full) == 512
+    assert dec.graphs == 10240 * MIB
+
+
+def test_sglang_derives_a_prefill_servers_fraction_without_decode_graphs(check_spec):
+    """mem_fraction_static left out (memory_hook.py handle_gpu_memory_settings): the reserve is
+    512 MiB + 1.5 × 8,192 tokens + tp_size 4 / 8 × 1024 MiB + the 464 MiB of prefill graphs =
+    13,776 MiB (above the 10 GiB floor); a decode server's activations scale with its running
+    requests (max(512, 2048) tokens: 3,072 MiB) and its graphs' 10,240 MiB: 14,336 MiB."""
+    from parc.cost.engine import memory_fraction
+
+    r = check_spec(_side("prefill", ""), ("sglang",))
+    mib = r.plan.cluster.gpu.memory / MIB
+    assert memory_fraction(r.plan) == round((mib - 13776) / mib, 3)
+    r = check_spec(_side("decode", ""), ("sglang",))
+    assert memory_fraction(r.plan) == round((mib - (512 + 3072 + 512 + 10240)) / mib, 3)
+
+
+def test_sglang_deepep_normal_captures_no_graph(check_spec):
+    """deepep_mode normal disables both graphs (moe_hook.py _handle_a2a_moe: "Cuda graph is
+    disabled because deepep_mode=`normal`"), after the memory settings have counted them."""
+    text = serve_spec(model="from = qwen3_30b_a3b", gpu="gpu = h100_sxm", gpn=4, mesh="dp = 4\n  tp = 1\n  ep = 4",
+                      serve="  dp_attention = true\n  gpu_memory_utilization = 0.85\n",
+                      target='target sglang {\n  model = "m"\n  moe_a2a_backend = deepep\n  deepep_mode = normal\n}')
+    _, su = _startup(check_spec, text, ("sglang",))
+    assert su.capture.graphs == 0 and su.graphs == 0
+
+
+def test_a_disaggregated_plans_pools_know_their_side(check_spec):
+    from parc.model.pools import pool_plans
+
+    text = serve_spec(gpu="gpu = h100_sxm", gpn=8, mesh="tp = 4",
+                      serve="  kv_transfer = nixl\n  prefill { instances = 1 }\n  decode { instances = 1 }\n",
+                      target='target sglang { model = "m" }')
+    r = check_spec(text, ("sglang",))
+    assert r.plan is not None, [(d.code, d.message) for d in r.diagnostics]
+    (pp, pre), (dp_, dec) = pool_plans(r.plan)
+    assert (pp.name, pre.role, dp_.name, dec.role) == ("prefill", "prefill", "decode", "decode")
+    assert cm.estimate(pre).stages[0].startup.capture.full == ()
+    assert cm.estimate(dec).stages[0].startup.capture.piecewise == ()

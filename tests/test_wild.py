@@ -409,3 +409,17 @@ def test_a_refusal_counts_only_where_the_engine_refuses():
     assert fails not in NOT_A_REFUSAL and "megatron" in source
     fails, source = _audit("P301", "sglang")
     assert not (fails and fails not in NOT_A_REFUSAL and source)
+
+
+def test_a_script_writes_nothing_outside_its_sandbox(tmp_path):
+    """A published script that writes a fixed /tmp path (TensorRT-LLM's benchmarking guide writes
+    its LLM API file to /tmp/extra-llm-api-config.yml) writes it inside the sandbox instead, and
+    the recorded command names the file it really wrote."""
+    from support import wild_shell
+
+    probe = f"/tmp/parc-wild-probe-{tmp_path.name}.yml"
+    script = f"f={probe}\ncat << EOF > $f\nkey: 1\nEOF\nvllm serve m --config $f\n"
+    records = wild_shell.run(script, tmp_path / "box")
+    assert not Path(probe).exists()
+    written = Path(records[0]["argv"][-1])
+    assert written.is_relative_to(tmp_path / "box") and written.read_text() == "key: 1\n"

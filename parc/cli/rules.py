@@ -23,6 +23,7 @@ FAMILIES = {
     "P6": "target",
     "P7": "known defects",
     "P72": "orchestrator targets",   # the P6 codes ran out: P720-P729 are the orchestrators' own target rules
+    "P73": "TensorRT-LLM target",    # P730-P739: TensorRT-LLM's own target rules
 }
 
 def add_arguments(p):

@@ -11,14 +11,22 @@ own scheduler), SGLang's ``--max-running-requests`` is the whole server's, divid
 attention-DP ranks (``max(1, N // attn_dp_size)``, sglang 0.5.23 kv_cache_configurator.py), and
 so is its chunked prefill size.
 
-The engine of a plan is the first of its targets that is vLLM or SGLang, directly or as the
-engine a wrapper (lws, slurm, ...) runs; a plan that names neither is costed as vLLM's newest.
+TensorRT-LLM (``target trtllm``) means its own by each: ``max_num_seqs`` is trtllm-serve's
+``--max_batch_size`` and ``max_num_batched_tokens`` its ``--max_num_tokens``, per rank of
+attention data parallelism; ``gpu_memory_utilization`` is its
+``--kv_cache_free_gpu_memory_fraction``, a share of the memory free after the weights and a
+profiling pass (:mod:`parc.cost.startup`); its capacity scheduler (the target's
+``capacity_scheduler_policy``, default GUARANTEED_NO_EVICT) reserves each admitted request's
+outputs to come (:attr:`Limits.reserved_output`).
+
+The engine of a plan is the first of its targets that is vLLM, SGLang or TensorRT-LLM, directly or
+as the engine a wrapper (lws, slurm, ...) runs; a plan that names none is costed as vLLM's newest.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-ENGINES = ("vllm", "sglang")
+ENGINES = ("vllm", "sglang", "trtllm")
 GIB = 1 << 30
 
 
@@ -53,6 +61,18 @@ def engine_of(plan) -> tuple[str, str]:
         if eng in ENGINES:
             return eng, T.pinned(plan, eng)
     return "vllm", T.newest("vllm")
+
+
+def server_role(plan) -> str | None:
+    """``prefill`` or ``decode``: the side of a disaggregated pair one engine serves (an instance
+    of a pool, :func:`parc.model.pools.pool_plan`; or a one-side spec's ``disaggregation`` key of
+    its SGLang block, SGLang's ``--disaggregation-mode``); None for a server that does both."""
+    role = getattr(plan, "role", "")
+    if role:
+        return role
+    if engine_of(plan)[0] == "sglang" and hasattr(plan, "target_settings"):
+        return plan.target_settings("sglang").get("disaggregation") or None
+    return None
 
 
 def _table(engine: str) -> dict:
@@ -128,19 +148,34 @@ def limits(plan, kv_tokens: int | None = None) -> Limits:
                      f"{plan.cluster.gpu.name}" + (f", ÷ {share} attention-DP ranks" if share > 1 else ""))
     seqs = (_sglang_seqs if eng == "sglang" else _vllm_seqs)(plan, share, kv_tokens, mlen, tokens, notes)
     tab = _table(eng)
+    reserve = int(tab.get("reserved_output_clip", 0))
+    if eng == "trtllm":
+        policy = capacity_policy(plan)
+        reserve = int(mlen) if tab["reserves_outputs"][policy] else 0
+        notes.append(f"capacity scheduler {policy.upper()}" + ("" if policy != tab["capacity_scheduler_policy"] else
+                                                               f": TensorRT-LLM {rel}'s default")
+                     + (": a request is admitted only while the KV cache holds its prompt and all its outputs"
+                        if reserve else ": KV blocks are taken as tokens come"))
     return Limits(eng, rel or "", int(mlen), int(seqs), int(tokens), share, bool(tab.get("mixed_steps", True)),
-                  int(tab.get("reserved_output_clip", 0)), stated, tuple(notes))
+                  reserve, stated, tuple(notes))
+
+
+def capacity_policy(plan) -> str:
+    """TensorRT-LLM's capacity scheduler policy for ``plan``: the target's
+    ``capacity_scheduler_policy``, else the engine's default (trtllm/defaults.toml)."""
+    return plan.target_settings("trtllm").get("capacity_scheduler_policy") or _table("trtllm")["capacity_scheduler_policy"]
 
 
 def _vllm_seqs(plan, share, kv_tokens, mlen, tokens, notes) -> int:
-    """vLLM's max_num_seqs per dp rank: the spec's, else its default for the GPU, at most the
-    step's tokens."""
+    """vLLM's max_num_seqs per dp rank (TensorRT-LLM's max_batch_size per rank): the spec's, else
+    its default for the GPU (vLLM's at most the step's tokens)."""
     srv = plan.serve
     if srv is not None and srv.max_num_seqs is not None:
         return srv.max_num_seqs
-    rel = engine_of(plan)[1]
-    seqs = min(_tier("vllm", plan.cluster.gpu)["max_num_seqs"], tokens)
-    notes.append(f"max_num_seqs {seqs:,} per rank: vLLM {rel}'s default on {plan.cluster.gpu.name}")
+    eng, rel = engine_of(plan)
+    seqs = _tier(eng, plan.cluster.gpu)["max_num_seqs"]
+    seqs = min(seqs, tokens) if eng == "vllm" else seqs
+    notes.append(f"max_num_seqs {seqs:,} per rank: {_NAMES[eng]} {rel}'s default on {plan.cluster.gpu.name}")
     return seqs
 
 
@@ -166,7 +201,12 @@ def _sglang_seqs(plan, share, kv_tokens, mlen, tokens, notes) -> int:
     return seqs
 
 
-_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def display(engine: str) -> str:
+    """The engine's name as messages write it (``vLLM``)."""
+    return _NAMES[engine]
 
 
 def memory_fraction(plan) -> float:
@@ -190,39 +230,49 @@ def memory_fraction_note(plan) -> str | None:
     if srv is not None and srv.gpu_memory_utilization is not None:
         return None
     eng, rel = engine_of(plan)
-    how = ("its mem_fraction_static from the GPU's memory, the chunked prefill size, tp·pp and its "
-           "CUDA graphs" if eng == "sglang" else "CacheConfig.gpu_memory_utilization")
+    how = {"sglang": "its mem_fraction_static from the GPU's memory, the chunked prefill size, tp·pp and its "
+                     "CUDA graphs",
+           "trtllm": "kv_cache_free_gpu_memory_fraction, of the memory free after the weights and a profiling pass"
+           }.get(eng, "CacheConfig.gpu_memory_utilization")
     return f"{_NAMES[eng]} {rel}'s default: {how}"
+
+
+def sglang_chunk(plan) -> int:
+    """SGLang's ``--chunked-prefill-size``: the whole server's, the spec's
+    ``max_num_batched_tokens`` or its default for the GPU."""
+    srv = plan.serve
+    given = srv.max_num_batched_tokens if srv is not None else None
+    return given if given is not None else _tier("sglang", plan.cluster.gpu)["max_num_batched_tokens"]
 
 
 def _sglang_fraction(plan) -> float:
     """SGLang's mem_fraction_static left out (the formula and its source: sglang/defaults.toml
-    [mem_fraction]; its CUDA graphs as :mod:`parc.cost.startup` counts them), as an aggregated
-    server derives it: a disaggregated pool's server is given the same fraction. A planner problem
-    without a mesh gets the fraction before the graphs and the floor: SGLang's largest."""
-    from dataclasses import replace
-
+    [mem_fraction]; its CUDA graphs as :mod:`parc.cost.startup` counts them), as the server
+    derives it: a prefill server (:func:`server_role`) reserves no decode graph nor DeepEP's
+    decode buffers, a decode server's activations scale with its running requests (times the
+    tokens each verifies) instead of the chunk. A planner problem without a mesh gets the
+    fraction before the graphs and the floor: SGLang's largest."""
     from parc.cost.startup import MIB, sglang_capture, sglang_graph_bytes, table as startup_table
 
     k = _table("sglang")["mem_fraction"]
     mib = plan.cluster.gpu.memory / MIB
     srv, mesh = plan.serve, getattr(plan, "mesh", None)
-    given = srv.max_num_batched_tokens if srv is not None else None
-    chunk = given if given is not None else _tier("sglang", plan.cluster.gpu)["max_num_batched_tokens"]
+    tokens = sglang_chunk(plan)
+    cap = sglang_capture(plan) if mesh is not None else None
+    if server_role(plan) == "decode" and cap is not None:
+        running = srv.max_num_seqs if srv is not None and srv.max_num_seqs else max(cap.full, default=1)
+        tokens = running * (1 + (srv.speculative_tokens or 1) if srv.speculative else 1)
     tp, pp = (mesh.tp * attn_dp(plan), mesh.pp) if mesh is not None else (1, 1)
-    reserve = (startup_table()["sglang"]["metadata_mib"] + max(chunk, k["least_activation_tokens"])
+    reserve = (startup_table()["sglang"]["metadata_mib"] + max(tokens, k["least_activation_tokens"])
                * k["mib_per_activation_token"] + tp * pp / 8 * k["mib_per_8_gpus"])
     if mesh is None:
         return round((mib - reserve) / mib, 3)
     deepep = plan.target_settings("sglang").get("moe_a2a_backend") == "deepep"
-    cap = sglang_capture(plan, chunk)
-    if pp > 1:     # SGLang leaves the breakable prefill graph off under pipeline parallelism
-        cap = replace(cap, piecewise=())
     reserve += sglang_graph_bytes(plan, cap) / MIB
     if deepep and cap.piecewise:
         reserve += k["deepep_prefill_graph_mib"]
     if mib > k["least_reserve_above_gib"] * 1024:
         reserve = max(reserve, k["least_reserve_mib"])
-    if deepep:
+    if deepep and cap.full:   # reserve_for_deepep_a2a_mb: the buffers its decode graph captures
         reserve += k["deepep_mib"]
     return round((mib - reserve) / mib, 3)

@@ -13,7 +13,7 @@ from parc.cost.comm import (ALGORITHMS, again, allgather_bytes, p2p_time, allred
                             pp_bytes_per_microbatch, tp_bytes_per_layer)
 from parc.cost.flops import (active_matmul_params, model_flops, recompute_factors, recompute_flops,
                              stage_flops_parts, stage_flops_per_microbatch)
-from parc.cost.memory import (StateBytes, activation_bytes_per_layer, caches_fp8_weights, fp8_weight_cache_bytes,
+from parc.cost.memory import (Memory, StateBytes, fsdp_double_buffer_bytes, fsdp_double_buffered, activation_bytes_per_layer, caches_fp8_weights, fp8_weight_cache_bytes,
                               fp8_weight_terms, kv_bytes_per_token,
                               kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
                               model_kv_bytes_per_token,
@@ -29,7 +29,7 @@ from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, D
                               param_count, params_by_part, params_on_rank, serving_expert_pad, serving_expert_split, shard_groups,
                               split_layers,
                               stage_chunks, stage_layouts, stage_parts, stage_tensors, tensor_parts, uses_v_placement,
-                              _shard_groups, _stage_parts, _zero)
+                              fsdp_unit_params, _shard_groups, _stage_parts, _zero)
 from parc.cost import engine
 from parc.cost import xp as np
 from parc.cost.gemm import stage_compute_time, stage_rates
@@ -52,45 +52,10 @@ __all__ = [  # the kernels, re-exported where callers have found them, and the e
     "param_bytes_on_rank", "part_weight_bytes", "weight_bytes", "kv_element_bytes", "param_count", "params_by_part", "params_on_rank", "shard_groups", "split_layers",
     "stage_chunks", "stage_layouts", "stage_parts", "stage_tensors", "tensor_parts", "uses_v_placement",
     "BACKWARD_SHARE", "step_time", "exposed_comm", "stage_compute_time", "stage_rates", "axis_time", "comm_calls",
-    "dp_bytes_parts", "link_latency", "ALGORITHMS", "Memory", "StageEstimate", "optimizer_bytes", "zero3_passes",
+    "dp_bytes_parts", "link_latency", "ALGORITHMS", "Memory", "fsdp_double_buffered", "StageEstimate", "optimizer_bytes", "zero3_passes",
     "zero3_flat", "comm_dtype_bytes", "nvls_allreduce",
     "Estimate", "estimate", "links", "link_params", "members_per_node", "serving_calls", "axis_groups", "train_comm_bytes",
 ]
-
-
-@dataclass(slots=True)
-class Memory:
-    """One GPU's memory by part. Training also pays the FP8 weight copies (``precision = fp8``)
-    and the framework overheads (:func:`parc.cost.memory.overhead_bytes`)."""
-    weights: float = 0.0
-    grads: float = 0.0
-    optimizer: float = 0.0
-    activations: float = 0.0
-    kv_cache: float = 0.0
-    capacity: float = 0.0
-    fp8_weights: float = 0.0     # FP8 copies of the linear weights and their transposes
-    cuda_context: float = 0.0
-    nccl_buffers: float = 0.0
-    fragmentation: float = 0.0
-    cuda_graphs: float = 0.0     # serving: the CUDA graphs the engine captures (parc.cost.startup)
-    sampler: float = 0.0         # serving: what the sampler adds to the profiling pass's peak
-
-    @property
-    def overheads(self) -> float:
-        return self.cuda_context + self.nccl_buffers + self.fragmentation + self.cuda_graphs + self.sampler
-
-    @property
-    def total(self) -> float:
-        return (self.weights + self.grads + self.optimizer + self.activations + self.kv_cache + self.fp8_weights
-                + self.overheads)
-
-    def to_json(self) -> dict:
-        return {"weights": int(self.weights), "grads": int(self.grads), "optimizer": int(self.optimizer),
-                "activations": int(self.activations), "kv_cache": int(self.kv_cache),
-                "fp8_weights": int(self.fp8_weights), "cuda_context": int(self.cuda_context),
-                "nccl_buffers": int(self.nccl_buffers), "fragmentation": int(self.fragmentation),
-                "cuda_graphs": int(self.cuda_graphs), "sampler": int(self.sampler),
-                "total": int(self.total), "capacity": int(self.capacity)}
 
 
 @dataclass(slots=True)
@@ -320,6 +285,8 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
                                              mesh.tp, plan.train.offload_layers)
     delta, mem.fp8_weights = fp8_weight_terms(plan.train, linear_params(parts))
     mem.weights += delta
+    if fsdp_double_buffered(plan):
+        mem.fsdp_buffers = fsdp_double_buffer_bytes(fsdp_unit_params(plan, lay), per)
     comms = nccl_communicators(mesh.pp, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp, m.is_moe)
     mem.cuda_context, mem.nccl_buffers, mem.fragmentation = overhead_bytes(plan.cluster, comms, mem.activations)
     rec_mult, rec_attn, rec_elem = recompute_factors(plan.train.recompute)

@@ -83,8 +83,11 @@ def layer_gemms(m, tokens, tp, etp=1, ep=1, moe: bool = False) -> list:
     tokens (on this context-parallel rank), with how many it runs: Q/K/V (fused) and the output
     projection split over tp; the MLP's up (and gate, fused) and down projections over tp; in a
     MoE layer the router, the shared experts over tp and each of the GPU's experts/ep experts
-    over etp, with tokens·top_k·ep·etp/(tp·experts) rows each. The backward runs the same shapes
-    transposed (its data and weight gradients have the same three sides)."""
+    over etp, with tokens·top_k·ep·etp/(tp·experts) rows each: an even expert load, parc's one
+    assumption about routing (the expert all-to-all's bytes assume it too), which Megatron-LM's
+    ``--moe-router-force-load-balancing`` (target megatron's ``force_load_balancing``) makes
+    exact. The backward runs the same shapes transposed (its data and weight gradients have the
+    same three sides)."""
     d, h = head_dim(m), m.hidden
     up = 2 if m.mlp == "swiglu" else 1
     out = [(tokens, (m.heads + 2 * m.kv_heads) * d / tp, h, 1), (tokens, h, m.heads * d / tp, 1)]

@@ -72,6 +72,79 @@ def _train_state(plan) -> StateBytes:
     return state_bytes_per_param(t.precision, t.main_grads, t.optimizer_state, t.optimizer)
 
 
+# --- one GPU's memory by part --------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Memory:
+    """One GPU's memory by part. Training also pays the FP8 weight copies (``precision = fp8``),
+    Megatron-FSDP's double buffers (:func:`fsdp_double_buffer_bytes`) and the framework overheads
+    (:func:`overhead_bytes`)."""
+    weights: float = 0.0
+    grads: float = 0.0
+    optimizer: float = 0.0
+    activations: float = 0.0
+    kv_cache: float = 0.0
+    capacity: float = 0.0
+    fp8_weights: float = 0.0     # FP8 copies of the linear weights and their transposes
+    fsdp_buffers: float = 0.0    # Megatron-FSDP's persistent double buffers (fsdp_double_buffer_bytes)
+    cuda_context: float = 0.0
+    nccl_buffers: float = 0.0
+    fragmentation: float = 0.0
+    cuda_graphs: float = 0.0     # serving: the CUDA graphs the engine captures (parc.cost.startup)
+    sampler: float = 0.0         # serving: what the sampler adds to the profiling pass's peak
+
+    @property
+    def overheads(self) -> float:
+        return self.cuda_context + self.nccl_buffers + self.fragmentation + self.cuda_graphs + self.sampler
+
+    @property
+    def total(self) -> float:
+        return (self.weights + self.grads + self.optimizer + self.activations + self.kv_cache + self.fp8_weights
+                + self.fsdp_buffers + self.overheads)
+
+    def to_json(self) -> dict:
+        return {"weights": int(self.weights), "grads": int(self.grads), "optimizer": int(self.optimizer),
+                "activations": int(self.activations), "kv_cache": int(self.kv_cache),
+                "fp8_weights": int(self.fp8_weights), "fsdp_buffers": int(self.fsdp_buffers),
+                "cuda_context": int(self.cuda_context),
+                "nccl_buffers": int(self.nccl_buffers), "fragmentation": int(self.fragmentation),
+                "cuda_graphs": int(self.cuda_graphs), "sampler": int(self.sampler),
+                "total": int(self.total), "capacity": int(self.capacity)}
+
+
+# --- Megatron-FSDP's double buffers -----------------------------------------------------------------
+
+def fsdp_double_buffered(plan) -> bool:
+    """Whether the plan's Megatron-FSDP keeps its communication buffers for the whole step: ZeRO-3
+    (``--use-megatron-fsdp``) with ``target megatron``'s ``fsdp_double_buffer`` (``--fsdp-double-buffer``)
+    or ``nccl_ub`` (``--use-nccl-ub``, which Megatron-LM 0.19.2 turns the double buffer on for:
+    megatron/training/arguments.py validate_args, and megatron_fsdp/param_and_grad_buffer.py "NCCL UB
+    is only supported with FSDP double buffer"). The one place the estimate and the rules ask."""
+    tr = plan.train
+    return plan.mode == "train" and tr is not None and tr.zero >= 3 and double_buffer_asked(plan)
+
+
+def double_buffer_asked(plan) -> bool:
+    """Whether ``target megatron`` asks for Megatron-FSDP's double buffer, whatever the ZeRO stage
+    (the planner tries several): ``fsdp_double_buffer`` or ``nccl_ub``. ``plan``: anything with
+    ``target_settings`` (a Plan, the planner's Problem)."""
+    s = plan.target_settings("megatron")
+    return bool(s.get("fsdp_double_buffer") or s.get("nccl_ub"))
+
+
+def fsdp_double_buffer_bytes(unit_params, per: StateBytes):
+    """Bytes Megatron-FSDP's double buffer holds on one GPU for the whole step, for FSDP units of
+    ``unit_params`` parameters (:func:`parc.cost.params.fsdp_unit_params`): two gathered copies
+    of a unit's weights and two of its unsharded gradients (megatron_fsdp/param_and_grad_buffer.py,
+    UB_BUFFER_NUM = 2 FixedPoolAllocator buffers each for ``fsdp_params`` and ``fsdp_grads``),
+    the weights in their bytes (``per.weights``: bf16, or FP8 data and transpose at one byte each)
+    and the gradients in the main gradients' (``per.grads``: Megatron-FSDP reduces in
+    ``--megatron-fsdp-main-grads-dtype`` when no communication dtype is given). Without the double
+    buffer Megatron-FSDP allocates the same buckets on use and frees them after, which parc does
+    not count. Scalars or numpy arrays."""
+    return 2 * unit_params * (per.weights + per.grads)
+
+
 # --- activations -----------------------------------------------------------------------------------
 
 def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp: bool = False,

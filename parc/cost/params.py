@@ -430,6 +430,43 @@ def stage_parts(m: Model, layout: StageLayout, dp: int, cp: int, tp: int, ep: in
                         k_dense, k_exp, mtp)
 
 
+def fsdp_unit_params(plan, layout: StageLayout) -> int:
+    """Parameters of the FSDP unit Megatron-FSDP's double buffer is sized for on one GPU of stage
+    ``layout`` (Megatron-LM 0.19.2, megatron/core/distributed/fsdp/): each transformer layer is a
+    unit (mcore_fsdp_adapter.py: TransformerLayer, MoETransformerLayer; a multi-token-prediction
+    module's layer too), gathered whole on the GPU (its tp and ep share, before ZeRO-3's sharding):
+    :func:`fsdp_unit_kinds` and :func:`one_layer_params`. 0 for a stage without layers."""
+    me = plan.mesh
+    return max((one_layer_params(plan.model, moe, me.tp, me.ep, me.etp)
+                for moe in fsdp_unit_kinds(plan.model, layer_split(plan), layout.chunks)), default=0)
+
+
+def fsdp_unit_kinds(m: Model, split: list[int], chunks: list[int]) -> set[bool]:
+    """Whether the double-buffered unit of each of ``chunks`` (of a model cut into ``split``) is a
+    MoE layer: FixedPoolAllocator double-buffers the largest group of units alike in size and dtype,
+    dense or MoE (on a tie the first unit's), and leaves the others to allocate on use; its buffers
+    are named by slot (GlobalMemoryBuffer.get_tensor), so the model chunks of an interleaved
+    pipeline share them at the largest chunk's size."""
+    ranges, last = _chunk_ranges(split), len(split) - 1
+    out = set()
+    for c in chunks:
+        a, b = ranges[c]
+        kinds = [is_moe_layer(m, i) for i in range(a, b)]
+        if c == last:
+            kinds += [is_moe_layer(m, m.layers + k) for k in range(m.mtp_layers or 0)]
+        if kinds:
+            moe = sum(kinds)
+            out.add(2 * moe > len(kinds) or (2 * moe == len(kinds) and kinds[0]))
+    return out
+
+
+def one_layer_params(m: Model, moe: bool, tp: int, ep: int, etp: int) -> int:
+    """Parameters of one transformer layer (MoE or dense) on one GPU under tensor and expert
+    parallelism, before ZeRO-3's sharding."""
+    one = StageLayout(0, [], 1, int(moe), False, False)
+    return sum(tensor_parts(m, layout_tensors(m, one, tp, ep, etp), 1, 1).values())
+
+
 def tensor_parts(m: Model, tensors: list[tuple], n_dense: int, n_exp: int, k_dense: int = 0, k_exp: int = 0,
                  mtp: bool = True) -> dict[str, int]:
     """Parameters by part of the tensors of :func:`layout_tensors` when dense tensors are sharded

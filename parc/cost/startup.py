@@ -24,7 +24,18 @@ what is free after its distributed init (``pre_model_load_memory``), loads the w
 the KV pool what is free less ``pre_model_load_memory × (1 − mem_fraction_static)`` (parc's launch
 writes ``gpu_memory_utilization`` as ``--mem-fraction-static``; left out, the fraction SGLang
 derives, :func:`parc.cost.engine.memory_fraction`): activations and the CUDA graphs
-it captures after allocating the pool must fit in that slack."""
+it captures after allocating the pool must fit in that slack.
+
+**TensorRT-LLM** (tensorrt_llm/_torch/pyexecutor/_util.py ``KvCacheCreator``, PyTorch backend)
+loads the weights, runs a profiling forward pass of ``max_num_tokens`` tokens and gives the KV
+cache ``free_gpu_memory_fraction`` (trtllm-serve's ``--kv_cache_free_gpu_memory_fraction``, parc's
+``gpu_memory_utilization``) of what the profile's peak leaves of the GPU, the memory outside torch
+(the CUDA context, NCCL) counted in the peak::
+
+    KV cache = (total − weights − peak activation − context and NCCL) × fraction
+
+parc counts no CUDA graphs for it: whatever its graphs hold comes out of what the fraction
+leaves (or, captured before the profile, out of the profile's peak, which parc does not model)."""
 from __future__ import annotations
 
 import math
@@ -96,23 +107,42 @@ def vllm_capture(plan, seqs: int, tokens: int) -> Capture:
     return Capture(pw, full)
 
 
-def sglang_capture(plan, tokens: int) -> Capture:
-    """SGLang 0.5.23's decode batch sizes up to its cuda_graph_max_bs (by the GPU's memory and
-    tp, at most the spec's max_num_seqs) and its prefill token buckets up to the chunked prefill
-    size ``tokens`` (memory_hook.py, cuda_graph_hook.py)."""
-    from parc.cost.engine import attn_dp
+def sglang_capture(plan) -> Capture:
+    """The CUDA graphs SGLang 0.5.23's memory settings count (handle_cuda_graph_config runs before
+    handle_gpu_memory_settings): decode batch sizes up to its cuda_graph_max_bs (by the GPU's
+    memory and tp, at most the spec's max_num_seqs) and breakable prefill token buckets up to the
+    server's chunked prefill size (memory_hook.py, cuda_graph_hook.py). A prefill server
+    (``--disaggregation-mode prefill``, :func:`parc.cost.engine.server_role`) captures no decode
+    graph and a decode server no prefill graph (cuda_graph_hook.py
+    ``apply_cuda_graph_disaggregation_roles``); the breakable prefill graph is off under pipeline
+    parallelism and two-batch overlap (``apply_cuda_graph_compatibility``)."""
+    from parc.cost.engine import attn_dp, server_role, sglang_chunk
 
     t = table()["sglang"]
-    gib = plan.cluster.gpu.memory / (1 << 30)
-    row = next(r for r in t["decode_max_bs"] if gib < r[0])
-    # SGLang's tp_size: with attention data parallelism its --tp-size spans the dp ranks too
-    max_bs = row[1] if plan.mesh.tp * attn_dp(plan) < 4 else row[2]
-    if plan.serve is not None and plan.serve.max_num_seqs is not None:
-        max_bs = min(max_bs, plan.serve.max_num_seqs)
-    decode = _grid(t["decode_small"], t["decode_grid"], max_bs)
-    if max_bs not in decode:
-        decode.append(max_bs)
-    return Capture(tuple(_grid([], t["prefill_grid"], tokens)), tuple(sorted(set(decode))))
+    role = server_role(plan)
+    decode: list[int] = []
+    if role != "prefill":
+        gib = plan.cluster.gpu.memory / (1 << 30)
+        row = next(r for r in t["decode_max_bs"] if gib < r[0])
+        # SGLang's tp_size: with attention data parallelism its --tp-size spans the dp ranks too
+        max_bs = row[1] if plan.mesh.tp * attn_dp(plan) < 4 else row[2]
+        if plan.serve is not None and plan.serve.max_num_seqs is not None:
+            max_bs = min(max_bs, plan.serve.max_num_seqs)
+        decode = _grid(t["decode_small"], t["decode_grid"], max_bs)
+        if max_bs not in decode:
+            decode.append(max_bs)
+    tbo = plan.serve is not None and plan.serve.two_batch_overlap
+    prefill = role != "decode" and plan.mesh.pp == 1 and not tbo
+    return Capture(tuple(_grid([], t["prefill_grid"], sglang_chunk(plan))) if prefill else (),
+                   tuple(sorted(set(decode))))
+
+
+def sglang_captured(plan, cap: Capture) -> Capture:
+    """What SGLang captures of ``cap`` once its MoE settings resolve, after the memory settings:
+    nothing under DeepEP's normal mode (moe_hook.py ``_handle_a2a_moe``: "Cuda graph is disabled
+    because deepep_mode=`normal`")."""
+    s = plan.target_settings("sglang")
+    return Capture() if s.get("moe_a2a_backend") == "deepep" and s.get("deepep_mode") == "normal" else cap
 
 
 def vllm_graph_bytes(cap: Capture, layers: int, activation) -> float:
@@ -132,8 +162,9 @@ def vllm_graph_bytes(cap: Capture, layers: int, activation) -> float:
 
 def sglang_graph_bytes(plan, cap: Capture) -> float:
     """What SGLang reserves for its CUDA graphs (memory_hook.py ``reserve_for_graph_mb``): 2 MiB
-    per batch size of its largest decode graph (more with attention data parallelism) and 8 MiB
-    per prefill bucket (1.5 GiB with an MLA model)."""
+    per batch size of its largest decode graph (more with attention data parallelism; none on a
+    prefill server, which has no decode graph) and 8 MiB per prefill bucket (1.5 GiB with an MLA
+    model)."""
     from parc.cost.engine import attn_dp
 
     t = table()["sglang"]
@@ -154,7 +185,8 @@ class Startup:
     engine: str
     total: float          # the GPU's memory
     outside: float        # CUDA context and NCCL buffers: held before the engine's budget
-    budget: float         # vLLM: ceil(total × gpu_memory_utilization); SGLang: (total − outside) × mem_fraction_static
+    budget: float         # vLLM: ceil(total × gpu_memory_utilization); SGLang: (total − outside) × mem_fraction_static;
+                          # TensorRT-LLM: (total − outside − weights − activations) × free_gpu_memory_fraction
     weights: float
     activations: float    # peak of the profiling forward pass (vLLM) / of a chunked prefill (SGLang)
     sampler: float        # what the sampler adds to the profile's peak (vLLM)
@@ -164,7 +196,10 @@ class Startup:
     @property
     def kv(self) -> float:
         """Memory for the KV cache: vLLM's "Available KV cache memory" (the budget less the weights,
-        the profile's peak and the graphs); SGLang's pool (the budget less the weights)."""
+        the profile's peak and the graphs); SGLang's pool (the budget less the weights);
+        TensorRT-LLM's, its budget."""
+        if self.engine == "trtllm":
+            return self.budget
         if self.engine == "sglang":
             return self.budget - self.weights
         return self.budget - self.weights - self.activations - self.sampler - self.graphs
@@ -199,8 +234,12 @@ def startup(plan, weights: float, forward, sampler: float, hidden: float, outsid
     total, util = float(plan.cluster.gpu.memory), memory_fraction(plan)
     tokens = batched_tokens(plan)
     act = forward(tokens)
+    if eng == "trtllm":
+        free = total - outside - weights - act
+        return Startup(eng, total, outside, max(0.0, free) * util if free > 0 else free, weights, act, 0.0, 0.0,
+                       Capture())
     if eng == "sglang":
-        cap = sglang_capture(plan, tokens)
+        cap = sglang_captured(plan, sglang_capture(plan))
         return Startup(eng, total, outside, (total - outside) * util, weights, act, 0.0,
                        sglang_graph_bytes(plan, cap), cap)
     cap = vllm_capture(plan, limits(plan).max_num_seqs, tokens)

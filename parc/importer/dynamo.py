@@ -1,8 +1,10 @@
 """An NVIDIA Dynamo ``DynamoGraphDeployment`` read back (the inverse of parc/targets/dynamo): the
-v1alpha1 API parc writes (``spec.services``: ``componentType``, ``extraPodSpec.mainContainer``,
-``resources.limits.gpu`` per pod, ``multinode.nodeCount``, ``envFromSecret``) and the v1beta1
-API of Dynamo's own templates (``spec.components``: ``type``, the ``main`` container of its
-``podTemplate``), ai-dynamo 1.6.1 (tests/data/dynamo).
+v1beta1 API parc writes by default and Dynamo's own templates use (``spec.components``: ``type``,
+the ``main`` container of its ``podTemplate`` with its ``nvidia.com/gpu`` limit,
+``sharedMemorySize``), and the v1alpha1 API of older operators (``spec.services``:
+``componentType``, ``extraPodSpec.mainContainer``, ``resources.limits.gpu`` per pod,
+``envFromSecret``, ``sharedMemory.size``; read back as the target's ``api_version = v1alpha1``),
+ai-dynamo 1.6.1 (tests/data/dynamo).
 
 The frontend serves the API (its ``--http-port`` is the target's ``port``); each worker runs
 Dynamo's module for the engine (``python3 -m dynamo.vllm`` with vLLM's engine options and
@@ -77,6 +79,10 @@ def read(src, doc: dict, variables: dict) -> None:
     """The workers of a DynamoGraphDeployment, added to ``src`` (module doc)."""
     spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
     keys = scheduler(src, doc, "dynamo", "workers")
+    if doc.get("apiVersion") == "nvidia.com/v1alpha1":   # v1beta1 is the target's default
+        from parc.importer.draft import Name
+
+        setting(src, keys, "api_version", Name("v1alpha1"), f"{src.name}: apiVersion nvidia.com/v1alpha1")
     pods, launches = [], []
     for c in _components(spec):
         kind = str(c.get("type") or "").lower()
@@ -128,7 +134,8 @@ def _vllm_role(src, la) -> str | None:
 
 def _requests(src, c: dict, keys: dict) -> None:
     """A worker's CPU and memory requests (the component's, else its container's) and its
-    sharedMemory.size: the target's cpu, memory and shm_size."""
+    shared memory (v1alpha1's sharedMemory.size, v1beta1's sharedMemorySize; "0", no /dev/shm
+    volume, is not a size): the target's cpu, memory and shm_size."""
     from parc.importer.orchestrated import quantity
 
     for k in ("cpu", "memory"):
@@ -140,8 +147,9 @@ def _requests(src, c: dict, keys: dict) -> None:
             else:
                 setting(src, keys, k, v, f"{src.name} {c['name']} requests: {k}")
     shm = _get(c, "sharedMemory", "size")
-    if shm is not None and quantity(shm, "memory") is not None:
-        setting(src, keys, "shm_size", quantity(shm, "memory"), f"{src.name} {c['name']} sharedMemory.size")
+    shm = c.get("sharedMemorySize") if shm is None else shm       # v1beta1's spelling
+    if shm is not None and str(shm) != "0" and quantity(shm, "memory") is not None:
+        setting(src, keys, "shm_size", quantity(shm, "memory"), f"{src.name} {c['name']} shared memory size")
 
 
 def _sglang_role(la) -> str | None:

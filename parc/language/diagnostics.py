@@ -171,9 +171,9 @@ class ParcError(Exception):
 
 def family(code: str) -> str:
     """A code's family: its first two characters (P4 for P403), except P720-P729, the
-    orchestrator targets' own rules, whose family is P72 (the P6 codes ran out; P7 is otherwise
-    the known defects of a release)."""
-    return code[:3] if code.startswith("P72") else code[:2]
+    orchestrator targets' own rules, whose family is P72, and P730-P739, TensorRT-LLM's own, whose
+    family is P73 (the P6 codes ran out; P7 is otherwise the known defects of a release)."""
+    return code[:3] if code.startswith(("P72", "P73")) else code[:2]
 
 
 def sort_key(d: Diagnostic):

@@ -206,6 +206,8 @@ def engine_split(rule: str | None, layers: int, stages: int) -> list[int] | None
       stage holds the norm and the head); 61 layers on 4 stages: [15, 15, 16, 15].
     * ``last`` (SGLang, ``sglang/srt/distributed/utils.py`` ``get_pp_indices``): the last
       ``remainder`` stages take one layer more; 61 on 4: [15, 15, 15, 16].
+    * ``first`` (TensorRT-LLM, ``tensorrt_llm/mapping.py`` ``Mapping.pp_layers``, torch's
+      ``tensor_split``): the first ``remainder`` stages take one layer more; 61 on 4: [16, 15, 15, 15].
     * ``torchtitan`` (``torchtitan/distributed/pipeline_parallel.py``
       ``_generate_llm_fqn_per_model_part`` with its default ``first/last_stage_less_layers`` of 1):
       the embedding and the head count as one layer each, the layers + 2 are spread with the
@@ -225,6 +227,8 @@ def engine_split(rule: str | None, layers: int, stages: int) -> list[int] | None
         return parts
     if rule == "last":
         return [base + (1 if i >= stages - rest else 0) for i in range(stages)]
+    if rule == "first":
+        return [base + (1 if i < rest else 0) for i in range(stages)]
     if rule == "torchtitan":
         return _torchtitan_split(layers, stages)
     return None

@@ -360,6 +360,9 @@ class Plan:
     # the spec's path relative to the root, '/'-separated: the same however the path was spelled
     # and wherever parc ran (plan.json's `file`); empty where the plan did not come from a file
     source: str = ""
+    # the side of a prefill/decode pair an instance of a pool serves (parc.model.pools.pool_plan
+    # sets it): prefill | decode; empty for the spec's own plan
+    role: str = ""
 
     @property
     def world_size(self) -> int:
@@ -395,7 +398,7 @@ class Plan:
 
     def to_dict(self) -> dict:
         """The plan as plain data (no spans): what ``--target json`` and the runtime read."""
-        d = {k: v for k, v in asdict(self).items() if k not in ("spans", "files", "source")}
+        d = {k: v for k, v in asdict(self).items() if k not in ("spans", "files", "source", "role")}
         d["file"] = self.source or self.file
         d["world_size"] = self.world_size
         for k, empty in (("topology", None), ("groups", [])):   # present only where the spec says them

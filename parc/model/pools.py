@@ -48,7 +48,8 @@ def pool_cluster(plan: Plan, pool: Pool):
 
 def pool_plan(plan: Plan, pool: Pool) -> Plan:
     """The serving plan one instance of ``pool`` runs: the spec with the pool's mesh on the GPUs
-    of :func:`pool_cluster`; a diagnostic about its mesh points at the pool's keys."""
+    of :func:`pool_cluster`, its ``role`` the pool's side (what the engine's start-up reads:
+    :func:`parc.cost.engine.server_role`); a diagnostic about its mesh points at the pool's keys."""
     spans = dict(plan.spans)
     head = plan.spans.get(pool.name)
     for key in _MESH_KEYS:
@@ -67,7 +68,7 @@ def pool_plan(plan: Plan, pool: Pool) -> Plan:
         serve = dataclasses.replace(serve, max_num_seqs=pool.max_num_seqs)
         spans["serve.max_num_seqs"] = plan.spans.get(f"{pool.name}.max_num_seqs", head)
     out = dataclasses.replace(plan, mesh=pool.mesh, cluster=pool_cluster(plan, pool), pools=[], spans=spans,
-                              placement=dataclasses.replace(plan.placement), serve=serve)
+                              placement=dataclasses.replace(plan.placement), serve=serve, role=pool.name)
     resolve_split(out)    # the pool's own pipeline, split as its engine splits it
     return out
 

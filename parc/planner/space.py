@@ -282,8 +282,11 @@ def schedule_ok(pr: Problem, name: str, p: int, n: int, v: int) -> bool:
 
 
 def zero_options(pr: Problem, pp: int = 1) -> list[int]:
-    """ZeRO stages to try (P615: DeepSpeed's pipeline engine takes ZeRO-0 and 1 only)."""
+    """ZeRO stages to try (P615: DeepSpeed's pipeline engine takes ZeRO-0 and 1 only; P028: Megatron-FSDP's
+    double buffer asks for ZeRO-3)."""
     zs = _fixed(pr, "train.zero", (0, 1, 2, 3))
+    if pr.target_settings("megatron").get("fsdp_double_buffer"):   # P028: Megatron-FSDP's alone
+        zs = [z for z in zs if z >= 3]
     if pp > 1 and "deepspeed" in pr.rule_targets:
         zs = [z for z in zs if z < 2]
     return zs

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from parc.cost import estimate as cm
+from parc.cost.memory import double_buffer_asked
+from parc.cost.params import fsdp_unit_kinds, one_layer_params
 from parc.model import schedules
 from parc.planner.inputs import Problem
 from parc.planner.plans import stage_split
@@ -21,6 +23,8 @@ class Shapes:
         self.params: dict[tuple, tuple[int, ...]] = {}
         self.tensors: dict[tuple, tuple] = {}   # per shape: (layout_tensors, their unsharded parts)
         self.by_mesh: dict[tuple, tuple[int, ...]] = {}   # the same parameters by (dp, cp) + shape
+        self.kinds: dict[int, frozenset] = {}   # per stage class (by id): its double-buffered units' kinds
+        self.buffers = double_buffer_asked(pr)  # Megatron-FSDP's double buffer asked for (ZeRO-3 rows)
 
     def classes(self, pp: int, v: int, pipeline: str, split: int) -> list:
         """The distinct stages of a layout, first stage of each kind, by stage index: pipeline rank
@@ -37,19 +41,23 @@ class Shapes:
                 if k not in seen:
                     seen.add(k)
                     got.append(st)
+                    self.kinds[id(st)] = frozenset(fsdp_unit_kinds(m, split, st.chunks) if self.buffers else ())
             self.layouts[key] = got
         return got
 
     def stage_params(self, mesh: tuple, st) -> tuple[int, ...]:
         """(dense, expert) parameters of one GPU of stage ``st`` before ZeRO-3, and after it (the
-        first, largest torch.chunk shard), then the linear parameters FP8 copies (before and after)."""
+        first, largest torch.chunk shard), then the linear parameters FP8 copies (before and after),
+        then the unit Megatron-FSDP's double buffer holds (:func:`parc.cost.params.fsdp_unit_params`;
+        0 where no double buffer is asked for)."""
         pp, dp, cp, tp, ep, etp = mesh
-        full_key = (dp, cp) + (shape := (tp, ep, etp, st.layers, st.moe_layers, st.embedding, st.head))
+        kinds = self.kinds.get(id(st), frozenset())
+        full_key = (dp, cp, kinds) + (shape := (tp, ep, etp, st.layers, st.moe_layers, st.embedding, st.head))
         got = self.by_mesh.get(full_key)
         if got is not None:
             return got
         groups = cm.shard_groups(dp, cp, tp, ep, etp)   # the ZeRO-3 shards depend on dp and cp only through these
-        key = shape + groups
+        key = shape + groups + (kinds,)
         got = self.params.get(key)
         if got is None:
             m = self.pr.model
@@ -60,7 +68,8 @@ class Shapes:
             tensors, full = held
             z3 = cm.tensor_parts(m, tensors, *groups)
             got = (sum(full.values()) - full["experts"], full["experts"],
-                   sum(z3.values()) - z3["experts"], z3["experts"], cm.linear_params(full), cm.linear_params(z3))
+                   sum(z3.values()) - z3["experts"], z3["experts"], cm.linear_params(full), cm.linear_params(z3),
+                   max((one_layer_params(m, moe, tp, ep, etp) for moe in kinds), default=0))
             self.params[key] = got
         self.by_mesh[full_key] = got
         return got
@@ -69,7 +78,8 @@ class Shapes:
 def layouts(pr: Problem, meshes):
     """The layout options (mesh index, pipeline, virtual stages, split) and, per option, the
     table of its stage classes: stage index, layers, MoE layers, embedding, head, validity and
-    the parameters of one GPU (dense, expert, and their ZeRO-3 shards). Each table row is built
+    the parameters of one GPU (dense, expert, and their ZeRO-3 shards; the linear ones; the double
+    buffer's unit). Each table row is built
     once per distinct class list, and the parameters once per (mesh, class list)."""
     shapes = Shapes(pr)
     by_pp: dict[int, list] = {}
@@ -108,13 +118,13 @@ def layouts(pr: Problem, meshes):
         b = blocks.get(key)
         if b is None:
             b = blocks[key] = len(pars)
-            block = np.zeros((6, K), dtype=np.float64)  # dense, expert, their ZeRO-3 shards, linear (both)
+            block = np.zeros((7, K), dtype=np.float64)  # dense, expert, their ZeRO-3 shards, linear (both), unit
             for k, st in enumerate(cls):
                 block[:, k] = shapes.stage_params(meshes[lo_mesh[i]], st)
             pars.append(block)
         lo_block[i] = b
     table = np.stack(rows)[lo_kind] if n_lo else np.zeros((0, 6, K), dtype=np.int64)
-    c_par = (np.stack(pars)[lo_block] if n_lo else np.zeros((0, 6, K))).transpose(1, 0, 2).copy()
+    c_par = (np.stack(pars)[lo_block] if n_lo else np.zeros((0, 7, K))).transpose(1, 0, 2).copy()
     ints = [table[:, j].copy() for j in range(3)]
     flags = [table[:, j].astype(bool) for j in range(3, 6)]
-    return lo_mesh, lo_pipe, lo_v, lo_split, (*ints, *flags, c_par[:4], c_par[4:]), twin
+    return lo_mesh, lo_pipe, lo_v, lo_split, (*ints, *flags, c_par[:4], c_par[4:6], c_par[6]), twin

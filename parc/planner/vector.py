@@ -88,7 +88,7 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None, lea
     lo_mesh, lo_pipe, lo_v, lo_split, tables, twin = layouts(pr, meshes)
     if not lo_mesh:
         return out
-    c_stage, c_layers, c_moe, c_emb, c_head, c_valid, c_par, c_lin = tables
+    c_stage, c_layers, c_moe, c_emb, c_head, c_valid, c_par, c_lin, c_unit = tables
     lo_mesh_a = np.asarray(lo_mesh, dtype=np.int64)
     mesh_a = np.asarray(meshes, dtype=np.int64)
     lo_dp = mesh_a[lo_mesh_a, 1]
@@ -146,7 +146,7 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None, lea
 
     # 6. the full model, in chunks (a progress callback sees each one)
     ctx = _Context(pr=pr, per=per, cap=cap, zeros=zeros, state=state, c_stage=c_stage, c_layers=c_layers,
-                   c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par, c_lin=c_lin,
+                   c_moe=c_moe, c_emb=c_emb, c_head=c_head, c_valid=c_valid, c_par=c_par, c_lin=c_lin, c_unit=c_unit,
                    twin=twin, n_opts=(len(bopts), len(topts)), links=_axis_links(pr, meshes), efficiency=efficiency, factors=_factors(pr), pairs=tables,
                    state_stack=(np.stack([np.where(c_valid, (state[z][0] + state[z][1]) + state[z][2], -np.inf)
                                           for z in zeros]),
@@ -194,6 +194,7 @@ class _Context:
     c_valid: np.ndarray
     c_par: np.ndarray
     c_lin: np.ndarray
+    c_unit: np.ndarray       # the unit Megatron-FSDP's double buffer holds (0 where none is asked for)
     links: tuple
     efficiency: float
     factors: np.ndarray      # (matmul, attention, elementwise) recompute factors per RECOMPUTE code
@@ -248,6 +249,8 @@ def _memory(ctx: _Context, u: dict, zfit: np.ndarray):
         if tr.precision == "fp8":   # the FP8 weight copies (and FP8 parameters' saving)
             delta, cache = cm.fp8_weight_terms(tr, ctx.c_lin[1][lz] if z >= 3 else ctx.c_lin[0][lz])
             total += delta + cache
+        if z >= 3:                  # Megatron-FSDP's double buffers (0 where the spec asks for none)
+            total += cm.fsdp_double_buffer_bytes(ctx.c_unit[lz], ctx.per)
         most = np.argmax(total + f_, axis=1)     # -inf in the classes lz lacks (state_stack)
         # the CUDA context and NCCL buffers are the same on every stage of a row: added to the most
         # loaded one, in the order Memory.total adds them

@@ -147,16 +147,23 @@ def _state_rows(plan, est, st) -> list[list]:
         return memory_rows(plan, est, st)
     sb, t = est.state_bytes, plan.train
     sp = ", SP" if t.sequence_parallel and plan.mesh.tp > 1 else ""
-    return _training_rows(plan, est, st, sb, t, sp) + _overhead_rows(plan, st)
+    return _training_rows(plan, est, st, sb, t, sp) + _overhead_rows(plan, est, st)
 
 
-def _overhead_rows(plan, st) -> list[list]:
-    """FP8 weight copies and the framework overheads (parc/model/data/overheads.toml)."""
+def _overhead_rows(plan, est, st) -> list[list]:
+    """FP8 weight copies, Megatron-FSDP's double buffers and the framework overheads
+    (parc/model/data/overheads.toml)."""
     from parc.cost.estimate import nccl_communicators
 
     mem, mesh = st.memory, plan.mesh
     rows = [["fp8 weights", nbytes(mem.fp8_weights), "FP8 copies of the linear weights and their transposes"]] \
         if mem.fp8_weights else []
+    if mem.fsdp_buffers:
+        sb = est.state_bytes
+        unit = mem.fsdp_buffers / (2 * (sb.weights + sb.grads))
+        rows.append(["fsdp buffers", nbytes(mem.fsdp_buffers),
+                     f"Megatron-FSDP's double buffer: 2 × one layer's {number(unit)} parameters gathered "
+                     f"({sb.weights:g} B/param) and their gradients ({sb.grads:g} B/param)"])
     comms = int(nccl_communicators(mesh.pp, mesh.dp, mesh.cp, mesh.tp, mesh.ep, mesh.etp, plan.model.is_moe))
     frag = mem.fragmentation / mem.activations if mem.activations else 0.0
     return rows + [

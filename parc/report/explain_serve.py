@@ -36,6 +36,8 @@ def memory_rows(plan, est, st) -> list[list]:
               f"vLLM's estimate for {count(len(cap.piecewise), 'piecewise size')} up to "
               f"{max(cap.piecewise, default=0):,} tokens and {count(len(cap.full), 'full decode size')} up to "
               f"{max(cap.full, default=0):,}")
+    if su.engine == "trtllm":
+        graphs = "TensorRT-LLM's CUDA graphs: not counted (parc.cost.startup: the KV fraction leaves room beside the cache)"
     rows = [["kv cache", nbytes(mem.kv_cache),
              f"{count(st.kv_capacity_tokens or est.kv_capacity_tokens, 'token', sep=True)} × "
              f"{_bytes_per_token(st.kv_bytes_per_token)} B/token"],
@@ -58,6 +60,10 @@ def budget_line(plan, st) -> str:
 
     su, note = st.startup, memory_fraction_note(plan)
     u = f"{memory_fraction(plan):g}" + (f" ({note})" if note else "")
+    if su.engine == "trtllm":
+        return (f"  TensorRT-LLM's KV cache: (memory {nbytes(su.total)} − weights {nbytes(su.weights)} − activations "
+                f"{nbytes(su.activations)} − context and NCCL {nbytes(su.outside)}) × free_gpu_memory_fraction {u} = "
+                f"{nbytes(su.kv)}")
     if su.engine == "sglang":
         return (f"  SGLang's pool: (memory {nbytes(su.total)} − context and NCCL {nbytes(su.outside)}) × "
                 f"mem_fraction_static {u} − weights {nbytes(su.weights)} = {nbytes(su.kv)}; activations and "
@@ -118,12 +124,17 @@ def context_lines(plan) -> list[str]:
 
 def engine_line(lim) -> str:
     """The engine's limits and whose each is."""
-    name = {"vllm": "vLLM", "sglang": "SGLang"}[lim.engine]
+    from parc.cost.engine import display
+
+    name = display(lim.engine)
 
     def whose(key: str) -> str:
         return "the spec's" if key in lim.stated else f"{name}'s default"
 
     share = f" (the spec's {lim.attn_dp} attention-DP ranks share SGLang's limits)" if lim.attn_dp > 1 else ""
+    if lim.engine == "trtllm":
+        share = ("; admits a request only while the KV cache holds its prompt and all its outputs "
+                 "(GUARANTEED_NO_EVICT)" if lim.reserved_output else "; takes KV blocks as tokens come (MAX_UTILIZATION)")
     return (f"{name} {lim.release}: max_num_seqs {lim.max_num_seqs:,} per rank ({whose('max_num_seqs')}), "
             f"max_num_batched_tokens {lim.max_num_batched_tokens:,} per rank ({whose('max_num_batched_tokens')}), "
             f"max_model_len {lim.max_model_len:,} ({whose('max_model_len')}){share}")

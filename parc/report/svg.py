@@ -27,11 +27,12 @@ AXIS_COLORS = {"pp": "#e15759", "dp": "#4e79a7", "cp": "#59a14f", "tp": "#f28e2b
                "etp": "#9c755f"}
 KIND_COLORS = {"F": "#4e79a7", "B": "#59a14f", "W": "#f28e2b"}
 PART_COLORS = {"weights": "#4e79a7", "grads": "#f28e2b", "optimizer": "#e15759", "activations": "#59a14f",
-               "kv_cache": "#b07aa1", "fp8_weights": "#76b7b2", "cuda_context": "#9c755f", "nccl_buffers": "#bab0ac",
+               "kv_cache": "#b07aa1", "fp8_weights": "#76b7b2", "fsdp_buffers": "#d37295",
+               "cuda_context": "#9c755f", "nccl_buffers": "#bab0ac",
                "fragmentation": "#edc948", "cuda_graphs": "#ff9da7", "sampler": "#86bc86"}
 # the memory parts in the order they stack (Memory.to_json's keys)
-MEMORY_PARTS = ("weights", "grads", "optimizer", "activations", "kv_cache", "fp8_weights", "cuda_context",
-                "nccl_buffers", "fragmentation", "cuda_graphs", "sampler")
+MEMORY_PARTS = ("weights", "grads", "optimizer", "activations", "kv_cache", "fp8_weights", "fsdp_buffers",
+                "cuda_context", "nccl_buffers", "fragmentation", "cuda_graphs", "sampler")
 FONT = "font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"
 
 _BASE_CSS = (f"text {{ {FONT}; fill: #222; font-size: 11px; }} .muted {{ fill: #666; }} "

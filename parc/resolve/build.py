@@ -17,7 +17,8 @@ from parc.model.plan import (Cluster, Link, Mesh, Model, ModulePlacement, Placem
 from parc.resolve import topology as T
 from parc.resolve.catalog import target_keys
 from parc.resolve.evaluate import Evaluator, Poison, check_range, describe, did_you_mean, rename
-from parc.resolve.option_keys import attention_backend_conflict, repeated_options
+from parc.resolve.option_keys import (attention_backend_conflict, force_balance_fault, fsdp_buffer_conflict,
+                                      repeated_options)
 from parc.resolve.router import dispatcher_fault, router_faults
 from parc.resolve.gpu import _group_gpu, build_gpu
 from parc.resolve.merge import PARTIAL_BLOCKS, Block
@@ -492,6 +493,8 @@ def _build_parts(r: Evaluator, top: Span, partial: bool) -> dict[str, Any] | Non
         attempt(kind, lambda kind=kind, cls=cls: _section(r, kind, cls, top, partial and kind in PARTIAL_BLOCKS))
     attempt("targets", lambda: build_targets(r))
     attention_backend_conflict(r, parts.get("targets"), parts.get("train"))
+    fsdp_buffer_conflict(r, parts.get("targets"), parts.get("train"))
+    force_balance_fault(r, parts.get("targets"), parts.get("model"))
     if parts.get("model"):
         router_faults(r, parts["model"], _head(r, "model", top))
     dispatcher_fault(r, parts.get("targets"))

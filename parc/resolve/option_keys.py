@@ -7,7 +7,12 @@
   another value than the one the spec states and parc checked.
 * P026: Megatron-LM's ``attention_backend`` contradicts the train block's ``flash_attention``,
   from which parc counts the attention's memory and time: ``unfused`` materialises the score
-  matrix (``flash_attention = false``), ``flash``, ``fused`` and ``auto`` do not."""
+  matrix (``flash_attention = false``), ``flash``, ``fused`` and ``auto`` do not.
+* P028: Megatron-FSDP's buffer keys against the train block: ``fsdp_double_buffer`` without
+  Megatron-FSDP (``zero = 3``), which Megatron-LM's other data-parallel paths never read, and
+  ``fsdp_double_buffer = false`` beside ``nccl_ub = true`` under it, which Megatron-LM overrides.
+  Either way parc would count other buffers than the launch holds.
+* P029: ``force_load_balancing`` on a model without experts: there is no router to force."""
 from __future__ import annotations
 
 from parc.language.diagnostics import Related
@@ -67,3 +72,40 @@ def attention_backend_conflict(r, targets: dict, train) -> None:
     r.err("P026", f"attention_backend = {backend} {what}: parc would check the memory and time of "
                   "another attention than Megatron-LM runs", r.spans["target.megatron.attention_backend"],
           help=fix, related=related)
+
+
+def fsdp_buffer_conflict(r, targets: dict, train) -> None:
+    """P028 where target megatron's fsdp_double_buffer contradicts what Megatron-LM 0.19.2 runs:
+    the double buffer is Megatron-FSDP's alone (DistributedDataParallelConfig.fsdp_double_buffer,
+    read by megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py), and with
+    --use-nccl-ub validate_args turns it on (megatron/training/arguments.py)."""
+    t = targets.get("megatron") if targets else None
+    s = t.settings if t else {}
+    if train is None or "fsdp_double_buffer" not in s:
+        return
+    at = r.spans["target.megatron.fsdp_double_buffer"]
+    zero = [Related(r.spans["train.zero"], f"zero = {train.zero}")] if "train.zero" in r.spans else []
+    if s["fsdp_double_buffer"] and train.zero < 3:
+        r.err("P028", f"`fsdp_double_buffer = true` with zero = {train.zero}: the double buffer is Megatron-FSDP's "
+                      "(zero = 3), and Megatron-LM's distributed optimizer and DDP never read --fsdp-double-buffer, "
+                      "so parc would count buffers the launch does not hold (Megatron-LM itself starts and ignores "
+                      "it; parc is stricter)", at,
+              help="set `zero = 3` (Megatron-FSDP), or remove `fsdp_double_buffer`", related=zero)
+    elif not s["fsdp_double_buffer"] and s.get("nccl_ub") and train.zero >= 3:
+        r.err("P028", "`fsdp_double_buffer = false` with `nccl_ub = true` under Megatron-FSDP (zero = 3): Megatron-LM "
+                      "turns the double buffer on for NCCL user buffers (validate_args; \"NCCL UB is only supported "
+                      "with FSDP double buffer\"), so the launch holds the buffers the spec says it does not "
+                      "(Megatron-LM runs it; parc is stricter and counts them either way)", at,
+              help="remove `fsdp_double_buffer = false`, or remove `nccl_ub`",
+              related=[Related(r.spans["target.megatron.nccl_ub"], "nccl_ub set here")])
+
+
+def force_balance_fault(r, targets: dict, model) -> None:
+    """P029 where target megatron forces the expert load of a model without experts."""
+    t = targets.get("megatron") if targets else None
+    if not (t and t.settings.get("force_load_balancing")) or model is None or model.is_moe:
+        return
+    r.err("P029", f"`force_load_balancing = true` on model \"{model.name}\", which has no experts: there is no "
+                  "router whose load to force (Megatron-LM builds none and ignores --moe-router-force-load-balancing; parc is "
+                  "stricter)", r.spans["target.megatron.force_load_balancing"],
+          help="remove `force_load_balancing`")

@@ -128,6 +128,7 @@ def _scale_out(plan, limit: float, c) -> tuple[int, float] | None:
 
 def _breakdown(mem) -> str:
     fp8 = f" + fp8 weights {gb(mem.fp8_weights)}" if mem.fp8_weights else ""
+    fp8 += f" + Megatron-FSDP's double buffers {gb(mem.fsdp_buffers)}" if mem.fsdp_buffers else ""
     over = (f" + CUDA context, NCCL buffers and fragmentation {gb(mem.overheads)}" if mem.overheads else "")
     return (f"weights {gb(mem.weights)} + grads {gb(mem.grads)} + optimizer {gb(mem.optimizer)} + "
             f"activations {gb(mem.activations)}{fp8}{over} = {gb(mem.total)}")
@@ -272,15 +273,16 @@ def serving_weights(plan, c):
 
     e = _est(plan)
     frac = memory_fraction(plan)
-    budget = frac * e.memory.capacity
+    budget = _weight_room(plan, e)
     w = e.memory.weights
     if w <= budget:
         return
+    room = (f"gpu_memory_utilization × memory = {frac:g}{_whose(plan, 'gpu_memory_utilization')} × "
+            f"{gb(e.memory.capacity)} = {gb(budget)}" if budget != _trtllm_room(e) else
+            f"the GPU has {gb(budget)} beside its CUDA context and NCCL buffers (TensorRT-LLM's fraction is of "
+            f"what the weights leave)")
     c.report(c.at("mesh.tp"),
-             f"the weights alone need {gb(w)} per GPU (tp = {plan.mesh.tp}, pp = {plan.mesh.pp}) but "
-             f"gpu_memory_utilization × memory = {frac:g}{_whose(plan, 'gpu_memory_utilization')} × "
-             f"{gb(e.memory.capacity)} "
-             f"= {gb(budget)}",
+             f"the weights alone need {gb(w)} per GPU (tp = {plan.mesh.tp}, pp = {plan.mesh.pp}) but {room}",
              help=_mesh_help(plan, smallest_serving_mesh(plan, c)),
              related=[(c.at("model"), f"{e.params_total / 1e9:.1f}B parameters in {plan.model.dtype}")])
 
@@ -289,15 +291,12 @@ def serving_weights(plan, c):
 def kv_cache_one_sequence(plan, c):
     if plan.mode != "serve" or plan.serve is None:
         return
-    from parc.cost.engine import engine_of, memory_fraction
+    from parc.cost.engine import engine_of
     from parc.rules.util import refusers, target_name
 
     e = _est(plan)
-    srv = plan.serve
     mlen = _limits(plan).max_model_len
-    cap = e.memory.capacity
-    budget = memory_fraction(plan) * cap
-    if e.memory.weights > budget or e.kv_capacity_tokens >= mlen or _no_kv_memory(e):
+    if e.memory.weights > _weight_room(plan, e) or e.kv_capacity_tokens >= mlen or _no_kv_memory(e):
         return     # P402 and P416 say those
     who = refusers(plan, c, "P403")
     per = e.kv_bytes_per_token
@@ -320,6 +319,31 @@ def kv_cache_one_sequence(plan, c):
              help="; or ".join(fixes), severity=WARNING if who == [] else None)
 
 
+def _trtllm_room(e) -> float | None:
+    """TensorRT-LLM's room for the weights: the GPU less its CUDA context and NCCL buffers (its KV
+    fraction is of what the weights and its profiling pass leave, parc.cost.startup); None for
+    another engine."""
+    su = e.stages[e.most_loaded_stage].startup
+    return su.free_at_start if su is not None and su.engine == "trtllm" else None
+
+
+def _weight_room(plan, e) -> float:
+    """What the weights of a serving GPU must fit in: gpu_memory_utilization × memory (vLLM's
+    budget, SGLang's static memory), or TensorRT-LLM's :func:`_trtllm_room`."""
+    from parc.cost.engine import memory_fraction
+
+    room = _trtllm_room(e)
+    return memory_fraction(plan) * e.memory.capacity if room is None else room
+
+
+def _overflow(plan, what: str = "preempts") -> str:
+    """What the engine does with the requests its KV cache does not hold: an engine that reserves
+    a request's outputs at admission (TensorRT-LLM's GUARANTEED_NO_EVICT) admits no more and keeps
+    the rest waiting; the others ``what`` (vLLM preempts the newest running request)."""
+    return "keeps the rest waiting (it admits a request only while the cache holds all its outputs)" \
+        if _limits(plan).engine == "trtllm" and _limits(plan).reserved_output else f"{what} the rest"
+
+
 def _no_kv_memory(e) -> bool:
     """Whether some GPU of a serving estimate keeps no memory for the KV cache (P416)."""
     return any(st.startup is not None and st.kv_bytes_per_token > 0 and st.startup.kv <= 0 for st in e.stages)
@@ -327,6 +351,10 @@ def _no_kv_memory(e) -> bool:
 
 def _kept(su) -> str:
     """What the engine takes from its budget before the KV cache, in its own words."""
+    if su.engine == "trtllm":
+        return (f"of the GPU's {gb(su.total)} the weights take {gb(su.weights)}, TensorRT-LLM's profiling pass "
+                f"{gb(su.activations)} and its context and NCCL {gb(su.outside)}; the KV cache takes "
+                f"kv_cache_free_gpu_memory_fraction of the rest")
     if su.engine == "sglang":
         return (f"of SGLang's {gb(su.budget)} ((memory − context and NCCL) × mem_fraction_static) the weights "
                 f"take {gb(su.weights)}")
@@ -349,8 +377,9 @@ def _util_for(e, tokens: int) -> float:
         if su is None or st.kv_bytes_per_token <= 0:
             continue
         kept = su.budget - su.kv            # weights, and vLLM's activations and graphs
-        share = (su.total - su.outside) if su.engine == "sglang" else su.total
-        need = max(need, (kept + tokens * st.kv_bytes_per_token) / share)
+        share = {"sglang": su.total - su.outside,   # TensorRT-LLM: a fraction of what the profile leaves
+                 "trtllm": su.total - su.outside - su.weights - su.activations}.get(su.engine, su.total)
+        need = max(need, (kept + tokens * st.kv_bytes_per_token) / max(share, 1.0))
     return int(need * 100 + 1) / 100
 
 
@@ -365,13 +394,14 @@ def _util_ceiling(e) -> float:
 def engine_keeps_no_kv_memory(plan, c):
     """vLLM's determine_available_memory leaves nothing for the KV cache once its profiling pass
     and CUDA graph estimate are subtracted (kv_cache_planning.py: "No available memory for the
-    cache blocks"); P402 says where the weights alone exceed the budget."""
+    cache blocks"), nor TensorRT-LLM's KvCacheCreator once its profile's peak is (_util.py
+    _cal_max_tokens: no tokens); P402 says where the weights alone exceed the budget."""
     if plan.mode != "serve" or plan.serve is None:
         return
     e = _est(plan)
-    from parc.cost.engine import memory_fraction
+    from parc.cost.engine import display
 
-    if e.memory.weights > memory_fraction(plan) * e.memory.capacity or not _no_kv_memory(e):
+    if e.memory.weights > _weight_room(plan, e) or not _no_kv_memory(e):
         return
     st = min(e.stages, key=lambda s: s.startup.kv)
     su, mlen = st.startup, _limits(plan).max_model_len
@@ -382,7 +412,7 @@ def engine_keeps_no_kv_memory(plan, c):
     fixes.append(_mesh_help(plan, smallest_serving_mesh(plan, c)))
     where = f" on pipeline stage {st.stage}" if plan.mesh.pp > 1 else ""
     c.report(c.at("serve.gpu_memory_utilization", "serve"),
-             f"vLLM stops as it starts{where}: {_kept(su)}, which leaves {gb(su.kv)} for the KV cache "
+             f"{display(su.engine)} stops as it starts{where}: {_kept(su)}, which leaves {gb(su.kv)} for the KV cache "
              f"(\"No available memory for the cache blocks\")",
              help="; or ".join(fixes))
 
@@ -454,7 +484,7 @@ def kv_cache_max_num_seqs(plan, c):
     c.report(c.at("serve.max_num_seqs"),
              f"max_num_seqs = {srv.max_num_seqs}{per} sequences of max_model_len = {mlen:,} tokens "
              f"need {need:,} tokens of KV cache but {e.kv_capacity_tokens:,} fit; at most {fit} full-length "
-             f"sequences run at once and the engine preempts the rest",
+             f"sequences run at once and the engine {_overflow(plan)}",
              help=f"set `max_num_seqs = {fit * share}`, or lower max_model_len to "
                   f"{e.kv_capacity_tokens // seqs:,} to keep {srv.max_num_seqs} sequences")
 
@@ -508,7 +538,7 @@ def kv_cache_workload(plan, c):
     c.report(c.at("serve.concurrency"),
              f"concurrency = {w.concurrency} requests of {w.prompt_tokens:,} + {w.output_tokens:,} tokens need "
              f"{batch:,} × {per:,} = {batch * per:,} tokens of KV cache per replica ({count(replicas, 'replica')}) "
-             f"but {cap:,} fit: the engine runs {fit} at once and queues or preempts the rest",
+             f"but {cap:,} fit: the engine runs {fit} at once and {_overflow(plan, 'queues or preempts')}",
              help=f"`concurrency = {fit}` fits; or add replicas (dp), or a smaller kv_cache_dtype")
 
 

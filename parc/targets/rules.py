@@ -249,7 +249,7 @@ def value_read_as_option(plan, c):
 # ------------------------------------------------------------------------------------ P620
 # The targets whose builder says which fields of a plan it cannot express: each defines
 # ``inexpressible(plan) -> [(path, what, help)]`` beside its ``build``.
-FIELD_TARGETS = ("megatron", "torchtitan", "vllm", "sglang", "dynamo", "kserve", "megatron_deepspeed")
+FIELD_TARGETS = ("megatron", "torchtitan", "vllm", "sglang", "dynamo", "kserve", "megatron_deepspeed", "trtllm")
 
 
 @rule("P620", "field-inexpressible", targets=FIELD_TARGETS)

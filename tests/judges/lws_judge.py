@@ -33,7 +33,6 @@ would."""
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -41,7 +40,7 @@ import jsonschema
 import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from support.kubelet import builtin_errors, expand  # noqa: E402  (shared by the Kubernetes judges)
+from support.kubelet import builtin_errors, expand, recorded  # noqa: E402  (shared by the Kubernetes judges)
 from support.structural import strict  # noqa: E402  (Kubernetes' pruning, shared with the PyTorchJob test)
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "lws")
@@ -109,24 +108,7 @@ def run_pod(container, lws_env, tmp):
     for e in container.get("env") or []:
         env.setdefault(e["name"], expand(e.get("value", ""), env))
     argv = [expand(w, env) for w in container["command"] + (container.get("args") or [])]
-    rec = os.path.join(tmp, "rec")
-    os.makedirs(rec, exist_ok=True)
-    for f in os.listdir(rec):
-        os.unlink(os.path.join(rec, f))
-    binp = os.path.join(tmp, "bin")
-    os.makedirs(binp, exist_ok=True)
-    for name in RECORDERS:   # each call writes its argv, NUL-separated, to <name>.<n>
-        p = os.path.join(binp, name)
-        with open(p, "w") as f:
-            f.write(f'#!/bin/sh\nn=$(ls "$REC" | grep -c "^{name}\\.")\nprintf \'%s\\0\' "$@" > "$REC/{name}.$n"\n')
-        os.chmod(p, 0o755)
-    r = subprocess.run(argv, env={**env, "PATH": binp + ":/usr/bin:/bin", "REC": rec}, capture_output=True,
-                       text=True, timeout=60)
-    runs = {}
-    for f in sorted(os.listdir(rec), key=lambda f: (f.split(".")[0], int(f.split(".")[1]))):
-        with open(os.path.join(rec, f), "rb") as fh:
-            runs.setdefault(f.split(".")[0], []).append([a.decode() for a in fh.read().split(b"\0")[:-1]])
-    return {"returncode": r.returncode, "stderr": r.stderr[-2000:], "runs": runs}
+    return recorded(argv, env, tmp, RECORDERS)
 
 
 def pod_facts(template, lws_env, tmp):

@@ -57,12 +57,14 @@ FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
           "yarn_rotary_scaling_factor", "yarn_original_max_position_embeddings", "yarn_mscale", "yarn_mscale_all_dim",
           "layernorm_epsilon", "moe_router_score_function", "moe_router_num_groups", "moe_router_group_topk",
           "moe_router_enable_expert_bias", "moe_router_topk_scaling_factor", "moe_router_pre_softmax",
-          "moe_router_dtype", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend")
+          "moe_router_dtype", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+          "moe_router_force_load_balancing")
 ARGS = ("data_parallel_size", "micro_batch_size", "global_batch_size", "seq_length", "max_position_embeddings",
         "padded_vocab_size", "vocab_size", "rotary_base", "position_embedding_type",
         "untie_embeddings_and_output_weights", "fp8_param_gather", "use_rope_scaling", "rope_scaling_factor",
         "rotary_seq_len_interpolation_factor", "use_megatron_fsdp", "megatron_fsdp_main_grads_dtype",
-        "grad_reduce_in_bf16", "accumulate_allreduce_grads_in_fp32")
+        "grad_reduce_in_bf16", "accumulate_allreduce_grads_in_fp32", "nccl_ub", "fsdp_double_buffer",
+        "fsdp_manual_registration")
 
 
 def _plain(x):

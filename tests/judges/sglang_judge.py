@@ -21,6 +21,8 @@ makes of it:
   (graph_sizes);
 * ``{"pd_decode_dcp": {"dcp": N, "mla": bool}}``: whether a decode server with decode context
   parallelism accepts its prefill server (pd_decode_dcp);
+* ``{"graph_backends": [...]}``: the CUDA graphs a server of these arguments keeps once resolved
+  (graph_backends): its decode and prefill graph backends;
 * ``{"router": [...]}``: the arguments of ``python -m sglang_router.launch_router``, through
   its own ``parse_router_args`` and ``RouterArgs._validate_router_args``, with the prefill and
   decode URLs it read in ``--pd-disaggregation`` mode.
@@ -202,7 +204,28 @@ def pd_decode_dcp(item):
     return {"ok": True}
 
 
+def graph_backends(argv):
+    """The decode and prefill CUDA graph backends SGLang resolves for ``argv`` (full, breakable or
+    disabled: model_executor/cuda_graph_config.py), the prefill default being CUDA's (breakable,
+    default_prefill_backend: this host has no GPU, where SGLang would leave it disabled)."""
+    from sglang.srt.model_executor import cuda_graph_config as cgc
+
+    own = cgc.default_prefill_backend
+    cgc.default_prefill_backend = lambda: cgc.Backend.BREAKABLE
+    try:
+        args = ServerArgs.from_cli_args(_parser().parse_args([*argv, "--device", "cuda"]))
+        args.resolve_once()
+    except (ValueError, AssertionError, RuntimeError, TypeError) as x:
+        return {"ok": False, "error": f"{type(x).__name__}: {x}"}
+    finally:
+        cgc.default_prefill_backend = own
+    cfg = resolving_view(args).cuda_graph_config
+    return {"ok": True, "decode": str(cfg.decode.backend), "prefill": str(cfg.prefill.backend)}
+
+
 def judge(item):
+    if "graph_backends" in item:
+        return graph_backends(item["graph_backends"])
     if "split" in item:
         return split(*item["split"])
     if "swa_slice" in item:

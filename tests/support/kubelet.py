@@ -38,3 +38,29 @@ def builtin_errors(obj, what):
     except kubernetes_validate.ValidationError as x:
         return [f"{what}: {x.message} at {'/'.join(map(str, x.path))}"]
     return []
+
+
+def recorded(argv, env, tmp, programs):
+    """Run ``argv`` (a container's command after the kubelet's substitution) with each of
+    ``programs`` replaced by a recorder of its argv: the exit status, the end of stderr, and per
+    program the argv of each of its calls in order."""
+    import os
+    import subprocess
+
+    rec, binp = os.path.join(tmp, "rec"), os.path.join(tmp, "bin")
+    os.makedirs(rec, exist_ok=True)
+    os.makedirs(binp, exist_ok=True)
+    for f in os.listdir(rec):
+        os.unlink(os.path.join(rec, f))
+    for name in programs:   # each call writes its argv, NUL-separated, to <name>.<n>
+        p = os.path.join(binp, name)
+        with open(p, "w") as f:
+            f.write(f'#!/bin/sh\nn=$(ls "$REC" | grep -c "^{name}\\.")\nprintf \'%s\\0\' "$@" > "$REC/{name}.$n"\n')
+        os.chmod(p, 0o755)
+    r = subprocess.run(argv, env={**env, "PATH": binp + ":/usr/bin:/bin", "REC": rec}, capture_output=True,
+                       text=True, timeout=60)
+    runs = {}
+    for f in sorted(os.listdir(rec), key=lambda f: (f.split(".")[0], int(f.split(".")[1]))):
+        with open(os.path.join(rec, f), "rb") as fh:
+            runs.setdefault(f.split(".")[0], []).append([a.decode() for a in fh.read().split(b"\0")[:-1]])
+    return {"returncode": r.returncode, "stderr": r.stderr[-2000:], "runs": runs}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from support.kubelet import expand
 
-LAUNCHERS = ("torchrun", "vllm", "ray", "deepspeed", "python3")
+LAUNCHERS = ("torchrun", "vllm", "ray", "deepspeed", "python3", "trtllm-serve")
 MAX_NODES = 16   # larger launches run on their first two nodes and their last
 
 RECORDER = r'''#!/usr/bin/env bash
@@ -364,22 +364,22 @@ def _dynamo(d: Path, plan: dict, tools: Path, tmp: Path, target: str) -> list[di
     for every replica: copies)."""
     import yaml
 
-    from support.orchestrators import operator_container
+    from support.orchestrators import dynamo_components, operator_container
 
     docs = [x for x in yaml.safe_load_all(next(d.glob("*.yaml")).read_text()) if x]
     mounted = _configmap(docs, tmp / "etc-parc")
     dgd = next(x for x in docs if x.get("kind") == "DynamoGraphDeployment")
     out = []
-    for key, svc in dgd["spec"]["services"].items():
-        if svc.get("componentType") != "worker":
+    for key, svc, _, c, _, kind in dynamo_components(dgd):
+        if kind not in ("worker", "prefill", "decode"):
             continue
         nodes, name = (svc.get("multinode") or {}).get("nodeCount", 1), f"{dgd['metadata']['name']}-{key.lower()}"
-        c = svc["extraPodSpec"]["mainContainer"]
         for k in nodes_to_run(nodes):
-            command, args = operator_container(dgd["spec"]["backendFramework"], c, nodes, k)
+            command, args = operator_container(dgd["spec"]["backendFramework"], c, nodes, k,
+                                               quoted=dgd["apiVersion"] == "nvidia.com/v1beta1")
             variables = {"LWS_WORKER_INDEX": str(k), "LWS_LEADER_ADDRESS": f"{name}-0.{name}", "LWS_GROUP_SIZE": str(nodes)}
-            for x in _pod(command + args, svc.get("envs") or [], variables, mounted, tools, _record_dir(tmp, f"{key}-{k}"),
-                          tmp, target):
+            for x in _pod(command + args, svc.get("envs") or c.get("env") or [], variables, mounted, tools,
+                          _record_dir(tmp, f"{key}-{k}"), tmp, target):
                 out.append(dict(_as_engine(x), node=k, copies=svc.get("replicas", 1)))
     return out
 

@@ -1,7 +1,8 @@
 """What the judges of the serving orchestrators' manifests share (tests/test_dynamo_judge.py,
-tests/test_kserve_judge.py): the manifests parc compiles for the examples, the test specs and a
-module's own plans; and, imported by the judges from their own environment (no pytest there),
-the CRD's schema as the API server applies it and the object's name checks."""
+tests/test_kserve_judge.py): the judge's fixture and the manifests parc compiles for the
+examples, the test specs and a module's own plans; and, imported by the judges from their own
+environment (no pytest there: the test-side functions import it themselves), the CRD's schema as
+the API server applies it and the object's name checks."""
 from __future__ import annotations
 
 import re
@@ -34,6 +35,45 @@ def compiled(check_spec, target: str, path: str, plans) -> list[tuple[str, dict,
     return out
 
 
+def judged(target: str, path: str, plans):
+    """What a test module of an orchestrator's judge starts from: (the module's fixture
+    ``<target>_python``, the judge's process; ``judge(proc, texts)``, its verdict on each manifest;
+    ``cases(check_spec)``, what :func:`compiled` gives for ``target``'s ``path`` and ``plans``)."""
+    import pytest
+
+    from support import judges
+
+    @pytest.fixture(scope="module", name=f"{target}_python")
+    def python(tmp_path_factory):
+        proc = judges.start(target, f"PARC_{target.upper()}_PYTHON", tmp_path_factory.mktemp("judge") / "stderr",
+                            timeout=600)
+        yield proc
+        judges.stop(proc)
+
+    def judge(proc, texts: list[str]) -> list[dict]:
+        return judges.ask(proc, f"@@{target}-judge ", texts)
+
+    def cases(check_spec) -> list[tuple[str, dict, str]]:
+        return compiled(check_spec, target, path, plans)
+
+    return python, judge, cases
+
+
+def engine_judge(engine: str):
+    """The module's fixture ``<engine>_python``: the engine's own judge (tests/judges/<engine>_judge.py)."""
+    import pytest
+
+    from support import judges
+
+    @pytest.fixture(scope="module", name=f"{engine}_python")
+    def python(tmp_path_factory):
+        proc = judges.start(engine, f"PARC_{engine.upper()}_PYTHON", tmp_path_factory.mktemp(f"{engine}-judge") / "stderr")
+        yield proc
+        judges.stop(proc)
+
+    return python
+
+
 def crd_validator(path: str, version: str):
     """The validator of the CRD at ``path``'s ``version`` as the API server applies it: unknown
     fields refused wherever the schema is structural (support.structural.strict)."""
@@ -63,20 +103,45 @@ def name_errors(meta: dict) -> list[str]:
 # --- what the Dynamo operator does to a multinode worker's container ----------------------------
 # (ai-dynamo/dynamo deploy/cloud/operator/internal/dynamo/backend_vllm.go, updateVLLMMultinodeArgs,
 # commit 039eb630ece354bf2208c1cb1c7140f4f1b041f5; backend_sglang.go, UpdateContainer, commit
-# 020073063688f0288505ac584654b1802822cdb0), with LeaderWorkerSet as the multinode deployer
+# 020073063688f0288505ac584654b1802822cdb0), with LeaderWorkerSet as the multinode deployer. The
+# operator that serves v1beta1 (deploy/operator/internal/dynamo/backend_vllm.go,
+# injectRayDistributedLaunchFlags, as the index stores it) quotes the leader's command and args
+# for the shell, appends `--distributed-executor-backend ray` and makes the command `/bin/sh -c`:
+# ``quoted``.
 VLLM_RAY_PORT, SGLANG_PORT = "6379", "29500"      # backend_vllm.go VLLMPort, backend_sglang.go SglangPort
 LEADER, RANK = "$(LWS_LEADER_ADDRESS)", "$(LWS_WORKER_INDEX)"   # the LWS deployer's leader and rank
 
 
-def operator_container(framework, container, nodes, index):
+def dynamo_components(dgd):
+    """Each component of a DynamoGraphDeployment of either API as (name, its fields, its pod spec,
+    its main container, its pods' annotations, its type): v1alpha1's `spec.services` (the pod
+    `extraPodSpec`, its `mainContainer`, the component's `annotations`), v1beta1's
+    `spec.components` (the pod `podTemplate.spec`, its container `main`)."""
+    spec = dgd["spec"]
+    if dgd["apiVersion"] == "nvidia.com/v1alpha1":
+        return [(k, s, s.get("extraPodSpec") or {}, (s.get("extraPodSpec") or {}).get("mainContainer") or {},
+                 s.get("annotations") or {}, s.get("componentType")) for k, s in (spec.get("services") or {}).items()]
+    out = []
+    for c in spec.get("components") or []:
+        tpl = c.get("podTemplate") or {}
+        pod = tpl.get("spec") or {}
+        main = next(k for k in pod.get("containers") or [] if k.get("name") == "main")
+        out.append((c["name"], c, pod, main, (tpl.get("metadata") or {}).get("annotations") or {}, c.get("type")))
+    return out
+
+
+def operator_container(framework, container, nodes, index, quoted=False):
     """The container of pod ``index`` of a component over ``nodes`` pods, as the operator changes it."""
     command, args = list(container.get("command") or []), list(container.get("args") or [])
     if nodes <= 1:
         return command, args
     if framework == "vllm":
+        head = f"ray start --head --port={VLLM_RAY_PORT} && "
+        if index == 0 and quoted:
+            return ["/bin/sh", "-c"], [f"{head}{shlex.join(command)} {shlex.join(args)} --distributed-executor-backend ray"]
         if index == 0:
-            return command, ([f"ray start --head --port={VLLM_RAY_PORT} && {' '.join(args)}"] if args else args)
-        return command, [f"ray start --address={LEADER}:{VLLM_RAY_PORT} --block"]
+            return command, ([head + " ".join(args)] if args else args)
+        return (["/bin/sh", "-c"] if quoted else command), [f"ray start --address={LEADER}:{VLLM_RAY_PORT} --block"]
     if framework == "sglang":
         flags = f"--dist-init-addr {LEADER}:{SGLANG_PORT} --nnodes {nodes} --node-rank {'0' if index == 0 else RANK}"
         if command and re.fullmatch(r"python\d*(\.\d+)*", command[0]):

@@ -222,7 +222,7 @@ def _value(la: Launch, key: str):
     fmt, _, name = key.partition(".")
     if not any(k.startswith(fmt + ".") for k in la.settings):
         return None
-    if fmt in ("vllm", "sglang", "megatron", "megatron_deepspeed"):
+    if fmt in ("vllm", "sglang", "megatron", "megatron_deepspeed", "trtllm"):
         return wild_argv.options(fmt)[1].get(name, {}).get("default")
     return wild_norm.DEFAULTS.get(fmt, {}).get(name)
 

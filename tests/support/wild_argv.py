@@ -13,6 +13,9 @@ published are read by the same, independent code:
 * torchtitan: ``--section.option value`` overrides on top of a TOML file's sections (0.2) or of
   what a config function sets (0.3: ``tests/wild/engines/torchtitan.json``, made by
   ``tests/judges/wild_torchtitan_configs.py`` from torchtitan 0.3.0's own config functions);
+* TensorRT-LLM: trtllm-serve's click options as ``tensorrt_llm/commands/serve.py`` declares them
+  (``tests/wild/engines/trtllm.json``, transcribed by hand: tensorrt_llm cannot be installed here),
+  and the LLM API keys of its ``--extra_llm_api_options`` YAML as ``llm_api.<key>``;
 * torchrun and DeepSpeed's launcher: their own options (``torch/distributed/run.py``,
   ``deepspeed/launcher/runner.py``), and the script and its arguments after them."""
 from __future__ import annotations
@@ -118,13 +121,29 @@ def server_settings(engine: str, argv: list[str], cwd: Path | None = None) -> di
         else:
             out[opt["dest"]] = _number(value if eq else words[i + 1])
             i += 1 if eq else 2
-    if engine == "vllm" and positional:
+    if engine in ("vllm", "trtllm") and positional:
         out["model"] = positional.pop(0)
+    if engine == "trtllm" and out.get("extra_llm_api_options") and cwd is not None:
+        out.update(_llm_api_file(Path(cwd) / str(out["extra_llm_api_options"])))
     if positional:           # words the parser would refuse ("unrecognized arguments")
         out["unrecognized"] = positional
     if engine == "vllm" and "config" in out and cwd is not None:
         out = {**_vllm_config_file(Path(cwd) / str(out.pop("config"))), **out}
     return out
+
+
+def _llm_api_file(path: Path) -> dict:
+    """trtllm-serve's --extra_llm_api_options YAML (LLM API keys, serve.py
+    update_llm_args_with_extra_dict), each leaf as ``llm_api.<dotted key>``."""
+    import yaml
+
+    def flat(d: dict, pre: str) -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{pre}{k}.") if isinstance(v, dict) else {f"{pre}{k}": _number(v)})
+        return out
+
+    return flat(yaml.safe_load(path.read_text()) or {}, "llm_api.")
 
 
 def _vllm_config_file(path: Path) -> dict:

@@ -40,6 +40,7 @@ IGNORED = {
                "init_expert_location", "disaggregation_bootstrap_port", "watchdog_timeout", "decode_log_interval",
                "device"},
     "sglang_router": {"host", "port", "prefill", "decode", "worker_urls"},
+    "trtllm": {"host", "port", "extra_llm_api_options"},
     "megatron": {"save", "load", "data_path", "vocab_file", "merge_file", "tensorboard_dir", "data_cache_path",
                  "wandb_project", "wandb_exp_name", "wandb_save_dir", "tokenizer_model", "log_interval",
                  "save_interval", "eval_interval", "eval_iters", "tensorboard_queue_size", "log_throughput",
@@ -164,6 +165,9 @@ def from_records(records: list[dict], role: str = "") -> list[Launch]:
                               argv=argv[1:], cwd=str(cwd)))
         elif name == "sglang" and argv[:1] == ["serve"]:
             out.append(_sglang(argv[1:], env, role, cwd))
+        elif name == "trtllm-serve":
+            out.append(Launch("trtllm", role or "serve", {**env, **_keyed("trtllm", A.server_settings("trtllm", argv, cwd))},
+                              argv=list(argv), cwd=str(cwd)))
         elif name in ("python", "python3") and argv[:1] == ["-m"] and len(argv) > 1:
             mod, rest = argv[1], argv[2:]
             if mod == "vllm.entrypoints.openai.api_server":

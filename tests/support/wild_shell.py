@@ -9,10 +9,14 @@ JSON line (its name, argv, the environment the script gave it, its working folde
 exits 0; a wrapper (``srun``, ``docker run``, ``sbatch``) then runs the command it wraps, so the
 engine inside is recorded too. No engine, no network and no GPU tool really runs.
 
-The same harness runs what parc emits, so both sides of a comparison are read the same way."""
+The same harness runs what parc emits, so both sides of a comparison are read the same way.
+A script's fixed ``/tmp/`` paths (TensorRT-LLM's benchmarking guide writes its LLM API file to
+``/tmp/extra-llm-api-config.yml``) are taken to the sandbox's own ``tmp`` folder when it runs,
+so that a run writes nothing outside the sandbox; the file on disk keeps the published text."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -21,7 +25,8 @@ from pathlib import Path
 # Programs that would start work, reach the network or need a GPU: recorded, never run.
 RECORDED = ("torchrun", "vllm", "python", "python3", "deepspeed", "ray", "sudo", "sleep", "nvidia-smi",
             "rocm-smi", "scontrol", "dcgmi", "pip", "pip3", "uv", "ssh", "ds_ssh", "wget", "curl", "git",
-            "huggingface-cli", "hf", "apt-get", "mpirun", "kubectl", "sky", "nsys", "sglang", "hostname")
+            "huggingface-cli", "hf", "apt-get", "mpirun", "kubectl", "sky", "nsys", "sglang", "hostname",
+            "trtllm-serve")
 # Recorded, then the command they wrap runs (under the same recorders).
 WRAPPERS = ("srun", "docker", "sbatch")
 
@@ -128,6 +133,21 @@ def recorders(folder: Path) -> Path:
     return b
 
 
+_TMP = re.compile(r"(?<![\w./$-])/tmp/")   # /tmp/... as a path of its own, not /var/tmp/ nor ./tmp/
+
+
+def _in_sandbox(script: str, sandbox: Path) -> str:
+    """``script`` with its fixed /tmp/ paths taken to ``sandbox``/tmp/, except the paths of the
+    test's own temporary folder (where the sandbox and parc's emitted files live), which is
+    where the script is meant to read."""
+    own = Path(sandbox).resolve().parts
+    mine = own[2] + "/" if len(own) > 2 and own[1] == "tmp" else None
+
+    def swap(m: re.Match) -> str:
+        return m.group(0) if mine and script.startswith(mine, m.end()) else f"{sandbox}/tmp/"
+    return _TMP.sub(swap, script)
+
+
 def run(script: str, sandbox: Path, args=(), env: dict | None = None, shell: str = "bash",
         allow_none: bool = False) -> list[dict]:
     """Run ``script`` (shell text) in ``sandbox`` with the recorders first on PATH; the records,
@@ -141,8 +161,9 @@ def run(script: str, sandbox: Path, args=(), env: dict | None = None, shell: str
             "TMPDIR": str(sandbox)}
     full = {**base, **(env or {})}
     full.update(WILD_LOG=str(log), WILD_BASE_ENV=json.dumps(base), WILD_TMP=str(sandbox))
+    (sandbox / "tmp").mkdir(exist_ok=True)
     f = sandbox / "wild-script.sh"
-    f.write_text(script)
+    f.write_text(_in_sandbox(script, sandbox))
     r = subprocess.run([shell, str(f), *args], cwd=sandbox, env=full, capture_output=True, text=True, timeout=120)
     if not log.exists():
         if allow_none:

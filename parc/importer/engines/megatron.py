@@ -138,6 +138,9 @@ class Megatron(Reader):
     def read_tokenizer(self, o: Opt) -> None:
         self.late[o.what] = o
 
+    def read_fsdp_double_buffer(self, o: Opt) -> None:
+        self.late["fsdp_double_buffer"] = o
+
     def read_attention_backend(self, o: Opt) -> None:
         if o.value == "unfused":
             self.draft.set("train", "flash_attention", False, self.note(o))
@@ -166,6 +169,20 @@ class Megatron(Reader):
                 self.carry(sh, "not a whole number of --moe-ffn-hidden-size experts")
         self._split()
         self._absent_switches()
+        self._double_buffer()
+
+    def _double_buffer(self) -> None:
+        """--fsdp-double-buffer is Megatron-FSDP's: with ZeRO-3 the key, without it nothing that
+        Megatron-LM reads (and P028 in a spec), so it is left out and said so."""
+        o = self.late.get("fsdp_double_buffer")
+        if o is None:
+            return
+        zero = self.draft.get("train", "zero", 0)
+        if isinstance(zero, int) and zero >= 3:
+            self.direct(o, "target.fsdp_double_buffer")
+        else:
+            self.drop(o, "Megatron-LM reads it only with Megatron-FSDP (--use-megatron-fsdp), which the launch "
+                         "does not use")
 
     def _absent_switches(self) -> None:
         """A train switch the launch leaves out is off in Megatron-LM (``store_true``); where parc's

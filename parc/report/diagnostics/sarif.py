@@ -20,7 +20,8 @@ INFORMATION_URI = "https://github.com/parc-dev/parc"
 _LEVEL = {ERROR: "error", WARNING: "warning", NOTE: "note"}
 _FAMILY = {"P0": "syntax-and-names", "P1": "mesh", "P2": "batch-and-schedule", "P3": "topology",
            "P4": "memory", "P5": "advice", "P6": "target", "P7": "known-defect",
-           "P72": "orchestrator-target"}   # P720-P729: the orchestrators' own target rules (P6 is full)
+           "P72": "orchestrator-target",   # P720-P729: the orchestrators' own target rules (P6 is full)
+           "P73": "trtllm-target"}         # P730-P739: TensorRT-LLM's own target rules
 
 
 def _uri(file: str) -> str:

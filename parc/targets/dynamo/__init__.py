@@ -1,5 +1,8 @@
-"""NVIDIA Dynamo: ``dgd.yaml``, a ``DynamoGraphDeployment`` (nvidia.com/v1alpha1) that the Dynamo
-operator turns into Dynamo's frontend and the engine's workers.
+"""NVIDIA Dynamo: ``dgd.yaml``, a ``DynamoGraphDeployment`` that the Dynamo operator turns into
+Dynamo's frontend and the engine's workers: nvidia.com/v1beta1 (``spec.components``, each with a
+``podTemplate`` whose ``main`` container runs it; the default) or, for an operator that serves no
+v1beta1, nvidia.com/v1alpha1 (``spec.services``, ``extraPodSpec.mainContainer``): the key
+``api_version``, target.toml's [api].
 
 The graph is the frontend (``python3 -m dynamo.frontend``, which serves the OpenAI API and routes
 each request to a worker over Dynamo's runtime) and one worker component per run of the engine's
@@ -8,7 +11,9 @@ prefill/decode-disaggregated plan is ``<Engine>PrefillWorker`` and ``<Engine>Dec
 worker naming its role with the engine's ``--disaggregation-mode``. A component's ``replicas`` are
 the run's replicas (the plan's data-parallel replicas, a pool's instances); a run larger than a node
 is a ``multinode`` component of ``nodeCount`` pods, each with the node's GPUs (``resources.limits.gpu``
-is per pod: the CRD's "total number of GPUs is NumberOfNodes * GPU").
+is per pod, v1beta1's ``nvidia.com/gpu`` limit of the main container too: the CRD's "total number of
+GPUs is NumberOfNodes * GPU"). In v1beta1 a pool's worker is of its role's component ``type``
+(``prefill``, ``decode``), any other ``worker``.
 
 A worker runs Dynamo's component module for the engine (``dynamo.vllm``, ``dynamo.sglang``) with
 the options of the engine's own command, exactly as ``parc compile --target ENGINE`` writes them
@@ -16,7 +21,8 @@ for that run, less what the module or the operator owns (target.toml's [engines]
 API port (the frontend serves the API) and, for SGLang, the multinode options the operator adds
 (``--dist-init-addr``, ``--nnodes``, ``--node-rank``). A multinode vLLM worker runs over Ray, which
 the operator starts itself (the leader's command becomes ``ray start --head && ARGS``, the other
-pods only join the head), so its command is a shell line; a launch the operator cannot start that
+pods only join the head), so its command is a shell line, and its pods' annotation asks for that
+launch by name (an operator that knows the annotation otherwise starts vLLM's own); a launch the operator cannot start that
 way (vLLM's own multi-node launch, ``executor = mp``) is refused (P620, :func:`inexpressible`). ``spec.backendFramework``
 names the engine, which is how the operator picks its multinode handling. What the graph cannot
 express is a diagnostic, never a silent drop.
@@ -26,14 +32,14 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from parc.model.targets import display, engine_of, spec
+from parc.model.targets import display, engine_of, pinned, spec
 from parc.targets.base import Cat, Env, File, Var, dns_label, mesh_text, nccl_env, plan_json, settings, spec_name
 from parc.targets.engines import Product, Run, launch
 from parc.words import count
 
 TARGET = "dynamo"
 NAME_MAX = 40            # the operator names each component's objects <name>-<component>
-API_VERSION = "nvidia.com/v1alpha1"
+GROUP = "nvidia.com"
 FRONTEND = ("python3", "-m", "dynamo.frontend")
 
 
@@ -45,6 +51,11 @@ def engine(plan) -> str:
 def engine_facts(plan) -> dict:
     """How the engine's command becomes a worker's (target.toml's [engines])."""
     return (spec(TARGET) or {}).get("engines", {}).get(engine(plan), {})
+
+
+def api_version(plan) -> str:
+    """The DynamoGraphDeployment API version the graph is written in (target.toml's [api])."""
+    return settings(plan, TARGET).get("api_version") or spec(TARGET)["api"]["default"]
 
 
 def graph_name(plan) -> str:
@@ -173,7 +184,10 @@ def _component(plan, w: Worker) -> dict:
     skip = set(engine_facts(plan).get("frontend_env", ()))
     env = pod_env([e for e in [Env("PARC_PLAN", f"{PLAN_DIR}/plan.json"), *run.env, *nccl_env(run.plan or plan)]
                    if e.name not in skip])
+    ray = run.size > 1 and engine_facts(plan).get("multinode") == "ray"
     return {"name": w.name, "replicas": run.replicas, "nodes": run.size, "gpus": run.gpus,
+            "type": run.pool or "worker",
+            "annotations": {spec(TARGET)["api"]["ray_annotation"]: "ray"} if ray else {},
             "command": [_kube(x) for x in w.command], "args": [_kube(x) for x in w.args], "env": env,
             "cpu": str(s["cpu"]) if "cpu" in s else None,
             "memory": quantity(s["memory"]) if "memory" in s else None,
@@ -199,11 +213,16 @@ def build(plan) -> list[File]:
               + f"; Dynamo's frontend serves the API on port {s.get('port', 8000)}."]
     from parc.targets.kubernetes import PLAN_DIR
 
-    text = render("dynamo/dgd.yaml.j2", header=header, name=name, namespace=s.get("namespace"),
+    version = api_version(plan)
+    # v1beta1's admission refuses a component whose image tag is not the Dynamo runtime's
+    # semantic version unless `runtimeVersionOverride` says it (the CRD's field description): an
+    # image of the user's runs the release whose module options parc writes (`version`)
+    runtime = pinned(plan, TARGET) if "image" in s else None
+    text = render(f"dynamo/dgd_{version}.yaml.j2", header=header, name=name, namespace=s.get("namespace"),
                   plan_json=plan_json(plan), plan_dir=PLAN_DIR,
-                  api_version=API_VERSION, framework=engine(plan), engine=display(engine(plan)),
+                  api_version=f"{GROUP}/{version}", framework=engine(plan), engine=display(engine(plan)),
                   image=s.get("image", facts["image"]), secret=s.get("secret"), frontend=frontend,
-                  components=comps)
+                  components=comps, runtime=runtime)
     return [File("dgd.yaml", text), File("plan.json", plan_json(plan))]
 
 

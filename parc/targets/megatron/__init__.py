@@ -337,6 +337,7 @@ def _training_lines(plan) -> list[list]:
         a([F("use_megatron_fsdp")])
         a([F("data_parallel_sharding_strategy"), "optim_grads_params"])
         a([F("ckpt_format"), "fsdp_dtensor"])   # validate_args: Megatron-FSDP's only checkpoint format
+    out += buffer_lines(plan, F)
     if tr.precision in ("bf16", "fp8"):
         a([F("bf16")])
     elif tr.precision == "fp16":
@@ -373,6 +374,15 @@ def main_grads_lines(plan, F) -> list[list]:
     if fsdp(plan):
         return [[F("megatron_fsdp_main_grads_dtype"), tr.main_grads]]
     return [[F("grad_reduce_in_bf16")]] if tr.main_grads == "bf16" else []
+
+
+def buffer_lines(plan, F) -> list[list]:
+    """The data-parallel buffers' switches of `target megatron`, each where given: Megatron-FSDP's
+    double buffer (``--fsdp-double-buffer``, zero = 3 only: P028) and NCCL user-buffer registration
+    (``--use-nccl-ub``, with which Megatron-LM double-buffers Megatron-FSDP itself). What they hold
+    is :func:`parc.cost.memory.fsdp_double_buffer_bytes`."""
+    s = settings(plan, TARGET)
+    return [[F(what)] for what in ("fsdp_double_buffer", "nccl_ub") if s.get(what)]
 
 
 # Megatron-LM's --fp8-recipe for each of train.fp8_recipe it has (TransformerConfig.fp8_recipe)

@@ -3,7 +3,8 @@
 layernorm_epsilon, Megatron-LM 0.19.2). A model fact is written only where the model states it:
 Megatron-LM's defaults are a softmax router without groups, expert bias or scaling, the top-k taken
 before the softmax, and a norm epsilon of 1e-5. The dispatcher and the router's dtype are how
-Megatron-LM runs the model, so they are `target megatron` keys."""
+Megatron-LM runs the model, so they are `target megatron` keys, as is the benchmarks' forced even
+expert load."""
 from __future__ import annotations
 
 from parc.targets.base import settings
@@ -31,7 +32,7 @@ def router_lines(m, F) -> list[list]:
 def dispatcher_lines(plan, F) -> list[list]:
     """The token dispatcher: the target's `token_dispatcher` (flex where only a flex backend is
     given), else alltoall with ep > 1 and Megatron-LM's allgather otherwise; the router's dtype
-    where given."""
+    where given, and the benchmarks' forced even load (``force_load_balancing``: random logits)."""
     s = settings(plan, "megatron")
     kind = s.get("token_dispatcher") or ("flex" if s.get("flex_dispatcher_backend") else None)
     if kind is None and plan.mesh.ep > 1:
@@ -41,6 +42,8 @@ def dispatcher_lines(plan, F) -> list[list]:
         out.append([F("moe_flex_dispatcher_backend"), s["flex_dispatcher_backend"]])
     if s.get("router_dtype"):
         out.append([F("moe_router_dtype"), s["router_dtype"]])
+    if s.get("force_load_balancing"):
+        out.append([F("moe_router_force_load_balancing")])
     return out
 
 

@@ -1,6 +1,7 @@
 """Megatron-LM's own rules: the plans its arguments cannot express or that it refuses."""
 from __future__ import annotations
 
+from parc.cost.memory import fsdp_double_buffered
 from parc.model import schedules
 from parc.model.targets import rank_orders
 from parc.rules import WARNING, rule
@@ -205,6 +206,11 @@ def _ep_overlap_faults(plan) -> list[tuple[str, str, str]]:
     if tr.precision not in ("bf16", "fp16", "fp8"):
         out.append(("train.precision", f"precision = {tr.precision}",
                     "overlap_moe_expert_parallel_comm is only supported with bf16 or fp16 model"))
+    if fsdp_double_buffered(plan):
+        key = "fsdp_double_buffer" if settings(plan, TARGET).get("fsdp_double_buffer") else "nccl_ub"
+        out.append((f"target.megatron.{key}", f"Megatron-FSDP's double buffer (`{key} = true`"
+                    + (", which turns it on" if key == "nccl_ub" else "") + ")",
+                    "1F1B overlap with FSDP does not support double buffer"))
     return out
 
 
@@ -221,7 +227,9 @@ def ep_comm_overlap(plan, c):
                  f"refuses it (\"{words}\")",
                  help={"schedule.pipeline": "use `pipeline = interleaved_1f1b` with virtual_stages ≥ 2, ",
                        "train.recompute": "use `recompute = selective` or none, ",
-                       "train.precision": "use `precision = bf16`, "}[path] + "or remove `ep_comm_overlap`",
+                       "train.precision": "use `precision = bf16`, ",
+                       "target.megatron.fsdp_double_buffer": "remove `fsdp_double_buffer`, ",
+                       "target.megatron.nccl_ub": "remove `nccl_ub`, "}[path] + "or remove `ep_comm_overlap`",
                  related=[(c.at("train.ep_comm_overlap", "train"), "ep_comm_overlap = true")])
 
 
