@@ -54,6 +54,18 @@ def cp_bytes_per_layer(tokens_local: float, kv_width: int, cp: int, nbytes: int 
     return (cp - 1) * 2 * tokens_local * kv_width * (2 * nbytes + (grad_bytes or nbytes))
 
 
+def cp_gathered_share(ring: dict | None, precision: str) -> float:
+    """The share of :func:`cp_bytes_per_layer` that a ring gathers at once instead of passing step
+    by step: K and V (:func:`comm_dtype_bytes` of ``precision`` each) where the ring's ``rotate`` is
+    "allgather" (torch's ring under torchtitan's default), against their gradients (``grad_bytes``,
+    else the same), which still go one step at a time; 0 for a p2p ring. Example: bf16 K and V with
+    float32 gradients, 4 / (4 + 4) = 0.5."""
+    if not ring or ring.get("rotate") != "allgather":
+        return 0.0
+    nbytes = comm_dtype_bytes(precision)
+    return 2 * nbytes / (2 * nbytes + (ring["grad_bytes"] or nbytes))
+
+
 def ep_bytes_per_layer(tokens_local: float, h: int, top_k: int, ep: int, nbytes: int = 2) -> float:
     """Expert-parallel all-to-all per MoE layer: dispatch and combine in the forward and again in
     the backward, each moving tokens·top_k·h elements of which (ep-1)/ep leave the GPU

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from parc.cost.comm import comm_dtype_bytes, zero3_flat, zero3_passes
+from parc.cost.comm import comm_dtype_bytes, cp_gathered_share, zero3_flat, zero3_passes
 from parc.cost.comm import (ALGORITHMS, again, allgather_bytes, p2p_time, allreduce_bytes, axis_time, comm_calls,
                             cp_bytes_per_layer, dp_bytes, dp_bytes_parts, ep_bytes_per_layer, link_latency, link_params, serving_calls,
                             pp_bytes_per_microbatch, tp_bytes_per_layer)
@@ -17,7 +17,7 @@ from parc.cost.memory import (Memory, StateBytes, fsdp_double_buffer_bytes, fsdp
                               fp8_weight_terms, kv_bytes_per_token,
                               kv_capacity_tokens, layer_activation_bytes, linear_params, model_activation_options,
                               model_kv_bytes_per_token,
-                              model_state_bytes, nccl_communicators, overhead_bytes,
+                              model_state_bytes, nccl_communicators, overhead_bytes, pipeline_gathered,
                               sampler_bytes, serving_activation_bytes, stage_activation_bytes,
                               state_bytes_per_param, zero_state_bytes, _train_state)
 from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, DTYPE_BYTES, PARTS,
@@ -33,7 +33,7 @@ from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, D
 from parc.cost import engine
 from parc.cost import xp as np
 from parc.cost.gemm import stage_compute_time, stage_rates
-from parc.cost.kernels import optimizer_bytes, ring_merge_bytes
+from parc.cost.kernels import grad_accumulation_bytes, optimizer_bytes, ring_merge_bytes
 from parc.cost.timing import BACKWARD_SHARE, exposed_comm, step_time
 from parc.model import schedules
 from parc.model.frameworks import context_parallel, framework
@@ -276,7 +276,7 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     n_dense, n_exp = _shard_groups(plan)
     mem.weights, mem.grads, mem.optimizer = model_state_bytes(
         sum(full.values()) - full["experts"], full["experts"], nparams - parts["experts"], parts["experts"],
-        _zero(plan), n_dense, n_exp, per)
+        _zero(plan), n_dense, n_exp, per, pipeline_gathered(framework(plan.train.framework), mesh.pp))
     p, mb, v = mesh.pp, sch.microbatches or 0, sch.virtual_stages
     st.inflight = schedules.inflight(sch.pipeline, p, mb, v, lay.stage)
     dense_layers = lay.layers - lay.moe_layers
@@ -297,7 +297,7 @@ def _stage(plan, lay: StageLayout, train: bool, per, act, kv_nbytes: int, rates)
     st.flops_per_microbatch = share * sum(work)   # stage_flops_per_microbatch
     st.gemm_flops_per_microbatch = share * (work[0] + work[1] + work[3])
     casts = 1.0 / max(mb, 1) if caches_fp8_weights(plan.train) else 1.0   # cached FP8 weights: cast once a step
-    accumulate = framework(plan.train.framework)["grad_accumulation_bytes"] * sum(full.values())
+    accumulate = grad_accumulation_bytes(framework(plan.train.framework), mesh.pp, mb) * sum(full.values())
     # the context-parallel ring's eager ops around the attention kernel, its forward's again when recomputed
     if mesh.cp > 1:
         accumulate += ring_merge_bytes(m, tokens, mesh.tp, mesh.cp, lay.layers, context_parallel(plan.train.framework),
@@ -530,7 +530,8 @@ def _estimate(plan, efficiency: float) -> Estimate:
         compute = gemm + attn + memb
         gather = ctime["dp"] * comm["dp_gather"] / comm["dp"] if comm["dp"] else 0.0
         exposed = exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, mb, plan.train, plan.profile.overlap,
-                               memory=memb, zero3=_zero(plan) >= 3)
+                               memory=memb, zero3=_zero(plan) >= 3, cp=mesh.cp,
+                               cp_gathered=cp_gathered_share(context_parallel(plan.train.framework), plan.train.precision))
         exposed = {ax: float(t) for ax, t in exposed.items()}
         owned = stages[most].memory.optimizer / per.optimizer if per.optimizer else 0.0
         opt = float(optimizer_bytes(owned, per) * rates["per_hbm_byte"])

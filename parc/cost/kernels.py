@@ -113,6 +113,19 @@ def ring_merge_bytes(m, tokens, tp, cp, layers, ring: dict, forward_passes=1.0):
     return (cp > 1) * per * tokens * (m.heads / tp) * _head(m) * layers
 
 
+def grad_accumulation_bytes(fw: dict, pp, microbatches):
+    """HBM bytes per gathered parameter of a stage that a microbatch's gradients cost beyond the
+    weight-gradient GEMM, averaged over a step's ``microbatches``: the framework's
+    ``grad_accumulation_bytes`` (``fw`` from :func:`parc.model.frameworks.framework`), and under a
+    pipeline (``pp`` > 1) its ``pipeline_grad_accumulation_bytes`` [first microbatch, each later
+    one]. Example: torchtitan at pp 2 with 4 microbatches, FSDP2 keeping the gradients of the
+    gathered parameters in float32 until the last: (6 + 3 · 10) / 4 = 9. Scalars or numpy arrays
+    for ``pp`` and ``microbatches``."""
+    first, later = fw.get("pipeline_grad_accumulation_bytes", (0, 0))
+    m = np.maximum(microbatches, 1)
+    return fw["grad_accumulation_bytes"] + np.where(pp > 1, (first + later * (m - 1)) / m, 0.0)
+
+
 def optimizer_bytes(owned_params, per) -> float:
     """HBM traffic of one optimizer step over the ``owned_params`` whose state this GPU keeps (a
     fused or foreach Adam): the master weights and moments read and written (``per.optimizer``

@@ -337,18 +337,33 @@ def model_activation_options(m: Model, tr) -> dict:
             "modules": tuple(tr.recompute_modules) if tr else ()}
 
 
-def model_state_bytes(dense, expert, dense_z3, expert_z3, zero: int, n_dense, n_exp, per: StateBytes):
+def model_state_bytes(dense, expert, dense_z3, expert_z3, zero: int, n_dense, n_exp, per: StateBytes,
+                      gathered=False):
     """(weights, grads, optimizer) bytes on one GPU holding ``dense`` and ``expert`` parameters
     (``dense_z3`` and ``expert_z3``: its ZeRO-3 shard of them, torch.chunk's first and largest),
-    data-parallel over ``n_dense`` and ``n_exp`` GPUs. Scalars or numpy arrays; ``zero`` a stage."""
+    data-parallel over ``n_dense`` and ``n_exp`` GPUs. With ``gathered`` (a framework whose FSDP
+    keeps a pipeline stage's parameters gathered and their gradients unsharded for the whole step,
+    :func:`pipeline_gathered`) ZeRO-3 adds the gathered copy of every parameter sharded over more
+    than one GPU and its gradient, ``per.weights`` + ``per.grads`` bytes. Scalars or numpy arrays;
+    ``zero`` a stage."""
     if zero >= 3:
         wd, we = dense_z3 * per.weights, expert_z3 * per.weights
         gd, od = wd / per.weights * per.grads, wd / per.weights * per.optimizer
         ge, oe = we / per.weights * per.grads, we / per.weights * per.optimizer
+        kept = gathered * ((n_dense > 1) * dense + (n_exp > 1) * expert)
+        wd, gd = wd + kept * per.weights, gd + kept * per.grads
     else:
         wd, gd, od = zero_state_bytes(dense, zero, n_dense, per)
         we, ge, oe = zero_state_bytes(expert, zero, n_exp, per)
     return wd + we, gd + ge, od + oe
+
+
+def pipeline_gathered(fw: dict, pp):
+    """Whether the framework ``fw`` (:func:`parc.model.frameworks.framework`) keeps a pipeline
+    stage's FSDP parameters gathered and their gradients unsharded from its first forward to its
+    last backward (``pipeline_gathered_state``, torchtitan's): only with ``pp`` > 1. Scalars or
+    numpy arrays for ``pp``."""
+    return bool(fw.get("pipeline_gathered_state", False)) * (pp > 1)
 
 
 def stage_activation_bytes(dense_layers, moe_layers, act_dense, act_moe, inflight, embedding, head,

@@ -31,7 +31,7 @@ from parc.model import schedules
 from parc.planner.inputs import Problem
 from parc.planner.space import (PIPELINES, RECOMPUTE, ask_rank_map, batch_options, crosses,
                     few_microbatches_refused, mesh_shapes, train_options, zero_options)
-from parc.cost.kernels import ring_merge_bytes
+from parc.cost.kernels import grad_accumulation_bytes, ring_merge_bytes
 from parc.model.frameworks import context_parallel, framework
 from parc.planner.columns import Columns, Rows
 from parc.planner.stages import layouts
@@ -108,9 +108,10 @@ def train_costs(pr: Problem, efficiency: float | None = None, progress=None, lea
     topts, toff, tcount = _train_table(pr, meshes)
     per_s = tcount[lo_mesh_a[s_lo]]
     state, fit = {}, {}
+    gathered = cm.pipeline_gathered(framework(pr.train.framework), mesh_a[lo_mesh_a, 0])[:, None]
     out.enumerated = 0
     for z in zeros:
-        w, g, o = cm.model_state_bytes(*c_par, z, lo_shard[:, None], lo_edp[:, None], per)
+        w, g, o = cm.model_state_bytes(*c_par, z, lo_shard[:, None], lo_edp[:, None], per, gathered)
         state[z] = (w, g, o)
         allowed = np.ones(len(lo_mesh), dtype=bool)
         if z not in zero_options(pr, 2):                                 # P615 with a pipeline
@@ -342,7 +343,7 @@ def _compute(ctx: _Context, s: dict):
     return share * gemm[inv], share * attn[inv], share * memb[inv], per_hbm_byte[inv]
 
 
-_COMPUTE_READS = ("lo", "recompute", "mb", "m", "cp", "sp", "tp", "etp", "ep")
+_COMPUTE_READS = ("lo", "recompute", "mb", "m", "cp", "sp", "tp", "etp", "ep", "pp")
 
 
 def _compute_once(ctx: _Context, s: dict):
@@ -355,7 +356,8 @@ def _compute_once(ctx: _Context, s: dict):
     got = cm.stage_rates(m, tokens, s["tp"], s["etp"], s["ep"], cl.gpu, pr.train, pr.profile, ctx.efficiency, sp)
     rates = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), tokens.shape)[:, None] for k, v in got.items()}
     casts = 1.0 / np.maximum(s["m"], 1)[:, None] if cm.caches_fp8_weights(pr.train) else 1.0
-    accumulate = framework(pr.train.framework)["grad_accumulation_bytes"] * (ctx.c_par[0][lo] + ctx.c_par[1][lo])
+    accumulate = (grad_accumulation_bytes(framework(pr.train.framework), s["pp"], s["m"])[:, None]
+                  * (ctx.c_par[0][lo] + ctx.c_par[1][lo]))
     if (s["cp"] > 1).any():   # the context-parallel ring's eager ops, as the estimate counts them
         accumulate = accumulate + ring_merge_bytes(m, tokens[:, None], s["tp"][:, None], s["cp"][:, None], layers,
                                                    context_parallel(pr.train.framework), 1 + (f[:, 1:2] > 1))
@@ -404,7 +406,8 @@ def _cost_rows(ctx: _Context, u: dict, zfit: np.ndarray) -> tuple[dict, float]:
     gemm, attn, memb = gemm * r["m"], attn * r["m"], memb * r["m"]
     gather = np.where(comm["dp"] > 0, ctime["dp"] * comm["dp_gather"] / np.maximum(comm["dp"], 1e-300), 0.0)
     exposed = cm.exposed_comm(ctime, gemm, attn, ctime["dp"] - gather, gather, r["m"], pr.train, pr.profile.overlap,
-                              memory=memb, zero3=r["zero"] >= 3)
+                              memory=memb, zero3=r["zero"] >= 3, cp=r["cp"],
+                              cp_gathered=cm.cp_gathered_share(context_parallel(pr.train.framework), pr.train.precision))
     per = ctx.per
     owned = opt_bytes / per.optimizer if per.optimizer else 0.0
     opt = cm.optimizer_bytes(owned, per) * per_hbm_byte

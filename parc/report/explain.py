@@ -180,7 +180,8 @@ def _training_rows(plan, est, st, sb, t, sp) -> list[list]:
                         else "")
     return [
         ["grads", nbytes(mem.grads),
-         f"{t.main_grads} main grads, {sb.grads:g} B/param" + (f" / {_shard_words(plan)} (zero ≥ 2)" if t.zero >= 2 else "")],
+         f"{t.main_grads} main grads, {sb.grads:g} B/param" + (f" / {_shard_words(plan)} (zero ≥ 2)" if t.zero >= 2 else "")
+         + _gathered_words(plan, sb.grads)],
         ["optimizer", nbytes(mem.optimizer),
          f"{t.optimizer}, {sb.optimizer:g} B/param" + (f" / {_shard_words(plan)} (zero ≥ 1)" if t.zero >= 1 else "")],
         ["activations", nbytes(mem.activations),
@@ -264,12 +265,20 @@ def _weights_note(plan) -> str:
     """The precision the weights are stored in and its bytes per parameter: training keeps FP8
     runs' weights in bf16 (the GEMMs take FP8 copies, ``state_bytes_per_param``) unless they
     gather FP8 parameters; a serving engine holds its checkpoint's storage."""
-    from parc.cost.estimate import dtype_bytes
-
     if plan.mode != "train":
         return _served_weights_note(plan.model)
     dt = plan.train.precision
     z3 = f" / {_shard_words(plan)} (zero 3)" if plan.train.zero >= 3 else ""
+    from parc.cost.memory import state_bytes_per_param
+
+    t = plan.train
+    per = state_bytes_per_param(t.precision, t.main_grads, t.optimizer_state, t.optimizer)
+    return _trained_weights_note(plan, dt, z3) + _gathered_words(plan, per.weights)
+
+
+def _trained_weights_note(plan, dt: str, z3: str) -> str:
+    from parc.cost.estimate import dtype_bytes
+
     if dt == "fp8" and plan.train.fp8_param_gather:
         return f"linear layers fp8, 1 B/param, the rest bf16, 2 B/param{z3} (fp8_param_gather)"
     if dt == "fp8":
@@ -291,6 +300,19 @@ def _served_weights_note(m) -> str:
     what = ("a 16-bit checkpoint quantized to fp8 at load" if st == ONLINE_FP8
             else f"{st} checkpoint")
     return f"{what}: {', '.join(parts)} {b:.4g} B/param, the rest {m.checkpoint_format if st == ONLINE_FP8 else 'bf16'}"
+
+
+def _gathered_words(plan, nbytes: float) -> str:
+    """What a pipeline stage keeps gathered besides its ZeRO-3 shards, in words, where its
+    framework's FSDP holds the stage's parameters and gradients for the step
+    (:func:`parc.cost.memory.pipeline_gathered`); "" elsewhere."""
+    from parc.cost.memory import pipeline_gathered
+    from parc.model.frameworks import framework
+
+    t, mesh = plan.train, plan.mesh
+    if t.zero < 3 or mesh.dp * mesh.cp <= 1 or not pipeline_gathered(framework(t.framework), mesh.pp):
+        return ""
+    return f", + {nbytes:g} B/param gathered for the step (FSDP under the pipeline)"
 
 
 def _shard_words(plan) -> str:
