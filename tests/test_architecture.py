@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 
 ROOT = Path(__file__).resolve().parent.parent
 PARC = ROOT / "parc"
@@ -241,5 +243,36 @@ def test_parc_check_and_explain_leave_numpy_unloaded():
             "    rc = main(argv)\n    assert rc in (0, 1), (argv, rc)\n"
             "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'pygls', 'lsprotocol'))\n"
             "print(loaded[:5])\nsys.exit(1 if loaded else 0)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+# What `parc import` of one launch file must not load: the language's parser (the spec is laid
+# out without it, parc/importer/draft.py), the expression evaluator, the compile targets' builders,
+# the heavy libraries, and the readers of the formats and engines the file is not.
+IMPORT_NEVER = ("lark", "parc.language.parser", "parc.language.fmt", "parc.language.syntax", "parc.resolve.evaluate",
+                "parc.targets", "parc.rules", "parc.cost", "numpy", "torch", "jinja2", "pydantic")
+ENGINE_READERS = ("vllm", "sglang", "megatron", "megatron_deepspeed", "torchtitan", "deepspeed", "torchrun")
+FORMAT_READERS = ("yamlfiles", "dynamo", "kserve", "rayserve", "trainjob", "orchestrated")
+
+
+@pytest.mark.parametrize("path, engine, readers", [
+    ("tests/wild/sglang-pd-deepseek-v3-4node/serve.sh", "sglang", ()),
+    ("tests/wild/megatron-gpt3-175b/train_gpt3_175b_distributed.sh", "megatron", ()),
+    ("tests/wild/lws-vllm-llama3.1-405b/lws.yaml", "vllm", ("yamlfiles",)),
+])
+def test_parc_import_of_one_file_loads_only_what_it_reads(path, engine, readers, tmp_path):
+    """`parc import` is within parc's start-up and a little more (bench/bench_import.py): it
+    loads its own engine's reader and its format's, and nothing of the list above, whose
+    loading took longer than the import itself."""
+    never = (*IMPORT_NEVER, *(f"parc.importer.engines.{e}" for e in ENGINE_READERS if e != engine),
+             *(f"parc.importer.{r}" for r in FORMAT_READERS if r not in readers))
+    code = ("import sys\nfrom parc.cli.main import main\n"
+            f"rc = main(['import', {path!r}, '-o', {str(tmp_path / 'o.par')!r}])\n"
+            "assert rc == 0, rc\n"
+            f"never = {never!r}\n"
+            "loaded = sorted(m for m in sys.modules if any(m == n or m.startswith(n + '.') for n in never))\n"
+            f"assert 'parc.importer.engines.{engine}' in sys.modules\n"
+            "print(loaded)\nsys.exit(1 if loaded else 0)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

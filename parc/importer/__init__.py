@@ -9,7 +9,7 @@ writes import reads back; the spec is written in ``parc fmt``'s layout, every va
 line it came from, ``unknown(...)`` where the files do not give a value (P040), and every option
 parc has no key for in the target's ``extra_args`` (reported).
 
-A sibling of planner/ and lint/: it reads language/ (fmt), model/ (the targets' tables, the
+A sibling of planner/ and lint/: it reads language/ (fmt's layout; the parser only for a block given as a spec), model/ (the targets' tables, the
 presets), resolve/ (the presets' data) and targets/ (their data helpers), and nothing reads it but
 the command line.
 """
@@ -26,6 +26,7 @@ __all__ = ["ImportError_", "Imported", "Options", "import_files"]
 
 @dataclass
 class Imported:
+    """What an import gives: the spec's text, the target it is for and what stderr says."""
     text: str          # the spec
     target: str        # the target the original runs on (parc compile --target)
     report: Report

@@ -22,6 +22,7 @@ READERS = ("vllm", "sglang", "megatron", "megatron_deepspeed", "torchtitan", "de
 
 @dataclass
 class Options:
+    """What the command line asks of the import."""
     engine: str | None = None          # --from
     model: str | None = None           # --model: a preset or a spec whose model block is taken
     cluster: str | None = None         # --cluster: a spec whose cluster block is taken
@@ -32,6 +33,7 @@ class Options:
 
 @dataclass
 class Context:
+    """One import under way: the files read, the options, the draft and the report it fills."""
     sources: list[Source]
     options: Options
     draft: Draft

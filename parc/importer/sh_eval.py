@@ -60,6 +60,7 @@ class _Return(Exception):
 
 @dataclass
 class _State:
+    """The shell's state along one path through the script: variables, exports, branch tags."""
     scope: Scope
     exported: set
     tags: tuple = ()

@@ -34,6 +34,7 @@ _PLACEHOLDER = re.compile(r"<[A-Za-z_](?:[^<>\n]*[^<>\s])?>(?=\s|$)")
 # --- the reader --------------------------------------------------------------------------------
 @dataclass
 class _Heredoc:
+    """A here-document whose body starts on the next line."""
     delim: str
     strip: bool
     quoted: bool
@@ -42,6 +43,7 @@ class _Heredoc:
 
 @dataclass
 class Parser:
+    """The reader: the text, where it is in it, the here-documents waiting for their body."""
     text: str
     pos: int = 0
     line: int = 1

@@ -3,57 +3,91 @@ GRAMMAR): words of literal, quoted and expanded parts, simple commands with thei
 redirections, pipelines, lists and the compound commands."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 class ShellSyntax(ValueError):
     """A script the reader cannot follow (its line is in the message)."""
 
 
 # --- the tree ----------------------------------------------------------------------------------
-@dataclass
-class Lit:
-    text: str
-    quoted: bool = False
+class Node:
+    """What every node has that a dataclass would give it: equality field by field with a node of
+    its own class, and a repr of its fields. Written once here, with each class's ``__init__`` by
+    hand: making the dataclasses' methods, class by class, took longer than the rest of the
+    importer's start."""
+
+    __slots__ = ()
+    __hash__ = None   # mutable, compared by value: unhashable, as a dataclass is
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, f) for f in self.__slots__)
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__qualname__}(" + ", ".join(
+            f"{f}={getattr(self, f)!r}" for f in self.__slots__) + ")"
 
 
-@dataclass
-class Param:
+class Lit(Node):
+    __slots__ = ("text", "quoted")
+
+    def __init__(self, text: str, quoted: bool = False):
+        self.text = text
+        self.quoted = quoted
+
+
+class Param(Node):
     """``$name``, ``${name...}``: ``op`` is the operator after the name (``:-``, ``-``, ``:=``,
     ``:+``, ``+``, ``#`` for a length, ``[@]`` for an array's elements, ``?`` for any other form),
     ``arg`` its word; ``src`` the text as written."""
-    name: str
-    op: str = ""
-    arg: "Word | None" = None
-    quoted: bool = False
-    src: str = ""
-    index: str = ""
+    __slots__ = ("name", "op", "arg", "quoted", "src", "index")
+
+    def __init__(self, name: str, op: str = "", arg: Word | None = None, quoted: bool = False, src: str = "",
+                 index: str = ""):
+        self.name = name
+        self.op = op
+        self.arg = arg
+        self.quoted = quoted
+        self.src = src
+        self.index = index
 
 
-@dataclass
-class CmdSub:
+class CmdSub(Node):
     """``$(...)`` or a backquoted command: never run, its text kept for the placeholder."""
-    text: str
-    quoted: bool = False
+    __slots__ = ("text", "quoted")
+
+    def __init__(self, text: str, quoted: bool = False):
+        self.text = text
+        self.quoted = quoted
 
 
-@dataclass
-class Arith:
-    text: str
-    quoted: bool = False
+class Arith(Node):
+    __slots__ = ("text", "quoted")
+
+    def __init__(self, text: str, quoted: bool = False):
+        self.text = text
+        self.quoted = quoted
 
 
-@dataclass
-class Unknown:
+class Unknown(Node):
     """A word a shell cannot give a value: a documentation placeholder such as ``<client args>``."""
-    text: str
-    quoted: bool = False
+    __slots__ = ("text", "quoted")
+
+    def __init__(self, text: str, quoted: bool = False):
+        self.text = text
+        self.quoted = quoted
 
 
-@dataclass
-class Word:
-    parts: list
-    line: int
+class Word(Node):
     # a word written with quotes around all of it keeps its own boundaries (no splitting)
+    __slots__ = ("parts", "line")
+
+    def __init__(self, parts: list, line: int):
+        self.parts = parts
+        self.line = line
 
     def literal(self) -> str | None:
         """The word's text when it is plain text (no expansion), else None."""
@@ -77,91 +111,116 @@ class Word:
         return "".join(out)
 
 
-@dataclass
-class Assign:
-    name: str
-    value: Word | None
-    array: list[Word] | None = None
-    append: bool = False
-    index: str = ""
+class Assign(Node):
+    __slots__ = ("name", "value", "array", "append", "index")
+
+    def __init__(self, name: str, value: Word | None, array: list[Word] | None = None, append: bool = False,
+                 index: str = ""):
+        self.name = name
+        self.value = value
+        self.array = array
+        self.append = append
+        self.index = index
 
 
-@dataclass
-class Redirect:
-    op: str
-    target: Word | None = None
-    heredoc: Word | None = None       # the body, expanded unless its delimiter was quoted
+class Redirect(Node):
+    __slots__ = ("op", "target", "heredoc")
+
+    def __init__(self, op: str, target: Word | None = None, heredoc: Word | None = None):
+        self.op = op
+        self.target = target
+        self.heredoc = heredoc  # the body, expanded unless its delimiter was quoted
 
 
-@dataclass
-class Simple:
-    assigns: list[Assign]
-    words: list[Word]
-    redirects: list[Redirect]
-    line: int
+class Simple(Node):
+    __slots__ = ("assigns", "words", "redirects", "line")
+
+    def __init__(self, assigns: list[Assign], words: list[Word], redirects: list[Redirect], line: int):
+        self.assigns = assigns
+        self.words = words
+        self.redirects = redirects
+        self.line = line
 
 
-@dataclass
-class Pipeline:
-    commands: list
-    negated: bool = False
-    background: bool = False
-    line: int = 0
+class Pipeline(Node):
+    __slots__ = ("commands", "negated", "background", "line")
+
+    def __init__(self, commands: list, negated: bool = False, background: bool = False, line: int = 0):
+        self.commands = commands
+        self.negated = negated
+        self.background = background
+        self.line = line
 
 
-@dataclass
-class AndOr:
-    items: list          # Pipelines
-    ops: list            # "&&" / "||" between them
-    line: int = 0
+class AndOr(Node):
+    __slots__ = ("items", "ops", "line")
+
+    def __init__(self, items: list, ops: list, line: int = 0):
+        self.items = items  # Pipelines
+        self.ops = ops  # "&&" / "||" between them
+        self.line = line
 
 
-@dataclass
-class If:
-    clauses: list        # (condition list, body list)
-    otherwise: list | None
-    line: int = 0
+class If(Node):
+    __slots__ = ("clauses", "otherwise", "line")
+
+    def __init__(self, clauses: list, otherwise: list | None, line: int = 0):
+        self.clauses = clauses  # (condition list, body list)
+        self.otherwise = otherwise
+        self.line = line
 
 
-@dataclass
-class For:
-    var: str
-    words: list[Word] | None
-    body: list
-    line: int = 0
+class For(Node):
+    __slots__ = ("var", "words", "body", "line")
+
+    def __init__(self, var: str, words: list[Word] | None, body: list, line: int = 0):
+        self.var = var
+        self.words = words
+        self.body = body
+        self.line = line
 
 
-@dataclass
-class While:
-    cond: list
-    body: list
-    until: bool = False
-    line: int = 0
+class While(Node):
+    __slots__ = ("cond", "body", "until", "line")
+
+    def __init__(self, cond: list, body: list, until: bool = False, line: int = 0):
+        self.cond = cond
+        self.body = body
+        self.until = until
+        self.line = line
 
 
-@dataclass
-class Case:
-    word: Word
-    arms: list           # (patterns: list[Word], body list)
-    line: int = 0
+class Case(Node):
+    __slots__ = ("word", "arms", "line")
+
+    def __init__(self, word: Word, arms: list, line: int = 0):
+        self.word = word
+        self.arms = arms  # (patterns: list[Word], body list)
+        self.line = line
 
 
-@dataclass
-class Group:
-    body: list
-    subshell: bool = False
-    line: int = 0
+class Group(Node):
+    __slots__ = ("body", "subshell", "line")
+
+    def __init__(self, body: list, subshell: bool = False, line: int = 0):
+        self.body = body
+        self.subshell = subshell
+        self.line = line
 
 
-@dataclass
-class FuncDef:
-    name: str
-    body: object
-    line: int = 0
+class FuncDef(Node):
+    __slots__ = ("name", "body", "line")
+
+    def __init__(self, name: str, body: object, line: int = 0):
+        self.name = name
+        self.body = body
+        self.line = line
 
 
-@dataclass
-class Arith2:
+class Arith2(Node):
     """``(( ... ))`` as a command: an arithmetic test."""
-    text: str
-    line: int = 0
+    __slots__ = ("text", "line")
+
+    def __init__(self, text: str, line: int = 0):
+        self.text = text
+        self.line = line

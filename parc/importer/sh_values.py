@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class U:
+    """A part of a value the script does not give, as it is written (``$NNODES``)."""
     shown: str
 
 

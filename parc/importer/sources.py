@@ -20,6 +20,7 @@ class ImportError_(ValueError):
 
 @dataclass
 class Source:
+    """One file read: its kind, the launches it holds and the cluster facts it states."""
     path: str
     kind: str                      # shell, slurm, lws, skypilot, kubernetes, trainjob, toml, json, hostfile
     launches: list[Launch] = field(default_factory=list)

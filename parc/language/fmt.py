@@ -11,13 +11,12 @@ meaning: the formatted text resolves to the same plan, and formatting twice chan
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
 
 from parc.language import syntax as S
+from parc.language.layout import INDENT, WIDTH, layout
+from parc.language.layout import Line as _Line
 from parc.language.parser import parse_text
 
-INDENT = "  "
-WIDTH = 100
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
 
 
@@ -80,18 +79,6 @@ def _label_text(b: S.Block) -> str:
     if b.label_quoted:
         return " " + _quote(b.label)
     return " " + b.label
-
-
-@dataclass
-class _Line:
-    """One output line: ``key`` and ``rest`` for aligned assignments, else ``text``."""
-
-    indent: int
-    text: str = ""
-    key: str | None = None
-    rest: str = ""
-    comment: str | None = None
-    blank: bool = False
 
 
 _NO_CODE = " \t\f\r;"  # the grammar's WS characters and the statement separator
@@ -272,66 +259,8 @@ class _Formatter:
 
     # -- layout
     def render(self) -> str:
-        doc = self.doc
-        last = len(self.lines_src)
-        self.stmts(doc.items, 0, 0, last, top=True)
-        lines = self.out
-        # align `=` and trailing comments within runs of assignments at one indent
-        i = 0
-        texts: list[str] = [""] * len(lines)
-        while i < len(lines):
-            ln = lines[i]
-            if ln.key is None:
-                i += 1
-                continue
-            j = i
-            run = []
-            while j < len(lines) and not lines[j].blank and lines[j].indent == ln.indent and (
-                    lines[j].key is not None or (lines[j].text and lines[j].text.startswith("#"))):
-                if lines[j].key is not None:
-                    run.append(j)
-                j += 1
-            width = max(len(lines[k].key) for k in run)
-            for k in run:
-                texts[k] = f"{lines[k].key.ljust(width)} = {lines[k].rest}"
-            i = j
-        out = []
-        run_start = 0
-        # trailing comments: aligned within the same run of non-blank lines at one indent
-        rendered = []
-        for k, ln in enumerate(lines):
-            if ln.blank:
-                rendered.append(None)
-                continue
-            body = texts[k] if ln.key is not None else ln.text
-            rendered.append(INDENT * ln.indent + body if body else "")
-        k = 0
-        while k < len(lines):
-            if rendered[k] is None:
-                out.append("")
-                k += 1
-                continue
-            j = k
-            while j < len(lines) and rendered[j] is not None and lines[j].indent == lines[k].indent:
-                j += 1
-            j = max(j, k + 1)
-            col = max((len(rendered[m]) for m in range(k, j) if lines[m].comment), default=0) + 2
-            for m in range(k, j):
-                if lines[m].comment:
-                    out.append(rendered[m].ljust(col) + lines[m].comment if rendered[m] else lines[m].comment)
-                else:
-                    out.append(rendered[m])
-            k = j
-        # no leading/trailing blank lines, at most one blank line in a row
-        cleaned = []
-        for s in out:
-            s = s.rstrip()
-            if not s and (not cleaned or not cleaned[-1]):
-                continue
-            cleaned.append(s)
-        while cleaned and not cleaned[-1]:
-            cleaned.pop()
-        return "\n".join(cleaned) + "\n" if cleaned else ""
+        self.stmts(self.doc.items, 0, 0, len(self.lines_src), top=True)
+        return layout(self.out)
 
 
 def _inline(st) -> str:

@@ -40,7 +40,8 @@ target facts here without importing any target's code:
   their place in ``known``, never by parsing version numbers.
 
 Rule families without a folder of their own (``torch``, parc's runtime) are
-declared in ``parc/targets/families.toml``. The folders are read once (one glob), on first use.
+declared in ``parc/targets/families.toml``. The folders are listed once (one glob), on first use,
+and each target.toml is read the first time its target is asked about.
 """
 from __future__ import annotations
 
@@ -54,12 +55,22 @@ FOLDER = Path(__file__).resolve().parent.parent / "targets"
 
 
 @lru_cache(maxsize=1)
+def _folders() -> tuple[str, ...]:
+    """The targets' names: the folders with a target.toml, sorted (listed, not read)."""
+    return tuple(sorted(path.parent.name for path in FOLDER.glob("*/target.toml")))
+
+
+@lru_cache(maxsize=None)
+def _spec(name: str) -> dict | None:
+    """Target ``name``'s target.toml, read on first use (a command about one target reads one)."""
+    if name not in _folders():
+        return None
+    with open(FOLDER / name / "target.toml", "rb") as f:
+        return tomllib.load(f)
+
+
 def _targets() -> dict[str, dict]:
-    out = {}
-    for path in sorted(FOLDER.glob("*/target.toml")):
-        with open(path, "rb") as f:
-            out[path.parent.name] = tomllib.load(f)
-    return out
+    return {name: _spec(name) for name in _folders()}
 
 
 @lru_cache(maxsize=1)
@@ -96,7 +107,8 @@ def defaults(name: str) -> dict:
 
 def clear_cache() -> None:
     """Forget what was read (for a test that adds a folder)."""
-    _targets.cache_clear()
+    _folders.cache_clear()
+    _spec.cache_clear()
     _families.cache_clear()
     _common_keys.cache_clear()
     _flags.cache_clear()
@@ -105,21 +117,21 @@ def clear_cache() -> None:
 
 def names() -> list[str]:
     """The targets parc can emit for: every folder with a target.toml, sorted."""
-    return list(_targets())
+    return list(_folders())
 
 
 def spec(name: str) -> dict | None:
     """Target ``name``'s target.toml, or None if there is no such target."""
-    return _targets().get(name)
+    return _spec(name)
 
 
 def rule_targets() -> list[str]:
     """Every name a rule can apply to: the targets, then the rule families without a folder."""
-    return names() + [f for f in _families() if f not in _targets()]
+    return names() + [f for f in _families() if f not in _folders()]
 
 
 def _entry(name: str | None) -> dict:
-    return _targets().get(name or "") or _families().get(name or "") or {}
+    return _spec(name or "") or _families().get(name or "") or {}
 
 
 def display(name: str | None) -> str:

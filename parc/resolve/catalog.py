@@ -5,8 +5,6 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from parc.resolve.evaluate import did_you_mean
-
 PACKAGE = Path(__file__).resolve().parent.parent
 DATA = PACKAGE / "model" / "data"
 
@@ -71,6 +69,8 @@ def known_targets() -> list[str]:
 
 @lru_cache(maxsize=1024)
 def near_target(name: str) -> str | None:
+    from parc.resolve.evaluate import did_you_mean     # the evaluator: not loaded to read a preset
+
     return did_you_mean(name, _known_targets())
 
 

@@ -4,7 +4,6 @@ key for goes to the target's ``extra_args`` (or ``args``) with a comment; an opt
 launch's own wiring (`plumbing`) is read for the nodes and left to parc's launch, and said so."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from parc.importer.argv import Opt
@@ -233,6 +232,8 @@ class ServingReader(Reader):
 
 def load_json(o: Opt) -> dict | None:
     """The JSON object an option's value holds, None when it is none."""
+    import json
+
     if o.value is None:
         return None
     try:
