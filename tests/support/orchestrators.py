@@ -105,7 +105,7 @@ def name_errors(meta: dict) -> list[str]:
 # commit 039eb630ece354bf2208c1cb1c7140f4f1b041f5; backend_sglang.go, UpdateContainer, commit
 # 020073063688f0288505ac584654b1802822cdb0), with LeaderWorkerSet as the multinode deployer. The
 # operator that serves v1beta1 (deploy/operator/internal/dynamo/backend_vllm.go,
-# injectRayDistributedLaunchFlags, as the index stores it) quotes the leader's command and args
+# injectRayDistributedLaunchFlags, at a commit of unknown release) quotes the leader's command and args
 # for the shell, appends `--distributed-executor-backend ray` and makes the command `/bin/sh -c`:
 # ``quoted``.
 VLLM_RAY_PORT, SGLANG_PORT = "6379", "29500"      # backend_vllm.go VLLMPort, backend_sglang.go SglangPort
