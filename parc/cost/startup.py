@@ -236,7 +236,7 @@ def startup(plan, weights: float, forward, sampler: float, hidden: float, outsid
     act = forward(tokens)
     if eng == "trtllm":
         free = total - outside - weights - act
-        return Startup(eng, total, outside, max(0.0, free) * util if free > 0 else free, weights, act, 0.0, 0.0,
+        return Startup(eng, total, outside, free * util if free > 0 else free, weights, act, 0.0, 0.0,
                        Capture())
     if eng == "sglang":
         cap = sglang_captured(plan, sglang_capture(plan))

@@ -278,7 +278,7 @@ def serving_weights(plan, c):
     if w <= budget:
         return
     room = (f"gpu_memory_utilization × memory = {frac:g}{_whose(plan, 'gpu_memory_utilization')} × "
-            f"{gb(e.memory.capacity)} = {gb(budget)}" if budget != _trtllm_room(e) else
+            f"{gb(e.memory.capacity)} = {gb(budget)}" if _trtllm_room(e) is None else
             f"the GPU has {gb(budget)} beside its CUDA context and NCCL buffers (TensorRT-LLM's fraction is of "
             f"what the weights leave)")
     c.report(c.at("mesh.tp"),
