@@ -80,6 +80,33 @@ def yblock(v, n: int) -> Quoted:
     return Quoted("\n".join(pad + line if line else line for line in text.rstrip("\n").split("\n")))
 
 
+def yaml_lines(v, indent: int = 0) -> list[str]:
+    """``v`` (dicts, lists, scalars) as block YAML lines, every key and scalar quoted (:func:`y`;
+    a float as Python writes it): the files a target writes as data rather than from a template."""
+    pad = " " * indent
+    out = []
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if isinstance(x, (dict, list)) and x:
+                out += [f"{pad}{y(k)}:"] + yaml_lines(x, indent + 2)
+            else:
+                out.append(f"{pad}{y(k)}: {_scalar(x)}")
+    else:
+        for x in v:
+            inner = yaml_lines(x, indent + 2) if isinstance(x, (dict, list)) and x else [f"{pad}  {_scalar(x)}"]
+            out.append(f"{pad}- {inner[0].lstrip()}")
+            out += inner[1:]
+    return out
+
+
+def _scalar(x) -> str:
+    if isinstance(x, (dict, list)):
+        return "{}" if isinstance(x, dict) else "[]"
+    if isinstance(x, float):
+        return repr(x)
+    return str(y(x))
+
+
 def _finalize(v):
     if isinstance(v, Quoted):
         return v

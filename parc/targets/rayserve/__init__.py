@@ -36,7 +36,7 @@ from __future__ import annotations
 from parc.model.targets import spec
 from parc.targets.base import File, dns_label, mesh_text, plan_json, settings, spec_name
 from parc.targets.engines import engine_config, engine_settings, launch
-from parc.targets.render import y
+from parc.targets.render import yaml_lines
 from parc.words import count
 
 TARGET = "rayserve"
@@ -92,32 +92,6 @@ def application(plan) -> dict:
         out["http_options"] = {"port": port}
     out["applications"] = [{"name": name, "route_prefix": "/", "import_path": path, "args": args}]
     return out
-
-
-def yaml_lines(v, indent: int = 0) -> list[str]:
-    """``v`` (dicts, lists, scalars) as block YAML, every scalar quoted (render.y)."""
-    pad = " " * indent
-    out = []
-    if isinstance(v, dict):
-        for k, x in v.items():
-            if isinstance(x, (dict, list)) and x:
-                out += [f"{pad}{y(k)}:"] + yaml_lines(x, indent + 2)
-            else:
-                out.append(f"{pad}{y(k)}: {_scalar(x)}")
-    else:
-        for x in v:
-            inner = yaml_lines(x, indent + 2) if isinstance(x, (dict, list)) and x else [f"{pad}  {_scalar(x)}"]
-            out.append(f"{pad}- {inner[0].lstrip()}")
-            out += inner[1:]
-    return out
-
-
-def _scalar(x) -> str:
-    if isinstance(x, (dict, list)):
-        return "{}" if isinstance(x, dict) else "[]"
-    if isinstance(x, float):
-        return repr(x)
-    return str(y(x))
 
 
 def header(plan, app: dict) -> list[str]:

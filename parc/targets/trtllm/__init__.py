@@ -88,20 +88,11 @@ def serve_lines(plan) -> list[list]:
 
 
 def yaml_text(plan) -> str:
-    """extra_llm_api_options.yaml: :func:`llm_api` as block YAML, every string double-quoted."""
-    from parc.targets.render import c, y
-
-    def lines(d: dict, pad: str) -> list[str]:
-        out = []
-        for k, v in d.items():
-            if isinstance(v, dict):
-                out += [f"{pad}{k}:"] + lines(v, pad + "  ")
-            else:
-                out.append(f"{pad}{k}: {y(v)}")
-        return out
+    """extra_llm_api_options.yaml: :func:`llm_api` as block YAML (render.yaml_lines)."""
+    from parc.targets.render import c, yaml_lines
 
     head = f"LLM API options of trtllm-serve (--extra_llm_api_options), compiled by parc from {spec_name(plan)}."
-    return "\n".join([f"# {c(head)}"] + lines(llm_api(plan), "")) + "\n"
+    return "\n".join([f"# {c(head)}"] + yaml_lines(llm_api(plan))) + "\n"
 
 
 def inexpressible(plan) -> list[tuple[str, str, str]]:
