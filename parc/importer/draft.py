@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from parc.language.limits import MAX_INPUT, MAX_TOKEN
+
 MAX_COMMENT = 120
-MAX_STRING = 4096           # the grammar's longest token (parc/language/tree.py MAX_TOKEN)
-MAX_INPUT = 1 << 20         # the longest spec the parser reads (parc/language/parser.py MAX_INPUT)
+MAX_STRING = MAX_TOKEN      # the grammar's longest token
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u2028\u2029\u0085]")
 BLOCK_ORDER = ("model", "cluster", "mesh", "placement", "schedule", "train", "serve")
 

@@ -28,13 +28,13 @@ from pathlib import Path
 from parc.language import syntax as S
 from parc.language.diagnostics import ERROR, Diagnostic, ParcError, Span
 from parc.language.recover import MAX_SYNTAX_ERRORS, Braces, Recovery
-from parc.language.tree import MAX_DEPTH, MAX_TOKEN, to_syntax
+from parc.language.limits import MAX_DEPTH, MAX_INPUT, MAX_TOKEN
+from parc.language.tree import to_syntax
 
 GRAMMAR_DIR = Path(__file__).resolve().parent
 GRAMMAR_PATH = GRAMMAR_DIR / "par.lark"
 TABLE_PATH = GRAMMAR_DIR / "par_table.json"
 
-MAX_INPUT = 1 << 20  # characters in one file (1 MiB of ASCII)
 __all__ = ["MAX_DEPTH", "MAX_INPUT", "MAX_TOKEN", "MAX_SYNTAX_ERRORS", "parse_text", "comments_of",
            "imports", "shared_parses", "get_parser", "line_starts", "offset_position"]
 

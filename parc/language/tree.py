@@ -18,9 +18,7 @@ from lark.exceptions import VisitError
 
 from parc.language import syntax as S
 from parc.language.diagnostics import ERROR, Diagnostic, ParcError, Span
-
-MAX_DEPTH = 64  # nesting of parentheses, lists, calls and signs in one value; of blocks
-MAX_TOKEN = 4096  # characters in one string, name or number
+from parc.language.limits import MAX_DEPTH, MAX_TOKEN
 
 _UNIT_SPLIT = re.compile(r"([0-9][0-9_]*(?:\.[0-9]+)?)(.*)", re.S)
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"'}
