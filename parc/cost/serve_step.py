@@ -35,7 +35,10 @@ decode context parallelism's exchange):
   ``--deepep-mode auto``; dispatch in FP8, combine in BF16;
 * ``two_batch_overlap``: the step runs as two micro-batches whose expert all-to-all hides under
   the other's compute, each reading the weights again: ``max(HBM with the weights twice,
-  compute, all-to-all) +`` the other communication;
+  compute, all-to-all) +`` the other communication. SGLang's decode steps under DeepEP's
+  low-latency kernels run a fixed staged schedule instead (:func:`staged_exposure`): each
+  transfer hides only under the stages that run while it is in flight, and what it outlasts them
+  by adds to the step;
 * speculative decoding: each decode request verifies ``k + 1`` tokens in the step (compute and
   communication ×(k + 1), the weights and KV cache read once), after ``k`` sequential passes of
   the draft (one layer of the model's shape and the LM head, on the last stage).
@@ -69,6 +72,7 @@ class Phase:
     time: float = 0.0             # the stage's time for the pass
     draft: float = 0.0            # seconds of the speculative drafts (in ``time``)
     overlapped: bool = False      # two-batch overlap: the all-to-all ran under the compute
+    staged: float = 0.0           # of it, seconds SGLang's staged decode schedule leaves unhidden (in ``time``)
 
     @property
     def bound(self) -> str:
@@ -98,6 +102,9 @@ class Stage:
     attn_decode: float    # attention FLOPs per token per cached token (decode)
     attn_prefill: float   # attention FLOPs per token per attended token (prefill)
     elementwise: float = 0.0   # HBM bytes per token of the memory-bound kernels (:func:`elementwise_per_token`)
+    attn_in: float = 0.0  # one layer's attention input projections, parameters per GPU (:func:`attention_sides`)
+    attn_out: float = 0.0  # one layer's attention output side, parameters per GPU
+    shared: float = 0.0   # one MoE layer's shared experts, parameters per GPU
 
 
 @lru_cache(maxsize=1)
@@ -195,6 +202,43 @@ def attention_widths(m) -> tuple[tuple[int, int], tuple[int, int]]:
     return (d, d), (d, d)
 
 
+def attention_sides(m, tp: int) -> tuple[float, float]:
+    """(parameters per GPU of one layer's attention before its core, after it): the output side is
+    the output projection (heads · value width · hidden) and, for MLA run absorbed in decode, the
+    value half of the key/value up-projection (kv_lora_rank · heads · v_head_dim), which SGLang's
+    DeepseekV2AttentionMLA applies after the attention kernel (forward_absorb_core: the ``w_vc``
+    bmm, then ``o_proj``); the input side is the rest (the query and key/value projections and
+    the key half of the up-projection, ``forward_absorb_prepare``)."""
+    if m.is_mla:
+        out = m.heads * m.v_head_dim * (m.hidden + m.kv_lora_rank)
+    else:
+        out = m.heads * head_dim(m) * m.hidden
+    return (attention_params(m) - out) / tp, out / tp
+
+
+def staged_exposure(dispatch, combine, cover_dispatch, cover_combine, moe_layers):
+    """Seconds the expert all-to-all adds to a step of SGLang's two-batch overlap in decode, for
+    one micro-batch's ``dispatch`` and ``combine`` time per layer and the compute that runs while
+    each is in flight (scalars or arrays).
+
+    SGLang splits a decode layer into five stages at its yield points (DeepSeek's
+    ``_compute_moe_deepseek_blog_decode``, Qwen3's ``_compute_moe_qwen3_decode``:
+    sgl-project/sglang python/sglang/srt/batch_overlap/operations_strategy.py at dec8155f):
+    S0 the attention's input side (after the last layer's output), S1 the attention kernel and
+    its output side with the router, S2 the dispatch's send and the shared experts, S3 the
+    dispatch's receive, the routed experts and the combine's send, S4 the combine's receive. The
+    second micro-batch runs two stages behind the first and the two alternate on one stream
+    (operations.py execute_overlapped_operations at 04bb08ae: A2 B0 A3 B1 A4 B2 A0' B3 A1' B4);
+    DeepEP's low-latency kernels post their traffic and return, a hook waiting for it later
+    (SGLang's DeepEP dispatcher is built with ``return_recv_hook=True``), using no SMs
+    meanwhile. So a micro-batch's dispatch is in flight under its own shared experts and the
+    other micro-batch's S0 (``cover_dispatch``), its combine under the other's S1
+    (``cover_combine``), and each waits for what its transfer outlasts them by: per MoE layer
+    ``2 · (max(0, dispatch − cover_dispatch) + max(0, combine − cover_combine))``."""
+    wait = np.maximum(dispatch - cover_dispatch, 0.0) + np.maximum(combine - cover_combine, 0.0)
+    return 2 * moe_layers * wait
+
+
 def gemm_rate(plan, efficiency: float) -> float:
     """FLOP/s a serving engine's GEMMs sustain: ``efficiency`` of the BF16 peak, and with FP8
     weights that of the FP8 peak as the GPU's FP8 matmul benchmark scales it
@@ -248,9 +292,11 @@ def _stage(plan, st) -> Stage:
     heads = m.heads / mesh.tp * st.layers
     head = 2 * m.hidden * m.vocab / mesh.tp if st.parts.get("output", 0) else 0.0
     g, ge = gemm_flops_per_token(m, st.layers, st.moe_layers, mesh.tp, etp, expert_share(plan))
+    a_in, a_out = attention_sides(m, mesh.tp)
+    shared = m.shared_experts * mlp_params(m, m.moe_ffn_hidden) / mesh.tp if m.is_moe else 0.0
     return Stage(st.stage, st.layers, st.moe_layers, st.memory.weights - experts - mtp, experts, local, copies,
                  float(st.kv_bytes_per_token), g, ge, head, 2 * heads * (dq + dv) / mesh.dcp, 2 * heads * (pq + pv),
-                 elementwise_per_token(m, st.layers, st.moe_layers, mesh.tp, copies, etp))
+                 elementwise_per_token(m, st.layers, st.moe_layers, mesh.tp, copies, etp), a_in, a_out, shared)
 
 
 def _draft(last: Stage) -> Stage:
@@ -261,7 +307,8 @@ def _draft(last: Stage) -> Stage:
     moe = 1 if last.moe_layers else 0
     return Stage(-1, 1, moe, last.dense * share, last.experts / max(1, last.moe_layers) * moe, last.local,
                  last.copies, last.kv * share, last.gemm * share, last.gemm_expert / max(1, last.moe_layers) * moe,
-                 last.head, last.attn_decode * share, last.attn_prefill * share, last.elementwise * share)
+                 last.head, last.attn_decode * share, last.attn_prefill * share, last.elementwise * share,
+                 last.attn_in, last.attn_out, last.shared)
 
 
 class StepModel:
@@ -300,6 +347,12 @@ class StepModel:
         self.abytes = activation_bytes(m)
         self.lp = link_params(prof, est.link_bandwidth, est.link_kind)
         self._line_cache = {}
+        from parc.cost.engine import engine_of
+
+        # SGLang's decode steps under DeepEP's low-latency kernels: the staged schedule
+        self.staged = self.tbo and self.backend == "deepep" and engine_of(plan)[0] == "sglang" \
+            and self.mode != "normal" and est.comm_link.get("ep") is not None
+        self.wbytes = (part_weight_bytes(m, "attention"), part_weight_bytes(m, "mlp"))
 
     # --- one stage -------------------------------------------------------------------------------
 
@@ -314,17 +367,28 @@ class StepModel:
             return {"ep": alltoall_time(nbytes, ep, 2 * st.moe_layers, est.comm_local["ep"], intra, inter)}
         tab = deepep()
         out = {"normal": 0.0, "low_latency": 0.0}
-        norm, ll = tab["normal"], tab["low_latency"]
-        link = inter or intra
-        scale = link[0] / (tab["rdma"] if inter else tab["nvlink"])
+        norm = tab["normal"]
         for key, width in (("dispatch", 1), ("combine", 2)):
             rate = lambda ln, ref: (ln[0] * float(np.interp(ep, norm["ep"], norm[key])) / ref, ln[1])  # noqa: E731
             nbytes = n * k * h * width * (ep - 1) / ep * st.moe_layers
             out["normal"] += alltoall_time(nbytes, ep, st.moe_layers, est.comm_local["ep"], rate(intra, tab["nvlink"]),
                                            rate(inter, tab["rdma"]) if inter else None)
-            bw = float(np.interp(ep, ll["ep"], ll[key])) * scale
-            out["low_latency"] += (n * k * h * width / bw + link[1]) * st.moe_layers
+            slope, alpha = self._low_latency(key)
+            out["low_latency"] += (n * slope + alpha) * st.moe_layers
         return out
+
+    def _low_latency(self, key: str) -> tuple[float, float]:
+        """(seconds per token, seconds per call) of one layer's DeepEP low-latency ``key``
+        ("dispatch": FP8, "combine": BF16) at the engine's ep: the bytes of a token's top-k copies
+        at DeepEP's measured rate, scaled to the cluster's link, and the link's latency."""
+        tab, m = deepep(), self.model
+        inter, intra = self.lp.get("inter_node"), self.lp["intra_node"]
+        link = inter or intra
+        scale = link[0] / (tab["rdma"] if inter else tab["nvlink"])
+        ll = tab["low_latency"]
+        bw = float(np.interp(self.ep, ll["ep"], ll[key])) * scale
+        width = 1 if key == "dispatch" else 2
+        return (m.top_k or 1) * m.hidden * width / bw, link[1]
 
     def _lines(self, st: Stage) -> dict:
         """Per axis the (intercept, slope) in tokens of each algorithm the collective may take
@@ -365,8 +429,8 @@ class StepModel:
         if got is not None:
             return got
         out = {f: np.array([[getattr(st, f)] for st in stages], dtype=float) for f in
-               ("dense", "experts", "local", "copies", "kv", "gemm", "gemm_expert", "head", "attn_decode",
-                "attn_prefill", "elementwise")}
+               ("layers", "moe_layers", "dense", "experts", "local", "copies", "kv", "gemm", "gemm_expert", "head",
+                "attn_decode", "attn_prefill", "elementwise", "attn_in", "attn_out", "shared")}
         lines = [self._lines(st) for st in stages]
         axes = list(dict.fromkeys(ax for ln in lines for ax in ln))
         out["lines"] = {}
@@ -398,11 +462,33 @@ class StepModel:
         per_expert = n * c["copies"] / np.maximum(c["local"], 1.0)
         out["gemm"] = (n * c["gemm"] + dec * c["head"]) / (self.gemm_rate * _shape(n, self.half)) \
             + n * c["gemm_expert"] / (self.gemm_rate * _shape(per_expert, self.half))
+        if self.tbo:    # each micro-batch's layers run on half the rows (the LM head on the whole batch)
+            out["gemm_tbo"] = (n * c["gemm"] / _shape(n / 2, self.half) + dec * c["head"] / _shape(n, self.half)
+                               + n * c["gemm_expert"] / _shape(per_expert / 2, self.half)) / self.gemm_rate
         out["attention"] = dec * cd * c["attn_decode"] / self.attn_decode + p * cp * c["attn_prefill"] / self.attn_prefill
         out["compute"] = out["gemm"] + out["attention"]
         out["comm"] = self._comm(c["lines"], n, dec, p)
         out["tokens"] = n
+        if self.staged:     # SGLang picks the strategy by the forward mode: decode steps only
+            out["staged"] = np.where((p <= 0) & (n >= 2), self._exposure(c, n / 2, dec / 2, cd), np.nan)
         return out
+
+    def _exposure(self, c: dict, half, dec, cd):
+        """:func:`staged_exposure` of a step whose micro-batches carry ``half`` tokens, ``dec``
+        decode requests ``cd`` tokens deep: each stage's GEMMs at their roofline (weights read
+        or FLOPs at the rate of ``half`` rows), the attention kernel at its own. The memory-bound
+        kernels of S0 and S1 (norms, RoPE, casts) are not credited as cover."""
+        wa, wm = self.wbytes
+
+        def gemm(params, wb):
+            return np.maximum(params * wb / self.hbm, 2 * params * half / (self.gemm_rate * _shape(half, self.half)))
+
+        layers = np.maximum(c["layers"], 1.0)
+        core = np.maximum(dec * cd * c["kv"] / layers / self.kv_rate,
+                          dec * cd * c["attn_decode"] / layers / self.attn_decode)
+        (sd, ad), (sc, ac) = self._low_latency("dispatch"), self._low_latency("combine")
+        return staged_exposure(half * sd + ad, half * sc + ac, gemm(c["attn_in"], wa) + gemm(c["shared"], wm),
+                               core + gemm(c["attn_out"], wa), c["moe_layers"])
 
     def _comm(self, lines: dict, n, dec, p) -> dict:
         """Seconds of each axis's communication for ``n`` tokens, ``dec`` of them decode tokens,
@@ -429,8 +515,10 @@ class StepModel:
         if not self.tbo:
             return plain
         ep = t["comm"].get("ep", 0.0)
-        work = np.maximum(2 * t["weights"], t["gemm"]) + attn
-        return np.where(t["tokens"] >= 2, np.maximum(work, ep) + (comm - ep), plain)
+        work = np.maximum(2 * t["weights"], t["gemm_tbo"]) + attn
+        tbo = np.where(t["tokens"] >= 2, np.maximum(work, ep) + (comm - ep), plain)
+        staged = t.get("staged")
+        return tbo if staged is None else np.where(np.isnan(staged), tbo, work + np.nan_to_num(staged) + (comm - ep))
 
     # --- the step --------------------------------------------------------------------------------
 
@@ -467,6 +555,11 @@ class StepModel:
                        float(t["elementwise"][i, 0]), {ax: float(v[i, 0]) for ax, v in t["comm"].items()},
                        float(times[i, 0]))
             ph.overlapped = self.tbo and n >= 2
+            if ph.overlapped:     # the compute the micro-batches run: their GEMMs on half the rows
+                ph.compute = float(t["gemm_tbo"][i, 0] + t["attention"][i, 0])
+            staged = t.get("staged")
+            if staged is not None and np.isfinite(staged[i, 0]):
+                ph.staged = float(staged[i, 0])
             if i == len(self.stages) - 1 and self.draft is not None:
                 ph.draft = float(self._draft_time(b, cd)[0])
                 ph.time += ph.draft

@@ -250,13 +250,19 @@ def serve_numbers(plan, est, efficiency: float | None = None) -> ServeNumbers:
 
     alone = prefill_rank(pb.step, P, pb.budget)
     prefill_rate = pre.ranks * alone["capacity"] * P
+    from parc.cost.engine import server_role
+
+    decode_only = not plan.pools and server_role(plan) == "decode"
     if plan.pools:
         s, xfer_bytes, xfer = _pooled(plan, pre, dec, w, alone)
+    elif decode_only:
+        s, xfer_bytes, xfer = _decode_server(dec, w), 0.0, 0.0
     else:
         s, xfer_bytes, xfer = _colocated(dec, w), 0.0, 0.0
     b = s["batch"]
     decode = dec.model.phases(b, 0.0, cd, cp)
-    mixed = dec.model.phases(b if dec.limits.mixed else 0.0, s["chunk"], cd, cp) if not plan.pools else []
+    mixed = dec.model.phases(b if dec.limits.mixed else 0.0, s["chunk"], cd, cp) \
+        if not (plan.pools or decode_only) else []
     prefill = pre.model.phases(0.0, alone["chunk"], cd, cp)
     from parc.model.pools import instance_gpus
 
@@ -288,6 +294,30 @@ def _colocated(inst: Instance, w: Workload) -> dict:
             "limit": st["limit"]}
 
 
+def _decode_server(inst: Instance, w: Workload) -> dict:
+    """A server that only decodes (SGLang ``--disaggregation-mode decode`` on its own: a spec of
+    the decode side alone): its requests arrive with their KV cache from prefill servers that
+    the spec leaves out, so its ranks run decode steps only, as a decode pool's do, behind a
+    prefill side that keeps up (no prefill and no KV transfer here). TTFT is what this server
+    adds: the queue for a decode slot and the first decode step."""
+    from parc.cost.scheduler import pooled
+
+    b = batcher(inst, w.prompt_tokens, w.output_tokens)
+    keeps_up = {"capacity": float("inf"), "alone": 0.0}
+    st = pooled(b, inst.ranks, keeps_up, 1, 0.0, users=w.concurrency if w.request_rate is None else None,
+                rate=w.request_rate).item()
+    return _decode_side(st, ("queue", "first_decode"))
+
+
+def _decode_side(st: dict, names: tuple) -> dict:
+    """The numbers of ranks that only decode (a :func:`parc.cost.scheduler.pooled` state), TTFT
+    by the terms ``names``."""
+    terms = {k: st[k] for k in names}
+    return {"batch": st["batch"], "chunk": 0.0, "ttft": sum(terms.values()), "terms": terms, "tpot": st["tpot"],
+            "tpot_p99": st["tpot_p99"], "itl_p99": st["itl_p99"], "step": st["step_decode"], "mixed": 0.0,
+            "output_tokens_per_s": st["output_tokens_per_s"], "limit": st["limit"]}
+
+
 def _pooled(plan, pre: Instance, dec: Instance, w: Workload, alone: dict) -> tuple[dict, float, float]:
     """Two pools: prefill ranks feeding decode ranks over the KV transfer."""
     from parc.cost.scheduler import pooled
@@ -295,10 +325,7 @@ def _pooled(plan, pre: Instance, dec: Instance, w: Workload, alone: dict) -> tup
     xfer_bytes, xfer = kv_transfer(plan, pre.est, w.prompt_tokens)
     b = batcher(dec, w.prompt_tokens, w.output_tokens)
     st = pooled(b, dec.ranks, alone, pre.ranks, xfer, users=w.concurrency, rate=w.request_rate).item()
-    terms = {k: st[k] for k in ("queue", "prefill", "kv_transfer", "first_decode")}
-    return ({"batch": st["batch"], "chunk": 0.0, "ttft": sum(terms.values()), "terms": terms, "tpot": st["tpot"],
-             "tpot_p99": st["tpot_p99"], "itl_p99": st["itl_p99"], "step": st["step_decode"], "mixed": 0.0,
-             "output_tokens_per_s": st["output_tokens_per_s"], "limit": st["limit"]}, xfer_bytes, xfer)
+    return _decode_side(st, ("queue", "prefill", "kv_transfer", "first_decode")), xfer_bytes, xfer
 
 
 def kv_transfer(plan, prefill_est, prompt: int) -> tuple[float, float]:

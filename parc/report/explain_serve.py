@@ -149,8 +149,12 @@ def _phase_text(ph, what: str) -> str:
     comm = ", ".join(f"{_AXIS.get(ax, ax)} {seconds(t)}" for ax, t in ph.comm.items() if t)
     bound = "compute-bound" if ph.bound == "compute" else "memory-bound"
     extra = ""
-    if ph.overlapped:
-        extra += "; two-batch overlap: the EP all-to-all under the compute, the weights read twice"
+    if ph.overlapped and ph.staged:
+        extra += (f"; two-batch overlap in SGLang's staged decode schedule: each micro-batch's EP all-to-all under "
+                  f"the other's stages, {seconds(ph.staged)} of it not hidden; the weights read twice, the GEMMs "
+                  "on half the rows")
+    elif ph.overlapped:
+        extra += "; two-batch overlap: the EP all-to-all under the compute, the weights read twice, the GEMMs on half the rows"
     if ph.draft:
         extra += f"; drafts {seconds(ph.draft)}"
     return (f"{seconds(ph.time)} {what}: {bound} ({', '.join(terms)})" + (f" + {comm}" if comm else "") + extra)
