@@ -34,7 +34,7 @@ def memory_rows(plan, est, st) -> list[list]:
     mem, lim, su = st.memory, limits(plan), st.startup
     cap = su.capture
     sglang = su.engine == "sglang"
-    graphs = (f"SGLang's reserve for {count(len(cap.full), 'decode batch size')} up to {max(cap.full, default=0):,}"
+    graphs = (f"SGLang's estimate (reserve_for_graph_mb) for {count(len(cap.full), 'decode batch size')} up to {max(cap.full, default=0):,}"
               f" and {count(len(cap.piecewise), 'prefill bucket')}" if sglang else
               f"vLLM's estimate for {count(len(cap.piecewise), 'piecewise size')} up to "
               f"{max(cap.piecewise, default=0):,} tokens and {count(len(cap.full), 'full decode size')} up to "
