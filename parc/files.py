@@ -22,7 +22,10 @@ def write_atomic(path, text: str | bytes, mode: int | None = None) -> None:
     reader sees the old file or the new one, never half.
 
     The file gets ``mode`` when given, else the mode of the file it replaces, else the
-    permissions the umask gives a new file."""
+    permissions the umask gives a new file. Its bytes are synced to the disk before the rename
+    and the folder after it, so that a crash leaves the old file or the whole new one, never an
+    empty one under the final name (the rename alone does not order the data before the entry
+    on every filesystem)."""
     import tempfile
 
     path = os.fspath(path)
@@ -37,6 +40,8 @@ def write_atomic(path, text: str | bytes, mode: int | None = None) -> None:
         with (os.fdopen(fd, "wb") if isinstance(text, bytes)
               else os.fdopen(fd, "w", encoding="utf-8", newline="")) as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
@@ -45,6 +50,7 @@ def write_atomic(path, text: str | bytes, mode: int | None = None) -> None:
         except OSError:
             pass
         raise
+    _fsync_dir(d)
 
 
 STORE = ".parc"     # DIR/.parc: every compiled set in a folder of its own, and `current`
@@ -202,8 +208,18 @@ def _remove_tree(path: str) -> None:
 
 
 def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    """Sync the folder ``path``'s entries to the disk, where the platform allows: a folder that
+    cannot be opened (Windows) or synced (a filesystem that does not support it) is skipped."""
+    import errno
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
     try:
         os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EACCES, errno.EPERM):
+            raise
     finally:
         os.close(fd)

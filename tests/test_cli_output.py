@@ -243,3 +243,40 @@ def test_plan_refuses_its_output_path_before_the_search(fmt, tmp_path, capsys):
     if fmt == "json":
         assert json.loads(got.out)["error"] == f"cannot write {out}: the folder {out.parent} does not exist " \
                                                "(parc makes none for it)"
+
+
+# What a command says when its write succeeded; none of it may appear when the write failed.
+SUCCESS = re.compile(r'^(wrote|reformatted|fixed (?!0 findings))|"ok": true', re.M)
+JSON_TOO = {"calibrate", "compile", "explain", "plan"}      # also write with --format json
+
+
+@pytest.mark.parametrize("name, fmt", [(n, "text") for n in COMMANDS] + [(n, "json") for n in sorted(JSON_TOO)])
+def test_a_failed_write_claims_no_success(name, fmt, tmp_path, capsys, monkeypatch):
+    """The write fails after every check before it passed (the disk fills at the rename): the
+    command exits 2 with the one refusal, and neither stdout nor stderr says it wrote, reformatted
+    or fixed anything, nor (with --format json) that it went well. Run without -q, so that the
+    success line would show."""
+    import json
+
+    kind, file, argv = COMMANDS[name]
+    folder = tmp_path / "out"
+    out = _spec(name, folder) if kind == "spec" else folder / file
+    folder.mkdir(exist_ok=True)
+    argv = [a for a in argv if a != "-q"] + (["--format", "json"] if fmt == "json" else [])
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "replace", full)
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "serve.sh").write_text(SERVE_SH)
+    capsys.readouterr()
+    code = main([str(a).replace("{out}", str(out)).replace("{in}", str(inp)) for a in argv])
+    got = capsys.readouterr()
+    assert code == 2, got.err
+    _said(got.err, out)
+    assert not SUCCESS.search(got.out), got.out
+    assert not SUCCESS.search(got.err), got.err
+    if fmt == "json" and got.out.strip():
+        said = json.loads(got.out)
+        assert said.get("ok") is not True and f"cannot write {out}" in said.get("error", ""), said

@@ -62,3 +62,41 @@ def test_the_html_communication_table_carries_the_texts_columns():
         for r in rows:
             cells = [c.strip() for c in r if c.strip()]
             assert f"<td>{cells[0]}</td>" in html and all(c in html for c in cells), (cells, html)
+
+
+def _compute_row(tmp_path, capsys, train: str, extra: str = "") -> str:
+    """`parc explain`'s compute row of llama3-70b-train.par (64 H100s) with ``train`` lines added
+    to its train block and ``extra`` after it, without its target blocks."""
+    from parc.cli.main import main
+
+    text = (EX / "llama3-70b-train.par").read_text(encoding="utf-8").split("target ", 1)[0]   # no engine's rules
+    (tmp_path / "clusters").mkdir(exist_ok=True)
+    cluster = EX / "clusters" / "dgx-h100-8node.par"
+    (tmp_path / "clusters" / cluster.name).write_text(cluster.read_text(encoding="utf-8"), encoding="utf-8")
+    text = text.replace("  recompute         = selective\n", f"  recompute         = selective\n{train}") + extra
+    spec = tmp_path / "plan.par"
+    spec.write_text(text, encoding="utf-8")
+    capsys.readouterr()
+    assert main(["explain", str(spec)]) == 0, capsys.readouterr().err
+    return next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("compute "))
+
+
+def test_the_gemm_rate_of_the_largest_shapes_is_the_one_of_the_plans_precision(tmp_path, capsys):
+    """FP8 GEMMs run at the FP8 matmul benchmark (H100 SXM: 70.9% of the FP8 peak, gpus.toml),
+    not BF16's 80.3%; the output head stays BF16 and is said to."""
+    bf16 = _compute_row(tmp_path, capsys, "")
+    assert "(BF16 peak; 80.3% for the largest shapes)" in bf16, bf16
+    fp8 = _compute_row(tmp_path, capsys, "  precision = fp8\n")
+    assert "(FP8 peak; 70.9% for the largest shapes; the output head's in BF16 at 80.3% of 989TFLOP/s)" in fp8, fp8
+    # a recipe that keeps the weight gradients in BF16 (torchao's rowwise_with_gw_hp) says so
+    hp = _compute_row(tmp_path, capsys, "  precision = fp8\n  fp8_recipe = rowwise_with_gw_hp\n  framework = torchtitan\n")
+    assert "70.9% for the largest shapes; the output head's and the weight gradients' in BF16 at 80.3%" in hp, hp
+    # a recipe with its own kernel rate (DeepGEMM's blockwise: 78.3%, kernels.toml)
+    block = _compute_row(tmp_path, capsys, "  precision = fp8\n  fp8_recipe = blockwise\n")
+    assert "(FP8 peak; 78.3% for the largest shapes;" in block, block
+
+
+def test_a_profile_scales_the_fp8_gemm_rate_as_the_cost_model_does(tmp_path, capsys):
+    """A profile's gemm_efficiency of 0.6 scales FP8's rate alike: 70.9% × 0.6 / 80.3% = 53%."""
+    row = _compute_row(tmp_path, capsys, "  precision = fp8\n", 'profile "lab" {\n  gemm_efficiency = 0.6\n}\n')
+    assert "(FP8 peak; 53% for the largest shapes; the output head's in BF16 at 60% of 989TFLOP/s)" in row, row

@@ -140,6 +140,71 @@ def test_write_atomic_modes_and_failure(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new.par", "old.sh"]   # no temporary left
 
 
+def _record_syncs(monkeypatch) -> list[tuple]:
+    """Record os.fsync (of a file: its inode and size then; of a folder: its inode) and
+    os.replace, in the order they are called; both still do their work."""
+    import stat
+
+    events: list[tuple] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        events.append(("fsync dir", st.st_ino) if stat.S_ISDIR(st.st_mode) else ("fsync file", st.st_ino, st.st_size))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os.stat(src).st_ino))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
+@pytest.mark.parametrize("data", ["a\nb\n", b"\x89PNG\r\n\x00"])
+def test_write_atomic_syncs_the_file_before_the_rename_and_the_folder_after(data, tmp_path, monkeypatch):
+    """A crash right after the rename must not leave an empty file under the final name: the
+    temporary file's bytes reach the disk before it is renamed, and the folder's entry after."""
+    from parc.files import write_atomic
+
+    out = tmp_path / "out.par"
+    out.write_text("old\n")
+    events = _record_syncs(monkeypatch)
+    write_atomic(out, data)
+    ino = out.stat().st_ino
+    assert events == [("fsync file", ino, len(data)), ("replace", ino), ("fsync dir", tmp_path.stat().st_ino)]
+    assert out.read_bytes() == (data if isinstance(data, bytes) else data.encode())
+
+
+def test_write_atomic_writes_where_a_folder_cannot_be_synced(tmp_path, monkeypatch):
+    """Where a folder cannot be opened (Windows) or fsync of one is not supported, the file is
+    still synced and written; only the folder's sync is skipped."""
+    import errno
+    import stat
+
+    from parc.files import write_atomic
+
+    real_open, real_fsync = os.open, os.fsync
+
+    def no_dirs(path, *a, **k):
+        if os.path.isdir(path):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+        return real_open(path, *a, **k)
+
+    def no_dir_sync(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real_fsync(fd)
+
+    for name, fake in (("open", no_dirs), ("fsync", no_dir_sync)):
+        with monkeypatch.context() as m:
+            m.setattr(os, name, fake)
+            write_atomic(tmp_path / f"{name}.par", f"{name}\n")
+        assert (tmp_path / f"{name}.par").read_text() == f"{name}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fsync.par", "open.par"]
+
+
 def test_plan_output_keeps_the_mode_of_the_file_it_replaces(tmp_path, capsys):
     out = tmp_path / "best.par"
     out.write_text("# old\n")

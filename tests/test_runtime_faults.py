@@ -176,3 +176,38 @@ def test_a_stopped_rank_ends_the_run_within_the_timeout():
     assert err.value.rank == 1
     assert "rank 1 was stopped" in str(err.value)
     assert multiprocessing.active_children() == []
+
+
+class _DiesBetweenLooks:
+    """A rank that is alive at the launcher's first look and has failed by its second: what a
+    loaded machine does to two ranks that fail at once."""
+
+    pid = 0
+
+    def __init__(self, *args, **kwargs):
+        self.looks = 0
+        self.sentinel, end = os.pipe()     # at end of file: the launcher's wait returns at once
+        os.close(end)
+
+    def start(self):
+        pass
+
+    @property
+    def exitcode(self):
+        self.looks += 1
+        return None if self.looks == 1 else 1
+
+
+def test_ranks_that_fail_between_two_looks_are_a_failure(monkeypatch, tmp_path):
+    from parc.runtime import launch
+
+    class Ctx:
+        Process = _DiesBetweenLooks
+
+        @staticmethod
+        def Value(kind, value):
+            return multiprocessing.Value(kind, value)
+
+    monkeypatch.setattr(multiprocessing, "get_context", lambda method: Ctx)
+    with pytest.raises(RunFailed, match="exit status 1"):
+        launch._launch(2, None, str(tmp_path), "gloo", 1.0, None, None)

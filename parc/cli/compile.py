@@ -108,7 +108,7 @@ def run(args) -> int:
 
 def _run_json(args, r, target, files, known) -> int:
     """`--format json`: one object on stdout whatever happens after the spec was read."""
-    from parc.cli.output import WRITE_FAILED, Unwritten, put_folder
+    from parc.cli.output import Unwritten, put_folder, refuse
     from parc.report import compile as report
 
     error, code, output = None, 0, None
@@ -121,6 +121,6 @@ def _run_json(args, r, target, files, known) -> int:
         try:
             put_folder(args.output, files)
         except Unwritten as e:
-            error, code = str(e), WRITE_FAILED
+            error, code = str(e), refuse(e)     # said on stderr as every command says it
     print(report.render_json(r, target, None if code else files, output=output, error=error))
     return code

@@ -18,7 +18,7 @@ def run_fix(args) -> int | None:
     fixes, _ = fix_files(files, select=args.select, ignore=args.ignore, targets=args.target, root=args.root)
     say = sys.stderr if args.diff or args.format != "text" or STDIN_NAME in {f.file for f in fixes} else sys.stdout
     status = 0
-    for ff in fixes:
+    for i, ff in enumerate(fixes):
         if not ff.changed:
             continue
         if args.diff:
@@ -30,7 +30,7 @@ def run_fix(args) -> int | None:
                 put_file(ff.file, ff.after)
             except Unwritten as e:
                 status = refuse(e)
-                continue
+                fixes[i] = _unwritten(ff)
     if not args.quiet:
         for line in _report(fixes, args.diff):
             print(line, file=say)
@@ -39,6 +39,14 @@ def run_fix(args) -> int | None:
     if any(f.file == STDIN_NAME for f in fixes):  # the fixed text went to stdout: its errors decide
         return status or (1 if any(d.severity == "error" for f in fixes for d in f.remaining) else 0)
     return status or None
+
+
+def _unwritten(ff):
+    """``ff`` as it stands when its file could not be written: nothing fixed, every fix left."""
+    from dataclasses import replace
+
+    return replace(ff, after=ff.before, fixed=[],
+                   left=[(d, "not applied: the file could not be written") for d in ff.fixed] + ff.left)
 
 
 def _report(fixes, diff: bool) -> list[str]:

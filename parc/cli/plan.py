@@ -185,19 +185,28 @@ def _unwritable(args) -> int:
 
 
 def _finish(args, res, text, render) -> int:
-    """Check the best plan's spec ``text``, print ``res`` (``render`` for text), write ``-o``."""
+    """Check the best plan's spec ``text``, write it to ``-o``, then print ``res`` (``render`` for
+    text): a write that fails is said before anything claims success (with --format json, the
+    object's ``ok`` is false and its ``error`` the refusal), and exits 2."""
     import json
 
-    from parc.cli.output import write_output
+    from parc.cli.output import Unwritten, put_file, refuse
 
     if text is not None:
         err = _check_text(text, args.target, args.output or "best.par")
         if err:
             return _usage("the best plan does not pass `parc check`:\n" + err, args, 1)
-    print(json.dumps({"ok": bool(res.plans), **res.to_json()}, indent=2) if args.format == "json" else render(res))
+    failed = None
     if args.output and text is not None:
-        if (code := write_output(args.output, text)):
-            return code
+        try:
+            put_file(args.output, text)
+        except Unwritten as e:
+            failed = e
+    said = {"ok": bool(res.plans) and not failed, **({"error": str(failed)} if failed else {})}
+    print(json.dumps({**said, **res.to_json()}, indent=2) if args.format == "json" else render(res))
+    if failed:
+        return refuse(failed)
+    if args.output and text is not None:
         if args.format == "text":
             print(f"wrote {args.output}")
         for note in getattr(args, "notes", ()):

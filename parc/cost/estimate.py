@@ -32,7 +32,7 @@ from parc.cost.params import (ASSUMED_INTER_NODE_BW, AXES, DEFAULT_EFFICIENCY, D
                               fsdp_unit_params, _shard_groups, _stage_parts, _zero)
 from parc.cost import engine
 from parc.cost import xp as np
-from parc.cost.gemm import stage_compute_time, stage_rates
+from parc.cost.gemm import gemm_ceilings, stage_compute_time, stage_rates
 from parc.cost.kernels import grad_accumulation_bytes, optimizer_bytes, ring_merge_bytes
 from parc.cost.timing import BACKWARD_SHARE, exposed_comm, step_time
 from parc.model import schedules
@@ -113,6 +113,8 @@ class Estimate:
     comm_exposed: dict = field(default_factory=dict)     # axis -> seconds compute does not hide
     comm_local: dict = field(default_factory=dict)       # axis -> members of one group in a node
     gemm_peak: float = 0.0                               # FLOP/s the GEMMs' rate is a fraction of
+    gemm_ceilings: dict = field(default_factory=dict)    # "bf16"/"fp8" -> the fraction of that precision's
+                                                         # peak its largest GEMMs reach (training)
     optimizer_time: float = 0.0                          # seconds of the optimizer's step (in step_time)
     kv_bytes_per_token: int = 0
     kv_capacity_tokens: int = 0
@@ -551,6 +553,8 @@ def _estimate(plan, efficiency: float) -> Estimate:
         link_kind=kind, assumed_inter_node=assumed, efficiency=efficiency, state_bytes=per,
         comm_algorithm=algo, comm_exposed=exposed, comm_local=local, optimizer_time=opt,
         gemm_peak=cl.gpu.peak(plan.train.precision) if train else cl.gpu.flops,
+        gemm_ceilings={k: peak * e / cl.gpu.peak(k) for k, (peak, e)
+                       in gemm_ceilings(cl.gpu, plan.train, plan.profile, efficiency).items()} if train else {},
         kv_bytes_per_token=kv_tok, kv_capacity_tokens=kv_cap, max_concurrent_seqs=max_seqs,
         rank_map=_rank_map(plan, rm), notes=notes, plan=plan)
     return est

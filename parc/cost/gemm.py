@@ -113,6 +113,23 @@ def layer_rate(gemms: list, peak: float, efficiency: float, half: float, hbm: fl
     return flops / time
 
 
+def gemm_ceilings(gpu, train, profile, efficiency: float | None = None) -> dict[str, tuple[float, float]]:
+    """The (peak FLOP/s, efficiency) that a training plan's GEMMs run at by the precision they run
+    in (their product: the rate the largest shapes approach): ``"bf16"`` always (a 16-bit plan's
+    GEMMs; under FP8 the output head's, and the weight gradients' where the recipe keeps them in
+    16 bits), and ``"fp8"`` for an FP8 plan on a GPU with FP8 tensor cores: the recipe's kernel
+    rate, else the GPU's FP8 matmul benchmark, of the FP8 peak, scaled as the profile scales
+    BF16's (:meth:`parc.model.plan.GPU.fp8_peak_on_bf16_scale`). ``efficiency`` overrides the
+    profile's ``gemm_efficiency`` (None there: the GPU's)."""
+    from parc.model.frameworks import fp8_recipe
+
+    e = efficiency if efficiency is not None else (profile.gemm_efficiency or gpu.gemm_efficiency)
+    out = {"bf16": (gpu.flops, e)}
+    if train.precision == "fp8" and gpu.fp8_flops > 0:
+        out["fp8"] = (gpu.fp8_peak_on_bf16_scale(fp8_recipe(train).get("gemm_efficiency")), e)
+    return out
+
+
 def stage_rates(m, tokens, tp, etp, ep, gpu, train, profile, efficiency: float | None = None, sp=False) -> dict:
     """What one GPU of a stage sustains for a microbatch of ``tokens`` tokens on its
     context-parallel rank, as a dict of scalars or numpy arrays (``tp``, ``sp`` and ``tokens`` may
@@ -135,16 +152,14 @@ def stage_rates(m, tokens, tp, etp, ep, gpu, train, profile, efficiency: float |
     ``efficiency`` overrides the profile's ``gemm_efficiency`` (None there: the GPU's)."""
     from parc.model.frameworks import attention_efficiency, fp8_recipe, framework
 
-    e = efficiency if efficiency is not None else (profile.gemm_efficiency or gpu.gemm_efficiency)
+    ceilings = gemm_ceilings(gpu, train, profile, efficiency)
+    e = ceilings["bf16"][1]
     fw = framework(train.framework)
-    fp8 = train.precision == "fp8" and gpu.fp8_flops > 0
+    fp8 = "fp8" in ceilings
     recipe = fp8_recipe(train) if fp8 else {}
     half, hbm, hbm_e = float(profile.gemm_half_size), gpu.hbm_bandwidth, profile.hbm_efficiency
-    bf16 = (gpu.peak(train.precision) if not fp8 else gpu.flops, e, half, hbm, hbm_e, 2)
-    # an FP8 GEMM reaches the recipe's kernel rate (else the GPU's FP8 matmul benchmark) of the FP8
-    # peak, scaled as the profile scales BF16's
-    knobs = ((gpu.fp8_peak_on_bf16_scale(recipe.get("gemm_efficiency")), e, half, hbm, hbm_e, 1)
-             if fp8 else bf16)
+    bf16 = (*ceilings["bf16"], half, hbm, hbm_e, 2)
+    knobs = (*ceilings["fp8"], half, hbm, hbm_e, 1) if fp8 else bf16
     dense = _recipe_rate(recipe, layer_gemms(m, tokens, tp), knobs, bf16)
     moe = _recipe_rate(recipe, layer_gemms(m, tokens, tp, etp, ep, moe=True), knobs, bf16) if m.is_moe else dense
     head = layer_rate([(tokens, m.vocab / tp, m.hidden, 1)], *bf16)

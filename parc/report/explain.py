@@ -256,9 +256,24 @@ def _compute_line(plan, est) -> str:
     c = est.compute_split()
     prec = "FP8" if est.gemm_peak != plan.cluster.gpu.flops else "BF16"
     return (f"{seconds(est.compute_time)}: GEMMs {seconds(c['gemm'])} at {percent(c['gemm_efficiency'])} of "
-            f"{number(est.gemm_peak)}FLOP/s ({prec} peak; {percent(est.efficiency)} for the largest shapes), "
+            f"{number(est.gemm_peak)}FLOP/s ({prec} peak; {_largest_shapes(plan, est)}), "
             f"attention core {seconds(c['attention'])}, memory-bound kernels {seconds(c['memory_bound'])} "
             f"(elementwise, casts, loss); optimizer step {seconds(c['optimizer'])}")
+
+
+def _largest_shapes(plan, est) -> str:
+    """The fraction of the peak the largest GEMMs reach (the estimate's, by precision): under FP8
+    the FP8 one, and the BF16 one of the GEMMs that stay 16-bit (the output head's, and the weight
+    gradients' where the recipe keeps them)."""
+    ceil = est.gemm_ceilings or {"bf16": est.efficiency}
+    if "fp8" not in ceil:
+        return f"{percent(ceil['bf16'])} for the largest shapes"
+    from parc.model.frameworks import fp8_recipe
+
+    which = "the output head's" + (" and the weight gradients'"
+                                   if fp8_recipe(plan.train).get("high_precision_wgrad") else "")
+    return (f"{percent(ceil['fp8'])} for the largest shapes; {which} in BF16 at {percent(ceil['bf16'])} "
+            f"of {number(plan.cluster.gpu.flops)}FLOP/s")
 
 
 def _weights_note(plan) -> str:

@@ -170,7 +170,9 @@ def _launch(world: int, body, folder: str, backend: str, timeout: float, deadlin
             if any(code != 0 for _, code in deaths.values()):
                 failed = "error"
                 break
-            alive = [p for p in procs if p.exitcode is None]
+            # from the same look as ``deaths``: a rank that fails after it must not end the
+            # run as if every rank had finished
+            alive = [p for r, p in enumerate(procs) if r not in deaths]
             if not alive:
                 break
             if deadline is not None and now > deadline:
