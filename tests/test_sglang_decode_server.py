@@ -143,3 +143,28 @@ def test_decode_server_only_decodes(check_spec):
     assert sv.ttft_terms["queue"] == pytest.approx(125 / x - 100 * tau)
     assert sv.output_tokens_per_s == pytest.approx(16 * x * 100)
     assert sv.limit == "seqs"
+
+
+def test_explain_shows_no_prefill_for_a_decode_server(check_spec):
+    """explain says what the cost model does for a decode server alone: no prompt step runs on
+    it (its TTFT has no prefill term), so no prefill time is shown, in the text or the HTML; the
+    same server colocated still shows its prefill."""
+    from parc.report.explain import render_text
+    from parc.report.explain_serve import html_rows
+
+    serve = ("dp_attention = true; max_model_len = 4096; gpu_memory_utilization = 0.85; max_num_seqs = 512; "
+             "prompt_tokens = 1000; output_tokens = 100; concurrency = 2000")
+    plan = _plan(check_spec, serve, {"sglang": LOW + "; disaggregation = decode"})
+    est, _ = _model(plan)
+    rows = {r[0]: r[1] for r in (line.split(None, 1) for line in render_text(plan, est, "s.par").splitlines()
+                                 if line.startswith("  prefill"))}
+    assert list(rows) == ["prefill"]
+    assert rows["prefill"].startswith("none on this server") and "per prompt" not in rows["prefill"]
+    html = dict(html_rows(est.to_json()["serving"], decode_only=True))
+    assert html["prefill"].startswith("none on this server")
+
+    colocated = _plan(check_spec, serve, {"sglang": LOW})
+    est, _ = _model(colocated)
+    text = render_text(colocated, est, "s.par")
+    assert "  prefill      " in text and "a step of a prompt's chunk" in text and "none on this server" not in text
+    assert "per prompt alone" in dict(html_rows(est.to_json()["serving"]))["prefill"]

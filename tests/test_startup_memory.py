@@ -194,9 +194,29 @@ P418 = serve_spec(gpu="gpu = h100_sxm", serve="  gpu_memory_utilization = 0.99\n
 
 def test_p418_warns_where_the_slack_is_smaller_than_sglangs_reserve(check_spec):
     d = assert_fires(check_spec, P418, "P418", "gpu_memory_utilization", severity="warning", targets=("sglang",))
-    assert "SGLang itself reserves" in d.message and "an estimate" in d.message
+    assert "SGLang's own estimate" in d.message and "derives the fraction itself" in d.message
     fix = d.help.split("`gpu_memory_utilization = ")[1].split("`")[0]
     assert_quiet(check_spec, P418.replace("0.99", fix), "P418", ("sglang",))
+
+
+def test_p418_offers_no_fraction_where_none_leaves_room(check_spec):
+    """The shape of LMSYS's DeepSeek-V3 decode server (sgl-project/sglang#6017: DP attention 72,
+    --mem-fraction-static 0.835) on a small model: SGLang's estimate for its graphs, 512 × 2 MiB +
+    512 × 72 × (3 + 1.5) MiB = 166,912 MiB (175 GB), exceeds the ~79 GB SGLang finds free, so no
+    mem_fraction_static in (0, 1] leaves room and none is offered (the rule once offered -1.06)."""
+    text = serve_spec(gpu="gpu = h100_sxm", gpn=72, mesh="dp = 72\n  tp = 1",
+                      serve="  dp_attention = true\n  gpu_memory_utilization = 0.835\n",
+                      target='target sglang {\n  model = "m"\n  disaggregation = decode\n}')
+    d = assert_fires(check_spec, text, "P418", "gpu_memory_utilization", severity="warning", targets=("sglang",))
+    assert "gpu_memory_utilization =" not in (d.help or "")
+    assert "no mem_fraction_static leaves room" in d.message and "175 GB" in d.message
+    # the same server with 8 attention-DP ranks: 512 × 2 + 512 × 8 × 4.5 = 19,456 MiB fits below a
+    # fraction the rule offers, and the offered fraction quiets it
+    small = text.replace("gpus_per_node = 72", "gpus_per_node = 8").replace("dp = 72", "dp = 8")
+    d = assert_fires(check_spec, small, "P418", "gpu_memory_utilization", severity="warning", targets=("sglang",))
+    fix = d.help.split("`gpu_memory_utilization = ")[1].split("`")[0]
+    assert 0 < float(fix) < 0.835
+    assert_quiet(check_spec, small.replace("0.835", fix), "P418", ("sglang",))
 
 
 def test_p418_quiet_at_sglangs_usual_fraction(check_spec):

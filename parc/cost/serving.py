@@ -250,9 +250,7 @@ def serve_numbers(plan, est, efficiency: float | None = None) -> ServeNumbers:
 
     alone = prefill_rank(pb.step, P, pb.budget)
     prefill_rate = pre.ranks * alone["capacity"] * P
-    from parc.cost.engine import server_role
-
-    decode_only = not plan.pools and server_role(plan) == "decode"
+    decode_only = only_decodes(plan)
     if plan.pools:
         s, xfer_bytes, xfer = _pooled(plan, pre, dec, w, alone)
     elif decode_only:
@@ -276,6 +274,14 @@ def serve_numbers(plan, est, efficiency: float | None = None) -> ServeNumbers:
                         prefill_rate, s["ttft"], s["terms"], s["tpot"], s["tpot_p99"], s["itl_p99"], s["step"],
                         s["mixed"], s["output_tokens_per_s"], float(dec.ranks * b * dec.model.accepted / td) if b else 0.0,
                         s["limit"], dec.model.accepted, xfer_bytes, xfer, pools)
+
+
+def only_decodes(plan) -> bool:
+    """Whether the plan is a server that only decodes (SGLang ``--disaggregation-mode decode`` on
+    its own, :func:`_decode_server`): no prompt step runs on it."""
+    from parc.cost.engine import server_role
+
+    return not plan.pools and server_role(plan) == "decode"
 
 
 def _colocated(inst: Instance, w: Workload) -> dict:

@@ -161,10 +161,21 @@ def vllm_graph_bytes(cap: Capture, layers: int, activation) -> float:
 
 
 def sglang_graph_bytes(plan, cap: Capture) -> float:
-    """What SGLang reserves for its CUDA graphs (memory_hook.py ``reserve_for_graph_mb``): 2 MiB
+    """SGLang's own estimate for its CUDA graphs (memory_hook.py ``reserve_for_graph_mb``): 2 MiB
     per batch size of its largest decode graph (more with attention data parallelism; none on a
     prefill server, which has no decode graph) and 8 MiB per prefill bucket (1.5 GiB with an MLA
-    model)."""
+    model).
+
+    SGLang 0.5.23 subtracts it only where it derives mem_fraction_static itself (its one call,
+    under ``cfg.mem_fraction_static is None`` in ``_handle_gpu_memory_settings``; that default
+    reads it from here, :func:`parc.cost.engine.memory_fraction`); a stated fraction reserves
+    nothing. parc still counts it as what the graphs hold (the memory total, P418): the source
+    gives no figure to compute instead. Its DP term is padding for "torch allocator /
+    implementation inefficiencies", not a buffer; the one buffer a decode graph captures by
+    tokens × attention-DP ranks, the gathered hidden states (layers/dp_attention.py
+    ``get_global_dp_buffer``, 512 × 72 × 7168 × 2 B = 504 MiB for DeepSeek-V3 at dp 72), exists
+    only where utils/common.py ``require_mlp_tp_gather`` holds (not under DeepEP with
+    --moe-dense-tp-size 1 and --enable-dp-lm-head, flags parc does not write)."""
     from parc.cost.engine import attn_dp
 
     t = table()["sglang"]
@@ -190,7 +201,7 @@ class Startup:
     weights: float
     activations: float    # peak of the profiling forward pass (vLLM) / of a chunked prefill (SGLang)
     sampler: float        # what the sampler adds to the profile's peak (vLLM)
-    graphs: float         # the CUDA graphs: vLLM's estimate, SGLang's reserve
+    graphs: float         # the CUDA graphs: vLLM's estimate, SGLang's (reserve_for_graph_mb)
     capture: Capture
 
     @property

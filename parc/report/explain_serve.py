@@ -19,6 +19,9 @@ TERMS = {"wait": "the step in progress", "queue": "queue", "prefill": "prefill",
 LIMITS = {"users": "the users in flight", "rate": "the request rate", "budget": "max_num_batched_tokens",
           "seqs": "max_num_seqs", "kv": "the KV cache", "prefill": "the prefill pool",
           "unstable": "the engine's capacity, which the requests arrive faster than"}
+NO_PREFILL = ("none on this server: a decode server (SGLang --disaggregation-mode decode) takes its requests "
+              "prefilled, with their KV cache, from prefill servers the spec leaves out (parc takes them to keep "
+              "up), so its TTFT is the queue for a decode slot and the first decode step")
 ITL_WHY = {True: "a step with a prompt chunk", False: "a decode step and the prompt step after it"}
 
 
@@ -31,7 +34,7 @@ def memory_rows(plan, est, st) -> list[list]:
     mem, lim, su = st.memory, limits(plan), st.startup
     cap = su.capture
     sglang = su.engine == "sglang"
-    graphs = (f"SGLang's reserve for {count(len(cap.full), 'decode batch size')} up to {max(cap.full, default=0):,}"
+    graphs = (f"SGLang's estimate (reserve_for_graph_mb) for {count(len(cap.full), 'decode batch size')} up to {max(cap.full, default=0):,}"
               f" and {count(len(cap.piecewise), 'prefill bucket')}" if sglang else
               f"vLLM's estimate for {count(len(cap.piecewise), 'piecewise size')} up to "
               f"{max(cap.piecewise, default=0):,} tokens and {count(len(cap.full), 'full decode size')} up to "
@@ -190,10 +193,13 @@ def speed_lines(plan, est) -> list[str]:
     slow_d = max(sv.decode, key=lambda p: p.time)
     stages = f" (the slowest of {len(sv.decode)} stages)" if len(sv.decode) > 1 else ""
     steps = f"{sv.prefill_steps:g} step{'s' if sv.prefill_steps != 1 else ''} of {slow_p.tokens * len(sv.prefill):,.0f} tokens"
-    cells = [["engine", engine_line(sv.limits)],
-             ["prefill", _phase_text(slow_p, "a step of a prompt's chunk" + stages)],
-             ["", f"{seconds(sv.prefill_time)} per {w.prompt_tokens:,}-token prompt alone ({steps}); "
-                  f"{sv.prefill_tokens_per_s:,.0f} prompt tokens/s over the plan at full load"],
+    from parc.cost.serving import only_decodes
+
+    prefill = [["prefill", NO_PREFILL]] if only_decodes(plan) else [
+        ["prefill", _phase_text(slow_p, "a step of a prompt's chunk" + stages)],
+        ["", f"{seconds(sv.prefill_time)} per {w.prompt_tokens:,}-token prompt alone ({steps}); "
+             f"{sv.prefill_tokens_per_s:,.0f} prompt tokens/s over the plan at full load"]]
+    cells = [["engine", engine_line(sv.limits)], *prefill,
              ["decode step", _phase_text(slow_d, f"at {sv.batch:,.4g} requests per replica" + stages)]]
     if sv.mixed and sv.mixed_share > 0:
         slow_m = max(sv.mixed, key=lambda p: p.time)
@@ -244,9 +250,9 @@ def mesh_text(mesh: dict) -> str:
     return ", ".join(f"{a} {mesh[a]}" for a in ("pp", "dp", "cp", "tp", "ep", "dcp") if mesh.get(a, 1) > 1) or "1 GPU"
 
 
-def html_rows(sv: dict) -> list[list[str]]:
+def html_rows(sv: dict, decode_only: bool = False) -> list[list[str]]:
     """The speed table of the HTML page, from the estimate's JSON ``serving`` object: the same
-    rows as the text."""
+    rows as the text (``decode_only``: a server that only decodes, no prefill time)."""
     w = sv["workload"]
     pre = max(sv["prefill_stages"], key=lambda p: p["time"])
     dec = max(sv["decode_stages"], key=lambda p: p["time"])
@@ -257,7 +263,8 @@ def html_rows(sv: dict) -> list[list[str]]:
             ["engine", f"{eng['engine']} {eng['release']}: max_num_seqs {eng['max_num_seqs_per_rank']:,}, "
                        f"max_num_batched_tokens {eng['max_num_batched_tokens_per_rank']:,} per rank, "
                        f"max_model_len {eng['max_model_len']:,}"],
-            ["prefill", f"{seconds(sv['prefill_time'])} per prompt alone, {pre['bound']}-bound; "
+            ["prefill", NO_PREFILL if decode_only else
+                        f"{seconds(sv['prefill_time'])} per prompt alone, {pre['bound']}-bound; "
                         f"{sv['prefill_tokens_per_s']:,.0f} prompt tokens/s at full load"],
             ["decode step", f"{seconds(dec['time'] * len(sv['decode_stages']))} at {sv['batch_per_replica']:,.4g} "
                             f"requests per replica, {dec['bound']}-bound"]]

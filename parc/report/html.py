@@ -100,11 +100,12 @@ def explain_page(plan, estimate, diagnostics=()) -> str:
     if plan.mode == "train":
         parts.append(_step_time(est))
     elif est.get("serving"):
+        from parc.cost.serving import only_decodes
         from parc.report.explain_serve import html_rows
 
         parts.append('<section id="serving"><h2>Serving at the workload</h2>'
                      f'<figure class="drawing">{svg.draw(plan, "timeline", estimate)}</figure>'
-                     + _table(["quantity", "value"], html_rows(est["serving"]), "ll") + "</section>")
+                     + _table(["quantity", "value"], html_rows(est["serving"], only_decodes(plan)), "ll") + "</section>")
     notes = est.get("notes") or []
     if notes:
         parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")

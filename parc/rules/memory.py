@@ -453,18 +453,32 @@ def _at_most(c, plan, util: float, message: str) -> None:
 def sglang_slack_holds_graphs(plan, c):
     """SGLang sizes its KV pool before it captures its CUDA graphs, leaving (free memory) ×
     (1 − mem_fraction_static) for activations and graphs (kv_cache_configurator.py
-    _profile_available_bytes); parc judges that slack by SGLang's own reserve for its graphs
-    (memory_hook.py reserve_for_graph_mb) and the chunked prefill's activations."""
+    _profile_available_bytes); parc judges that slack by SGLang's own estimate for its graphs
+    (memory_hook.py reserve_for_graph_mb, which SGLang subtracts only where it derives the
+    fraction itself) and the chunked prefill's activations. The fraction offered is checked
+    (:func:`_serve_offered`); where no fraction in (0, 1] leaves room, none is offered."""
     su = _startup_of(plan, "sglang")
     if su is None or su.slack >= su.activations + su.graphs:
         return
     need = su.activations + su.graphs
-    _at_most(c, plan, int((1 - need / su.free_at_start) * 100) / 100,
+    util = int((1 - need / su.free_at_start) * 100) / 100
+    offered = 0 < util <= 1 and _serve_offered(plan, c, gpu_memory_utilization=util)
+    if offered:
+        none = ""
+    elif util > 0:
+        none = (f"; mem_fraction_static = {util:.2f} would leave room for them, but parc's other checks refuse the "
+                f"plan at that fraction")
+    else:
+        none = (f"; no mem_fraction_static leaves room: the activations and the graphs need {gb(need)} of the "
+                f"{gb(su.free_at_start)} SGLang finds free, so only fewer captured decode sizes (SGLang's "
+                f"--cuda-graph-max-bs, which parc does not write) or fewer attention-DP ranks would")
+    c.report(c.at("serve.gpu_memory_utilization", "serve"),
              f"SGLang may run out of memory capturing its CUDA graphs: mem_fraction_static = "
              f"{_fraction(plan)} leaves {gb(su.slack)} beside its KV pool, less than the "
-             f"{gb(su.activations)} of a chunked prefill's activations and the {gb(su.graphs)} SGLang itself "
-             f"reserves for its graphs ({count(su.capture.graphs, 'captured size')}); parc judges by SGLang's "
-             f"own reserve, which is an estimate")
+             f"{gb(su.activations)} of a chunked prefill's activations and the {gb(su.graphs)} SGLang's own "
+             f"estimate gives its graphs ({count(su.capture.graphs, 'captured size')}: reserve_for_graph_mb, which "
+             f"SGLang subtracts only when it derives the fraction itself); parc judges by that estimate{none}",
+             help=f"`gpu_memory_utilization = {util:.2f}` or less" if offered else None)
 
 
 @rule("P404", "kv-cache-holds-max-num-seqs", severity=WARNING)
