@@ -168,3 +168,40 @@ def test_explain_shows_no_prefill_for_a_decode_server(check_spec):
     text = render_text(colocated, est, "s.par")
     assert "  prefill      " in text and "a step of a prompt's chunk" in text and "none on this server" not in text
     assert "per prompt alone" in dict(html_rows(est.to_json()["serving"]))["prefill"]
+
+
+def test_draw_shows_no_prefill_for_a_decode_server(check_spec):
+    """draw's serving timeline runs what the cost model runs on a decode server alone: decode
+    steps from the start, each as long as explain's decode step, no prompt chunk; its TTFT, TPOT
+    and step are explain's, and its caption's TTFT is explain's line. The same server colocated
+    still draws its prompt's chunks first."""
+    from xml.etree import ElementTree as ET
+
+    from parc.report.explain import render_text
+    from parc.report.svg_serve import timeline
+
+    serve = ("dp_attention = true; max_model_len = 4096; gpu_memory_utilization = 0.85; max_num_seqs = 512; "
+             "prompt_tokens = 1000; output_tokens = 100; concurrency = 2000")
+    plan = _plan(check_spec, serve, {"sglang": LOW + "; disaggregation = decode"})
+    est, _ = _model(plan)
+    root = ET.fromstring(timeline(plan, est))
+    blocks = [e for e in root.iter() if (e.get("class") or "").startswith("block")]
+    assert blocks and {e.get("data-kind") for e in blocks} == {"D"}
+    texts = [e.text or "" for e in root.iter() if e.tag.endswith("text")]
+    assert not any("prompt chunk" in t for t in texts)
+    sv = est.to_json()["serving"]
+    assert (float(root.get("data-ttft")), float(root.get("data-tpot")), float(root.get("data-step"))) == \
+        (sv["ttft"], sv["tpot"], sv["step"])
+    assert min(float(e.get("data-start")) for e in blocks) == 0.0
+    for e in blocks:
+        assert float(e.get("data-end")) - float(e.get("data-start")) == pytest.approx(
+            est.serving.decode[int(e.get("data-rank"))].time)
+    ttft = next(line.split(None, 1)[1] for line in render_text(plan, est, "s.par").splitlines()
+                if line.startswith("  TTFT"))
+    assert any(t.startswith("TTFT " + ttft + ";") for t in texts), (ttft, texts[:3])
+
+    colocated = _plan(check_spec, serve, {"sglang": LOW})
+    est, _ = _model(colocated)
+    kinds = [e.get("data-kind") for e in ET.fromstring(timeline(colocated, est)).iter()
+             if (e.get("class") or "").startswith("block")]
+    assert kinds[0] == "P" and "D" in kinds

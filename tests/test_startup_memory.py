@@ -219,6 +219,26 @@ def test_p418_offers_no_fraction_where_none_leaves_room(check_spec):
     assert_quiet(check_spec, small.replace("0.835", fix), "P418", ("sglang",))
 
 
+def test_p418_names_a_decode_servers_activations_as_the_startup_counts_them(check_spec):
+    """No prefill runs on a decode server (--disaggregation-mode decode), so P418 does not call its
+    activations a chunked prefill's: it names what the start-up model holds for them, a forward
+    pass over max_num_batched_tokens a rank (SGLang's 8,192-token default over 8 attention-DP
+    ranks: 1,024 tokens), in the start-up's own bytes. The same server colocated keeps the words."""
+    from parc.units import gb
+
+    text = serve_spec(gpu="gpu = h100_sxm", gpn=8, mesh="dp = 8\n  tp = 1",
+                      serve="  dp_attention = true\n  gpu_memory_utilization = 0.835\n",
+                      target='target sglang {\n  model = "m"\n  disaggregation = decode\n}')
+    _, su = _startup(check_spec, text, ("sglang",))
+    d = assert_fires(check_spec, text, "P418", "gpu_memory_utilization", severity="warning", targets=("sglang",))
+    assert "chunked prefill" not in d.message
+    assert f"the {gb(su.activations)} of activations of a 1,024-token forward pass" in d.message
+    assert su.tokens == 1024
+    colocated = text.replace("  disaggregation = decode\n", "")
+    d = assert_fires(check_spec, colocated, "P418", "gpu_memory_utilization", severity="warning", targets=("sglang",))
+    assert "of a chunked prefill's activations" in d.message and "forward pass" not in d.message
+
+
 def test_p418_quiet_at_sglangs_usual_fraction(check_spec):
     assert_quiet(check_spec, P418.replace("0.99", "0.9"), "P418", ("sglang",))
     # vLLM plans are P417's

@@ -203,6 +203,7 @@ class Startup:
     sampler: float        # what the sampler adds to the profile's peak (vLLM)
     graphs: float         # the CUDA graphs: vLLM's estimate, SGLang's (reserve_for_graph_mb)
     capture: Capture
+    tokens: int = 0       # the tokens of the forward pass whose peak ``activations`` is (every role's)
 
     @property
     def kv(self) -> float:
@@ -248,12 +249,12 @@ def startup(plan, weights: float, forward, sampler: float, hidden: float, outsid
     if eng == "trtllm":
         free = total - outside - weights - act
         return Startup(eng, total, outside, free * util if free > 0 else free, weights, act, 0.0, 0.0,
-                       Capture())
+                       Capture(), tokens)
     if eng == "sglang":
         cap = sglang_captured(plan, sglang_capture(plan))
         return Startup(eng, total, outside, (total - outside) * util, weights, act, 0.0,
-                       sglang_graph_bytes(plan, cap), cap)
+                       sglang_graph_bytes(plan, cap), cap, tokens)
     cap = vllm_capture(plan, limits(plan).max_num_seqs, tokens)
     extra = max(0.0, hidden + sampler - act) if sampler else 0.0
     return Startup(eng, total, outside, float(math.ceil(total * util)), weights, act, extra,
-                   vllm_graph_bytes(cap, layers, forward), cap)
+                   vllm_graph_bytes(cap, layers, forward), cap, tokens)

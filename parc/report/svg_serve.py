@@ -7,6 +7,9 @@ them, forward passes only, each block as long as the cost model's step
   (one per stage, vLLM's virtual engines), the share of them that carry another request's prompt
   chunk drawn as mixed steps (``M``), the rest decode only (``D``); an engine that does not mix
   them (SGLang) runs a prompt step (``P``) after those decode steps instead;
+* a decode server alone (SGLang ``--disaggregation-mode decode``,
+  :func:`parc.cost.serving.only_decodes`): decode steps only, from the start, as the cost model
+  runs it (its requests arrive prefilled; the queue for a decode slot is named in the caption);
 * prefill and decode pools: the rows of a prefill instance's stages, the KV transfer (``K``),
   then the rows of a decode instance's stages; the queue for a prefill rank is named in the
   caption, not drawn.
@@ -67,14 +70,16 @@ def timeline_slots(prefill: list[float], chunks: int, decode: list[float], mixed
 
 
 def _rows(plan, sv, steps: int) -> list[tuple[str, str, list[tuple]]]:
-    """(label, pool, blocks) per row: one mesh's stages, or the prefill stages, the transfer and
-    the decode stages of a disaggregated plan."""
+    """(label, pool, blocks) per row: one mesh's stages (a decode server's without a prompt), or
+    the prefill stages, the transfer and the decode stages of a disaggregated plan."""
+    from parc.cost.serving import only_decodes
+
     dec = [p.time for p in sv.decode]
     if not sv.pools:
         mixed = [p.time for p in sv.mixed] if sv.mixed and sv.mixed_share > 0 else []
         chunk = mixed or [p.time for p in sv.prefill]
-        slots = timeline_slots(chunk, int(sv.prefill_steps), dec, mixed, sv.mixed_share, steps,
-                               apart=not sv.limits.mixed)
+        chunks = 0 if only_decodes(plan) else int(sv.prefill_steps)
+        slots = timeline_slots(chunk, chunks, dec, mixed, sv.mixed_share, steps, apart=not sv.limits.mixed)
         label = (lambda r: f"stage {r}") if len(slots) > 1 else (lambda r: "the replica")
         return [(label(r), "serve", row) for r, row in enumerate(slots)]
     pre = timeline_slots([p.time for p in sv.prefill], int(sv.prefill_steps), [0.0] * len(sv.prefill), [], 0.0, 0)
@@ -113,8 +118,12 @@ def timeline(plan, estimate=None, steps: int = 6) -> str:
 
     where = " → ".join(f"{k} instance ({count(v, 'GPU')})" for k, v in gpus.items()) if sv.pools else \
         f"one replica of {count(replica_gpus(plan.mesh), 'GPU')}"
-    title = (f"Serving timeline: {where}; forward passes only; a {w.prompt_tokens:,}-token prompt, then {steps} "
-             f"steps of {sv.batch:,.4g} requests per replica")
+    from parc.cost.serving import only_decodes
+
+    prompt = (f"{w.prompt_tokens:,}-token prompts arrive prefilled, then" if only_decodes(plan)
+              else f"a {w.prompt_tokens:,}-token prompt, then")
+    title = (f"Serving timeline: {where}; forward passes only; {prompt} {steps} steps of {sv.batch:,.4g} "
+             f"requests per replica")
     sub = f"TTFT {ttft_text(sv)}; TPOT {seconds(sv.tpot)}; block lengths from the cost model"
     body = [_text(16, 22, title, "title"), _text(16, 40, sub, "muted small"), HATCH]
     for r, (label, pool, row) in enumerate(rows):

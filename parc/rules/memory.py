@@ -455,8 +455,10 @@ def sglang_slack_holds_graphs(plan, c):
     (1 − mem_fraction_static) for activations and graphs (kv_cache_configurator.py
     _profile_available_bytes); parc judges that slack by SGLang's own estimate for its graphs
     (memory_hook.py reserve_for_graph_mb, which SGLang subtracts only where it derives the
-    fraction itself) and the chunked prefill's activations. The fraction offered is checked
+    fraction itself) and the start-up's activations (a chunked prefill's; on a decode server,
+    where none runs, a forward pass of as many tokens). The fraction offered is checked
     (:func:`_serve_offered`); where no fraction in (0, 1] leaves room, none is offered."""
+    from parc.cost.serving import only_decodes
     su = _startup_of(plan, "sglang")
     if su is None or su.slack >= su.activations + su.graphs:
         return
@@ -472,12 +474,15 @@ def sglang_slack_holds_graphs(plan, c):
         none = (f"; no mem_fraction_static leaves room: the activations and the graphs need {gb(need)} of the "
                 f"{gb(su.free_at_start)} SGLang finds free, so only fewer captured decode sizes (SGLang's "
                 f"--cuda-graph-max-bs, which parc does not write) or fewer attention-DP ranks would")
+    act = (f"{gb(su.activations)} of activations of a {su.tokens:,}-token forward pass (max_num_batched_tokens a "
+           f"rank, which parc counts on a decode server too)" if only_decodes(plan)
+           else f"{gb(su.activations)} of a chunked prefill's activations")
     c.report(c.at("serve.gpu_memory_utilization", "serve"),
              f"SGLang may run out of memory capturing its CUDA graphs: mem_fraction_static = "
-             f"{_fraction(plan)} leaves {gb(su.slack)} beside its KV pool, less than the "
-             f"{gb(su.activations)} of a chunked prefill's activations and the {gb(su.graphs)} SGLang's own "
-             f"estimate gives its graphs ({count(su.capture.graphs, 'captured size')}: reserve_for_graph_mb, which "
-             f"SGLang subtracts only when it derives the fraction itself); parc judges by that estimate{none}",
+             f"{_fraction(plan)} leaves {gb(su.slack)} beside its KV pool, less than the {act} and the "
+             f"{gb(su.graphs)} SGLang's own estimate gives its graphs ({count(su.capture.graphs, 'captured size')}: "
+             f"reserve_for_graph_mb, which SGLang subtracts only when it derives the fraction itself); parc judges by "
+             f"that estimate{none}",
              help=f"`gpu_memory_utilization = {util:.2f}` or less" if offered else None)
 
 
