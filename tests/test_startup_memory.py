@@ -180,6 +180,14 @@ def test_p417_fires_where_context_and_nccl_leave_less_than_the_budget(check_spec
     assert_quiet(check_spec, P417.replace("0.99", fix), "P417")
 
 
+def test_p417_offers_no_fraction_that_another_check_refuses(check_spec):
+    # a 9 GB context leaves about 0.64 of the GPU free, which no longer holds the weights beside
+    # the profile: the largest fraction vLLM takes would be refused, so none is offered
+    spec = P416.replace("0.66", "0.99").replace("intra_node", "cuda_context = 9GB\n  intra_node", 1)
+    d = assert_fires(check_spec, spec, "P417", "gpu_memory_utilization", severity="warning")
+    assert d.help is None
+
+
 def test_p417_quiet_for_one_gpu_and_a_stated_context(check_spec):
     # one GPU opens no NCCL group: the context alone fits in the 1%
     assert_quiet(check_spec, serve_spec(gpu="gpu = h100_sxm", serve="  gpu_memory_utilization = 0.99\n"), "P417")

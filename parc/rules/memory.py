@@ -443,47 +443,47 @@ def _startup_of(plan, engine: str):
     return su if su is not None and su.engine == engine else None
 
 
-def _at_most(c, plan, util: float, message: str) -> None:
-    """Report ``message`` at gpu_memory_utilization, with ``util`` (two decimals) as the fix."""
+def _at_most(c, plan, util: float, message: str, offered: bool | None = None) -> None:
+    """Report ``message`` at gpu_memory_utilization, with ``util`` as the fix where it is one."""
+    if offered is None:
+        offered = _util_offered(plan, c, util)
     c.report(c.at("serve.gpu_memory_utilization", "serve"), message,
-             help=f"`gpu_memory_utilization = {util:.2f}` or less")
+             help=f"`gpu_memory_utilization = {util:.2f}` or less" if offered else None)
+
+
+def _util_offered(plan, c, util: float) -> bool:
+    """Whether ``gpu_memory_utilization = util`` is a fix the whole rule set accepts."""
+    return 0 < util <= 1 and _serve_offered(plan, c, gpu_memory_utilization=util)
 
 
 @rule("P418", "sglang-slack-holds-graphs", severity=WARNING)
 def sglang_slack_holds_graphs(plan, c):
-    """SGLang sizes its KV pool before it captures its CUDA graphs, leaving (free memory) ×
-    (1 − mem_fraction_static) for activations and graphs (kv_cache_configurator.py
-    _profile_available_bytes); parc judges that slack by SGLang's own estimate for its graphs
-    (memory_hook.py reserve_for_graph_mb, which SGLang subtracts only where it derives the
-    fraction itself) and the start-up's activations (a chunked prefill's; on a decode server,
-    where none runs, a forward pass of as many tokens). The fraction offered is checked
-    (:func:`_serve_offered`); where no fraction in (0, 1] leaves room, none is offered."""
+    """SGLang leaves (free memory) × (1 − mem_fraction_static) beside its KV pool for activations
+    and graphs (kv_cache_configurator.py _profile_available_bytes); parc judges it by SGLang's own
+    estimate for its graphs (memory_hook.py reserve_for_graph_mb) and the start-up's activations."""
     from parc.cost.serving import only_decodes
+
     su = _startup_of(plan, "sglang")
     if su is None or su.slack >= su.activations + su.graphs:
         return
     need = su.activations + su.graphs
     util = int((1 - need / su.free_at_start) * 100) / 100
-    offered = 0 < util <= 1 and _serve_offered(plan, c, gpu_memory_utilization=util)
-    if offered:
-        none = ""
-    elif util > 0:
-        none = (f"; mem_fraction_static = {util:.2f} would leave room for them, but parc's other checks refuse the "
-                f"plan at that fraction")
-    else:
-        none = (f"; no mem_fraction_static leaves room: the activations and the graphs need {gb(need)} of the "
-                f"{gb(su.free_at_start)} SGLang finds free, so only fewer captured decode sizes (SGLang's "
-                f"--cuda-graph-max-bs, which parc does not write) or fewer attention-DP ranks would")
+    offered = _util_offered(plan, c, util)
+    none = "" if offered else (
+        f"; mem_fraction_static = {util:.2f} would leave room for them, but parc's other checks refuse the plan "
+        f"at that fraction" if util > 0 else
+        f"; no mem_fraction_static leaves room: the activations and the graphs need {gb(need)} of the "
+        f"{gb(su.free_at_start)} SGLang finds free, so only fewer captured decode sizes (SGLang's "
+        f"--cuda-graph-max-bs, which parc does not write) or fewer attention-DP ranks would")
     act = (f"{gb(su.activations)} of activations of a {su.tokens:,}-token forward pass (max_num_batched_tokens a "
            f"rank, which parc counts on a decode server too)" if only_decodes(plan)
            else f"{gb(su.activations)} of a chunked prefill's activations")
-    c.report(c.at("serve.gpu_memory_utilization", "serve"),
+    _at_most(c, plan, util,
              f"SGLang may run out of memory capturing its CUDA graphs: mem_fraction_static = "
              f"{_fraction(plan)} leaves {gb(su.slack)} beside its KV pool, less than the {act} and the "
              f"{gb(su.graphs)} SGLang's own estimate gives its graphs ({count(su.capture.graphs, 'captured size')}: "
              f"reserve_for_graph_mb, which SGLang subtracts only when it derives the fraction itself); parc judges by "
-             f"that estimate{none}",
-             help=f"`gpu_memory_utilization = {util:.2f}` or less" if offered else None)
+             f"that estimate{none}", offered)
 
 
 @rule("P404", "kv-cache-holds-max-num-seqs", severity=WARNING)
